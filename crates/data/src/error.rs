@@ -1,0 +1,32 @@
+//! Typed errors of the data layer.
+
+use cairn_devices::DeviceError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("corrupt chunk in segment {segment} at offset {offset}: {why}")]
+    Corrupt {
+        segment: u64,
+        offset: u32,
+        why: String,
+    },
+    #[error("corrupt {what} record: {why}")]
+    BadRecord { what: &'static str, why: String },
+    #[error("segment {0} is not in the segment table")]
+    NoSegment(u64),
+    #[error("no space left in the pool")]
+    NoSpace,
+}
+
+impl DataError {
+    pub fn is_no_space(&self) -> bool {
+        matches!(
+            self,
+            DataError::NoSpace | DataError::Device(DeviceError::NoSpace)
+        )
+    }
+}
+
+pub type Result<T> = std::result::Result<T, DataError>;

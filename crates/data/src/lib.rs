@@ -1,0 +1,18 @@
+//! Data layer: file blocks become chunks (a self-describing header with the
+//! content hash, then the bytes) appended to segments, fixed-size regions
+//! placed on devices by the devices layer. The segment table (segment id ->
+//! device slot) is the only way to find a segment, so a segment can move by
+//! changing one entry. Chunk and segment records are encoded here; the
+//! filesystem layer stores them in the metadata store.
+
+pub mod chunk;
+pub mod error;
+pub mod records;
+pub mod store;
+pub mod writer;
+
+pub use chunk::{ChunkHeader, Hash, CHUNK_HEADER_LEN};
+pub use error::DataError;
+pub use records::{ChunkRec, SegmentRec};
+pub use store::ChunkStore;
+pub use writer::WriteBatch;

@@ -1,0 +1,155 @@
+//! The chunk store: the in-memory segment table over the device set, chunk
+//! reads with verification, and the single open segment that new chunks are
+//! appended to (see writer.rs).
+
+use crate::chunk::{unseal, CHUNK_HEADER_LEN};
+use crate::error::{DataError, Result};
+use crate::records::{ChunkRec, SegmentRec};
+use crate::writer::{OpenSegment, WriteBatch};
+use cairn_devices::{DeviceSet, SlotAddr};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub struct ChunkStore {
+    pub(crate) devices: Arc<DeviceSet>,
+    pub(crate) segments: RwLock<HashMap<u64, SegmentRec>>,
+    pub(crate) open: Mutex<Option<OpenSegment>>,
+    pub(crate) next_segment: AtomicU64,
+    pub(crate) segment_size: u64,
+}
+
+impl ChunkStore {
+    /// Builds the store from the committed segment table. Every segment's
+    /// slot is claimed; a slot claimed twice means a corrupt table.
+    pub fn new(
+        devices: Arc<DeviceSet>,
+        table: Vec<(u64, SegmentRec)>,
+        next_segment: u64,
+    ) -> Result<Self> {
+        let mut segments = HashMap::with_capacity(table.len());
+        for (id, rec) in table {
+            let addr = SlotAddr {
+                device: rec.device,
+                slot: rec.slot,
+            };
+            if !devices.claim(addr)? {
+                return Err(DataError::BadRecord {
+                    what: "segment",
+                    why: format!(
+                        "segment {id} claims slot {} of device {} twice or out of range",
+                        rec.slot, rec.device
+                    ),
+                });
+            }
+            assert!(
+                id < next_segment,
+                "segment id {id} >= next id {next_segment}"
+            );
+            segments.insert(id, rec);
+        }
+        let segment_size = devices.segment_size();
+        Ok(ChunkStore {
+            devices,
+            segments: RwLock::new(segments),
+            open: Mutex::new(None),
+            next_segment: AtomicU64::new(next_segment),
+            segment_size,
+        })
+    }
+
+    pub fn devices(&self) -> &Arc<DeviceSet> {
+        &self.devices
+    }
+
+    pub fn next_segment_id(&self) -> u64 {
+        self.next_segment.load(Ordering::SeqCst)
+    }
+
+    pub fn segment(&self, id: u64) -> Option<SegmentRec> {
+        self.segments.read().get(&id).cloned()
+    }
+
+    pub fn segment_table(&self) -> Vec<(u64, SegmentRec)> {
+        let mut v: Vec<_> = self
+            .segments
+            .read()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        v.sort_by_key(|(k, _)| *k);
+        v
+    }
+
+    /// Reads a chunk and returns its raw bytes, verified against its header
+    /// checksums and the expected hash.
+    pub fn read_chunk(&self, rec: &ChunkRec, full_hash: bool) -> Result<Vec<u8>> {
+        let seg = self
+            .segment(rec.segment)
+            .ok_or(DataError::NoSegment(rec.segment))?;
+        let corrupt = |why: String| DataError::Corrupt {
+            segment: rec.segment,
+            offset: rec.offset,
+            why,
+        };
+        if rec.offset as u64 + rec.len as u64 > self.segment_size
+            || (rec.len as usize) < CHUNK_HEADER_LEN
+        {
+            return Err(corrupt("chunk record out of segment bounds".into()));
+        }
+        let dev = self.devices.device(seg.device)?;
+        let mut buf = vec![0u8; rec.len as usize];
+        dev.read_at(&mut buf, dev.slot_offset(seg.slot) + rec.offset as u64)?;
+        let raw = unseal(&buf, &rec.hash, full_hash).map_err(corrupt)?;
+        if raw.len() != rec.raw_len as usize {
+            return Err(corrupt("raw length differs from record".into()));
+        }
+        Ok(raw)
+    }
+
+    /// Starts appending chunks. Only one batch at a time (it holds the open
+    /// segment); the filesystem's flusher is the only writer.
+    pub fn batch(&self) -> WriteBatch<'_> {
+        WriteBatch::new(self, self.open.lock())
+    }
+
+    /// A chunk lost its last reference: account it in its segment. Returns
+    /// the segment's new record, or None if the segment is now empty and was
+    /// dropped from the table (its slot is released by `release_slots` after
+    /// the metadata commit).
+    pub fn unref_chunk(&self, rec: &ChunkRec) -> Option<SegmentRec> {
+        let open_id = self.open.lock().as_ref().map(|o| o.id);
+        let mut segs = self.segments.write();
+        let s = segs.get_mut(&rec.segment)?;
+        s.live = s.live.saturating_sub(rec.len as u64);
+        s.chunks = s.chunks.saturating_sub(1);
+        if s.chunks == 0 && open_id != Some(rec.segment) {
+            segs.remove(&rec.segment);
+            return None;
+        }
+        Some(s.clone())
+    }
+
+    /// Gives the slots of dropped segments back to their devices. Call only
+    /// after the metadata transaction that removed them has committed.
+    pub fn release_slots(&self, freed: &[SlotAddr]) -> Result<()> {
+        freed.iter().try_for_each(|a| Ok(self.devices.release(*a)?))
+    }
+
+    /// Bytes that new chunks can still use: free slots plus the open
+    /// segment's tail.
+    pub fn free_bytes(&self) -> u64 {
+        let (_, free_slots) = self.devices.slot_totals();
+        let tail = self
+            .open
+            .lock()
+            .as_ref()
+            .map_or(0, |o| self.segment_size - o.used as u64);
+        free_slots * self.segment_size + tail
+    }
+
+    pub fn segment_size(&self) -> u64 {
+        self.segment_size
+    }
+}

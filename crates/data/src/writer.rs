@@ -1,0 +1,219 @@
+//! Appending chunks: the open segment and a write batch. A batch seals
+//! blocks into the open segment's buffer, writes full buffers with large
+//! sequential writes, opens a new segment when the current one is full, and
+//! on `finish` writes the rest and syncs every device it touched. Only after
+//! `finish` may metadata that references the new chunks be committed.
+
+use crate::chunk::{seal, Hash, CHUNK_HEADER_LEN};
+use crate::error::{DataError, Result};
+use crate::records::{ChunkRec, SegmentRec};
+use crate::store::ChunkStore;
+use cairn_devices::SlotAddr;
+use parking_lot::MutexGuard;
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+
+/// Buffered bytes are written out once they reach this size.
+const WRITE_CHUNK: usize = 1 << 20;
+
+pub struct OpenSegment {
+    pub(crate) id: u64,
+    pub(crate) addr: SlotAddr,
+    /// Bytes appended, including those still in `buf`.
+    pub(crate) used: u32,
+    /// Segment offset where `buf` starts.
+    buf_start: u32,
+    buf: Vec<u8>,
+}
+
+pub struct WriteBatch<'a> {
+    store: &'a ChunkStore,
+    open: MutexGuard<'a, Option<OpenSegment>>,
+    touched: BTreeSet<u64>,
+    devices: BTreeSet<u32>,
+}
+
+impl<'a> WriteBatch<'a> {
+    pub(crate) fn new(store: &'a ChunkStore, open: MutexGuard<'a, Option<OpenSegment>>) -> Self {
+        WriteBatch {
+            store,
+            open,
+            touched: BTreeSet::new(),
+            devices: BTreeSet::new(),
+        }
+    }
+
+    /// Appends one block as a new chunk; returns its record (refs = 1).
+    pub fn append(&mut self, raw: &[u8], hash: &Hash) -> Result<ChunkRec> {
+        let len = (CHUNK_HEADER_LEN + raw.len()) as u32;
+        assert!(
+            len as u64 <= self.store.segment_size,
+            "block larger than a segment"
+        );
+        let fits = self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.used as u64 + len as u64 <= self.store.segment_size);
+        if !fits {
+            self.close_open()?;
+            self.open_new()?;
+        }
+        let o = self.open.as_mut().expect("open segment");
+        let offset = o.used;
+        seal(raw, hash, &mut o.buf);
+        o.used += len;
+        let id = o.id;
+        if o.buf.len() >= WRITE_CHUNK {
+            self.write_buffer()?;
+        }
+        let mut segs = self.store.segments.write();
+        let s = segs.get_mut(&id).expect("open segment in table");
+        s.used = offset + len;
+        s.live += len as u64;
+        s.chunks += 1;
+        self.touched.insert(id);
+        Ok(ChunkRec {
+            segment: id,
+            offset,
+            len,
+            raw_len: raw.len() as u32,
+            refs: 1,
+            hash: *hash,
+        })
+    }
+
+    fn write_buffer(&mut self) -> Result<()> {
+        let Some(o) = self.open.as_mut() else {
+            return Ok(());
+        };
+        if o.buf.is_empty() {
+            return Ok(());
+        }
+        let dev = self.store.devices.device(o.addr.device)?;
+        dev.write_at(&o.buf, dev.slot_offset(o.addr.slot) + o.buf_start as u64)?;
+        self.devices.insert(o.addr.device);
+        o.buf_start = o.used;
+        o.buf.clear();
+        Ok(())
+    }
+
+    fn close_open(&mut self) -> Result<()> {
+        self.write_buffer()?;
+        *self.open = None;
+        Ok(())
+    }
+
+    fn open_new(&mut self) -> Result<()> {
+        let addr = self
+            .store
+            .devices
+            .allocate()
+            .map_err(|_| DataError::NoSpace)?;
+        let id = self.store.next_segment.fetch_add(1, Ordering::SeqCst);
+        self.store.segments.write().insert(
+            id,
+            SegmentRec {
+                device: addr.device,
+                slot: addr.slot,
+                used: 0,
+                live: 0,
+                chunks: 0,
+                flags: 0,
+            },
+        );
+        *self.open = Some(OpenSegment {
+            id,
+            addr,
+            used: 0,
+            buf_start: 0,
+            buf: Vec::with_capacity(WRITE_CHUNK + (1 << 17)),
+        });
+        self.touched.insert(id);
+        Ok(())
+    }
+
+    /// Writes everything out and syncs the touched devices. Returns the
+    /// segment records to commit with the metadata.
+    pub fn finish(mut self) -> Result<Vec<(u64, SegmentRec)>> {
+        self.write_buffer()?;
+        for d in &self.devices {
+            self.store.devices.device(*d)?.sync()?;
+        }
+        let segs = self.store.segments.read();
+        Ok(self
+            .touched
+            .iter()
+            .filter_map(|id| segs.get(id).map(|s| (*id, s.clone())))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::chunk::hash_block;
+    use crate::ChunkStore;
+    use cairn_devices::{Device, DeviceClass, DeviceSet, DeviceSpec};
+    use std::sync::Arc;
+
+    fn store(dir: &std::path::Path, slots: u64) -> ChunkStore {
+        let spec = DeviceSpec {
+            class: DeviceClass::Ssd,
+            path: dir.to_path_buf(),
+            size: Some((1 << 20) + slots * (1 << 20)),
+        };
+        let d = Device::create(&spec, 0, [0; 16], 1 << 20).unwrap();
+        ChunkStore::new(Arc::new(DeviceSet::new(vec![d])), vec![], 1).unwrap()
+    }
+
+    #[test]
+    fn append_read_across_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), 8);
+        let blocks: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 100_000]).collect();
+        let mut b = s.batch();
+        let recs: Vec<_> = blocks
+            .iter()
+            .map(|x| b.append(x, &hash_block(x)).unwrap())
+            .collect();
+        let segs = b.finish().unwrap();
+        assert!(segs.len() >= 4, "40 x 100 KB spans several 1 MiB segments");
+        for (x, r) in blocks.iter().zip(&recs) {
+            assert_eq!(&s.read_chunk(r, true).unwrap(), x);
+        }
+    }
+
+    #[test]
+    fn full_pool_reports_no_space() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), 4);
+        let x = vec![1u8; 500_000];
+        let mut b = s.batch();
+        let mut n = 0;
+        let err = loop {
+            match b.append(&x, &hash_block(&x)) {
+                Ok(_) => n += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(err.is_no_space());
+        assert_eq!(n, 8, "two 500 KB chunks per 1 MiB segment, 4 segments");
+    }
+
+    #[test]
+    fn corrupt_chunk_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), 4);
+        let x = vec![9u8; 4096];
+        let mut b = s.batch();
+        let r = b.append(&x, &hash_block(&x)).unwrap();
+        b.finish().unwrap();
+        let seg = s.segment(r.segment).unwrap();
+        let dev = s.devices().device(seg.device).unwrap();
+        let off = dev.slot_offset(seg.slot) + r.offset as u64 + 100;
+        dev.write_at(&[0x55], off).unwrap();
+        assert!(matches!(
+            s.read_chunk(&r, false),
+            Err(crate::DataError::Corrupt { .. })
+        ));
+    }
+}

@@ -1,0 +1,253 @@
+//! One device: a regular file, a file inside a directory, or a block device.
+//! Offers positioned reads and writes and durability (fdatasync).
+
+use crate::class::DeviceClass;
+use crate::error::{io_err, DeviceError, Result};
+use crate::header::{DeviceHeader, DATA_OFFSET, HEADER_LEN};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::path::{Path, PathBuf};
+
+/// What the user asked for: `CLASS:PATH[:SIZE]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSpec {
+    pub class: DeviceClass,
+    pub path: PathBuf,
+    pub size: Option<u64>,
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = DeviceError;
+    fn from_str(spec: &str) -> Result<Self> {
+        let bad = |why: &str| DeviceError::BadSpec {
+            spec: spec.to_string(),
+            why: why.to_string(),
+        };
+        let mut parts = spec.splitn(3, ':');
+        let class = parts.next().unwrap_or_default();
+        let path = parts
+            .next()
+            .ok_or_else(|| bad("expected CLASS:PATH[:SIZE]"))?;
+        if path.is_empty() {
+            return Err(bad("empty path"));
+        }
+        let class: DeviceClass = class.parse().map_err(|e: String| bad(&e))?;
+        let size = match parts.next() {
+            Some(s) => Some(crate::size::parse_size(s).map_err(|e| bad(&e))?),
+            None => None,
+        };
+        Ok(DeviceSpec {
+            class,
+            path: PathBuf::from(path),
+            size,
+        })
+    }
+}
+
+#[derive(Debug)]
+pub struct Device {
+    pub header: DeviceHeader,
+    pub path: PathBuf,
+    file: File,
+}
+
+/// Resolves a spec path: a directory holds the device as a file inside it.
+pub fn device_file_path(path: &Path, device_id: u32) -> PathBuf {
+    if path.is_dir() {
+        path.join(format!("cairn-dev-{device_id}.img"))
+    } else {
+        path.to_path_buf()
+    }
+}
+
+fn free_space_of(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid NUL-terminated path, st a valid out pointer.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+fn block_device_size(file: &File, path: &Path) -> Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = file;
+    f.seek(SeekFrom::End(0)).map_err(io_err(path))
+}
+
+impl Device {
+    /// Creates (formats) a device. A regular file is created sparse with the
+    /// given size, or 90% of the free space of its filesystem by default.
+    pub fn create(
+        spec: &DeviceSpec,
+        device_id: u32,
+        pool_uuid: [u8; 16],
+        segment_size: u64,
+    ) -> Result<Device> {
+        let path = device_file_path(&spec.path, device_id);
+        let is_block = std::fs::metadata(&path)
+            .map(|m| m.file_type().is_block_device())
+            .unwrap_or(false);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(!is_block)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        let size = if is_block {
+            let real = block_device_size(&file, &path)?;
+            spec.size.map_or(real, |s| s.min(real))
+        } else {
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            let size = match spec.size {
+                Some(s) => s,
+                None => free_space_of(parent).unwrap_or(0) / 10 * 9,
+            };
+            file.set_len(size).map_err(io_err(&path))?;
+            size
+        };
+        let size = DATA_OFFSET + (size.saturating_sub(DATA_OFFSET) / segment_size) * segment_size;
+        let min = DATA_OFFSET + 4 * segment_size;
+        if size < min {
+            return Err(DeviceError::TooSmall { path, size, min });
+        }
+        let header = DeviceHeader {
+            device_id,
+            pool_uuid,
+            class: spec.class,
+            size,
+            segment_size,
+            data_offset: DATA_OFFSET,
+        };
+        file.write_all_at(&header.encode(), 0)
+            .map_err(io_err(&path))?;
+        file.sync_all().map_err(io_err(&path))?;
+        Ok(Device { header, path, file })
+    }
+
+    /// Opens an existing device and checks that it belongs to the pool.
+    pub fn open(path: &Path, pool_uuid: [u8; 16]) -> Result<Device> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io_err(path))?;
+        let mut buf = vec![0u8; HEADER_LEN];
+        file.read_exact_at(&mut buf, 0)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => DeviceError::NotADevice {
+                    path: path.to_path_buf(),
+                },
+                _ => io_err(path)(e),
+            })?;
+        let header = DeviceHeader::decode(&buf, path)?;
+        if header.pool_uuid != pool_uuid {
+            return Err(DeviceError::WrongPool {
+                path: path.to_path_buf(),
+            });
+        }
+        Ok(Device {
+            header,
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.header.device_id
+    }
+
+    pub fn class(&self) -> DeviceClass {
+        self.header.class
+    }
+
+    /// Byte offset on the device of a segment slot.
+    pub fn slot_offset(&self, slot: u64) -> u64 {
+        assert!(
+            slot < self.header.slot_count(),
+            "slot {slot} beyond device end"
+        );
+        self.header.data_offset + slot * self.header.segment_size
+    }
+
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(io_err(&self.path))
+    }
+
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        debug_assert!(offset >= self.header.data_offset);
+        debug_assert!(offset + buf.len() as u64 <= self.header.size);
+        self.file.write_all_at(buf, offset).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENOSPC) {
+                DeviceError::NoSpace
+            } else {
+                io_err(&self.path)(e)
+            }
+        })
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.file.sync_data().map_err(io_err(&self.path))
+    }
+
+    /// Gives a freed slot's blocks back to the host filesystem (best effort).
+    pub fn discard_slot(&self, slot: u64) {
+        use std::os::fd::AsRawFd;
+        let off = self.slot_offset(slot) as libc::off_t;
+        let len = self.header.segment_size as libc::off_t;
+        // SAFETY: plain fallocate on an fd we own; failure is harmless.
+        unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off,
+                len,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_spec() {
+        let s: DeviceSpec = "ssd:/tmp/x:64M".parse().unwrap();
+        assert_eq!(s.class, DeviceClass::Ssd);
+        assert_eq!(s.path, PathBuf::from("/tmp/x"));
+        assert_eq!(s.size, Some(64 << 20));
+        assert!("tape:/x".parse::<DeviceSpec>().is_err());
+        assert!("ssd".parse::<DeviceSpec>().is_err());
+        assert!("ssd:/x:12Q".parse::<DeviceSpec>().is_err());
+    }
+
+    #[test]
+    fn create_open_io() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = DeviceSpec {
+            class: DeviceClass::Nvme,
+            path: dir.path().to_path_buf(),
+            size: Some(32 << 20),
+        };
+        let d = Device::create(&spec, 0, [1; 16], 1 << 20).unwrap();
+        assert_eq!(d.header.slot_count(), 31);
+        let off = d.slot_offset(2);
+        d.write_at(b"hello", off).unwrap();
+        d.sync().unwrap();
+        let d2 = Device::open(&d.path, [1; 16]).unwrap();
+        let mut b = [0u8; 5];
+        d2.read_at(&mut b, off).unwrap();
+        assert_eq!(&b, b"hello");
+        assert!(matches!(
+            Device::open(&d.path, [2; 16]),
+            Err(DeviceError::WrongPool { .. })
+        ));
+    }
+}

@@ -1,0 +1,124 @@
+//! The device header: the first 4 KiB of every device. It names the pool the
+//! device belongs to, the device id and class, and the geometry of its
+//! segment slots. Layout (little endian), see docs/FORMAT.md:
+//!
+//! ```text
+//! 0   magic "CAIRNDEV"     8
+//! 8   format version u32   4
+//! 12  device id u32        4
+//! 16  pool uuid            16
+//! 32  class rank u8        1 (+7 pad)
+//! 40  size u64             8   usable bytes of the device
+//! 48  segment size u64     8
+//! 56  data offset u64      8   byte offset of slot 0
+//! 64  crc32c of bytes 0..64
+//! ```
+
+use crate::class::DeviceClass;
+use crate::error::{DeviceError, Result};
+use std::path::Path;
+
+pub const DEVICE_MAGIC: &[u8; 8] = b"CAIRNDEV";
+pub const DEVICE_FORMAT_VERSION: u32 = 1;
+pub const HEADER_LEN: usize = 4096;
+/// Slot 0 starts here: leaves room for the header and keeps slots aligned.
+pub const DATA_OFFSET: u64 = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceHeader {
+    pub device_id: u32,
+    pub pool_uuid: [u8; 16],
+    pub class: DeviceClass,
+    pub size: u64,
+    pub segment_size: u64,
+    pub data_offset: u64,
+}
+
+impl DeviceHeader {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; HEADER_LEN];
+        b[0..8].copy_from_slice(DEVICE_MAGIC);
+        b[8..12].copy_from_slice(&DEVICE_FORMAT_VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.device_id.to_le_bytes());
+        b[16..32].copy_from_slice(&self.pool_uuid);
+        b[32] = self.class.rank();
+        b[40..48].copy_from_slice(&self.size.to_le_bytes());
+        b[48..56].copy_from_slice(&self.segment_size.to_le_bytes());
+        b[56..64].copy_from_slice(&self.data_offset.to_le_bytes());
+        let crc = crc32c::crc32c(&b[0..64]);
+        b[64..68].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8], path: &Path) -> Result<Self> {
+        let p = || path.to_path_buf();
+        if b.len() < 68 || &b[0..8] != DEVICE_MAGIC {
+            return Err(DeviceError::NotADevice { path: p() });
+        }
+        let crc = u32::from_le_bytes(b[64..68].try_into().unwrap());
+        if crc != crc32c::crc32c(&b[0..64]) {
+            return Err(DeviceError::BadChecksum { path: p() });
+        }
+        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        if version != DEVICE_FORMAT_VERSION {
+            return Err(DeviceError::UnknownVersion {
+                path: p(),
+                found: version,
+                known: DEVICE_FORMAT_VERSION,
+            });
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        Ok(DeviceHeader {
+            device_id: u32::from_le_bytes(b[12..16].try_into().unwrap()),
+            pool_uuid: b[16..32].try_into().unwrap(),
+            class: DeviceClass::from_rank(b[32]).ok_or(DeviceError::BadChecksum { path: p() })?,
+            size: u64_at(40),
+            segment_size: u64_at(48),
+            data_offset: u64_at(56),
+        })
+    }
+
+    /// Number of whole segment slots that fit on the device.
+    pub fn slot_count(&self) -> u64 {
+        self.size.saturating_sub(self.data_offset) / self.segment_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> DeviceHeader {
+        DeviceHeader {
+            device_id: 3,
+            pool_uuid: [7; 16],
+            class: DeviceClass::Hdd,
+            size: 1 << 30,
+            segment_size: 4 << 20,
+            data_offset: DATA_OFFSET,
+        }
+    }
+
+    #[test]
+    fn roundtrip() {
+        let h = sample();
+        let b = h.encode();
+        assert_eq!(DeviceHeader::decode(&b, Path::new("x")).unwrap(), h);
+        assert_eq!(h.slot_count(), ((1 << 30) - DATA_OFFSET) / (4 << 20));
+    }
+
+    #[test]
+    fn detects_corruption_and_foreign_data() {
+        let mut b = sample().encode();
+        b[45] ^= 1;
+        assert!(matches!(
+            DeviceHeader::decode(&b, Path::new("x")),
+            Err(DeviceError::BadChecksum { .. })
+        ));
+        let zeros = vec![0u8; HEADER_LEN];
+        assert!(matches!(
+            DeviceHeader::decode(&zeros, Path::new("x")),
+            Err(DeviceError::NotADevice { .. })
+        ));
+    }
+}

@@ -1,0 +1,21 @@
+//! Devices layer: the bottom of Cairn. A pool stores its data on devices
+//! (regular files, directories or block devices), each with a speed class.
+//! This crate owns the per-device header, positioned I/O on a device, the
+//! map of segment slots in use, and placement (which device gets the next
+//! segment). It knows nothing about chunks, files or metadata.
+
+pub mod class;
+pub mod device;
+pub mod error;
+pub mod header;
+pub mod set;
+pub mod size;
+pub mod spacemap;
+
+pub use class::DeviceClass;
+pub use device::{Device, DeviceSpec};
+pub use error::DeviceError;
+pub use header::DeviceHeader;
+pub use set::{DeviceSet, SlotAddr};
+pub use size::parse_size;
+pub use spacemap::SpaceMap;

@@ -1,0 +1,22 @@
+//! The redb tables that make up the metadata store (see docs/FORMAT.md).
+
+use redb::TableDefinition;
+
+/// Live elements: element key -> (create_tid, payload).
+pub const LIVE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("live_v1");
+/// Ended elements: element key | create_tid -> (delete_tid, payload).
+pub const HIST: TableDefinition<&[u8], &[u8]> = TableDefinition::new("hist_v1");
+/// Index of ended elements by delete_tid, for prune: (delete_tid, hist key).
+pub const ENDS: TableDefinition<(u64, &[u8]), ()> = TableDefinition::new("ends_v1");
+/// Chunk records (data layer encoding): chunk id -> ChunkRec.
+pub const CHUNKS: TableDefinition<u64, &[u8]> = TableDefinition::new("chunks_v1");
+/// Segment table (data layer encoding): segment id -> SegmentRec.
+pub const SEGMENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("segments_v1");
+/// Counters: "last_tid", "next_ino", "next_chunk", "next_segment", ...
+pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters_v1");
+/// Commit log: tid -> unix time of the commit in nanoseconds.
+pub const TIDS: TableDefinition<u64, u64> = TableDefinition::new("tids_v1");
+/// Inodes with no links that were still open: removed at next mount.
+pub const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans_v1");
+/// Devices of the pool: device id -> JSON description (versioned).
+pub const DEVICES: TableDefinition<u32, &[u8]> = TableDefinition::new("devices_v1");
