@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    #[error("I/O error on device {path}: {source}")]
+    #[error("I/O error on device {path}")]
     Io {
         path: PathBuf,
         #[source]

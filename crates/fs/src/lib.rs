@@ -1,1 +1,28 @@
+//! Filesystem layer: POSIX semantics over Cairn's versioned tree. Inodes,
+//! directory entries, symlinks, xattrs and file extents are elements in the
+//! metadata store; file blocks are chunks in the data layer. Changes are
+//! buffered in RAM (the overlay) and committed in flush groups, one TID per
+//! commit. Frontends (FUSE, later NBD) call the `Fs` methods.
 
+pub mod check;
+pub mod config;
+pub mod error;
+pub mod flush;
+pub mod info;
+pub mod ops_data;
+pub mod ops_ns;
+pub mod overlay;
+pub mod pool;
+pub mod readdir;
+pub mod superblock;
+pub mod types;
+pub mod vfs;
+
+pub use config::PoolConfig;
+pub use error::{FsError, Result};
+pub use ops_data::Statfs;
+pub use ops_ns::{RenameFlags, SetAttr, XattrMode};
+pub use pool::{mkfs, MkfsOptions, Pool};
+pub use readdir::DirEntry;
+pub use types::{FileKind, Inode, Time, ROOT_INO};
+pub use vfs::{Ctx, Fs};

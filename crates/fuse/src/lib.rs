@@ -1,1 +1,52 @@
+//! FUSE frontend: maps the kernel's requests onto `cairn_fs::Fs`. Mounted
+//! with default_permissions (the kernel checks permissions), allow_other when
+//! run as root, writeback cache, 1 MiB writes, readdirplus and parallel
+//! directory operations, served by several threads with cloned fds.
 
+mod attr;
+mod ops;
+
+use cairn_fs::Fs;
+use fuser::{Config, MountOption, SessionACL};
+use std::path::Path;
+use std::sync::Arc;
+
+pub use ops::CairnFuse;
+
+/// Mount options for a pool.
+pub fn config(threads: usize, fsname: &str) -> Config {
+    let mut c = Config::default();
+    c.mount_options = vec![
+        MountOption::FSName(fsname.into()),
+        MountOption::Subtype("cairn".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoAtime,
+        MountOption::Dev,
+        MountOption::Suid,
+    ];
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        c.acl = SessionACL::All;
+    }
+    c.n_threads = Some(threads.max(2));
+    c.clone_fd = true;
+    c
+}
+
+/// Mounts and serves until unmounted. Returns after the session ends.
+pub fn serve(fs: Arc<Fs>, mountpoint: &Path, threads: usize) -> std::io::Result<()> {
+    let cfg = config(threads, &fsname(&fs));
+    let session = fuser::Session::new(CairnFuse::new(fs), mountpoint, &cfg)?;
+    session.run()
+}
+
+/// Mounts in background threads; the returned session unmounts on drop.
+pub fn spawn(fs: Arc<Fs>, mountpoint: &Path, threads: usize) -> std::io::Result<fuser::BackgroundSession> {
+    let cfg = config(threads, &fsname(&fs));
+    fuser::spawn_mount(CairnFuse::new(fs), mountpoint, &cfg)
+}
+
+/// The mount's source name: the pool path, so tools can find the pool.
+fn fsname(fs: &Fs) -> String {
+    fs.pool().path.display().to_string()
+}

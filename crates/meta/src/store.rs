@@ -404,6 +404,20 @@ impl MetaWrite<'_> {
         Ok(())
     }
 
+    /// The newest TID committed at or before `time_ns`, searching from
+    /// `from` on (TIDs and their times both grow).
+    pub fn tid_before_time(&self, from: u64, time_ns: u64) -> Result<Option<u64>> {
+        let mut best = None;
+        for r in self.tids.range(from..)? {
+            let (k, v) = r?;
+            if v.value() > time_ns {
+                break;
+            }
+            best = Some(k.value());
+        }
+        Ok(best)
+    }
+
     pub fn add_orphan(&mut self, ino: u64) -> Result<()> {
         self.orphans.insert(ino, ())?;
         Ok(())

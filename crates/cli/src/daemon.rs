@@ -1,0 +1,156 @@
+//! Mounting: the foreground server, the background daemon (a child of
+//! ourselves with --foreground, detached, logging to POOL/cairn.log) and
+//! unmounting (fusermount3 -u, then wait for the daemon to release the pool).
+
+use crate::args::MountArgs;
+use anyhow::{bail, Context, Result};
+use cairn_fs::pool::PoolPaths;
+use cairn_fs::{Fs, Pool, PoolConfig};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn config_for(a: &MountArgs) -> Result<PoolConfig> {
+    let mut c = PoolConfig::load(&PoolPaths::config(&a.pool))?;
+    if let Some(s) = a.commit_interval {
+        c.commit_interval_secs = s;
+    }
+    if let Some(d) = a.dirty_limit {
+        c.dirty_limit_mib = (d >> 20).max(1);
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+pub fn mount(a: MountArgs) -> Result<()> {
+    let pool = a.pool.canonicalize().with_context(|| format!("pool {}", a.pool.display()))?;
+    cairn_fs::pool::read_superblock(&pool)?;
+    if !a.mountpoint.is_dir() {
+        bail!("mount point {} is not a directory", a.mountpoint.display());
+    }
+    if a.foreground {
+        return serve(&pool, &a);
+    }
+    spawn_daemon(&pool, &a)
+}
+
+fn init_logging(to_file: Option<&Path>) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG").unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
+    match to_file.and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok()) {
+        Some(f) => b.with_writer(std::sync::Mutex::new(f)).init(),
+        None => b.with_writer(std::io::stderr).init(),
+    }
+}
+
+fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
+    init_logging(None);
+    let p = Pool::open(pool, Some(config_for(a)?))?;
+    let fs = Fs::open(p)?;
+    let flusher = fs.spawn_flusher();
+    let mnt = a.mountpoint.canonicalize()?;
+    let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads)
+        .with_context(|| format!("mounting on {}", mnt.display()))?;
+    tracing::info!("pool {} mounted on {}", pool.display(), mnt.display());
+    let m2 = mnt.clone();
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            tracing::info!("signal received, unmounting");
+            let _ = Command::new("fusermount3").arg("-u").arg(&m2).status();
+        }
+    });
+    session.join()?;
+    fs.shutdown()?;
+    let _ = flusher.join();
+    tracing::info!("unmounted {}", mnt.display());
+    Ok(())
+}
+
+fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let log = PoolPaths::log(pool);
+    let out = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("mount").arg(pool).arg(&a.mountpoint).arg("--foreground");
+    cmd.arg("--threads").arg(a.threads.to_string());
+    if let Some(s) = a.commit_interval {
+        cmd.arg("--commit-interval").arg(s.to_string());
+    }
+    if let Some(d) = a.dirty_limit {
+        cmd.arg("--dirty-limit").arg(d.to_string());
+    }
+    cmd.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
+    // SAFETY: setsid is async-signal-safe; detaches from our terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let mnt = a.mountpoint.canonicalize()?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if is_mounted(&mnt)? {
+            println!("mounted {} on {} (pid {}, log {})", pool.display(), mnt.display(), child.id(), log.display());
+            return Ok(());
+        }
+        if let Some(st) = child.try_wait()? {
+            bail!("the daemon exited ({st}) before mounting; see {}:\n{}", log.display(), log_tail(&log));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    bail!("timed out waiting for the mount; see {}", log.display())
+}
+
+fn log_tail(log: &Path) -> String {
+    let s = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(10)..].join("\n")
+}
+
+/// Mount entries of Cairn: (mount point, pool) from /proc/self/mountinfo.
+fn cairn_mounts() -> Result<Vec<(PathBuf, String)>> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut out = Vec::new();
+    for line in info.lines() {
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let mut r = right.split(' ');
+        let (fstype, source) = (r.next().unwrap_or(""), r.next().unwrap_or(""));
+        // fusermount3 may record the type as plain "fuse"; the source is
+        // the pool directory, which holds a Cairn superblock.
+        let ours = fstype == "fuse.cairn" || (fstype == "fuse" && Path::new(&unescape(source)).join("superblock").exists());
+        if ours {
+            let mp = left.split(' ').nth(4).unwrap_or("");
+            out.push((PathBuf::from(unescape(mp)), unescape(source)));
+        }
+    }
+    Ok(out)
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+}
+
+pub fn is_mounted(mnt: &Path) -> Result<bool> {
+    Ok(cairn_mounts()?.iter().any(|(m, _)| m == mnt))
+}
+
+pub fn umount(mnt: &Path) -> Result<()> {
+    let mnt = mnt.canonicalize().with_context(|| format!("{}", mnt.display()))?;
+    if !is_mounted(&mnt)? {
+        bail!("{} is not a mounted Cairn pool", mnt.display());
+    }
+    let st = Command::new("fusermount3").arg("-u").arg(&mnt).status().context("running fusermount3")?;
+    if !st.success() {
+        bail!("fusermount3 -u {} failed (busy?)", mnt.display());
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline && is_mounted(&mnt)? {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("unmounted {}", mnt.display());
+    Ok(())
+}

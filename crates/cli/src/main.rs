@@ -1,0 +1,38 @@
+//! The `cairn` command line: the binary's edge, where typed errors become
+//! messages and exit codes.
+
+mod args;
+mod daemon;
+mod report;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+
+fn main() {
+    let cli = args::Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("cairn: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: args::Cli) -> Result<()> {
+    use args::Cmd;
+    match cli.cmd {
+        Cmd::Mkfs(a) => {
+            let opts = a.options()?;
+            let sb = cairn_fs::mkfs(&a.pool, opts).with_context(|| format!("mkfs {}", a.pool.display()))?;
+            println!(
+                "created pool {} (record size {} KiB, segment size {} MiB)",
+                a.pool.display(),
+                sb.record_size >> 10,
+                sb.segment_size >> 20
+            );
+            Ok(())
+        }
+        Cmd::Mount(a) => daemon::mount(a),
+        Cmd::Umount(a) => daemon::umount(&a.mountpoint),
+        Cmd::Check(a) => report::check(&a.pool),
+        Cmd::Info(a) => report::info(&a.pool, a.json),
+    }
+}

@@ -1,0 +1,67 @@
+//! `cairn check` and `cairn info`: open the pool, run the library's report,
+//! print it for people or as JSON.
+
+use anyhow::{bail, Result};
+use cairn_fs::{FsError, Pool};
+use std::path::Path;
+
+fn open(pool: &Path) -> Result<Pool> {
+    match Pool::open(pool, None) {
+        Err(FsError::Busy) => bail!("pool {} is mounted; unmount it first (`cairn umount MOUNTPOINT`)", pool.display()),
+        r => Ok(r?),
+    }
+}
+
+pub fn check(pool: &Path) -> Result<()> {
+    let p = open(pool)?;
+    let rep = cairn_fs::check::check_pool(&p)?;
+    for prob in &rep.problems {
+        println!("PROBLEM: {prob}");
+    }
+    println!(
+        "checked {} inodes, {} extents, {} chunks ({} bytes verified): {} problem(s)",
+        rep.inodes,
+        rep.extents,
+        rep.chunks,
+        rep.bytes_verified,
+        rep.problems.len()
+    );
+    if !rep.problems.is_empty() {
+        std::process::exit(3);
+    }
+    Ok(())
+}
+
+fn human(n: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", units[u])
+}
+
+pub fn info(pool: &Path, json: bool) -> Result<()> {
+    let p = open(pool)?;
+    let i = cairn_fs::info::pool_info(&p)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&i)?);
+        return Ok(());
+    }
+    println!("pool:            {} ({})", i.pool, i.uuid);
+    println!("format version:  {}", i.format_version);
+    println!("record size:     {}", human(i.record_size as u64));
+    println!("current tid:     0x{:016x}", i.current_tid);
+    println!("files / dirs:    {} / {}", i.files, i.directories);
+    println!("logical bytes:   {}", human(i.logical_bytes));
+    println!("physical bytes:  {}", human(i.physical_bytes));
+    println!("capacity:        {}", human(i.capacity_bytes));
+    println!("elements:        {} live, {} history; {} chunks in {} segments", i.live_elements, i.history_elements, i.chunks, i.segments);
+    println!("devices:");
+    for d in &i.devices {
+        println!("  {:>2} {:<5} {:>10} used of {:>10}  {}", d.id, d.class, human(d.used), human(d.size), d.path);
+    }
+    Ok(())
+}

@@ -1,0 +1,515 @@
+//! Shared harness for the Cairn integration tests: temporary pools, foreground
+//! mounts as child processes, clean/dirty unmounts, command runners and small
+//! helpers (errno checks, deterministic data, statvfs). Every `Fs` lives in its
+//! own temp dir and its `Drop` always removes the mount, even when a test fails.
+#![allow(dead_code)]
+
+pub mod json;
+
+use std::ffi::{CString, OsStr};
+use std::fs::{self, File};
+use std::io::{self, Read, Seek};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
+/// How long a foreground mount may take to show up in mountinfo.
+pub const MOUNT_TIMEOUT: Duration = Duration::from_secs(20);
+/// Upper bound for any single external command (cp, diff, tar, cairn check...).
+pub const CMD_TIMEOUT: Duration = Duration::from_secs(600);
+
+// ---------------------------------------------------------------- processes
+
+/// Polls `child` until it exits or `timeout` passes.
+pub fn wait_until(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            return Some(st);
+        }
+        if t0.elapsed() > timeout {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `cmd` (stdin closed), capturing stdout/stderr through anonymous temp
+/// files (not pipes: a daemonizing child may keep them open forever).
+pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
+    let desc = format!("{cmd:?}");
+    let mut out = tempfile::tempfile().expect("tempfile");
+    let mut err = tempfile::tempfile().expect("tempfile");
+    cmd.stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(err.try_clone().unwrap());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {desc}: {e}"));
+    let Some(status) = wait_until(&mut child, timeout) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("timed out after {timeout:?}: {desc}");
+    };
+    Output { status, stdout: read_all(&mut out), stderr: read_all(&mut err) }
+}
+
+fn read_all(f: &mut File) -> Vec<u8> {
+    let mut v = Vec::new();
+    f.rewind().unwrap();
+    f.read_to_end(&mut v).unwrap();
+    v
+}
+
+/// Human-readable summary of a finished command, for assertion messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        tail(&String::from_utf8_lossy(&out.stdout), 60),
+        tail(&String::from_utf8_lossy(&out.stderr), 60)
+    )
+}
+
+/// Last `n` lines of `s`.
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Runs the cairn binary with `args`.
+pub fn cairn<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    run_timeout(Command::new(CAIRN).args(args), CMD_TIMEOUT)
+}
+
+/// Runs the cairn binary and asserts success; returns stdout.
+pub fn cairn_ok<S: AsRef<OsStr>>(args: &[S]) -> String {
+    let out = cairn(args);
+    let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
+    assert!(out.status.success(), "cairn {shown:?} failed\n{}", describe(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a bash script in `dir` (with `set -euo pipefail`), asserts success and
+/// returns stdout. On failure the script, stdout and stderr are shown.
+pub fn sh(dir: &Path, script: &str) -> String {
+    let out = sh_output(dir, script);
+    assert!(
+        out.status.success(),
+        "shell command failed in {}:\n{script}\n{}",
+        dir.display(),
+        describe(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Like `sh` but returns the raw output without asserting.
+pub fn sh_output(dir: &Path, script: &str) -> Output {
+    let full = format!("set -euo pipefail\n{script}");
+    run_timeout(Command::new("bash").arg("-c").arg(full).current_dir(dir), CMD_TIMEOUT)
+}
+
+// ------------------------------------------------------------------- mounts
+
+/// fstype of the top-most mount at `mnt` according to /proc/self/mountinfo.
+pub fn mount_fstype(mnt: &Path) -> Option<String> {
+    let info = fs::read_to_string("/proc/self/mountinfo").expect("read mountinfo");
+    let want = mnt.as_os_str().as_bytes();
+    let mut found = None;
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else { continue };
+        if f.len() > sep + 1 && unescape_mountinfo(f[4]) == want {
+            found = Some(f[sep + 1].to_string());
+        }
+    }
+    found
+}
+
+/// Undoes the octal escapes (`\040` for space...) used in mountinfo.
+fn unescape_mountinfo(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let (mut out, mut i) = (Vec::with_capacity(b.len()), 0);
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let oct = std::str::from_utf8(&b[i + 1..i + 4]).unwrap();
+            out.push(u8::from_str_radix(oct, 8).unwrap_or(b'?'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Waits until nothing is mounted at `mnt`; returns false on timeout.
+pub fn wait_unmounted(mnt: &Path, timeout: Duration) -> bool {
+    let t0 = Instant::now();
+    while mount_fstype(mnt).is_some() {
+        if t0.elapsed() > timeout {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// `fusermount3 -u -z MNT`, falling back to `umount -l MNT`. Returns success.
+pub fn lazy_unmount(mnt: &Path) -> bool {
+    let quiet = |prog: &str, args: &[&str]| {
+        Command::new(prog)
+            .args(args)
+            .arg(mnt)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    quiet("fusermount3", &["-u", "-z"]) || quiet("umount", &["-l"])
+}
+
+/// A pool plus mount point in a private temp dir, with the daemon as a child.
+pub struct Fs {
+    /// Private temp dir holding everything below.
+    pub dir: PathBuf,
+    pub pool: PathBuf,
+    pub mnt: PathBuf,
+    /// Extra arguments passed to every `cairn mount`.
+    pub mount_args: Vec<String>,
+    child: Option<Child>,
+    mounts: u32,
+    tmp: Option<tempfile::TempDir>,
+}
+
+impl Fs {
+    /// Temp dir with an empty mount point; no pool yet.
+    pub fn create() -> Fs {
+        let tmp = tempfile::Builder::new()
+            .prefix("cairn-test-")
+            .tempdir_in(std::env::temp_dir())
+            .expect("create temp dir");
+        let dir = tmp.path().canonicalize().unwrap();
+        let (pool, mnt) = (dir.join("pool"), dir.join("mnt"));
+        fs::create_dir(&mnt).unwrap();
+        fs::create_dir(dir.join("devs")).unwrap();
+        let mount_args = Vec::new();
+        Fs { dir, pool, mnt, mount_args, child: None, mounts: 0, tmp: Some(tmp) }
+    }
+
+    /// Fresh pool (default mkfs) mounted in the foreground.
+    pub fn new() -> Fs {
+        Fs::with_mkfs(&[])
+    }
+
+    /// Fresh pool created with extra mkfs `args`, mounted.
+    pub fn with_mkfs(args: &[&str]) -> Fs {
+        let mut fs = Fs::create();
+        fs.mkfs(args);
+        fs.mount();
+        fs
+    }
+
+    /// Path for a device file inside the private `devs/` directory.
+    pub fn dev(&self, name: &str) -> String {
+        self.dir.join("devs").join(name).to_str().unwrap().to_string()
+    }
+
+    /// `cairn mkfs POOL ARGS...`, asserting success.
+    pub fn mkfs(&self, args: &[&str]) {
+        let mut all: Vec<&OsStr> = vec!["mkfs".as_ref(), self.pool.as_os_str()];
+        all.extend(args.iter().map(OsStr::new));
+        cairn_ok(&all);
+    }
+
+    /// Path of `rel` inside the mount.
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    pub fn is_mounted(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Pids of processes (other than us) whose command line mentions this
+    /// pool: daemons started by this test, e.g. in daemon (non-foreground) mode.
+    pub fn daemon_pids(&self) -> Vec<i32> {
+        let needle = self.pool.as_os_str().as_bytes();
+        let me = std::process::id() as i32;
+        let Ok(rd) = fs::read_dir("/proc") else { return Vec::new() };
+        rd.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| *pid != me)
+            .filter(|pid| {
+                let cmd = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                cmd.windows(needle.len()).any(|w| w == needle)
+            })
+            .collect()
+    }
+}
+
+impl Fs {
+    /// Spawns `cairn mount POOL MNT --foreground` and waits for the mount.
+    pub fn mount(&mut self) {
+        assert!(self.child.is_none(), "mount(): already mounted");
+        self.mounts += 1;
+        let out = File::create(self.out_file()).unwrap();
+        let child = Command::new(CAIRN)
+            .arg("mount")
+            .arg(&self.pool)
+            .arg(&self.mnt)
+            .arg("--foreground")
+            .args(&self.mount_args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("spawn cairn mount");
+        self.child = Some(child);
+        self.wait_mounted();
+    }
+
+    fn out_file(&self) -> PathBuf {
+        self.dir.join(format!("mount-{}.out", self.mounts))
+    }
+
+    fn wait_mounted(&mut self) {
+        let t0 = Instant::now();
+        loop {
+            let fstype = mount_fstype(&self.mnt);
+            if fstype.as_deref() == Some("fuse.cairn") {
+                return;
+            }
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!("cairn mount exited ({st}) before mounting\n{}", self.diagnostics());
+            }
+            if t0.elapsed() > MOUNT_TIMEOUT {
+                panic!(
+                    "{} not mounted as fuse.cairn after {MOUNT_TIMEOUT:?} (fstype now {fstype:?})\n{}",
+                    self.mnt.display(),
+                    self.diagnostics()
+                );
+            }
+            thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Tail of POOL/cairn.log and of the daemon's stdout/stderr.
+    pub fn diagnostics(&self) -> String {
+        let log = fs::read_to_string(self.pool.join("cairn.log")).unwrap_or_else(|e| format!("<{e}>"));
+        let out = fs::read_to_string(self.out_file()).unwrap_or_else(|e| format!("<{e}>"));
+        format!(
+            "--- tail of {}/cairn.log ---\n{}\n--- daemon stdout/stderr ---\n{}",
+            self.pool.display(),
+            tail(&log, 40),
+            tail(&out, 40)
+        )
+    }
+
+    /// Waits for the daemon child to exit.
+    fn wait_child(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let st = wait_until(self.child.as_mut().expect("not mounted"), timeout);
+        if st.is_some() {
+            self.child = None;
+        }
+        st
+    }
+}
+
+impl Fs {
+    /// `cairn umount MNT`; the foreground daemon must then exit with success.
+    pub fn unmount(&mut self) {
+        assert!(self.child.is_some(), "unmount(): not mounted");
+        let out = cairn(&[OsStr::new("umount"), self.mnt.as_os_str()]);
+        assert!(out.status.success(), "cairn umount failed\n{}\n{}", describe(&out), self.diagnostics());
+        let Some(st) = self.wait_child(Duration::from_secs(30)) else {
+            panic!("daemon still running 30 s after cairn umount\n{}", self.diagnostics());
+        };
+        assert!(st.success(), "daemon exited with {st} after umount\n{}", self.diagnostics());
+        assert!(wait_unmounted(&self.mnt, Duration::from_secs(5)), "still mounted after cairn umount");
+    }
+
+    /// SIGKILL the daemon, then lazily unmount the dead mount.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("kill9(): not mounted");
+        child.kill().expect("SIGKILL daemon");
+        child.wait().expect("reap daemon");
+        assert!(lazy_unmount(&self.mnt), "fusermount3 -u -z / umount -l failed");
+        assert!(wait_unmounted(&self.mnt, Duration::from_secs(10)), "still mounted after lazy unmount");
+    }
+
+    /// Sends `sig` to the daemon (e.g. SIGTERM) without waiting.
+    pub fn signal(&self, sig: libc::c_int) {
+        let pid = self.child.as_ref().expect("not mounted").id() as libc::pid_t;
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
+    }
+
+    /// Waits for the daemon to exit by itself (after a signal); returns status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        match self.wait_child(timeout) {
+            Some(st) => st,
+            None => panic!("daemon did not exit within {timeout:?}\n{}", self.diagnostics()),
+        }
+    }
+
+    /// Clean unmount followed by a new mount.
+    pub fn remount(&mut self) {
+        self.unmount();
+        self.mount();
+    }
+
+    /// `cairn check POOL` on the unmounted pool; must succeed. Returns stdout.
+    pub fn check(&self) -> String {
+        assert!(self.child.is_none(), "check() needs an unmounted pool");
+        let out = cairn(&[OsStr::new("check"), self.pool.as_os_str()]);
+        assert!(out.status.success(), "cairn check reported problems\n{}\n{}", describe(&out), self.diagnostics());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Unmount and `cairn check`: the normal end of every test.
+    pub fn finish(mut self) {
+        self.unmount();
+        self.check();
+    }
+}
+
+impl Drop for Fs {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            eprintln!("[cairn harness] test failed; pool at {}\n{}", self.pool.display(), self.diagnostics());
+        }
+        if mount_fstype(&self.mnt).is_some() {
+            lazy_unmount(&self.mnt);
+        }
+        if let Some(mut c) = self.child.take() {
+            if wait_until(&mut c, Duration::from_secs(5)).is_none() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        wait_unmounted(&self.mnt, Duration::from_secs(5));
+        if !eventually(Duration::from_secs(5), || self.daemon_pids().is_empty()) {
+            for pid in self.daemon_pids() {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        if std::env::var_os("CAIRN_KEEP").is_some() {
+            if let Some(t) = self.tmp.take() {
+                eprintln!("[cairn harness] keeping {}", t.keep().display());
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ helpers
+
+/// The errno of a failed call; panics (with `what`) if it succeeded.
+pub fn errno_of<T: std::fmt::Debug>(r: io::Result<T>, what: &str) -> i32 {
+    match r {
+        Ok(v) => panic!("{what}: expected an error, got Ok({v:?})"),
+        Err(e) => e.raw_os_error().unwrap_or_else(|| panic!("{what}: non-OS error {e}")),
+    }
+}
+
+/// Asserts that `r` failed with exactly `want`.
+#[track_caller]
+pub fn expect_errno<T: std::fmt::Debug>(r: io::Result<T>, want: i32, what: &str) {
+    let got = errno_of(r, what);
+    assert_eq!(
+        got,
+        want,
+        "{what}: expected {}, got {}",
+        io::Error::from_raw_os_error(want),
+        io::Error::from_raw_os_error(got)
+    );
+}
+
+/// Converts a libc return value (-1 = error) into an io::Result.
+pub fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+pub fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("path with NUL")
+}
+
+/// Deterministic pseudo-random bytes (splitmix64) for content checks.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut s = seed ^ 0x9E37_79B9_7F4A_7C15;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// statvfs(2) of `p`.
+pub fn statvfs(p: &Path) -> libc::statvfs {
+    let c = cpath(p);
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    assert_eq!(r, 0, "statvfs {}: {}", p.display(), io::Error::last_os_error());
+    st
+}
+
+/// Bytes in use according to statvfs.
+pub fn used_bytes(p: &Path) -> u64 {
+    let st = statvfs(p);
+    (st.f_blocks - st.f_bfree) * st.f_frsize
+}
+
+/// Bytes available to unprivileged users according to statvfs.
+pub fn avail_bytes(p: &Path) -> u64 {
+    let st = statvfs(p);
+    st.f_bavail * st.f_frsize
+}
+
+/// Polls `cond` every 200 ms for up to `timeout`; returns whether it held.
+pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if t0.elapsed() > timeout {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// First index where `a` and `b` differ (or the shorter length).
+pub fn first_diff(a: &[u8], b: &[u8]) -> Option<usize> {
+    if a == b {
+        return None;
+    }
+    Some(a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len())))
+}
+
+/// Asserts equal byte contents with a compact message (no giant dumps).
+#[track_caller]
+pub fn assert_bytes_eq(got: &[u8], want: &[u8], what: &str) {
+    if let Some(i) = first_diff(got, want) {
+        panic!(
+            "{what}: contents differ at byte {i} (len got {} want {}); got {:02x?} want {:02x?}",
+            got.len(),
+            want.len(),
+            &got[i.min(got.len())..(i + 16).min(got.len())],
+            &want[i.min(want.len())..(i + 16).min(want.len())]
+        );
+    }
+}

@@ -1,0 +1,195 @@
+//! `cairn check`: verifies an unmounted pool without trusting it. Every
+//! element decodes and passes its checksum, every entry names a live inode,
+//! link counts match, every extent names a stored chunk, chunk reference
+//! counts equal the elements that reference them, segment accounting adds
+//! up, and every chunk's bytes match their checksum and content hash.
+//! Problems are reported by path and offset.
+
+use crate::error::Result;
+use crate::pool::Pool;
+use crate::types::{split_dirent_subkey, DirEnt, Extent, FileKind, Inode, ROOT_INO};
+use cairn_data::ChunkRec;
+use cairn_meta::{Element, RecordType};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+#[derive(Debug, Default, serde::Serialize)]
+pub struct CheckReport {
+    pub problems: Vec<String>,
+    pub inodes: u64,
+    pub extents: u64,
+    pub chunks: u64,
+    pub bytes_verified: u64,
+}
+
+#[derive(Default)]
+struct Scan {
+    inodes: HashMap<u64, Inode>,
+    dirents: HashMap<u64, Vec<(Vec<u8>, DirEnt)>>,
+    extents: Vec<(u64, u64, Extent, bool)>,
+    refs: HashMap<u64, u64>,
+    symlinks: HashMap<u64, usize>,
+}
+
+fn collect(e: Element, s: &mut Scan, problems: &mut Vec<String>) {
+    let live = e.is_live();
+    let obj = e.key.obj();
+    let res = match e.key.rtype() {
+        Some(RecordType::Inode) if live => Inode::decode(obj, &e.payload).map(|i| {
+            s.inodes.insert(obj, i);
+        }),
+        Some(RecordType::DirEntry) if live => DirEnt::decode(&e.payload).map(|d| {
+            let (_, name) = split_dirent_subkey(e.key.sub());
+            s.dirents.entry(obj).or_default().push((name.to_vec(), d));
+        }),
+        Some(RecordType::Extent) => Extent::decode(&e.payload).map(|x| {
+            let blk = u64::from_be_bytes(e.key.sub().try_into().unwrap_or([0; 8]));
+            *s.refs.entry(x.chunk).or_default() += 1;
+            s.extents.push((obj, blk, x, live));
+        }),
+        Some(RecordType::Symlink) if live => {
+            s.symlinks.insert(obj, e.payload.len());
+            Ok(())
+        }
+        Some(_) => Ok(()),
+        None => {
+            problems.push(format!("{}: unknown record type", e.key));
+            Ok(())
+        }
+    };
+    if let Err(err) = res {
+        problems.push(format!("{}: {err}", e.key));
+    }
+}
+
+/// Paths of every reachable inode (one per inode), walking from the root.
+fn paths(s: &Scan) -> HashMap<u64, String> {
+    let mut out = HashMap::from([(ROOT_INO, "/".to_string())]);
+    let mut q = VecDeque::from([ROOT_INO]);
+    while let Some(d) = q.pop_front() {
+        for (name, ent) in s.dirents.get(&d).into_iter().flatten() {
+            let base = if d == ROOT_INO { String::new() } else { out[&d].clone() };
+            let p = format!("{base}/{}", String::from_utf8_lossy(name));
+            if out.contains_key(&ent.ino) {
+                continue;
+            }
+            out.insert(ent.ino, p);
+            if ent.kind == FileKind::Dir {
+                q.push_back(ent.ino);
+            }
+        }
+    }
+    out
+}
+
+fn check_namespace(s: &Scan, paths: &HashMap<u64, String>, orphans: &[u64], problems: &mut Vec<String>) {
+    let mut links: HashMap<u64, u32> = HashMap::new();
+    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    for (dir, ents) in &s.dirents {
+        let dp = paths.get(dir).cloned().unwrap_or(format!("<dir inode {dir}>"));
+        if !s.inodes.contains_key(dir) {
+            problems.push(format!("{dp}: entries in a directory that does not exist"));
+        }
+        for (name, e) in ents {
+            *links.entry(e.ino).or_default() += 1;
+            match s.inodes.get(&e.ino) {
+                None => problems.push(format!("{dp}/{}: entry names missing inode {}", String::from_utf8_lossy(name), e.ino)),
+                Some(i) if i.kind != e.kind => {
+                    problems.push(format!("{dp}/{}: entry type differs from inode type", String::from_utf8_lossy(name)))
+                }
+                Some(i) if i.kind == FileKind::Dir => *subdirs.entry(*dir).or_default() += 1,
+                _ => {}
+            }
+        }
+    }
+    for (ino, i) in &s.inodes {
+        let p = paths.get(ino).cloned().unwrap_or(format!("<inode {ino}>"));
+        let expect = match i.kind {
+            FileKind::Dir => 2 + subdirs.get(ino).copied().unwrap_or(0),
+            _ => links.get(ino).copied().unwrap_or(0),
+        };
+        if i.nlink != expect && !(i.nlink == 0 && orphans.contains(ino)) {
+            problems.push(format!("{p}: link count {} but {} found", i.nlink, expect));
+        }
+        if !paths.contains_key(ino) && !orphans.contains(ino) {
+            problems.push(format!("{p}: inode not reachable from the root"));
+        }
+        if i.kind == FileKind::Symlink && s.symlinks.get(ino) != Some(&(i.size as usize)) {
+            problems.push(format!("{p}: symlink target missing or of wrong length"));
+        }
+    }
+}
+
+/// Verifies an open (unmounted) pool.
+pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
+    let r = pool.meta.read()?;
+    let mut rep = CheckReport::default();
+    let mut s = Scan::default();
+    r.for_each_live(|e| collect(e, &mut s, &mut rep.problems))?;
+    r.for_each_hist(|e| collect(e, &mut s, &mut rep.problems))?;
+    let paths = paths(&s);
+    let orphans = r.orphans()?;
+    check_namespace(&s, &paths, &orphans, &mut rep.problems);
+    rep.inodes = s.inodes.len() as u64;
+    rep.extents = s.extents.len() as u64;
+    let rs = pool.record_size();
+    let mut users: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+    for (ino, blk, x, live) in &s.extents {
+        if *live {
+            users.entry(x.chunk).or_default().push((*ino, *blk));
+            if let Some(i) = s.inodes.get(ino) {
+                if blk * rs >= i.size.max(1) {
+                    rep.problems.push(format!("{}: extent at offset {} beyond end of file", where_(&paths, *ino), blk * rs));
+                }
+            }
+        }
+    }
+    let mut seg_live: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut chunk_recs = Vec::new();
+    r.for_each_chunk(|id, raw| chunk_recs.push((id, ChunkRec::decode(raw))))?;
+    for (id, rec) in chunk_recs {
+        rep.chunks += 1;
+        let rec = match rec {
+            Ok(r) => r,
+            Err(e) => {
+                rep.problems.push(format!("chunk {id}: {e}"));
+                continue;
+            }
+        };
+        let counted = s.refs.remove(&id).unwrap_or(0);
+        if counted != rec.refs {
+            rep.problems.push(format!("chunk {id}: reference count {} but {counted} elements use it", rec.refs));
+        }
+        let e = seg_live.entry(rec.segment).or_default();
+        e.0 += rec.len as u64;
+        e.1 += 1;
+        match pool.chunks.read_chunk(&rec, true) {
+            Ok(d) => rep.bytes_verified += d.len() as u64,
+            Err(err) => {
+                let who: Vec<String> = users
+                    .get(&id)
+                    .into_iter()
+                    .flatten()
+                    .map(|(ino, blk)| format!("{} offset {}", where_(&paths, *ino), blk * rs))
+                    .collect();
+                rep.problems.push(format!("chunk {id} ({}): {err}", if who.is_empty() { "history only".into() } else { who.join(", ") }));
+            }
+        }
+    }
+    for (chunk, n) in s.refs {
+        rep.problems.push(format!("{n} element(s) reference missing chunk {chunk}"));
+    }
+    for (id, seg) in pool.chunks.segment_table() {
+        let (live, n) = seg_live.remove(&id).unwrap_or((0, 0));
+        if seg.live != live || seg.chunks != n {
+            rep.problems.push(format!("segment {id}: accounts {} bytes in {} chunks, found {live} in {n}", seg.live, seg.chunks));
+        }
+    }
+    for (id, _) in seg_live {
+        rep.problems.push(format!("chunks stored in segment {id}, which is not in the segment table"));
+    }
+    Ok(rep)
+}
+
+fn where_(paths: &HashMap<u64, String>, ino: u64) -> String {
+    paths.get(&ino).cloned().unwrap_or(format!("<inode {ino}>"))
+}

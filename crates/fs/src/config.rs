@@ -1,0 +1,74 @@
+//! Pool configuration: `POOL/cairn.toml`, human-editable. Settings that can
+//! change during the pool's life live here; those fixed at mkfs live in the
+//! superblock. Mount flags override the file.
+
+use crate::error::{FsError, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+pub const CONFIG_FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Version of this file's layout.
+    pub format: u32,
+    /// Seconds between automatic commits of buffered writes.
+    pub commit_interval_secs: f64,
+    /// Buffered (dirty) data that triggers a flush, in MiB. Writers are
+    /// throttled at twice this.
+    pub dirty_limit_mib: u64,
+    /// Fine-grained history is kept at least this long (seconds); older
+    /// history is pruned automatically. When the pool runs short of space,
+    /// history is pruned earlier so that deleting files frees space.
+    pub history_retention_secs: u64,
+    /// Page cache of the metadata store, in MiB.
+    pub meta_cache_mib: u64,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            format: CONFIG_FORMAT,
+            commit_interval_secs: 5.0,
+            dirty_limit_mib: 512,
+            history_retention_secs: 86400,
+            meta_cache_mib: 256,
+        }
+    }
+}
+
+impl PoolConfig {
+    pub fn load(path: &Path) -> Result<PoolConfig> {
+        let text = std::fs::read_to_string(path).map_err(|e| FsError::Io(format!("{}: {e}", path.display())))?;
+        let c: PoolConfig =
+            toml::from_str(&text).map_err(|e| FsError::Io(format!("{}: invalid config: {e}", path.display())))?;
+        if c.format != CONFIG_FORMAT {
+            return Err(FsError::Io(format!(
+                "{}: unknown config format {} (expected {CONFIG_FORMAT})",
+                path.display(),
+                c.format
+            )));
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if !(self.commit_interval_secs > 0.0 && self.commit_interval_secs <= 3600.0) {
+            return Err(FsError::Io("commit_interval_secs must be in (0, 3600]".into()));
+        }
+        if self.dirty_limit_mib == 0 {
+            return Err(FsError::Io("dirty_limit_mib must be > 0".into()));
+        }
+        Ok(())
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = format!(
+            "# Cairn pool configuration (see README). Mount flags override these.\n{}",
+            toml::to_string_pretty(self).expect("config serializes")
+        );
+        std::fs::write(path, text).map_err(|e| FsError::Io(format!("{}: {e}", path.display())))
+    }
+}

@@ -1,0 +1,84 @@
+//! Typed errors of the filesystem layer, each with the errno a frontend
+//! should return.
+
+use cairn_data::DataError;
+use cairn_devices::DeviceError;
+use cairn_meta::MetaError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("file name too long")]
+    NameTooLong,
+    #[error("invalid argument")]
+    Invalid,
+    #[error("operation not permitted")]
+    NotPermitted,
+    #[error("no space left in the pool")]
+    NoSpace,
+    #[error("no such attribute")]
+    NoAttr,
+    #[error("result does not fit the buffer")]
+    Range,
+    #[error("operation not supported")]
+    NotSupported,
+    #[error("too many links")]
+    TooManyLinks,
+    #[error("read-only")]
+    ReadOnly,
+    #[error("I/O error: {0}")]
+    Io(String),
+    #[error("not a Cairn pool: {0}")]
+    NotAPool(String),
+    #[error("unsupported pool format version {found} (this build supports {known})")]
+    UnknownVersion { found: u32, known: u32 },
+    #[error("pool already exists at {0} (use --force to overwrite)")]
+    PoolExists(String),
+    #[error("the pool is in use by another process (mounted?)")]
+    Busy,
+    #[error("the filesystem stopped after a failed commit: {0}; remount to recover the last committed state")]
+    Failed(String),
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error(transparent)]
+    Data(#[from] DataError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+impl FsError {
+    pub fn errno(&self) -> i32 {
+        use FsError::*;
+        match self {
+            NotFound => libc::ENOENT,
+            Exists | PoolExists(_) => libc::EEXIST,
+            NotEmpty => libc::ENOTEMPTY,
+            NotDir => libc::ENOTDIR,
+            IsDir => libc::EISDIR,
+            NameTooLong => libc::ENAMETOOLONG,
+            Invalid => libc::EINVAL,
+            NotPermitted => libc::EPERM,
+            NoSpace => libc::ENOSPC,
+            NoAttr => libc::ENODATA,
+            Range => libc::ERANGE,
+            NotSupported => libc::EOPNOTSUPP,
+            TooManyLinks => libc::EMLINK,
+            ReadOnly => libc::EROFS,
+            Busy => libc::EBUSY,
+            Data(e) if e.is_no_space() => libc::ENOSPC,
+            Device(DeviceError::NoSpace) => libc::ENOSPC,
+            _ => libc::EIO,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, FsError>;

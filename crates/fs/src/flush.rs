@@ -1,0 +1,225 @@
+//! Flush: turns the dirty overlay into one committed version. Blocks are
+//! written sorted by file and offset into the open segment and synced; then
+//! one metadata transaction, stamped with a new TID, ends the replaced
+//! elements and adds the new ones. A crash before the commit leaves the
+//! previous version; after it, the new one. Expired history is pruned in
+//! the same transaction and the chunks it alone referenced are released.
+
+use crate::error::{FsError, Result};
+use crate::overlay::Overlay;
+use crate::types::{Extent, Time};
+use crate::vfs::Fs;
+use cairn_data::{ChunkRec, Hash};
+use cairn_devices::SlotAddr;
+use cairn_meta::{Element, ElemKey, MetaWrite, RecordType};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// A block ready to commit: its new chunk, or None for a hole.
+struct Written {
+    ino: u64,
+    blk: u64,
+    chunk: Option<(ChunkRec, u32)>,
+}
+
+impl Fs {
+    /// Commits everything buffered so far; returns when it is durable.
+    pub fn flush(&self) -> Result<()> {
+        self.flush_with(false)
+    }
+
+    /// Like `flush`, and also prunes all fine-grained history when `prune_all`
+    /// (used when the pool runs short of space).
+    pub(crate) fn flush_with(&self, prune_all: bool) -> Result<()> {
+        self.check_ok()?;
+        let mut last_tid = self.flush_lock.lock();
+        let (ov, next_ino) = {
+            let mut st = self.lock();
+            if st.dirty.is_empty() && !prune_all {
+                return Ok(());
+            }
+            let ov = Arc::new(std::mem::take(&mut st.dirty));
+            st.flushing = Some(ov.clone());
+            (ov, st.next_ino)
+        };
+        let tid = *last_tid + 1;
+        match self.commit(&ov, tid, next_ino, prune_all) {
+            Ok(freed) => {
+                *last_tid = tid;
+                self.lock().flushing = None;
+                self.pool.chunks.release_slots(&freed)?;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!("commit of tid {tid} failed: {e}; the filesystem stops accepting changes");
+                *self.failed.lock() = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    pub fn last_tid(&self) -> u64 {
+        *self.flush_lock.lock()
+    }
+
+    fn write_blocks(&self, ov: &Overlay) -> Result<(Vec<Written>, BTreeSet<u64>)> {
+        let mut inos: Vec<_> = ov.blocks.keys().copied().collect();
+        inos.sort_unstable();
+        let mut out = Vec::new();
+        let mut batch = self.pool.chunks.batch();
+        for ino in inos {
+            for (&blk, data) in &ov.blocks[&ino] {
+                let chunk = if data.iter().all(|&b| b == 0) {
+                    None
+                } else {
+                    let h: Hash = cairn_data::chunk::hash_block(data);
+                    Some((batch.append(data, &h)?, data.len() as u32))
+                };
+                out.push(Written { ino, blk, chunk });
+            }
+        }
+        let segs = batch.finish()?;
+        Ok((out, segs.into_iter().map(|(id, _)| id).collect()))
+    }
+
+    fn commit(&self, ov: &Overlay, tid: u64, next_ino: u64, prune_all: bool) -> Result<Vec<SlotAddr>> {
+        let (written, mut touched) = self.write_blocks(ov)?;
+        let now = Time::now().as_nanos() as u64;
+        let retention = self.pool.config.history_retention_secs.saturating_mul(1_000_000_000);
+        self.pool.meta.write(|w| {
+            apply_overlay(w, ov, tid)?;
+            let mut next_chunk = w.counter("next_chunk")?;
+            for wb in &written {
+                let key = ElemKey::new(wb.ino, RecordType::Extent, &wb.blk.to_be_bytes());
+                match &wb.chunk {
+                    Some((rec, len)) => {
+                        let id = next_chunk;
+                        next_chunk += 1;
+                        w.put_chunk(id, &rec.encode())?;
+                        w.put(&key, &Extent { chunk: id, len: *len }.encode(), tid)?;
+                    }
+                    None => {
+                        w.end(&key, tid)?;
+                    }
+                }
+            }
+            w.set_counter("next_chunk", next_chunk)?;
+            w.set_counter("next_ino", next_ino)?;
+            w.set_counter("next_segment", self.pool.chunks.next_segment_id())?;
+            w.set_counter("last_tid", tid)?;
+            w.log_tid(tid, now)?;
+            let cutoff = if prune_all {
+                Some(tid)
+            } else {
+                let from = w.counter("pruned_tid")?;
+                w.tid_before_time(from, now.saturating_sub(retention))?
+            };
+            let mut freed = Vec::new();
+            if let Some(cutoff) = cutoff {
+                let removed = w.prune(cutoff, &[])?;
+                w.set_counter("pruned_tid", cutoff)?;
+                self.release_elements(w, &removed, &mut touched, &mut freed)?;
+            }
+            for id in &touched {
+                match self.pool.chunks.segment(*id) {
+                    Some(rec) => w.put_segment(*id, &rec.encode())?,
+                    None => w.remove_segment(*id)?,
+                }
+            }
+            Ok::<_, FsError>(freed)
+        })
+    }
+
+    /// Drops one reference per removed extent element; chunks without
+    /// references are deleted and their space given back to the segment.
+    pub(crate) fn release_elements(
+        &self,
+        w: &mut MetaWrite<'_>,
+        removed: &[Element],
+        touched: &mut BTreeSet<u64>,
+        freed: &mut Vec<SlotAddr>,
+    ) -> Result<()> {
+        for e in removed.iter().filter(|e| e.key.rtype() == Some(RecordType::Extent)) {
+            let ext = Extent::decode(&e.payload)?;
+            let Some(raw) = w.chunk(ext.chunk)? else {
+                return Err(FsError::Io(format!("{}: chunk {} already gone", e.key, ext.chunk)));
+            };
+            let mut rec = ChunkRec::decode(&raw)?;
+            assert!(rec.refs > 0, "chunk {} with zero refs still stored", ext.chunk);
+            rec.refs -= 1;
+            if rec.refs > 0 {
+                w.put_chunk(ext.chunk, &rec.encode())?;
+                continue;
+            }
+            w.remove_chunk(ext.chunk)?;
+            let seg = self.pool.chunks.segment(rec.segment);
+            touched.insert(rec.segment);
+            if self.pool.chunks.unref_chunk(&rec).is_none() {
+                if let Some(s) = seg {
+                    freed.push(SlotAddr {
+                        device: s.device,
+                        slot: s.slot,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes the namespace part of an overlay: deletions, truncations, inodes,
+/// entries, symlinks, xattrs and orphans.
+fn apply_overlay(w: &mut MetaWrite<'_>, ov: &Overlay, tid: u64) -> Result<()> {
+    for (&ino, i) in &ov.inodes {
+        if i.is_none() {
+            for e in w.scan(&ElemKey::object_prefix(ino))? {
+                w.end(&e.key, tid)?;
+            }
+            w.remove_orphan(ino)?;
+        }
+    }
+    for (&ino, &first) in &ov.truncs {
+        if matches!(ov.inodes.get(&ino), Some(None)) {
+            continue;
+        }
+        for e in w.scan(&ElemKey::prefix(ino, RecordType::Extent))? {
+            let blk = u64::from_be_bytes(e.key.sub().try_into().expect("extent key"));
+            if blk >= first {
+                w.end(&e.key, tid)?;
+            }
+        }
+    }
+    for i in ov.inodes.values().flatten() {
+        w.put(&ElemKey::new(i.ino, RecordType::Inode, &[]), &i.encode(), tid)?;
+    }
+    for (&dir, ents) in &ov.dirents {
+        for (sk, ent) in ents {
+            let key = ElemKey::new(dir, RecordType::DirEntry, sk);
+            match ent {
+                Some(d) => w.put(&key, &d.encode(), tid)?,
+                None => w.end(&key, tid)?,
+            };
+        }
+    }
+    for (&ino, target) in &ov.symlinks {
+        w.put(&ElemKey::new(ino, RecordType::Symlink, &[]), target, tid)?;
+    }
+    for (&ino, xs) in &ov.xattrs {
+        for (name, v) in xs {
+            let key = ElemKey::new(ino, RecordType::Xattr, name);
+            match v {
+                Some(v) => w.put(&key, v, tid)?,
+                None => w.end(&key, tid)?,
+            };
+        }
+    }
+    for &ino in &ov.orphans_add {
+        w.add_orphan(ino)?;
+    }
+    for &ino in &ov.orphans_del {
+        if !ov.orphans_add.contains(&ino) {
+            w.remove_orphan(ino)?;
+        }
+    }
+    Ok(())
+}

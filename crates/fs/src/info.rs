@@ -1,0 +1,93 @@
+//! Pool information for `cairn info`: devices, usage and counters.
+
+use crate::error::Result;
+use crate::pool::Pool;
+use crate::superblock::POOL_FORMAT_VERSION;
+use crate::types::{FileKind, Inode};
+use cairn_meta::RecordType;
+use serde::Serialize;
+
+#[derive(Debug, Serialize)]
+pub struct DeviceInfo {
+    pub id: u32,
+    pub class: String,
+    pub path: String,
+    pub size: u64,
+    pub used: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PoolInfo {
+    pub pool: String,
+    pub uuid: String,
+    pub format_version: u32,
+    pub record_size: u32,
+    pub segment_size: u64,
+    pub current_tid: u64,
+    pub files: u64,
+    pub directories: u64,
+    pub logical_bytes: u64,
+    pub physical_bytes: u64,
+    pub capacity_bytes: u64,
+    pub live_elements: u64,
+    pub history_elements: u64,
+    pub chunks: u64,
+    pub segments: u64,
+    pub devices: Vec<DeviceInfo>,
+}
+
+pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
+    let r = pool.meta.read()?;
+    let (live, hist, chunks) = r.sizes()?;
+    let (mut files, mut dirs, mut logical) = (0, 0, 0);
+    r.for_each_live(|e| {
+        if e.key.rtype() == Some(RecordType::Inode) {
+            if let Ok(i) = Inode::decode(e.key.obj(), &e.payload) {
+                match i.kind {
+                    FileKind::File => {
+                        files += 1;
+                        logical += i.size;
+                    }
+                    FileKind::Dir => dirs += 1,
+                    _ => {}
+                }
+            }
+        }
+    })?;
+    let segs = pool.chunks.segment_table();
+    let physical = segs.iter().map(|(_, s)| s.live).sum();
+    let seg = pool.sb.segment_size;
+    let per = pool.chunks.devices().per_device_slots();
+    let devices = pool
+        .chunks
+        .devices()
+        .devices()
+        .iter()
+        .zip(per)
+        .map(|(d, (slots, free))| DeviceInfo {
+            id: d.id(),
+            class: d.class().to_string(),
+            path: d.path.display().to_string(),
+            size: slots * seg,
+            used: (slots - free) * seg,
+        })
+        .collect::<Vec<_>>();
+    Ok(PoolInfo {
+        pool: pool.path.display().to_string(),
+        uuid: uuid::Uuid::from_bytes(pool.sb.uuid).to_string(),
+        format_version: POOL_FORMAT_VERSION,
+        record_size: pool.sb.record_size,
+        segment_size: seg,
+        current_tid: r.counter("last_tid")?,
+        files,
+        directories: dirs,
+        logical_bytes: logical,
+        physical_bytes: physical,
+        capacity_bytes: devices.iter().map(|d| d.size).sum(),
+        live_elements: live,
+        history_elements: hist,
+        chunks,
+        segments: segs.len() as u64,
+        devices,
+    })
+}

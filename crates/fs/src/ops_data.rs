@@ -1,0 +1,283 @@
+//! File data operations: read, write, truncate, fallocate, fsync, statfs.
+//! Writes go to the dirty overlay as whole blocks (read-modify-write for
+//! partial blocks); space is reserved against the pool's free space so a
+//! full pool gives ENOSPC to the writer instead of failing a later commit.
+
+use crate::error::{FsError, Result};
+use crate::overlay::{Block, BlockState};
+use crate::types::{FileKind, Inode};
+use crate::vfs::{Fs, State};
+use cairn_data::CHUNK_HEADER_LEN;
+use std::sync::Arc;
+
+pub const FALLOC_KEEP_SIZE: i32 = 0x01;
+pub const FALLOC_PUNCH_HOLE: i32 = 0x02;
+pub const FALLOC_ZERO_RANGE: i32 = 0x10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Statfs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+impl Fs {
+    /// The current bytes of a block (empty for a hole).
+    fn block_bytes(&self, st: &State, ino: u64, blk: u64) -> Result<Vec<u8>> {
+        match self.block_state(st, ino, blk) {
+            BlockState::Data(b) => Ok((*b).clone()),
+            BlockState::Hole => Ok(Vec::new()),
+            BlockState::Committed => Ok(self.committed_block(&self.meta()?, ino, blk)?.unwrap_or_default()),
+        }
+    }
+
+    /// A block to edit: taken out of the dirty overlay when it is there.
+    fn editable_block(&self, st: &mut State, ino: u64, blk: u64) -> Result<Vec<u8>> {
+        if let Some(b) = st.dirty.take_block(ino, blk) {
+            return Ok(Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone()));
+        }
+        self.block_bytes(st, ino, blk)
+    }
+
+    pub fn read(&self, ino: u64, off: u64, size: u32) -> Result<Vec<u8>> {
+        let rs = self.record;
+        let (end, parts) = {
+            let st = self.lock();
+            let i = self.inode(&st, ino)?;
+            if i.kind == FileKind::Dir {
+                return Err(FsError::IsDir);
+            }
+            let end = i.size.min(off.saturating_add(size as u64));
+            if off >= end {
+                return Ok(Vec::new());
+            }
+            let parts: Vec<(u64, BlockState)> =
+                (off / rs..end.div_ceil(rs)).map(|b| (b, self.block_state(&st, ino, b))).collect();
+            (end, parts)
+        };
+        let mut out = vec![0u8; (end - off) as usize];
+        let mut meta = None;
+        for (blk, state) in parts {
+            let data: Block = match state {
+                BlockState::Data(d) => d,
+                BlockState::Hole => continue,
+                BlockState::Committed => {
+                    let r = match &meta {
+                        Some(r) => r,
+                        None => meta.insert(self.meta()?),
+                    };
+                    match self.committed_block(r, ino, blk)? {
+                        Some(d) => Arc::new(d),
+                        None => continue,
+                    }
+                }
+            };
+            copy_block_part(&mut out, off, blk * rs, &data);
+        }
+        Ok(out)
+    }
+
+    /// Bytes the dirty data may still grow by before the pool is full.
+    fn space_available(&self, st: &State) -> u64 {
+        let c = &self.pool.chunks;
+        let free = c.free_bytes();
+        let seg = c.segment_size();
+        let waste = seg + (free / seg) * (self.record + CHUNK_HEADER_LEN as u64);
+        let pending = st.dirty.bytes + st.flushing.as_ref().map_or(0, |f| f.bytes);
+        let pending = pending + pending / 64;
+        free.saturating_sub(waste).saturating_sub(pending)
+    }
+
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<u32> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        off.checked_add(data.len() as u64).ok_or(FsError::Invalid)?;
+        let mut pruned = false;
+        loop {
+            self.check_ok()?;
+            let mut st = self.lock();
+            if self.space_available(&st) < data.len() as u64 + self.record {
+                drop(st);
+                if pruned {
+                    return Err(FsError::NoSpace);
+                }
+                // Short of space: commit and drop fine-grained history.
+                self.flush_with(true)?;
+                pruned = true;
+                continue;
+            }
+            self.write_locked(&mut st, ino, off, data)?;
+            let dirty = st.dirty.bytes;
+            drop(st);
+            self.throttle(dirty)?;
+            return Ok(data.len() as u32);
+        }
+    }
+
+    fn write_locked(&self, st: &mut State, ino: u64, off: u64, data: &[u8]) -> Result<()> {
+        let rs = self.record;
+        let mut i = self.inode(st, ino)?;
+        if i.kind != FileKind::File {
+            return Err(if i.kind == FileKind::Dir { FsError::IsDir } else { FsError::Invalid });
+        }
+        let end = off + data.len() as u64;
+        for blk in off / rs..end.div_ceil(rs) {
+            let bstart = blk * rs;
+            let lo = (off.max(bstart) - bstart) as usize;
+            let hi = (end.min(bstart + rs) - bstart) as usize;
+            let valid = i.size.saturating_sub(bstart).min(rs) as usize;
+            let mut buf = if lo == 0 && hi >= valid {
+                st.dirty.take_block(ino, blk);
+                Vec::with_capacity(hi)
+            } else {
+                self.editable_block(st, ino, blk)?
+            };
+            if buf.len() < hi {
+                buf.resize(hi, 0);
+            }
+            let src = (bstart + lo as u64 - off) as usize;
+            buf[lo..hi].copy_from_slice(&data[src..src + (hi - lo)]);
+            st.dirty.put_block(ino, blk, Arc::new(buf));
+        }
+        let now = Self::now();
+        i.size = i.size.max(end);
+        i.mtime = now;
+        i.ctime = now;
+        st.dirty.put_inode(i);
+        Ok(())
+    }
+
+    /// Kicks the flusher above the dirty limit; writers wait for a flush
+    /// above twice the limit.
+    fn throttle(&self, dirty: u64) -> Result<()> {
+        let limit = self.pool.config.dirty_limit_mib << 20;
+        if dirty > 2 * limit {
+            self.flush()?;
+        } else if dirty > limit {
+            self.kick_flusher();
+        }
+        Ok(())
+    }
+
+    pub(crate) fn truncate(&self, ino: u64, size: u64) -> Result<()> {
+        let rs = self.record;
+        let mut st = self.lock();
+        let i = self.inode(&st, ino)?;
+        match i.kind {
+            FileKind::File => {}
+            FileKind::Dir => return Err(FsError::IsDir),
+            _ => return Err(FsError::Invalid),
+        }
+        if size < i.size {
+            let tail = (size % rs) as usize;
+            if tail != 0 {
+                let mut b = self.editable_block(&mut st, ino, size / rs)?;
+                b.truncate(tail);
+                st.dirty.put_block(ino, size / rs, Arc::new(b));
+            }
+            st.dirty.truncate_blocks(ino, size.div_ceil(rs));
+        }
+        self.set_size(&mut st, i, size);
+        Ok(())
+    }
+
+    fn set_size(&self, st: &mut State, mut i: Inode, size: u64) {
+        let now = Self::now();
+        i.size = size;
+        i.mtime = now;
+        i.ctime = now;
+        st.dirty.put_inode(i);
+    }
+
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
+        self.check_ok()?;
+        let end = off.checked_add(len).ok_or(FsError::Invalid)?;
+        if len == 0 {
+            return Err(FsError::Invalid);
+        }
+        let keep = mode & FALLOC_KEEP_SIZE != 0;
+        let zero = mode & (FALLOC_PUNCH_HOLE | FALLOC_ZERO_RANGE) != 0;
+        if mode & !(FALLOC_KEEP_SIZE | FALLOC_PUNCH_HOLE | FALLOC_ZERO_RANGE) != 0
+            || (mode & FALLOC_PUNCH_HOLE != 0 && !keep)
+        {
+            return Err(FsError::NotSupported);
+        }
+        let mut st = self.lock();
+        let i = self.inode(&st, ino)?;
+        if i.kind != FileKind::File {
+            return Err(if i.kind == FileKind::Dir { FsError::IsDir } else { FsError::NotSupported });
+        }
+        if zero {
+            self.zero_range(&mut st, ino, off, end.min(i.size))?;
+        }
+        if !keep && end > i.size {
+            self.set_size(&mut st, i, end);
+        } else if zero {
+            self.set_size(&mut st, i.clone(), i.size);
+        }
+        Ok(())
+    }
+
+    /// Makes [off, end) read as zeros: whole blocks become holes.
+    fn zero_range(&self, st: &mut State, ino: u64, off: u64, end: u64) -> Result<()> {
+        let rs = self.record;
+        if off >= end {
+            return Ok(());
+        }
+        for blk in off / rs..end.div_ceil(rs) {
+            let bstart = blk * rs;
+            let lo = (off.max(bstart) - bstart) as usize;
+            let hi = (end.min(bstart + rs) - bstart) as usize;
+            let mut b = if lo == 0 && hi as u64 == rs { Vec::new() } else { self.editable_block(st, ino, blk)? };
+            if lo < b.len() {
+                let h = hi.min(b.len());
+                b[lo..h].fill(0);
+            }
+            st.dirty.put_block(ino, blk, Arc::new(b));
+        }
+        Ok(())
+    }
+
+    /// Makes a file's data and metadata durable (the whole flush group).
+    pub fn fsync(&self, _ino: u64) -> Result<()> {
+        self.flush()
+    }
+
+    pub fn statfs(&self) -> Statfs {
+        let bsize = 4096u64;
+        let (total, _) = self.pool.chunks.devices().slot_totals();
+        let seg = self.pool.chunks.segment_size();
+        let st = self.lock();
+        let avail = self.space_available(&st) / bsize;
+        let ino_used = st.next_ino;
+        Statfs {
+            blocks: total * seg / bsize,
+            bfree: avail,
+            bavail: avail,
+            files: u32::MAX as u64,
+            ffree: (u32::MAX as u64).saturating_sub(ino_used),
+            bsize: bsize as u32,
+            namelen: crate::types::MAX_NAME as u32,
+        }
+    }
+}
+
+/// Copies the part of a block (starting at file offset `bstart`) that lies
+/// in the output buffer (starting at file offset `off`).
+fn copy_block_part(out: &mut [u8], off: u64, bstart: u64, data: &[u8]) {
+    let out_end = off + out.len() as u64;
+    let lo = off.max(bstart);
+    let hi = out_end.min(bstart + data.len() as u64);
+    if lo >= hi {
+        return;
+    }
+    let dst = (lo - off) as usize;
+    let src = (lo - bstart) as usize;
+    let n = (hi - lo) as usize;
+    out[dst..dst + n].copy_from_slice(&data[src..src + n]);
+}

@@ -1,0 +1,455 @@
+//! Namespace operations: lookup, create, link, unlink, rename, attributes,
+//! symlinks, xattrs, open counts. Each edits the dirty overlay under the
+//! state lock; the flusher commits it.
+
+use crate::error::{FsError, Result};
+use crate::types::{dirent_subkey, DirEnt, FileKind, Inode, Time};
+use crate::vfs::{check_name, Ctx, Fs, State};
+
+/// Attribute changes of setattr; None leaves a field as it is.
+#[derive(Debug, Default, Clone)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Time>,
+    pub mtime: Option<Time>,
+    pub ctime: Option<Time>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum XattrMode {
+    Any,
+    Create,
+    Replace,
+}
+
+impl Fs {
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Inode> {
+        let st = self.lock();
+        self.dir_inode(&st, parent)?;
+        let e = self.dirent(&st, parent, name)?.ok_or(FsError::NotFound)?;
+        self.inode(&st, e.ino)
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Inode> {
+        let st = self.lock();
+        self.inode(&st, ino)
+    }
+
+    pub fn setattr(&self, ino: u64, a: &SetAttr) -> Result<Inode> {
+        self.check_ok()?;
+        if let Some(size) = a.size {
+            self.truncate(ino, size)?;
+        }
+        let mut st = self.lock();
+        let mut i = self.inode(&st, ino)?;
+        let now = Self::now();
+        if let Some(m) = a.mode {
+            i.perm = (m & 0o7777) as u16;
+        }
+        if a.uid.is_some() || a.gid.is_some() {
+            let changes = a.uid.is_some_and(|u| u != i.uid) || a.gid.is_some_and(|g| g != i.gid);
+            if changes && i.kind == FileKind::File && a.mode.is_none() {
+                // Like the kernel: an ownership change drops set-id bits.
+                i.perm &= !(libc::S_ISUID as u16);
+                if i.perm & 0o010 != 0 {
+                    i.perm &= !(libc::S_ISGID as u16);
+                }
+            }
+            i.uid = a.uid.unwrap_or(i.uid);
+            i.gid = a.gid.unwrap_or(i.gid);
+        }
+        if let Some(t) = a.atime {
+            i.atime = t;
+        }
+        if let Some(t) = a.mtime {
+            i.mtime = t;
+        }
+        i.ctime = a.ctime.unwrap_or(now);
+        st.dirty.put_inode(i.clone());
+        Ok(i)
+    }
+
+    fn new_inode(st: &mut State, ctx: Ctx, parent: &Inode, kind: FileKind, mode: u32, rdev: u32) -> Inode {
+        let now = Self::now();
+        let mut perm = (mode & 0o7777) as u16;
+        let setgid_dir = parent.perm & libc::S_ISGID as u16 != 0;
+        let gid = if setgid_dir { parent.gid } else { ctx.gid };
+        if setgid_dir && kind == FileKind::Dir {
+            perm |= libc::S_ISGID as u16;
+        }
+        Inode {
+            ino: Self::alloc_ino(st),
+            kind,
+            perm,
+            uid: ctx.uid,
+            gid,
+            nlink: if kind == FileKind::Dir { 2 } else { 1 },
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            rdev,
+            parent: if kind == FileKind::Dir { parent.ino } else { 0 },
+        }
+    }
+
+    /// Creates an inode of any kind under `parent` with the name `name`.
+    pub(crate) fn create_node(
+        &self,
+        ctx: Ctx,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<Inode> {
+        self.check_ok()?;
+        check_name(name)?;
+        let mut st = self.lock();
+        let mut p = self.dir_inode(&st, parent)?;
+        if p.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        if self.dirent(&st, parent, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        let i = Self::new_inode(&mut st, ctx, &p, kind, mode, rdev);
+        st.dirty.put_inode(i.clone());
+        st.dirty.put_dirent(parent, dirent_subkey(name), Some(DirEnt { ino: i.ino, kind }));
+        p.mtime = i.mtime;
+        p.ctime = i.mtime;
+        if kind == FileKind::Dir {
+            p.nlink += 1;
+        }
+        st.dirty.put_inode(p);
+        Ok(i)
+    }
+
+    pub fn mknod(&self, ctx: Ctx, parent: u64, name: &[u8], mode: u32, rdev: u32) -> Result<Inode> {
+        let kind = FileKind::from_mode(mode).ok_or(FsError::Invalid)?;
+        if kind == FileKind::Dir || kind == FileKind::Symlink {
+            return Err(FsError::Invalid);
+        }
+        Ok(self.create_node(ctx, parent, name, kind, mode, rdev)?)
+    }
+
+    pub fn mkdir(&self, ctx: Ctx, parent: u64, name: &[u8], mode: u32) -> Result<Inode> {
+        Ok(self.create_node(ctx, parent, name, FileKind::Dir, mode, 0)?)
+    }
+
+    /// Creates and opens a regular file.
+    pub fn create(&self, ctx: Ctx, parent: u64, name: &[u8], mode: u32) -> Result<Inode> {
+        let i = self.create_node(ctx, parent, name, FileKind::File, mode, 0)?;
+        *self.lock().open.entry(i.ino).or_insert(0) += 1;
+        Ok(i)
+    }
+
+    pub fn symlink(&self, ctx: Ctx, parent: u64, name: &[u8], target: &[u8]) -> Result<Inode> {
+        if target.is_empty() || target.len() > 4095 {
+            return Err(if target.is_empty() { FsError::NotFound } else { FsError::NameTooLong });
+        }
+        let mut i = self.create_node(ctx, parent, name, FileKind::Symlink, 0o777, 0)?;
+        let mut st = self.lock();
+        i.size = target.len() as u64;
+        st.dirty.put_inode(i.clone());
+        st.dirty.symlinks.insert(i.ino, target.to_vec());
+        Ok(i)
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let st = self.lock();
+        if self.inode(&st, ino)?.kind != FileKind::Symlink {
+            return Err(FsError::Invalid);
+        }
+        self.symlink_target(&st, ino)
+    }
+
+    pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Inode> {
+        self.check_ok()?;
+        check_name(name)?;
+        let mut st = self.lock();
+        let mut i = self.inode(&st, ino)?;
+        if i.kind == FileKind::Dir {
+            return Err(FsError::NotPermitted);
+        }
+        if i.nlink >= 65000 {
+            return Err(FsError::TooManyLinks);
+        }
+        let mut p = self.dir_inode(&st, parent)?;
+        if self.dirent(&st, parent, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        let now = Self::now();
+        if i.nlink == 0 {
+            st.dirty.orphans_del.insert(ino);
+            st.dirty.orphans_add.remove(&ino);
+        }
+        i.nlink += 1;
+        i.ctime = now;
+        p.mtime = now;
+        p.ctime = now;
+        st.dirty.put_dirent(parent, dirent_subkey(name), Some(DirEnt { ino, kind: i.kind }));
+        st.dirty.put_inode(i.clone());
+        st.dirty.put_inode(p);
+        Ok(i)
+    }
+
+    /// Drops one link of an inode; deletes it when unlinked and closed.
+    fn drop_link(&self, st: &mut State, mut i: Inode, now: Time) {
+        i.nlink = if i.kind == FileKind::Dir { 0 } else { i.nlink.saturating_sub(1) };
+        i.ctime = now;
+        if i.nlink > 0 {
+            st.dirty.put_inode(i);
+        } else if st.open.get(&i.ino).copied().unwrap_or(0) > 0 {
+            st.dirty.orphans_add.insert(i.ino);
+            st.dirty.put_inode(i);
+        } else {
+            st.dirty.delete_inode(i.ino);
+        }
+    }
+
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.remove_entry(parent, name, false)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        if name == b"." {
+            return Err(FsError::Invalid);
+        }
+        if name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        self.remove_entry(parent, name, true)
+    }
+
+    fn remove_entry(&self, parent: u64, name: &[u8], dir: bool) -> Result<()> {
+        self.check_ok()?;
+        let mut st = self.lock();
+        let mut p = self.dir_inode(&st, parent)?;
+        let e = self.dirent(&st, parent, name)?.ok_or(FsError::NotFound)?;
+        let i = self.inode(&st, e.ino)?;
+        match (dir, i.kind == FileKind::Dir) {
+            (true, false) => return Err(FsError::NotDir),
+            (false, true) => return Err(FsError::IsDir),
+            (true, true) if !self.dir_is_empty(&st, i.ino)? => return Err(FsError::NotEmpty),
+            _ => {}
+        }
+        let now = Self::now();
+        st.dirty.put_dirent(parent, dirent_subkey(name), None);
+        if dir {
+            p.nlink -= 1;
+        }
+        p.mtime = now;
+        p.ctime = now;
+        st.dirty.put_inode(p);
+        self.drop_link(&mut st, i, now);
+        Ok(())
+    }
+
+    /// Is `anc` the directory `ino` or one of its ancestors?
+    fn is_ancestor(&self, st: &State, anc: u64, mut ino: u64) -> Result<bool> {
+        for _ in 0..100_000 {
+            if ino == anc {
+                return Ok(true);
+            }
+            let i = self.inode(st, ino)?;
+            if i.parent == ino || i.parent == 0 {
+                return Ok(false);
+            }
+            ino = i.parent;
+        }
+        Err(FsError::Io("directory parent chain too long (loop?)".into()))
+    }
+
+    pub fn rename(&self, p1: u64, n1: &[u8], p2: u64, n2: &[u8], flags: RenameFlags) -> Result<()> {
+        self.check_ok()?;
+        check_name(n2)?;
+        if flags.noreplace && flags.exchange {
+            return Err(FsError::Invalid);
+        }
+        let mut st = self.lock();
+        let st = &mut *st;
+        self.dir_inode(st, p1)?;
+        self.dir_inode(st, p2)?;
+        let src = self.dirent(st, p1, n1)?.ok_or(FsError::NotFound)?;
+        let dst = self.dirent(st, p2, n2)?;
+        if src.kind == FileKind::Dir && p1 != p2 && self.is_ancestor(st, src.ino, p2)? {
+            return Err(FsError::Invalid);
+        }
+        if flags.exchange {
+            let dst = dst.ok_or(FsError::NotFound)?;
+            if dst.kind == FileKind::Dir && p1 != p2 && self.is_ancestor(st, dst.ino, p1)? {
+                return Err(FsError::Invalid);
+            }
+            return self.exchange(st, (p1, n1, src), (p2, n2, dst));
+        }
+        if let Some(d) = dst {
+            if flags.noreplace {
+                return Err(FsError::Exists);
+            }
+            if d.ino == src.ino {
+                return Ok(());
+            }
+            let di = self.inode(st, d.ino)?;
+            match (src.kind == FileKind::Dir, di.kind == FileKind::Dir) {
+                (true, false) => return Err(FsError::NotDir),
+                (false, true) => return Err(FsError::IsDir),
+                (true, true) if !self.dir_is_empty(st, di.ino)? => return Err(FsError::NotEmpty),
+                _ => {}
+            }
+            if di.kind == FileKind::Dir {
+                let mut pp = self.inode(st, p2)?;
+                pp.nlink -= 1;
+                st.dirty.put_inode(pp);
+            }
+            self.drop_link(st, di, Self::now());
+        }
+        self.move_entry(st, p1, n1, p2, n2, src)
+    }
+
+    fn move_entry(&self, st: &mut State, p1: u64, n1: &[u8], p2: u64, n2: &[u8], src: DirEnt) -> Result<()> {
+        let now = Self::now();
+        st.dirty.put_dirent(p1, dirent_subkey(n1), None);
+        st.dirty.put_dirent(p2, dirent_subkey(n2), Some(src));
+        let mut i = self.inode(st, src.ino)?;
+        i.ctime = now;
+        let is_dir = i.kind == FileKind::Dir;
+        if is_dir {
+            i.parent = p2;
+        }
+        st.dirty.put_inode(i);
+        let mut a = self.inode(st, p1)?;
+        a.mtime = now;
+        a.ctime = now;
+        if is_dir && p1 != p2 {
+            a.nlink -= 1;
+        }
+        st.dirty.put_inode(a);
+        let mut b = self.inode(st, p2)?;
+        b.mtime = now;
+        b.ctime = now;
+        if is_dir && p1 != p2 {
+            b.nlink += 1;
+        }
+        st.dirty.put_inode(b);
+        Ok(())
+    }
+
+    fn exchange(&self, st: &mut State, a: (u64, &[u8], DirEnt), b: (u64, &[u8], DirEnt)) -> Result<()> {
+        let now = Self::now();
+        st.dirty.put_dirent(a.0, dirent_subkey(a.1), Some(b.2));
+        st.dirty.put_dirent(b.0, dirent_subkey(b.1), Some(a.2));
+        for (ent, new_parent) in [(a.2, b.0), (b.2, a.0)] {
+            let mut i = self.inode(st, ent.ino)?;
+            i.ctime = now;
+            if i.kind == FileKind::Dir {
+                i.parent = new_parent;
+            }
+            st.dirty.put_inode(i);
+        }
+        if a.0 != b.0 {
+            let delta = (a.2.kind == FileKind::Dir) as i64 - (b.2.kind == FileKind::Dir) as i64;
+            for (p, d) in [(a.0, -delta), (b.0, delta)] {
+                let mut pi = self.inode(st, p)?;
+                pi.nlink = (pi.nlink as i64 + d) as u32;
+                pi.mtime = now;
+                pi.ctime = now;
+                st.dirty.put_inode(pi);
+            }
+        } else {
+            let mut pi = self.inode(st, a.0)?;
+            pi.mtime = now;
+            pi.ctime = now;
+            st.dirty.put_inode(pi);
+        }
+        Ok(())
+    }
+
+    pub fn open_file(&self, ino: u64) -> Result<Inode> {
+        let mut st = self.lock();
+        let i = self.inode(&st, ino)?;
+        *st.open.entry(ino).or_insert(0) += 1;
+        Ok(i)
+    }
+
+    /// Closes one open of an inode; an unlinked inode goes with its last close.
+    pub fn release(&self, ino: u64) {
+        let mut st = self.lock();
+        let n = st.open.entry(ino).or_insert(1);
+        *n -= 1;
+        if *n > 0 {
+            return;
+        }
+        st.open.remove(&ino);
+        if let Ok(i) = self.inode(&st, ino) {
+            if i.nlink == 0 {
+                st.dirty.delete_inode(ino);
+            }
+        }
+    }
+
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], mode: XattrMode) -> Result<()> {
+        self.check_ok()?;
+        if name.is_empty() || name.len() > 255 {
+            return Err(if name.is_empty() { FsError::Invalid } else { FsError::Range });
+        }
+        if value.len() > 65536 {
+            return Err(FsError::Range);
+        }
+        let mut st = self.lock();
+        let mut i = self.inode(&st, ino)?;
+        let exists = self.xattr(&st, ino, name)?.is_some();
+        match mode {
+            XattrMode::Create if exists => return Err(FsError::Exists),
+            XattrMode::Replace if !exists => return Err(FsError::NoAttr),
+            _ => {}
+        }
+        st.dirty.changed = true;
+        st.dirty.xattrs.entry(ino).or_default().insert(name.to_vec(), Some(value.to_vec()));
+        i.ctime = Self::now();
+        st.dirty.put_inode(i);
+        Ok(())
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        let st = self.lock();
+        self.inode(&st, ino)?;
+        self.xattr(&st, ino, name)?.ok_or(FsError::NoAttr)
+    }
+
+    /// Names, each followed by a NUL, as listxattr(2) returns them.
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
+        let st = self.lock();
+        self.inode(&st, ino)?;
+        let mut out = Vec::new();
+        for n in self.xattr_names(&st, ino)? {
+            out.extend_from_slice(&n);
+            out.push(0);
+        }
+        Ok(out)
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        self.check_ok()?;
+        let mut st = self.lock();
+        let mut i = self.inode(&st, ino)?;
+        if self.xattr(&st, ino, name)?.is_none() {
+            return Err(FsError::NoAttr);
+        }
+        st.dirty.changed = true;
+        st.dirty.xattrs.entry(ino).or_default().insert(name.to_vec(), None);
+        i.ctime = Self::now();
+        st.dirty.put_inode(i);
+        Ok(())
+    }
+}

@@ -1,0 +1,114 @@
+//! The write-back layer: changes not yet committed. Every operation edits
+//! the `dirty` overlay in RAM; a flush moves it to `flushing`, writes its
+//! blocks and commits it as one transaction with one TID. Reads look at
+//! dirty, then flushing, then the committed metadata.
+
+use crate::types::{DirEnt, Inode};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+/// A buffered file block: the bytes from the block start (the rest of the
+/// block up to the record size reads as zeros). Empty means a hole.
+pub type Block = Arc<Vec<u8>>;
+
+#[derive(Default)]
+pub struct Overlay {
+    /// None = the inode and every element of it are deleted.
+    pub inodes: HashMap<u64, Option<Inode>>,
+    /// Per directory: dirent subkey -> entry (None = removed).
+    pub dirents: HashMap<u64, BTreeMap<Vec<u8>, Option<DirEnt>>>,
+    /// Per file: block index -> data.
+    pub blocks: HashMap<u64, BTreeMap<u64, Block>>,
+    /// Per file: committed blocks from this index on are gone (truncate).
+    pub truncs: HashMap<u64, u64>,
+    pub symlinks: HashMap<u64, Vec<u8>>,
+    /// Per inode: xattr name -> value (None = removed).
+    pub xattrs: HashMap<u64, BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
+    /// Inodes with no links that are still open.
+    pub orphans_add: HashSet<u64>,
+    pub orphans_del: HashSet<u64>,
+    /// Bytes of buffered blocks.
+    pub bytes: u64,
+    /// Set when any change is recorded.
+    pub changed: bool,
+}
+
+/// What the overlays say about one file block.
+pub enum BlockState {
+    /// Buffered data.
+    Data(Block),
+    /// Known to be a hole (truncated away or punched).
+    Hole,
+    /// Not in any overlay: read the committed extent.
+    Committed,
+}
+
+impl Overlay {
+    pub fn is_empty(&self) -> bool {
+        !self.changed
+    }
+
+    pub fn block(&self, ino: u64, blk: u64) -> Option<BlockState> {
+        if let Some(b) = self.blocks.get(&ino).and_then(|m| m.get(&blk)) {
+            return Some(if b.is_empty() { BlockState::Hole } else { BlockState::Data(b.clone()) });
+        }
+        if matches!(self.truncs.get(&ino), Some(&t) if blk >= t) {
+            return Some(BlockState::Hole);
+        }
+        None
+    }
+
+    pub fn put_block(&mut self, ino: u64, blk: u64, data: Block) {
+        self.changed = true;
+        let new = data.len() as u64;
+        if let Some(old) = self.blocks.entry(ino).or_default().insert(blk, data) {
+            self.bytes -= old.len() as u64;
+        }
+        self.bytes += new;
+    }
+
+    /// Removes a buffered block so that it can be edited in place.
+    pub fn take_block(&mut self, ino: u64, blk: u64) -> Option<Block> {
+        let b = self.blocks.get_mut(&ino)?.remove(&blk)?;
+        self.bytes -= b.len() as u64;
+        Some(b)
+    }
+
+    /// Drops buffered blocks from index `first` on and records that the
+    /// committed ones are gone too.
+    pub fn truncate_blocks(&mut self, ino: u64, first: u64) {
+        self.changed = true;
+        if let Some(m) = self.blocks.get_mut(&ino) {
+            for (_, b) in m.split_off(&first) {
+                self.bytes -= b.len() as u64;
+            }
+        }
+        let t = self.truncs.entry(ino).or_insert(first);
+        *t = (*t).min(first);
+    }
+
+    /// Forgets everything buffered for an inode that is being deleted.
+    pub fn delete_inode(&mut self, ino: u64) {
+        self.changed = true;
+        if let Some(m) = self.blocks.remove(&ino) {
+            self.bytes -= m.values().map(|b| b.len() as u64).sum::<u64>();
+        }
+        self.truncs.remove(&ino);
+        self.symlinks.remove(&ino);
+        self.xattrs.remove(&ino);
+        self.dirents.remove(&ino);
+        self.orphans_add.remove(&ino);
+        self.orphans_del.insert(ino);
+        self.inodes.insert(ino, None);
+    }
+
+    pub fn put_inode(&mut self, inode: Inode) {
+        self.changed = true;
+        self.inodes.insert(inode.ino, Some(inode));
+    }
+
+    pub fn put_dirent(&mut self, dir: u64, subkey: Vec<u8>, ent: Option<DirEnt>) {
+        self.changed = true;
+        self.dirents.entry(dir).or_default().insert(subkey, ent);
+    }
+}

@@ -1,0 +1,245 @@
+//! A pool on disk: the directory with its superblock, config, metadata store
+//! and devices. `mkfs` creates one; `Pool::open` opens one for exclusive use
+//! (a lock file keeps a second process out).
+
+use crate::config::PoolConfig;
+use crate::error::{FsError, Result};
+use crate::superblock::{Superblock, SUPERBLOCK_LEN};
+use crate::types::{FileKind, Inode, Time, ROOT_INO};
+use cairn_data::{ChunkStore, SegmentRec};
+use cairn_devices::{Device, DeviceClass, DeviceSet, DeviceSpec};
+use cairn_meta::{ElemKey, MetaStore, RecordType};
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub const DEFAULT_RECORD_SIZE: u32 = 64 << 10;
+pub const DEFAULT_SEGMENT_SIZE: u64 = 4 << 20;
+
+pub struct MkfsOptions {
+    pub devices: Vec<DeviceSpec>,
+    pub record_size: u32,
+    pub segment_size: u64,
+    pub force: bool,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions {
+            devices: vec![],
+            record_size: DEFAULT_RECORD_SIZE,
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            force: false,
+        }
+    }
+}
+
+/// A device as recorded in the metadata store.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeviceDesc {
+    pub version: u32,
+    pub id: u32,
+    pub class: DeviceClass,
+    /// Absolute, or relative to the pool directory.
+    pub path: PathBuf,
+}
+
+pub struct PoolPaths;
+
+impl PoolPaths {
+    pub fn superblock(p: &Path) -> PathBuf {
+        p.join("superblock")
+    }
+    pub fn meta(p: &Path) -> PathBuf {
+        p.join("meta.redb")
+    }
+    pub fn config(p: &Path) -> PathBuf {
+        p.join("cairn.toml")
+    }
+    pub fn lock(p: &Path) -> PathBuf {
+        p.join("lock")
+    }
+    pub fn log(p: &Path) -> PathBuf {
+        p.join("cairn.log")
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FsError + '_ {
+    move |e| FsError::Io(format!("{}: {e}", path.display()))
+}
+
+fn validate(opts: &MkfsOptions) -> Result<()> {
+    let rs = opts.record_size as u64;
+    if !rs.is_power_of_two() || !(4096..=(1 << 20)).contains(&rs) {
+        return Err(FsError::Io("record size must be a power of two between 4K and 1M".into()));
+    }
+    if !opts.segment_size.is_power_of_two() || opts.segment_size < 4 * rs || opts.segment_size > (1 << 30) {
+        return Err(FsError::Io("segment size must be a power of two, >= 4 records and <= 1G".into()));
+    }
+    Ok(())
+}
+
+fn root_inode(now: Time) -> Inode {
+    Inode {
+        ino: ROOT_INO,
+        kind: FileKind::Dir,
+        perm: 0o755,
+        uid: 0,
+        gid: 0,
+        nlink: 2,
+        size: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        rdev: 0,
+        parent: ROOT_INO,
+    }
+}
+
+/// Creates a pool. The superblock is written last, so an interrupted mkfs
+/// leaves no pool that looks valid.
+pub fn mkfs(pool: &Path, mut opts: MkfsOptions) -> Result<Superblock> {
+    validate(&opts)?;
+    if PoolPaths::superblock(pool).exists() {
+        if !opts.force {
+            return Err(FsError::PoolExists(pool.display().to_string()));
+        }
+        std::fs::remove_file(PoolPaths::superblock(pool)).map_err(io(pool))?;
+    }
+    std::fs::create_dir_all(pool).map_err(io(pool))?;
+    let pool = &pool.canonicalize().map_err(io(pool))?;
+    let cwd = std::env::current_dir().map_err(io(pool))?;
+    for d in &mut opts.devices {
+        d.path = cwd.join(&d.path);
+    }
+    let _ = std::fs::remove_file(PoolPaths::meta(pool));
+    if opts.devices.is_empty() {
+        opts.devices.push(DeviceSpec {
+            class: DeviceClass::Ssd,
+            path: pool.join("data.0"),
+            size: None,
+        });
+    }
+    let uuid = *uuid::Uuid::new_v4().as_bytes();
+    let meta = MetaStore::create(&PoolPaths::meta(pool))?;
+    let now = Time::now();
+    let mut descs = Vec::new();
+    for (id, spec) in opts.devices.iter().enumerate() {
+        let dev = Device::create(spec, id as u32, uuid, opts.segment_size)?;
+        let path = dev.path.strip_prefix(pool).map(Path::to_path_buf).unwrap_or(dev.path.clone());
+        descs.push(DeviceDesc {
+            version: 1,
+            id: id as u32,
+            class: spec.class,
+            path,
+        });
+    }
+    meta.write(|w| {
+        for d in &descs {
+            w.put_device(d.id, &serde_json::to_vec(d).expect("json"))?;
+        }
+        w.put(&ElemKey::new(ROOT_INO, RecordType::Inode, &[]), &root_inode(now).encode(), 1)?;
+        w.set_counter("last_tid", 1)?;
+        w.set_counter("next_ino", ROOT_INO + 1)?;
+        w.set_counter("next_chunk", 1)?;
+        w.set_counter("next_segment", 1)?;
+        w.log_tid(1, now.as_nanos() as u64)?;
+        Ok::<_, FsError>(())
+    })?;
+    drop(meta);
+    if opts.force || !PoolPaths::config(pool).exists() {
+        PoolConfig::default().save(&PoolPaths::config(pool))?;
+    }
+    let sb = Superblock {
+        uuid,
+        record_size: opts.record_size,
+        segment_size: opts.segment_size,
+        created: now.secs as u64,
+    };
+    let sbp = PoolPaths::superblock(pool);
+    std::fs::write(&sbp, sb.encode()).map_err(io(&sbp))?;
+    File::open(&sbp).and_then(|f| f.sync_all()).map_err(io(&sbp))?;
+    File::open(pool).and_then(|f| f.sync_all()).map_err(io(pool))?;
+    Ok(sb)
+}
+
+pub fn read_superblock(pool: &Path) -> Result<Superblock> {
+    let p = PoolPaths::superblock(pool);
+    let b = std::fs::read(&p).map_err(|e| {
+        FsError::NotAPool(format!("{}: {}", pool.display(), if e.kind() == std::io::ErrorKind::NotFound {
+            "no superblock (not a pool; create one with `cairn mkfs`)".to_string()
+        } else {
+            e.to_string()
+        }))
+    })?;
+    if b.len() != SUPERBLOCK_LEN {
+        return Err(FsError::NotAPool(format!("{}: superblock has wrong size", pool.display())));
+    }
+    Superblock::decode(&b, &pool.display().to_string())
+}
+
+/// An open pool, held exclusively by this process.
+pub struct Pool {
+    pub path: PathBuf,
+    pub sb: Superblock,
+    pub config: PoolConfig,
+    pub meta: MetaStore,
+    pub chunks: ChunkStore,
+    pub devices: Vec<DeviceDesc>,
+    _lock: File,
+}
+
+fn take_lock(pool: &Path) -> Result<File> {
+    use std::os::fd::AsRawFd;
+    let p = PoolPaths::lock(pool);
+    let f = File::options().create(true).truncate(false).write(true).open(&p).map_err(io(&p))?;
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(FsError::Busy);
+    }
+    Ok(f)
+}
+
+impl Pool {
+    pub fn open(path: &Path, config: Option<PoolConfig>) -> Result<Pool> {
+        let sb = read_superblock(path)?;
+        let lock = take_lock(path)?;
+        let config = match config {
+            Some(c) => c,
+            None => PoolConfig::load(&PoolPaths::config(path))?,
+        };
+        let meta = MetaStore::open(&PoolPaths::meta(path), (config.meta_cache_mib as usize) << 20)?;
+        let r = meta.read()?;
+        let mut devices = Vec::new();
+        let mut descs = Vec::new();
+        for (_, raw) in r.devices()? {
+            let d: DeviceDesc =
+                serde_json::from_slice(&raw).map_err(|e| FsError::Io(format!("corrupt device record: {e}")))?;
+            let p = if d.path.is_absolute() { d.path.clone() } else { path.join(&d.path) };
+            devices.push(Device::open(&p, sb.uuid)?);
+            descs.push(d);
+        }
+        let mut table = Vec::new();
+        for (id, raw) in r.segments()? {
+            table.push((id, SegmentRec::decode(&raw)?));
+        }
+        let next_segment = r.counter("next_segment")?;
+        drop(r);
+        let chunks = ChunkStore::new(Arc::new(DeviceSet::new(devices)), table, next_segment)?;
+        Ok(Pool {
+            path: path.to_path_buf(),
+            sb,
+            config,
+            meta,
+            chunks,
+            devices: descs,
+            _lock: lock,
+        })
+    }
+
+    pub fn record_size(&self) -> u64 {
+        self.sb.record_size as u64
+    }
+}

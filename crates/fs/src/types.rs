@@ -1,0 +1,286 @@
+//! Payloads of the filesystem's elements: inodes, directory entries and
+//! extents. Each payload starts with its own version byte (the metadata
+//! layer adds the element version and checksum around it).
+
+use crate::error::{FsError, Result};
+
+pub const ROOT_INO: u64 = 1;
+pub const MAX_NAME: usize = 255;
+const PAYLOAD_VERSION: u8 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+impl FileKind {
+    pub fn to_u8(self) -> u8 {
+        match self {
+            FileKind::File => 1,
+            FileKind::Dir => 2,
+            FileKind::Symlink => 3,
+            FileKind::Fifo => 4,
+            FileKind::Socket => 5,
+            FileKind::CharDev => 6,
+            FileKind::BlockDev => 7,
+        }
+    }
+
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => FileKind::File,
+            2 => FileKind::Dir,
+            3 => FileKind::Symlink,
+            4 => FileKind::Fifo,
+            5 => FileKind::Socket,
+            6 => FileKind::CharDev,
+            7 => FileKind::BlockDev,
+            _ => return None,
+        })
+    }
+
+    /// From the S_IFMT bits of a mode.
+    pub fn from_mode(mode: u32) -> Option<Self> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => FileKind::File,
+            libc::S_IFDIR => FileKind::Dir,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDev,
+            libc::S_IFBLK => FileKind::BlockDev,
+            _ => return None,
+        })
+    }
+}
+
+/// A time as seconds and nanoseconds since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Time {
+    pub secs: i64,
+    pub nsec: u32,
+}
+
+impl Time {
+    pub fn now() -> Time {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Time {
+            secs: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
+    }
+
+    pub fn as_nanos(&self) -> i128 {
+        self.secs as i128 * 1_000_000_000 + self.nsec as i128
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inode {
+    pub ino: u64,
+    pub kind: FileKind,
+    /// Permission bits (07777).
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    pub atime: Time,
+    pub mtime: Time,
+    pub ctime: Time,
+    pub crtime: Time,
+    pub rdev: u32,
+    /// Directory that holds this directory (for ".."); 0 for files.
+    pub parent: u64,
+}
+
+fn put_time(b: &mut Vec<u8>, t: Time) {
+    b.extend_from_slice(&t.secs.to_le_bytes());
+    b.extend_from_slice(&t.nsec.to_le_bytes());
+}
+
+struct Cursor<'a>(&'a [u8], usize);
+
+impl Cursor<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let s = self.0.get(self.1..self.1 + N).ok_or_else(|| FsError::Io("short payload".into()))?;
+        self.1 += N;
+        Ok(s.try_into().unwrap())
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+    fn time(&mut self) -> Result<Time> {
+        Ok(Time {
+            secs: i64::from_le_bytes(self.take()?),
+            nsec: self.u32()?,
+        })
+    }
+}
+
+fn check_version(b: &[u8], what: &str) -> Result<()> {
+    match b.first() {
+        Some(&PAYLOAD_VERSION) => Ok(()),
+        _ => Err(FsError::Io(format!("unknown {what} payload version"))),
+    }
+}
+
+impl Inode {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(96);
+        b.push(PAYLOAD_VERSION);
+        b.push(self.kind.to_u8());
+        b.extend_from_slice(&self.perm.to_le_bytes());
+        b.extend_from_slice(&self.uid.to_le_bytes());
+        b.extend_from_slice(&self.gid.to_le_bytes());
+        b.extend_from_slice(&self.nlink.to_le_bytes());
+        b.extend_from_slice(&self.size.to_le_bytes());
+        for t in [self.atime, self.mtime, self.ctime, self.crtime] {
+            put_time(&mut b, t);
+        }
+        b.extend_from_slice(&self.rdev.to_le_bytes());
+        b.extend_from_slice(&self.parent.to_le_bytes());
+        b
+    }
+
+    pub fn decode(ino: u64, b: &[u8]) -> Result<Inode> {
+        check_version(b, "inode")?;
+        let mut c = Cursor(b, 1);
+        let kind = FileKind::from_u8(c.take::<1>()?[0]).ok_or_else(|| FsError::Io("bad file kind".into()))?;
+        Ok(Inode {
+            ino,
+            kind,
+            perm: u16::from_le_bytes(c.take()?),
+            uid: c.u32()?,
+            gid: c.u32()?,
+            nlink: c.u32()?,
+            size: c.u64()?,
+            atime: c.time()?,
+            mtime: c.time()?,
+            ctime: c.time()?,
+            crtime: c.time()?,
+            rdev: c.u32()?,
+            parent: c.u64()?,
+        })
+    }
+}
+
+/// A directory entry's target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirEnt {
+    pub ino: u64,
+    pub kind: FileKind,
+}
+
+impl DirEnt {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![PAYLOAD_VERSION, self.kind.to_u8()];
+        b.extend_from_slice(&self.ino.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<DirEnt> {
+        check_version(b, "dirent")?;
+        let mut c = Cursor(b, 1);
+        let kind = FileKind::from_u8(c.take::<1>()?[0]).ok_or_else(|| FsError::Io("bad file kind".into()))?;
+        Ok(DirEnt { kind, ino: c.u64()? })
+    }
+}
+
+/// The 63-bit name hash that orders a directory and serves as readdir
+/// cookie. Values 0..=2 are left for the start, "." and "..".
+pub fn name_hash(name: &[u8]) -> u64 {
+    let h = u64::from_be_bytes(blake3::hash(name).as_bytes()[0..8].try_into().unwrap());
+    3 + (h >> 1) % ((1u64 << 63) - 3)
+}
+
+/// Key of a directory entry: hash (BE) | name length | name.
+pub fn dirent_subkey(name: &[u8]) -> Vec<u8> {
+    assert!(name.len() <= MAX_NAME);
+    let mut k = Vec::with_capacity(9 + name.len());
+    k.extend_from_slice(&name_hash(name).to_be_bytes());
+    k.push(name.len() as u8);
+    k.extend_from_slice(name);
+    k
+}
+
+/// (hash, name) of a directory entry subkey.
+pub fn split_dirent_subkey(k: &[u8]) -> (u64, &[u8]) {
+    (u64::from_be_bytes(k[0..8].try_into().unwrap()), &k[9..])
+}
+
+/// An extent: one file block mapped to a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub chunk: u64,
+    /// Valid bytes of the block (the rest up to the record size is zero).
+    pub len: u32,
+}
+
+impl Extent {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![PAYLOAD_VERSION];
+        b.extend_from_slice(&self.chunk.to_le_bytes());
+        b.extend_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Extent> {
+        check_version(b, "extent")?;
+        let mut c = Cursor(b, 1);
+        Ok(Extent {
+            chunk: c.u64()?,
+            len: c.u32()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inode_roundtrip() {
+        let i = Inode {
+            ino: 42,
+            kind: FileKind::Dir,
+            perm: 0o1755,
+            uid: 1000,
+            gid: 100,
+            nlink: 3,
+            size: 12345,
+            atime: Time { secs: -5, nsec: 999_999_999 },
+            mtime: Time { secs: 1, nsec: 2 },
+            ctime: Time { secs: 3, nsec: 4 },
+            crtime: Time { secs: 5, nsec: 6 },
+            rdev: 0x0801,
+            parent: 1,
+        };
+        assert_eq!(Inode::decode(42, &i.encode()).unwrap(), i);
+        assert!(Inode::decode(42, &i.encode()[..20]).is_err());
+    }
+
+    #[test]
+    fn dirent_keys_group_by_hash() {
+        let k = dirent_subkey(b"hello");
+        let (h, n) = split_dirent_subkey(&k);
+        assert_eq!(n, b"hello");
+        assert_eq!(h, name_hash(b"hello"));
+        assert!(h >= 3);
+        let d = DirEnt { ino: 7, kind: FileKind::Symlink };
+        assert_eq!(DirEnt::decode(&d.encode()).unwrap(), d);
+        let e = Extent { chunk: 99, len: 65536 };
+        assert_eq!(Extent::decode(&e.encode()).unwrap(), e);
+    }
+}

@@ -1,0 +1,271 @@
+//! The filesystem object: POSIX semantics over the versioned tree. It holds
+//! the open pool, the write-back overlays and the background flusher. This
+//! file has the state and the lookups shared by the operations, which live
+//! in ops_ns.rs (namespace), ops_data.rs (file data) and readdir.rs.
+
+use crate::error::{FsError, Result};
+use crate::overlay::{BlockState, Overlay};
+use crate::pool::Pool;
+use crate::types::{dirent_subkey, DirEnt, Extent, FileKind, Inode, Time, MAX_NAME};
+use cairn_data::ChunkRec;
+use cairn_meta::{ElemKey, MetaRead, RecordType};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Who is asking.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Ctx {
+    pub const ROOT: Ctx = Ctx { uid: 0, gid: 0 };
+}
+
+pub(crate) struct State {
+    pub dirty: Overlay,
+    pub flushing: Option<Arc<Overlay>>,
+    pub next_ino: u64,
+    pub open: HashMap<u64, u32>,
+}
+
+pub struct Fs {
+    pub(crate) pool: Pool,
+    pub(crate) st: Mutex<State>,
+    /// One flush at a time; holds the last committed TID.
+    pub(crate) flush_lock: Mutex<u64>,
+    pub(crate) failed: Mutex<Option<String>>,
+    pub(crate) kick: Condvar,
+    pub(crate) kick_lock: Mutex<bool>,
+    pub(crate) stopping: AtomicBool,
+    pub(crate) record: u64,
+}
+
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > MAX_NAME {
+        return Err(FsError::NameTooLong);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(FsError::Invalid);
+    }
+    Ok(())
+}
+
+impl Fs {
+    /// Opens the filesystem of a pool and finishes what a crash left behind
+    /// (orphaned inodes). No scan of the pool is needed.
+    pub fn open(pool: Pool) -> Result<Arc<Fs>> {
+        let r = pool.meta.read()?;
+        let next_ino = r.counter("next_ino")?;
+        let last_tid = r.counter("last_tid")?;
+        let orphans = r.orphans()?;
+        drop(r);
+        let record = pool.record_size();
+        let fs = Arc::new(Fs {
+            pool,
+            st: Mutex::new(State {
+                dirty: Overlay::default(),
+                flushing: None,
+                next_ino,
+                open: HashMap::new(),
+            }),
+            flush_lock: Mutex::new(last_tid),
+            failed: Mutex::new(None),
+            kick: Condvar::new(),
+            kick_lock: Mutex::new(false),
+            stopping: AtomicBool::new(false),
+            record,
+        });
+        if !orphans.is_empty() {
+            tracing::info!("removing {} orphaned inode(s) left by a crash", orphans.len());
+            let mut st = fs.st.lock();
+            for ino in orphans {
+                st.dirty.delete_inode(ino);
+            }
+            drop(st);
+            fs.flush()?;
+        }
+        Ok(fs)
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub fn record_size(&self) -> u64 {
+        self.record
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock()
+    }
+
+    pub(crate) fn check_ok(&self) -> Result<()> {
+        match &*self.failed.lock() {
+            Some(why) => Err(FsError::Failed(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn meta(&self) -> Result<MetaRead> {
+        Ok(self.pool.meta.read()?)
+    }
+
+    /// The current inode: overlays first, then committed metadata.
+    pub(crate) fn inode(&self, st: &State, ino: u64) -> Result<Inode> {
+        let from = |o: &Overlay| o.inodes.get(&ino).cloned();
+        let found = from(&st.dirty).or_else(|| st.flushing.as_deref().and_then(from));
+        match found {
+            Some(Some(i)) => Ok(i),
+            Some(None) => Err(FsError::NotFound),
+            None => {
+                let e = self.meta()?.get(&ElemKey::new(ino, RecordType::Inode, &[]))?;
+                e.map(|e| Inode::decode(ino, &e.payload)).transpose()?.ok_or(FsError::NotFound)
+            }
+        }
+    }
+
+    pub(crate) fn dir_inode(&self, st: &State, ino: u64) -> Result<Inode> {
+        let i = self.inode(st, ino)?;
+        if i.kind != FileKind::Dir {
+            return Err(FsError::NotDir);
+        }
+        Ok(i)
+    }
+
+    /// The entry `name` of directory `dir`, if any.
+    pub(crate) fn dirent(&self, st: &State, dir: u64, name: &[u8]) -> Result<Option<DirEnt>> {
+        if name.len() > MAX_NAME {
+            return Err(FsError::NameTooLong);
+        }
+        let sk = dirent_subkey(name);
+        let from = |o: &Overlay| o.dirents.get(&dir).and_then(|m| m.get(&sk)).cloned();
+        if let Some(e) = from(&st.dirty).or_else(|| st.flushing.as_deref().and_then(from)) {
+            return Ok(e);
+        }
+        let e = self.meta()?.get(&ElemKey::new(dir, RecordType::DirEntry, &sk))?;
+        e.map(|e| DirEnt::decode(&e.payload)).transpose()
+    }
+
+    pub(crate) fn symlink_target(&self, st: &State, ino: u64) -> Result<Vec<u8>> {
+        let from = |o: &Overlay| o.symlinks.get(&ino).cloned();
+        if let Some(t) = from(&st.dirty).or_else(|| st.flushing.as_deref().and_then(from)) {
+            return Ok(t);
+        }
+        let e = self.meta()?.get(&ElemKey::new(ino, RecordType::Symlink, &[]))?;
+        e.map(|e| e.payload).ok_or(FsError::Invalid)
+    }
+
+    pub(crate) fn xattr(&self, st: &State, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        let from = |o: &Overlay| o.xattrs.get(&ino).and_then(|m| m.get(name)).cloned();
+        if let Some(v) = from(&st.dirty).or_else(|| st.flushing.as_deref().and_then(from)) {
+            return Ok(v);
+        }
+        let e = self.meta()?.get(&ElemKey::new(ino, RecordType::Xattr, name))?;
+        Ok(e.map(|e| e.payload))
+    }
+
+    /// Names of all xattrs of an inode (committed merged with overlays).
+    pub(crate) fn xattr_names(&self, st: &State, ino: u64) -> Result<Vec<Vec<u8>>> {
+        let prefix = ElemKey::prefix(ino, RecordType::Xattr);
+        let mut m: std::collections::BTreeMap<Vec<u8>, bool> = self
+            .meta()?
+            .scan(&prefix, None, usize::MAX)?
+            .into_iter()
+            .map(|e| (e.key.sub().to_vec(), true))
+            .collect();
+        for o in st.flushing.as_deref().into_iter().chain(std::iter::once(&st.dirty)) {
+            for (k, v) in o.xattrs.get(&ino).into_iter().flatten() {
+                m.insert(k.clone(), v.is_some());
+            }
+        }
+        Ok(m.into_iter().filter(|(_, live)| *live).map(|(k, _)| k).collect())
+    }
+
+    pub(crate) fn block_state(&self, st: &State, ino: u64, blk: u64) -> BlockState {
+        if let Some(s) = st.dirty.block(ino, blk) {
+            return s;
+        }
+        if let Some(s) = st.flushing.as_deref().and_then(|o| o.block(ino, blk)) {
+            return s;
+        }
+        BlockState::Committed
+    }
+
+    /// Reads a committed block; None if it is a hole.
+    pub(crate) fn committed_block(&self, r: &MetaRead, ino: u64, blk: u64) -> Result<Option<Vec<u8>>> {
+        let Some(e) = r.get(&ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes()))? else {
+            return Ok(None);
+        };
+        let ext = Extent::decode(&e.payload)?;
+        self.read_extent(r, ino, blk, &ext).map(Some)
+    }
+
+    pub(crate) fn read_extent(&self, r: &MetaRead, ino: u64, blk: u64, ext: &Extent) -> Result<Vec<u8>> {
+        let raw = r.chunk(ext.chunk)?.ok_or_else(|| {
+            FsError::Io(format!("inode {ino} offset {}: extent names missing chunk {}", blk * self.record, ext.chunk))
+        })?;
+        let rec = ChunkRec::decode(&raw)?;
+        match self.pool.chunks.read_chunk(&rec, false) {
+            Ok(mut data) => {
+                data.truncate(ext.len as usize);
+                Ok(data)
+            }
+            Err(e) => {
+                tracing::error!("read error: inode {ino} offset {}: {e}", blk * self.record);
+                Err(FsError::Io(format!("inode {ino} offset {}: {e}", blk * self.record)))
+            }
+        }
+    }
+
+    pub(crate) fn alloc_ino(st: &mut State) -> u64 {
+        let ino = st.next_ino;
+        st.next_ino += 1;
+        ino
+    }
+
+    /// Background flusher: commits every interval, or sooner when kicked.
+    pub fn spawn_flusher(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+        let fs = self.clone();
+        std::thread::Builder::new()
+            .name("cairn-flush".into())
+            .spawn(move || fs.flusher_loop())
+            .expect("spawn flusher")
+    }
+
+    fn flusher_loop(&self) {
+        let interval = Duration::from_secs_f64(self.pool.config.commit_interval_secs);
+        while !self.stopping.load(Ordering::SeqCst) {
+            {
+                let mut k = self.kick_lock.lock();
+                if !*k {
+                    self.kick.wait_for(&mut k, interval);
+                }
+                *k = false;
+            }
+            if let Err(e) = self.flush() {
+                tracing::error!("background flush failed: {e}");
+            }
+        }
+    }
+
+    pub(crate) fn kick_flusher(&self) {
+        *self.kick_lock.lock() = true;
+        self.kick.notify_one();
+    }
+
+    /// Flushes and stops the background flusher.
+    pub fn shutdown(&self) -> Result<()> {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.kick_flusher();
+        self.flush()
+    }
+
+    pub(crate) fn now() -> Time {
+        Time::now()
+    }
+}

@@ -1,0 +1,73 @@
+//! Conversions between cairn-fs types and FUSE attributes.
+
+use cairn_fs::{FileKind, Inode, Time};
+use fuser::{FileAttr, FileType, INodeNo, TimeOrNow};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub fn kind(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+pub fn to_system(t: Time) -> SystemTime {
+    if t.secs >= 0 {
+        UNIX_EPOCH + Duration::new(t.secs as u64, t.nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs()) + Duration::from_nanos(t.nsec as u64)
+    }
+}
+
+pub fn from_system(t: SystemTime) -> Time {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Time {
+            secs: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            let (s, n) = (d.as_secs() as i64, d.subsec_nanos());
+            if n == 0 {
+                Time { secs: -s, nsec: 0 }
+            } else {
+                Time {
+                    secs: -s - 1,
+                    nsec: 1_000_000_000 - n,
+                }
+            }
+        }
+    }
+}
+
+pub fn time_or_now(t: TimeOrNow) -> Time {
+    match t {
+        TimeOrNow::SpecificTime(t) => from_system(t),
+        TimeOrNow::Now => Time::now(),
+    }
+}
+
+pub fn file_attr(i: &Inode) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(i.ino),
+        size: i.size,
+        blocks: i.size.div_ceil(512),
+        atime: to_system(i.atime),
+        mtime: to_system(i.mtime),
+        ctime: to_system(i.ctime),
+        crtime: to_system(i.crtime),
+        kind: kind(i.kind),
+        perm: i.perm,
+        nlink: i.nlink,
+        uid: i.uid,
+        gid: i.gid,
+        rdev: i.rdev,
+        blksize: 65536,
+        flags: 0,
+    }
+}

@@ -1,0 +1,366 @@
+//! The fuser `Filesystem` implementation: one thin method per request, each
+//! calling into cairn-fs and turning its typed errors into errnos.
+
+use crate::attr::{file_attr, from_system, time_or_now};
+use cairn_fs::{Ctx, Fs, FsError, Inode, RenameFlags as CRename, SetAttr, XattrMode};
+use fuser::*;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Attributes and entries may be cached this long: every change goes
+/// through this daemon, so the kernel's view only ages by our own writes.
+const TTL: Duration = Duration::from_secs(1);
+
+pub struct CairnFuse {
+    fs: Arc<Fs>,
+}
+
+impl CairnFuse {
+    pub fn new(fs: Arc<Fs>) -> Self {
+        CairnFuse { fs }
+    }
+}
+
+fn errno(e: FsError) -> Errno {
+    if matches!(e, FsError::Io(_) | FsError::Meta(_) | FsError::Data(_) | FsError::Device(_) | FsError::Failed(_)) {
+        tracing::warn!("request failed: {e}");
+    }
+    Errno::from_i32(e.errno())
+}
+
+fn ctx(req: &Request) -> Ctx {
+    Ctx {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+fn entry(reply: ReplyEntry, r: Result<Inode, FsError>) {
+    match r {
+        Ok(i) => reply.entry(&TTL, &file_attr(&i), Generation(0)),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+impl Filesystem for CairnFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        for cap in [
+            InitFlags::FUSE_WRITEBACK_CACHE,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_MAX_PAGES,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+        ] {
+            if config.add_capabilities(cap).is_err() {
+                tracing::info!("kernel lacks FUSE capability {cap:?}");
+            }
+        }
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_background(64);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.shutdown() {
+            tracing::error!("final flush at unmount failed: {e}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        entry(reply, self.fs.lookup(parent.0, name.as_bytes()));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(i) => reply.attr(&TTL, &file_attr(&i)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+            ctime: ctime.map(from_system),
+        };
+        match self.fs.setattr(ino.0, &a) {
+            Ok(i) => reply.attr(&TTL, &file_attr(&i)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        entry(reply, self.fs.mknod(ctx(req), parent.0, name.as_bytes(), mode & !umask, rdev));
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        entry(reply, self.fs.mkdir(ctx(req), parent.0, name.as_bytes(), mode & !umask));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let t = target.as_os_str().as_bytes();
+        entry(reply, self.fs.symlink(ctx(req), parent.0, link_name.as_bytes(), t));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let f = CRename {
+            noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+        };
+        empty(
+            reply,
+            self.fs.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), f),
+        );
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open_file(ino.0) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(ino.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(ino.0);
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        empty(reply, self.fs.fsync(ino.0));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.getattr(ino.0) {
+            Ok(i) if i.kind == cairn_fs::FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        match self.fs.readdir(ino.0, offset, 256) {
+            Ok(ents) => {
+                for e in ents {
+                    if reply.add(INodeNo(e.ino), e.cookie, crate::attr::kind(e.kind), OsStr::from_bytes(&e.name)) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        match self.fs.readdir(ino.0, offset, 128) {
+            Ok(ents) => {
+                for e in ents {
+                    let Ok(i) = self.fs.getattr(e.ino) else { continue };
+                    let name = OsStr::from_bytes(&e.name);
+                    if reply.add(INodeNo(e.ino), e.cookie, name, &TTL, &file_attr(&i), Generation(0)) {
+                        break;
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        empty(reply, self.fs.fsync(ino.0));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs.statfs();
+        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mode = if flags & libc::XATTR_CREATE != 0 {
+            XattrMode::Create
+        } else if flags & libc::XATTR_REPLACE != 0 {
+            XattrMode::Replace
+        } else {
+            XattrMode::Any
+        };
+        empty(reply, self.fs.setxattr(ino.0, name.as_bytes(), value, mode));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattr_reply(reply, size, self.fs.getxattr(ino.0, name.as_bytes()));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattr_reply(reply, size, self.fs.listxattr(ino.0));
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        empty(reply, self.fs.getattr(ino.0).map(|_| ()));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.fs.create(ctx(req), parent.0, name.as_bytes(), mode & !umask) {
+            Ok(i) => reply.created(&TTL, &file_attr(&i), Generation(0), FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.fs.fallocate(ino.0, offset, length, mode));
+    }
+}
+
+fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, FsError>) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(errno(e)),
+    }
+}
