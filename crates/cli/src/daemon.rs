@@ -140,17 +140,27 @@ pub fn is_mounted(mnt: &Path) -> Result<bool> {
 
 pub fn umount(mnt: &Path) -> Result<()> {
     let mnt = mnt.canonicalize().with_context(|| format!("{}", mnt.display()))?;
-    if !is_mounted(&mnt)? {
+    let Some((_, pool)) = cairn_mounts()?.into_iter().find(|(m, _)| *m == mnt) else {
         bail!("{} is not a mounted Cairn pool", mnt.display());
-    }
+    };
     let st = Command::new("fusermount3").arg("-u").arg(&mnt).status().context("running fusermount3")?;
     if !st.success() {
         bail!("fusermount3 -u {} failed (busy?)", mnt.display());
     }
     let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline && is_mounted(&mnt)? {
+    // The daemon flushes after the kernel lets go; wait until it exits and
+    // releases the pool.
+    while Instant::now() < deadline && pool_locked(Path::new(&pool)) {
         std::thread::sleep(Duration::from_millis(20));
     }
     println!("unmounted {}", mnt.display());
     Ok(())
+}
+
+/// Is some process holding the pool's lock (a daemon still running)?
+fn pool_locked(pool: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(PoolPaths::lock(pool)) else { return false };
+    // SAFETY: flock on an fd we own; the lock is dropped with the file.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
 }

@@ -18,6 +18,9 @@ pub struct ChunkStore {
     pub(crate) open: Mutex<Option<OpenSegment>>,
     pub(crate) next_segment: AtomicU64,
     pub(crate) segment_size: u64,
+    /// Free bytes at the end of the open segment, readable while a batch
+    /// holds the open segment (writers check space without waiting).
+    pub(crate) open_tail: AtomicU64,
 }
 
 impl ChunkStore {
@@ -56,6 +59,7 @@ impl ChunkStore {
             open: Mutex::new(None),
             next_segment: AtomicU64::new(next_segment),
             segment_size,
+            open_tail: AtomicU64::new(0),
         })
     }
 
@@ -141,12 +145,7 @@ impl ChunkStore {
     /// segment's tail.
     pub fn free_bytes(&self) -> u64 {
         let (_, free_slots) = self.devices.slot_totals();
-        let tail = self
-            .open
-            .lock()
-            .as_ref()
-            .map_or(0, |o| self.segment_size - o.used as u64);
-        free_slots * self.segment_size + tail
+        free_slots * self.segment_size + self.open_tail.load(Ordering::Relaxed)
     }
 
     pub fn segment_size(&self) -> u64 {

@@ -62,6 +62,8 @@ impl<'a> WriteBatch<'a> {
         let offset = o.used;
         seal(raw, hash, &mut o.buf);
         o.used += len;
+        let tail = self.store.segment_size - o.used as u64;
+        self.store.open_tail.store(tail, Ordering::Relaxed);
         let id = o.id;
         if o.buf.len() >= WRITE_CHUNK {
             self.write_buffer()?;
@@ -100,6 +102,7 @@ impl<'a> WriteBatch<'a> {
     fn close_open(&mut self) -> Result<()> {
         self.write_buffer()?;
         *self.open = None;
+        self.store.open_tail.store(0, Ordering::Relaxed);
         Ok(())
     }
 

@@ -83,13 +83,35 @@ impl Fs {
     }
 
     fn commit(&self, ov: &Overlay, tid: u64, next_ino: u64, prune_all: bool) -> Result<Vec<SlotAddr>> {
+        let t0 = std::time::Instant::now();
         let (written, mut touched) = self.write_blocks(ov)?;
+        let t1 = t0.elapsed();
+        let r = self.commit_meta(ov, tid, next_ino, prune_all, &written, &mut touched);
+        tracing::debug!(
+            "tid {tid}: {} blocks ({} bytes) written in {:?}, committed in {:?}",
+            written.len(),
+            ov.bytes,
+            t1,
+            t0.elapsed() - t1
+        );
+        r
+    }
+
+    fn commit_meta(
+        &self,
+        ov: &Overlay,
+        tid: u64,
+        next_ino: u64,
+        prune_all: bool,
+        written: &[Written],
+        touched: &mut BTreeSet<u64>,
+    ) -> Result<Vec<SlotAddr>> {
         let now = Time::now().as_nanos() as u64;
         let retention = self.pool.config.history_retention_secs.saturating_mul(1_000_000_000);
         self.pool.meta.write(|w| {
             apply_overlay(w, ov, tid)?;
             let mut next_chunk = w.counter("next_chunk")?;
-            for wb in &written {
+            for wb in written {
                 let key = ElemKey::new(wb.ino, RecordType::Extent, &wb.blk.to_be_bytes());
                 match &wb.chunk {
                     Some((rec, len)) => {
@@ -118,9 +140,9 @@ impl Fs {
             if let Some(cutoff) = cutoff {
                 let removed = w.prune(cutoff, &[])?;
                 w.set_counter("pruned_tid", cutoff)?;
-                self.release_elements(w, &removed, &mut touched, &mut freed)?;
+                self.release_elements(w, &removed, touched, &mut freed)?;
             }
-            for id in &touched {
+            for id in touched.iter() {
                 match self.pool.chunks.segment(*id) {
                     Some(rec) => w.put_segment(*id, &rec.encode())?,
                     None => w.remove_segment(*id)?,

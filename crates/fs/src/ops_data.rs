@@ -152,13 +152,14 @@ impl Fs {
         Ok(())
     }
 
-    /// Kicks the flusher above the dirty limit; writers wait for a flush
-    /// above twice the limit.
+    /// Kicks the flusher once an eighth of the dirty limit is buffered, so
+    /// that flushing overlaps with writing; writers wait for a flush above
+    /// twice the limit.
     fn throttle(&self, dirty: u64) -> Result<()> {
         let limit = self.pool.config.dirty_limit_mib << 20;
         if dirty > 2 * limit {
             self.flush()?;
-        } else if dirty > limit {
+        } else if dirty > limit / 8 {
             self.kick_flusher();
         }
         Ok(())

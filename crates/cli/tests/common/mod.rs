@@ -92,7 +92,7 @@ pub fn cairn_ok<S: AsRef<OsStr>>(args: &[S]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Runs a bash script in `dir` (with `set -euo pipefail`), asserts success and
+/// Runs a bash script in `dir` (with `set -euxo pipefail`), asserts success and
 /// returns stdout. On failure the script, stdout and stderr are shown.
 pub fn sh(dir: &Path, script: &str) -> String {
     let out = sh_output(dir, script);
@@ -107,7 +107,7 @@ pub fn sh(dir: &Path, script: &str) -> String {
 
 /// Like `sh` but returns the raw output without asserting.
 pub fn sh_output(dir: &Path, script: &str) -> Output {
-    let full = format!("set -euo pipefail\n{script}");
+    let full = format!("set -euxo pipefail\n{script}");
     run_timeout(Command::new("bash").arg("-c").arg(full).current_dir(dir), CMD_TIMEOUT)
 }
 
