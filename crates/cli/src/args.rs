@@ -7,7 +7,11 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "cairn", version, about = "Cairn: a versioned, deduplicating, self-tiering storage pool")]
+#[command(
+    name = "cairn",
+    version,
+    about = "Cairn: a versioned, deduplicating, self-tiering storage pool"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,

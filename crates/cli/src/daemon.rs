@@ -23,7 +23,10 @@ fn config_for(a: &MountArgs) -> Result<PoolConfig> {
 }
 
 pub fn mount(a: MountArgs) -> Result<()> {
-    let pool = a.pool.canonicalize().with_context(|| format!("pool {}", a.pool.display()))?;
+    let pool = a
+        .pool
+        .canonicalize()
+        .with_context(|| format!("pool {}", a.pool.display()))?;
     cairn_fs::pool::read_superblock(&pool)?;
     if !a.mountpoint.is_dir() {
         bail!("mount point {} is not a directory", a.mountpoint.display());
@@ -35,9 +38,18 @@ pub fn mount(a: MountArgs) -> Result<()> {
 }
 
 fn init_logging(to_file: Option<&Path>) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG").unwrap_or_else(|_| "info".into());
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
-    match to_file.and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok()) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG").unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
+    match to_file.and_then(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .ok()
+    }) {
         Some(f) => b.with_writer(std::sync::Mutex::new(f)).init(),
         None => b.with_writer(std::io::stderr).init(),
     }
@@ -53,7 +65,8 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
         .with_context(|| format!("mounting on {}", mnt.display()))?;
     tracing::info!("pool {} mounted on {}", pool.display(), mnt.display());
     let m2 = mnt.clone();
-    let mut signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
             tracing::info!("signal received, unmounting");
@@ -70,9 +83,15 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
 fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
     use std::os::unix::process::CommandExt;
     let log = PoolPaths::log(pool);
-    let out = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)?;
     let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("mount").arg(pool).arg(&a.mountpoint).arg("--foreground");
+    cmd.arg("mount")
+        .arg(pool)
+        .arg(&a.mountpoint)
+        .arg("--foreground");
     cmd.arg("--threads").arg(a.threads.to_string());
     if let Some(s) = a.commit_interval {
         cmd.arg("--commit-interval").arg(s.to_string());
@@ -80,7 +99,9 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
     if let Some(d) = a.dirty_limit {
         cmd.arg("--dirty-limit").arg(d.to_string());
     }
-    cmd.stdin(Stdio::null()).stdout(out.try_clone()?).stderr(out);
+    cmd.stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
     // SAFETY: setsid is async-signal-safe; detaches from our terminal.
     unsafe {
         cmd.pre_exec(|| {
@@ -93,11 +114,21 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if is_mounted(&mnt)? {
-            println!("mounted {} on {} (pid {}, log {})", pool.display(), mnt.display(), child.id(), log.display());
+            println!(
+                "mounted {} on {} (pid {}, log {})",
+                pool.display(),
+                mnt.display(),
+                child.id(),
+                log.display()
+            );
             return Ok(());
         }
         if let Some(st) = child.try_wait()? {
-            bail!("the daemon exited ({st}) before mounting; see {}:\n{}", log.display(), log_tail(&log));
+            bail!(
+                "the daemon exited ({st}) before mounting; see {}:\n{}",
+                log.display(),
+                log_tail(&log)
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -116,12 +147,15 @@ fn cairn_mounts() -> Result<Vec<(PathBuf, String)>> {
     let info = std::fs::read_to_string("/proc/self/mountinfo")?;
     let mut out = Vec::new();
     for line in info.lines() {
-        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
         let mut r = right.split(' ');
         let (fstype, source) = (r.next().unwrap_or(""), r.next().unwrap_or(""));
         // fusermount3 may record the type as plain "fuse"; the source is
         // the pool directory, which holds a Cairn superblock.
-        let ours = fstype == "fuse.cairn" || (fstype == "fuse" && Path::new(&unescape(source)).join("superblock").exists());
+        let ours = fstype == "fuse.cairn"
+            || (fstype == "fuse" && Path::new(&unescape(source)).join("superblock").exists());
         if ours {
             let mp = left.split(' ').nth(4).unwrap_or("");
             out.push((PathBuf::from(unescape(mp)), unescape(source)));
@@ -131,7 +165,10 @@ fn cairn_mounts() -> Result<Vec<(PathBuf, String)>> {
 }
 
 fn unescape(s: &str) -> String {
-    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
 }
 
 pub fn is_mounted(mnt: &Path) -> Result<bool> {
@@ -139,11 +176,17 @@ pub fn is_mounted(mnt: &Path) -> Result<bool> {
 }
 
 pub fn umount(mnt: &Path) -> Result<()> {
-    let mnt = mnt.canonicalize().with_context(|| format!("{}", mnt.display()))?;
+    let mnt = mnt
+        .canonicalize()
+        .with_context(|| format!("{}", mnt.display()))?;
     let Some((_, pool)) = cairn_mounts()?.into_iter().find(|(m, _)| *m == mnt) else {
         bail!("{} is not a mounted Cairn pool", mnt.display());
     };
-    let st = Command::new("fusermount3").arg("-u").arg(&mnt).status().context("running fusermount3")?;
+    let st = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .context("running fusermount3")?;
     if !st.success() {
         bail!("fusermount3 -u {} failed (busy?)", mnt.display());
     }
@@ -160,7 +203,9 @@ pub fn umount(mnt: &Path) -> Result<()> {
 /// Is some process holding the pool's lock (a daemon still running)?
 fn pool_locked(pool: &Path) -> bool {
     use std::os::fd::AsRawFd;
-    let Ok(f) = std::fs::File::open(PoolPaths::lock(pool)) else { return false };
+    let Ok(f) = std::fs::File::open(PoolPaths::lock(pool)) else {
+        return false;
+    };
     // SAFETY: flock on an fd we own; the lock is dropped with the file.
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
 }

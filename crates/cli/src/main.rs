@@ -21,7 +21,8 @@ fn run(cli: args::Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Mkfs(a) => {
             let opts = a.options()?;
-            let sb = cairn_fs::mkfs(&a.pool, opts).with_context(|| format!("mkfs {}", a.pool.display()))?;
+            let sb = cairn_fs::mkfs(&a.pool, opts)
+                .with_context(|| format!("mkfs {}", a.pool.display()))?;
             println!(
                 "created pool {} (record size {} KiB, segment size {} MiB)",
                 a.pool.display(),

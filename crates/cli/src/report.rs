@@ -7,7 +7,10 @@ use std::path::Path;
 
 fn open(pool: &Path) -> Result<Pool> {
     match Pool::open(pool, None) {
-        Err(FsError::Busy) => bail!("pool {} is mounted; unmount it first (`cairn umount MOUNTPOINT`)", pool.display()),
+        Err(FsError::Busy) => bail!(
+            "pool {} is mounted; unmount it first (`cairn umount MOUNTPOINT`)",
+            pool.display()
+        ),
         r => Ok(r?),
     }
 }
@@ -58,10 +61,20 @@ pub fn info(pool: &Path, json: bool) -> Result<()> {
     println!("logical bytes:   {}", human(i.logical_bytes));
     println!("physical bytes:  {}", human(i.physical_bytes));
     println!("capacity:        {}", human(i.capacity_bytes));
-    println!("elements:        {} live, {} history; {} chunks in {} segments", i.live_elements, i.history_elements, i.chunks, i.segments);
+    println!(
+        "elements:        {} live, {} history; {} chunks in {} segments",
+        i.live_elements, i.history_elements, i.chunks, i.segments
+    );
     println!("devices:");
     for d in &i.devices {
-        println!("  {:>2} {:<5} {:>10} used of {:>10}  {}", d.id, d.class, human(d.used), human(d.size), d.path);
+        println!(
+            "  {:>2} {:<5} {:>10} used of {:>10}  {}",
+            d.id,
+            d.class,
+            human(d.used),
+            human(d.size),
+            d.path
+        );
     }
     Ok(())
 }

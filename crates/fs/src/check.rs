@@ -67,7 +67,11 @@ fn paths(s: &Scan) -> HashMap<u64, String> {
     let mut q = VecDeque::from([ROOT_INO]);
     while let Some(d) = q.pop_front() {
         for (name, ent) in s.dirents.get(&d).into_iter().flatten() {
-            let base = if d == ROOT_INO { String::new() } else { out[&d].clone() };
+            let base = if d == ROOT_INO {
+                String::new()
+            } else {
+                out[&d].clone()
+            };
             let p = format!("{base}/{}", String::from_utf8_lossy(name));
             if out.contains_key(&ent.ino) {
                 continue;
@@ -81,21 +85,34 @@ fn paths(s: &Scan) -> HashMap<u64, String> {
     out
 }
 
-fn check_namespace(s: &Scan, paths: &HashMap<u64, String>, orphans: &[u64], problems: &mut Vec<String>) {
+fn check_namespace(
+    s: &Scan,
+    paths: &HashMap<u64, String>,
+    orphans: &[u64],
+    problems: &mut Vec<String>,
+) {
     let mut links: HashMap<u64, u32> = HashMap::new();
     let mut subdirs: HashMap<u64, u32> = HashMap::new();
     for (dir, ents) in &s.dirents {
-        let dp = paths.get(dir).cloned().unwrap_or(format!("<dir inode {dir}>"));
+        let dp = paths
+            .get(dir)
+            .cloned()
+            .unwrap_or(format!("<dir inode {dir}>"));
         if !s.inodes.contains_key(dir) {
             problems.push(format!("{dp}: entries in a directory that does not exist"));
         }
         for (name, e) in ents {
             *links.entry(e.ino).or_default() += 1;
             match s.inodes.get(&e.ino) {
-                None => problems.push(format!("{dp}/{}: entry names missing inode {}", String::from_utf8_lossy(name), e.ino)),
-                Some(i) if i.kind != e.kind => {
-                    problems.push(format!("{dp}/{}: entry type differs from inode type", String::from_utf8_lossy(name)))
-                }
+                None => problems.push(format!(
+                    "{dp}/{}: entry names missing inode {}",
+                    String::from_utf8_lossy(name),
+                    e.ino
+                )),
+                Some(i) if i.kind != e.kind => problems.push(format!(
+                    "{dp}/{}: entry type differs from inode type",
+                    String::from_utf8_lossy(name)
+                )),
                 Some(i) if i.kind == FileKind::Dir => *subdirs.entry(*dir).or_default() += 1,
                 _ => {}
             }
@@ -138,7 +155,11 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
             users.entry(x.chunk).or_default().push((*ino, *blk));
             if let Some(i) = s.inodes.get(ino) {
                 if blk * rs >= i.size.max(1) {
-                    rep.problems.push(format!("{}: extent at offset {} beyond end of file", where_(&paths, *ino), blk * rs));
+                    rep.problems.push(format!(
+                        "{}: extent at offset {} beyond end of file",
+                        where_(&paths, *ino),
+                        blk * rs
+                    ));
                 }
             }
         }
@@ -157,7 +178,10 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
         };
         let counted = s.refs.remove(&id).unwrap_or(0);
         if counted != rec.refs {
-            rep.problems.push(format!("chunk {id}: reference count {} but {counted} elements use it", rec.refs));
+            rep.problems.push(format!(
+                "chunk {id}: reference count {} but {counted} elements use it",
+                rec.refs
+            ));
         }
         let e = seg_live.entry(rec.segment).or_default();
         e.0 += rec.len as u64;
@@ -171,21 +195,34 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
                     .flatten()
                     .map(|(ino, blk)| format!("{} offset {}", where_(&paths, *ino), blk * rs))
                     .collect();
-                rep.problems.push(format!("chunk {id} ({}): {err}", if who.is_empty() { "history only".into() } else { who.join(", ") }));
+                rep.problems.push(format!(
+                    "chunk {id} ({}): {err}",
+                    if who.is_empty() {
+                        "history only".into()
+                    } else {
+                        who.join(", ")
+                    }
+                ));
             }
         }
     }
     for (chunk, n) in s.refs {
-        rep.problems.push(format!("{n} element(s) reference missing chunk {chunk}"));
+        rep.problems
+            .push(format!("{n} element(s) reference missing chunk {chunk}"));
     }
     for (id, seg) in pool.chunks.segment_table() {
         let (live, n) = seg_live.remove(&id).unwrap_or((0, 0));
         if seg.live != live || seg.chunks != n {
-            rep.problems.push(format!("segment {id}: accounts {} bytes in {} chunks, found {live} in {n}", seg.live, seg.chunks));
+            rep.problems.push(format!(
+                "segment {id}: accounts {} bytes in {} chunks, found {live} in {n}",
+                seg.live, seg.chunks
+            ));
         }
     }
     for (id, _) in seg_live {
-        rep.problems.push(format!("chunks stored in segment {id}, which is not in the segment table"));
+        rep.problems.push(format!(
+            "chunks stored in segment {id}, which is not in the segment table"
+        ));
     }
     Ok(rep)
 }

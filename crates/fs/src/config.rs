@@ -40,9 +40,10 @@ impl Default for PoolConfig {
 
 impl PoolConfig {
     pub fn load(path: &Path) -> Result<PoolConfig> {
-        let text = std::fs::read_to_string(path).map_err(|e| FsError::Io(format!("{}: {e}", path.display())))?;
-        let c: PoolConfig =
-            toml::from_str(&text).map_err(|e| FsError::Io(format!("{}: invalid config: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| FsError::Io(format!("{}: {e}", path.display())))?;
+        let c: PoolConfig = toml::from_str(&text)
+            .map_err(|e| FsError::Io(format!("{}: invalid config: {e}", path.display())))?;
         if c.format != CONFIG_FORMAT {
             return Err(FsError::Io(format!(
                 "{}: unknown config format {} (expected {CONFIG_FORMAT})",
@@ -56,7 +57,9 @@ impl PoolConfig {
 
     pub fn validate(&self) -> Result<()> {
         if !(self.commit_interval_secs > 0.0 && self.commit_interval_secs <= 3600.0) {
-            return Err(FsError::Io("commit_interval_secs must be in (0, 3600]".into()));
+            return Err(FsError::Io(
+                "commit_interval_secs must be in (0, 3600]".into(),
+            ));
         }
         if self.dirty_limit_mib == 0 {
             return Err(FsError::Io("dirty_limit_mib must be > 0".into()));

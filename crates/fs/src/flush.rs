@@ -11,7 +11,7 @@ use crate::types::{Extent, Time};
 use crate::vfs::Fs;
 use cairn_data::{ChunkRec, Hash};
 use cairn_devices::SlotAddr;
-use cairn_meta::{Element, ElemKey, MetaWrite, RecordType};
+use cairn_meta::{ElemKey, Element, MetaWrite, RecordType};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -51,7 +51,9 @@ impl Fs {
                 Ok(())
             }
             Err(e) => {
-                tracing::error!("commit of tid {tid} failed: {e}; the filesystem stops accepting changes");
+                tracing::error!(
+                    "commit of tid {tid} failed: {e}; the filesystem stops accepting changes"
+                );
                 *self.failed.lock() = Some(e.to_string());
                 Err(e)
             }
@@ -82,7 +84,13 @@ impl Fs {
         Ok((out, segs.into_iter().map(|(id, _)| id).collect()))
     }
 
-    fn commit(&self, ov: &Overlay, tid: u64, next_ino: u64, prune_all: bool) -> Result<Vec<SlotAddr>> {
+    fn commit(
+        &self,
+        ov: &Overlay,
+        tid: u64,
+        next_ino: u64,
+        prune_all: bool,
+    ) -> Result<Vec<SlotAddr>> {
         let t0 = std::time::Instant::now();
         let (written, mut touched) = self.write_blocks(ov)?;
         let t1 = t0.elapsed();
@@ -107,7 +115,11 @@ impl Fs {
         touched: &mut BTreeSet<u64>,
     ) -> Result<Vec<SlotAddr>> {
         let now = Time::now().as_nanos() as u64;
-        let retention = self.pool.config.history_retention_secs.saturating_mul(1_000_000_000);
+        let retention = self
+            .pool
+            .config
+            .history_retention_secs
+            .saturating_mul(1_000_000_000);
         self.pool.meta.write(|w| {
             apply_overlay(w, ov, tid)?;
             let mut next_chunk = w.counter("next_chunk")?;
@@ -118,7 +130,15 @@ impl Fs {
                         let id = next_chunk;
                         next_chunk += 1;
                         w.put_chunk(id, &rec.encode())?;
-                        w.put(&key, &Extent { chunk: id, len: *len }.encode(), tid)?;
+                        w.put(
+                            &key,
+                            &Extent {
+                                chunk: id,
+                                len: *len,
+                            }
+                            .encode(),
+                            tid,
+                        )?;
                     }
                     None => {
                         w.end(&key, tid)?;
@@ -161,13 +181,23 @@ impl Fs {
         touched: &mut BTreeSet<u64>,
         freed: &mut Vec<SlotAddr>,
     ) -> Result<()> {
-        for e in removed.iter().filter(|e| e.key.rtype() == Some(RecordType::Extent)) {
+        for e in removed
+            .iter()
+            .filter(|e| e.key.rtype() == Some(RecordType::Extent))
+        {
             let ext = Extent::decode(&e.payload)?;
             let Some(raw) = w.chunk(ext.chunk)? else {
-                return Err(FsError::Io(format!("{}: chunk {} already gone", e.key, ext.chunk)));
+                return Err(FsError::Io(format!(
+                    "{}: chunk {} already gone",
+                    e.key, ext.chunk
+                )));
             };
             let mut rec = ChunkRec::decode(&raw)?;
-            assert!(rec.refs > 0, "chunk {} with zero refs still stored", ext.chunk);
+            assert!(
+                rec.refs > 0,
+                "chunk {} with zero refs still stored",
+                ext.chunk
+            );
             rec.refs -= 1;
             if rec.refs > 0 {
                 w.put_chunk(ext.chunk, &rec.encode())?;
@@ -212,7 +242,11 @@ fn apply_overlay(w: &mut MetaWrite<'_>, ov: &Overlay, tid: u64) -> Result<()> {
         }
     }
     for i in ov.inodes.values().flatten() {
-        w.put(&ElemKey::new(i.ino, RecordType::Inode, &[]), &i.encode(), tid)?;
+        w.put(
+            &ElemKey::new(i.ino, RecordType::Inode, &[]),
+            &i.encode(),
+            tid,
+        )?;
     }
     for (&dir, ents) in &ov.dirents {
         for (sk, ent) in ents {

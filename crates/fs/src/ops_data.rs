@@ -31,7 +31,9 @@ impl Fs {
         match self.block_state(st, ino, blk) {
             BlockState::Data(b) => Ok((*b).clone()),
             BlockState::Hole => Ok(Vec::new()),
-            BlockState::Committed => Ok(self.committed_block(&self.meta()?, ino, blk)?.unwrap_or_default()),
+            BlockState::Committed => Ok(self
+                .committed_block(&self.meta()?, ino, blk)?
+                .unwrap_or_default()),
         }
     }
 
@@ -55,8 +57,9 @@ impl Fs {
             if off >= end {
                 return Ok(Vec::new());
             }
-            let parts: Vec<(u64, BlockState)> =
-                (off / rs..end.div_ceil(rs)).map(|b| (b, self.block_state(&st, ino, b))).collect();
+            let parts: Vec<(u64, BlockState)> = (off / rs..end.div_ceil(rs))
+                .map(|b| (b, self.block_state(&st, ino, b)))
+                .collect();
             (end, parts)
         };
         let mut out = vec![0u8; (end - off) as usize];
@@ -123,7 +126,11 @@ impl Fs {
         let rs = self.record;
         let mut i = self.inode(st, ino)?;
         if i.kind != FileKind::File {
-            return Err(if i.kind == FileKind::Dir { FsError::IsDir } else { FsError::Invalid });
+            return Err(if i.kind == FileKind::Dir {
+                FsError::IsDir
+            } else {
+                FsError::Invalid
+            });
         }
         let end = off + data.len() as u64;
         for blk in off / rs..end.div_ceil(rs) {
@@ -211,7 +218,11 @@ impl Fs {
         let mut st = self.lock();
         let i = self.inode(&st, ino)?;
         if i.kind != FileKind::File {
-            return Err(if i.kind == FileKind::Dir { FsError::IsDir } else { FsError::NotSupported });
+            return Err(if i.kind == FileKind::Dir {
+                FsError::IsDir
+            } else {
+                FsError::NotSupported
+            });
         }
         if zero {
             self.zero_range(&mut st, ino, off, end.min(i.size))?;
@@ -234,7 +245,11 @@ impl Fs {
             let bstart = blk * rs;
             let lo = (off.max(bstart) - bstart) as usize;
             let hi = (end.min(bstart + rs) - bstart) as usize;
-            let mut b = if lo == 0 && hi as u64 == rs { Vec::new() } else { self.editable_block(st, ino, blk)? };
+            let mut b = if lo == 0 && hi as u64 == rs {
+                Vec::new()
+            } else {
+                self.editable_block(st, ino, blk)?
+            };
             if lo < b.len() {
                 let h = hi.min(b.len());
                 b[lo..h].fill(0);

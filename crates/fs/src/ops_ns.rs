@@ -78,7 +78,14 @@ impl Fs {
         Ok(i)
     }
 
-    fn new_inode(st: &mut State, ctx: Ctx, parent: &Inode, kind: FileKind, mode: u32, rdev: u32) -> Inode {
+    fn new_inode(
+        st: &mut State,
+        ctx: Ctx,
+        parent: &Inode,
+        kind: FileKind,
+        mode: u32,
+        rdev: u32,
+    ) -> Inode {
         let now = Self::now();
         let mut perm = (mode & 0o7777) as u16;
         let setgid_dir = parent.perm & libc::S_ISGID as u16 != 0;
@@ -125,7 +132,11 @@ impl Fs {
         }
         let i = Self::new_inode(&mut st, ctx, &p, kind, mode, rdev);
         st.dirty.put_inode(i.clone());
-        st.dirty.put_dirent(parent, dirent_subkey(name), Some(DirEnt { ino: i.ino, kind }));
+        st.dirty.put_dirent(
+            parent,
+            dirent_subkey(name),
+            Some(DirEnt { ino: i.ino, kind }),
+        );
         p.mtime = i.mtime;
         p.ctime = i.mtime;
         if kind == FileKind::Dir {
@@ -140,11 +151,11 @@ impl Fs {
         if kind == FileKind::Dir || kind == FileKind::Symlink {
             return Err(FsError::Invalid);
         }
-        Ok(self.create_node(ctx, parent, name, kind, mode, rdev)?)
+        self.create_node(ctx, parent, name, kind, mode, rdev)
     }
 
     pub fn mkdir(&self, ctx: Ctx, parent: u64, name: &[u8], mode: u32) -> Result<Inode> {
-        Ok(self.create_node(ctx, parent, name, FileKind::Dir, mode, 0)?)
+        self.create_node(ctx, parent, name, FileKind::Dir, mode, 0)
     }
 
     /// Creates and opens a regular file.
@@ -156,7 +167,11 @@ impl Fs {
 
     pub fn symlink(&self, ctx: Ctx, parent: u64, name: &[u8], target: &[u8]) -> Result<Inode> {
         if target.is_empty() || target.len() > 4095 {
-            return Err(if target.is_empty() { FsError::NotFound } else { FsError::NameTooLong });
+            return Err(if target.is_empty() {
+                FsError::NotFound
+            } else {
+                FsError::NameTooLong
+            });
         }
         let mut i = self.create_node(ctx, parent, name, FileKind::Symlink, 0o777, 0)?;
         let mut st = self.lock();
@@ -198,7 +213,11 @@ impl Fs {
         i.ctime = now;
         p.mtime = now;
         p.ctime = now;
-        st.dirty.put_dirent(parent, dirent_subkey(name), Some(DirEnt { ino, kind: i.kind }));
+        st.dirty.put_dirent(
+            parent,
+            dirent_subkey(name),
+            Some(DirEnt { ino, kind: i.kind }),
+        );
         st.dirty.put_inode(i.clone());
         st.dirty.put_inode(p);
         Ok(i)
@@ -206,7 +225,11 @@ impl Fs {
 
     /// Drops one link of an inode; deletes it when unlinked and closed.
     fn drop_link(&self, st: &mut State, mut i: Inode, now: Time) {
-        i.nlink = if i.kind == FileKind::Dir { 0 } else { i.nlink.saturating_sub(1) };
+        i.nlink = if i.kind == FileKind::Dir {
+            0
+        } else {
+            i.nlink.saturating_sub(1)
+        };
         i.ctime = now;
         if i.nlink > 0 {
             st.dirty.put_inode(i);
@@ -268,7 +291,9 @@ impl Fs {
             }
             ino = i.parent;
         }
-        Err(FsError::Io("directory parent chain too long (loop?)".into()))
+        Err(FsError::Io(
+            "directory parent chain too long (loop?)".into(),
+        ))
     }
 
     pub fn rename(&self, p1: u64, n1: &[u8], p2: u64, n2: &[u8], flags: RenameFlags) -> Result<()> {
@@ -317,7 +342,15 @@ impl Fs {
         self.move_entry(st, p1, n1, p2, n2, src)
     }
 
-    fn move_entry(&self, st: &mut State, p1: u64, n1: &[u8], p2: u64, n2: &[u8], src: DirEnt) -> Result<()> {
+    fn move_entry(
+        &self,
+        st: &mut State,
+        p1: u64,
+        n1: &[u8],
+        p2: u64,
+        n2: &[u8],
+        src: DirEnt,
+    ) -> Result<()> {
         let now = Self::now();
         st.dirty.put_dirent(p1, dirent_subkey(n1), None);
         st.dirty.put_dirent(p2, dirent_subkey(n2), Some(src));
@@ -345,7 +378,12 @@ impl Fs {
         Ok(())
     }
 
-    fn exchange(&self, st: &mut State, a: (u64, &[u8], DirEnt), b: (u64, &[u8], DirEnt)) -> Result<()> {
+    fn exchange(
+        &self,
+        st: &mut State,
+        a: (u64, &[u8], DirEnt),
+        b: (u64, &[u8], DirEnt),
+    ) -> Result<()> {
         let now = Self::now();
         st.dirty.put_dirent(a.0, dirent_subkey(a.1), Some(b.2));
         st.dirty.put_dirent(b.0, dirent_subkey(b.1), Some(a.2));
@@ -401,7 +439,11 @@ impl Fs {
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], mode: XattrMode) -> Result<()> {
         self.check_ok()?;
         if name.is_empty() || name.len() > 255 {
-            return Err(if name.is_empty() { FsError::Invalid } else { FsError::Range });
+            return Err(if name.is_empty() {
+                FsError::Invalid
+            } else {
+                FsError::Range
+            });
         }
         if value.len() > 65536 {
             return Err(FsError::Range);
@@ -415,7 +457,11 @@ impl Fs {
             _ => {}
         }
         st.dirty.changed = true;
-        st.dirty.xattrs.entry(ino).or_default().insert(name.to_vec(), Some(value.to_vec()));
+        st.dirty
+            .xattrs
+            .entry(ino)
+            .or_default()
+            .insert(name.to_vec(), Some(value.to_vec()));
         i.ctime = Self::now();
         st.dirty.put_inode(i);
         Ok(())
@@ -447,7 +493,11 @@ impl Fs {
             return Err(FsError::NoAttr);
         }
         st.dirty.changed = true;
-        st.dirty.xattrs.entry(ino).or_default().insert(name.to_vec(), None);
+        st.dirty
+            .xattrs
+            .entry(ino)
+            .or_default()
+            .insert(name.to_vec(), None);
         i.ctime = Self::now();
         st.dirty.put_inode(i);
         Ok(())

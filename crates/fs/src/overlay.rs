@@ -50,7 +50,11 @@ impl Overlay {
 
     pub fn block(&self, ino: u64, blk: u64) -> Option<BlockState> {
         if let Some(b) = self.blocks.get(&ino).and_then(|m| m.get(&blk)) {
-            return Some(if b.is_empty() { BlockState::Hole } else { BlockState::Data(b.clone()) });
+            return Some(if b.is_empty() {
+                BlockState::Hole
+            } else {
+                BlockState::Data(b.clone())
+            });
         }
         if matches!(self.truncs.get(&ino), Some(&t) if blk >= t) {
             return Some(BlockState::Hole);

@@ -72,10 +72,17 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FsError + '_ {
 fn validate(opts: &MkfsOptions) -> Result<()> {
     let rs = opts.record_size as u64;
     if !rs.is_power_of_two() || !(4096..=(1 << 20)).contains(&rs) {
-        return Err(FsError::Io("record size must be a power of two between 4K and 1M".into()));
+        return Err(FsError::Io(
+            "record size must be a power of two between 4K and 1M".into(),
+        ));
     }
-    if !opts.segment_size.is_power_of_two() || opts.segment_size < 4 * rs || opts.segment_size > (1 << 30) {
-        return Err(FsError::Io("segment size must be a power of two, >= 4 records and <= 1G".into()));
+    if !opts.segment_size.is_power_of_two()
+        || opts.segment_size < 4 * rs
+        || opts.segment_size > (1 << 30)
+    {
+        return Err(FsError::Io(
+            "segment size must be a power of two, >= 4 records and <= 1G".into(),
+        ));
     }
     Ok(())
 }
@@ -128,7 +135,11 @@ pub fn mkfs(pool: &Path, mut opts: MkfsOptions) -> Result<Superblock> {
     let mut descs = Vec::new();
     for (id, spec) in opts.devices.iter().enumerate() {
         let dev = Device::create(spec, id as u32, uuid, opts.segment_size)?;
-        let path = dev.path.strip_prefix(pool).map(Path::to_path_buf).unwrap_or(dev.path.clone());
+        let path = dev
+            .path
+            .strip_prefix(pool)
+            .map(Path::to_path_buf)
+            .unwrap_or(dev.path.clone());
         descs.push(DeviceDesc {
             version: 1,
             id: id as u32,
@@ -140,7 +151,11 @@ pub fn mkfs(pool: &Path, mut opts: MkfsOptions) -> Result<Superblock> {
         for d in &descs {
             w.put_device(d.id, &serde_json::to_vec(d).expect("json"))?;
         }
-        w.put(&ElemKey::new(ROOT_INO, RecordType::Inode, &[]), &root_inode(now).encode(), 1)?;
+        w.put(
+            &ElemKey::new(ROOT_INO, RecordType::Inode, &[]),
+            &root_inode(now).encode(),
+            1,
+        )?;
         w.set_counter("last_tid", 1)?;
         w.set_counter("next_ino", ROOT_INO + 1)?;
         w.set_counter("next_chunk", 1)?;
@@ -160,22 +175,33 @@ pub fn mkfs(pool: &Path, mut opts: MkfsOptions) -> Result<Superblock> {
     };
     let sbp = PoolPaths::superblock(pool);
     std::fs::write(&sbp, sb.encode()).map_err(io(&sbp))?;
-    File::open(&sbp).and_then(|f| f.sync_all()).map_err(io(&sbp))?;
-    File::open(pool).and_then(|f| f.sync_all()).map_err(io(pool))?;
+    File::open(&sbp)
+        .and_then(|f| f.sync_all())
+        .map_err(io(&sbp))?;
+    File::open(pool)
+        .and_then(|f| f.sync_all())
+        .map_err(io(pool))?;
     Ok(sb)
 }
 
 pub fn read_superblock(pool: &Path) -> Result<Superblock> {
     let p = PoolPaths::superblock(pool);
     let b = std::fs::read(&p).map_err(|e| {
-        FsError::NotAPool(format!("{}: {}", pool.display(), if e.kind() == std::io::ErrorKind::NotFound {
-            "no superblock (not a pool; create one with `cairn mkfs`)".to_string()
-        } else {
-            e.to_string()
-        }))
+        FsError::NotAPool(format!(
+            "{}: {}",
+            pool.display(),
+            if e.kind() == std::io::ErrorKind::NotFound {
+                "no superblock (not a pool; create one with `cairn mkfs`)".to_string()
+            } else {
+                e.to_string()
+            }
+        ))
     })?;
     if b.len() != SUPERBLOCK_LEN {
-        return Err(FsError::NotAPool(format!("{}: superblock has wrong size", pool.display())));
+        return Err(FsError::NotAPool(format!(
+            "{}: superblock has wrong size",
+            pool.display()
+        )));
     }
     Superblock::decode(&b, &pool.display().to_string())
 }
@@ -194,7 +220,12 @@ pub struct Pool {
 fn take_lock(pool: &Path) -> Result<File> {
     use std::os::fd::AsRawFd;
     let p = PoolPaths::lock(pool);
-    let f = File::options().create(true).truncate(false).write(true).open(&p).map_err(io(&p))?;
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(io(&p))?;
     // SAFETY: flock on an fd we own.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return Err(FsError::Busy);
@@ -210,14 +241,21 @@ impl Pool {
             Some(c) => c,
             None => PoolConfig::load(&PoolPaths::config(path))?,
         };
-        let meta = MetaStore::open(&PoolPaths::meta(path), (config.meta_cache_mib as usize) << 20)?;
+        let meta = MetaStore::open(
+            &PoolPaths::meta(path),
+            (config.meta_cache_mib as usize) << 20,
+        )?;
         let r = meta.read()?;
         let mut devices = Vec::new();
         let mut descs = Vec::new();
         for (_, raw) in r.devices()? {
-            let d: DeviceDesc =
-                serde_json::from_slice(&raw).map_err(|e| FsError::Io(format!("corrupt device record: {e}")))?;
-            let p = if d.path.is_absolute() { d.path.clone() } else { path.join(&d.path) };
+            let d: DeviceDesc = serde_json::from_slice(&raw)
+                .map_err(|e| FsError::Io(format!("corrupt device record: {e}")))?;
+            let p = if d.path.is_absolute() {
+                d.path.clone()
+            } else {
+                path.join(&d.path)
+            };
             devices.push(Device::open(&p, sb.uuid)?);
             descs.push(d);
         }

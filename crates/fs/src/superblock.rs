@@ -43,7 +43,9 @@ impl Superblock {
             return Err(FsError::NotAPool(format!("{what}: no Cairn superblock")));
         }
         if crc32c::crc32c(&b[0..48]) != u32::from_le_bytes(b[48..52].try_into().unwrap()) {
-            return Err(FsError::NotAPool(format!("{what}: superblock checksum mismatch (corrupt)")));
+            return Err(FsError::NotAPool(format!(
+                "{what}: superblock checksum mismatch (corrupt)"
+            )));
         }
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
         if version != POOL_FORMAT_VERSION {
@@ -78,9 +80,18 @@ mod tests {
         b[8] = 9;
         let crc = crc32c::crc32c(&b[0..48]);
         b[48..52].copy_from_slice(&crc.to_le_bytes());
-        assert!(matches!(Superblock::decode(&b, "t"), Err(FsError::UnknownVersion { found: 9, .. })));
+        assert!(matches!(
+            Superblock::decode(&b, "t"),
+            Err(FsError::UnknownVersion { found: 9, .. })
+        ));
         b[20] ^= 1;
-        assert!(matches!(Superblock::decode(&b, "t"), Err(FsError::NotAPool(_))));
-        assert!(matches!(Superblock::decode(b"hello", "t"), Err(FsError::NotAPool(_))));
+        assert!(matches!(
+            Superblock::decode(&b, "t"),
+            Err(FsError::NotAPool(_))
+        ));
+        assert!(matches!(
+            Superblock::decode(b"hello", "t"),
+            Err(FsError::NotAPool(_))
+        ));
     }
 }

@@ -111,7 +111,10 @@ struct Cursor<'a>(&'a [u8], usize);
 
 impl Cursor<'_> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let s = self.0.get(self.1..self.1 + N).ok_or_else(|| FsError::Io("short payload".into()))?;
+        let s = self
+            .0
+            .get(self.1..self.1 + N)
+            .ok_or_else(|| FsError::Io("short payload".into()))?;
         self.1 += N;
         Ok(s.try_into().unwrap())
     }
@@ -157,7 +160,8 @@ impl Inode {
     pub fn decode(ino: u64, b: &[u8]) -> Result<Inode> {
         check_version(b, "inode")?;
         let mut c = Cursor(b, 1);
-        let kind = FileKind::from_u8(c.take::<1>()?[0]).ok_or_else(|| FsError::Io("bad file kind".into()))?;
+        let kind = FileKind::from_u8(c.take::<1>()?[0])
+            .ok_or_else(|| FsError::Io("bad file kind".into()))?;
         Ok(Inode {
             ino,
             kind,
@@ -193,8 +197,12 @@ impl DirEnt {
     pub fn decode(b: &[u8]) -> Result<DirEnt> {
         check_version(b, "dirent")?;
         let mut c = Cursor(b, 1);
-        let kind = FileKind::from_u8(c.take::<1>()?[0]).ok_or_else(|| FsError::Io("bad file kind".into()))?;
-        Ok(DirEnt { kind, ino: c.u64()? })
+        let kind = FileKind::from_u8(c.take::<1>()?[0])
+            .ok_or_else(|| FsError::Io("bad file kind".into()))?;
+        Ok(DirEnt {
+            kind,
+            ino: c.u64()?,
+        })
     }
 }
 
@@ -260,7 +268,10 @@ mod tests {
             gid: 100,
             nlink: 3,
             size: 12345,
-            atime: Time { secs: -5, nsec: 999_999_999 },
+            atime: Time {
+                secs: -5,
+                nsec: 999_999_999,
+            },
             mtime: Time { secs: 1, nsec: 2 },
             ctime: Time { secs: 3, nsec: 4 },
             crtime: Time { secs: 5, nsec: 6 },
@@ -278,9 +289,15 @@ mod tests {
         assert_eq!(n, b"hello");
         assert_eq!(h, name_hash(b"hello"));
         assert!(h >= 3);
-        let d = DirEnt { ino: 7, kind: FileKind::Symlink };
+        let d = DirEnt {
+            ino: 7,
+            kind: FileKind::Symlink,
+        };
         assert_eq!(DirEnt::decode(&d.encode()).unwrap(), d);
-        let e = Extent { chunk: 99, len: 65536 };
+        let e = Extent {
+            chunk: 99,
+            len: 65536,
+        };
         assert_eq!(Extent::decode(&e.encode()).unwrap(), e);
     }
 }

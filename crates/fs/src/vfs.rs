@@ -49,7 +49,8 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > MAX_NAME {
         return Err(FsError::NameTooLong);
     }
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
         return Err(FsError::Invalid);
     }
     Ok(())
@@ -81,7 +82,10 @@ impl Fs {
             record,
         });
         if !orphans.is_empty() {
-            tracing::info!("removing {} orphaned inode(s) left by a crash", orphans.len());
+            tracing::info!(
+                "removing {} orphaned inode(s) left by a crash",
+                orphans.len()
+            );
             let mut st = fs.st.lock();
             for ino in orphans {
                 st.dirty.delete_inode(ino);
@@ -123,8 +127,12 @@ impl Fs {
             Some(Some(i)) => Ok(i),
             Some(None) => Err(FsError::NotFound),
             None => {
-                let e = self.meta()?.get(&ElemKey::new(ino, RecordType::Inode, &[]))?;
-                e.map(|e| Inode::decode(ino, &e.payload)).transpose()?.ok_or(FsError::NotFound)
+                let e = self
+                    .meta()?
+                    .get(&ElemKey::new(ino, RecordType::Inode, &[]))?;
+                e.map(|e| Inode::decode(ino, &e.payload))
+                    .transpose()?
+                    .ok_or(FsError::NotFound)
             }
         }
     }
@@ -147,7 +155,9 @@ impl Fs {
         if let Some(e) = from(&st.dirty).or_else(|| st.flushing.as_deref().and_then(from)) {
             return Ok(e);
         }
-        let e = self.meta()?.get(&ElemKey::new(dir, RecordType::DirEntry, &sk))?;
+        let e = self
+            .meta()?
+            .get(&ElemKey::new(dir, RecordType::DirEntry, &sk))?;
         e.map(|e| DirEnt::decode(&e.payload)).transpose()
     }
 
@@ -156,7 +166,9 @@ impl Fs {
         if let Some(t) = from(&st.dirty).or_else(|| st.flushing.as_deref().and_then(from)) {
             return Ok(t);
         }
-        let e = self.meta()?.get(&ElemKey::new(ino, RecordType::Symlink, &[]))?;
+        let e = self
+            .meta()?
+            .get(&ElemKey::new(ino, RecordType::Symlink, &[]))?;
         e.map(|e| e.payload).ok_or(FsError::Invalid)
     }
 
@@ -165,7 +177,9 @@ impl Fs {
         if let Some(v) = from(&st.dirty).or_else(|| st.flushing.as_deref().and_then(from)) {
             return Ok(v);
         }
-        let e = self.meta()?.get(&ElemKey::new(ino, RecordType::Xattr, name))?;
+        let e = self
+            .meta()?
+            .get(&ElemKey::new(ino, RecordType::Xattr, name))?;
         Ok(e.map(|e| e.payload))
     }
 
@@ -178,12 +192,20 @@ impl Fs {
             .into_iter()
             .map(|e| (e.key.sub().to_vec(), true))
             .collect();
-        for o in st.flushing.as_deref().into_iter().chain(std::iter::once(&st.dirty)) {
+        for o in st
+            .flushing
+            .as_deref()
+            .into_iter()
+            .chain(std::iter::once(&st.dirty))
+        {
             for (k, v) in o.xattrs.get(&ino).into_iter().flatten() {
                 m.insert(k.clone(), v.is_some());
             }
         }
-        Ok(m.into_iter().filter(|(_, live)| *live).map(|(k, _)| k).collect())
+        Ok(m.into_iter()
+            .filter(|(_, live)| *live)
+            .map(|(k, _)| k)
+            .collect())
     }
 
     pub(crate) fn block_state(&self, st: &State, ino: u64, blk: u64) -> BlockState {
@@ -197,7 +219,12 @@ impl Fs {
     }
 
     /// Reads a committed block; None if it is a hole.
-    pub(crate) fn committed_block(&self, r: &MetaRead, ino: u64, blk: u64) -> Result<Option<Vec<u8>>> {
+    pub(crate) fn committed_block(
+        &self,
+        r: &MetaRead,
+        ino: u64,
+        blk: u64,
+    ) -> Result<Option<Vec<u8>>> {
         let Some(e) = r.get(&ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes()))? else {
             return Ok(None);
         };
@@ -205,9 +232,19 @@ impl Fs {
         self.read_extent(r, ino, blk, &ext).map(Some)
     }
 
-    pub(crate) fn read_extent(&self, r: &MetaRead, ino: u64, blk: u64, ext: &Extent) -> Result<Vec<u8>> {
+    pub(crate) fn read_extent(
+        &self,
+        r: &MetaRead,
+        ino: u64,
+        blk: u64,
+        ext: &Extent,
+    ) -> Result<Vec<u8>> {
         let raw = r.chunk(ext.chunk)?.ok_or_else(|| {
-            FsError::Io(format!("inode {ino} offset {}: extent names missing chunk {}", blk * self.record, ext.chunk))
+            FsError::Io(format!(
+                "inode {ino} offset {}: extent names missing chunk {}",
+                blk * self.record,
+                ext.chunk
+            ))
         })?;
         let rec = ChunkRec::decode(&raw)?;
         match self.pool.chunks.read_chunk(&rec, false) {
@@ -217,7 +254,10 @@ impl Fs {
             }
             Err(e) => {
                 tracing::error!("read error: inode {ino} offset {}: {e}", blk * self.record);
-                Err(FsError::Io(format!("inode {ino} offset {}: {e}", blk * self.record)))
+                Err(FsError::Io(format!(
+                    "inode {ino} offset {}: {e}",
+                    blk * self.record
+                )))
             }
         }
     }

@@ -20,7 +20,8 @@ pub fn to_system(t: Time) -> SystemTime {
     if t.secs >= 0 {
         UNIX_EPOCH + Duration::new(t.secs as u64, t.nsec)
     } else {
-        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs()) + Duration::from_nanos(t.nsec as u64)
+        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs())
+            + Duration::from_nanos(t.nsec as u64)
     }
 }
 

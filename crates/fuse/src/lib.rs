@@ -41,7 +41,11 @@ pub fn serve(fs: Arc<Fs>, mountpoint: &Path, threads: usize) -> std::io::Result<
 }
 
 /// Mounts in background threads; the returned session unmounts on drop.
-pub fn spawn(fs: Arc<Fs>, mountpoint: &Path, threads: usize) -> std::io::Result<fuser::BackgroundSession> {
+pub fn spawn(
+    fs: Arc<Fs>,
+    mountpoint: &Path,
+    threads: usize,
+) -> std::io::Result<fuser::BackgroundSession> {
     let cfg = config(threads, &fsname(&fs));
     fuser::spawn_mount(CairnFuse::new(fs), mountpoint, &cfg)
 }

@@ -25,7 +25,14 @@ impl CairnFuse {
 }
 
 fn errno(e: FsError) -> Errno {
-    if matches!(e, FsError::Io(_) | FsError::Meta(_) | FsError::Data(_) | FsError::Device(_) | FsError::Failed(_)) {
+    if matches!(
+        e,
+        FsError::Io(_)
+            | FsError::Meta(_)
+            | FsError::Data(_)
+            | FsError::Device(_)
+            | FsError::Failed(_)
+    ) {
         tracing::warn!("request failed: {e}");
     }
     Errno::from_i32(e.errno())
@@ -131,12 +138,37 @@ impl Filesystem for CairnFuse {
         }
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        entry(reply, self.fs.mknod(ctx(req), parent.0, name.as_bytes(), mode & !umask, rdev));
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        entry(
+            reply,
+            self.fs
+                .mknod(ctx(req), parent.0, name.as_bytes(), mode & !umask, rdev),
+        );
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        entry(reply, self.fs.mkdir(ctx(req), parent.0, name.as_bytes(), mode & !umask));
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        entry(
+            reply,
+            self.fs
+                .mkdir(ctx(req), parent.0, name.as_bytes(), mode & !umask),
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -147,9 +179,19 @@ impl Filesystem for CairnFuse {
         empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
     }
 
-    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
         let t = target.as_os_str().as_bytes();
-        entry(reply, self.fs.symlink(ctx(req), parent.0, link_name.as_bytes(), t));
+        entry(
+            reply,
+            self.fs.symlink(ctx(req), parent.0, link_name.as_bytes(), t),
+        );
     }
 
     fn rename(
@@ -171,11 +213,24 @@ impl Filesystem for CairnFuse {
         };
         empty(
             reply,
-            self.fs.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), f),
+            self.fs.rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                f,
+            ),
         );
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
         entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
     }
 
@@ -221,7 +276,14 @@ impl Filesystem for CairnFuse {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         reply.ok();
     }
 
@@ -239,23 +301,44 @@ impl Filesystem for CairnFuse {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         empty(reply, self.fs.fsync(ino.0));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.getattr(ino.0) {
-            Ok(i) if i.kind == cairn_fs::FileKind::Dir => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(i) if i.kind == cairn_fs::FileKind::Dir => {
+                reply.opened(FileHandle(0), FopenFlags::empty())
+            }
             Ok(_) => reply.error(Errno::ENOTDIR),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         match self.fs.readdir(ino.0, offset, 256) {
             Ok(ents) => {
                 for e in ents {
-                    if reply.add(INodeNo(e.ino), e.cookie, crate::attr::kind(e.kind), OsStr::from_bytes(&e.name)) {
+                    if reply.add(
+                        INodeNo(e.ino),
+                        e.cookie,
+                        crate::attr::kind(e.kind),
+                        OsStr::from_bytes(&e.name),
+                    ) {
                         break;
                     }
                 }
@@ -265,13 +348,29 @@ impl Filesystem for CairnFuse {
         }
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
         match self.fs.readdir(ino.0, offset, 128) {
             Ok(ents) => {
                 for e in ents {
-                    let Ok(i) = self.fs.getattr(e.ino) else { continue };
+                    let Ok(i) = self.fs.getattr(e.ino) else {
+                        continue;
+                    };
                     let name = OsStr::from_bytes(&e.name);
-                    if reply.add(INodeNo(e.ino), e.cookie, name, &TTL, &file_attr(&i), Generation(0)) {
+                    if reply.add(
+                        INodeNo(e.ino),
+                        e.cookie,
+                        name,
+                        &TTL,
+                        &file_attr(&i),
+                        Generation(0),
+                    ) {
                         break;
                     }
                 }
@@ -281,13 +380,22 @@ impl Filesystem for CairnFuse {
         }
     }
 
-    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         empty(reply, self.fs.fsync(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let s = self.fs.statfs();
-        reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize);
+        reply.statfs(
+            s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+        );
     }
 
     fn setxattr(
@@ -336,8 +444,17 @@ impl Filesystem for CairnFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.fs.create(ctx(req), parent.0, name.as_bytes(), mode & !umask) {
-            Ok(i) => reply.created(&TTL, &file_attr(&i), Generation(0), FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+        match self
+            .fs
+            .create(ctx(req), parent.0, name.as_bytes(), mode & !umask)
+        {
+            Ok(i) => reply.created(
+                &TTL,
+                &file_attr(&i),
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
             Err(e) => reply.error(errno(e)),
         }
     }

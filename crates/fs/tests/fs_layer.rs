@@ -1,0 +1,172 @@
+//! Filesystem-layer tests without FUSE: operations, flush, reopen, crash
+//! consistency of the committed state, ENOSPC and space reclamation.
+
+use cairn_devices::{DeviceClass, DeviceSpec};
+use cairn_fs::{mkfs, Ctx, Fs, FsError, MkfsOptions, Pool, RenameFlags, ROOT_INO};
+use std::path::Path;
+use std::sync::Arc;
+
+fn make(dir: &Path, size: Option<u64>) -> Arc<Fs> {
+    let mut o = MkfsOptions::default();
+    if let Some(s) = size {
+        o.devices = vec![DeviceSpec {
+            class: DeviceClass::Ssd,
+            path: dir.join("dev"),
+            size: Some(s),
+        }];
+    }
+    mkfs(&dir.join("pool"), o).unwrap();
+    reopen(dir)
+}
+
+fn reopen(dir: &Path) -> Arc<Fs> {
+    Fs::open(Pool::open(&dir.join("pool"), None).unwrap()).unwrap()
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn write_read_across_blocks_and_reopen() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path(), None);
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    let data = pattern(300_000, 7);
+    fs.write(f.ino, 1000, &data).unwrap();
+    assert_eq!(fs.read(f.ino, 1000, 300_000).unwrap(), data);
+    assert_eq!(fs.read(f.ino, 0, 1000).unwrap(), vec![0; 1000]);
+    fs.flush().unwrap();
+    fs.write(f.ino, 65_530, b"XYZXYZXYZXYZ").unwrap();
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = reopen(d.path());
+    let i = fs.lookup(ROOT_INO, b"f").unwrap();
+    assert_eq!(i.size, 301_000);
+    let got = fs.read(i.ino, 0, 400_000).unwrap();
+    let mut want = vec![0u8; 1000];
+    want.extend_from_slice(&data);
+    want[65_530..65_542].copy_from_slice(b"XYZXYZXYZXYZ");
+    assert_eq!(got, want);
+}
+
+#[test]
+fn unflushed_changes_are_lost_but_committed_state_is_consistent() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path(), None);
+    let a = fs.create(Ctx::ROOT, ROOT_INO, b"a", 0o644).unwrap();
+    fs.write(a.ino, 0, b"durable").unwrap();
+    fs.fsync(a.ino).unwrap();
+    let b = fs.create(Ctx::ROOT, ROOT_INO, b"b", 0o644).unwrap();
+    fs.write(b.ino, 0, b"lost").unwrap();
+    fs.write(a.ino, 0, b"DURABLE-but-unsynced").unwrap();
+    drop(fs); // no flush: like kill -9
+    let fs = reopen(d.path());
+    let a = fs.lookup(ROOT_INO, b"a").unwrap();
+    assert_eq!(fs.read(a.ino, 0, 100).unwrap(), b"durable");
+    assert!(matches!(fs.lookup(ROOT_INO, b"b"), Err(FsError::NotFound)));
+}
+
+#[test]
+fn namespace_errors_and_rename_flags() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path(), None);
+    let dir = fs.mkdir(Ctx::ROOT, ROOT_INO, b"d", 0o755).unwrap();
+    fs.create(Ctx::ROOT, dir.ino, b"x", 0o644).unwrap();
+    fs.create(Ctx::ROOT, ROOT_INO, b"y", 0o644).unwrap();
+    assert!(matches!(fs.rmdir(ROOT_INO, b"d"), Err(FsError::NotEmpty)));
+    assert!(matches!(
+        fs.mkdir(Ctx::ROOT, ROOT_INO, b"d", 0o755),
+        Err(FsError::Exists)
+    ));
+    assert!(matches!(fs.unlink(ROOT_INO, b"d"), Err(FsError::IsDir)));
+    assert!(matches!(
+        fs.lookup(ROOT_INO, &[b'n'; 256]),
+        Err(FsError::NameTooLong)
+    ));
+    let nr = RenameFlags {
+        noreplace: true,
+        exchange: false,
+    };
+    assert!(matches!(
+        fs.rename(ROOT_INO, b"y", dir.ino, b"x", nr),
+        Err(FsError::Exists)
+    ));
+    let ex = RenameFlags {
+        noreplace: false,
+        exchange: true,
+    };
+    fs.rename(ROOT_INO, b"y", ROOT_INO, b"d", ex).unwrap();
+    assert_eq!(fs.lookup(ROOT_INO, b"y").unwrap().ino, dir.ino);
+    assert!(matches!(
+        fs.rename(ROOT_INO, b"y", dir.ino, b"sub", RenameFlags::default()),
+        Err(FsError::Invalid)
+    ));
+    assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 3);
+    fs.flush().unwrap();
+    let names: Vec<_> = fs
+        .readdir(ROOT_INO, 0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names.len(), 4, "., .., d, y: {names:?}");
+}
+
+#[test]
+fn history_is_kept_and_current_lookup_ignores_it() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path(), None);
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    for i in 0..50u8 {
+        fs.write(f.ino, 0, &[i; 100]).unwrap();
+        fs.flush().unwrap();
+    }
+    let r = fs.pool().meta.read().unwrap();
+    let (_, hist, _) = r.sizes().unwrap();
+    assert!(
+        hist >= 49 * 2,
+        "each flush ended the old extent and inode: {hist}"
+    );
+    assert_eq!(fs.read(f.ino, 0, 100).unwrap(), vec![49; 100]);
+}
+
+#[test]
+fn full_pool_gives_enospc_and_delete_frees_space() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path(), Some(48 << 20));
+    let chunk = pattern(1 << 20, 3);
+    let mut n = 0u32;
+    let err = loop {
+        let f = fs
+            .create(Ctx::ROOT, ROOT_INO, format!("f{n}").as_bytes(), 0o644)
+            .unwrap();
+        let r = fs.write(f.ino, 0, &chunk).and_then(|_| fs.fsync(f.ino));
+        fs.release(f.ino);
+        match r {
+            Ok(()) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n < 100, "a 48 MiB pool cannot hold 100 MiB");
+    };
+    assert_eq!(err.errno(), libc::ENOSPC);
+    assert!(n >= 30, "only {n} MiB fit in a 48 MiB pool");
+    for i in 0..n {
+        fs.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+    }
+    fs.flush().unwrap();
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"again", 0o644).unwrap();
+    for k in 0..20u64 {
+        fs.write(f.ino, k << 20, &chunk).unwrap();
+    }
+    fs.fsync(f.ino).unwrap();
+    assert_eq!(fs.read(f.ino, 5 << 20, 1 << 20).unwrap(), chunk);
+    fs.release(f.ino);
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = reopen(d.path());
+    let rep = cairn_fs::check::check_pool(fs.pool()).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
