@@ -52,14 +52,26 @@ fn with<R>(j: &Shared, f: impl FnOnce(&mut Journal) -> R) -> R {
 const ROUND_BUDGET: usize = 16 << 20;
 
 /// Writer thread body: returns the first error and when it happened.
-fn writer(root: PathBuf, round: usize, seed: u64, j: Shared, stop: Arc<AtomicBool>) -> Option<(Instant, io::Error)> {
+fn writer(
+    root: PathBuf,
+    round: usize,
+    seed: u64,
+    j: Shared,
+    stop: Arc<AtomicBool>,
+) -> Option<(Instant, io::Error)> {
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = format!("r{round:02}");
     if let Err(e) = make_round_dir(&root, &dir, &j) {
         return Some((Instant::now(), e));
     }
     for i in 0..300 {
-        let bytes = with(&j, |j| j.files.iter().filter(|(k, _)| k.starts_with(&dir)).map(|(_, r)| r.written.len()).sum::<usize>());
+        let bytes = with(&j, |j| {
+            j.files
+                .iter()
+                .filter(|(k, _)| k.starts_with(&dir))
+                .map(|(_, r)| r.written.len())
+                .sum::<usize>()
+        });
         if stop.load(Ordering::SeqCst) || bytes > ROUND_BUDGET {
             return None;
         }
@@ -91,7 +103,13 @@ fn plain_file(root: &Path, name: &str, rng: &mut StdRng, j: &Shared) -> io::Resu
     let mut f = File::create(root.join(name))?;
     for _ in 0..rng.gen_range(1..6) {
         let data = pattern(rng.gen(), rng.gen_range(1..150_000));
-        with(j, |j| j.files.get_mut(name).unwrap().written.extend_from_slice(&data));
+        with(j, |j| {
+            j.files
+                .get_mut(name)
+                .unwrap()
+                .written
+                .extend_from_slice(&data)
+        });
         f.write_all(&data)?;
         if rng.gen_bool(0.5) {
             f.sync_all()?;
@@ -108,13 +126,24 @@ fn plain_file(root: &Path, name: &str, rng: &mut StdRng, j: &Shared) -> io::Resu
 fn atomic_file(root: &Path, name: &str, rng: &mut StdRng, j: &Shared) -> io::Result<()> {
     let tmp = format!("{name}.tmp");
     let data = pattern(rng.gen(), rng.gen_range(1..300_000));
-    let rec = Rec { written: data.clone(), ..Rec::default() };
+    let rec = Rec {
+        written: data.clone(),
+        ..Rec::default()
+    };
     with(j, |j| j.files.insert(tmp.clone(), rec.clone()));
     let mut f = File::create(root.join(&tmp))?;
     f.write_all(&data)?;
     f.sync_all()?;
     drop(f);
-    with(j, |j| j.files.insert(name.to_string(), Rec { atomic: true, ..rec }));
+    with(j, |j| {
+        j.files.insert(
+            name.to_string(),
+            Rec {
+                atomic: true,
+                ..rec
+            },
+        )
+    });
     fs::rename(root.join(&tmp), root.join(name))?;
     File::open(root.join(name).parent().unwrap())?.sync_all()?;
     with(j, |j| {
@@ -129,7 +158,15 @@ fn small_files(root: &Path, name: &str, rng: &mut StdRng, j: &Shared) -> io::Res
     for k in 0..rng.gen_range(5..30) {
         let n = format!("{name}.s{k:02}");
         let data = pattern(rng.gen(), rng.gen_range(0..5000));
-        with(j, |j| j.files.insert(n.clone(), Rec { written: data.clone(), ..Rec::default() }));
+        with(j, |j| {
+            j.files.insert(
+                n.clone(),
+                Rec {
+                    written: data.clone(),
+                    ..Rec::default()
+                },
+            )
+        });
         fs::write(root.join(&n), &data)?;
     }
     Ok(())
@@ -143,7 +180,11 @@ fn verify_file(root: &Path, name: &str, r: &Rec, ctx: &str) -> Option<Vec<u8>> {
     let got = match fs::read(root.join(name)) {
         Ok(d) => d,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            assert!(r.synced.is_none(), "{ctx}: {name} was fsynced ({:?} bytes) but is missing", r.synced);
+            assert!(
+                r.synced.is_none(),
+                "{ctx}: {name} was fsynced ({:?} bytes) but is missing",
+                r.synced
+            );
             return None;
         }
         Err(e) => panic!("{ctx}: reading {name}: {e}"),
@@ -152,11 +193,17 @@ fn verify_file(root: &Path, name: &str, r: &Rec, ctx: &str) -> Option<Vec<u8>> {
     if let Some(n) = r.synced {
         assert!(len >= n, "{ctx}: {name} has {len} bytes, {n} were fsynced");
     }
-    assert!(len <= max, "{ctx}: {name} has {len} bytes, longer than the {max} ever written");
+    assert!(
+        len <= max,
+        "{ctx}: {name} has {len} bytes, longer than the {max} ever written"
+    );
     if let Some(i) = first_diff(&got, &r.written[..len]) {
         panic!("{ctx}: {name}: byte {i} differs from what was written (len {len} of {max})");
     }
-    assert!(!r.atomic || len == max, "{ctx}: {name} (atomic rename) is partial: {len} of {max}");
+    assert!(
+        !r.atomic || len == max,
+        "{ctx}: {name} (atomic rename) is partial: {len} of {max}"
+    );
     Some(got)
 }
 
@@ -166,7 +213,10 @@ fn verify_and_pin(root: &Path, j: &mut Journal, round: usize, ctx: &str) -> (usi
     let (mut present, mut synced) = (0, 0);
     let prefix = format!("r{round:02}/");
     for (dir, durable) in &j.dirs {
-        assert!(!durable || root.join(dir).is_dir(), "{ctx}: durable directory {dir} is missing");
+        assert!(
+            !durable || root.join(dir).is_dir(),
+            "{ctx}: durable directory {dir} is missing"
+        );
     }
     j.dirs.retain(|d, _| root.join(d).is_dir());
     j.dirs.values_mut().for_each(|v| *v = true);
@@ -176,7 +226,14 @@ fn verify_and_pin(root: &Path, j: &mut Journal, round: usize, ctx: &str) -> (usi
         match verify_file(root, &name, &j.files[&name], ctx) {
             Some(d) => {
                 present += 1;
-                j.files.insert(name, Rec { synced: Some(d.len()), written: d, atomic: false });
+                j.files.insert(
+                    name,
+                    Rec {
+                        synced: Some(d.len()),
+                        written: d,
+                        atomic: false,
+                    },
+                );
             }
             None => drop(j.files.remove(&name)),
         }
@@ -190,20 +247,30 @@ fn check_no_strangers(root: &Path, j: &Journal, ctx: &str) {
     let mut seen = BTreeSet::new();
     for d in fs::read_dir(root).unwrap() {
         let d = d.unwrap().file_name().into_string().unwrap();
-        assert!(j.dirs.contains_key(&d), "{ctx}: unexpected entry {d} in the root");
+        assert!(
+            j.dirs.contains_key(&d),
+            "{ctx}: unexpected entry {d} in the root"
+        );
         for f in fs::read_dir(root.join(&d)).unwrap() {
             let f = format!("{d}/{}", f.unwrap().file_name().into_string().unwrap());
             assert!(j.files.contains_key(&f), "{ctx}: unexpected file {f}");
             seen.insert(f);
         }
     }
-    assert_eq!(seen.len(), j.files.len(), "{ctx}: journal and tree disagree");
+    assert_eq!(
+        seen.len(),
+        j.files.len(),
+        "{ctx}: journal and tree disagree"
+    );
 }
 
 // ------------------------------------------------------------------ driver
 
 fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name} must be an integer")))
+    std::env::var(name).ok().map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name} must be an integer"))
+    })
 }
 
 /// Mount options vary by round to crash under different commit behaviour.
@@ -216,7 +283,13 @@ fn mount_args(round: usize) -> Vec<String> {
 }
 
 /// One round: write, kill -9 at a random moment, remount, verify and pin.
-fn crash_round(fs: &mut Fs, j: &Shared, round: usize, rng: &mut StdRng, seed: u64) -> (usize, usize) {
+fn crash_round(
+    fs: &mut Fs,
+    j: &Shared,
+    round: usize,
+    rng: &mut StdRng,
+    seed: u64,
+) -> (usize, usize) {
     let ctx = format!("CAIRN_SEED={seed} round {round}");
     let stop = Arc::new(AtomicBool::new(false));
     let (root, jj, st, wseed) = (fs.mnt.clone(), j.clone(), stop.clone(), rng.gen());
@@ -226,7 +299,10 @@ fn crash_round(fs: &mut Fs, j: &Shared, round: usize, rng: &mut StdRng, seed: u6
     fs.kill9();
     stop.store(true, Ordering::SeqCst);
     if let Some((when, e)) = handle.join().expect("writer thread panicked") {
-        assert!(when >= killed_at, "{ctx}: writer failed before the crash: {e}");
+        assert!(
+            when >= killed_at,
+            "{ctx}: writer failed before the crash: {e}"
+        );
     }
     fs.mount_args = mount_args(round + 1);
     fs.mount();
@@ -255,7 +331,10 @@ fn kill9_preserves_fsynced_data() {
             fs.mount();
         }
     }
-    assert!(total_synced >= rounds, "only {total_synced} fsynced files in {rounds} rounds: test too weak");
+    assert!(
+        total_synced >= rounds,
+        "only {total_synced} fsynced files in {rounds} rounds: test too weak"
+    );
     fs.unmount();
     fs.check();
 }

@@ -17,7 +17,18 @@ use std::io;
 use std::os::unix::fs::{symlink, FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-const NAMES: &[&str] = &["a", "b", "c", "d", "e", "f", "g", "h", "longer-name-0123456789", "ünï"];
+const NAMES: &[&str] = &[
+    "a",
+    "b",
+    "c",
+    "d",
+    "e",
+    "f",
+    "g",
+    "h",
+    "longer-name-0123456789",
+    "ünï",
+];
 const TARGETS: &[&str] = &["a", "../b", "d/e", "nowhere", "./c/../a", "ünï/ß"];
 const MAX_FDS: usize = 4;
 
@@ -64,10 +75,16 @@ impl Side {
         let none = |r: io::Result<()>| r.map(|_| Vec::new());
         match op {
             Op::Write(path, off, seed, len) => {
-                let f = OpenOptions::new().write(true).create(true).truncate(false).open(p(path))?;
+                let f = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(p(path))?;
                 none(f.write_all_at(&pattern(*seed, *len), *off))
             }
-            Op::Truncate(path, len) => none(OpenOptions::new().write(true).open(p(path))?.set_len(*len)),
+            Op::Truncate(path, len) => {
+                none(OpenOptions::new().write(true).open(p(path))?.set_len(*len))
+            }
             Op::Rename(a, b) => none(fs::rename(p(a), p(b))),
             Op::Unlink(a) => none(fs::remove_file(p(a))),
             Op::Link(a, b) => none(fs::hard_link(p(a), p(b))),
@@ -76,10 +93,13 @@ impl Side {
             Op::Symlink(t, a) => none(symlink(t, p(a))),
             Op::Read(a, off, len) => read_full_at(&File::open(p(a))?, *off, *len),
             Op::Open(a) => {
-                self.fds.push(OpenOptions::new().read(true).write(true).open(p(a))?);
+                self.fds
+                    .push(OpenOptions::new().read(true).write(true).open(p(a))?);
                 Ok(Vec::new())
             }
-            Op::FdWrite(i, off, seed, len) => none(self.fds[*i].write_all_at(&pattern(*seed, *len), *off)),
+            Op::FdWrite(i, off, seed, len) => {
+                none(self.fds[*i].write_all_at(&pattern(*seed, *len), *off))
+            }
             Op::FdRead(i, off, len) => read_full_at(&self.fds[*i], *off, *len),
             Op::FdSync(i) => none(self.fds[*i].sync_data()),
             Op::Close(i) => {
@@ -101,7 +121,11 @@ struct Snap {
 }
 
 fn join(parent: &str, name: &str) -> String {
-    if parent.is_empty() { name.to_string() } else { format!("{parent}/{name}") }
+    if parent.is_empty() {
+        name.to_string()
+    } else {
+        format!("{parent}/{name}")
+    }
 }
 
 fn scan(root: &Path, rel: &str, s: &mut Snap) {
@@ -122,14 +146,23 @@ fn scan(root: &Path, rel: &str, s: &mut Snap) {
 
 impl Snap {
     fn exists(&self, p: &str) -> bool {
-        self.files.iter().any(|(f, _)| f == p) || self.links.iter().any(|l| l == p) || self.dirs.iter().any(|d| d == p)
+        self.files.iter().any(|(f, _)| f == p)
+            || self.links.iter().any(|l| l == p)
+            || self.dirs.iter().any(|d| d == p)
     }
     fn entries(&self) -> Vec<String> {
         let files = self.files.iter().map(|(f, _)| f.clone());
-        files.chain(self.links.iter().cloned()).chain(self.dirs.iter().filter(|d| !d.is_empty()).cloned()).collect()
+        files
+            .chain(self.links.iter().cloned())
+            .chain(self.dirs.iter().filter(|d| !d.is_empty()).cloned())
+            .collect()
     }
     fn nondirs(&self) -> Vec<String> {
-        self.files.iter().map(|(f, _)| f.clone()).chain(self.links.iter().cloned()).collect()
+        self.files
+            .iter()
+            .map(|(f, _)| f.clone())
+            .chain(self.links.iter().cloned())
+            .collect()
     }
 }
 
@@ -143,7 +176,11 @@ impl Gen {
     fn fresh(&mut self, s: &Snap) -> String {
         for attempt in 0.. {
             let dir = s.dirs.choose(&mut self.rng).unwrap();
-            let dir = if dir.matches('/').count() >= 2 { "" } else { dir.as_str() };
+            let dir = if dir.matches('/').count() >= 2 {
+                ""
+            } else {
+                dir.as_str()
+            };
             let name = match attempt {
                 0..10 => NAMES.choose(&mut self.rng).unwrap().to_string(),
                 _ => format!("n{}", self.rng.gen_range(0..1000)),
@@ -169,12 +206,17 @@ impl Gen {
     /// Offsets biased to 0, EOF, holes and 64 KiB block boundaries.
     fn offset(&mut self, size: u64) -> u64 {
         let r = &mut self.rng;
-        let mode = if size > 1_500_000 { 2 } else { r.gen_range(0..6) };
+        let mode = if size > 1_500_000 {
+            2
+        } else {
+            r.gen_range(0..6)
+        };
         match mode {
             0 => 0,
             1 => size,
             2 => r.gen_range(0..=size),
-            3 => (r.gen_range(0..=size / 65_536 + 1) * 65_536 + r.gen_range(0..200)).saturating_sub(100),
+            3 => (r.gen_range(0..=size / 65_536 + 1) * 65_536 + r.gen_range(0..200))
+                .saturating_sub(100),
             4 => size + r.gen_range(1..70_000),
             _ => r.gen_range(0..=size.min(600_000) + 1000),
         }
@@ -203,7 +245,11 @@ impl Gen {
     fn op(&mut self, s: &Snap, nfds: usize) -> Op {
         loop {
             let crowded = s.files.len() + s.links.len() > 40;
-            let roll = if crowded && self.rng.gen_bool(0.5) { 45 } else { self.rng.gen_range(0..100) };
+            let roll = if crowded && self.rng.gen_bool(0.5) {
+                45
+            } else {
+                self.rng.gen_range(0..100)
+            };
             if let Some(op) = self.pick(roll, s, nfds) {
                 return op;
             }
@@ -228,7 +274,10 @@ impl Gen {
             53..=58 => Op::Link(s.nondirs().choose(&mut self.rng)?.clone(), self.target(s)),
             59..=63 if s.dirs.len() < 10 => Op::Mkdir(self.target(s)),
             64..=67 => Op::Rmdir(s.entries().choose(&mut self.rng)?.clone()),
-            68..=72 => Op::Symlink(TARGETS.choose(&mut self.rng).unwrap().to_string(), self.target(s)),
+            68..=72 => Op::Symlink(
+                TARGETS.choose(&mut self.rng).unwrap().to_string(),
+                self.target(s),
+            ),
             73..=80 => {
                 let (f, size) = file?;
                 Op::Read(f, self.offset(size), self.length())
@@ -247,8 +296,15 @@ impl Gen {
 
 #[derive(Debug, PartialEq)]
 enum Ent {
-    File { mode: u32, nlink: u64, data: Vec<u8> },
-    Dir { mode: u32, nlink: u64 },
+    File {
+        mode: u32,
+        nlink: u64,
+        data: Vec<u8>,
+    },
+    Dir {
+        mode: u32,
+        nlink: u64,
+    },
     Link(PathBuf),
 }
 
@@ -259,7 +315,13 @@ fn tree(root: &Path) -> (BTreeMap<String, Ent>, Vec<Vec<String>>) {
     let (mut map, mut groups) = (BTreeMap::new(), BTreeMap::<u64, Vec<String>>::new());
     for d in snap.dirs.iter().filter(|d| !d.is_empty()) {
         let md = fs::symlink_metadata(root.join(d)).unwrap();
-        map.insert(d.clone(), Ent::Dir { mode: md.mode(), nlink: md.nlink() });
+        map.insert(
+            d.clone(),
+            Ent::Dir {
+                mode: md.mode(),
+                nlink: md.nlink(),
+            },
+        );
     }
     for l in &snap.links {
         map.insert(l.clone(), Ent::Link(fs::read_link(root.join(l)).unwrap()));
@@ -267,9 +329,20 @@ fn tree(root: &Path) -> (BTreeMap<String, Ent>, Vec<Vec<String>>) {
     for (f, _) in &snap.files {
         let md = fs::symlink_metadata(root.join(f)).unwrap();
         let data = fs::read(root.join(f)).unwrap();
-        assert_eq!(data.len() as u64, md.len(), "{f}: st_size disagrees with the bytes read");
+        assert_eq!(
+            data.len() as u64,
+            md.len(),
+            "{f}: st_size disagrees with the bytes read"
+        );
         groups.entry(md.ino()).or_default().push(f.clone());
-        map.insert(f.clone(), Ent::File { mode: md.mode(), nlink: md.nlink(), data });
+        map.insert(
+            f.clone(),
+            Ent::File {
+                mode: md.mode(),
+                nlink: md.nlink(),
+                data,
+            },
+        );
     }
     let mut groups: Vec<Vec<String>> = groups.into_values().filter(|g| g.len() > 1).collect();
     groups.iter_mut().for_each(|g| g.sort());
@@ -282,10 +355,24 @@ fn compare_trees(cairn: &Path, oracle: &Path, ctx: &str) {
     let (want, want_groups) = tree(oracle);
     let gk: Vec<_> = got.keys().collect();
     let wk: Vec<_> = want.keys().collect();
-    assert_eq!(gk, wk, "{ctx}: different sets of paths (left = cairn, right = oracle)");
+    assert_eq!(
+        gk, wk,
+        "{ctx}: different sets of paths (left = cairn, right = oracle)"
+    );
     for (path, w) in &want {
         match (&got[path], w) {
-            (Ent::File { data: gd, mode: gm, nlink: gn }, Ent::File { data: wd, mode: wm, nlink: wn }) => {
+            (
+                Ent::File {
+                    data: gd,
+                    mode: gm,
+                    nlink: gn,
+                },
+                Ent::File {
+                    data: wd,
+                    mode: wm,
+                    nlink: wn,
+                },
+            ) => {
                 assert_eq!((gm, gn), (wm, wn), "{ctx}: {path}: (mode, nlink)");
                 assert_bytes_eq(gd, wd, &format!("{ctx}: {path}"));
             }
@@ -334,7 +421,11 @@ fn run_batch(generator: &mut Gen, cairn: &mut Side, oracle: &mut Side, n: usize,
         failed += want.is_err() as usize;
         if !same_result(&op, &got, &want) {
             let recent = history[history.len().saturating_sub(15)..].join("\n");
-            panic!("{ctx} op #{i} {op:?}: cairn {} vs oracle {}\nrecent ops:\n{recent}", show(&got), show(&want));
+            panic!(
+                "{ctx} op #{i} {op:?}: cairn {} vs oracle {}\nrecent ops:\n{recent}",
+                show(&got),
+                show(&want)
+            );
         }
     }
     let mut snap = Snap::default();
@@ -346,7 +437,10 @@ fn run_batch(generator: &mut Gen, cairn: &mut Side, oracle: &mut Side, n: usize,
 fn seed() -> u64 {
     match std::env::var("CAIRN_SEED") {
         Ok(s) => s.parse().expect("CAIRN_SEED must be a u64"),
-        Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64,
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
     }
 }
 
@@ -354,11 +448,19 @@ fn run_model(mut fs: Fs, seed: u64, batches: usize, ops: usize) {
     println!("model test: CAIRN_SEED={seed}");
     let oracle_root = fs.dir.join("oracle");
     fs::create_dir(&oracle_root).unwrap();
-    let mut generator = Gen { rng: StdRng::seed_from_u64(seed) };
-    let mut oracle = Side { root: oracle_root, fds: Vec::new() };
+    let mut generator = Gen {
+        rng: StdRng::seed_from_u64(seed),
+    };
+    let mut oracle = Side {
+        root: oracle_root,
+        fds: Vec::new(),
+    };
     for b in 0..batches {
         let ctx = format!("CAIRN_SEED={seed} batch {b}");
-        let mut cairn = Side { root: fs.mnt.clone(), fds: Vec::new() };
+        let mut cairn = Side {
+            root: fs.mnt.clone(),
+            fds: Vec::new(),
+        };
         run_batch(&mut generator, &mut cairn, &mut oracle, ops, &ctx);
         compare_trees(&fs.mnt, &oracle.root, &format!("{ctx} (live)"));
         drop(cairn);
@@ -378,7 +480,14 @@ fn model_default_pool() {
 fn model_tiered_devices_small_records() {
     let mut fs = Fs::create();
     let (a, b) = (fs.dev("nvme0"), fs.dev("hdd0"));
-    fs.mkfs(&["--device", &format!("nvme:{a}:256M"), "--device", &format!("hdd:{b}:1G"), "--record-size", "16K"]);
+    fs.mkfs(&[
+        "--device",
+        &format!("nvme:{a}:256M"),
+        "--device",
+        &format!("hdd:{b}:1G"),
+        "--record-size",
+        "16K",
+    ]);
     fs.mount();
     run_model(fs, seed().wrapping_add(1), 4, 200);
 }

@@ -150,7 +150,12 @@ impl Fs {
             w.set_counter("next_segment", self.pool.chunks.next_segment_id())?;
             w.set_counter("last_tid", tid)?;
             w.log_tid(tid, now)?;
-            let cutoff = if prune_all {
+            // Short of space (under 1/16 free): drop fine-grained history at
+            // every commit so that deleted data frees space at once.
+            let c = &self.pool.chunks;
+            let (slots, _) = c.devices().slot_totals();
+            let pressure = c.free_bytes() < slots * c.segment_size() / 16;
+            let cutoff = if prune_all || pressure {
                 Some(tid)
             } else {
                 let from = w.counter("pruned_tid")?;

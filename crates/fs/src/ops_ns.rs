@@ -448,6 +448,11 @@ impl Fs {
         if value.len() > 65536 {
             return Err(FsError::Range);
         }
+        if name.starts_with(b"system.posix_acl_") {
+            // POSIX ACLs are not supported: storing them as plain xattrs
+            // would show an ACL whose rights the kernel never applies.
+            return Err(FsError::NotSupported);
+        }
         let mut st = self.lock();
         let mut i = self.inode(&st, ino)?;
         let exists = self.xattr(&st, ino, name)?.is_some();

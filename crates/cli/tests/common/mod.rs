@@ -53,7 +53,11 @@ pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Output {
         let _ = child.wait();
         panic!("timed out after {timeout:?}: {desc}");
     };
-    Output { status, stdout: read_all(&mut out), stderr: read_all(&mut err) }
+    Output {
+        status,
+        stdout: read_all(&mut out),
+        stderr: read_all(&mut err),
+    }
 }
 
 fn read_all(f: &mut File) -> Vec<u8> {
@@ -88,7 +92,11 @@ pub fn cairn<S: AsRef<OsStr>>(args: &[S]) -> Output {
 pub fn cairn_ok<S: AsRef<OsStr>>(args: &[S]) -> String {
     let out = cairn(args);
     let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
-    assert!(out.status.success(), "cairn {shown:?} failed\n{}", describe(&out));
+    assert!(
+        out.status.success(),
+        "cairn {shown:?} failed\n{}",
+        describe(&out)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -108,7 +116,10 @@ pub fn sh(dir: &Path, script: &str) -> String {
 /// Like `sh` but returns the raw output without asserting.
 pub fn sh_output(dir: &Path, script: &str) -> Output {
     let full = format!("set -euxo pipefail\n{script}");
-    run_timeout(Command::new("bash").arg("-c").arg(full).current_dir(dir), CMD_TIMEOUT)
+    run_timeout(
+        Command::new("bash").arg("-c").arg(full).current_dir(dir),
+        CMD_TIMEOUT,
+    )
 }
 
 // ------------------------------------------------------------------- mounts
@@ -120,7 +131,9 @@ pub fn mount_fstype(mnt: &Path) -> Option<String> {
     let mut found = None;
     for line in info.lines() {
         let f: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else { continue };
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
         if f.len() > sep + 1 && unescape_mountinfo(f[4]) == want {
             found = Some(f[sep + 1].to_string());
         }
@@ -198,7 +211,15 @@ impl Fs {
         fs::create_dir(&mnt).unwrap();
         fs::create_dir(dir.join("devs")).unwrap();
         let mount_args = Vec::new();
-        Fs { dir, pool, mnt, mount_args, child: None, mounts: 0, tmp: Some(tmp) }
+        Fs {
+            dir,
+            pool,
+            mnt,
+            mount_args,
+            child: None,
+            mounts: 0,
+            tmp: Some(tmp),
+        }
     }
 
     /// Fresh pool (default mkfs) mounted in the foreground.
@@ -216,7 +237,12 @@ impl Fs {
 
     /// Path for a device file inside the private `devs/` directory.
     pub fn dev(&self, name: &str) -> String {
-        self.dir.join("devs").join(name).to_str().unwrap().to_string()
+        self.dir
+            .join("devs")
+            .join(name)
+            .to_str()
+            .unwrap()
+            .to_string()
     }
 
     /// `cairn mkfs POOL ARGS...`, asserting success.
@@ -240,7 +266,9 @@ impl Fs {
     pub fn daemon_pids(&self) -> Vec<i32> {
         let needle = self.pool.as_os_str().as_bytes();
         let me = std::process::id() as i32;
-        let Ok(rd) = fs::read_dir("/proc") else { return Vec::new() };
+        let Ok(rd) = fs::read_dir("/proc") else {
+            return Vec::new();
+        };
         rd.flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
             .filter(|pid| *pid != me)
@@ -281,12 +309,15 @@ impl Fs {
         let t0 = Instant::now();
         loop {
             let fstype = mount_fstype(&self.mnt);
-            if fstype.as_deref() == Some("fuse.cairn") {
+            if matches!(fstype.as_deref(), Some("fuse.cairn") | Some("fuse")) {
                 return;
             }
             if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 self.child = None;
-                panic!("cairn mount exited ({st}) before mounting\n{}", self.diagnostics());
+                panic!(
+                    "cairn mount exited ({st}) before mounting\n{}",
+                    self.diagnostics()
+                );
             }
             if t0.elapsed() > MOUNT_TIMEOUT {
                 panic!(
@@ -301,7 +332,8 @@ impl Fs {
 
     /// Tail of POOL/cairn.log and of the daemon's stdout/stderr.
     pub fn diagnostics(&self) -> String {
-        let log = fs::read_to_string(self.pool.join("cairn.log")).unwrap_or_else(|e| format!("<{e}>"));
+        let log =
+            fs::read_to_string(self.pool.join("cairn.log")).unwrap_or_else(|e| format!("<{e}>"));
         let out = fs::read_to_string(self.out_file()).unwrap_or_else(|e| format!("<{e}>"));
         format!(
             "--- tail of {}/cairn.log ---\n{}\n--- daemon stdout/stderr ---\n{}",
@@ -326,12 +358,27 @@ impl Fs {
     pub fn unmount(&mut self) {
         assert!(self.child.is_some(), "unmount(): not mounted");
         let out = cairn(&[OsStr::new("umount"), self.mnt.as_os_str()]);
-        assert!(out.status.success(), "cairn umount failed\n{}\n{}", describe(&out), self.diagnostics());
+        assert!(
+            out.status.success(),
+            "cairn umount failed\n{}\n{}",
+            describe(&out),
+            self.diagnostics()
+        );
         let Some(st) = self.wait_child(Duration::from_secs(30)) else {
-            panic!("daemon still running 30 s after cairn umount\n{}", self.diagnostics());
+            panic!(
+                "daemon still running 30 s after cairn umount\n{}",
+                self.diagnostics()
+            );
         };
-        assert!(st.success(), "daemon exited with {st} after umount\n{}", self.diagnostics());
-        assert!(wait_unmounted(&self.mnt, Duration::from_secs(5)), "still mounted after cairn umount");
+        assert!(
+            st.success(),
+            "daemon exited with {st} after umount\n{}",
+            self.diagnostics()
+        );
+        assert!(
+            wait_unmounted(&self.mnt, Duration::from_secs(5)),
+            "still mounted after cairn umount"
+        );
     }
 
     /// SIGKILL the daemon, then lazily unmount the dead mount.
@@ -339,8 +386,14 @@ impl Fs {
         let mut child = self.child.take().expect("kill9(): not mounted");
         child.kill().expect("SIGKILL daemon");
         child.wait().expect("reap daemon");
-        assert!(lazy_unmount(&self.mnt), "fusermount3 -u -z / umount -l failed");
-        assert!(wait_unmounted(&self.mnt, Duration::from_secs(10)), "still mounted after lazy unmount");
+        assert!(
+            lazy_unmount(&self.mnt),
+            "fusermount3 -u -z / umount -l failed"
+        );
+        assert!(
+            wait_unmounted(&self.mnt, Duration::from_secs(10)),
+            "still mounted after lazy unmount"
+        );
     }
 
     /// Sends `sig` to the daemon (e.g. SIGTERM) without waiting.
@@ -353,7 +406,10 @@ impl Fs {
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         match self.wait_child(timeout) {
             Some(st) => st,
-            None => panic!("daemon did not exit within {timeout:?}\n{}", self.diagnostics()),
+            None => panic!(
+                "daemon did not exit within {timeout:?}\n{}",
+                self.diagnostics()
+            ),
         }
     }
 
@@ -367,7 +423,12 @@ impl Fs {
     pub fn check(&self) -> String {
         assert!(self.child.is_none(), "check() needs an unmounted pool");
         let out = cairn(&[OsStr::new("check"), self.pool.as_os_str()]);
-        assert!(out.status.success(), "cairn check reported problems\n{}\n{}", describe(&out), self.diagnostics());
+        assert!(
+            out.status.success(),
+            "cairn check reported problems\n{}\n{}",
+            describe(&out),
+            self.diagnostics()
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -381,7 +442,11 @@ impl Fs {
 impl Drop for Fs {
     fn drop(&mut self) {
         if thread::panicking() {
-            eprintln!("[cairn harness] test failed; pool at {}\n{}", self.pool.display(), self.diagnostics());
+            eprintln!(
+                "[cairn harness] test failed; pool at {}\n{}",
+                self.pool.display(),
+                self.diagnostics()
+            );
         }
         if mount_fstype(&self.mnt).is_some() {
             lazy_unmount(&self.mnt);
@@ -412,7 +477,9 @@ impl Drop for Fs {
 pub fn errno_of<T: std::fmt::Debug>(r: io::Result<T>, what: &str) -> i32 {
     match r {
         Ok(v) => panic!("{what}: expected an error, got Ok({v:?})"),
-        Err(e) => e.raw_os_error().unwrap_or_else(|| panic!("{what}: non-OS error {e}")),
+        Err(e) => e
+            .raw_os_error()
+            .unwrap_or_else(|| panic!("{what}: non-OS error {e}")),
     }
 }
 
@@ -462,7 +529,13 @@ pub fn statvfs(p: &Path) -> libc::statvfs {
     let c = cpath(p);
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    assert_eq!(r, 0, "statvfs {}: {}", p.display(), io::Error::last_os_error());
+    assert_eq!(
+        r,
+        0,
+        "statvfs {}: {}",
+        p.display(),
+        io::Error::last_os_error()
+    );
     st
 }
 
@@ -497,7 +570,12 @@ pub fn first_diff(a: &[u8], b: &[u8]) -> Option<usize> {
     if a == b {
         return None;
     }
-    Some(a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len())))
+    Some(
+        a.iter()
+            .zip(b)
+            .position(|(x, y)| x != y)
+            .unwrap_or(a.len().min(b.len())),
+    )
 }
 
 /// Asserts equal byte contents with a compact message (no giant dumps).
