@@ -207,10 +207,18 @@ fn verify_file(root: &Path, name: &str, r: &Rec, ctx: &str) -> Option<Vec<u8>> {
     Some(got)
 }
 
+/// Per-round numbers, printed so a run shows the crash really hit in-flight data.
+#[derive(Default)]
+struct Stats {
+    present: usize,
+    made: usize,
+    synced: usize,
+    cut: usize,
+}
+
 /// Verifies the recovered tree and pins it: what survived is now durable.
-/// Returns (files present, files of `round` that had been fsynced).
-fn verify_and_pin(root: &Path, j: &mut Journal, round: usize, ctx: &str) -> (usize, usize) {
-    let (mut present, mut synced) = (0, 0);
+fn verify_and_pin(root: &Path, j: &mut Journal, round: usize, ctx: &str) -> Stats {
+    let mut st = Stats::default();
     let prefix = format!("r{round:02}/");
     for (dir, durable) in &j.dirs {
         assert!(
@@ -222,24 +230,28 @@ fn verify_and_pin(root: &Path, j: &mut Journal, round: usize, ctx: &str) -> (usi
     j.dirs.values_mut().for_each(|v| *v = true);
     let names: Vec<String> = j.files.keys().cloned().collect();
     for name in names {
-        synced += (name.starts_with(&prefix) && j.files[&name].synced.is_some()) as usize;
-        match verify_file(root, &name, &j.files[&name], ctx) {
+        let rec = &j.files[&name];
+        let got = verify_file(root, &name, rec, ctx);
+        if name.starts_with(&prefix) {
+            st.made += 1;
+            st.synced += rec.synced.is_some() as usize;
+            st.cut += got.as_ref().is_none_or(|d| d.len() < rec.written.len()) as usize;
+        }
+        match got {
             Some(d) => {
-                present += 1;
-                j.files.insert(
-                    name,
-                    Rec {
-                        synced: Some(d.len()),
-                        written: d,
-                        atomic: false,
-                    },
-                );
+                st.present += 1;
+                let pinned = Rec {
+                    synced: Some(d.len()),
+                    written: d,
+                    atomic: false,
+                };
+                j.files.insert(name, pinned);
             }
             None => drop(j.files.remove(&name)),
         }
     }
     check_no_strangers(root, j, ctx);
-    (present, synced)
+    st
 }
 
 /// Every entry on the mount must be a journaled directory or file.
@@ -283,13 +295,7 @@ fn mount_args(round: usize) -> Vec<String> {
 }
 
 /// One round: write, kill -9 at a random moment, remount, verify and pin.
-fn crash_round(
-    fs: &mut Fs,
-    j: &Shared,
-    round: usize,
-    rng: &mut StdRng,
-    seed: u64,
-) -> (usize, usize) {
+fn crash_round(fs: &mut Fs, j: &Shared, round: usize, rng: &mut StdRng, seed: u64) -> usize {
     let ctx = format!("CAIRN_SEED={seed} round {round}");
     let stop = Arc::new(AtomicBool::new(false));
     let (root, jj, st, wseed) = (fs.mnt.clone(), j.clone(), stop.clone(), rng.gen());
@@ -306,9 +312,12 @@ fn crash_round(
     }
     fs.mount_args = mount_args(round + 1);
     fs.mount();
-    let (present, synced) = verify_and_pin(&fs.mnt, &mut j.lock().unwrap(), round, &ctx);
-    println!("{ctx}: {present} files survive, {synced} had been fsynced");
-    (present, synced)
+    let st = verify_and_pin(&fs.mnt, &mut j.lock().unwrap(), round, &ctx);
+    println!(
+        "{ctx}: writer made {} files ({} fsynced), {} lost or cut short; {} files in the pool",
+        st.made, st.synced, st.cut, st.present
+    );
+    st.synced
 }
 
 #[test]
@@ -324,7 +333,7 @@ fn kill9_preserves_fsynced_data() {
     let j: Shared = Arc::default();
     let mut total_synced = 0;
     for round in 0..rounds {
-        total_synced += crash_round(&mut fs, &j, round, &mut rng, seed).1;
+        total_synced += crash_round(&mut fs, &j, round, &mut rng, seed);
         if round % 5 == 4 {
             fs.unmount();
             fs.check();

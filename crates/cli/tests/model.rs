@@ -3,7 +3,8 @@
 //! long-lived fds) are applied to a Cairn mount and to a plain directory that
 //! serves as the oracle. Every result (data or errno) must agree, and the two
 //! trees are compared after each batch and again after a remount.
-//! The seed is printed; reproduce with CAIRN_SEED=<seed>.
+//! The seed is printed; reproduce with CAIRN_SEED=<seed>; CAIRN_MODEL_BATCHES
+//! raises the number of batches for longer soaks.
 
 mod common;
 
@@ -444,6 +445,12 @@ fn seed() -> u64 {
     }
 }
 
+/// Number of batches: `default`, or CAIRN_MODEL_BATCHES for longer soaks.
+fn batches(default: usize) -> usize {
+    std::env::var("CAIRN_MODEL_BATCHES")
+        .map_or(default, |v| v.parse().expect("CAIRN_MODEL_BATCHES"))
+}
+
 fn run_model(mut fs: Fs, seed: u64, batches: usize, ops: usize) {
     println!("model test: CAIRN_SEED={seed}");
     let oracle_root = fs.dir.join("oracle");
@@ -473,7 +480,7 @@ fn run_model(mut fs: Fs, seed: u64, batches: usize, ops: usize) {
 
 #[test]
 fn model_default_pool() {
-    run_model(Fs::new(), seed(), 6, 200);
+    run_model(Fs::new(), seed(), batches(12), 300);
 }
 
 #[test]
@@ -489,5 +496,5 @@ fn model_tiered_devices_small_records() {
         "16K",
     ]);
     fs.mount();
-    run_model(fs, seed().wrapping_add(1), 4, 200);
+    run_model(fs, seed().wrapping_add(1), batches(8), 300);
 }
