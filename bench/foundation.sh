@@ -62,15 +62,18 @@ setup_dirs() {
     "$BIN" mkfs "$W/pool" >&2
 }
 
+is_mounted() { grep -q " $1 " /proc/self/mountinfo; }
+
 cleanup() {
-    set +e
-    if mountpoint -q "$W/cairnmnt" 2>/dev/null; then
+    set +eu
+    [ -n "${W:-}" ] || return 0
+    if is_mounted "$W/cairnmnt"; then
         "$BIN" umount "$W/cairnmnt" >/dev/null 2>&1 || fusermount3 -u -z "$W/cairnmnt"
     fi
-    if mountpoint -q "$W/bindmnt" 2>/dev/null; then
+    if is_mounted "$W/bindmnt"; then
         fusermount3 -u "$W/bindmnt" || fusermount3 -u -z "$W/bindmnt"
     fi
-    if [ -n "${W:-}" ] && [ -z "${KEEP:-}" ]; then rm -rf "$W"; fi
+    if [ -z "${KEEP:-}" ]; then rm -rf --one-file-system "$W"; else log "kept $W"; fi
 }
 
 # ------------------------------------------------------------ mounts
@@ -109,3 +112,181 @@ make_cold() {
     drop_caches
     if [ "$1" != native ]; then mount_target "$1"; fi
 }
+
+# ------------------------------------------------------- measurements
+
+bench_seq_write() {
+    local d t0
+    d=$(dir_of "$1")
+    t0=$(now)
+    # fio's default buffers are random and scrambled per I/O: no dedup/compression help
+    fio --name=seqw --filename="$d/seq" --rw=write --bs=1M --size="${SIZE_GB}G" \
+        --ioengine=psync --direct=0 --end_fsync=1 --output=/dev/null
+    RES[seqw,$1]=$(div $((SIZE_GB * 1024)) "$(elapsed "$t0")")
+}
+
+read_seq_mbs() {
+    local t0
+    t0=$(now)
+    dd if="$(dir_of "$1")/seq" of=/dev/null bs=1M status=none
+    div $((SIZE_GB * 1024)) "$(elapsed "$t0")"
+}
+
+bench_cold_read() {
+    local v=()
+    for _ in $(seq "$RUNS"); do
+        make_cold "$1"
+        v+=("$(read_seq_mbs "$1")")
+    done
+    RES[cold,$1]=$(median "${v[@]}")
+}
+
+bench_warm_read() {
+    local v=()
+    read_seq_mbs "$1" >/dev/null
+    for _ in $(seq "$RUNS"); do v+=("$(read_seq_mbs "$1")"); done
+    RES[warm,$1]=$(median "${v[@]}")
+    rm -f "$(dir_of "$1")/seq"
+}
+
+FIO_COMMON=(--bs=4k --ioengine=psync --direct=0)
+
+# fio_iops TARGET randread|randwrite; each run starts from cold caches
+fio_iops() {
+    local f
+    f="$(dir_of "$1")/fio.dat"
+    fio --name=layout --filename="$f" --size="${FIO_MB}M" --rw=write --create_only=1 \
+        "${FIO_COMMON[@]}" --output=/dev/null
+    make_cold "$1"
+    fio --name="$2" --filename="$f" --size="${FIO_MB}M" --rw="$2" "${FIO_COMMON[@]}" \
+        --time_based --runtime="$FIO_SECONDS" --output-format=json --output="$W/fio.json" >/dev/null
+    python3 -c 'import json, sys
+job = json.load(open(sys.argv[1]))["jobs"][0]
+print(round(job[sys.argv[2]]["iops"]))' "$W/fio.json" "${2#rand}"
+}
+
+bench_fio() {
+    RES[randread,$1]=$(fio_iops "$1" randread)
+    RES[randwrite,$1]=$(fio_iops "$1" randwrite)
+    rm -f "$(dir_of "$1")/fio.dat"
+}
+
+# Small-file phases, each timed on its own; prints ops/s.
+# Usage: files.py create|stat|unlink ROOT N
+FILES_PY='
+import os, sys, time
+phase, root, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+per = 1000
+dirs = [os.path.join(root, "d%04d" % i) for i in range((n + per - 1) // per)]
+paths = [os.path.join(dirs[i // per], "f%06d" % i) for i in range(n)]
+data = b"x" * 100
+t = time.monotonic()
+if phase == "create":
+    for d in dirs:
+        os.mkdir(d)
+    for p in paths:
+        fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+elif phase == "stat":
+    for p in paths:
+        os.stat(p)
+else:
+    for p in paths:
+        os.unlink(p)
+    for d in dirs:
+        os.rmdir(d)
+print("%.1f" % (n / (time.monotonic() - t)))
+'
+
+bench_files() {
+    local d
+    d=$(dir_of "$1")/files
+    mkdir -p "$d"
+    RES[create,$1]=$(python3 -c "$FILES_PY" create "$d" "$FILES")
+    make_cold "$1" # stat from a cold cache, not from the kernel's attribute cache
+    RES[stat,$1]=$(python3 -c "$FILES_PY" stat "$d" "$FILES")
+    RES[unlink,$1]=$(python3 -c "$FILES_PY" unlink "$d" "$FILES")
+    rmdir "$d"
+}
+
+make_tarball() {
+    local src=${TAR_SRC:-}
+    local rs
+    rs="$(rustc --print sysroot 2>/dev/null || true)/lib/rustlib/src/rust"
+    if [ -z "$src" ]; then
+        if [ -d "$rs" ]; then src=$rs; else src=/usr/share; fi
+    fi
+    TARBALL=/tmp/cairn-bench-$(echo "$src" | tr '/' '_').tar
+    if [ ! -s "$TARBALL" ]; then
+        log "making $TARBALL from $src (once)"
+        tar -C "$(dirname "$src")" -cf "$TARBALL.part" "$(basename "$src")" 2>/dev/null || true
+        mv "$TARBALL.part" "$TARBALL"
+    fi
+    NTAR=$(tar -tf "$TARBALL" | wc -l)
+    log "untar test: $TARBALL, $NTAR entries, $(du -h "$TARBALL" | cut -f1)"
+}
+
+bench_untar() {
+    local d t0 v=()
+    d=$(dir_of "$1")/untar
+    for _ in $(seq "$RUNS"); do
+        rm -rf "$d" && mkdir "$d"
+        t0=$(now)
+        tar -C "$d" -xf "$TARBALL"
+        v+=("$(div "$NTAR" "$(elapsed "$t0")")")
+    done
+    rm -rf "$d"
+    RES[untar,$1]=$(median "${v[@]}")
+}
+
+# ------------------------------------------------------------- report
+
+print_table() {
+    local rows=(
+        "seqw|sequential write ${SIZE_GB} GiB + fsync (MB/s)"
+        "cold|cold sequential read (MB/s)"
+        "warm|warm sequential re-read (MB/s)"
+        "randread|fio 4k random read, ${FIO_MB} MB file, from cold (IOPS)"
+        "randwrite|fio 4k random write, buffered (IOPS)"
+        "create|create ${FILES} small files (ops/s)"
+        "stat|stat ${FILES} files, cold (ops/s)"
+        "unlink|unlink ${FILES} files (ops/s)"
+        "untar|untar ${NTAR} entries (entries/s)"
+    )
+    echo
+    echo "Cairn $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores," \
+        "$(uname -r), work dir on $(findmnt -n -o FSTYPE -T "$W"); medians of $RUNS runs" \
+        "for reads and untar. Higher is better."
+    echo
+    echo "| measurement | native | bindfs | cairn | cairn/native | cairn/bindfs |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    local row key label n b c
+    for row in "${rows[@]}"; do
+        key=${row%%|*} label=${row#*|}
+        n=${RES[$key,native]:-n/a} b=${RES[$key,bindfs]:-n/a} c=${RES[$key,cairn]:-n/a}
+        echo "| $label | $n | $b | $c | $(div "$c" "$n") | $(div "$c" "$b") |"
+    done
+}
+
+main() {
+    check_tools
+    build_cairn
+    trap cleanup EXIT
+    trap 'exit 130' INT TERM
+    setup_dirs
+    make_tarball
+    mount_target bindfs
+    mount_target cairn
+    local step t
+    # one measurement at a time across all targets, so they see the same machine state
+    for step in seq_write cold_read warm_read fio files untar; do
+        for t in "${TARGETS[@]}"; do
+            log "$step: $t"
+            "bench_$step" "$t"
+        done
+    done
+    print_table
+}
+
+main "$@"

@@ -328,6 +328,7 @@ fn errno_basic_cases() {
     );
     errno_names(&fs);
     errno_types(&fs, &d);
+    errno_renames(&fs, &d);
     fs.finish();
 }
 
@@ -381,7 +382,7 @@ fn errno_names(fs: &Fs) {
     expect_errno(nofollow, libc::ELOOP, "O_NOFOLLOW on symlink");
 }
 
-/// EISDIR / ENOTDIR / rename type mismatches / EINVAL / EXDEV.
+/// EISDIR / ENOTDIR / EPERM for directory hard links.
 fn errno_types(fs: &Fs, d: &Path) {
     let f = d.join("f");
     expect_errno(
@@ -402,6 +403,16 @@ fn errno_types(fs: &Fs, d: &Path) {
     );
     expect_errno(fs::remove_dir(&f), libc::ENOTDIR, "rmdir a file");
     expect_errno(fs::read_dir(&f), libc::ENOTDIR, "opendir a file");
+    expect_errno(
+        fs::hard_link(d, fs.p("dirlink")),
+        libc::EPERM,
+        "hard link to a directory",
+    );
+}
+
+/// rename(2) type mismatches, EINVAL, and EXDEV only across mounts.
+fn errno_renames(fs: &Fs, d: &Path) {
+    let f = d.join("f");
     fs::create_dir_all(fs.p("e/sub")).unwrap();
     fs::create_dir(fs.p("empty")).unwrap();
     let e = errno_of(
@@ -427,11 +438,6 @@ fn errno_types(fs: &Fs, d: &Path) {
         fs::rename(fs.p("e"), fs.p("e/sub/inner")),
         libc::EINVAL,
         "rename dir below itself",
-    );
-    expect_errno(
-        fs::hard_link(d, fs.p("dirlink")),
-        libc::EPERM,
-        "hard link to a directory",
     );
     // EXDEV only across mounts; within the mount cross-directory moves work
     let outside = fs.dir.join("outside");
@@ -1850,7 +1856,12 @@ fn daemon_mode_mount_returns_once_mounted() {
         "not mounted when `cairn mount` returned"
     );
     mkfile(&fs.p("hello"), b"from the daemon");
-    cairn_ok(&[std::ffi::OsStr::new("umount"), fs.mnt.as_os_str()]);
+    let out = cairn_umount(&fs.mnt);
+    assert!(
+        out.status.success(),
+        "cairn umount of the daemon mount\n{}",
+        describe(&out)
+    );
     assert!(
         wait_unmounted(&fs.mnt, Duration::from_secs(10)),
         "still mounted after cairn umount"

@@ -186,6 +186,22 @@ pub fn lazy_unmount(mnt: &Path) -> bool {
     quiet("fusermount3", &["-u", "-z"]) || quiet("umount", &["-l"])
 }
 
+/// `cairn umount MNT`, retried for up to 3 s while it fails: EBUSY can be
+/// transient when a sibling test thread forks a child, which holds copies of
+/// our (close-on-exec) fds on this mount until it execs. A real leak of
+/// references still fails after the retries.
+pub fn cairn_umount(mnt: &Path) -> Output {
+    let mut out = cairn(&[OsStr::new("umount"), mnt.as_os_str()]);
+    for _ in 0..15 {
+        if out.status.success() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(200));
+        out = cairn(&[OsStr::new("umount"), mnt.as_os_str()]);
+    }
+    out
+}
+
 /// A pool plus mount point in a private temp dir, with the daemon as a child.
 pub struct Fs {
     /// Private temp dir holding everything below.
@@ -357,7 +373,7 @@ impl Fs {
     /// `cairn umount MNT`; the foreground daemon must then exit with success.
     pub fn unmount(&mut self) {
         assert!(self.child.is_some(), "unmount(): not mounted");
-        let out = cairn(&[OsStr::new("umount"), self.mnt.as_os_str()]);
+        let out = cairn_umount(&self.mnt);
         assert!(
             out.status.success(),
             "cairn umount failed\n{}\n{}",
