@@ -19,6 +19,17 @@ pub struct MetaStore {
     db: Database,
 }
 
+/// Decodes a stored live element.
+fn live_element(key: &[u8], v: &[u8]) -> Result<Element> {
+    let (create_tid, payload) = decode_value(key, v)?;
+    Ok(Element {
+        key: ElemKey(key.to_vec()),
+        create_tid,
+        delete_tid: TID_MAX,
+        payload,
+    })
+}
+
 fn range_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
     (Bound::Included(prefix), prefix_end(prefix))
 }
@@ -88,16 +99,10 @@ pub struct MetaRead {
 impl MetaRead {
     /// The live element with this key.
     pub fn get(&self, key: &ElemKey) -> Result<Option<Element>> {
-        let Some(v) = self.live.get(key.as_bytes())? else {
-            return Ok(None);
-        };
-        let (create_tid, payload) = decode_value(key.as_bytes(), v.value())?;
-        Ok(Some(Element {
-            key: key.clone(),
-            create_tid,
-            delete_tid: TID_MAX,
-            payload,
-        }))
+        match self.live.get(key.as_bytes())? {
+            Some(v) => live_element(key.as_bytes(), v.value()).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The element with this key as it was at `tid`: the live one if it was
@@ -137,13 +142,7 @@ impl MetaRead {
         let mut out = Vec::new();
         for r in self.live.range::<&[u8]>((lo, hi))? {
             let (k, v) = r?;
-            let (create_tid, payload) = decode_value(k.value(), v.value())?;
-            out.push(Element {
-                key: ElemKey(k.value().to_vec()),
-                create_tid,
-                delete_tid: TID_MAX,
-                payload,
-            });
+            out.push(live_element(k.value(), v.value())?);
             if out.len() >= limit {
                 break;
             }
@@ -171,13 +170,7 @@ impl MetaRead {
     pub fn for_each_live(&self, mut f: impl FnMut(Element)) -> Result<()> {
         for r in self.live.iter()? {
             let (k, v) = r?;
-            let (create_tid, payload) = decode_value(k.value(), v.value())?;
-            f(Element {
-                key: ElemKey(k.value().to_vec()),
-                create_tid,
-                delete_tid: TID_MAX,
-                payload,
-            });
+            f(live_element(k.value(), v.value())?);
         }
         Ok(())
     }
@@ -262,16 +255,10 @@ pub struct MetaWrite<'t> {
 
 impl MetaWrite<'_> {
     pub fn get(&self, key: &ElemKey) -> Result<Option<Element>> {
-        let Some(v) = self.live.get(key.as_bytes())? else {
-            return Ok(None);
-        };
-        let (create_tid, payload) = decode_value(key.as_bytes(), v.value())?;
-        Ok(Some(Element {
-            key: key.clone(),
-            create_tid,
-            delete_tid: TID_MAX,
-            payload,
-        }))
+        match self.live.get(key.as_bytes())? {
+            Some(v) => live_element(key.as_bytes(), v.value()).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Ends the live element with this key at `tid` (moves it to history).
@@ -355,13 +342,7 @@ impl MetaWrite<'_> {
         let mut out = Vec::new();
         for r in self.live.range::<&[u8]>((lo, hi))? {
             let (k, v) = r?;
-            let (create_tid, payload) = decode_value(k.value(), v.value())?;
-            out.push(Element {
-                key: ElemKey(k.value().to_vec()),
-                create_tid,
-                delete_tid: TID_MAX,
-                payload,
-            });
+            out.push(live_element(k.value(), v.value())?);
         }
         Ok(out)
     }
