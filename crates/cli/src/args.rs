@@ -29,6 +29,143 @@ pub enum Cmd {
     Check(PoolArg),
     /// Show devices, usage and counters of an unmounted pool.
     Info(InfoArgs),
+    /// Commit buffered writes now and print the committed TID.
+    Sync(TargetArgs),
+    /// Create, list, delete and verify snapshots (named, retained TIDs).
+    #[command(subcommand)]
+    Snapshot(SnapshotCmd),
+    /// List the stored versions of a file (one per commit that changed it).
+    History(HistoryArgs),
+    /// Bring back an old version of a file as a new version.
+    Undo(UndoArgs),
+    /// Apply the retention policy: remove history no retained TID sees.
+    Prune(PruneArgs),
+    /// Rewrite sparse segments and scattered files (online defragmentation).
+    Reblock(ReblockArgs),
+}
+
+#[derive(Args)]
+pub struct TargetArgs {
+    /// A pool directory, or a mount point (or any path in a mount).
+    pub target: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum SnapshotCmd {
+    /// Snapshot the pool's current state under NAME (O(1)).
+    Create {
+        #[command(flatten)]
+        t: TargetArgs,
+        name: String,
+    },
+    /// Make an automatic snapshot named auto-YYYYMMDD-HHMMSS (UTC), kept by
+    /// the daily/weekly/monthly policy (for cron or a systemd timer).
+    Auto {
+        #[command(flatten)]
+        t: TargetArgs,
+    },
+    /// List snapshots with the space deleting each would free.
+    List {
+        #[command(flatten)]
+        t: TargetArgs,
+    },
+    /// Delete a snapshot; its space comes back at the next prune.
+    Delete {
+        #[command(flatten)]
+        t: TargetArgs,
+        name: String,
+    },
+    /// Recompute a snapshot's content hash (reading all its data) and
+    /// compare it with the one recorded at creation. Exit 3 on mismatch.
+    Verify {
+        #[command(flatten)]
+        t: TargetArgs,
+        name: String,
+    },
+}
+
+#[derive(Args)]
+pub struct HistoryArgs {
+    /// A file or directory inside a mounted pool.
+    pub path: PathBuf,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn tid_arg(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("invalid TID {s:?} (use 0x<hex> or decimal)"))
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("from").required(true).args(["tid", "snapshot"])))]
+pub struct UndoArgs {
+    /// A file inside a mounted pool.
+    pub path: PathBuf,
+    /// The version as of this TID (0x<hex> or decimal).
+    #[arg(long, value_parser = tid_arg)]
+    pub tid: Option<u64>,
+    /// The version in this snapshot.
+    #[arg(long)]
+    pub snapshot: Option<String>,
+    /// Write the old version here instead of over PATH.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+/// "90", "30s", "15m", "1h", "7d", "2w" as seconds.
+pub fn duration_arg(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 's')) => (&s[..i], 1),
+        Some((i, 'm')) => (&s[..i], 60),
+        Some((i, 'h')) => (&s[..i], 3600),
+        Some((i, 'd')) => (&s[..i], 86_400),
+        Some((i, 'w')) => (&s[..i], 604_800),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("invalid duration {s:?} (e.g. 0, 30s, 15m, 1h, 7d, 2w)"))
+}
+
+#[derive(Args)]
+pub struct PruneArgs {
+    #[command(flatten)]
+    pub t: TargetArgs,
+    /// Report what would be removed; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Keep all fine-grained history this long (default: pool config).
+    #[arg(long, value_parser = duration_arg, value_name = "DURATION")]
+    pub keep_history: Option<u64>,
+    /// Automatic snapshots kept: newest of each of the last N days.
+    #[arg(long)]
+    pub keep_daily: Option<u32>,
+    /// ... of the last N ISO weeks.
+    #[arg(long)]
+    pub keep_weekly: Option<u32>,
+    /// ... of the last N months.
+    #[arg(long)]
+    pub keep_monthly: Option<u32>,
+}
+
+#[derive(Args)]
+pub struct ReblockArgs {
+    #[command(flatten)]
+    pub t: TargetArgs,
+    /// Rewrite segments whose live data is below this percentage.
+    #[arg(long, default_value_t = 75, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub max_live: u32,
+    /// Only compact segments; leave scattered files alone.
+    #[arg(long)]
+    pub no_files: bool,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {

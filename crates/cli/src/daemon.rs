@@ -60,6 +60,10 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
     let p = Pool::open(pool, Some(config_for(a)?))?;
     let fs = Fs::open(p)?;
     let flusher = fs.spawn_flusher();
+    let sock = PoolPaths::control(pool);
+    crate::control::server::spawn(fs.clone(), &sock)
+        .with_context(|| format!("control socket {}", sock.display()))?;
+    crate::control::server::hash_in_background(&fs);
     let mnt = a.mountpoint.canonicalize()?;
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads)
         .with_context(|| format!("mounting on {}", mnt.display()))?;
@@ -74,6 +78,7 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
         }
     });
     session.join()?;
+    let _ = std::fs::remove_file(&sock);
     fs.shutdown()?;
     let _ = flusher.join();
     tracing::info!("unmounted {}", mnt.display());
@@ -143,7 +148,7 @@ fn log_tail(log: &Path) -> String {
 }
 
 /// Mount entries of Cairn: (mount point, pool) from /proc/self/mountinfo.
-fn cairn_mounts() -> Result<Vec<(PathBuf, String)>> {
+pub fn cairn_mounts() -> Result<Vec<(PathBuf, String)>> {
     let info = std::fs::read_to_string("/proc/self/mountinfo")?;
     let mut out = Vec::new();
     for line in info.lines() {
@@ -201,7 +206,7 @@ pub fn umount(mnt: &Path) -> Result<()> {
 }
 
 /// Is some process holding the pool's lock (a daemon still running)?
-fn pool_locked(pool: &Path) -> bool {
+pub fn pool_locked(pool: &Path) -> bool {
     use std::os::fd::AsRawFd;
     let Ok(f) = std::fs::File::open(PoolPaths::lock(pool)) else {
         return false;

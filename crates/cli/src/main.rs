@@ -1,7 +1,9 @@
 //! The `cairn` command line: the binary's edge, where typed errors become
 //! messages and exit codes.
 
+mod admin;
 mod args;
+mod control;
 mod daemon;
 mod report;
 
@@ -35,5 +37,11 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Umount(a) => daemon::umount(&a.mountpoint),
         Cmd::Check(a) => report::check(&a.pool),
         Cmd::Info(a) => report::info(&a.pool, a.json),
+        Cmd::Sync(t) => admin::sync(&t),
+        Cmd::Snapshot(c) => admin::snapshot(c),
+        Cmd::History(a) => admin::history(&a),
+        Cmd::Undo(a) => admin::undo(&a),
+        Cmd::Prune(a) => admin::prune(&a),
+        Cmd::Reblock(a) => admin::reblock(&a),
     }
 }

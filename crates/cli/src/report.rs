@@ -35,7 +35,7 @@ pub fn check(pool: &Path) -> Result<()> {
     Ok(())
 }
 
-fn human(n: u64) -> String {
+pub fn human(n: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;

@@ -71,6 +71,11 @@ impl ChunkStore {
         self.next_segment.load(Ordering::SeqCst)
     }
 
+    /// The segment new chunks are appended to, if one is open.
+    pub fn open_segment_id(&self) -> Option<u64> {
+        self.open.lock().as_ref().map(|o| o.id)
+    }
+
     pub fn segment(&self, id: u64) -> Option<SegmentRec> {
         self.segments.read().get(&id).cloned()
     }

@@ -24,6 +24,11 @@ pub struct PoolConfig {
     pub history_retention_secs: u64,
     /// Page cache of the metadata store, in MiB.
     pub meta_cache_mib: u64,
+    /// Automatic snapshots (`cairn snapshot auto`) kept by prune: the newest
+    /// of each of the last N days, ISO weeks and months (UTC) that have one.
+    pub keep_daily: u32,
+    pub keep_weekly: u32,
+    pub keep_monthly: u32,
 }
 
 impl Default for PoolConfig {
@@ -34,6 +39,9 @@ impl Default for PoolConfig {
             dirty_limit_mib: 512,
             history_retention_secs: 86400,
             meta_cache_mib: 256,
+            keep_daily: 7,
+            keep_weekly: 4,
+            keep_monthly: 6,
         }
     }
 }

@@ -47,6 +47,14 @@ pub enum FsError {
     Busy,
     #[error("the filesystem stopped after a failed commit: {0}; remount to recover the last committed state")]
     Failed(String),
+    #[error("no snapshot named {0:?}")]
+    NoSnapshot(String),
+    #[error("a snapshot named {0:?} already exists")]
+    SnapshotExists(String),
+    #[error(
+        "TID {0:#018x} is not readable: it is newer than the last commit or its history was pruned"
+    )]
+    NoSuchTid(u64),
     #[error(transparent)]
     Meta(#[from] MetaError),
     #[error(transparent)]
@@ -59,8 +67,8 @@ impl FsError {
     pub fn errno(&self) -> i32 {
         use FsError::*;
         match self {
-            NotFound => libc::ENOENT,
-            Exists | PoolExists(_) => libc::EEXIST,
+            NotFound | NoSnapshot(_) | NoSuchTid(_) => libc::ENOENT,
+            Exists | PoolExists(_) | SnapshotExists(_) => libc::EEXIST,
             NotEmpty => libc::ENOTEMPTY,
             NotDir => libc::ENOTDIR,
             IsDir => libc::EISDIR,

@@ -147,7 +147,6 @@ impl Fs {
             }
             w.set_counter("next_chunk", next_chunk)?;
             w.set_counter("next_ino", next_ino)?;
-            w.set_counter("next_segment", self.pool.chunks.next_segment_id())?;
             w.set_counter("last_tid", tid)?;
             w.log_tid(tid, now)?;
             // Short of space (under 1/16 free): drop fine-grained history at
@@ -155,37 +154,49 @@ impl Fs {
             let c = &self.pool.chunks;
             let (slots, _) = c.devices().slot_totals();
             let pressure = c.free_bytes() < slots * c.segment_size() / 16;
+            let from = w.counter("pruned_tid")?;
             let cutoff = if prune_all || pressure {
                 Some(tid)
             } else {
-                let from = w.counter("pruned_tid")?;
                 w.tid_before_time(from, now.saturating_sub(retention))?
             };
             let mut freed = Vec::new();
-            if let Some(cutoff) = cutoff {
-                let removed = w.prune(cutoff, &[])?;
+            if let Some(cutoff) = cutoff.filter(|&c| c > from) {
+                self.prune_in(w, from, cutoff, false, touched, &mut freed)?;
                 w.set_counter("pruned_tid", cutoff)?;
-                self.release_elements(w, &removed, touched, &mut freed)?;
             }
-            for id in touched.iter() {
-                match self.pool.chunks.segment(*id) {
-                    Some(rec) => w.put_segment(*id, &rec.encode())?,
-                    None => w.remove_segment(*id)?,
-                }
-            }
+            self.store_segments(w, touched)?;
             Ok::<_, FsError>(freed)
         })
     }
 
+    /// Writes the records of the segments a transaction changed.
+    pub(crate) fn store_segments(
+        &self,
+        w: &mut MetaWrite<'_>,
+        touched: &BTreeSet<u64>,
+    ) -> Result<()> {
+        for id in touched.iter() {
+            match self.pool.chunks.segment(*id) {
+                Some(rec) => w.put_segment(*id, &rec.encode())?,
+                None => w.remove_segment(*id)?,
+            }
+        }
+        w.set_counter("next_segment", self.pool.chunks.next_segment_id())?;
+        Ok(())
+    }
+
     /// Drops one reference per removed extent element; chunks without
     /// references are deleted and their space given back to the segment.
+    /// Returns the number and bytes of chunks deleted.
     pub(crate) fn release_elements(
         &self,
         w: &mut MetaWrite<'_>,
         removed: &[Element],
         touched: &mut BTreeSet<u64>,
         freed: &mut Vec<SlotAddr>,
-    ) -> Result<()> {
+    ) -> Result<(u64, u64)> {
+        let (mut chunks, mut bytes) = (0, 0);
         for e in removed
             .iter()
             .filter(|e| e.key.rtype() == Some(RecordType::Extent))
@@ -209,6 +220,8 @@ impl Fs {
                 continue;
             }
             w.remove_chunk(ext.chunk)?;
+            chunks += 1;
+            bytes += rec.len as u64;
             let seg = self.pool.chunks.segment(rec.segment);
             touched.insert(rec.segment);
             if self.pool.chunks.unref_chunk(&rec).is_none() {
@@ -220,7 +233,7 @@ impl Fs {
                 }
             }
         }
-        Ok(())
+        Ok((chunks, bytes))
     }
 }
 

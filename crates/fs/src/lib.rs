@@ -4,25 +4,37 @@
 //! buffered in RAM (the overlay) and committed in flush groups, one TID per
 //! commit. Frontends (FUSE, later NBD) call the `Fs` methods.
 
+pub mod asof;
 pub mod check;
 pub mod config;
 pub mod error;
 pub mod flush;
+pub mod history;
 pub mod info;
 pub mod ops_data;
 pub mod ops_ns;
 pub mod overlay;
 pub mod pool;
+pub mod prune;
 pub mod readdir;
+pub mod reblock;
+pub mod snapshot;
 pub mod superblock;
+pub mod timefmt;
+pub mod treehash;
 pub mod types;
 pub mod vfs;
 
 pub use config::PoolConfig;
 pub use error::{FsError, Result};
+pub use history::Version;
 pub use ops_data::Statfs;
 pub use ops_ns::{RenameFlags, SetAttr, XattrMode};
 pub use pool::{mkfs, MkfsOptions, Pool};
+pub use prune::{PrunePolicy, PruneReport};
 pub use readdir::DirEntry;
+pub use reblock::{ReblockOptions, ReblockReport};
+pub use snapshot::{Snapshot, SnapshotKind, SnapshotUsage, VerifyReport};
+pub use treehash::TreeSum;
 pub use types::{FileKind, Inode, Time, ROOT_INO};
 pub use vfs::{Ctx, Fs};

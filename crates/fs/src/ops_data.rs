@@ -285,7 +285,7 @@ impl Fs {
 
 /// Copies the part of a block (starting at file offset `bstart`) that lies
 /// in the output buffer (starting at file offset `off`).
-fn copy_block_part(out: &mut [u8], off: u64, bstart: u64, data: &[u8]) {
+pub(crate) fn copy_block_part(out: &mut [u8], off: u64, bstart: u64, data: &[u8]) {
     let out_end = off + out.len() as u64;
     let lo = off.max(bstart);
     let hi = out_end.min(bstart + data.len() as u64);

@@ -63,6 +63,10 @@ impl PoolPaths {
     pub fn log(p: &Path) -> PathBuf {
         p.join("cairn.log")
     }
+    /// The mounted daemon's control socket (mode 0600).
+    pub fn control(p: &Path) -> PathBuf {
+        p.join("control.sock")
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FsError + '_ {

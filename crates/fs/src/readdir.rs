@@ -76,25 +76,31 @@ impl Fs {
     pub fn readdir(&self, dir: u64, cookie: u64, max: usize) -> Result<Vec<DirEntry>> {
         let st = self.lock();
         let d = self.dir_inode(&st, dir)?;
-        let mut out = Vec::new();
-        if cookie < 1 {
-            out.push(DirEntry {
-                name: b".".to_vec(),
-                ino: dir,
-                kind: FileKind::Dir,
-                cookie: 1,
-            });
-        }
-        if cookie < 2 {
-            out.push(DirEntry {
-                name: b"..".to_vec(),
-                ino: d.parent.max(1),
-                kind: FileKind::Dir,
-                cookie: 2,
-            });
-        }
+        let mut out = dot_entries(dir, d.parent, cookie);
         let rest = max.saturating_sub(out.len()).max(1);
         out.extend(self.entries_after(&st, dir, cookie.max(2), rest)?);
         Ok(out)
     }
+}
+
+/// "." and ".." for a listing that starts at `cookie`.
+pub(crate) fn dot_entries(dir: u64, parent: u64, cookie: u64) -> Vec<DirEntry> {
+    let mut out = Vec::new();
+    if cookie < 1 {
+        out.push(DirEntry {
+            name: b".".to_vec(),
+            ino: dir,
+            kind: FileKind::Dir,
+            cookie: 1,
+        });
+    }
+    if cookie < 2 {
+        out.push(DirEntry {
+            name: b"..".to_vec(),
+            ino: parent.max(1),
+            kind: FileKind::Dir,
+            cookie: 2,
+        });
+    }
+    out
 }

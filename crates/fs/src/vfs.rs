@@ -43,6 +43,8 @@ pub struct Fs {
     pub(crate) kick_lock: Mutex<bool>,
     pub(crate) stopping: AtomicBool,
     pub(crate) record: u64,
+    /// Snapshot TIDs (sorted): the history views that prune keeps.
+    pub(crate) retained: parking_lot::RwLock<Vec<u64>>,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -80,7 +82,9 @@ impl Fs {
             kick_lock: Mutex::new(false),
             stopping: AtomicBool::new(false),
             record,
+            retained: parking_lot::RwLock::new(Vec::new()),
         });
+        fs.refresh_retained()?;
         if !orphans.is_empty() {
             tracing::info!(
                 "removing {} orphaned inode(s) left by a crash",
@@ -94,6 +98,17 @@ impl Fs {
             fs.flush()?;
         }
         Ok(fs)
+    }
+
+    /// Reloads the snapshot TIDs after snapshots were added or removed.
+    pub(crate) fn refresh_retained(&self) -> Result<()> {
+        let mut tids: Vec<u64> = crate::snapshot::read_snapshots(&self.meta()?)?
+            .iter()
+            .map(|s| s.tid)
+            .collect();
+        tids.sort_unstable();
+        *self.retained.write() = tids;
+        Ok(())
     }
 
     pub fn pool(&self) -> &Pool {
@@ -247,7 +262,18 @@ impl Fs {
             ))
         })?;
         let rec = ChunkRec::decode(&raw)?;
-        match self.pool.chunks.read_chunk(&rec, false) {
+        let mut res = self.pool.chunks.read_chunk(&rec, false);
+        if res.is_err() {
+            // Reblock may have moved the chunk after `r` was taken: read
+            // its current record once more before calling it damaged.
+            if let Some(now) = self.meta()?.chunk(ext.chunk)? {
+                let now = ChunkRec::decode(&now)?;
+                if (now.segment, now.offset) != (rec.segment, rec.offset) {
+                    res = self.pool.chunks.read_chunk(&now, false);
+                }
+            }
+        }
+        match res {
             Ok(mut data) => {
                 data.truncate(ext.len as usize);
                 Ok(data)

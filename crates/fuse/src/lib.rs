@@ -5,6 +5,7 @@
 
 mod attr;
 mod ops;
+mod views;
 
 use cairn_fs::Fs;
 use fuser::{Config, MountOption, SessionACL};

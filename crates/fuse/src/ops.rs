@@ -2,7 +2,11 @@
 //! calling into cairn-fs and turning its typed errors into errnos.
 
 use crate::attr::{file_attr, from_system, time_or_now};
-use cairn_fs::{Ctx, Fs, FsError, Inode, RenameFlags as CRename, SetAttr, XattrMode};
+use crate::views::{Node, Views, SNAPDIR_INO};
+use cairn_fs::{
+    Ctx, DirEntry, FileKind, Fs, FsError, Inode, RenameFlags as CRename, SetAttr, XattrMode,
+    ROOT_INO,
+};
 use fuser::*;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -16,11 +20,103 @@ const TTL: Duration = Duration::from_secs(1);
 
 pub struct CairnFuse {
     fs: Arc<Fs>,
+    views: Views,
 }
 
 impl CairnFuse {
     pub fn new(fs: Arc<Fs>) -> Self {
-        CairnFuse { fs }
+        CairnFuse {
+            fs,
+            views: Views::default(),
+        }
+    }
+
+    /// True if any of these inodes is a historical view (read-only).
+    fn in_view(&self, inos: &[INodeNo]) -> bool {
+        inos.iter().any(|i| i.0 >= SNAPDIR_INO)
+    }
+
+    /// Attributes of any inode, real or view.
+    fn attr_of(&self, ino: u64) -> Result<Inode, FsError> {
+        match self.views.node(ino)? {
+            Node::Real(i) => self.fs.getattr(i),
+            Node::SnapDir => Views::snapdir_inode(&self.fs),
+            Node::View { ino, tid } => self
+                .fs
+                .asof_getattr(ino, tid)
+                .map(|i| self.views.present(i, tid, false)),
+        }
+    }
+
+    fn lookup_any(&self, parent: u64, name: &[u8]) -> Result<Inode, FsError> {
+        match self.views.node(parent)? {
+            Node::Real(p) => match self.views.lookup_special(&self.fs, p, name) {
+                Some(r) => r,
+                None => self.fs.lookup(p, name),
+            },
+            Node::SnapDir => {
+                let name = std::str::from_utf8(name).map_err(|_| FsError::NotFound)?;
+                let s = self.fs.snapshot(name)?;
+                let i = self.fs.asof_getattr(ROOT_INO, s.tid)?;
+                Ok(self.views.present(i, s.tid, true))
+            }
+            Node::View { ino, tid } => self
+                .fs
+                .asof_lookup(ino, tid, name)
+                .map(|i| self.views.present(i, tid, true)),
+        }
+    }
+
+    /// A directory listing of any directory; entries of views carry view
+    /// inode numbers when `looked_up` (readdirplus counts as a lookup).
+    fn list_any(
+        &self,
+        dir: u64,
+        cookie: u64,
+        max: usize,
+    ) -> Result<Vec<(DirEntry, Option<Inode>)>, FsError> {
+        match self.views.node(dir)? {
+            Node::Real(d) => Ok(self
+                .fs
+                .readdir(d, cookie, max)?
+                .into_iter()
+                .map(|e| (e, None))
+                .collect()),
+            Node::SnapDir => {
+                let snaps = self.fs.snapshots()?;
+                let mut out = Vec::new();
+                for (n, s) in snaps.iter().enumerate().skip(cookie as usize) {
+                    let i = self.fs.asof_getattr(ROOT_INO, s.tid)?;
+                    let e = DirEntry {
+                        name: s.name.as_bytes().to_vec(),
+                        ino: i.ino,
+                        kind: FileKind::Dir,
+                        cookie: n as u64 + 1,
+                    };
+                    out.push((e, Some(i)));
+                    if out.len() >= max {
+                        break;
+                    }
+                }
+                Ok(out)
+            }
+            Node::View { ino, tid } => {
+                let mut out = Vec::new();
+                for e in self.fs.asof_readdir(ino, tid, cookie, max)? {
+                    let i = self.fs.asof_getattr(e.ino, tid)?;
+                    out.push((e, Some(i)));
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// The tid of a view inode's entries (for presenting them).
+    fn view_tid(&self, dir: u64) -> Option<u64> {
+        match self.views.node(dir) {
+            Ok(Node::View { tid, .. }) => Some(tid),
+            _ => None,
+        }
     }
 }
 
@@ -88,11 +184,17 @@ impl Filesystem for CairnFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        entry(reply, self.fs.lookup(parent.0, name.as_bytes()));
+        entry(reply, self.lookup_any(parent.0, name.as_bytes()));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if ino.0 > SNAPDIR_INO {
+            self.views.forget(ino.0, nlookup);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(ino.0) {
+        match self.attr_of(ino.0) {
             Ok(i) => reply.attr(&TTL, &file_attr(&i)),
             Err(e) => reply.error(errno(e)),
         }
@@ -116,6 +218,9 @@ impl Filesystem for CairnFuse {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if self.in_view(&[ino]) {
+            return reply.error(Errno::EROFS);
+        }
         let a = SetAttr {
             mode,
             uid,
@@ -132,7 +237,12 @@ impl Filesystem for CairnFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(ino.0) {
+        let r = match self.views.node(ino.0) {
+            Ok(Node::View { ino, tid }) => self.fs.asof_readlink(ino, tid),
+            Ok(_) => self.fs.readlink(ino.0),
+            Err(e) => Err(e),
+        };
+        match r {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
         }
@@ -148,6 +258,9 @@ impl Filesystem for CairnFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        if self.in_view(&[parent]) {
+            return reply.error(Errno::EROFS);
+        }
         entry(
             reply,
             self.fs
@@ -164,6 +277,9 @@ impl Filesystem for CairnFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        if self.in_view(&[parent]) {
+            return reply.error(Errno::EROFS);
+        }
         entry(
             reply,
             self.fs
@@ -172,10 +288,16 @@ impl Filesystem for CairnFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.in_view(&[parent]) {
+            return reply.error(Errno::EROFS);
+        }
         empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.in_view(&[parent]) {
+            return reply.error(Errno::EROFS);
+        }
         empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
     }
 
@@ -187,6 +309,9 @@ impl Filesystem for CairnFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        if self.in_view(&[parent]) {
+            return reply.error(Errno::EROFS);
+        }
         let t = target.as_os_str().as_bytes();
         entry(
             reply,
@@ -204,6 +329,9 @@ impl Filesystem for CairnFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        if self.in_view(&[parent, newparent]) {
+            return reply.error(Errno::EROFS);
+        }
         if flags.contains(RenameFlags::RENAME_WHITEOUT) {
             return reply.error(Errno::EINVAL);
         }
@@ -231,10 +359,21 @@ impl Filesystem for CairnFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        if self.in_view(&[ino, newparent]) {
+            return reply.error(Errno::EROFS);
+        }
         entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.in_view(&[ino]) {
+            let writes = flags.0 & (libc::O_ACCMODE | libc::O_TRUNC) != libc::O_RDONLY;
+            return match self.attr_of(ino.0) {
+                Ok(_) if writes => reply.error(Errno::EROFS),
+                Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+                Err(e) => reply.error(errno(e)),
+            };
+        }
         match self.fs.open_file(ino.0) {
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(errno(e)),
@@ -252,7 +391,13 @@ impl Filesystem for CairnFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(ino.0, offset, size) {
+        let r = match self.views.node(ino.0) {
+            Ok(Node::View { ino, tid }) => self.fs.asof_read(ino, tid, offset, size),
+            Ok(Node::SnapDir) => Err(FsError::IsDir),
+            Ok(Node::Real(i)) => self.fs.read(i, offset, size),
+            Err(e) => Err(e),
+        };
+        match r {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
         }
@@ -270,6 +415,9 @@ impl Filesystem for CairnFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if self.in_view(&[ino]) {
+            return reply.error(Errno::EROFS);
+        }
         match self.fs.write(ino.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
@@ -297,7 +445,9 @@ impl Filesystem for CairnFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.fs.release(ino.0);
+        if !self.in_view(&[ino]) {
+            self.fs.release(ino.0);
+        }
         reply.ok();
     }
 
@@ -309,11 +459,14 @@ impl Filesystem for CairnFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if self.in_view(&[ino]) {
+            return reply.ok();
+        }
         empty(reply, self.fs.fsync(ino.0));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.getattr(ino.0) {
+        match self.attr_of(ino.0) {
             Ok(i) if i.kind == cairn_fs::FileKind::Dir => {
                 reply.opened(FileHandle(0), FopenFlags::empty())
             }
@@ -330,11 +483,14 @@ impl Filesystem for CairnFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        match self.fs.readdir(ino.0, offset, 256) {
+        match self.list_any(ino.0, offset, 256) {
             Ok(ents) => {
-                for e in ents {
+                for (e, i) in ents {
+                    // Views report their inode numbers only via lookups and
+                    // readdirplus (which the kernel counts and forgets).
+                    let ino = i.map_or(e.ino, |i| i.ino);
                     if reply.add(
-                        INodeNo(e.ino),
+                        INodeNo(ino),
                         e.cookie,
                         crate::attr::kind(e.kind),
                         OsStr::from_bytes(&e.name),
@@ -356,21 +512,39 @@ impl Filesystem for CairnFuse {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        match self.fs.readdir(ino.0, offset, 128) {
+        let tid = self.view_tid(ino.0);
+        match self.list_any(ino.0, offset, 128) {
             Ok(ents) => {
-                for e in ents {
-                    let Ok(i) = self.fs.getattr(e.ino) else {
-                        continue;
+                for (e, i) in ents {
+                    let dots = e.name == b"." || e.name == b"..";
+                    let i = match (i, tid) {
+                        (Some(i), Some(tid)) => self.views.present(i, tid, !dots),
+                        (Some(i), None) => {
+                            // Snapshot roots listed in the snapshots dir.
+                            let s = self.fs.snapshot(std::str::from_utf8(&e.name).unwrap_or(""));
+                            match s {
+                                Ok(s) => self.views.present(i, s.tid, true),
+                                Err(_) => continue,
+                            }
+                        }
+                        (None, _) => match self.fs.getattr(e.ino) {
+                            Ok(i) => i,
+                            Err(_) => continue,
+                        },
                     };
                     let name = OsStr::from_bytes(&e.name);
                     if reply.add(
-                        INodeNo(e.ino),
+                        INodeNo(i.ino),
                         e.cookie,
                         name,
                         &TTL,
                         &file_attr(&i),
                         Generation(0),
                     ) {
+                        // Not sent: the kernel did not count this lookup.
+                        if i.ino > SNAPDIR_INO && !dots {
+                            self.views.forget(i.ino, 1);
+                        }
                         break;
                     }
                 }
@@ -408,6 +582,9 @@ impl Filesystem for CairnFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if self.in_view(&[ino]) {
+            return reply.error(Errno::EROFS);
+        }
         let mode = if flags & libc::XATTR_CREATE != 0 {
             XattrMode::Create
         } else if flags & libc::XATTR_REPLACE != 0 {
@@ -419,19 +596,34 @@ impl Filesystem for CairnFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        xattr_reply(reply, size, self.fs.getxattr(ino.0, name.as_bytes()));
+        let r = match self.views.node(ino.0) {
+            Ok(Node::View { ino, tid }) => self.fs.asof_getxattr(ino, tid, name.as_bytes()),
+            Ok(Node::SnapDir) => Err(FsError::NoAttr),
+            Ok(Node::Real(i)) => self.fs.getxattr(i, name.as_bytes()),
+            Err(e) => Err(e),
+        };
+        xattr_reply(reply, size, r);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        xattr_reply(reply, size, self.fs.listxattr(ino.0));
+        let r = match self.views.node(ino.0) {
+            Ok(Node::View { ino, tid }) => self.fs.asof_listxattr(ino, tid),
+            Ok(Node::SnapDir) => Ok(Vec::new()),
+            Ok(Node::Real(i)) => self.fs.listxattr(i),
+            Err(e) => Err(e),
+        };
+        xattr_reply(reply, size, r);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.in_view(&[ino]) {
+            return reply.error(Errno::EROFS);
+        }
         empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        empty(reply, self.fs.getattr(ino.0).map(|_| ()));
+        empty(reply, self.attr_of(ino.0).map(|_| ()));
     }
 
     fn create(
@@ -444,6 +636,9 @@ impl Filesystem for CairnFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        if self.in_view(&[parent]) {
+            return reply.error(Errno::EROFS);
+        }
         match self
             .fs
             .create(ctx(req), parent.0, name.as_bytes(), mode & !umask)
@@ -469,6 +664,9 @@ impl Filesystem for CairnFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        if self.in_view(&[ino]) {
+            return reply.error(Errno::EROFS);
+        }
         empty(reply, self.fs.fallocate(ino.0, offset, length, mode));
     }
 }

@@ -30,6 +30,36 @@ fn live_element(key: &[u8], v: &[u8]) -> Result<Element> {
     })
 }
 
+/// The newest TID committed at or before `time_ns`, searching from `from`
+/// on (TIDs and their commit times both grow).
+fn tid_before_time(
+    t: &impl ReadableTable<u64, u64>,
+    from: u64,
+    time_ns: u64,
+) -> Result<Option<u64>> {
+    let mut best = None;
+    for r in t.range(from..)? {
+        let (k, v) = r?;
+        if v.value() > time_ns {
+            break;
+        }
+        best = Some(k.value());
+    }
+    Ok(best)
+}
+
+/// Decodes a stored history element.
+fn hist_element(k: &[u8], v: &[u8]) -> Result<Element> {
+    let (key, create_tid) = split_hist_key(k);
+    let (delete_tid, payload) = decode_value(key.as_bytes(), v)?;
+    Ok(Element {
+        key,
+        create_tid,
+        delete_tid,
+        payload,
+    })
+}
+
 fn range_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
     (Bound::Included(prefix), prefix_end(prefix))
 }
@@ -47,7 +77,10 @@ impl MetaStore {
 
     pub fn open(path: &Path, cache_bytes: usize) -> Result<Self> {
         let db = Database::builder().set_cache_size(cache_bytes).open(path)?;
-        Ok(MetaStore { db })
+        let s = MetaStore { db };
+        // Creates the tables a newer release added (an empty commit).
+        s.write(|_| Ok::<_, MetaError>(()))?;
+        Ok(s)
     }
 
     pub fn read(&self) -> Result<MetaRead> {
@@ -80,6 +113,7 @@ impl MetaStore {
                 tids: txn.open_table(TIDS).map_err(MetaError::from)?,
                 orphans: txn.open_table(ORPHANS).map_err(MetaError::from)?,
                 devices: txn.open_table(DEVICES).map_err(MetaError::from)?,
+                snapshots: txn.open_table(SNAPSHOTS).map_err(MetaError::from)?,
             };
             f(&mut w)?
         };
@@ -119,18 +153,51 @@ impl MetaRead {
         let mut it = self.hist.range::<&[u8]>(lo.as_slice()..=hi.as_slice())?;
         if let Some(r) = it.next_back() {
             let (k, v) = r?;
-            let (key, create_tid) = split_hist_key(k.value());
-            let (delete_tid, payload) = decode_value(key.as_bytes(), v.value())?;
-            if tid < delete_tid {
-                return Ok(Some(Element {
-                    key,
-                    create_tid,
-                    delete_tid,
-                    payload,
-                }));
+            let e = hist_element(k.value(), v.value())?;
+            if tid < e.delete_tid {
+                return Ok(Some(e));
             }
         }
         Ok(None)
+    }
+
+    /// Every element with this prefix that was visible at `tid`, in key
+    /// order: the live ones created by then merged with the ended ones that
+    /// were alive then. Costs the prefix's live elements plus its history.
+    pub fn scan_asof(&self, prefix: &[u8], tid: u64) -> Result<Vec<Element>> {
+        let (lo, end) = range_bounds(prefix);
+        let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let mut out = Vec::new();
+        for r in self.live.range::<&[u8]>((lo, hi))? {
+            let (k, v) = r?;
+            let e = live_element(k.value(), v.value())?;
+            if e.create_tid <= tid {
+                out.push(e);
+            }
+        }
+        for r in self.hist.range::<&[u8]>((lo, hi))? {
+            let (k, v) = r?;
+            let e = hist_element(k.value(), v.value())?;
+            if e.visible_at(tid) {
+                out.push(e);
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    /// Every version of one element still stored, oldest first (ended ones
+    /// from history, then the live one).
+    pub fn versions(&self, key: &ElemKey) -> Result<Vec<Element>> {
+        let lo = hist_key(key.as_bytes(), 0);
+        let hi = hist_key(key.as_bytes(), TID_MAX);
+        let mut out = Vec::new();
+        for r in self.hist.range::<&[u8]>(lo.as_slice()..=hi.as_slice())? {
+            let (k, v) = r?;
+            out.push(hist_element(k.value(), v.value())?);
+        }
+        out.extend(self.get(key)?);
+        Ok(out)
     }
 
     /// All live elements whose key starts with `prefix`, in key order,
@@ -154,14 +221,7 @@ impl MetaRead {
     pub fn for_each_hist(&self, mut f: impl FnMut(Element)) -> Result<()> {
         for r in self.hist.iter()? {
             let (k, v) = r?;
-            let (key, create_tid) = split_hist_key(k.value());
-            let (delete_tid, payload) = decode_value(key.as_bytes(), v.value())?;
-            f(Element {
-                key,
-                create_tid,
-                delete_tid,
-                payload,
-            });
+            f(hist_element(k.value(), v.value())?);
         }
         Ok(())
     }
@@ -221,6 +281,22 @@ impl MetaRead {
         Ok(out)
     }
 
+    /// All snapshots: name -> encoded record.
+    pub fn snapshots(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let t = self.txn.open_table(SNAPSHOTS)?;
+        let mut out = Vec::new();
+        for r in t.iter()? {
+            let (k, v) = r?;
+            out.push((k.value().to_string(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// The newest TID committed at or before `time_ns`.
+    pub fn tid_before_time(&self, time_ns: u64) -> Result<Option<u64>> {
+        tid_before_time(&self.txn.open_table(TIDS)?, 0, time_ns)
+    }
+
     /// (tid, commit time ns) of the newest commit at or before `tid`.
     pub fn tid_time(&self, tid: u64) -> Result<Option<(u64, u64)>> {
         let t = self.txn.open_table(TIDS)?;
@@ -251,6 +327,7 @@ pub struct MetaWrite<'t> {
     tids: Table<'t, u64, u64>,
     orphans: Table<'t, u64, ()>,
     devices: Table<'t, u32, &'static [u8]>,
+    snapshots: Table<'t, &'static str, &'static [u8]>,
 }
 
 impl MetaWrite<'_> {
@@ -297,13 +374,24 @@ impl MetaWrite<'_> {
     /// Physically removes ended elements that no retained TID can see: an
     /// element is kept if some tid in `retained` (sorted) lies in
     /// [create_tid, delete_tid). Considers elements with delete_tid <=
-    /// `cutoff`. Returns what was removed, for the caller to release chunks.
-    pub fn prune(&mut self, cutoff: u64, retained: &[u64]) -> Result<Vec<Element>> {
+    /// `cutoff` and above `from` (elements ended at or before `from` were
+    /// looked at by an earlier prune with the same or more retained TIDs).
+    /// With `dry_run` nothing is removed. Returns what was (or would be)
+    /// removed, for the caller to release chunks.
+    pub fn prune(
+        &mut self,
+        from: u64,
+        cutoff: u64,
+        retained: &[u64],
+        dry_run: bool,
+    ) -> Result<Vec<Element>> {
+        debug_assert!(retained.windows(2).all(|w| w[0] <= w[1]));
         let mut victims = Vec::new();
-        for r in self
-            .ends
-            .range((0u64, &[][..])..=(cutoff, &[0xffu8; 64][..]))?
-        {
+        if from >= cutoff {
+            return Ok(Vec::new());
+        }
+        let lo = (from + 1, &[][..]);
+        for r in self.ends.range(lo..=(cutoff, &[0xffu8; 64][..]))? {
             let (k, _) = r?;
             let (delete_tid, hk) = k.value();
             let (key, create_tid) = split_hist_key(hk);
@@ -314,6 +402,22 @@ impl MetaWrite<'_> {
             }
         }
         let mut removed = Vec::with_capacity(victims.len());
+        if dry_run {
+            for (delete_tid, hk, key, create_tid) in victims {
+                let v = self.hist.get(hk.as_slice())?;
+                let payload = match v {
+                    Some(v) => decode_value(key.as_bytes(), v.value())?.1,
+                    None => Vec::new(),
+                };
+                removed.push(Element {
+                    key,
+                    create_tid,
+                    delete_tid,
+                    payload,
+                });
+            }
+            return Ok(removed);
+        }
         for (delete_tid, hk, key, create_tid) in victims {
             self.ends.remove((delete_tid, hk.as_slice()))?;
             let v = self
@@ -388,15 +492,7 @@ impl MetaWrite<'_> {
     /// The newest TID committed at or before `time_ns`, searching from
     /// `from` on (TIDs and their times both grow).
     pub fn tid_before_time(&self, from: u64, time_ns: u64) -> Result<Option<u64>> {
-        let mut best = None;
-        for r in self.tids.range(from..)? {
-            let (k, v) = r?;
-            if v.value() > time_ns {
-                break;
-            }
-            best = Some(k.value());
-        }
-        Ok(best)
+        tid_before_time(&self.tids, from, time_ns)
     }
 
     pub fn add_orphan(&mut self, ino: u64) -> Result<()> {
@@ -407,6 +503,28 @@ impl MetaWrite<'_> {
     pub fn remove_orphan(&mut self, ino: u64) -> Result<()> {
         self.orphans.remove(ino)?;
         Ok(())
+    }
+
+    pub fn put_snapshot(&mut self, name: &str, rec: &[u8]) -> Result<()> {
+        self.snapshots.insert(name, rec)?;
+        Ok(())
+    }
+
+    pub fn remove_snapshot(&mut self, name: &str) -> Result<bool> {
+        Ok(self.snapshots.remove(name)?.is_some())
+    }
+
+    pub fn snapshots(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for r in self.snapshots.iter()? {
+            let (k, v) = r?;
+            out.push((k.value().to_string(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    pub fn snapshot(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.snapshots.get(name)?.map(|v| v.value().to_vec()))
     }
 
     pub fn put_device(&mut self, id: u32, desc: &[u8]) -> Result<()> {
@@ -456,7 +574,7 @@ mod tests {
             s.write(|w| w.put(&k, &[tid as u8], tid)).unwrap();
         }
         // Versions 1..4 are ended (at 2..5). Keep tid 2 visible.
-        let removed = s.write(|w| w.prune(5, &[2])).unwrap();
+        let removed = s.write(|w| w.prune(0, 5, &[2], false)).unwrap();
         let mut got: Vec<u64> = removed.iter().map(|e| e.create_tid).collect();
         got.sort();
         assert_eq!(got, vec![1, 3, 4]);
@@ -464,6 +582,48 @@ mod tests {
         assert_eq!(r.get_asof(&k, 2).unwrap().unwrap().payload, vec![2]);
         assert!(r.get_asof(&k, 3).unwrap().is_none());
         assert_eq!(r.get(&k).unwrap().unwrap().payload, vec![5]);
+    }
+
+    #[test]
+    fn scan_asof_versions_and_dry_run() {
+        let (_d, s) = store();
+        let k = |i: u64| ElemKey::new(3, RecordType::DirEntry, &i.to_be_bytes());
+        s.write(|w| {
+            w.put(&k(1), b"a1", 1)?;
+            w.put(&k(2), b"b1", 1)?;
+            Ok::<_, MetaError>(())
+        })
+        .unwrap();
+        s.write(|w| w.put(&k(1), b"a2", 2)).unwrap();
+        s.write(|w| w.end(&k(2), 3)).unwrap();
+        s.write(|w| w.put(&k(3), b"c4", 4)).unwrap();
+        let r = s.read().unwrap();
+        let at = |t| -> Vec<Vec<u8>> {
+            let p = ElemKey::prefix(3, RecordType::DirEntry);
+            r.scan_asof(&p, t)
+                .unwrap()
+                .into_iter()
+                .map(|e| e.payload)
+                .collect()
+        };
+        assert_eq!(at(1), vec![b"a1".to_vec(), b"b1".to_vec()]);
+        assert_eq!(at(2), vec![b"a2".to_vec(), b"b1".to_vec()]);
+        assert_eq!(at(3), vec![b"a2".to_vec()]);
+        assert_eq!(at(4), vec![b"a2".to_vec(), b"c4".to_vec()]);
+        let v: Vec<(u64, u64)> = r
+            .versions(&k(1))
+            .unwrap()
+            .iter()
+            .map(|e| (e.create_tid, e.delete_tid))
+            .collect();
+        assert_eq!(v, vec![(1, 2), (2, TID_MAX)]);
+        drop(r);
+        let would = s.write(|w| w.prune(0, 4, &[], true)).unwrap();
+        assert_eq!(would.len(), 2);
+        assert_eq!(s.read().unwrap().sizes().unwrap().1, 2, "dry run removed");
+        let done = s.write(|w| w.prune(0, 4, &[], false)).unwrap();
+        assert_eq!(done.len(), 2);
+        assert_eq!(s.read().unwrap().sizes().unwrap().1, 0);
     }
 
     #[test]

@@ -20,3 +20,6 @@ pub const TIDS: TableDefinition<u64, u64> = TableDefinition::new("tids_v1");
 pub const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans_v1");
 /// Devices of the pool: device id -> JSON description (versioned).
 pub const DEVICES: TableDefinition<u32, &[u8]> = TableDefinition::new("devices_v1");
+/// Snapshots: name -> snapshot record (filesystem layer encoding, versioned
+/// and checksummed). A snapshot is a retained TID.
+pub const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots_v1");

@@ -4,6 +4,7 @@
 //! own temp dir and its `Drop` always removes the mount, even when a test fails.
 #![allow(dead_code)]
 
+pub mod hist;
 pub mod json;
 
 use std::ffi::{CString, OsStr};

@@ -1,0 +1,252 @@
+//! History commands: sync, snapshot, history, undo, prune, reblock. Each
+//! sends one control request (see control/) and prints the answer for
+//! people or, with --json, as JSON.
+
+use crate::args::{HistoryArgs, PruneArgs, ReblockArgs, SnapshotCmd, TargetArgs, UndoArgs};
+use crate::control::client::{call, resolve};
+use crate::control::protocol::Request;
+use crate::report::human;
+use anyhow::{bail, Context, Result};
+use cairn_fs::timefmt::format_utc;
+use serde_json::Value;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).expect("json"));
+}
+
+fn num(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or(0)
+}
+
+pub fn sync(t: &TargetArgs) -> Result<()> {
+    let v = call(&t.target, Request::Sync)?;
+    if t.json {
+        print_json(&v);
+    } else {
+        println!("0x{:016x}", num(&v, "tid"));
+    }
+    Ok(())
+}
+
+pub fn snapshot(c: SnapshotCmd) -> Result<()> {
+    match c {
+        SnapshotCmd::Create { t, name } => created(
+            &t,
+            call(&t.target, Request::SnapshotCreate { name, auto: false })?,
+        ),
+        SnapshotCmd::Auto { t } => {
+            let req = Request::SnapshotCreate {
+                name: String::new(),
+                auto: true,
+            };
+            created(&t, call(&t.target, req)?)
+        }
+        SnapshotCmd::List { t } => list(&t, call(&t.target, Request::SnapshotList)?),
+        SnapshotCmd::Delete { t, name } => {
+            let v = call(&t.target, Request::SnapshotDelete { name: name.clone() })?;
+            if t.json {
+                print_json(&v);
+            } else {
+                println!("deleted snapshot {name}; run `cairn prune` to free its space now");
+            }
+            Ok(())
+        }
+        SnapshotCmd::Verify { t, name } => {
+            let v = call(&t.target, Request::SnapshotVerify { name })?;
+            let ok = v["matches"].as_bool() == Some(true);
+            if t.json {
+                print_json(&v);
+            } else {
+                for d in v["damaged"].as_array().into_iter().flatten() {
+                    println!("DAMAGED: {}", d.as_str().unwrap_or(""));
+                }
+                println!(
+                    "snapshot {} (tid 0x{:016x}): {} files, {}: recorded {} computed {}: {}",
+                    v["name"].as_str().unwrap_or(""),
+                    num(&v, "tid"),
+                    num(&v, "files"),
+                    human(num(&v, "bytes")),
+                    v["recorded"].as_str().unwrap_or("(none)"),
+                    v["computed"].as_str().unwrap_or(""),
+                    if ok { "OK" } else { "MISMATCH" }
+                );
+            }
+            if !ok {
+                std::process::exit(3);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn created(t: &TargetArgs, v: Value) -> Result<()> {
+    if t.json {
+        print_json(&v);
+    } else {
+        println!(
+            "created snapshot {} at tid 0x{:016x} in {:.2} ms",
+            v["name"].as_str().unwrap_or(""),
+            num(&v, "tid"),
+            v["create_ms"].as_f64().unwrap_or(0.0)
+        );
+    }
+    Ok(())
+}
+
+fn list(t: &TargetArgs, v: Value) -> Result<()> {
+    if t.json {
+        print_json(&v);
+        return Ok(());
+    }
+    println!(
+        "{:<28} {:<18} {:<19} {:<5} {:>10} {:>10}  HASH",
+        "NAME", "TID", "TIME (UTC)", "KIND", "DATA", "FREES"
+    );
+    for s in v.as_array().into_iter().flatten() {
+        let hash = s["hash"]
+            .as_str()
+            .map_or("(computing)".to_string(), |h| h[..16].to_string());
+        println!(
+            "{:<28} 0x{:016x} {:<19} {:<5} {:>10} {:>10}  {hash}",
+            s["name"].as_str().unwrap_or(""),
+            num(s, "tid"),
+            format_utc(num(s, "time_ns")),
+            s["kind"].as_str().unwrap_or(""),
+            human(num(s, "bytes")),
+            human(num(s, "unique_bytes")),
+        );
+    }
+    Ok(())
+}
+
+pub fn history(a: &HistoryArgs) -> Result<()> {
+    let ino = std::fs::symlink_metadata(&a.path)
+        .with_context(|| format!("{}", a.path.display()))?
+        .ino();
+    let v = call(&a.path, Request::History { ino })?;
+    if a.json {
+        print_json(&v);
+        return Ok(());
+    }
+    println!(
+        "{:<18} {:<19} {:>14} {:<19}",
+        "TID", "COMMITTED (UTC)", "SIZE", "MTIME (UTC)"
+    );
+    for e in v.as_array().into_iter().flatten() {
+        let mtime = e["mtime_ns"].as_i64().unwrap_or(0).max(0) as u64;
+        println!(
+            "0x{:016x} {:<19} {:>14} {:<19}{}",
+            num(e, "tid"),
+            format_utc(num(e, "time_ns")),
+            num(e, "size"),
+            format_utc(mtime),
+            if e["ended_tid"].is_null() {
+                "  (current)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
+}
+
+/// Copies the old version (read through the mount's historical views) over
+/// PATH or into OUTPUT; the change is a new version, history is kept.
+pub fn undo(a: &UndoArgs) -> Result<()> {
+    let path = std::path::absolute(&a.path)?;
+    let (_, mnt) = resolve(path.parent().unwrap_or(Path::new("/")))?;
+    let mnt = mnt.context("undo needs the pool mounted")?;
+    let src: PathBuf = match (a.tid, &a.snapshot) {
+        (Some(tid), _) => {
+            let mut s = path.clone().into_os_string();
+            s.push(format!("@@0x{tid:016x}"));
+            s.into()
+        }
+        (None, Some(name)) => {
+            let rel = path.canonicalize().unwrap_or(path.clone());
+            let rel = rel.strip_prefix(&mnt).unwrap_or(&rel).to_path_buf();
+            mnt.join(".snapshots").join(name).join(rel)
+        }
+        (None, None) => bail!("give --tid or --snapshot"),
+    };
+    let meta =
+        std::fs::metadata(&src).with_context(|| format!("no such version: {}", src.display()))?;
+    if !meta.is_file() {
+        bail!(
+            "{} is not a regular file in that version; copy directories with cp -a from it",
+            src.display()
+        );
+    }
+    let dst = a.output.clone().unwrap_or(path);
+    let mut from = std::fs::File::open(&src)?;
+    let mut to = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&dst)
+        .with_context(|| format!("{}", dst.display()))?;
+    let n = std::io::copy(&mut from, &mut to)?;
+    to.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+    to.sync_all()?;
+    println!(
+        "restored {} ({n} bytes) from {}",
+        dst.display(),
+        src.display()
+    );
+    Ok(())
+}
+
+pub fn prune(a: &PruneArgs) -> Result<()> {
+    let req = Request::Prune {
+        dry_run: a.dry_run,
+        retention_secs: a.keep_history,
+        keep_daily: a.keep_daily,
+        keep_weekly: a.keep_weekly,
+        keep_monthly: a.keep_monthly,
+    };
+    let v = call(&a.t.target, req)?;
+    if a.t.json {
+        print_json(&v);
+        return Ok(());
+    }
+    for s in v["expired_snapshots"].as_array().into_iter().flatten() {
+        println!("expired automatic snapshot {}", s.as_str().unwrap_or(""));
+    }
+    println!(
+        "{}{} history elements, {} chunks ({}) and {} segments {}; history whole from tid 0x{:016x}",
+        if a.dry_run { "dry run: " } else { "" },
+        num(&v, "elements"),
+        num(&v, "chunks_freed"),
+        human(num(&v, "bytes_freed")),
+        num(&v, "segments_freed"),
+        if a.dry_run { "would be freed" } else { "freed" },
+        num(&v, "cutoff_tid"),
+    );
+    Ok(())
+}
+
+pub fn reblock(a: &ReblockArgs) -> Result<()> {
+    let req = Request::Reblock {
+        max_live_pct: a.max_live,
+        files: !a.no_files,
+    };
+    let v = call(&a.t.target, req)?;
+    if a.t.json {
+        print_json(&v);
+        return Ok(());
+    }
+    for d in v["damaged"].as_array().into_iter().flatten() {
+        println!("DAMAGED (left in place): {}", d.as_str().unwrap_or(""));
+    }
+    println!(
+        "rewrote {} segments and {} files: {} chunks ({}) moved, {} segments freed",
+        num(&v, "segments_rewritten"),
+        num(&v, "files_rewritten"),
+        num(&v, "chunks_moved"),
+        human(num(&v, "bytes_moved")),
+        num(&v, "segments_freed"),
+    );
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! Runs a control request against an open filesystem (in the daemon or in
+//! this process) and returns its JSON result.
+
+use super::protocol::Request;
+use cairn_fs::snapshot::hex;
+use cairn_fs::{Fs, FsError, ReblockOptions, SnapshotKind};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Runs `req`. `progress(done, total)` reports long work. `background`
+/// says the snapshot hash may be left to a background thread.
+pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Value, FsError> {
+    match req {
+        Request::Sync => {
+            fs.flush()?;
+            Ok(json!({ "tid": fs.last_tid() }))
+        }
+        Request::SnapshotCreate { name, auto } => {
+            let (name, kind) = if auto {
+                let now = cairn_fs::Time::now().as_nanos() as u64;
+                (
+                    format!("auto-{}", cairn_fs::timefmt::compact_utc(now)),
+                    SnapshotKind::Auto,
+                )
+            } else {
+                (name, SnapshotKind::Named)
+            };
+            let t0 = Instant::now();
+            let s = fs.snapshot_create(&name, kind)?;
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            Ok(json!({ "name": s.name, "tid": s.tid, "time_ns": s.time_ns, "create_ms": ms }))
+        }
+        Request::SnapshotList => {
+            let list: Vec<Value> = fs
+                .snapshot_usage()?
+                .into_iter()
+                .map(|u| {
+                    let s = u.snap;
+                    json!({
+                        "name": s.name, "tid": s.tid, "time_ns": s.time_ns,
+                        "kind": if s.kind == SnapshotKind::Auto { "auto" } else { "named" },
+                        "unique_bytes": u.unique_bytes,
+                        "hash": s.hash.map(|h| hex(&h)),
+                        "files": s.files, "bytes": s.bytes,
+                    })
+                })
+                .collect();
+            Ok(Value::Array(list))
+        }
+        Request::SnapshotDelete { name } => {
+            fs.snapshot_delete(&name)?;
+            Ok(json!({ "deleted": name }))
+        }
+        Request::SnapshotVerify { name } => {
+            Ok(serde_json::to_value(fs.snapshot_verify(&name)?).expect("report serializes"))
+        }
+        Request::History { ino } => {
+            Ok(serde_json::to_value(fs.history(ino)?).expect("history serializes"))
+        }
+        Request::Prune {
+            dry_run,
+            retention_secs,
+            keep_daily,
+            keep_weekly,
+            keep_monthly,
+        } => {
+            let mut p = fs.prune_policy();
+            p.retention_secs = retention_secs.unwrap_or(p.retention_secs);
+            p.keep_daily = keep_daily.unwrap_or(p.keep_daily);
+            p.keep_weekly = keep_weekly.unwrap_or(p.keep_weekly);
+            p.keep_monthly = keep_monthly.unwrap_or(p.keep_monthly);
+            Ok(serde_json::to_value(fs.prune(&p, dry_run)?).expect("report serializes"))
+        }
+        Request::Reblock {
+            max_live_pct,
+            files,
+        } => {
+            let o = ReblockOptions {
+                max_live_pct,
+                files,
+            };
+            Ok(serde_json::to_value(fs.reblock(&o, progress)?).expect("report serializes"))
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The daemon side of the control socket: one thread accepting, one thread
+//! per connection, each running one request against the mounted filesystem.
+
+use super::exec::execute;
+use super::protocol::{Reply, Request};
+use cairn_fs::Fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Starts serving requests on `sock` (replacing a stale socket file).
+pub fn spawn(fs: Arc<Fs>, sock: &Path) -> std::io::Result<()> {
+    let _ = std::fs::remove_file(sock);
+    let listener = UnixListener::bind(sock)?;
+    std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600))?;
+    std::thread::Builder::new()
+        .name("cairn-control".into())
+        .spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let fs = fs.clone();
+                let _ = std::thread::Builder::new()
+                    .name("cairn-request".into())
+                    .spawn(move || serve_one(&fs, conn));
+            }
+        })?;
+    Ok(())
+}
+
+/// Hashes snapshots that lack their content hash, off the request path.
+pub fn hash_in_background(fs: &Arc<Fs>) {
+    let fs = fs.clone();
+    let _ = std::thread::Builder::new()
+        .name("cairn-snaphash".into())
+        .spawn(move || {
+            if let Err(e) = fs.hash_pending_snapshots() {
+                tracing::error!("snapshot hash failed: {e}");
+            }
+        });
+}
+
+fn send(w: &mut UnixStream, r: &Reply) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(r).expect("reply serializes");
+    line.push(b'\n');
+    w.write_all(&line)
+}
+
+fn serve_one(fs: &Arc<Fs>, conn: UnixStream) {
+    let mut line = String::new();
+    let Ok(mut w) = conn.try_clone() else { return };
+    if BufReader::new(conn).read_line(&mut line).is_err() {
+        return;
+    }
+    let req: Request = match serde_json::from_str(&line) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = send(&mut w, &Reply::Err(format!("malformed request: {e}")));
+            return;
+        }
+    };
+    tracing::info!("control request: {req:?}");
+    let creates = matches!(req, Request::SnapshotCreate { .. });
+    let progress = |d, t| {
+        let _ = send(
+            &mut w.try_clone().expect("socket clone"),
+            &Reply::Progress(d, t),
+        );
+    };
+    let reply = match execute(fs, req, &progress) {
+        Ok(v) => Reply::Ok(v),
+        Err(e) => Reply::Err(e.to_string()),
+    };
+    if creates {
+        hash_in_background(fs);
+    }
+    let _ = send(&mut w, &reply);
+}

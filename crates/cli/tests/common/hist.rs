@@ -1,0 +1,380 @@
+//! Helpers for the history and snapshot tests: TIDs and `@@` paths, JSON
+//! output of the history commands, whole-tree capture and comparison, reads
+//! that bypass the page cache, and pool info.
+
+use super::json::{self, Json};
+use super::{cairn, describe, CMD_TIMEOUT};
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+/// `@@0x<16 hex digits>`: the suffix that names a version of a path.
+pub fn tid_suffix(tid: u64) -> String {
+    format!("@@0x{tid:016x}")
+}
+
+/// `path@@0x<tid>` (the suffix is appended to the last component).
+pub fn at_tid(path: &Path, tid: u64) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(tid_suffix(tid));
+    PathBuf::from(s)
+}
+
+/// `MNT/@@0x<tid>`: the whole tree at `tid`.
+pub fn root_at(mnt: &Path, tid: u64) -> PathBuf {
+    mnt.join(tid_suffix(tid))
+}
+
+/// `MNT/.snapshots/NAME`.
+pub fn snap_root(mnt: &Path, name: &str) -> PathBuf {
+    mnt.join(".snapshots").join(name)
+}
+
+/// Parses `0x` + 16 hex digits (exactly, as `cairn sync` prints it).
+pub fn parse_hex_tid(s: &str) -> Option<u64> {
+    let h = s.strip_prefix("0x")?;
+    if h.len() != 16 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(h, 16).ok()
+}
+
+/// Shown arguments of a command line, for messages.
+pub fn shown<S: AsRef<OsStr>>(args: &[S]) -> String {
+    let v: Vec<_> = args
+        .iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect();
+    format!("cairn {}", v.join(" "))
+}
+
+/// Runs cairn, asserts success and parses stdout as JSON.
+#[track_caller]
+pub fn cairn_json<S: AsRef<OsStr>>(args: &[S]) -> Json {
+    let out = cairn(args);
+    assert!(
+        out.status.success(),
+        "{} failed\n{}",
+        shown(args),
+        describe(&out)
+    );
+    parse_json_out(args, &out)
+}
+
+/// Parses the stdout of a finished command as JSON (panics with context).
+#[track_caller]
+pub fn parse_json_out<S: AsRef<OsStr>>(args: &[S], out: &Output) -> Json {
+    let text = String::from_utf8_lossy(&out.stdout);
+    json::parse(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{}: stdout is not JSON ({e})\n{}",
+            shown(args),
+            describe(out)
+        )
+    })
+}
+
+/// `cairn sync TARGET`: checks the output format and returns the TID.
+#[track_caller]
+pub fn sync_tid(target: &Path) -> u64 {
+    let args = [OsStr::new("sync"), target.as_os_str()];
+    let out = cairn(&args);
+    assert!(
+        out.status.success(),
+        "{} failed\n{}",
+        shown(&args),
+        describe(&out)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.trim_end_matches('\n');
+    assert!(
+        !line.contains('\n'),
+        "cairn sync must print one line, got {text:?}"
+    );
+    parse_hex_tid(line)
+        .unwrap_or_else(|| panic!("cairn sync must print 0x + 16 hex digits, got {text:?}"))
+}
+
+/// Member `key` of a JSON object, panicking with the whole value if absent.
+#[track_caller]
+pub fn field<'a>(j: &'a Json, key: &str) -> &'a Json {
+    j.get(key)
+        .unwrap_or_else(|| panic!("JSON has no field {key:?}: {j:?}"))
+}
+
+#[track_caller]
+pub fn field_u64(j: &Json, key: &str) -> u64 {
+    field(j, key)
+        .as_u64()
+        .unwrap_or_else(|| panic!("JSON field {key:?} is not an unsigned integer: {j:?}"))
+}
+
+#[track_caller]
+pub fn field_str<'a>(j: &'a Json, key: &str) -> &'a str {
+    field(j, key)
+        .as_str()
+        .unwrap_or_else(|| panic!("JSON field {key:?} is not a string: {j:?}"))
+}
+
+#[track_caller]
+pub fn field_bool(j: &Json, key: &str) -> bool {
+    match field(j, key) {
+        Json::Bool(b) => *b,
+        other => panic!("JSON field {key:?} is not a boolean: {other:?} in {j:?}"),
+    }
+}
+
+#[track_caller]
+pub fn field_arr<'a>(j: &'a Json, key: &str) -> &'a [Json] {
+    field(j, key)
+        .as_array()
+        .unwrap_or_else(|| panic!("JSON field {key:?} is not an array: {j:?}"))
+}
+
+/// `cairn info POOL --json` (unmounted pool).
+#[track_caller]
+pub fn pool_info(pool: &Path) -> Json {
+    cairn_json(&[OsStr::new("info"), pool.as_os_str(), OsStr::new("--json")])
+}
+
+/// One entry of `cairn snapshot list TARGET --json`, by name.
+#[track_caller]
+pub fn snapshot_list(target: &Path) -> Vec<Json> {
+    let j = cairn_json(&[
+        OsStr::new("snapshot"),
+        OsStr::new("list"),
+        target.as_os_str(),
+        OsStr::new("--json"),
+    ]);
+    j.as_array()
+        .unwrap_or_else(|| panic!("snapshot list --json is not an array: {j:?}"))
+        .to_vec()
+}
+
+/// `cairn snapshot create TARGET NAME --json`: the created snapshot's TID.
+#[track_caller]
+pub fn snapshot_create(target: &Path, name: &str) -> Json {
+    let j = cairn_json(&[
+        OsStr::new("snapshot"),
+        OsStr::new("create"),
+        target.as_os_str(),
+        OsStr::new(name),
+        OsStr::new("--json"),
+    ]);
+    assert_eq!(field_str(&j, "name"), name, "snapshot create --json: {j:?}");
+    field_u64(&j, "tid");
+    j
+}
+
+/// Waits until the background hash of snapshot `name` is recorded; returns
+/// its list entry.
+#[track_caller]
+pub fn wait_snapshot_hash(target: &Path, name: &str, timeout: Duration) -> Json {
+    let t0 = std::time::Instant::now();
+    loop {
+        let list = snapshot_list(target);
+        let e = list
+            .iter()
+            .find(|e| e.get("name").and_then(Json::as_str) == Some(name))
+            .unwrap_or_else(|| panic!("snapshot {name} not in snapshot list: {list:?}"))
+            .clone();
+        match field(&e, "hash") {
+            Json::Str(_) => return e,
+            Json::Null if t0.elapsed() < timeout => std::thread::sleep(Duration::from_millis(100)),
+            Json::Null => {
+                panic!("snapshot {name}: hash still null after {timeout:?}: {e:?}")
+            }
+            other => panic!("snapshot {name}: hash is neither a string nor null: {other:?}"),
+        }
+    }
+}
+
+/// `cairn snapshot verify TARGET NAME --json`: (exit code, report).
+pub fn snapshot_verify(target: &Path, name: &str) -> (i32, Json) {
+    let args = [
+        OsStr::new("snapshot"),
+        OsStr::new("verify"),
+        target.as_os_str(),
+        OsStr::new(name),
+        OsStr::new("--json"),
+    ];
+    let out = super::run_timeout(
+        std::process::Command::new(super::CAIRN).args(args),
+        CMD_TIMEOUT,
+    );
+    let code = out.status.code().unwrap_or(-1);
+    assert!(
+        code == 0 || code == 3,
+        "{}: exit status must be 0 or 3\n{}",
+        shown(&args),
+        describe(&out)
+    );
+    (code, parse_json_out(&args, &out))
+}
+
+// ------------------------------------------------------------------ trees
+
+/// One entry of a captured tree.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Node {
+    File {
+        perm: u32,
+        nlink: u64,
+        data: Vec<u8>,
+    },
+    Dir {
+        perm: u32,
+        nlink: u64,
+    },
+    Link(PathBuf),
+}
+
+/// Relative path -> entry, for everything below a root (the root excluded).
+pub type Tree = BTreeMap<String, Node>;
+
+/// Reads a file with its page cache dropped first, so the data comes from
+/// the daemon and not from pages cached before (e.g. before a reblock).
+pub fn read_uncached(p: &Path) -> io::Result<Vec<u8>> {
+    let mut f = File::open(p)?;
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut v = Vec::new();
+    f.read_to_end(&mut v)?;
+    Ok(v)
+}
+
+/// Captures the tree below `root` (contents, permissions, link counts,
+/// symlink targets). Any error is returned with the path that caused it.
+pub fn capture(root: &Path) -> Result<Tree, String> {
+    let mut t = Tree::new();
+    capture_dir(root, "", &mut t)?;
+    Ok(t)
+}
+
+fn capture_dir(root: &Path, rel: &str, t: &mut Tree) -> Result<(), String> {
+    let dir = root.join(rel);
+    let err = |p: &Path, e: io::Error| format!("{}: {e}", p.display());
+    let rd = fs::read_dir(&dir).map_err(|e| err(&dir, e))?;
+    for e in rd {
+        let e = e.map_err(|e| err(&dir, e))?;
+        let name = e.file_name().into_string().expect("utf-8 names");
+        let r = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        let p = root.join(&r);
+        let md = fs::symlink_metadata(&p).map_err(|e| err(&p, e))?;
+        let perm = md.mode() & 0o7777;
+        if md.file_type().is_symlink() {
+            let target = fs::read_link(&p).map_err(|e| err(&p, e))?;
+            t.insert(r, Node::Link(target));
+        } else if md.is_dir() {
+            t.insert(
+                r.clone(),
+                Node::Dir {
+                    perm,
+                    nlink: md.nlink(),
+                },
+            );
+            capture_dir(root, &r, t)?;
+        } else {
+            let data = read_uncached(&p).map_err(|e| err(&p, e))?;
+            if data.len() as u64 != md.len() {
+                return Err(format!(
+                    "{}: st_size {} but {} bytes read",
+                    p.display(),
+                    md.len(),
+                    data.len()
+                ));
+            }
+            t.insert(
+                r,
+                Node::File {
+                    perm,
+                    nlink: md.nlink(),
+                    data,
+                },
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Compact description of a node for messages.
+pub fn node_desc(n: &Node) -> String {
+    match n {
+        Node::File { perm, nlink, data } => format!(
+            "file perm={perm:o} nlink={nlink} len={} fnv={:016x}",
+            data.len(),
+            fnv(data)
+        ),
+        Node::Dir { perm, nlink } => format!("dir perm={perm:o} nlink={nlink}"),
+        Node::Link(t) => format!("symlink -> {}", t.display()),
+    }
+}
+
+fn fnv(d: &[u8]) -> u64 {
+    d.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Asserts two trees are equal, listing the first differences.
+#[track_caller]
+pub fn assert_tree_eq(got: &Tree, want: &Tree, ctx: &str) {
+    if got == want {
+        return;
+    }
+    let mut diffs = Vec::new();
+    for (p, w) in want {
+        match got.get(p) {
+            None => diffs.push(format!("missing {p} ({})", node_desc(w))),
+            Some(g) if g != w => {
+                let mut d = format!("{p}: got {} want {}", node_desc(g), node_desc(w));
+                if let (Node::File { data: gd, .. }, Node::File { data: wd, .. }) = (g, w) {
+                    if let Some(i) = super::first_diff(gd, wd) {
+                        d.push_str(&format!(" (first differing byte {i})"));
+                    }
+                }
+                diffs.push(d);
+            }
+            _ => {}
+        }
+    }
+    for (p, g) in got {
+        if !want.contains_key(p) {
+            diffs.push(format!("unexpected {p} ({})", node_desc(g)));
+        }
+    }
+    let n = diffs.len();
+    diffs.truncate(15);
+    panic!(
+        "{ctx}: trees differ ({n} differences, {} vs {} entries got/want):\n  {}",
+        got.len(),
+        want.len(),
+        diffs.join("\n  ")
+    );
+}
+
+/// Captures `root` and compares it with `want`.
+#[track_caller]
+pub fn assert_tree_at(root: &Path, want: &Tree, ctx: &str) {
+    let got = capture(root).unwrap_or_else(|e| panic!("{ctx}: reading the tree failed: {e}"));
+    assert_tree_eq(&got, want, ctx);
+}
+
+/// Just the file contents of a tree (path -> bytes).
+pub fn contents(t: &Tree) -> BTreeMap<String, Vec<u8>> {
+    t.iter()
+        .filter_map(|(p, n)| match n {
+            Node::File { data, .. } => Some((p.clone(), data.clone())),
+            _ => None,
+        })
+        .collect()
+}

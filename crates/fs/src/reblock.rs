@@ -1,0 +1,246 @@
+//! Reblock (online defragmentation, after HAMMER): copies the live chunks
+//! of segments that are mostly dead, and the chunks of files whose blocks
+//! are scattered, to the end of the log, so live data is contiguous again
+//! and whole segments come free. Extents name chunks by id, so a move is
+//! one chunk-record update: history, snapshots and their hashes do not see
+//! it. Each step holds the flush lock for at most one segment's worth of
+//! copying: copy -> sync -> one transaction -> free the old slots. A crash
+//! before the transaction leaves the old copies in force.
+
+use crate::error::Result;
+use crate::types::Extent;
+use crate::vfs::Fs;
+use cairn_data::ChunkRec;
+use cairn_devices::SlotAddr;
+use cairn_meta::RecordType;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+#[derive(Debug, Clone, Copy)]
+pub struct ReblockOptions {
+    /// Rewrite sealed segments whose live bytes are below this percentage
+    /// of their used bytes.
+    pub max_live_pct: u32,
+    /// Also rewrite files whose blocks are scattered.
+    pub files: bool,
+}
+
+impl Default for ReblockOptions {
+    fn default() -> Self {
+        ReblockOptions {
+            max_live_pct: 75,
+            files: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ReblockReport {
+    pub segments_rewritten: u64,
+    pub files_rewritten: u64,
+    pub chunks_moved: u64,
+    pub bytes_moved: u64,
+    pub segments_freed: u64,
+    /// Chunks that failed verification and were left in place.
+    pub damaged: Vec<String>,
+}
+
+/// Chunks that belong together, moved in the order given.
+struct Group {
+    chunks: Vec<u64>,
+    bytes: u64,
+    is_file: bool,
+}
+
+impl Fs {
+    /// Rewrites fragmented segments and files. `progress(done, total)` is
+    /// called in bytes to move.
+    pub fn reblock(
+        &self,
+        opts: &ReblockOptions,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<ReblockReport> {
+        self.flush()?;
+        let groups = self.reblock_plan(opts)?;
+        let total: u64 = groups.iter().map(|g| g.bytes).sum();
+        let mut rep = ReblockReport::default();
+        let mut done = 0;
+        progress(0, total);
+        let step = self.pool.chunks.segment_size();
+        for g in groups {
+            if g.is_file {
+                rep.files_rewritten += 1;
+            } else {
+                rep.segments_rewritten += 1;
+            }
+            let mut batch = Vec::new();
+            for id in g.chunks {
+                batch.push(id);
+                if batch.len() as u64 * self.record >= step {
+                    done += self.move_chunks(&std::mem::take(&mut batch), &mut rep)?;
+                    progress(done.min(total), total);
+                }
+            }
+            done += self.move_chunks(&batch, &mut rep)?;
+            progress(done.min(total), total);
+        }
+        progress(total, total);
+        Ok(rep)
+    }
+
+    /// Picks what to move: sparse segments first, then scattered files.
+    fn reblock_plan(&self, opts: &ReblockOptions) -> Result<Vec<Group>> {
+        let c = &self.pool.chunks;
+        let open = c.open_segment_id();
+        let sparse: BTreeSet<u64> = c
+            .segment_table()
+            .into_iter()
+            .filter(|(id, s)| {
+                Some(*id) != open
+                    && s.used > 0
+                    && s.live * 100 < s.used as u64 * opts.max_live_pct as u64
+            })
+            .map(|(id, _)| id)
+            .collect();
+        let r = self.meta()?;
+        let mut by_seg: BTreeMap<u64, Vec<(u32, u64, u64)>> = BTreeMap::new();
+        let mut recs: HashMap<u64, ChunkRec> = HashMap::new();
+        let mut bad = None;
+        r.for_each_chunk(|id, raw| match ChunkRec::decode(raw) {
+            Ok(rec) => {
+                if sparse.contains(&rec.segment) {
+                    by_seg
+                        .entry(rec.segment)
+                        .or_default()
+                        .push((rec.offset, id, rec.len as u64));
+                }
+                recs.insert(id, rec);
+            }
+            Err(e) => bad = Some(e),
+        })?;
+        if let Some(e) = bad {
+            return Err(e.into());
+        }
+        let mut groups: Vec<Group> = by_seg
+            .into_values()
+            .map(|mut v| {
+                v.sort_unstable();
+                Group {
+                    bytes: v.iter().map(|x| x.2).sum(),
+                    chunks: v.into_iter().map(|x| x.1).collect(),
+                    is_file: false,
+                }
+            })
+            .collect();
+        if opts.files {
+            let moved: BTreeSet<u64> = groups
+                .iter()
+                .flat_map(|g| g.chunks.iter().copied())
+                .collect();
+            groups.extend(self.scattered_files(&r, &recs, &moved)?);
+        }
+        Ok(groups)
+    }
+
+    /// Files whose chunks, in block order, break into more than twice the
+    /// runs their size needs (a run is a stretch of chunks that follow one
+    /// another in one segment).
+    fn scattered_files(
+        &self,
+        r: &cairn_meta::MetaRead,
+        recs: &HashMap<u64, ChunkRec>,
+        skip: &BTreeSet<u64>,
+    ) -> Result<Vec<Group>> {
+        let mut files: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        let mut bad = None;
+        r.for_each_live(|e| {
+            if e.key.rtype() == Some(RecordType::Extent) {
+                match Extent::decode(&e.payload) {
+                    Ok(x) => files.entry(e.key.obj()).or_default().push(x.chunk),
+                    Err(x) => bad = Some(x),
+                }
+            }
+        })?;
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        let seg = self.pool.chunks.segment_size();
+        let mut out = Vec::new();
+        for chunks in files.into_values() {
+            let rs: Vec<&ChunkRec> = chunks.iter().filter_map(|c| recs.get(c)).collect();
+            if rs.len() < 2 {
+                continue;
+            }
+            let bytes: u64 = rs.iter().map(|r| r.len as u64).sum();
+            let runs = 1 + rs
+                .windows(2)
+                .filter(|w| w[0].segment != w[1].segment || w[0].offset + w[0].len != w[1].offset)
+                .count() as u64;
+            let ideal = bytes.div_ceil(seg).max(1);
+            if runs > 2 * ideal + 1 {
+                out.push(Group {
+                    chunks: chunks.into_iter().filter(|c| !skip.contains(c)).collect(),
+                    bytes,
+                    is_file: true,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Moves these chunks (those still stored) to the end of the log in one
+    /// step. Returns the bytes looked at, for progress.
+    fn move_chunks(&self, ids: &[u64], rep: &mut ReblockReport) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let _last = self.flush_lock.lock();
+        self.check_ok()?;
+        let r = self.meta()?;
+        let mut moves = Vec::new();
+        let mut looked = 0;
+        {
+            let mut batch = self.pool.chunks.batch();
+            for &id in ids {
+                let Some(raw) = r.chunk(id)? else { continue };
+                let old = ChunkRec::decode(&raw)?;
+                looked += old.len as u64;
+                let data = match self.pool.chunks.read_chunk(&old, true) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        tracing::error!("reblock: chunk {id} left in place: {e}");
+                        rep.damaged.push(format!("chunk {id}: {e}"));
+                        continue;
+                    }
+                };
+                let mut new = batch.append(&data, &old.hash)?;
+                new.refs = old.refs;
+                moves.push((id, old, new));
+            }
+            batch.finish()?;
+        }
+        drop(r);
+        let mut touched = BTreeSet::new();
+        let mut freed = Vec::new();
+        self.pool.meta.write(|w| {
+            for (id, old, new) in &moves {
+                w.put_chunk(*id, &new.encode())?;
+                touched.insert(new.segment);
+                touched.insert(old.segment);
+                let seg = self.pool.chunks.segment(old.segment);
+                if self.pool.chunks.unref_chunk(old).is_none() {
+                    freed.extend(seg.map(|s| SlotAddr {
+                        device: s.device,
+                        slot: s.slot,
+                    }));
+                }
+            }
+            self.store_segments(w, &touched)?;
+            Ok::<_, crate::FsError>(())
+        })?;
+        self.pool.chunks.release_slots(&freed)?;
+        rep.chunks_moved += moves.len() as u64;
+        rep.bytes_moved += moves.iter().map(|m| m.2.len as u64).sum::<u64>();
+        rep.segments_freed += freed.len() as u64;
+        Ok(looked)
+    }
+}

@@ -1,0 +1,159 @@
+//! Historical views in the mount: `NAME@@0x<tid>` (HAMMER's syntax) names
+//! a file or directory as it was at a TID, `@@0x<tid>` alone the directory
+//! itself, and `/.snapshots/NAME` the root of a snapshot. The kernel needs
+//! an inode number per (inode, TID) pair: view inodes are numbered from
+//! VIEW_BASE up, counted by lookups and dropped when the kernel forgets
+//! them. Everything under a view is read-only.
+
+use cairn_fs::{Fs, FsError, Inode, Result, ROOT_INO};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+/// Real inode numbers stay below this; view inodes are above.
+pub const SNAPDIR_INO: u64 = 1 << 62;
+const VIEW_BASE: u64 = SNAPDIR_INO + 1;
+/// The snapshots directory at the mount root.
+pub const SNAPDIR_NAME: &[u8] = b".snapshots";
+
+/// What a FUSE inode number stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    Real(u64),
+    SnapDir,
+    View { ino: u64, tid: u64 },
+}
+
+#[derive(Default)]
+struct Table {
+    by_key: HashMap<(u64, u64), u64>,
+    /// view inode -> (inode, tid, kernel lookup count)
+    by_vino: HashMap<u64, (u64, u64, u64)>,
+    next: u64,
+}
+
+#[derive(Default)]
+pub struct Views {
+    t: Mutex<Table>,
+}
+
+/// Splits `NAME@@0x<hex>` into (NAME, tid). HAMMER writes 16 hex digits;
+/// fewer are accepted.
+pub fn parse_asof(name: &[u8]) -> Option<(&[u8], u64)> {
+    let pos = name.windows(4).rposition(|w| w == b"@@0x")?;
+    let hex = std::str::from_utf8(&name[pos + 4..]).ok()?;
+    if hex.is_empty() || hex.len() > 16 {
+        return None;
+    }
+    let tid = u64::from_str_radix(hex, 16).ok()?;
+    Some((&name[..pos], tid))
+}
+
+impl Views {
+    pub fn node(&self, ino: u64) -> Result<Node> {
+        if ino < SNAPDIR_INO {
+            return Ok(Node::Real(ino));
+        }
+        if ino == SNAPDIR_INO {
+            return Ok(Node::SnapDir);
+        }
+        match self.t.lock().by_vino.get(&ino) {
+            Some(&(ino, tid, _)) => Ok(Node::View { ino, tid }),
+            None => Err(FsError::NotFound),
+        }
+    }
+
+    /// The view inode of (ino, tid); `looked_up` counts one kernel lookup.
+    pub fn vino(&self, ino: u64, tid: u64, looked_up: bool) -> u64 {
+        let mut t = self.t.lock();
+        let t = &mut *t;
+        let v = *t.by_key.entry((ino, tid)).or_insert_with(|| {
+            let v = VIEW_BASE + t.next;
+            t.next += 1;
+            t.by_vino.insert(v, (ino, tid, 0));
+            v
+        });
+        if looked_up {
+            t.by_vino.get_mut(&v).expect("view in table").2 += 1;
+        }
+        v
+    }
+
+    /// The kernel dropped `n` lookups of a view inode.
+    pub fn forget(&self, vino: u64, n: u64) {
+        let mut t = self.t.lock();
+        let Some(e) = t.by_vino.get_mut(&vino) else {
+            return;
+        };
+        e.2 = e.2.saturating_sub(n);
+        if e.2 == 0 {
+            let (ino, tid, _) = *e;
+            t.by_vino.remove(&vino);
+            t.by_key.remove(&(ino, tid));
+        }
+    }
+
+    /// An inode as seen through a view: its number is the view inode and
+    /// nothing in it is writable.
+    pub fn present(&self, mut i: Inode, tid: u64, looked_up: bool) -> Inode {
+        i.ino = self.vino(i.ino, tid, looked_up);
+        i.perm &= !0o222;
+        i
+    }
+
+    /// The synthetic snapshots directory.
+    pub fn snapdir_inode(fs: &Fs) -> Result<Inode> {
+        let mut i = fs.getattr(ROOT_INO)?;
+        i.ino = SNAPDIR_INO;
+        i.perm = 0o555;
+        i.nlink = 2;
+        i.uid = 0;
+        i.gid = 0;
+        i.size = 0;
+        Ok(i)
+    }
+
+    /// Resolves `name` in a real directory when it is a view name.
+    pub fn lookup_special(&self, fs: &Fs, parent: u64, name: &[u8]) -> Option<Result<Inode>> {
+        if parent == ROOT_INO && name == SNAPDIR_NAME {
+            return Some(Self::snapdir_inode(fs));
+        }
+        let (base, tid) = parse_asof(name)?;
+        let r = if base.is_empty() {
+            fs.asof_getattr(parent, tid)
+        } else {
+            fs.asof_lookup(parent, tid, base)
+        };
+        Some(r.map(|i| self.present(i, tid, true)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asof_names() {
+        assert_eq!(
+            parse_asof(b"file@@0x0000000000000012"),
+            Some((&b"file"[..], 0x12))
+        );
+        assert_eq!(parse_asof(b"@@0x1f"), Some((&b""[..], 0x1f)));
+        assert_eq!(parse_asof(b"a@@0xzz"), None);
+        assert_eq!(parse_asof(b"a@@0x00000000000000001"), None);
+        assert_eq!(parse_asof(b"plain"), None);
+    }
+
+    #[test]
+    fn view_inodes_are_counted_and_forgotten() {
+        let v = Views::default();
+        let a = v.vino(5, 9, true);
+        assert_eq!(v.vino(5, 9, true), a);
+        assert_ne!(v.vino(5, 10, true), a);
+        assert_eq!(v.node(a).unwrap(), Node::View { ino: 5, tid: 9 });
+        v.forget(a, 1);
+        assert!(v.node(a).is_ok());
+        v.forget(a, 1);
+        assert!(v.node(a).is_err());
+        assert_eq!(v.node(3).unwrap(), Node::Real(3));
+    }
+}
