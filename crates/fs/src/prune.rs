@@ -9,7 +9,7 @@ use crate::types::{Extent, Time};
 use crate::vfs::Fs;
 use cairn_data::ChunkRec;
 use cairn_devices::SlotAddr;
-use cairn_meta::{MetaRead, MetaWrite, RecordType};
+use cairn_meta::{MetaWrite, RecordType};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// What prune keeps.
@@ -94,18 +94,6 @@ impl Fs {
             keep_weekly: c.keep_weekly,
             keep_monthly: c.keep_monthly,
         }
-    }
-
-    /// The newest TID older than the retention window: history ended at or
-    /// before it is prunable unless a snapshot sees it.
-    pub(crate) fn retention_horizon(&self, r: &MetaRead) -> Result<u64> {
-        let now = Time::now().as_nanos() as u64;
-        let keep = self
-            .pool
-            .config
-            .history_retention_secs
-            .saturating_mul(1_000_000_000);
-        Ok(r.tid_before_time(now.saturating_sub(keep))?.unwrap_or(0))
     }
 
     /// Removes history ended in (from, cutoff] that no snapshot sees, and

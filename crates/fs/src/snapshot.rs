@@ -85,8 +85,8 @@ impl Snapshot {
 #[derive(Debug, Clone)]
 pub struct SnapshotUsage {
     pub snap: Snapshot,
-    /// Bytes of chunks that only this snapshot (and already prunable
-    /// history) keeps.
+    /// Bytes of chunks that only this snapshot keeps (among snapshots and
+    /// the current tree).
     pub unique_bytes: u64,
 }
 
@@ -172,19 +172,19 @@ impl Fs {
         self.refresh_retained()
     }
 
-    /// Every snapshot with the bytes its deletion would free: a chunk counts
-    /// for a snapshot when every element referencing it is either visible
-    /// only at that snapshot or already prunable.
+    /// Every snapshot with the bytes its deletion would free (once the
+    /// fine-grained history window has also passed them): a chunk counts for
+    /// a snapshot when every element referencing it is visible at no other
+    /// snapshot and not current.
     pub fn snapshot_usage(&self) -> Result<Vec<SnapshotUsage>> {
         let r = self.meta()?;
         let snaps = read_snapshots(&r)?;
         let tids: Vec<u64> = snaps.iter().map(|s| s.tid).collect();
-        let horizon = self.retention_horizon(&r)?;
         // chunk -> (snapshot index or None for prunable, count)
         let mut refs: HashMap<u64, (Option<usize>, u64, bool)> = HashMap::new();
         let mut err = None;
         r.for_each_hist(|e| {
-            if e.key.rtype() != Some(RecordType::Extent) || e.delete_tid > horizon {
+            if e.key.rtype() != Some(RecordType::Extent) {
                 return;
             }
             let seen: Vec<usize> = (0..tids.len()).filter(|&i| e.visible_at(tids[i])).collect();
