@@ -92,15 +92,26 @@ pub fn seal(raw: &[u8], hash: &Hash, out: &mut Vec<u8>) {
 /// metadata expects, and returns the raw bytes. `full_hash` also recomputes
 /// the content hash (scrub); reads rely on the crc.
 pub fn unseal(buf: &[u8], expected: &Hash, full_hash: bool) -> Result<Vec<u8>, String> {
-    let h = ChunkHeader::decode(buf)?;
+    let (head, data) = buf.split_at(CHUNK_HEADER_LEN.min(buf.len()));
+    let n = verify_split(head, data, expected, full_hash)?;
+    Ok(data[..n].to_vec())
+}
+
+/// Checks a chunk read as header + data (the data may be longer than the
+/// stored length); returns the raw length.
+pub fn verify_split(
+    head: &[u8],
+    data: &[u8],
+    expected: &Hash,
+    full_hash: bool,
+) -> Result<usize, String> {
+    let h = ChunkHeader::decode(head)?;
     if &h.hash != expected {
         return Err("chunk holds other content than the metadata expects".into());
     }
-    let end = CHUNK_HEADER_LEN + h.stored_len as usize;
-    if buf.len() < end {
+    let Some(data) = data.get(..h.stored_len as usize) else {
         return Err("stored length beyond chunk".into());
-    }
-    let data = &buf[CHUNK_HEADER_LEN..end];
+    };
     if crc32c::crc32c(data) != h.data_crc {
         return Err("data checksum mismatch".into());
     }
@@ -113,7 +124,7 @@ pub fn unseal(buf: &[u8], expected: &Hash, full_hash: bool) -> Result<Vec<u8>, S
     if full_hash && &hash_block(data) != expected {
         return Err("content hash mismatch".into());
     }
-    Ok(data.to_vec())
+    Ok(data.len())
 }
 
 #[cfg(test)]

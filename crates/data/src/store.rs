@@ -117,6 +117,44 @@ impl ChunkStore {
         Ok(raw)
     }
 
+    /// Reads a chunk's first `dst.len()` raw bytes straight into `dst`
+    /// (which must not be longer than the chunk's raw length), verified
+    /// against its header checksums and hash. No intermediate copy.
+    pub fn read_chunk_into(&self, rec: &ChunkRec, dst: &mut [u8]) -> Result<()> {
+        let seg = self
+            .segment(rec.segment)
+            .ok_or(DataError::NoSegment(rec.segment))?;
+        let corrupt = |why: String| DataError::Corrupt {
+            segment: rec.segment,
+            offset: rec.offset,
+            why,
+        };
+        if rec.offset as u64 + rec.len as u64 > self.segment_size
+            || rec.len as usize != CHUNK_HEADER_LEN + rec.raw_len as usize
+            || dst.len() > rec.raw_len as usize
+        {
+            return Err(corrupt("chunk record out of bounds or compressed".into()));
+        }
+        if dst.len() < rec.raw_len as usize {
+            // The checksum covers the whole chunk: read it all.
+            let raw = self.read_chunk(rec, false)?;
+            dst.copy_from_slice(&raw[..dst.len()]);
+            return Ok(());
+        }
+        let dev = self.devices.device(seg.device)?;
+        let mut head = [0u8; CHUNK_HEADER_LEN];
+        dev.read_split_at(
+            &mut head,
+            dst,
+            dev.slot_offset(seg.slot) + rec.offset as u64,
+        )?;
+        let n = crate::chunk::verify_split(&head, dst, &rec.hash, false).map_err(corrupt)?;
+        if n != rec.raw_len as usize {
+            return Err(corrupt("raw length differs from record".into()));
+        }
+        Ok(())
+    }
+
     /// Starts appending chunks. Only one batch at a time (it holds the open
     /// segment); the filesystem's flusher is the only writer.
     pub fn batch(&self) -> WriteBatch<'_> {

@@ -182,6 +182,12 @@ mod tests {
         assert!(segs.len() >= 4, "40 x 100 KB spans several 1 MiB segments");
         for (x, r) in blocks.iter().zip(&recs) {
             assert_eq!(&s.read_chunk(r, true).unwrap(), x);
+            let mut direct = vec![0u8; x.len()];
+            s.read_chunk_into(r, &mut direct).unwrap();
+            assert_eq!(&direct, x);
+            let mut part = vec![0u8; 1000];
+            s.read_chunk_into(r, &mut part).unwrap();
+            assert_eq!(&part[..], &x[..1000]);
         }
     }
 
@@ -216,6 +222,11 @@ mod tests {
         dev.write_at(&[0x55], off).unwrap();
         assert!(matches!(
             s.read_chunk(&r, false),
+            Err(crate::DataError::Corrupt { .. })
+        ));
+        let mut direct = vec![0u8; x.len()];
+        assert!(matches!(
+            s.read_chunk_into(&r, &mut direct),
             Err(crate::DataError::Corrupt { .. })
         ));
     }

@@ -103,8 +103,7 @@ impl Fs {
             let Some(e) = r.get_asof(&key, tid)? else {
                 continue;
             };
-            let data = self.read_extent(&r, ino, blk, &Extent::decode(&e.payload)?)?;
-            crate::ops_data::copy_block_part(&mut out, off, blk * rs, &data);
+            self.read_extent_part(&r, ino, blk, &Extent::decode(&e.payload)?, off, &mut out)?;
         }
         Ok(out)
     }

@@ -5,9 +5,10 @@
 
 use crate::error::{FsError, Result};
 use crate::overlay::{Block, BlockState};
-use crate::types::{FileKind, Inode};
+use crate::types::{Extent, FileKind, Inode};
 use crate::vfs::{Fs, State};
 use cairn_data::CHUNK_HEADER_LEN;
+use cairn_meta::{ElemKey, RecordType};
 use std::sync::Arc;
 
 pub const FALLOC_KEEP_SIZE: i32 = 0x01;
@@ -73,15 +74,52 @@ impl Fs {
                         Some(r) => r,
                         None => meta.insert(self.meta()?),
                     };
-                    match self.committed_block(r, ino, blk)? {
-                        Some(d) => Arc::new(d),
-                        None => continue,
-                    }
+                    self.read_committed(r, ino, blk, off, &mut out)?;
+                    continue;
                 }
             };
             copy_block_part(&mut out, off, blk * rs, &data);
         }
         Ok(out)
+    }
+
+    /// Puts the part of a committed block that falls in `out` (which starts
+    /// at file offset `off`) in place: straight from the device when the
+    /// block's start lies in `out`, else through a copy.
+    pub(crate) fn read_committed(
+        &self,
+        r: &cairn_meta::MetaRead,
+        ino: u64,
+        blk: u64,
+        off: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let key = ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes());
+        let Some(e) = r.get(&key)? else {
+            return Ok(());
+        };
+        self.read_extent_part(r, ino, blk, &Extent::decode(&e.payload)?, off, out)
+    }
+
+    /// As `read_committed`, for an extent already looked up.
+    pub(crate) fn read_extent_part(
+        &self,
+        r: &cairn_meta::MetaRead,
+        ino: u64,
+        blk: u64,
+        ext: &Extent,
+        off: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let bstart = blk * self.record;
+        let hi = (off + out.len() as u64).min(bstart + ext.len as u64);
+        if bstart >= off && bstart < hi {
+            let dst = &mut out[(bstart - off) as usize..(hi - off) as usize];
+            return self.read_extent_into(r, ino, blk, ext, dst);
+        }
+        let data = self.read_extent(r, ino, blk, ext)?;
+        copy_block_part(out, off, bstart, &data);
+        Ok(())
     }
 
     /// Bytes the dirty data may still grow by before the pool is full.

@@ -254,38 +254,61 @@ impl Fs {
         blk: u64,
         ext: &Extent,
     ) -> Result<Vec<u8>> {
+        let mut data = self.with_chunk(r, ino, blk, ext, |rec| {
+            self.pool.chunks.read_chunk(rec, false)
+        })?;
+        data.truncate(ext.len as usize);
+        Ok(data)
+    }
+
+    /// Reads the first `dst.len()` bytes of a block (at most its valid
+    /// length) straight into `dst`.
+    pub(crate) fn read_extent_into(
+        &self,
+        r: &MetaRead,
+        ino: u64,
+        blk: u64,
+        ext: &Extent,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        assert!(dst.len() <= ext.len as usize);
+        self.with_chunk(r, ino, blk, ext, |rec| {
+            self.pool.chunks.read_chunk_into(rec, dst)
+        })
+    }
+
+    /// Runs a chunk read; when it fails, reads the chunk's record once more
+    /// (reblock may have moved it after `r` was taken) and retries there
+    /// before calling the chunk damaged (EIO, logged with file and offset).
+    fn with_chunk<T>(
+        &self,
+        r: &MetaRead,
+        ino: u64,
+        blk: u64,
+        ext: &Extent,
+        mut read: impl FnMut(&ChunkRec) -> std::result::Result<T, cairn_data::DataError>,
+    ) -> Result<T> {
+        let offset = blk * self.record;
         let raw = r.chunk(ext.chunk)?.ok_or_else(|| {
             FsError::Io(format!(
-                "inode {ino} offset {}: extent names missing chunk {}",
-                blk * self.record,
+                "inode {ino} offset {offset}: extent names missing chunk {}",
                 ext.chunk
             ))
         })?;
         let rec = ChunkRec::decode(&raw)?;
-        let mut res = self.pool.chunks.read_chunk(&rec, false);
+        let mut res = read(&rec);
         if res.is_err() {
-            // Reblock may have moved the chunk after `r` was taken: read
-            // its current record once more before calling it damaged.
             if let Some(now) = self.meta()?.chunk(ext.chunk)? {
                 let now = ChunkRec::decode(&now)?;
                 if (now.segment, now.offset) != (rec.segment, rec.offset) {
-                    res = self.pool.chunks.read_chunk(&now, false);
+                    res = read(&now);
                 }
             }
         }
-        match res {
-            Ok(mut data) => {
-                data.truncate(ext.len as usize);
-                Ok(data)
-            }
-            Err(e) => {
-                tracing::error!("read error: inode {ino} offset {}: {e}", blk * self.record);
-                Err(FsError::Io(format!(
-                    "inode {ino} offset {}: {e}",
-                    blk * self.record
-                )))
-            }
-        }
+        res.map_err(|e| {
+            tracing::error!("read error: inode {ino} offset {offset}: {e}");
+            FsError::Io(format!("inode {ino} offset {offset}: {e}"))
+        })
     }
 
     pub(crate) fn alloc_ino(st: &mut State) -> u64 {

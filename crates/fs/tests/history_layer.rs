@@ -51,7 +51,11 @@ fn interleaved(fs: &Fs, rounds: usize, seed: u64) -> Vec<(u64, Vec<u8>)> {
             let name = format!("f{i}");
             let ino = match fs.lookup(ROOT_INO, name.as_bytes()) {
                 Ok(i) => i.ino,
-                Err(_) => fs.create(Ctx::ROOT, ROOT_INO, name.as_bytes(), 0o644).unwrap().ino,
+                Err(_) => {
+                    fs.create(Ctx::ROOT, ROOT_INO, name.as_bytes(), 0o644)
+                        .unwrap()
+                        .ino
+                }
             };
             (ino, Vec::new())
         })
@@ -116,7 +120,10 @@ fn asof_snapshot_prune_reblock_keep_every_version() {
     fs.snapshot_delete("one").unwrap();
     fs.prune(&NONE_KEPT, false).unwrap();
     assert!(fs.pool().chunks.free_bytes() > before);
-    assert!(fs.asof_read(v1[0].0, t1, 0, 10).is_err(), "pruned TID is not readable");
+    assert!(
+        fs.asof_read(v1[0].0, t1, 0, 10).is_err(),
+        "pruned TID is not readable"
+    );
     fs.shutdown().unwrap();
     drop(fs);
     let fs = reopen(d.path());
