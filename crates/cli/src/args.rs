@@ -27,7 +27,7 @@ pub enum Cmd {
     Umount(UmountArgs),
     /// Verify every element, reference and chunk of an unmounted pool.
     Check(PoolArg),
-    /// Show devices, usage and counters of an unmounted pool.
+    /// Show devices, usage and counters of a pool (mounted or not).
     Info(InfoArgs),
     /// Commit buffered writes now and print the committed TID.
     Sync(TargetArgs),
@@ -240,6 +240,7 @@ pub struct PoolArg {
 
 #[derive(Args)]
 pub struct InfoArgs {
+    /// A pool directory or a mount point.
     pub pool: PathBuf,
     /// Machine-readable output.
     #[arg(long)]

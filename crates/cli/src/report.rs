@@ -46,13 +46,14 @@ pub fn human(n: u64) -> String {
     format!("{v:.1} {}", units[u])
 }
 
-pub fn info(pool: &Path, json: bool) -> Result<()> {
-    let p = open(pool)?;
-    let i = cairn_fs::info::pool_info(&p)?;
+/// Info works on a mounted pool too (answered by the daemon).
+pub fn info(target: &Path, json: bool) -> Result<()> {
+    let v = crate::control::client::call(target, crate::control::protocol::Request::Info)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&i)?);
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    let i: cairn_fs::info::PoolInfo = serde_json::from_value(v)?;
     println!("pool:            {} ({})", i.pool, i.uuid);
     println!("format version:  {}", i.format_version);
     println!("record size:     {}", human(i.record_size as u64));

@@ -7,7 +7,7 @@ use crate::types::{FileKind, Inode};
 use cairn_meta::RecordType;
 use serde::Serialize;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, serde::Deserialize)]
 pub struct DeviceInfo {
     pub id: u32,
     pub class: String,
@@ -16,7 +16,7 @@ pub struct DeviceInfo {
     pub used: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, serde::Deserialize)]
 pub struct PoolInfo {
     pub pool: String,
     pub uuid: String,

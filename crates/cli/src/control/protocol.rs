@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 pub enum Request {
     /// Commit what is buffered; answers the committed TID.
     Sync,
+    /// Pool information (devices, usage, counters).
+    Info,
     SnapshotCreate {
         name: String,
         auto: bool,
