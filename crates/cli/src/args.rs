@@ -190,6 +190,14 @@ pub struct MkfsArgs {
     /// Overwrite an existing pool.
     #[arg(long)]
     pub force: bool,
+    /// Compression of new chunks: none, lz4, zstd or zstd:LEVEL (stored in
+    /// the pool config; change it there at any time).
+    #[arg(long, value_parser = compression_arg)]
+    pub compression: Option<String>,
+}
+
+fn compression_arg(s: &str) -> Result<String, String> {
+    s.parse::<cairn_fs::Compression>().map(|c| c.to_string())
 }
 
 impl MkfsArgs {
@@ -223,6 +231,9 @@ pub struct MountArgs {
     /// Buffered data that triggers a flush, e.g. 512M (overrides the config).
     #[arg(long, value_parser = size_arg)]
     pub dirty_limit: Option<u64>,
+    /// Compression of new chunks (overrides the config).
+    #[arg(long, value_parser = compression_arg)]
+    pub compression: Option<String>,
     /// FUSE worker threads.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,

@@ -18,6 +18,9 @@ fn config_for(a: &MountArgs) -> Result<PoolConfig> {
     if let Some(d) = a.dirty_limit {
         c.dirty_limit_mib = (d >> 20).max(1);
     }
+    if let Some(z) = &a.compression {
+        c.compression = z.clone();
+    }
     c.validate()?;
     Ok(c)
 }
@@ -103,6 +106,9 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
     }
     if let Some(d) = a.dirty_limit {
         cmd.arg("--dirty-limit").arg(d.to_string());
+    }
+    if let Some(z) = &a.compression {
+        cmd.arg("--compression").arg(z);
     }
     cmd.stdin(Stdio::null())
         .stdout(out.try_clone()?)

@@ -25,6 +25,12 @@ fn run(cli: args::Cli) -> Result<()> {
             let opts = a.options()?;
             let sb = cairn_fs::mkfs(&a.pool, opts)
                 .with_context(|| format!("mkfs {}", a.pool.display()))?;
+            if let Some(c) = &a.compression {
+                let path = cairn_fs::pool::PoolPaths::config(&a.pool);
+                let mut cfg = cairn_fs::PoolConfig::load(&path)?;
+                cfg.compression = c.clone();
+                cfg.save(&path)?;
+            }
             println!(
                 "created pool {} (record size {} KiB, segment size {} MiB)",
                 a.pool.display(),

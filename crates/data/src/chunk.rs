@@ -14,6 +14,8 @@
 //! 56  stored bytes ...
 //! ```
 
+use crate::compress::{compress, decompress, Compression};
+
 pub const CHUNK_MAGIC: &[u8; 4] = b"CHNK";
 pub const CHUNK_VERSION: u8 = 1;
 pub const CHUNK_HEADER_LEN: usize = 56;
@@ -75,56 +77,80 @@ impl ChunkHeader {
 }
 
 /// Builds the on-disk form of a block: header + stored bytes. Appends to `out`.
-pub fn seal(raw: &[u8], hash: &Hash, out: &mut Vec<u8>) {
-    let h = ChunkHeader {
-        compression: 0,
-        raw_len: raw.len() as u32,
-        stored_len: raw.len() as u32,
-        hash: *hash,
-        data_crc: crc32c::crc32c(raw),
-    };
-    out.reserve(CHUNK_HEADER_LEN + raw.len());
-    h.encode(out);
-    out.extend_from_slice(raw);
+/// Appends a sealed chunk (header + stored bytes) to `out`, compressed
+/// with `c` when that saves at least 1/8. Returns the sealed length.
+pub fn seal(raw: &[u8], hash: &Hash, c: Compression, out: &mut Vec<u8>) -> usize {
+    match compress(c, raw) {
+        Some((m, z)) => seal_stored(m, raw.len(), &z, hash, out),
+        None => seal_stored(crate::compress::RAW, raw.len(), raw, hash, out),
+    }
 }
 
-/// Checks a chunk read from disk against its header and the hash the
-/// metadata expects, and returns the raw bytes. `full_hash` also recomputes
-/// the content hash (scrub); reads rely on the crc.
+/// Appends header + `stored` (already compressed with `method`, or raw).
+pub fn seal_stored(
+    method: u8,
+    raw_len: usize,
+    stored: &[u8],
+    hash: &Hash,
+    out: &mut Vec<u8>,
+) -> usize {
+    let h = ChunkHeader {
+        compression: method,
+        raw_len: raw_len as u32,
+        stored_len: stored.len() as u32,
+        hash: *hash,
+        data_crc: crc32c::crc32c(stored),
+    };
+    out.reserve(CHUNK_HEADER_LEN + stored.len());
+    h.encode(out);
+    out.extend_from_slice(stored);
+    CHUNK_HEADER_LEN + stored.len()
+}
+
+/// Verifies a sealed chunk and returns its raw (decompressed) bytes.
 pub fn unseal(buf: &[u8], expected: &Hash, full_hash: bool) -> Result<Vec<u8>, String> {
     let (head, data) = buf.split_at(CHUNK_HEADER_LEN.min(buf.len()));
-    let n = verify_split(head, data, expected, full_hash)?;
-    Ok(data[..n].to_vec())
+    let h = check_stored(head, data, expected)?;
+    let stored = &data[..h.stored_len as usize];
+    let raw = if h.compression == crate::compress::RAW {
+        if h.raw_len != h.stored_len {
+            return Err("raw length differs from stored length".into());
+        }
+        stored.to_vec()
+    } else {
+        let mut raw = vec![0u8; h.raw_len as usize];
+        decompress(h.compression, stored, &mut raw)?;
+        raw
+    };
+    if full_hash && &hash_block(&raw) != expected {
+        return Err("content hash mismatch".into());
+    }
+    Ok(raw)
 }
 
-/// Checks a chunk read as header + data (the data may be longer than the
-/// stored length); returns the raw length.
-pub fn verify_split(
-    head: &[u8],
-    data: &[u8],
-    expected: &Hash,
-    full_hash: bool,
-) -> Result<usize, String> {
+/// Checks the header and the stored bytes' checksum.
+fn check_stored(head: &[u8], data: &[u8], expected: &Hash) -> Result<ChunkHeader, String> {
     let h = ChunkHeader::decode(head)?;
     if &h.hash != expected {
         return Err("chunk holds other content than the metadata expects".into());
     }
-    let Some(data) = data.get(..h.stored_len as usize) else {
+    let Some(stored) = data.get(..h.stored_len as usize) else {
         return Err("stored length beyond chunk".into());
     };
-    if crc32c::crc32c(data) != h.data_crc {
+    if crc32c::crc32c(stored) != h.data_crc {
         return Err("data checksum mismatch".into());
     }
-    if h.compression != 0 {
-        return Err(format!("unknown compression {}", h.compression));
+    Ok(h)
+}
+
+/// Checks an uncompressed chunk read as header + data in place; returns
+/// the raw length.
+pub fn verify_split(head: &[u8], data: &[u8], expected: &Hash) -> Result<usize, String> {
+    let h = check_stored(head, data, expected)?;
+    if h.compression != crate::compress::RAW || h.raw_len != h.stored_len {
+        return Err("chunk is compressed, expected raw".into());
     }
-    if h.raw_len != h.stored_len {
-        return Err("raw length differs from stored length".into());
-    }
-    if full_hash && &hash_block(data) != expected {
-        return Err("content hash mismatch".into());
-    }
-    Ok(data.len())
+    Ok(h.stored_len as usize)
 }
 
 #[cfg(test)]
@@ -136,7 +162,7 @@ mod tests {
         let raw = b"some block data".repeat(100);
         let h = hash_block(&raw);
         let mut buf = Vec::new();
-        seal(&raw, &h, &mut buf);
+        seal(&raw, &h, Compression::None, &mut buf);
         assert_eq!(buf.len(), CHUNK_HEADER_LEN + raw.len());
         assert_eq!(unseal(&buf, &h, true).unwrap(), raw);
     }
@@ -146,7 +172,7 @@ mod tests {
         let raw = vec![0xabu8; 4096];
         let h = hash_block(&raw);
         let mut buf = Vec::new();
-        seal(&raw, &h, &mut buf);
+        seal(&raw, &h, Compression::None, &mut buf);
         for pos in [0, 5, 9, 20, 50, CHUNK_HEADER_LEN, CHUNK_HEADER_LEN + 4000] {
             let mut b = buf.clone();
             b[pos] ^= 0x10;

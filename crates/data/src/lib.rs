@@ -6,12 +6,14 @@
 //! filesystem layer stores them in the metadata store.
 
 pub mod chunk;
+pub mod compress;
 pub mod error;
 pub mod records;
 pub mod store;
 pub mod writer;
 
 pub use chunk::{ChunkHeader, Hash, CHUNK_HEADER_LEN};
+pub use compress::Compression;
 pub use error::DataError;
 pub use records::{ChunkRec, SegmentRec};
 pub use store::ChunkStore;

@@ -3,6 +3,7 @@
 //! appended to (see writer.rs).
 
 use crate::chunk::{unseal, CHUNK_HEADER_LEN};
+use crate::compress::Compression;
 use crate::error::{DataError, Result};
 use crate::records::{ChunkRec, SegmentRec};
 use crate::writer::{OpenSegment, WriteBatch};
@@ -18,6 +19,8 @@ pub struct ChunkStore {
     pub(crate) open: Mutex<Option<OpenSegment>>,
     pub(crate) next_segment: AtomicU64,
     pub(crate) segment_size: u64,
+    /// How new chunks are compressed (the pool setting; changeable).
+    pub(crate) compression: RwLock<Compression>,
     /// Free bytes at the end of the open segment, readable while a batch
     /// holds the open segment (writers check space without waiting).
     pub(crate) open_tail: AtomicU64,
@@ -60,7 +63,16 @@ impl ChunkStore {
             next_segment: AtomicU64::new(next_segment),
             segment_size,
             open_tail: AtomicU64::new(0),
+            compression: RwLock::new(Compression::None),
         })
+    }
+
+    pub fn set_compression(&self, c: Compression) {
+        *self.compression.write() = c;
+    }
+
+    pub fn compression(&self) -> Compression {
+        *self.compression.read()
     }
 
     pub fn devices(&self) -> &Arc<DeviceSet> {
@@ -130,13 +142,13 @@ impl ChunkStore {
             why,
         };
         if rec.offset as u64 + rec.len as u64 > self.segment_size
-            || rec.len as usize != CHUNK_HEADER_LEN + rec.raw_len as usize
             || dst.len() > rec.raw_len as usize
         {
-            return Err(corrupt("chunk record out of bounds or compressed".into()));
+            return Err(corrupt("chunk record out of bounds".into()));
         }
-        if dst.len() < rec.raw_len as usize {
-            // The checksum covers the whole chunk: read it all.
+        let compressed = rec.len as usize != CHUNK_HEADER_LEN + rec.raw_len as usize;
+        if compressed || dst.len() < rec.raw_len as usize {
+            // Compressed, or a part: the checksum covers the whole chunk.
             let raw = self.read_chunk(rec, false)?;
             dst.copy_from_slice(&raw[..dst.len()]);
             return Ok(());
@@ -148,7 +160,7 @@ impl ChunkStore {
             dst,
             dev.slot_offset(seg.slot) + rec.offset as u64,
         )?;
-        let n = crate::chunk::verify_split(&head, dst, &rec.hash, false).map_err(corrupt)?;
+        let n = crate::chunk::verify_split(&head, dst, &rec.hash).map_err(corrupt)?;
         if n != rec.raw_len as usize {
             return Err(corrupt("raw length differs from record".into()));
         }

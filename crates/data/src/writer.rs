@@ -4,7 +4,8 @@
 //! on `finish` writes the rest and syncs every device it touched. Only after
 //! `finish` may metadata that references the new chunks be committed.
 
-use crate::chunk::{seal, Hash, CHUNK_HEADER_LEN};
+use crate::chunk::{seal_stored, Hash, CHUNK_HEADER_LEN};
+use crate::compress::{compress, Compression};
 use crate::error::{DataError, Result};
 use crate::records::{ChunkRec, SegmentRec};
 use crate::store::ChunkStore;
@@ -28,6 +29,7 @@ pub struct OpenSegment {
 
 pub struct WriteBatch<'a> {
     store: &'a ChunkStore,
+    compression: Compression,
     open: MutexGuard<'a, Option<OpenSegment>>,
     touched: BTreeSet<u64>,
     devices: BTreeSet<u32>,
@@ -37,15 +39,23 @@ impl<'a> WriteBatch<'a> {
     pub(crate) fn new(store: &'a ChunkStore, open: MutexGuard<'a, Option<OpenSegment>>) -> Self {
         WriteBatch {
             store,
+            compression: store.compression(),
             open,
             touched: BTreeSet::new(),
             devices: BTreeSet::new(),
         }
     }
 
-    /// Appends one block as a new chunk; returns its record (refs = 1).
+    /// Appends one block as a new chunk (compressed per the pool setting);
+    /// returns its record (refs = 1).
     pub fn append(&mut self, raw: &[u8], hash: &Hash) -> Result<ChunkRec> {
-        let len = (CHUNK_HEADER_LEN + raw.len()) as u32;
+        let packed = compress(self.compression, raw);
+        let (method, stored) = match &packed {
+            Some((m, z)) => (*m, z.as_slice()),
+            None => (crate::compress::RAW, raw),
+        };
+        let len = (CHUNK_HEADER_LEN + stored.len()) as u32;
+        let raw_len = raw.len() as u32;
         assert!(
             len as u64 <= self.store.segment_size,
             "block larger than a segment"
@@ -60,7 +70,7 @@ impl<'a> WriteBatch<'a> {
         }
         let o = self.open.as_mut().expect("open segment");
         let offset = o.used;
-        seal(raw, hash, &mut o.buf);
+        seal_stored(method, raw.len(), stored, hash, &mut o.buf);
         o.used += len;
         let tail = self.store.segment_size - o.used as u64;
         self.store.open_tail.store(tail, Ordering::Relaxed);
@@ -78,7 +88,7 @@ impl<'a> WriteBatch<'a> {
             segment: id,
             offset,
             len,
-            raw_len: raw.len() as u32,
+            raw_len,
             refs: 1,
             hash: *hash,
         })

@@ -29,6 +29,9 @@ pub struct PoolConfig {
     pub keep_daily: u32,
     pub keep_weekly: u32,
     pub keep_monthly: u32,
+    /// How new chunks are compressed: "none", "lz4", "zstd" or "zstd:LEVEL".
+    /// Each chunk records its method, so this can change at any time.
+    pub compression: String,
 }
 
 impl Default for PoolConfig {
@@ -42,6 +45,7 @@ impl Default for PoolConfig {
             keep_daily: 7,
             keep_weekly: 4,
             keep_monthly: 6,
+            compression: "none".into(),
         }
     }
 }
@@ -69,10 +73,15 @@ impl PoolConfig {
                 "commit_interval_secs must be in (0, 3600]".into(),
             ));
         }
+        self.compression()?;
         if self.dirty_limit_mib == 0 {
             return Err(FsError::Io("dirty_limit_mib must be > 0".into()));
         }
         Ok(())
+    }
+
+    pub fn compression(&self) -> Result<cairn_data::Compression> {
+        self.compression.parse().map_err(FsError::Io)
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {

@@ -25,6 +25,7 @@ pub mod treehash;
 pub mod types;
 pub mod vfs;
 
+pub use cairn_data::Compression;
 pub use config::PoolConfig;
 pub use error::{FsError, Result};
 pub use history::Version;

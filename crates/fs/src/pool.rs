@@ -270,6 +270,7 @@ impl Pool {
         let next_segment = r.counter("next_segment")?;
         drop(r);
         let chunks = ChunkStore::new(Arc::new(DeviceSet::new(devices)), table, next_segment)?;
+        chunks.set_compression(config.compression()?);
         Ok(Pool {
             path: path.to_path_buf(),
             sb,

@@ -170,3 +170,56 @@ fn full_pool_gives_enospc_and_delete_frees_space() {
     let rep = cairn_fs::check::check_pool(fs.pool()).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
+
+#[test]
+fn compression_switched_mid_life_reads_back_exact() {
+    use cairn_fs::Compression;
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path(), None);
+    let text: Vec<u8> = b"compressible line of text, again and again\n".repeat(20_000);
+    let noise = pattern(500_000, 3);
+    let mut files = Vec::new();
+    for (i, c) in [
+        Compression::None,
+        Compression::Lz4,
+        Compression::Zstd(3),
+        Compression::Zstd(19),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        fs.pool().chunks.set_compression(c);
+        for (k, body) in [&text, &noise].into_iter().enumerate() {
+            let name = format!("f{i}-{k}");
+            let f = fs
+                .create(Ctx::ROOT, ROOT_INO, name.as_bytes(), 0o644)
+                .unwrap();
+            fs.write(f.ino, 0, body).unwrap();
+            files.push((name, body.clone()));
+        }
+        fs.flush().unwrap();
+    }
+    let info = cairn_fs::info::pool_info(fs.pool()).unwrap();
+    assert!(
+        info.physical_bytes < info.logical_bytes * 3 / 4,
+        "text compressed: {} physical of {} logical",
+        info.physical_bytes,
+        info.logical_bytes
+    );
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = reopen(d.path());
+    assert_eq!(fs.pool().chunks.compression(), Compression::None);
+    for (name, body) in &files {
+        let i = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
+        assert_eq!(
+            &fs.read(i.ino, 0, body.len() as u32).unwrap(),
+            body,
+            "{name}"
+        );
+        // A read that starts inside a block goes through the copy path.
+        assert_eq!(fs.read(i.ino, 1000, 5000).unwrap(), body[1000..6000]);
+    }
+    let rep = cairn_fs::check::check_pool(fs.pool()).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
