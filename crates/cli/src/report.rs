@@ -66,6 +66,23 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         "elements:        {} live, {} history; {} chunks in {} segments",
         i.live_elements, i.history_elements, i.chunks, i.segments
     );
+    println!(
+        "data:            {} referenced, {} unique, {} stored",
+        human(i.referenced_bytes),
+        human(i.unique_bytes),
+        human(i.stored_bytes)
+    );
+    println!(
+        "dedup:           {} ({:.2}x, {} index entries, {} index RAM)",
+        if i.dedup_enabled { "on" } else { "off" },
+        i.dedup_ratio,
+        i.index_entries,
+        human(i.index_ram_bytes)
+    );
+    println!(
+        "compression:     {} ({:.2}x)",
+        i.compression, i.compression_ratio
+    );
     println!("devices:");
     for d in &i.devices {
         println!(

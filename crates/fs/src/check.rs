@@ -167,6 +167,20 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
     let mut seg_live: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let mut chunk_recs = Vec::new();
     r.for_each_chunk(|id, raw| chunk_recs.push((id, ChunkRec::decode(raw))))?;
+    let mut index = Vec::new();
+    r.for_each_dedup(|h, id| index.push((h.to_vec(), id)))?;
+    for (h, id) in index {
+        let ok = r
+            .chunk(id)?
+            .and_then(|raw| ChunkRec::decode(&raw).ok())
+            .is_some_and(|rec| rec.hash[..] == h[..]);
+        if !ok {
+            rep.problems.push(format!(
+                "dedup index entry {} names chunk {id}, which is missing or holds other content",
+                crate::snapshot::hex(&h[..8])
+            ));
+        }
+    }
     for (id, rec) in chunk_recs {
         rep.chunks += 1;
         let rec = match rec {

@@ -32,6 +32,9 @@ pub struct PoolConfig {
     /// How new chunks are compressed: "none", "lz4", "zstd" or "zstd:LEVEL".
     /// Each chunk records its method, so this can change at any time.
     pub compression: String,
+    /// Inline dedup: a block whose content is already stored costs only a
+    /// reference. Turning it off stops both lookups and indexing.
+    pub dedup: bool,
 }
 
 impl Default for PoolConfig {
@@ -46,6 +49,7 @@ impl Default for PoolConfig {
             keep_weekly: 4,
             keep_monthly: 6,
             compression: "none".into(),
+            dedup: true,
         }
     }
 }

@@ -12,14 +12,28 @@ use crate::vfs::Fs;
 use cairn_data::{ChunkRec, Hash};
 use cairn_devices::SlotAddr;
 use cairn_meta::{ElemKey, Element, MetaWrite, RecordType};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-/// A block ready to commit: its new chunk, or None for a hole.
+/// Where a block's bytes went.
+enum Stored {
+    /// All zeros: no chunk.
+    Hole,
+    /// A new chunk, written by this flush.
+    New(ChunkRec),
+    /// Same content as an already committed chunk (dedup).
+    Existing(u64),
+    /// Same content as the new chunk of an earlier block of this flush
+    /// (index into the written list).
+    Earlier(usize),
+}
+
+/// A block ready to commit.
 struct Written {
     ino: u64,
     blk: u64,
-    chunk: Option<(ChunkRec, u32)>,
+    len: u32,
+    stored: Stored,
 }
 
 impl Fs {
@@ -64,20 +78,44 @@ impl Fs {
         *self.flush_lock.lock()
     }
 
+    /// Writes the overlay's blocks, sorted by file and offset. With dedup
+    /// on, a block whose hash is already stored (committed, or earlier in
+    /// this flush) is not written again. The committed index is read under
+    /// the flush lock: only this flush's own commit can drop a chunk, and it
+    /// adds the new references before it prunes.
     fn write_blocks(&self, ov: &Overlay) -> Result<(Vec<Written>, BTreeSet<u64>)> {
         let mut inos: Vec<_> = ov.blocks.keys().copied().collect();
         inos.sort_unstable();
+        let dedup = self.pool.config.dedup;
+        let r = self.meta()?;
+        let mut seen: HashMap<Hash, usize> = HashMap::new();
         let mut out = Vec::new();
         let mut batch = self.pool.chunks.batch();
         for ino in inos {
             for (&blk, data) in &ov.blocks[&ino] {
-                let chunk = if data.iter().all(|&b| b == 0) {
-                    None
+                let len = data.len() as u32;
+                let stored = if data.iter().all(|&b| b == 0) {
+                    Stored::Hole
                 } else {
                     let h: Hash = cairn_data::chunk::hash_block(data);
-                    Some((batch.append(data, &h)?, data.len() as u32))
+                    match (dedup, seen.get(&h)) {
+                        (true, Some(&i)) => Stored::Earlier(i),
+                        (true, None) => match r.dedup(&h)? {
+                            Some(id) => Stored::Existing(id),
+                            None => {
+                                seen.insert(h, out.len());
+                                Stored::New(batch.append(data, &h)?)
+                            }
+                        },
+                        (false, _) => Stored::New(batch.append(data, &h)?),
+                    }
                 };
-                out.push(Written { ino, blk, chunk });
+                out.push(Written {
+                    ino,
+                    blk,
+                    len,
+                    stored,
+                });
             }
         }
         let segs = batch.finish()?;
@@ -123,27 +161,32 @@ impl Fs {
         self.pool.meta.write(|w| {
             apply_overlay(w, ov, tid)?;
             let mut next_chunk = w.counter("next_chunk")?;
-            for wb in written {
+            let mut ids = vec![0u64; written.len()];
+            for (n, wb) in written.iter().enumerate() {
                 let key = ElemKey::new(wb.ino, RecordType::Extent, &wb.blk.to_be_bytes());
-                match &wb.chunk {
-                    Some((rec, len)) => {
+                let id = match &wb.stored {
+                    Stored::Hole => {
+                        w.end(&key, tid)?;
+                        continue;
+                    }
+                    Stored::New(rec) => {
                         let id = next_chunk;
                         next_chunk += 1;
                         w.put_chunk(id, &rec.encode())?;
-                        w.put(
-                            &key,
-                            &Extent {
-                                chunk: id,
-                                len: *len,
-                            }
-                            .encode(),
-                            tid,
-                        )?;
+                        if self.pool.config.dedup {
+                            w.put_dedup(&rec.hash, id)?;
+                        }
+                        id
                     }
-                    None => {
-                        w.end(&key, tid)?;
-                    }
-                }
+                    Stored::Existing(id) => add_ref(w, *id)?,
+                    Stored::Earlier(i) => add_ref(w, ids[*i])?,
+                };
+                ids[n] = id;
+                let ext = Extent {
+                    chunk: id,
+                    len: wb.len,
+                };
+                w.put(&key, &ext.encode(), tid)?;
             }
             w.set_counter("next_chunk", next_chunk)?;
             w.set_counter("next_ino", next_ino)?;
@@ -220,6 +263,7 @@ impl Fs {
                 continue;
             }
             w.remove_chunk(ext.chunk)?;
+            w.remove_dedup(&rec.hash, ext.chunk)?;
             chunks += 1;
             bytes += rec.len as u64;
             let seg = self.pool.chunks.segment(rec.segment);
@@ -235,6 +279,17 @@ impl Fs {
         }
         Ok((chunks, bytes))
     }
+}
+
+/// One more reference to a stored chunk; returns its id.
+fn add_ref(w: &mut MetaWrite<'_>, id: u64) -> Result<u64> {
+    let raw = w
+        .chunk(id)?
+        .ok_or_else(|| FsError::Io(format!("dedup index names missing chunk {id}")))?;
+    let mut rec = ChunkRec::decode(&raw)?;
+    rec.refs += 1;
+    w.put_chunk(id, &rec.encode())?;
+    Ok(id)
 }
 
 /// Writes the namespace part of an overlay: deletions, truncations, inodes,

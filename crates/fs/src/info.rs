@@ -33,6 +33,23 @@ pub struct PoolInfo {
     pub history_elements: u64,
     pub chunks: u64,
     pub segments: u64,
+    /// Bytes of data referenced by live files and history, before dedup
+    /// and compression (sum over references of each chunk's raw length).
+    pub referenced_bytes: u64,
+    /// Raw bytes of the stored chunks (after dedup, before compression).
+    pub unique_bytes: u64,
+    /// Bytes the stored chunks take (after compression, with headers).
+    pub stored_bytes: u64,
+    /// referenced / unique.
+    pub dedup_ratio: f64,
+    /// unique / stored.
+    pub compression_ratio: f64,
+    pub dedup_enabled: bool,
+    pub compression: String,
+    pub index_entries: u64,
+    /// RAM the dedup index needs resident: none per entry (lookups go to
+    /// the metadata store, whose cache is bounded by meta_cache_mib).
+    pub index_ram_bytes: u64,
     pub devices: Vec<DeviceInfo>,
 }
 
@@ -54,6 +71,15 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
             }
         }
     })?;
+    let (mut referenced, mut unique, mut stored) = (0u64, 0u64, 0u64);
+    r.for_each_chunk(|_, raw| {
+        if let Ok(c) = cairn_data::ChunkRec::decode(raw) {
+            referenced += c.raw_len as u64 * c.refs;
+            unique += c.raw_len as u64;
+            stored += c.len as u64;
+        }
+    })?;
+    let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
     let segs = pool.chunks.segment_table();
     let physical = segs.iter().map(|(_, s)| s.live).sum();
     let seg = pool.sb.segment_size;
@@ -88,6 +114,15 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
         history_elements: hist,
         chunks,
         segments: segs.len() as u64,
+        referenced_bytes: referenced,
+        unique_bytes: unique,
+        stored_bytes: stored,
+        dedup_ratio: ratio(referenced, unique),
+        compression_ratio: ratio(unique, stored),
+        dedup_enabled: pool.config.dedup,
+        compression: pool.chunks.compression().to_string(),
+        index_entries: r.dedup_len()?,
+        index_ram_bytes: 0,
         devices,
     })
 }

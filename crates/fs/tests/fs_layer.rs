@@ -137,13 +137,27 @@ fn history_is_kept_and_current_lookup_ignores_it() {
 fn full_pool_gives_enospc_and_delete_frees_space() {
     let d = tempfile::tempdir().unwrap();
     let fs = make(d.path(), Some(48 << 20));
-    let chunk = pattern(1 << 20, 3);
+    // Distinct content everywhere, so dedup cannot make it fit.
+    let unique = |seed: u64| {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..1 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect::<Vec<u8>>()
+    };
+    let chunk = unique(1000);
     let mut n = 0u32;
     let err = loop {
         let f = fs
             .create(Ctx::ROOT, ROOT_INO, format!("f{n}").as_bytes(), 0o644)
             .unwrap();
-        let r = fs.write(f.ino, 0, &chunk).and_then(|_| fs.fsync(f.ino));
+        let r = fs
+            .write(f.ino, 0, &unique(n as u64))
+            .and_then(|_| fs.fsync(f.ino));
         fs.release(f.ino);
         match r {
             Ok(()) => n += 1,
@@ -159,8 +173,9 @@ fn full_pool_gives_enospc_and_delete_frees_space() {
     fs.flush().unwrap();
     let f = fs.create(Ctx::ROOT, ROOT_INO, b"again", 0o644).unwrap();
     for k in 0..20u64 {
-        fs.write(f.ino, k << 20, &chunk).unwrap();
+        fs.write(f.ino, k << 20, &unique(2000 + k)).unwrap();
     }
+    fs.write(f.ino, 5 << 20, &chunk).unwrap();
     fs.fsync(f.ino).unwrap();
     assert_eq!(fs.read(f.ino, 5 << 20, 1 << 20).unwrap(), chunk);
     fs.release(f.ino);

@@ -183,3 +183,62 @@ fn reblock_under_concurrent_writes() {
     let rep = check_pool(fs.pool()).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
+
+#[test]
+fn dedup_refcounts_respect_history_and_prune() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let block = fs.record_size() as usize;
+    let body = data(block * 16, 77);
+    // Within a file: the same block four times.
+    let mut rep4 = Vec::new();
+    for _ in 0..4 {
+        rep4.extend_from_slice(&body[..block]);
+    }
+    let mk = |name: &str, content: &[u8]| {
+        let i = fs
+            .create(Ctx::ROOT, ROOT_INO, name.as_bytes(), 0o644)
+            .unwrap();
+        fs.write(i.ino, 0, content).unwrap();
+        fs.release(i.ino);
+        i.ino
+    };
+    let a = mk("a", &body);
+    let b = mk("b", &body); // same flush as a
+    let r = mk("r", &rep4);
+    fs.flush().unwrap();
+    let c = mk("c", &body); // a later flush: dedups against committed chunks
+    fs.flush().unwrap();
+    let info = cairn_fs::info::pool_info(fs.pool()).unwrap();
+    assert_eq!(info.unique_bytes, body.len() as u64, "{info:?}");
+    assert_eq!(
+        info.referenced_bytes,
+        3 * body.len() as u64 + rep4.len() as u64
+    );
+    let t = fs.snapshot_create("s", SnapshotKind::Named).unwrap().tid;
+    // Drop every current reference: the snapshot still holds the chunks.
+    for n in ["a", "b", "c", "r"] {
+        fs.unlink(ROOT_INO, n.as_bytes()).unwrap();
+    }
+    fs.prune(&NONE_KEPT, false).unwrap();
+    for ino in [a, b, c] {
+        assert_eq!(fs.asof_read(ino, t, 0, body.len() as u32).unwrap(), body);
+    }
+    assert_eq!(fs.asof_read(r, t, 0, rep4.len() as u32).unwrap(), rep4);
+    // New content equal to the snapshot's dedups against history.
+    let e = mk("e", &body);
+    fs.flush().unwrap();
+    let info = cairn_fs::info::pool_info(fs.pool()).unwrap();
+    assert_eq!(info.unique_bytes, body.len() as u64);
+    fs.snapshot_delete("s").unwrap();
+    fs.prune(&NONE_KEPT, false).unwrap();
+    assert_eq!(read_all(&fs, e), body);
+    fs.unlink(ROOT_INO, b"e").unwrap();
+    let rep = fs.prune(&NONE_KEPT, false).unwrap();
+    assert_eq!(rep.chunks_freed, 16, "{rep:?}");
+    let info = cairn_fs::info::pool_info(fs.pool()).unwrap();
+    assert_eq!((info.unique_bytes, info.index_entries), (0, 0), "{info:?}");
+    fs.shutdown().unwrap();
+    let rep = check_pool(fs.pool()).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}

@@ -48,6 +48,29 @@ fn tid_before_time(
     Ok(best)
 }
 
+const DEDUP_VERSION: u8 = 1;
+
+fn encode_dedup(chunk: u64) -> [u8; 13] {
+    let mut b = [0u8; 13];
+    b[0] = DEDUP_VERSION;
+    b[1..9].copy_from_slice(&chunk.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..9]);
+    b[9..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn decode_dedup(hash: &[u8], b: &[u8]) -> Result<u64> {
+    let ok =
+        b.len() == 13 && b[0] == DEDUP_VERSION && crc32c::crc32c(&b[..9]).to_le_bytes() == b[9..13];
+    if !ok {
+        return Err(MetaError::Corrupt {
+            key: format!("dedup {:02x?}", &hash[..4.min(hash.len())]),
+            why: "bad dedup index entry (version or checksum)".into(),
+        });
+    }
+    Ok(u64::from_le_bytes(b[1..9].try_into().unwrap()))
+}
+
 /// Decodes a stored history element.
 fn hist_element(k: &[u8], v: &[u8]) -> Result<Element> {
     let (key, create_tid) = split_hist_key(k);
@@ -114,6 +137,7 @@ impl MetaStore {
                 orphans: txn.open_table(ORPHANS).map_err(MetaError::from)?,
                 devices: txn.open_table(DEVICES).map_err(MetaError::from)?,
                 snapshots: txn.open_table(SNAPSHOTS).map_err(MetaError::from)?,
+                dedup: txn.open_table(DEDUP).map_err(MetaError::from)?,
             };
             f(&mut w)?
         };
@@ -281,6 +305,28 @@ impl MetaRead {
         Ok(out)
     }
 
+    /// The chunk that holds content with this hash, if indexed.
+    pub fn dedup(&self, hash: &[u8]) -> Result<Option<u64>> {
+        let t = self.txn.open_table(DEDUP)?;
+        let v = t.get(hash)?;
+        v.map(|v| decode_dedup(hash, v.value())).transpose()
+    }
+
+    /// Every dedup index entry: (hash, chunk id).
+    pub fn for_each_dedup(&self, mut f: impl FnMut(&[u8], u64)) -> Result<()> {
+        let t = self.txn.open_table(DEDUP)?;
+        for r in t.iter()? {
+            let (k, v) = r?;
+            f(k.value(), decode_dedup(k.value(), v.value())?);
+        }
+        Ok(())
+    }
+
+    /// Entries in the dedup index.
+    pub fn dedup_len(&self) -> Result<u64> {
+        Ok(self.txn.open_table(DEDUP)?.len()?)
+    }
+
     /// All snapshots: name -> encoded record.
     pub fn snapshots(&self) -> Result<Vec<(String, Vec<u8>)>> {
         let t = self.txn.open_table(SNAPSHOTS)?;
@@ -328,6 +374,7 @@ pub struct MetaWrite<'t> {
     orphans: Table<'t, u64, ()>,
     devices: Table<'t, u32, &'static [u8]>,
     snapshots: Table<'t, &'static str, &'static [u8]>,
+    dedup: Table<'t, &'static [u8], &'static [u8]>,
 }
 
 impl MetaWrite<'_> {
@@ -502,6 +549,24 @@ impl MetaWrite<'_> {
 
     pub fn remove_orphan(&mut self, ino: u64) -> Result<()> {
         self.orphans.remove(ino)?;
+        Ok(())
+    }
+
+    pub fn dedup(&self, hash: &[u8]) -> Result<Option<u64>> {
+        let v = self.dedup.get(hash)?;
+        v.map(|v| decode_dedup(hash, v.value())).transpose()
+    }
+
+    pub fn put_dedup(&mut self, hash: &[u8], chunk: u64) -> Result<()> {
+        self.dedup.insert(hash, encode_dedup(chunk).as_slice())?;
+        Ok(())
+    }
+
+    /// Removes the index entry of `hash` if it names `chunk`.
+    pub fn remove_dedup(&mut self, hash: &[u8], chunk: u64) -> Result<()> {
+        if self.dedup(hash)? == Some(chunk) {
+            self.dedup.remove(hash)?;
+        }
         Ok(())
     }
 

@@ -23,3 +23,6 @@ pub const DEVICES: TableDefinition<u32, &[u8]> = TableDefinition::new("devices_v
 /// Snapshots: name -> snapshot record (filesystem layer encoding, versioned
 /// and checksummed). A snapshot is a retained TID.
 pub const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots_v1");
+/// Dedup index: content hash (BLAKE3, 32 bytes) -> ver u8 | chunk id u64 |
+/// crc32c. Entries exist for stored chunks only.
+pub const DEDUP: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup_v1");
