@@ -2,7 +2,7 @@
 //! sends one control request (see control/) and prints the answer for
 //! people or, with --json, as JSON.
 
-use crate::args::{HistoryArgs, PruneArgs, ReblockArgs, SnapshotCmd, TargetArgs, UndoArgs};
+use crate::args::{GcArgs, HistoryArgs, PruneArgs, ReblockArgs, SnapshotCmd, TargetArgs, UndoArgs};
 use crate::control::client::{call, resolve};
 use crate::control::protocol::Request;
 use crate::report::human;
@@ -232,8 +232,19 @@ pub fn reblock(a: &ReblockArgs) -> Result<()> {
         max_live_pct: a.max_live,
         files: !a.no_files,
     };
-    let v = call(&a.t.target, req)?;
-    if a.t.json {
+    moved(&a.t, call(&a.t.target, req)?)
+}
+
+pub fn gc(a: &GcArgs) -> Result<()> {
+    let req = Request::Gc {
+        max_live_pct: a.max_live,
+    };
+    moved(&a.t, call(&a.t.target, req)?)
+}
+
+/// Prints a reblock or gc report.
+fn moved(t: &TargetArgs, v: Value) -> Result<()> {
+    if t.json {
         print_json(&v);
         return Ok(());
     }
@@ -248,5 +259,26 @@ pub fn reblock(a: &ReblockArgs) -> Result<()> {
         human(num(&v, "bytes_moved")),
         num(&v, "segments_freed"),
     );
+    Ok(())
+}
+
+pub fn scrub(t: &TargetArgs) -> Result<()> {
+    let v = call(&t.target, Request::Scrub)?;
+    let damaged = v["damaged"].as_array().map_or(0, |d| d.len());
+    if t.json {
+        print_json(&v);
+    } else {
+        for d in v["damaged"].as_array().into_iter().flatten() {
+            println!("DAMAGED: {}", d.as_str().unwrap_or(""));
+        }
+        println!(
+            "scrubbed {} chunks ({}): {damaged} damaged",
+            num(&v, "chunks"),
+            human(num(&v, "bytes"))
+        );
+    }
+    if damaged > 0 {
+        std::process::exit(3);
+    }
     Ok(())
 }

@@ -42,6 +42,20 @@ pub enum Cmd {
     Prune(PruneArgs),
     /// Rewrite sparse segments and scattered files (online defragmentation).
     Reblock(ReblockArgs),
+    /// Reclaim the space of unreferenced chunks now by compacting segments.
+    Gc(GcArgs),
+    /// Read every chunk, check checksums and hashes, name damaged files.
+    /// Exit 3 if anything is damaged.
+    Scrub(TargetArgs),
+}
+
+#[derive(Args)]
+pub struct GcArgs {
+    #[command(flatten)]
+    pub t: TargetArgs,
+    /// Compact segments whose live data is below this percentage.
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub max_live: u32,
 }
 
 #[derive(Args)]

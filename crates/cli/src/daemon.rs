@@ -67,6 +67,7 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
     crate::control::server::spawn(fs.clone(), &sock)
         .with_context(|| format!("control socket {}", sock.display()))?;
     crate::control::server::hash_in_background(&fs);
+    let gc = fs.spawn_gc();
     let mnt = a.mountpoint.canonicalize()?;
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads)
         .with_context(|| format!("mounting on {}", mnt.display()))?;
@@ -84,6 +85,9 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
     let _ = std::fs::remove_file(&sock);
     fs.shutdown()?;
     let _ = flusher.join();
+    if let Some(gc) = gc {
+        let _ = gc.join();
+    }
     tracing::info!("unmounted {}", mnt.display());
     Ok(())
 }

@@ -49,5 +49,7 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Undo(a) => admin::undo(&a),
         Cmd::Prune(a) => admin::prune(&a),
         Cmd::Reblock(a) => admin::reblock(&a),
+        Cmd::Gc(a) => admin::gc(&a),
+        Cmd::Scrub(t) => admin::scrub(&t),
     }
 }

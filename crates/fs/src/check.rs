@@ -62,6 +62,18 @@ fn collect(e: Element, s: &mut Scan, problems: &mut Vec<String>) {
 }
 
 /// Paths of every reachable inode (one per inode), walking from the root.
+/// Paths of the current tree by inode (for naming files in reports).
+pub(crate) fn live_paths(r: &cairn_meta::MetaRead) -> Result<HashMap<u64, String>> {
+    let mut s = Scan::default();
+    let mut ignored = Vec::new();
+    r.for_each_live(|e| {
+        if e.key.rtype() == Some(RecordType::DirEntry) {
+            collect(e, &mut s, &mut ignored)
+        }
+    })?;
+    Ok(paths(&s))
+}
+
 fn paths(s: &Scan) -> HashMap<u64, String> {
     let mut out = HashMap::from([(ROOT_INO, "/".to_string())]);
     let mut q = VecDeque::from([ROOT_INO]);

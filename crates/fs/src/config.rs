@@ -35,6 +35,12 @@ pub struct PoolConfig {
     /// Inline dedup: a block whose content is already stored costs only a
     /// reference. Turning it off stops both lookups and indexing.
     pub dedup: bool,
+    /// Background GC: every this many seconds (0: off), compact segments
+    /// whose live data fell below gc_max_live_pct, copying at most
+    /// gc_rate_mib MiB/s.
+    pub gc_interval_secs: u64,
+    pub gc_max_live_pct: u32,
+    pub gc_rate_mib: u64,
 }
 
 impl Default for PoolConfig {
@@ -50,6 +56,9 @@ impl Default for PoolConfig {
             keep_monthly: 6,
             compression: "none".into(),
             dedup: true,
+            gc_interval_secs: 60,
+            gc_max_live_pct: 50,
+            gc_rate_mib: 64,
         }
     }
 }
@@ -78,6 +87,9 @@ impl PoolConfig {
             ));
         }
         self.compression()?;
+        if !(1..=100).contains(&self.gc_max_live_pct) {
+            return Err(FsError::Io("gc_max_live_pct must be in 1..=100".into()));
+        }
         if self.dirty_limit_mib == 0 {
             return Err(FsError::Io("dirty_limit_mib must be > 0".into()));
         }

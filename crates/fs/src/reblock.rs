@@ -22,6 +22,8 @@ pub struct ReblockOptions {
     pub max_live_pct: u32,
     /// Also rewrite files whose blocks are scattered.
     pub files: bool,
+    /// Copy at most this many bytes per second (0 = no limit).
+    pub rate_limit: u64,
 }
 
 impl Default for ReblockOptions {
@@ -29,6 +31,7 @@ impl Default for ReblockOptions {
         ReblockOptions {
             max_live_pct: 75,
             files: true,
+            rate_limit: 0,
         }
     }
 }
@@ -66,7 +69,19 @@ impl Fs {
         let mut done = 0;
         progress(0, total);
         let step = self.pool.chunks.segment_size();
+        let t0 = std::time::Instant::now();
+        let pace = |done: u64| {
+            if opts.rate_limit > 0 {
+                let due = std::time::Duration::from_secs_f64(done as f64 / opts.rate_limit as f64);
+                if let Some(wait) = due.checked_sub(t0.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        };
         for g in groups {
+            if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
             if g.is_file {
                 rep.files_rewritten += 1;
             } else {
@@ -78,10 +93,12 @@ impl Fs {
                 if batch.len() as u64 * self.record >= step {
                     done += self.move_chunks(&std::mem::take(&mut batch), &mut rep)?;
                     progress(done.min(total), total);
+                    pace(done);
                 }
             }
             done += self.move_chunks(&batch, &mut rep)?;
             progress(done.min(total), total);
+            pace(done);
         }
         progress(total, total);
         Ok(rep)
@@ -91,14 +108,11 @@ impl Fs {
     fn reblock_plan(&self, opts: &ReblockOptions) -> Result<Vec<Group>> {
         let c = &self.pool.chunks;
         let open = c.open_segment_id();
+        let pct = opts.max_live_pct as u64;
         let sparse: BTreeSet<u64> = c
             .segment_table()
             .into_iter()
-            .filter(|(id, s)| {
-                Some(*id) != open
-                    && s.used > 0
-                    && s.live * 100 < s.used as u64 * opts.max_live_pct as u64
-            })
+            .filter(|(id, s)| Some(*id) != open && s.used > 0 && s.live * 100 < s.used as u64 * pct)
             .map(|(id, _)| id)
             .collect();
         let r = self.meta()?;

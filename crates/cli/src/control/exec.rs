@@ -83,8 +83,13 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             let o = ReblockOptions {
                 max_live_pct,
                 files,
+                rate_limit: 0,
             };
             Ok(serde_json::to_value(fs.reblock(&o, progress)?).expect("report serializes"))
         }
+        Request::Gc { max_live_pct } => {
+            Ok(serde_json::to_value(fs.gc(max_live_pct, 0, progress)?).expect("report serializes"))
+        }
+        Request::Scrub => Ok(serde_json::to_value(fs.scrub(progress)?).expect("report serializes")),
     }
 }

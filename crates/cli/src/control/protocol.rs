@@ -36,6 +36,10 @@ pub enum Request {
         max_live_pct: u32,
         files: bool,
     },
+    Gc {
+        max_live_pct: u32,
+    },
+    Scrub,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

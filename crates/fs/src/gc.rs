@@ -1,0 +1,86 @@
+//! Garbage collection: the space of chunks nobody references any more is
+//! inside segments that still hold live chunks. GC compacts those segments
+//! (the segment half of reblock: copy live chunks, switch, free) in the
+//! background at a limited rate, and on demand (`cairn gc`).
+
+use crate::error::Result;
+use crate::reblock::{ReblockOptions, ReblockReport};
+use crate::vfs::Fs;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Fs {
+    /// Sealed segments whose live bytes are below `max_live_pct` of what
+    /// they hold; cheap (in-RAM segment table).
+    pub fn sparse_segments(&self, max_live_pct: u32) -> usize {
+        let open = self.pool.chunks.open_segment_id();
+        self.pool
+            .chunks
+            .segment_table()
+            .iter()
+            .filter(|(id, s)| {
+                Some(*id) != open
+                    && s.used > 0
+                    && s.live * 100 < s.used as u64 * max_live_pct as u64
+            })
+            .count()
+    }
+
+    /// Compacts segments below `max_live_pct` live, at most `rate_limit`
+    /// bytes copied per second (0: no limit).
+    pub fn gc(
+        &self,
+        max_live_pct: u32,
+        rate_limit: u64,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<ReblockReport> {
+        if self.sparse_segments(max_live_pct) == 0 {
+            return Ok(ReblockReport::default());
+        }
+        let o = ReblockOptions {
+            max_live_pct,
+            files: false,
+            rate_limit,
+        };
+        self.reblock(&o, progress)
+    }
+
+    /// Background GC per the pool config (gc_interval_secs = 0: off).
+    pub fn spawn_gc(self: &Arc<Self>) -> Option<std::thread::JoinHandle<()>> {
+        let c = &self.pool.config;
+        if c.gc_interval_secs == 0 {
+            return None;
+        }
+        let (every, pct, rate) = (
+            Duration::from_secs(c.gc_interval_secs),
+            c.gc_max_live_pct,
+            c.gc_rate_mib << 20,
+        );
+        let fs = self.clone();
+        let h = std::thread::Builder::new()
+            .name("cairn-gc".into())
+            .spawn(move || {
+                let mut slept = Duration::ZERO;
+                while !fs.stopping.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    slept += Duration::from_millis(200);
+                    if slept < every {
+                        continue;
+                    }
+                    slept = Duration::ZERO;
+                    match fs.gc(pct, rate, &|_, _| {}) {
+                        Ok(r) if r.chunks_moved > 0 => tracing::info!(
+                            "gc: {} chunks moved, {} segments freed",
+                            r.chunks_moved,
+                            r.segments_freed
+                        ),
+                        Ok(_) => {}
+                        Err(e) => tracing::error!("gc failed: {e}"),
+                    }
+                }
+            })
+            .expect("spawn gc");
+        Some(h)
+    }
+}
