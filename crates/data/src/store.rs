@@ -190,6 +190,28 @@ impl ChunkStore {
         Some(s.clone())
     }
 
+    /// What `unref_chunk` of each of these chunks would leave: per segment
+    /// its new record, or None if it would be dropped. Changes nothing.
+    pub fn preview_unref(&self, recs: &[ChunkRec]) -> HashMap<u64, Option<SegmentRec>> {
+        let open_id = self.open.lock().as_ref().map(|o| o.id);
+        let segs = self.segments.read();
+        let mut out: HashMap<u64, Option<SegmentRec>> = HashMap::new();
+        for rec in recs {
+            let Some(cur) = segs.get(&rec.segment) else {
+                continue;
+            };
+            let e = out.entry(rec.segment).or_insert_with(|| Some(cur.clone()));
+            if let Some(s) = e {
+                s.live = s.live.saturating_sub(rec.len as u64);
+                s.chunks = s.chunks.saturating_sub(1);
+                if s.chunks == 0 && open_id != Some(rec.segment) {
+                    *e = None;
+                }
+            }
+        }
+        out
+    }
+
     /// Gives the slots of dropped segments back to their devices. Call only
     /// after the metadata transaction that removed them has committed.
     pub fn release_slots(&self, freed: &[SlotAddr]) -> Result<()> {

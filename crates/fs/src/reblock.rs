@@ -233,24 +233,34 @@ impl Fs {
             batch.finish()?;
         }
         drop(r);
-        let mut touched = BTreeSet::new();
-        let mut freed = Vec::new();
+        // The old segments lose their chunks in memory only after the commit:
+        // until then readers with the old records must still find them.
+        let olds: Vec<ChunkRec> = moves.iter().map(|m| m.1.clone()).collect();
+        let after = self.pool.chunks.preview_unref(&olds);
+        let new_segs: BTreeSet<u64> = moves.iter().map(|m| m.2.segment).collect();
         self.pool.meta.write(|w| {
-            for (id, old, new) in &moves {
+            for (id, _, new) in &moves {
                 w.put_chunk(*id, &new.encode())?;
-                touched.insert(new.segment);
-                touched.insert(old.segment);
-                let seg = self.pool.chunks.segment(old.segment);
-                if self.pool.chunks.unref_chunk(old).is_none() {
-                    freed.extend(seg.map(|s| SlotAddr {
-                        device: s.device,
-                        slot: s.slot,
-                    }));
+            }
+            for (seg, rec) in &after {
+                match rec {
+                    Some(r) => w.put_segment(*seg, &r.encode())?,
+                    None => w.remove_segment(*seg)?,
                 }
             }
-            self.store_segments(w, &touched)?;
+            self.store_segments(w, &new_segs)?;
             Ok::<_, crate::FsError>(())
         })?;
+        let mut freed = Vec::new();
+        for old in &olds {
+            let seg = self.pool.chunks.segment(old.segment);
+            if self.pool.chunks.unref_chunk(old).is_none() {
+                freed.extend(seg.map(|s| SlotAddr {
+                    device: s.device,
+                    slot: s.slot,
+                }));
+            }
+        }
         self.pool.chunks.release_slots(&freed)?;
         rep.chunks_moved += moves.len() as u64;
         rep.bytes_moved += moves.iter().map(|m| m.2.len as u64).sum::<u64>();

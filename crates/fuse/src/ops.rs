@@ -85,13 +85,30 @@ impl CairnFuse {
             Node::SnapDir => {
                 let snaps = self.fs.snapshots()?;
                 let mut out = Vec::new();
-                for (n, s) in snaps.iter().enumerate().skip(cookie as usize) {
+                for (n, name) in [&b"."[..], b".."]
+                    .into_iter()
+                    .enumerate()
+                    .skip(cookie as usize)
+                {
+                    let e = DirEntry {
+                        name: name.to_vec(),
+                        ino: if n == 0 { SNAPDIR_INO } else { ROOT_INO },
+                        kind: FileKind::Dir,
+                        cookie: n as u64 + 1,
+                    };
+                    out.push((e, None));
+                }
+                for (n, s) in snaps
+                    .iter()
+                    .enumerate()
+                    .skip((cookie as usize).saturating_sub(2))
+                {
                     let i = self.fs.asof_getattr(ROOT_INO, s.tid)?;
                     let e = DirEntry {
                         name: s.name.as_bytes().to_vec(),
                         ino: i.ino,
                         kind: FileKind::Dir,
-                        cookie: n as u64 + 1,
+                        cookie: n as u64 + 3,
                     };
                     out.push((e, Some(i)));
                     if out.len() >= max {
@@ -258,7 +275,7 @@ impl Filesystem for CairnFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        if self.in_view(&[parent]) {
+        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes()) {
             return reply.error(Errno::EROFS);
         }
         entry(
@@ -277,7 +294,7 @@ impl Filesystem for CairnFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        if self.in_view(&[parent]) {
+        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes()) {
             return reply.error(Errno::EROFS);
         }
         entry(
@@ -288,14 +305,14 @@ impl Filesystem for CairnFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if self.in_view(&[parent]) {
+        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes()) {
             return reply.error(Errno::EROFS);
         }
         empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if self.in_view(&[parent]) {
+        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes()) {
             return reply.error(Errno::EROFS);
         }
         empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
@@ -309,7 +326,7 @@ impl Filesystem for CairnFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        if self.in_view(&[parent]) {
+        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, link_name.as_bytes()) {
             return reply.error(Errno::EROFS);
         }
         let t = target.as_os_str().as_bytes();
@@ -329,7 +346,10 @@ impl Filesystem for CairnFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if self.in_view(&[parent, newparent]) {
+        if self.in_view(&[parent, newparent])
+            || self.views.is_view_name(parent.0, name.as_bytes())
+            || self.views.is_view_name(newparent.0, newname.as_bytes())
+        {
             return reply.error(Errno::EROFS);
         }
         if flags.contains(RenameFlags::RENAME_WHITEOUT) {
@@ -359,7 +379,9 @@ impl Filesystem for CairnFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        if self.in_view(&[ino, newparent]) {
+        if self.in_view(&[ino, newparent])
+            || self.views.is_view_name(newparent.0, newname.as_bytes())
+        {
             return reply.error(Errno::EROFS);
         }
         entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
@@ -527,7 +549,7 @@ impl Filesystem for CairnFuse {
                                 Err(_) => continue,
                             }
                         }
-                        (None, _) => match self.fs.getattr(e.ino) {
+                        (None, _) => match self.attr_of(e.ino) {
                             Ok(i) => i,
                             Err(_) => continue,
                         },
@@ -636,7 +658,7 @@ impl Filesystem for CairnFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        if self.in_view(&[parent]) {
+        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes()) {
             return reply.error(Errno::EROFS);
         }
         match self

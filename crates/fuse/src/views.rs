@@ -92,12 +92,18 @@ impl Views {
         }
     }
 
-    /// An inode as seen through a view: its number is the view inode and
-    /// nothing in it is writable.
+    /// An inode as seen through a view: its number is the view inode; its
+    /// mode is the one it had (as ZFS and HAMMER show it: every change
+    /// gets EROFS anyway, and `cp -a` out of a view keeps the modes).
     pub fn present(&self, mut i: Inode, tid: u64, looked_up: bool) -> Inode {
         i.ino = self.vino(i.ino, tid, looked_up);
-        i.perm &= !0o222;
         i
+    }
+
+    /// Is `name` in real directory `parent` a view (`NAME@@0x<tid>`, or
+    /// `.snapshots` at the root)? Such names cannot be changed.
+    pub fn is_view_name(&self, parent: u64, name: &[u8]) -> bool {
+        (parent == ROOT_INO && name == SNAPDIR_NAME) || parse_asof(name).is_some()
     }
 
     /// The synthetic snapshots directory.

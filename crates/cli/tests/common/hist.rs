@@ -115,6 +115,17 @@ pub fn field_u64(j: &Json, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("JSON field {key:?} is not an unsigned integer: {j:?}"))
 }
 
+/// A JSON number (integer or not) as f64.
+#[track_caller]
+pub fn field_f64(j: &Json, key: &str) -> f64 {
+    match field(j, key) {
+        Json::Num(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("JSON field {key:?} is not a number: {j:?}")),
+        other => panic!("JSON field {key:?} is not a number: {other:?} in {j:?}"),
+    }
+}
+
 #[track_caller]
 pub fn field_str<'a>(j: &'a Json, key: &str) -> &'a str {
     field(j, key)
@@ -377,4 +388,11 @@ pub fn contents(t: &Tree) -> BTreeMap<String, Vec<u8>> {
             _ => None,
         })
         .collect()
+}
+
+/// Captures the view at `root` and compares it with `want`: a view shows
+/// the tree exactly as it was, modes included (changes get EROFS).
+#[track_caller]
+pub fn assert_view_at(root: &Path, want: &Tree, ctx: &str) {
+    assert_tree_at(root, want, ctx);
 }
