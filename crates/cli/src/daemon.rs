@@ -66,7 +66,7 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
     let sock = PoolPaths::control(pool);
     crate::control::server::spawn(fs.clone(), &sock)
         .with_context(|| format!("control socket {}", sock.display()))?;
-    crate::control::server::hash_in_background(&fs);
+    fs.spawn_snapshot_hasher();
     let gc = fs.spawn_gc();
     let mnt = a.mountpoint.canonicalize()?;
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads)

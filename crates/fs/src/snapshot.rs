@@ -230,6 +230,43 @@ impl Fs {
             .collect())
     }
 
+    /// Starts the background hasher unless it is running: one thread at a
+    /// time, at low CPU priority, so back-to-back snapshots and writers are
+    /// not slowed by several tree walks at once.
+    pub fn spawn_snapshot_hasher(self: &std::sync::Arc<Self>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.hashing.swap(true, SeqCst) {
+            return;
+        }
+        let fs = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("cairn-snaphash".into())
+            .spawn(move || {
+                // SAFETY: setpriority on this thread (Linux: a tid is a
+                // process id for PRIO_PROCESS); no memory is involved.
+                unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+                }
+                loop {
+                    if let Err(e) = fs.hash_pending_snapshots() {
+                        tracing::error!("snapshot hash failed: {e}");
+                    }
+                    fs.hashing.store(false, SeqCst);
+                    // A snapshot made after the last look still needs one.
+                    let pending = fs
+                        .snapshots()
+                        .map(|v| v.iter().any(|s| s.hash.is_none()))
+                        .unwrap_or(false);
+                    if !pending || fs.hashing.swap(true, SeqCst) {
+                        return;
+                    }
+                }
+            });
+        if spawned.is_err() {
+            self.hashing.store(false, SeqCst);
+        }
+    }
+
     /// Computes and stores the content hash of every snapshot that lacks
     /// one. Runs from a background thread in the daemon.
     pub fn hash_pending_snapshots(&self) -> Result<usize> {

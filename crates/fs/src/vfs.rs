@@ -45,6 +45,8 @@ pub struct Fs {
     pub(crate) record: u64,
     /// Snapshot TIDs (sorted): the history views that prune keeps.
     pub(crate) retained: parking_lot::RwLock<Vec<u64>>,
+    /// The background snapshot hasher is running.
+    pub(crate) hashing: AtomicBool,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -83,6 +85,7 @@ impl Fs {
             stopping: AtomicBool::new(false),
             record,
             retained: parking_lot::RwLock::new(Vec::new()),
+            hashing: AtomicBool::new(false),
         });
         fs.refresh_retained()?;
         if !orphans.is_empty() {

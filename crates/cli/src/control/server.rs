@@ -28,18 +28,6 @@ pub fn spawn(fs: Arc<Fs>, sock: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Hashes snapshots that lack their content hash, off the request path.
-pub fn hash_in_background(fs: &Arc<Fs>) {
-    let fs = fs.clone();
-    let _ = std::thread::Builder::new()
-        .name("cairn-snaphash".into())
-        .spawn(move || {
-            if let Err(e) = fs.hash_pending_snapshots() {
-                tracing::error!("snapshot hash failed: {e}");
-            }
-        });
-}
-
 fn send(w: &mut UnixStream, r: &Reply) -> std::io::Result<()> {
     let mut line = serde_json::to_vec(r).expect("reply serializes");
     line.push(b'\n');
@@ -72,7 +60,7 @@ fn serve_one(fs: &Arc<Fs>, conn: UnixStream) {
         Err(e) => Reply::Err(e.to_string()),
     };
     if creates {
-        hash_in_background(fs);
+        fs.spawn_snapshot_hasher();
     }
     let _ = send(&mut w, &reply);
 }
