@@ -106,27 +106,55 @@ impl ChunkStore {
     /// Reads a chunk and returns its raw bytes, verified against its header
     /// checksums and the expected hash.
     pub fn read_chunk(&self, rec: &ChunkRec, full_hash: bool) -> Result<Vec<u8>> {
+        let buf = self.read_sealed(rec)?;
+        let raw = unseal(&buf, &rec.hash, full_hash).map_err(|why| DataError::Corrupt {
+            segment: rec.segment,
+            offset: rec.offset,
+            why,
+        })?;
+        if raw.len() != rec.raw_len as usize {
+            return Err(DataError::Corrupt {
+                segment: rec.segment,
+                offset: rec.offset,
+                why: "raw length differs from record".into(),
+            });
+        }
+        Ok(raw)
+    }
+
+    /// The bytes of a chunk on disk (header + stored), unverified.
+    fn read_sealed(&self, rec: &ChunkRec) -> Result<Vec<u8>> {
         let seg = self
             .segment(rec.segment)
             .ok_or(DataError::NoSegment(rec.segment))?;
+        if rec.offset as u64 + rec.len as u64 > self.segment_size
+            || (rec.len as usize) < CHUNK_HEADER_LEN
+        {
+            return Err(DataError::Corrupt {
+                segment: rec.segment,
+                offset: rec.offset,
+                why: "chunk record out of segment bounds".into(),
+            });
+        }
+        let dev = self.devices.device(seg.device)?;
+        let mut buf = vec![0u8; rec.len as usize];
+        dev.read_at(&mut buf, dev.slot_offset(seg.slot) + rec.offset as u64)?;
+        Ok(buf)
+    }
+
+    /// Reads a chunk as stored, fully verified (checksums, and the hash of
+    /// its raw bytes): returns (compression method, stored bytes).
+    pub fn read_stored(&self, rec: &ChunkRec) -> Result<(u8, Vec<u8>)> {
+        let buf = self.read_sealed(rec)?;
         let corrupt = |why: String| DataError::Corrupt {
             segment: rec.segment,
             offset: rec.offset,
             why,
         };
-        if rec.offset as u64 + rec.len as u64 > self.segment_size
-            || (rec.len as usize) < CHUNK_HEADER_LEN
-        {
-            return Err(corrupt("chunk record out of segment bounds".into()));
-        }
-        let dev = self.devices.device(seg.device)?;
-        let mut buf = vec![0u8; rec.len as usize];
-        dev.read_at(&mut buf, dev.slot_offset(seg.slot) + rec.offset as u64)?;
-        let raw = unseal(&buf, &rec.hash, full_hash).map_err(corrupt)?;
-        if raw.len() != rec.raw_len as usize {
-            return Err(corrupt("raw length differs from record".into()));
-        }
-        Ok(raw)
+        unseal(&buf, &rec.hash, true).map_err(corrupt)?;
+        let h = crate::chunk::ChunkHeader::decode(&buf).map_err(corrupt)?;
+        let end = CHUNK_HEADER_LEN + h.stored_len as usize;
+        Ok((h.compression, buf[CHUNK_HEADER_LEN..end].to_vec()))
     }
 
     /// Reads a chunk's first `dst.len()` raw bytes straight into `dst`

@@ -50,12 +50,23 @@ impl<'a> WriteBatch<'a> {
     /// returns its record (refs = 1).
     pub fn append(&mut self, raw: &[u8], hash: &Hash) -> Result<ChunkRec> {
         let packed = compress(self.compression, raw);
-        let (method, stored) = match &packed {
-            Some((m, z)) => (*m, z.as_slice()),
-            None => (crate::compress::RAW, raw),
-        };
+        match &packed {
+            Some((m, z)) => self.append_stored(*m, raw.len() as u32, z, hash),
+            None => self.append_stored(crate::compress::RAW, raw.len() as u32, raw, hash),
+        }
+    }
+
+    /// Appends a chunk whose stored bytes are given as they are (already
+    /// compressed with `method`, or raw): reblock and GC move chunks so,
+    /// without decompressing and compressing again.
+    pub fn append_stored(
+        &mut self,
+        method: u8,
+        raw_len: u32,
+        stored: &[u8],
+        hash: &Hash,
+    ) -> Result<ChunkRec> {
         let len = (CHUNK_HEADER_LEN + stored.len()) as u32;
-        let raw_len = raw.len() as u32;
         assert!(
             len as u64 <= self.store.segment_size,
             "block larger than a segment"
@@ -70,7 +81,7 @@ impl<'a> WriteBatch<'a> {
         }
         let o = self.open.as_mut().expect("open segment");
         let offset = o.used;
-        seal_stored(method, raw.len(), stored, hash, &mut o.buf);
+        seal_stored(method, raw_len as usize, stored, hash, &mut o.buf);
         o.used += len;
         let tail = self.store.segment_size - o.used as u64;
         self.store.open_tail.store(tail, Ordering::Relaxed);

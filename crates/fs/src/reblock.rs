@@ -218,7 +218,7 @@ impl Fs {
                 let Some(raw) = r.chunk(id)? else { continue };
                 let old = ChunkRec::decode(&raw)?;
                 looked += old.len as u64;
-                let data = match self.pool.chunks.read_chunk(&old, true) {
+                let (method, stored) = match self.pool.chunks.read_stored(&old) {
                     Ok(d) => d,
                     Err(e) => {
                         tracing::error!("reblock: chunk {id} left in place: {e}");
@@ -226,7 +226,7 @@ impl Fs {
                         continue;
                     }
                 };
-                let mut new = batch.append(&data, &old.hash)?;
+                let mut new = batch.append_stored(method, old.raw_len, &stored, &old.hash)?;
                 new.refs = old.refs;
                 moves.push((id, old, new));
             }

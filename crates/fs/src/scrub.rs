@@ -2,7 +2,8 @@
 //! content hash, and names the files and offsets (current and in history)
 //! that use each damaged chunk. Runs beside normal use: it reads a
 //! snapshot of the metadata, and a chunk that reblock moved meanwhile is
-//! read again at its new place before it is called damaged.
+//! read again at its new place before it is called damaged. Damaged chunks
+//! leave the dedup index, so a restore writes good copies.
 
 use crate::error::Result;
 use crate::types::Extent;
@@ -32,6 +33,7 @@ impl Fs {
             .sum();
         let mut rep = ScrubReport::default();
         let mut bad: BTreeMap<u64, String> = BTreeMap::new();
+        let mut bad_hashes = Vec::new();
         for (id, rec) in recs {
             rep.chunks += 1;
             let rec = match rec {
@@ -58,14 +60,29 @@ impl Fs {
                 if !ok_now {
                     tracing::error!("scrub: chunk {id}: {e}");
                     bad.insert(id, e.to_string());
+                    bad_hashes.push((rec.hash, id));
                 }
             }
             progress(rep.bytes, total);
         }
         if !bad.is_empty() {
             rep.damaged = self.describe_users(&bad)?;
+            self.forget_damaged(&bad_hashes)?;
         }
         Ok(rep)
+    }
+
+    /// Takes damaged chunks out of the dedup index, so that writing the
+    /// same content again (restoring from a good copy) stores a fresh chunk
+    /// instead of referencing the damaged one.
+    fn forget_damaged(&self, damaged: &[([u8; 32], u64)]) -> Result<()> {
+        let _last = self.flush_lock.lock();
+        self.pool.meta.write(|w| {
+            for (hash, id) in damaged {
+                w.remove_dedup(hash, *id)?;
+            }
+            Ok::<_, crate::FsError>(())
+        })
     }
 
     /// "chunk N (why): used by <inode I> offset O (current), ..." lines.

@@ -269,6 +269,34 @@ impl Fs {
         cairn_ok(&all);
     }
 
+    /// Sets `key = value` in POOL/cairn.toml (`value` is a TOML literal,
+    /// e.g. `false`, `1` or `"lz4"`), replacing the key's line or appending
+    /// one. Takes effect at the next mount.
+    pub fn set_config(&self, key: &str, value: &str) {
+        let path = self.pool.join("cairn.toml");
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let line = format!("{key} = {value}");
+        let mut found = false;
+        let mut out: Vec<String> = text
+            .lines()
+            .map(|l| {
+                let k = l.split('=').next().unwrap_or("").trim();
+                if k == key {
+                    found = true;
+                    line.clone()
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect();
+        if !found {
+            out.push(line);
+        }
+        fs::write(&path, out.join("\n") + "\n")
+            .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    }
+
     /// Path of `rel` inside the mount.
     pub fn p(&self, rel: &str) -> PathBuf {
         self.mnt.join(rel)
