@@ -21,15 +21,15 @@ use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, Write};
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -39,31 +39,7 @@ const B: u64 = BLOCK as u64;
 /// Bytes of the header in front of every stored chunk.
 const HDR: u64 = 56;
 
-/// Path -> content of regular files.
-type Files = BTreeMap<String, Vec<u8>>;
-
 // ------------------------------------------------------------------ helpers
-
-fn seed() -> u64 {
-    match std::env::var("CAIRN_SEED") {
-        Ok(s) => s.parse().expect("CAIRN_SEED must be a u64"),
-        Err(_) => SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    }
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).map_or(default, |v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name} must be an integer"))
-    })
-}
-
-fn os(s: &str) -> &OsStr {
-    OsStr::new(s)
-}
 
 /// A pool on one device file of `size` in the private dir, with extra mkfs
 /// arguments and `key = value` config settings, mounted.
@@ -88,15 +64,6 @@ fn write_file(p: &Path, data: &[u8]) {
         .unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
 }
 
-/// Creates (truncating) `p` with `data` and fsyncs it.
-fn write_synced(p: &Path, data: &[u8]) {
-    let mut f = File::create(p).unwrap_or_else(|e| panic!("create {}: {e}", p.display()));
-    f.write_all(data)
-        .unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
-    f.sync_all()
-        .unwrap_or_else(|e| panic!("fsync {}: {e}", p.display()));
-}
-
 /// Writes `data` at `off` in `p` (created if missing, not truncated).
 fn write_at(p: &Path, off: u64, data: &[u8]) -> io::Result<()> {
     OpenOptions::new()
@@ -105,51 +72,6 @@ fn write_at(p: &Path, off: u64, data: &[u8]) -> io::Result<()> {
         .truncate(false)
         .open(p)?
         .write_all_at(data, off)
-}
-
-/// Reads `p` (bypassing cached pages) and compares with `want`.
-#[track_caller]
-fn assert_file(p: &Path, want: &[u8], what: &str) {
-    let got = read_uncached(p).unwrap_or_else(|e| panic!("{what}: read {}: {e}", p.display()));
-    assert_bytes_eq(&got, want, &format!("{what} ({})", p.display()));
-}
-
-/// Contents of all regular files below `root`.
-#[track_caller]
-fn contents_at(root: &Path, ctx: &str) -> Files {
-    let t = capture(root).unwrap_or_else(|e| panic!("{ctx}: reading the tree failed: {e}"));
-    contents(&t)
-}
-
-/// Compares path -> bytes maps, listing the first differences.
-#[track_caller]
-fn assert_contents_eq(got: &Files, want: &Files, ctx: &str) {
-    if got == want {
-        return;
-    }
-    let mut d = Vec::new();
-    for (p, w) in want {
-        match got.get(p) {
-            None => d.push(format!("missing {p} ({} bytes)", w.len())),
-            Some(g) => {
-                if let Some(i) = first_diff(g, w) {
-                    d.push(format!(
-                        "{p}: differs at byte {i} (len got {} want {})",
-                        g.len(),
-                        w.len()
-                    ));
-                }
-            }
-        }
-    }
-    for (p, g) in got {
-        if !want.contains_key(p) {
-            d.push(format!("unexpected {p} ({} bytes)", g.len()));
-        }
-    }
-    let n = d.len();
-    d.truncate(15);
-    panic!("{ctx}: {n} differences:\n  {}", d.join("\n  "));
 }
 
 /// Checks every file of `want` (paths relative to `root`).
@@ -315,46 +237,6 @@ fn scrub_clean(target: &Path, ctx: &str) -> u64 {
     let (_, j) = scrub(target);
     assert!(damaged(&j).is_empty(), "{ctx}: scrub found damage: {j:?}");
     field_u64(&j, "chunks")
-}
-
-/// Spawns cairn with `args` without waiting (output to anonymous files).
-fn spawn_cairn<S: AsRef<OsStr>>(args: &[S]) -> (Child, File, File) {
-    let out = tempfile::tempfile().unwrap();
-    let err = tempfile::tempfile().unwrap();
-    let child = Command::new(CAIRN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(err.try_clone().unwrap())
-        .spawn()
-        .expect("spawn cairn");
-    (child, out, err)
-}
-
-fn read_back(mut f: File) -> String {
-    let mut s = String::new();
-    f.rewind().unwrap();
-    f.read_to_string(&mut s).unwrap();
-    s
-}
-
-/// Runs `cairn ARGS` to completion and returns how long it took and its
-/// stdout.
-fn timed(args: &[&OsStr]) -> (Duration, String) {
-    let t0 = Instant::now();
-    let out = Command::new(CAIRN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run cairn");
-    let took = t0.elapsed();
-    assert!(
-        out.status.success(),
-        "{} failed\n{}",
-        shown(args),
-        describe(&out)
-    );
-    (took, String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Every offset of each needle in the file at `dev`, in one pass (reads
@@ -1402,28 +1284,6 @@ fn gc_writer(
     Ok(mine)
 }
 
-/// Reader thread: reads the files GC moves (uncached); every read must
-/// return the right bytes.
-fn gc_reader(
-    root: PathBuf,
-    files: Files,
-    seed: u64,
-    stop: Arc<AtomicBool>,
-    iters: Arc<AtomicU64>,
-) -> Result<(), String> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let names: Vec<&String> = files.keys().collect();
-    while !stop.load(Ordering::SeqCst) {
-        let s = names[rng.gen_range(0..names.len())];
-        let got = read_uncached(&root.join(s)).map_err(|e| format!("reading {s}: {e}"))?;
-        if let Some(i) = first_diff(&got, &files[s]) {
-            return Err(format!("{s} (being moved by gc) read wrong at byte {i}"));
-        }
-        iters.fetch_add(1, Ordering::SeqCst);
-    }
-    Ok(())
-}
-
 /// Scrubs (online, JSON) until `stop`; any damage or failure is an error.
 /// Returns the number of complete scrubs.
 fn scrub_loop(root: PathBuf, stop: Arc<AtomicBool>) -> Result<u64, String> {
@@ -1477,7 +1337,7 @@ fn gc_compacts_under_concurrent_writes() {
     };
     let reader = {
         let (root, files, st, it) = (m.clone(), survivors.clone(), stop.clone(), r_iters.clone());
-        thread::spawn(move || gc_reader(root, files, seed ^ 1, st, it))
+        thread::spawn(move || check_reads(root, files, seed ^ 1, st, it, "being moved by gc"))
     };
     // Online scrub beside gc: a chunk moved under it is not damage.
     let scrubber = {
@@ -1691,34 +1551,6 @@ fn unmount_during_background_gc() {
 }
 
 // ================================================== 5. kill -9 during GC
-
-/// Starts `cairn ARGS`, kills the daemon after `delay`, and reports whether
-/// the command was still running at that moment.
-fn kill_during(fs: &mut Fs, args: &[&OsStr], delay: Duration, ctx: &str) -> bool {
-    let (mut child, out, err) = spawn_cairn(args);
-    thread::sleep(delay);
-    let in_flight = child.try_wait().unwrap().is_none();
-    fs.kill9();
-    let st = wait_until(&mut child, Duration::from_secs(30));
-    let Some(st) = st else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!(
-            "{ctx}: `{}` still running 30 s after the daemon was killed",
-            shown(args)
-        );
-    };
-    if !in_flight {
-        assert!(
-            st.success(),
-            "{ctx}: `{}` failed before the kill\nstdout: {}\nstderr: {}",
-            shown(args),
-            read_back(out),
-            read_back(err)
-        );
-    }
-    in_flight
-}
 
 #[test]
 fn kill9_during_gc() {

@@ -21,7 +21,7 @@ use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write};
 use std::os::unix::fs::{symlink, FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -31,23 +31,6 @@ const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 
 // ------------------------------------------------------------------ helpers
-
-fn seed() -> u64 {
-    match std::env::var("CAIRN_SEED") {
-        Ok(s) => s.parse().expect("CAIRN_SEED must be a u64"),
-        Err(_) => SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    }
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).map_or(default, |v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name} must be an integer"))
-    })
-}
 
 fn now_ns() -> u64 {
     SystemTime::now()
@@ -65,111 +48,11 @@ fn fs_with_device(size: &str) -> Fs {
     fs
 }
 
-fn os(s: &str) -> &OsStr {
-    OsStr::new(s)
-}
-
-/// Writes `data` as the whole content of `p` and fsyncs it.
-fn write_synced(p: &Path, data: &[u8]) {
-    let mut f = File::create(p).unwrap_or_else(|e| panic!("create {}: {e}", p.display()));
-    f.write_all(data)
-        .unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
-    f.sync_all()
-        .unwrap_or_else(|e| panic!("fsync {}: {e}", p.display()));
-}
-
 /// fsync of a directory (makes creates/unlinks/renames in it durable).
 fn sync_dir(p: &Path) {
     File::open(p)
         .and_then(|d| d.sync_all())
         .unwrap_or_else(|e| panic!("fsync dir {}: {e}", p.display()));
-}
-
-/// Reads `p` (bypassing cached pages) and compares with `want`.
-#[track_caller]
-fn assert_file(p: &Path, want: &[u8], what: &str) {
-    let got = read_uncached(p).unwrap_or_else(|e| panic!("{what}: read {}: {e}", p.display()));
-    assert_bytes_eq(&got, want, &format!("{what} ({})", p.display()));
-}
-
-/// Contents of all regular files below `root`, failing on anything else.
-#[track_caller]
-fn contents_at(root: &Path, ctx: &str) -> BTreeMap<String, Vec<u8>> {
-    let t = capture(root).unwrap_or_else(|e| panic!("{ctx}: reading the tree failed: {e}"));
-    contents(&t)
-}
-
-/// Compares path -> bytes maps, listing the first differences.
-#[track_caller]
-fn assert_contents_eq(
-    got: &BTreeMap<String, Vec<u8>>,
-    want: &BTreeMap<String, Vec<u8>>,
-    ctx: &str,
-) {
-    if got == want {
-        return;
-    }
-    let mut d = Vec::new();
-    for (p, w) in want {
-        match got.get(p) {
-            None => d.push(format!("missing {p} ({} bytes)", w.len())),
-            Some(g) => {
-                if let Some(i) = first_diff(g, w) {
-                    d.push(format!(
-                        "{p}: differs at byte {i} (len got {} want {})",
-                        g.len(),
-                        w.len()
-                    ));
-                }
-            }
-        }
-    }
-    for (p, g) in got {
-        if !want.contains_key(p) {
-            d.push(format!("unexpected {p} ({} bytes)", g.len()));
-        }
-    }
-    let n = d.len();
-    d.truncate(15);
-    panic!("{ctx}: {n} differences:\n  {}", d.join("\n  "));
-}
-
-/// Asserts that a cairn command fails; returns (exit code, stderr).
-#[track_caller]
-fn cairn_fails<S: AsRef<OsStr>>(args: &[S]) -> (i32, String) {
-    let out = cairn(args);
-    assert!(
-        !out.status.success(),
-        "{} should have failed\n{}",
-        shown(args),
-        describe(&out)
-    );
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Spawns cairn with `args` without waiting (output to anonymous files).
-fn spawn_cairn<S: AsRef<OsStr>>(args: &[S]) -> (Child, File, File) {
-    let out = tempfile::tempfile().unwrap();
-    let err = tempfile::tempfile().unwrap();
-    let child = Command::new(CAIRN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(err.try_clone().unwrap())
-        .spawn()
-        .expect("spawn cairn");
-    (child, out, err)
-}
-
-fn read_back(mut f: File) -> String {
-    use std::io::{Read, Seek};
-    let mut s = String::new();
-    f.rewind().unwrap();
-    f.read_to_string(&mut s).unwrap();
-    s
 }
 
 /// `cairn prune TARGET ARGS... --json`.
@@ -1688,28 +1571,6 @@ fn reblock_writer(
     Ok(mine)
 }
 
-/// Reader thread: reads the fragmented survivors (uncached) while reblock
-/// moves their chunks; every read must return the right bytes.
-fn reblock_reader(
-    root: PathBuf,
-    survivors: BTreeMap<String, Vec<u8>>,
-    seed: u64,
-    stop: Arc<AtomicBool>,
-    iters: Arc<AtomicU64>,
-) -> Result<(), String> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let names: Vec<&String> = survivors.keys().collect();
-    while !stop.load(Ordering::SeqCst) {
-        let s = names[rng.gen_range(0..names.len())];
-        let got = read_uncached(&root.join(s)).map_err(|e| format!("reading {s}: {e}"))?;
-        if let Some(i) = first_diff(&got, &survivors[s]) {
-            return Err(format!("{s} (being reblocked) read wrong at byte {i}"));
-        }
-        iters.fetch_add(1, Ordering::SeqCst);
-    }
-    Ok(())
-}
-
 #[test]
 fn reblock_under_concurrent_writes() {
     let seed = seed();
@@ -1781,7 +1642,7 @@ fn reblock_under_concurrent_writes() {
     };
     let reader = {
         let (root, surv, st, it) = (m.clone(), survivors.clone(), stop.clone(), r_iters.clone());
-        thread::spawn(move || reblock_reader(root, surv, seed ^ 1, st, it))
+        thread::spawn(move || check_reads(root, surv, seed ^ 1, st, it, "being reblocked"))
     };
     thread::sleep(Duration::from_millis(200));
     let (w0, r0) = (
@@ -1906,35 +1767,6 @@ fn crash_round_writes(m: &Path, model: &mut Model, round: usize, rng: &mut StdRn
     sync_dir(m);
 }
 
-/// Starts `cairn ARGS`, kills the daemon after `delay`, and reports whether
-/// the command was still running at that moment.
-fn kill_during(fs: &mut Fs, args: &[&OsStr], delay: Duration, ctx: &str) -> bool {
-    let (mut child, out, err) = spawn_cairn(args);
-    thread::sleep(delay);
-    let in_flight = child.try_wait().unwrap().is_none();
-    fs.kill9();
-    let st = wait_until(&mut child, Duration::from_secs(30));
-    if st.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!(
-            "{ctx}: `{}` still running 30 s after the daemon was killed",
-            shown(args)
-        );
-    }
-    let st = st.unwrap();
-    if !in_flight {
-        assert!(
-            st.success(),
-            "{ctx}: `{}` failed before the kill\nstdout: {}\nstderr: {}",
-            shown(args),
-            read_back(out),
-            read_back(err)
-        );
-    }
-    in_flight
-}
-
 /// Live tree, every kept snapshot (content and verify) and the snapshot list.
 fn crash_verify(fs: &Fs, model: &Model, snaps: &BTreeMap<String, Model>, ctx: &str) {
     let m = &fs.mnt;
@@ -1946,25 +1778,6 @@ fn crash_verify(fs: &Fs, model: &Model, snaps: &BTreeMap<String, Model>, ctx: &s
         assert_contents_eq(&got, want, &format!("{ctx}: .snapshots/{name}"));
         verify_ok(m, name, ctx);
     }
-}
-
-/// Runs `cairn ARGS` to completion (blocking wait, so the time is exact)
-/// and returns how long it took.
-fn timed(args: &[&OsStr]) -> Duration {
-    let t0 = Instant::now();
-    let out = Command::new(CAIRN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run cairn");
-    let took = t0.elapsed();
-    assert!(
-        out.status.success(),
-        "{} failed\n{}",
-        shown(args),
-        describe(&out)
-    );
-    took
 }
 
 #[test]
@@ -2004,15 +1817,15 @@ fn kill9_during_prune_and_reblock() {
             snaps.remove(&old);
         }
         if round == 0 {
-            d_prune = timed(&prune_args);
-            d_reblock = timed(&reblock_args);
+            d_prune = timed(&prune_args).0;
+            d_reblock = timed(&reblock_args).0;
             println!("{ctx}: prune took {d_prune:?}, reblock {d_reblock:?}");
             continue;
         }
         let reblock = round % 2 == 0;
         if reblock {
             // Make segments sparse first, then kill during the reblock.
-            d_prune = timed(&prune_args);
+            d_prune = timed(&prune_args).0;
         }
         let (args, d) = if reblock {
             (&reblock_args, d_reblock)

@@ -435,16 +435,6 @@ fn run_batch(generator: &mut Gen, cairn: &mut Side, oracle: &mut Side, n: usize,
     println!("{ctx}: {n} ops ({failed} failed as expected); now {f} files, {l} symlinks, {d} dirs");
 }
 
-fn seed() -> u64 {
-    match std::env::var("CAIRN_SEED") {
-        Ok(s) => s.parse().expect("CAIRN_SEED must be a u64"),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    }
-}
-
 /// Number of batches: `default`, or CAIRN_MODEL_BATCHES for longer soaks.
 fn batches(default: usize) -> usize {
     std::env::var("CAIRN_MODEL_BATCHES")

@@ -1,18 +1,26 @@
-//! Helpers for the history and snapshot tests: TIDs and `@@` paths, JSON
-//! output of the history commands, whole-tree capture and comparison, reads
-//! that bypass the page cache, and pool info.
+//! Helpers for the history, snapshot and dedup tests: TIDs and `@@` paths,
+//! JSON output of the history commands, whole-tree capture and comparison,
+//! file-content comparison, reads that bypass the page cache, pool info, and
+//! cairn commands that must fail, run in the background, are timed, or are
+//! interrupted by kill -9 of the daemon, and a reader thread that checks
+//! files while their chunks are moved.
 
 use super::json::{self, Json};
-use super::{cairn, describe, CMD_TIMEOUT};
+use super::{assert_bytes_eq, cairn, describe, first_diff, wait_until, Fs, CAIRN, CMD_TIMEOUT};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io::{self, Read, Seek};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Output;
-use std::time::Duration;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
 
 /// `@@0x<16 hex digits>`: the suffix that names a version of a path.
 pub fn tid_suffix(tid: u64) -> String {
@@ -395,4 +403,162 @@ pub fn contents(t: &Tree) -> BTreeMap<String, Vec<u8>> {
 #[track_caller]
 pub fn assert_view_at(root: &Path, want: &Tree, ctx: &str) {
     assert_tree_at(root, want, ctx);
+}
+
+/// Path -> content of regular files.
+pub type Files = BTreeMap<String, Vec<u8>>;
+
+/// Reads `p` (bypassing cached pages) and compares with `want`.
+#[track_caller]
+pub fn assert_file(p: &Path, want: &[u8], what: &str) {
+    let got = read_uncached(p).unwrap_or_else(|e| panic!("{what}: read {}: {e}", p.display()));
+    assert_bytes_eq(&got, want, &format!("{what} ({})", p.display()));
+}
+
+/// Contents of all regular files below `root`, failing on anything else.
+#[track_caller]
+pub fn contents_at(root: &Path, ctx: &str) -> Files {
+    let t = capture(root).unwrap_or_else(|e| panic!("{ctx}: reading the tree failed: {e}"));
+    contents(&t)
+}
+
+/// Compares path -> bytes maps, listing the first differences.
+#[track_caller]
+pub fn assert_contents_eq(got: &Files, want: &Files, ctx: &str) {
+    if got == want {
+        return;
+    }
+    let mut d = Vec::new();
+    for (p, w) in want {
+        match got.get(p) {
+            None => d.push(format!("missing {p} ({} bytes)", w.len())),
+            Some(g) => {
+                if let Some(i) = first_diff(g, w) {
+                    d.push(format!(
+                        "{p}: differs at byte {i} (len got {} want {})",
+                        g.len(),
+                        w.len()
+                    ));
+                }
+            }
+        }
+    }
+    for (p, g) in got {
+        if !want.contains_key(p) {
+            d.push(format!("unexpected {p} ({} bytes)", g.len()));
+        }
+    }
+    let n = d.len();
+    d.truncate(15);
+    panic!("{ctx}: {n} differences:\n  {}", d.join("\n  "));
+}
+
+/// Asserts that a cairn command fails; returns (exit code, stderr).
+#[track_caller]
+pub fn cairn_fails<S: AsRef<OsStr>>(args: &[S]) -> (i32, String) {
+    let out = cairn(args);
+    assert!(
+        !out.status.success(),
+        "{} should have failed\n{}",
+        shown(args),
+        describe(&out)
+    );
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Spawns cairn with `args` without waiting (output to anonymous files).
+pub fn spawn_cairn<S: AsRef<OsStr>>(args: &[S]) -> (Child, File, File) {
+    let out = tempfile::tempfile().unwrap();
+    let err = tempfile::tempfile().unwrap();
+    let child = Command::new(CAIRN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(err.try_clone().unwrap())
+        .spawn()
+        .expect("spawn cairn");
+    (child, out, err)
+}
+
+/// Everything written to an anonymous output file of `spawn_cairn`.
+pub fn read_back(mut f: File) -> String {
+    let mut s = String::new();
+    f.rewind().unwrap();
+    f.read_to_string(&mut s).unwrap();
+    s
+}
+
+/// Runs `cairn ARGS` to completion (blocking wait, so the time is exact)
+/// and returns how long it took and its stdout.
+pub fn timed(args: &[&OsStr]) -> (Duration, String) {
+    let t0 = Instant::now();
+    let out = Command::new(CAIRN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cairn");
+    let took = t0.elapsed();
+    assert!(
+        out.status.success(),
+        "{} failed\n{}",
+        shown(args),
+        describe(&out)
+    );
+    (took, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Starts `cairn ARGS`, kills the daemon after `delay`, and reports whether
+/// the command was still running at that moment.
+pub fn kill_during(fs: &mut Fs, args: &[&OsStr], delay: Duration, ctx: &str) -> bool {
+    let (mut child, out, err) = spawn_cairn(args);
+    thread::sleep(delay);
+    let in_flight = child.try_wait().unwrap().is_none();
+    fs.kill9();
+    let st = wait_until(&mut child, Duration::from_secs(30));
+    let Some(st) = st else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "{ctx}: `{}` still running 30 s after the daemon was killed",
+            shown(args)
+        );
+    };
+    if !in_flight {
+        assert!(
+            st.success(),
+            "{ctx}: `{}` failed before the kill\nstdout: {}\nstderr: {}",
+            shown(args),
+            read_back(out),
+            read_back(err)
+        );
+    }
+    in_flight
+}
+
+/// Reader thread: reads random files of `files` below `root` (uncached)
+/// until `stop` while something (`doing`, e.g. "being reblocked") moves
+/// their chunks; every read must return the right bytes. Counts reads in
+/// `iters`.
+pub fn check_reads(
+    root: PathBuf,
+    files: Files,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    iters: Arc<AtomicU64>,
+    doing: &str,
+) -> Result<(), String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let names: Vec<&String> = files.keys().collect();
+    while !stop.load(Ordering::SeqCst) {
+        let s = names[rng.gen_range(0..names.len())];
+        let got = read_uncached(&root.join(s)).map_err(|e| format!("reading {s}: {e}"))?;
+        if let Some(i) = first_diff(&got, &files[s]) {
+            return Err(format!("{s} ({doing}) read wrong at byte {i}"));
+        }
+        iters.fetch_add(1, Ordering::SeqCst);
+    }
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! Shared harness for the Cairn integration tests: temporary pools, foreground
 //! mounts as child processes, clean/dirty unmounts, command runners and small
-//! helpers (errno checks, deterministic data, statvfs). Every `Fs` lives in its
+//! helpers (errno checks, deterministic data, statvfs, seeds and environment
+//! knobs of randomized tests, fsynced writes). Every `Fs` lives in its
 //! own temp dir and its `Drop` always removes the mount, even when a test fails.
 #![allow(dead_code)]
 
@@ -9,12 +10,12 @@ pub mod json;
 
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File};
-use std::io::{self, Read, Seek};
+use std::io::{self, Read, Seek, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The binary under test.
 pub const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
@@ -635,4 +636,37 @@ pub fn assert_bytes_eq(got: &[u8], want: &[u8], what: &str) {
             &want[i.min(want.len())..(i + 16).min(want.len())]
         );
     }
+}
+
+/// The seed of a randomized test: CAIRN_SEED, or else the clock.
+pub fn seed() -> u64 {
+    match std::env::var("CAIRN_SEED") {
+        Ok(s) => s.parse().expect("CAIRN_SEED must be a u64"),
+        Err(_) => SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    }
+}
+
+/// The integer in environment variable `name`, or `default` when unset.
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).map_or(default, |v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name} must be an integer"))
+    })
+}
+
+/// `s` as an `&OsStr`, for mixed argument lists.
+pub fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+/// Creates (truncating) `p` with `data` and fsyncs it.
+pub fn write_synced(p: &Path, data: &[u8]) {
+    let mut f = File::create(p).unwrap_or_else(|e| panic!("create {}: {e}", p.display()));
+    f.write_all(data)
+        .unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+    f.sync_all()
+        .unwrap_or_else(|e| panic!("fsync {}: {e}", p.display()));
 }
