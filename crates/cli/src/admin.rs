@@ -16,6 +16,13 @@ fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).expect("json"));
 }
 
+/// One line per entry of a report's "damaged" list.
+fn print_damaged(v: &Value, label: &str) {
+    for d in v["damaged"].as_array().into_iter().flatten() {
+        println!("{label}: {}", d.as_str().unwrap_or(""));
+    }
+}
+
 fn num(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or(0)
 }
@@ -59,9 +66,7 @@ pub fn snapshot(c: SnapshotCmd) -> Result<()> {
             if t.json {
                 print_json(&v);
             } else {
-                for d in v["damaged"].as_array().into_iter().flatten() {
-                    println!("DAMAGED: {}", d.as_str().unwrap_or(""));
-                }
+                print_damaged(&v, "DAMAGED");
                 println!(
                     "snapshot {} (tid 0x{:016x}): {} files, {}: recorded {} computed {}: {}",
                     v["name"].as_str().unwrap_or(""),
@@ -248,9 +253,7 @@ fn moved(t: &TargetArgs, v: Value) -> Result<()> {
         print_json(&v);
         return Ok(());
     }
-    for d in v["damaged"].as_array().into_iter().flatten() {
-        println!("DAMAGED (left in place): {}", d.as_str().unwrap_or(""));
-    }
+    print_damaged(&v, "DAMAGED (left in place)");
     println!(
         "rewrote {} segments and {} files: {} chunks ({}) moved, {} segments freed",
         num(&v, "segments_rewritten"),
@@ -268,9 +271,7 @@ pub fn scrub(t: &TargetArgs) -> Result<()> {
     if t.json {
         print_json(&v);
     } else {
-        for d in v["damaged"].as_array().into_iter().flatten() {
-            println!("DAMAGED: {}", d.as_str().unwrap_or(""));
-        }
+        print_damaged(&v, "DAMAGED");
         println!(
             "scrubbed {} chunks ({}): {damaged} damaged",
             num(&v, "chunks"),

@@ -7,7 +7,7 @@ use crate::compress::Compression;
 use crate::error::{DataError, Result};
 use crate::records::{ChunkRec, SegmentRec};
 use crate::writer::{OpenSegment, WriteBatch};
-use cairn_devices::{DeviceSet, SlotAddr};
+use cairn_devices::{Device, DeviceSet, SlotAddr};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -107,38 +107,33 @@ impl ChunkStore {
     /// checksums and the expected hash.
     pub fn read_chunk(&self, rec: &ChunkRec, full_hash: bool) -> Result<Vec<u8>> {
         let buf = self.read_sealed(rec)?;
-        let raw = unseal(&buf, &rec.hash, full_hash).map_err(|why| DataError::Corrupt {
-            segment: rec.segment,
-            offset: rec.offset,
-            why,
-        })?;
+        let raw = unseal(&buf, &rec.hash, full_hash).map_err(|why| corrupt(rec, why))?;
         if raw.len() != rec.raw_len as usize {
-            return Err(DataError::Corrupt {
-                segment: rec.segment,
-                offset: rec.offset,
-                why: "raw length differs from record".into(),
-            });
+            return Err(corrupt(rec, "raw length differs from record".into()));
         }
         Ok(raw)
     }
 
-    /// The bytes of a chunk on disk (header + stored), unverified.
-    fn read_sealed(&self, rec: &ChunkRec) -> Result<Vec<u8>> {
+    /// The device and device offset of a chunk, its record checked against
+    /// the segment bounds.
+    fn locate(&self, rec: &ChunkRec) -> Result<(&Device, u64)> {
         let seg = self
             .segment(rec.segment)
             .ok_or(DataError::NoSegment(rec.segment))?;
         if rec.offset as u64 + rec.len as u64 > self.segment_size
             || (rec.len as usize) < CHUNK_HEADER_LEN
         {
-            return Err(DataError::Corrupt {
-                segment: rec.segment,
-                offset: rec.offset,
-                why: "chunk record out of segment bounds".into(),
-            });
+            return Err(corrupt(rec, "chunk record out of segment bounds".into()));
         }
         let dev = self.devices.device(seg.device)?;
+        Ok((dev, dev.slot_offset(seg.slot) + rec.offset as u64))
+    }
+
+    /// The bytes of a chunk on disk (header + stored), unverified.
+    fn read_sealed(&self, rec: &ChunkRec) -> Result<Vec<u8>> {
+        let (dev, at) = self.locate(rec)?;
         let mut buf = vec![0u8; rec.len as usize];
-        dev.read_at(&mut buf, dev.slot_offset(seg.slot) + rec.offset as u64)?;
+        dev.read_at(&mut buf, at)?;
         Ok(buf)
     }
 
@@ -146,13 +141,8 @@ impl ChunkStore {
     /// its raw bytes): returns (compression method, stored bytes).
     pub fn read_stored(&self, rec: &ChunkRec) -> Result<(u8, Vec<u8>)> {
         let buf = self.read_sealed(rec)?;
-        let corrupt = |why: String| DataError::Corrupt {
-            segment: rec.segment,
-            offset: rec.offset,
-            why,
-        };
-        unseal(&buf, &rec.hash, true).map_err(corrupt)?;
-        let h = crate::chunk::ChunkHeader::decode(&buf).map_err(corrupt)?;
+        unseal(&buf, &rec.hash, true).map_err(|why| corrupt(rec, why))?;
+        let h = crate::chunk::ChunkHeader::decode(&buf).map_err(|why| corrupt(rec, why))?;
         let end = CHUNK_HEADER_LEN + h.stored_len as usize;
         Ok((h.compression, buf[CHUNK_HEADER_LEN..end].to_vec()))
     }
@@ -161,18 +151,9 @@ impl ChunkStore {
     /// (which must not be longer than the chunk's raw length), verified
     /// against its header checksums and hash. No intermediate copy.
     pub fn read_chunk_into(&self, rec: &ChunkRec, dst: &mut [u8]) -> Result<()> {
-        let seg = self
-            .segment(rec.segment)
-            .ok_or(DataError::NoSegment(rec.segment))?;
-        let corrupt = |why: String| DataError::Corrupt {
-            segment: rec.segment,
-            offset: rec.offset,
-            why,
-        };
-        if rec.offset as u64 + rec.len as u64 > self.segment_size
-            || dst.len() > rec.raw_len as usize
-        {
-            return Err(corrupt("chunk record out of bounds".into()));
+        let (dev, at) = self.locate(rec)?;
+        if dst.len() > rec.raw_len as usize {
+            return Err(corrupt(rec, "read beyond the chunk's raw length".into()));
         }
         let compressed = rec.len as usize != CHUNK_HEADER_LEN + rec.raw_len as usize;
         if compressed || dst.len() < rec.raw_len as usize {
@@ -181,16 +162,12 @@ impl ChunkStore {
             dst.copy_from_slice(&raw[..dst.len()]);
             return Ok(());
         }
-        let dev = self.devices.device(seg.device)?;
         let mut head = [0u8; CHUNK_HEADER_LEN];
-        dev.read_split_at(
-            &mut head,
-            dst,
-            dev.slot_offset(seg.slot) + rec.offset as u64,
-        )?;
-        let n = crate::chunk::verify_split(&head, dst, &rec.hash).map_err(corrupt)?;
+        dev.read_split_at(&mut head, dst, at)?;
+        let n =
+            crate::chunk::verify_split(&head, dst, &rec.hash).map_err(|why| corrupt(rec, why))?;
         if n != rec.raw_len as usize {
-            return Err(corrupt("raw length differs from record".into()));
+            return Err(corrupt(rec, "raw length differs from record".into()));
         }
         Ok(())
     }
@@ -255,5 +232,14 @@ impl ChunkStore {
 
     pub fn segment_size(&self) -> u64 {
         self.segment_size
+    }
+}
+
+/// A chunk whose bytes or record do not check out.
+fn corrupt(rec: &ChunkRec, why: String) -> DataError {
+    DataError::Corrupt {
+        segment: rec.segment,
+        offset: rec.offset,
+        why,
     }
 }

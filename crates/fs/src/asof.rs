@@ -23,11 +23,6 @@ impl Fs {
         Ok(r)
     }
 
-    /// Checks that a TID can be viewed.
-    pub fn check_tid(&self, tid: u64) -> Result<()> {
-        self.view(tid).map(|_| ())
-    }
-
     fn inode_at(r: &MetaRead, ino: u64, tid: u64) -> Result<Inode> {
         let e = r.get_asof(&ElemKey::new(ino, RecordType::Inode, &[]), tid)?;
         e.map(|e| Inode::decode(ino, &e.payload))

@@ -6,25 +6,24 @@
 use crate::error::Result;
 use crate::reblock::{ReblockOptions, ReblockReport};
 use crate::vfs::Fs;
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 impl Fs {
-    /// Sealed segments whose live bytes are below `max_live_pct` of what
-    /// they hold; cheap (in-RAM segment table).
-    pub fn sparse_segments(&self, max_live_pct: u32) -> usize {
+    /// Ids of sealed segments whose live bytes are below `max_live_pct` of
+    /// what they hold; cheap (in-RAM segment table).
+    pub fn sparse_segments(&self, max_live_pct: u32) -> BTreeSet<u64> {
         let open = self.pool.chunks.open_segment_id();
+        let pct = max_live_pct as u64;
         self.pool
             .chunks
             .segment_table()
-            .iter()
-            .filter(|(id, s)| {
-                Some(*id) != open
-                    && s.used > 0
-                    && s.live * 100 < s.used as u64 * max_live_pct as u64
-            })
-            .count()
+            .into_iter()
+            .filter(|(id, s)| Some(*id) != open && s.used > 0 && s.live * 100 < s.used as u64 * pct)
+            .map(|(id, _)| id)
+            .collect()
     }
 
     /// Compacts segments below `max_live_pct` live, at most `rate_limit`
@@ -35,7 +34,7 @@ impl Fs {
         rate_limit: u64,
         progress: &dyn Fn(u64, u64),
     ) -> Result<ReblockReport> {
-        if self.sparse_segments(max_live_pct) == 0 {
+        if self.sparse_segments(max_live_pct).is_empty() {
             return Ok(ReblockReport::default());
         }
         let o = ReblockOptions {

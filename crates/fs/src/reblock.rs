@@ -106,15 +106,7 @@ impl Fs {
 
     /// Picks what to move: sparse segments first, then scattered files.
     fn reblock_plan(&self, opts: &ReblockOptions) -> Result<Vec<Group>> {
-        let c = &self.pool.chunks;
-        let open = c.open_segment_id();
-        let pct = opts.max_live_pct as u64;
-        let sparse: BTreeSet<u64> = c
-            .segment_table()
-            .into_iter()
-            .filter(|(id, s)| Some(*id) != open && s.used > 0 && s.live * 100 < s.used as u64 * pct)
-            .map(|(id, _)| id)
-            .collect();
+        let sparse = self.sparse_segments(opts.max_live_pct);
         let r = self.meta()?;
         let mut by_seg: BTreeMap<u64, Vec<(u32, u64, u64)>> = BTreeMap::new();
         let mut recs: HashMap<u64, ChunkRec> = HashMap::new();

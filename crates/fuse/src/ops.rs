@@ -36,6 +36,12 @@ impl CairnFuse {
         inos.iter().any(|i| i.0 >= SNAPDIR_INO)
     }
 
+    /// True if entry `name` of `parent` cannot be created, changed or
+    /// removed: the directory is a view, or the name is a view name.
+    fn fixed_name(&self, parent: INodeNo, name: &OsStr) -> bool {
+        self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes())
+    }
+
     /// Attributes of any inode, real or view.
     fn attr_of(&self, ino: u64) -> Result<Inode, FsError> {
         match self.views.node(ino)? {
@@ -275,7 +281,7 @@ impl Filesystem for CairnFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes()) {
+        if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
         entry(
@@ -294,7 +300,7 @@ impl Filesystem for CairnFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes()) {
+        if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
         entry(
@@ -305,14 +311,14 @@ impl Filesystem for CairnFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes()) {
+        if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
         empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes()) {
+        if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
         empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
@@ -326,7 +332,7 @@ impl Filesystem for CairnFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, link_name.as_bytes()) {
+        if self.fixed_name(parent, link_name) {
             return reply.error(Errno::EROFS);
         }
         let t = target.as_os_str().as_bytes();
@@ -346,10 +352,7 @@ impl Filesystem for CairnFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if self.in_view(&[parent, newparent])
-            || self.views.is_view_name(parent.0, name.as_bytes())
-            || self.views.is_view_name(newparent.0, newname.as_bytes())
-        {
+        if self.fixed_name(parent, name) || self.fixed_name(newparent, newname) {
             return reply.error(Errno::EROFS);
         }
         if flags.contains(RenameFlags::RENAME_WHITEOUT) {
@@ -379,9 +382,7 @@ impl Filesystem for CairnFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        if self.in_view(&[ino, newparent])
-            || self.views.is_view_name(newparent.0, newname.as_bytes())
-        {
+        if self.in_view(&[ino]) || self.fixed_name(newparent, newname) {
             return reply.error(Errno::EROFS);
         }
         entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
@@ -658,7 +659,7 @@ impl Filesystem for CairnFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        if self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes()) {
+        if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
         match self
