@@ -25,11 +25,8 @@ BENCH_DIR=${BENCH_DIR:-/var/tmp}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export PATH="$HOME/.cargo/bin:$PATH"
 
-log() { printf '[bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-now() { date +%s.%N; }
+. "$(dirname "$0")/lib.sh"
 mbps() { awk -v mb="$1" -v a="$2" -v b="$3" 'BEGIN { printf "%.0f", mb / (b - a) }'; }
-div() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "n/a"; else printf "%.2f", a / b }'; }
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 [ "$(id -u)" = 0 ] || die "run as root"
