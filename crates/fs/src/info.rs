@@ -47,8 +47,9 @@ pub struct PoolInfo {
     pub dedup_enabled: bool,
     pub compression: String,
     pub index_entries: u64,
-    /// RAM the dedup index needs resident: none per entry (lookups go to
-    /// the metadata store, whose cache is bounded by meta_cache_mib).
+    /// RAM the dedup index takes when all of it is resident in the
+    /// metadata cache: the bytes of its B-tree pages. An upper bound: the
+    /// cache (meta_cache_mib) keeps only what is hot.
     pub index_ram_bytes: u64,
     pub devices: Vec<DeviceInfo>,
 }
@@ -56,6 +57,7 @@ pub struct PoolInfo {
 pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
     let r = pool.meta.read()?;
     let (live, hist, chunks) = r.sizes()?;
+    let (index_entries, index_ram_bytes) = r.dedup_size()?;
     let (mut files, mut dirs, mut logical) = (0, 0, 0);
     r.for_each_live(|e| {
         if e.key.rtype() == Some(RecordType::Inode) {
@@ -121,8 +123,8 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
         compression_ratio: ratio(unique, stored),
         dedup_enabled: pool.config.dedup,
         compression: pool.chunks.compression().to_string(),
-        index_entries: r.dedup_len()?,
-        index_ram_bytes: 0,
+        index_entries,
+        index_ram_bytes,
         devices,
     })
 }

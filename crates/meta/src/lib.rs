@@ -9,6 +9,7 @@
 //! before a cutoff without scanning. This crate knows nothing about what the
 //! payloads mean: the filesystem layer encodes inodes, entries and extents.
 
+pub mod dedup;
 pub mod element;
 pub mod error;
 pub mod key;

@@ -3,6 +3,7 @@
 //! never blocked by the writer); all changes of one flush group are one write
 //! transaction committed with immediate durability.
 
+use crate::dedup;
 use crate::element::{decode_value, encode_value, hist_key, split_hist_key, Element};
 use crate::error::{MetaError, Result};
 use crate::key::{prefix_end, ElemKey};
@@ -48,29 +49,6 @@ fn tid_before_time(
     Ok(best)
 }
 
-const DEDUP_VERSION: u8 = 1;
-
-fn encode_dedup(chunk: u64) -> [u8; 13] {
-    let mut b = [0u8; 13];
-    b[0] = DEDUP_VERSION;
-    b[1..9].copy_from_slice(&chunk.to_le_bytes());
-    let crc = crc32c::crc32c(&b[..9]);
-    b[9..].copy_from_slice(&crc.to_le_bytes());
-    b
-}
-
-fn decode_dedup(hash: &[u8], b: &[u8]) -> Result<u64> {
-    let ok =
-        b.len() == 13 && b[0] == DEDUP_VERSION && crc32c::crc32c(&b[..9]).to_le_bytes() == b[9..13];
-    if !ok {
-        return Err(MetaError::Corrupt {
-            key: format!("dedup {:02x?}", &hash[..4.min(hash.len())]),
-            why: "bad dedup index entry (version or checksum)".into(),
-        });
-    }
-    Ok(u64::from_le_bytes(b[1..9].try_into().unwrap()))
-}
-
 /// Decodes a stored history element.
 fn hist_element(k: &[u8], v: &[u8]) -> Result<Element> {
     let (key, create_tid) = split_hist_key(k);
@@ -101,7 +79,14 @@ impl MetaStore {
     pub fn open(path: &Path, cache_bytes: usize) -> Result<Self> {
         let db = Database::builder().set_cache_size(cache_bytes).open(path)?;
         let s = MetaStore { db };
-        // Creates the tables a newer release added (an empty commit).
+        // Converts tables of an older format, then creates the tables a
+        // newer release added (opening them in a write transaction).
+        let txn = s.db.begin_write()?;
+        let moved = dedup::convert_v1(&txn)?;
+        txn.commit()?;
+        if moved > 0 {
+            tracing::info!("converted {moved} dedup index entries to dedup_v2");
+        }
         s.write(|_| Ok::<_, MetaError>(()))?;
         Ok(s)
     }
@@ -305,26 +290,31 @@ impl MetaRead {
         Ok(out)
     }
 
-    /// The chunk that holds content with this hash, if indexed.
+    /// The chunk the index names for this hash: a candidate whose record
+    /// the caller must confirm holds the same full hash (see dedup.rs).
     pub fn dedup(&self, hash: &[u8]) -> Result<Option<u64>> {
         let t = self.txn.open_table(DEDUP)?;
-        let v = t.get(hash)?;
-        v.map(|v| decode_dedup(hash, v.value())).transpose()
+        Ok(t.get(dedup::key(hash))?.map(|v| dedup::decode(v.value())))
     }
 
-    /// Every dedup index entry: (hash, chunk id).
-    pub fn for_each_dedup(&self, mut f: impl FnMut(&[u8], u64)) -> Result<()> {
+    /// Every dedup index entry: (first 7 hash bytes, chunk id).
+    pub fn for_each_dedup(&self, mut f: impl FnMut([u8; 7], u64)) -> Result<()> {
         let t = self.txn.open_table(DEDUP)?;
         for r in t.iter()? {
             let (k, v) = r?;
-            f(k.value(), decode_dedup(k.value(), v.value())?);
+            f(k.value(), dedup::decode(v.value()));
         }
         Ok(())
     }
 
-    /// Entries in the dedup index.
-    pub fn dedup_len(&self) -> Result<u64> {
-        Ok(self.txn.open_table(DEDUP)?.len()?)
+    /// Entries in the dedup index and the bytes of the pages that hold it
+    /// (keys, values, branch pages and free space inside pages): the most
+    /// RAM the index takes when all of it is cached.
+    pub fn dedup_size(&self) -> Result<(u64, u64)> {
+        let t = self.txn.open_table(DEDUP)?;
+        let s = t.stats()?;
+        let bytes = s.stored_bytes() + s.metadata_bytes() + s.fragmented_bytes();
+        Ok((t.len()?, bytes))
     }
 
     /// All snapshots: name -> encoded record.
@@ -374,7 +364,7 @@ pub struct MetaWrite<'t> {
     orphans: Table<'t, u64, ()>,
     devices: Table<'t, u32, &'static [u8]>,
     snapshots: Table<'t, &'static str, &'static [u8]>,
-    dedup: Table<'t, &'static [u8], &'static [u8]>,
+    dedup: Table<'t, [u8; 7], [u8; 6]>,
 }
 
 impl MetaWrite<'_> {
@@ -552,20 +542,27 @@ impl MetaWrite<'_> {
         Ok(())
     }
 
+    /// The candidate chunk for this hash (see MetaRead::dedup).
     pub fn dedup(&self, hash: &[u8]) -> Result<Option<u64>> {
-        let v = self.dedup.get(hash)?;
-        v.map(|v| decode_dedup(hash, v.value())).transpose()
+        Ok(self
+            .dedup
+            .get(dedup::key(hash))?
+            .map(|v| dedup::decode(v.value())))
     }
 
+    /// Indexes `chunk` under `hash`. An entry of another chunk whose hash
+    /// shares the first 7 bytes is replaced (that content loses dedup only).
     pub fn put_dedup(&mut self, hash: &[u8], chunk: u64) -> Result<()> {
-        self.dedup.insert(hash, encode_dedup(chunk).as_slice())?;
+        if chunk < dedup::MAX_INDEXED_CHUNK {
+            self.dedup.insert(dedup::key(hash), dedup::encode(chunk))?;
+        }
         Ok(())
     }
 
     /// Removes the index entry of `hash` if it names `chunk`.
     pub fn remove_dedup(&mut self, hash: &[u8], chunk: u64) -> Result<()> {
         if self.dedup(hash)? == Some(chunk) {
-            self.dedup.remove(hash)?;
+            self.dedup.remove(dedup::key(hash))?;
         }
         Ok(())
     }
