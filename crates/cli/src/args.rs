@@ -47,6 +47,31 @@ pub enum Cmd {
     /// Read every chunk, check checksums and hashes, name damaged files.
     /// Exit 3 if anything is damaged.
     Scrub(TargetArgs),
+    /// Add or remove devices (online when mounted).
+    #[command(subcommand)]
+    Device(DeviceCmd),
+    /// Run one round of the tier mover now: promote hot segments, demote
+    /// cold ones (the daemon also does this every tier_interval_secs).
+    Migrate(TargetArgs),
+}
+
+#[derive(Subcommand)]
+pub enum DeviceCmd {
+    /// Add a device: CLASS:PATH[:SIZE][:role=tier|cache][:latency=DUR][:bw=SIZE]
+    /// (latency and bw emulate a slow device, for tests and benchmarks).
+    Add {
+        #[command(flatten)]
+        t: TargetArgs,
+        #[arg(value_parser = parse_device)]
+        spec: DeviceSpec,
+    },
+    /// Move everything off a device (progress bar), then remove it.
+    Remove {
+        #[command(flatten)]
+        t: TargetArgs,
+        /// The device's path (as added) or id.
+        device: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -182,6 +207,11 @@ pub struct ReblockArgs {
     pub no_files: bool,
 }
 
+fn parse_device(s: &str) -> Result<DeviceSpec, String> {
+    s.parse()
+        .map_err(|e: cairn_devices::DeviceError| e.to_string())
+}
+
 fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
@@ -190,10 +220,11 @@ fn size_arg(s: &str) -> Result<u64, String> {
 pub struct MkfsArgs {
     /// Pool directory (created if missing).
     pub pool: PathBuf,
-    /// A device as CLASS:PATH[:SIZE], CLASS one of nvme, ssd, hdd. PATH is a
-    /// file, a directory (a device file is made in it) or a block device.
-    /// Repeat for several devices. Default: one file inside the pool.
-    #[arg(long = "device", value_name = "CLASS:PATH[:SIZE]")]
+    /// A device as CLASS:PATH[:SIZE][:role=tier|cache][:latency=DUR][:bw=SIZE],
+    /// CLASS one of nvme, ssd, hdd. PATH is a file, a directory (a device
+    /// file is made in it) or a block device. Repeat for several devices.
+    /// Default: one file inside the pool.
+    #[arg(long = "device", value_name = "CLASS:PATH[:SIZE][:OPT=VAL]")]
     pub devices: Vec<String>,
     /// Block size that files are cut into (power of two, 4K..1M).
     #[arg(long, value_parser = size_arg, default_value = "64K")]

@@ -68,6 +68,7 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
         .with_context(|| format!("control socket {}", sock.display()))?;
     fs.spawn_snapshot_hasher();
     let gc = fs.spawn_gc();
+    let mover = fs.spawn_mover();
     let mnt = a.mountpoint.canonicalize()?;
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads)
         .with_context(|| format!("mounting on {}", mnt.display()))?;
@@ -85,8 +86,8 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
     let _ = std::fs::remove_file(&sock);
     fs.shutdown()?;
     let _ = flusher.join();
-    if let Some(gc) = gc {
-        let _ = gc.join();
+    for h in [gc, mover].into_iter().flatten() {
+        let _ = h.join();
     }
     tracing::info!("unmounted {}", mnt.display());
     Ok(())

@@ -6,6 +6,7 @@ mod args;
 mod control;
 mod daemon;
 mod report;
+mod tiering;
 
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -51,5 +52,7 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Reblock(a) => admin::reblock(&a),
         Cmd::Gc(a) => admin::gc(&a),
         Cmd::Scrub(t) => admin::scrub(&t),
+        Cmd::Device(c) => tiering::device(c),
+        Cmd::Migrate(t) => tiering::migrate(&t),
     }
 }

@@ -86,13 +86,35 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
     );
     println!("devices:");
     for d in &i.devices {
+        let mut notes = String::new();
+        if d.draining {
+            notes.push_str(" [draining]");
+        }
+        if let Some(e) = &d.emulated {
+            notes.push_str(&format!(" [emulated slow: {e}]"));
+        }
         println!(
-            "  {:>2} {:<5} {:>10} used of {:>10}  {}",
+            "  {:>2} {:<4} {:<5} {:>10} used of {:>10}, {:>6} segments ({} hot)  {}{notes}",
             d.id,
             d.class,
+            d.role,
             human(d.used),
             human(d.size),
+            d.segments,
+            d.hot_segments,
             d.path
+        );
+    }
+    println!("RAM read cache:  {}", human(i.ram_cache_bytes));
+    if let Some(c) = &i.ssd_cache {
+        println!(
+            "SSD read cache:  {} entries, {} hits, {} misses, {} filled, {} throttled, {} dropped",
+            c.entries,
+            c.hits,
+            c.misses,
+            human(c.filled_bytes),
+            c.throttled,
+            c.dropped
         );
     }
     Ok(())

@@ -18,6 +18,8 @@ pub enum DataError {
     NoSegment(u64),
     #[error("no space left in the pool")]
     NoSpace,
+    #[error("busy: {0}")]
+    Busy(String),
 }
 
 impl DataError {

@@ -5,16 +5,24 @@
 //! changing one entry. Chunk and segment records are encoded here; the
 //! filesystem layer stores them in the metadata store.
 
+pub mod cache;
 pub mod chunk;
 pub mod compress;
 pub mod error;
+pub mod heat;
+pub mod read;
 pub mod records;
+pub mod relocate;
+pub mod ssdcache;
 pub mod store;
 pub mod writer;
 
 pub use chunk::{ChunkHeader, Hash, CHUNK_HEADER_LEN};
 pub use compress::Compression;
 pub use error::DataError;
+pub use heat::{Heat, HeatSample};
 pub use records::{ChunkRec, SegmentRec};
+pub use relocate::Relocation;
+pub use ssdcache::{CacheStats, FillLimit, SsdCache};
 pub use store::ChunkStore;
 pub use writer::WriteBatch;

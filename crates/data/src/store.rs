@@ -2,10 +2,13 @@
 //! reads with verification, and the single open segment that new chunks are
 //! appended to (see writer.rs).
 
+use crate::cache::RamCache;
 use crate::chunk::{unseal, CHUNK_HEADER_LEN};
 use crate::compress::Compression;
 use crate::error::{DataError, Result};
+use crate::heat::Heat;
 use crate::records::{ChunkRec, SegmentRec};
+use crate::ssdcache::SsdCache;
 use crate::writer::{OpenSegment, WriteBatch};
 use cairn_devices::{Device, DeviceSet, SlotAddr};
 use parking_lot::{Mutex, RwLock};
@@ -24,6 +27,15 @@ pub struct ChunkStore {
     /// Free bytes at the end of the open segment, readable while a batch
     /// holds the open segment (writers check space without waiting).
     pub(crate) open_tail: AtomicU64,
+    /// Held shared by every device read of a chunk, from locating its
+    /// segment to the end of the I/O; taken exclusively before a moved or
+    /// dropped segment's old slot is released, so no read in flight can see
+    /// the slot reused.
+    pub(crate) io_gate: RwLock<()>,
+    /// Reads per segment, for the tier mover.
+    pub heat: Heat,
+    pub(crate) ram_cache: RwLock<Option<RamCache>>,
+    pub(crate) ssd_cache: RwLock<Option<Arc<SsdCache>>>,
 }
 
 impl ChunkStore {
@@ -64,7 +76,29 @@ impl ChunkStore {
             segment_size,
             open_tail: AtomicU64::new(0),
             compression: RwLock::new(Compression::None),
+            io_gate: RwLock::new(()),
+            heat: Heat::new(segment_size),
+            ram_cache: RwLock::new(None),
+            ssd_cache: RwLock::new(None),
         })
+    }
+
+    /// Sets the RAM read cache for chunks on slower tiers (0 turns it off).
+    pub fn set_ram_cache(&self, bytes: u64) {
+        *self.ram_cache.write() = (bytes > 0).then(|| RamCache::new(bytes));
+    }
+
+    pub fn set_ssd_cache(&self, cache: Option<Arc<SsdCache>>) {
+        *self.ssd_cache.write() = cache;
+    }
+
+    pub fn ssd_cache(&self) -> Option<Arc<SsdCache>> {
+        self.ssd_cache.read().clone()
+    }
+
+    /// Bytes held by the RAM read cache.
+    pub fn ram_cache_bytes(&self) -> u64 {
+        self.ram_cache.read().as_ref().map_or(0, |c| c.bytes())
     }
 
     pub fn set_compression(&self, c: Compression) {
@@ -116,7 +150,7 @@ impl ChunkStore {
 
     /// The device and device offset of a chunk, its record checked against
     /// the segment bounds.
-    fn locate(&self, rec: &ChunkRec) -> Result<(&Device, u64)> {
+    pub(crate) fn locate(&self, rec: &ChunkRec) -> Result<(Arc<Device>, u64)> {
         let seg = self
             .segment(rec.segment)
             .ok_or(DataError::NoSegment(rec.segment))?;
@@ -126,11 +160,13 @@ impl ChunkStore {
             return Err(corrupt(rec, "chunk record out of segment bounds".into()));
         }
         let dev = self.devices.device(seg.device)?;
-        Ok((dev, dev.slot_offset(seg.slot) + rec.offset as u64))
+        let at = dev.slot_offset(seg.slot) + rec.offset as u64;
+        Ok((dev, at))
     }
 
     /// The bytes of a chunk on disk (header + stored), unverified.
-    fn read_sealed(&self, rec: &ChunkRec) -> Result<Vec<u8>> {
+    pub(crate) fn read_sealed(&self, rec: &ChunkRec) -> Result<Vec<u8>> {
+        let _gate = self.io_gate.read();
         let (dev, at) = self.locate(rec)?;
         let mut buf = vec![0u8; rec.len as usize];
         dev.read_at(&mut buf, at)?;
@@ -151,7 +187,6 @@ impl ChunkStore {
     /// (which must not be longer than the chunk's raw length), verified
     /// against its header checksums and hash. No intermediate copy.
     pub fn read_chunk_into(&self, rec: &ChunkRec, dst: &mut [u8]) -> Result<()> {
-        let (dev, at) = self.locate(rec)?;
         if dst.len() > rec.raw_len as usize {
             return Err(corrupt(rec, "read beyond the chunk's raw length".into()));
         }
@@ -163,13 +198,32 @@ impl ChunkStore {
             return Ok(());
         }
         let mut head = [0u8; CHUNK_HEADER_LEN];
-        dev.read_split_at(&mut head, dst, at)?;
+        {
+            let _gate = self.io_gate.read();
+            let (dev, at) = self.locate(rec)?;
+            dev.read_split_at(&mut head, dst, at)?;
+        }
         let n =
             crate::chunk::verify_split(&head, dst, &rec.hash).map_err(|why| corrupt(rec, why))?;
         if n != rec.raw_len as usize {
             return Err(corrupt(rec, "raw length differs from record".into()));
         }
         Ok(())
+    }
+
+    /// Closes the open segment so that the next batch opens a new one (on
+    /// the device placement then picks). Call between batches only.
+    pub fn close_open_segment(&self) {
+        let mut open = self.open.lock();
+        if let Some(o) = open.as_ref() {
+            assert!(
+                o.is_flushed(),
+                "closing segment {} with buffered data",
+                o.id
+            );
+        }
+        *open = None;
+        self.open_tail.store(0, Ordering::Relaxed);
     }
 
     /// Starts appending chunks. Only one batch at a time (it holds the open
@@ -220,6 +274,10 @@ impl ChunkStore {
     /// Gives the slots of dropped segments back to their devices. Call only
     /// after the metadata transaction that removed them has committed.
     pub fn release_slots(&self, freed: &[SlotAddr]) -> Result<()> {
+        if freed.is_empty() {
+            return Ok(());
+        }
+        drop(self.io_gate.write());
         freed.iter().try_for_each(|a| Ok(self.devices.release(*a)?))
     }
 
@@ -236,7 +294,7 @@ impl ChunkStore {
 }
 
 /// A chunk whose bytes or record do not check out.
-fn corrupt(rec: &ChunkRec, why: String) -> DataError {
+pub(crate) fn corrupt(rec: &ChunkRec, why: String) -> DataError {
     DataError::Corrupt {
         segment: rec.segment,
         offset: rec.offset,

@@ -27,6 +27,13 @@ pub struct OpenSegment {
     buf: Vec<u8>,
 }
 
+impl OpenSegment {
+    /// True when nothing appended is still only in memory.
+    pub(crate) fn is_flushed(&self) -> bool {
+        self.buf.is_empty()
+    }
+}
+
 pub struct WriteBatch<'a> {
     store: &'a ChunkStore,
     compression: Compression,
@@ -180,11 +187,11 @@ mod tests {
     use std::sync::Arc;
 
     fn store(dir: &std::path::Path, slots: u64) -> ChunkStore {
-        let spec = DeviceSpec {
-            class: DeviceClass::Ssd,
-            path: dir.to_path_buf(),
-            size: Some((1 << 20) + slots * (1 << 20)),
-        };
+        let spec = DeviceSpec::tier(
+            DeviceClass::Ssd,
+            dir.to_path_buf(),
+            Some((1 << 20) + slots * (1 << 20)),
+        );
         let d = Device::create(&spec, 0, [0; 16], 1 << 20).unwrap();
         ChunkStore::new(Arc::new(DeviceSet::new(vec![d])), vec![], 1).unwrap()
     }

@@ -55,3 +55,34 @@ impl FromStr for DeviceClass {
         }
     }
 }
+
+/// What a device is for: a `tier` stores segments and adds its capacity to
+/// the pool; a `cache` holds copies of hot chunks whose home is a slower
+/// tier device and adds no capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceRole {
+    #[default]
+    Tier,
+    Cache,
+}
+
+impl fmt::Display for DeviceRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceRole::Tier => "tier",
+            DeviceRole::Cache => "cache",
+        })
+    }
+}
+
+impl FromStr for DeviceRole {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tier" => Ok(DeviceRole::Tier),
+            "cache" => Ok(DeviceRole::Cache),
+            other => Err(format!("unknown device role '{other}' (use tier or cache)")),
+        }
+    }
+}

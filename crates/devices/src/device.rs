@@ -1,19 +1,51 @@
 //! One device: a regular file, a file inside a directory, or a block device.
 //! Offers positioned reads and writes and durability (fdatasync).
 
-use crate::class::DeviceClass;
+use crate::class::{DeviceClass, DeviceRole};
+use crate::emulate::{parse_duration_us, Emulation, Throttle};
 use crate::error::{io_err, DeviceError, Result};
 use crate::header::{DeviceHeader, DATA_OFFSET, HEADER_LEN};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
-/// What the user asked for: `CLASS:PATH[:SIZE]`.
+/// What the user asked for: `CLASS:PATH[:SIZE][:role=tier|cache]
+/// [:latency=DUR][:bw=SIZE]` (latency and bw emulate a slow device).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceSpec {
     pub class: DeviceClass,
     pub path: PathBuf,
     pub size: Option<u64>,
+    pub role: DeviceRole,
+    pub emulate: Option<Emulation>,
+}
+
+impl DeviceSpec {
+    /// A tier device of the given class with no options.
+    pub fn tier(class: DeviceClass, path: PathBuf, size: Option<u64>) -> Self {
+        DeviceSpec {
+            class,
+            path,
+            size,
+            role: DeviceRole::Tier,
+            emulate: None,
+        }
+    }
+}
+
+/// The spec in the syntax `FromStr` reads (sizes in bytes, latency in us).
+impl std::fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.class, self.path.display())?;
+        if let Some(s) = self.size {
+            write!(f, ":{s}")?;
+        }
+        write!(f, ":role={}", self.role)?;
+        if let Some(e) = self.emulate {
+            write!(f, ":latency={}us:bw={}", e.latency_us, e.bytes_per_sec)?;
+        }
+        Ok(())
+    }
 }
 
 impl std::str::FromStr for DeviceSpec {
@@ -23,24 +55,40 @@ impl std::str::FromStr for DeviceSpec {
             spec: spec.to_string(),
             why: why.to_string(),
         };
-        let mut parts = spec.splitn(3, ':');
+        let mut parts = spec.split(':');
         let class = parts.next().unwrap_or_default();
         let path = parts
             .next()
-            .ok_or_else(|| bad("expected CLASS:PATH[:SIZE]"))?;
+            .ok_or_else(|| bad("expected CLASS:PATH[:SIZE][:key=value]..."))?;
         if path.is_empty() {
             return Err(bad("empty path"));
         }
         let class: DeviceClass = class.parse().map_err(|e: String| bad(&e))?;
-        let size = match parts.next() {
-            Some(s) => Some(crate::size::parse_size(s).map_err(|e| bad(&e))?),
-            None => None,
-        };
-        Ok(DeviceSpec {
-            class,
-            path: PathBuf::from(path),
-            size,
-        })
+        let mut out = DeviceSpec::tier(class, PathBuf::from(path), None);
+        let (mut latency, mut bw) = (None, None);
+        for (i, part) in parts.enumerate() {
+            match part.split_once('=') {
+                None if i == 0 => {
+                    out.size = Some(crate::size::parse_size(part).map_err(|e| bad(&e))?)
+                }
+                None => return Err(bad(&format!("'{part}': expected key=value"))),
+                Some(("role", v)) => out.role = v.parse().map_err(|e: String| bad(&e))?,
+                Some(("latency", v)) => latency = Some(parse_duration_us(v).map_err(|e| bad(&e))?),
+                Some(("bw", v)) => bw = Some(crate::size::parse_size(v).map_err(|e| bad(&e))?),
+                Some((k, _)) => {
+                    return Err(bad(&format!(
+                        "unknown option '{k}' (use role, latency or bw)"
+                    )))
+                }
+            }
+        }
+        if latency.is_some() || bw.is_some() {
+            out.emulate = Some(Emulation {
+                latency_us: latency.unwrap_or(0),
+                bytes_per_sec: bw.unwrap_or(0),
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -48,7 +96,9 @@ impl std::str::FromStr for DeviceSpec {
 pub struct Device {
     pub header: DeviceHeader,
     pub path: PathBuf,
+    pub role: DeviceRole,
     file: File,
+    throttle: Option<Throttle>,
 }
 
 /// Resolves a spec path: a directory holds the device as a file inside it.
@@ -126,11 +176,23 @@ impl Device {
         file.write_all_at(&header.encode(), 0)
             .map_err(io_err(&path))?;
         file.sync_all().map_err(io_err(&path))?;
-        Ok(Device { header, path, file })
+        Ok(Device {
+            header,
+            path,
+            role: spec.role,
+            file,
+            throttle: spec.emulate.map(Throttle::new),
+        })
     }
 
     /// Opens an existing device and checks that it belongs to the pool.
-    pub fn open(path: &Path, pool_uuid: [u8; 16]) -> Result<Device> {
+    /// Role and emulation come from the pool's device record.
+    pub fn open(
+        path: &Path,
+        pool_uuid: [u8; 16],
+        role: DeviceRole,
+        emulate: Option<Emulation>,
+    ) -> Result<Device> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -153,12 +215,25 @@ impl Device {
         Ok(Device {
             header,
             path: path.to_path_buf(),
+            role,
             file,
+            throttle: emulate.map(Throttle::new),
         })
     }
 
     pub fn id(&self) -> u32 {
         self.header.device_id
+    }
+
+    /// The slow-device emulation this device runs with, if any.
+    pub fn emulation(&self) -> Option<Emulation> {
+        self.throttle.as_ref().map(|t| t.emulation)
+    }
+
+    fn throttle(&self, bytes: usize) {
+        if let Some(t) = &self.throttle {
+            t.io(bytes);
+        }
     }
 
     pub fn class(&self) -> DeviceClass {
@@ -175,6 +250,7 @@ impl Device {
     }
 
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.throttle(buf.len());
         self.file
             .read_exact_at(buf, offset)
             .map_err(io_err(&self.path))
@@ -185,6 +261,7 @@ impl Device {
     /// wants it without a copy.
     pub fn read_split_at(&self, head: &mut [u8], body: &mut [u8], offset: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
+        self.throttle(head.len() + body.len());
         let iov = [
             libc::iovec {
                 iov_base: head.as_mut_ptr().cast(),
@@ -201,13 +278,16 @@ impl Device {
         if n >= 0 && n as usize == head.len() + body.len() {
             return Ok(());
         }
-        self.read_at(head, offset)?;
-        self.read_at(body, offset + head.len() as u64)
+        let f = &self.file;
+        f.read_exact_at(head, offset).map_err(io_err(&self.path))?;
+        f.read_exact_at(body, offset + head.len() as u64)
+            .map_err(io_err(&self.path))
     }
 
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         debug_assert!(offset >= self.header.data_offset);
         debug_assert!(offset + buf.len() as u64 <= self.header.size);
+        self.throttle(buf.len());
         self.file.write_all_at(buf, offset).map_err(|e| {
             if e.raw_os_error() == Some(libc::ENOSPC) {
                 DeviceError::NoSpace
@@ -218,6 +298,7 @@ impl Device {
     }
 
     pub fn sync(&self) -> Result<()> {
+        self.throttle(0);
         self.file.sync_data().map_err(io_err(&self.path))
     }
 
@@ -251,27 +332,44 @@ mod tests {
         assert!("tape:/x".parse::<DeviceSpec>().is_err());
         assert!("ssd".parse::<DeviceSpec>().is_err());
         assert!("ssd:/x:12Q".parse::<DeviceSpec>().is_err());
+        let s: DeviceSpec = "hdd:/d:1G:latency=8ms:bw=100M".parse().unwrap();
+        assert_eq!((s.size, s.role), (Some(1 << 30), DeviceRole::Tier));
+        assert_eq!(
+            s.emulate,
+            Some(Emulation {
+                latency_us: 8000,
+                bytes_per_sec: 100 << 20
+            })
+        );
+        let s: DeviceSpec = "ssd:/c:role=cache".parse().unwrap();
+        assert_eq!((s.size, s.role, s.emulate), (None, DeviceRole::Cache, None));
+        assert!("ssd:/x:1G:colour=red".parse::<DeviceSpec>().is_err());
+        for text in [
+            "hdd:/d:1G:latency=8ms:bw=100M",
+            "ssd:/c:role=cache",
+            "nvme:/n",
+        ] {
+            let s: DeviceSpec = text.parse().unwrap();
+            assert_eq!(s.to_string().parse::<DeviceSpec>().unwrap(), s);
+        }
+        assert!("ssd:/x:1G:2G".parse::<DeviceSpec>().is_err());
     }
 
     #[test]
     fn create_open_io() {
         let dir = tempfile::tempdir().unwrap();
-        let spec = DeviceSpec {
-            class: DeviceClass::Nvme,
-            path: dir.path().to_path_buf(),
-            size: Some(32 << 20),
-        };
+        let spec = DeviceSpec::tier(DeviceClass::Nvme, dir.path().to_path_buf(), Some(32 << 20));
         let d = Device::create(&spec, 0, [1; 16], 1 << 20).unwrap();
         assert_eq!(d.header.slot_count(), 31);
         let off = d.slot_offset(2);
         d.write_at(b"hello", off).unwrap();
         d.sync().unwrap();
-        let d2 = Device::open(&d.path, [1; 16]).unwrap();
+        let d2 = Device::open(&d.path, [1; 16], DeviceRole::Tier, None).unwrap();
         let mut b = [0u8; 5];
         d2.read_at(&mut b, off).unwrap();
         assert_eq!(&b, b"hello");
         assert!(matches!(
-            Device::open(&d.path, [2; 16]),
+            Device::open(&d.path, [2; 16], DeviceRole::Tier, None),
             Err(DeviceError::WrongPool { .. })
         ));
     }

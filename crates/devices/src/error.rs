@@ -28,6 +28,8 @@ pub enum DeviceError {
     TooSmall { path: PathBuf, size: u64, min: u64 },
     #[error("no space left on any device")]
     NoSpace,
+    #[error("device {id} still holds {segments} segments")]
+    InUse { id: u32, segments: u64 },
     #[error("unknown device id {0}")]
     UnknownDevice(u32),
 }

@@ -6,14 +6,16 @@
 
 pub mod class;
 pub mod device;
+pub mod emulate;
 pub mod error;
 pub mod header;
 pub mod set;
 pub mod size;
 pub mod spacemap;
 
-pub use class::DeviceClass;
+pub use class::{DeviceClass, DeviceRole};
 pub use device::{Device, DeviceSpec};
+pub use emulate::Emulation;
 pub use error::DeviceError;
 pub use header::DeviceHeader;
 pub use set::{DeviceSet, SlotAddr};

@@ -2,10 +2,12 @@
 //! class with a free slot wins, so a full fast device spills to slower ones
 //! and ENOSPC only comes when every device is full.
 
+use crate::class::DeviceRole;
 use crate::device::Device;
 use crate::error::{DeviceError, Result};
 use crate::spacemap::SpaceMap;
-use parking_lot::Mutex;
+use parking_lot::RwLock;
+use std::sync::Arc;
 
 /// Where a segment lives: a slot on a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -14,59 +16,132 @@ pub struct SlotAddr {
     pub slot: u64,
 }
 
+/// One member of the set: the device, its slot map and whether it is being
+/// drained (no new segments; `cairn device remove` empties it).
+#[derive(Debug)]
+struct Member {
+    dev: Arc<Device>,
+    map: SpaceMap,
+    draining: bool,
+}
+
+/// The devices of a pool. Devices can be added and removed while the pool
+/// is in use; each one is shared as an `Arc` so that an I/O in flight keeps
+/// its device open.
 #[derive(Debug)]
 pub struct DeviceSet {
-    devices: Vec<Device>,
-    maps: Mutex<Vec<SpaceMap>>,
+    members: RwLock<Vec<Member>>,
+    segment_size: u64,
 }
 
 impl DeviceSet {
-    pub fn new(mut devices: Vec<Device>) -> Self {
-        devices.sort_by_key(|d| d.id());
-        let maps = devices
-            .iter()
-            .map(|d| SpaceMap::new(d.header.slot_count()))
-            .collect();
-        DeviceSet {
-            devices,
-            maps: Mutex::new(maps),
+    pub fn new(devices: Vec<Device>) -> Self {
+        let segment_size = devices.first().map_or(0, |d| d.header.segment_size);
+        let set = DeviceSet {
+            members: RwLock::new(Vec::new()),
+            segment_size,
+        };
+        for d in devices {
+            set.add(d)
+                .expect("devices of one pool share a segment size");
         }
+        set
     }
 
-    pub fn devices(&self) -> &[Device] {
-        &self.devices
+    /// Adds a device (online). Its segment size must match the pool's.
+    pub fn add(&self, dev: Device) -> Result<Arc<Device>> {
+        if self.segment_size != 0 && dev.header.segment_size != self.segment_size {
+            return Err(DeviceError::BadSpec {
+                spec: dev.path.display().to_string(),
+                why: "segment size differs from the pool's".into(),
+            });
+        }
+        let mut m = self.members.write();
+        if m.iter().any(|x| x.dev.id() == dev.id()) {
+            return Err(DeviceError::BadSpec {
+                spec: dev.path.display().to_string(),
+                why: format!("device id {} already in the pool", dev.id()),
+            });
+        }
+        let dev = Arc::new(dev);
+        m.push(Member {
+            map: SpaceMap::new(dev.header.slot_count()),
+            dev: dev.clone(),
+            draining: false,
+        });
+        m.sort_by_key(|x| x.dev.id());
+        Ok(dev)
     }
 
-    fn index(&self, id: u32) -> Result<usize> {
-        self.devices
-            .binary_search_by_key(&id, |d| d.id())
-            .map_err(|_| DeviceError::UnknownDevice(id))
+    /// Takes a device out of the set. Refused while it holds segments.
+    pub fn remove(&self, id: u32) -> Result<Arc<Device>> {
+        let mut m = self.members.write();
+        let i = index(&m, id)?;
+        let used = m[i].map.slots() - m[i].map.free_slots();
+        if used > 0 {
+            return Err(DeviceError::InUse { id, segments: used });
+        }
+        Ok(m.remove(i).dev)
     }
 
-    pub fn device(&self, id: u32) -> Result<&Device> {
-        Ok(&self.devices[self.index(id)?])
+    /// Marks a device as draining (no new segments) or not.
+    pub fn set_draining(&self, id: u32, draining: bool) -> Result<()> {
+        let mut m = self.members.write();
+        let i = index(&m, id)?;
+        m[i].draining = draining;
+        Ok(())
+    }
+
+    pub fn is_draining(&self, id: u32) -> bool {
+        let m = self.members.read();
+        index(&m, id).is_ok_and(|i| m[i].draining)
+    }
+
+    /// Every device, in id order.
+    pub fn devices(&self) -> Vec<Arc<Device>> {
+        self.members.read().iter().map(|x| x.dev.clone()).collect()
+    }
+
+    pub fn device(&self, id: u32) -> Result<Arc<Device>> {
+        let m = self.members.read();
+        Ok(m[index(&m, id)?].dev.clone())
     }
 
     /// Records at mount that a slot holds a committed segment.
     /// Returns false if the slot was already claimed (a corrupt table).
     pub fn claim(&self, addr: SlotAddr) -> Result<bool> {
-        let i = self.index(addr.device)?;
-        let mut maps = self.maps.lock();
-        if addr.slot >= maps[i].slots() {
+        let mut m = self.members.write();
+        let i = index(&m, addr.device)?;
+        if addr.slot >= m[i].map.slots() || m[i].dev.role != DeviceRole::Tier {
             return Ok(false);
         }
-        Ok(maps[i].mark_used(addr.slot))
+        Ok(m[i].map.mark_used(addr.slot))
     }
 
-    /// Allocates a slot on the fastest device that has one.
+    /// Allocates a slot on the fastest tier device that has one.
     pub fn allocate(&self) -> Result<SlotAddr> {
-        let mut maps = self.maps.lock();
-        let mut order: Vec<usize> = (0..self.devices.len()).collect();
-        order.sort_by_key(|&i| (self.devices[i].class().rank(), self.devices[i].id()));
+        self.allocate_where(|_, _, _| true)
+    }
+
+    /// Allocates a slot on the fastest tier device, not draining, for which
+    /// `pick(device, total slots, free slots)` is true (the mover uses it to
+    /// choose a tier). `pick` runs under the set's lock: it must not call
+    /// back into the set.
+    pub fn allocate_where(&self, pick: impl Fn(&Device, u64, u64) -> bool) -> Result<SlotAddr> {
+        let mut m = self.members.write();
+        let mut order: Vec<usize> = (0..m.len())
+            .filter(|&i| {
+                let x = &m[i];
+                x.dev.role == DeviceRole::Tier
+                    && !x.draining
+                    && pick(&x.dev, x.map.slots(), x.map.free_slots())
+            })
+            .collect();
+        order.sort_by_key(|&i| (m[i].dev.class().rank(), m[i].dev.id()));
         for i in order {
-            if let Some(slot) = maps[i].allocate() {
+            if let Some(slot) = m[i].map.allocate() {
                 return Ok(SlotAddr {
-                    device: self.devices[i].id(),
+                    device: m[i].dev.id(),
                     slot,
                 });
             }
@@ -75,35 +150,59 @@ impl DeviceSet {
     }
 
     pub fn release(&self, addr: SlotAddr) -> Result<()> {
-        let i = self.index(addr.device)?;
-        self.maps.lock()[i].release(addr.slot);
-        self.devices[i].discard_slot(addr.slot);
+        let dev = {
+            let mut m = self.members.write();
+            let i = index(&m, addr.device)?;
+            m[i].map.release(addr.slot);
+            m[i].dev.clone()
+        };
+        dev.discard_slot(addr.slot);
         Ok(())
     }
 
-    /// (total slots, free slots) over all devices.
+    /// (total slots, free slots) over the tier devices that take new
+    /// segments: the pool's capacity (cache devices add none).
     pub fn slot_totals(&self) -> (u64, u64) {
-        let maps = self.maps.lock();
-        maps.iter()
-            .fold((0, 0), |(t, f), m| (t + m.slots(), f + m.free_slots()))
+        self.members
+            .read()
+            .iter()
+            .filter(|x| x.dev.role == DeviceRole::Tier && !x.draining)
+            .fold((0, 0), |(t, f), x| {
+                (t + x.map.slots(), f + x.map.free_slots())
+            })
     }
 
-    /// Per device: (total slots, free slots), in device order.
-    pub fn per_device_slots(&self) -> Vec<(u64, u64)> {
-        self.maps
-            .lock()
+    /// Per device, in id order: (device, total slots, free slots).
+    pub fn per_device_slots(&self) -> Vec<(Arc<Device>, u64, u64)> {
+        self.members
+            .read()
             .iter()
-            .map(|m| (m.slots(), m.free_slots()))
+            .map(|x| (x.dev.clone(), x.map.slots(), x.map.free_slots()))
             .collect()
     }
 
     pub fn segment_size(&self) -> u64 {
-        self.devices.first().map_or(0, |d| d.header.segment_size)
+        self.segment_size
+    }
+
+    /// Class rank of the fastest tier device.
+    pub fn fastest_tier_rank(&self) -> Option<u8> {
+        self.members
+            .read()
+            .iter()
+            .filter(|x| x.dev.role == DeviceRole::Tier)
+            .map(|x| x.dev.class().rank())
+            .min()
     }
 
     pub fn sync_all(&self) -> Result<()> {
-        self.devices.iter().try_for_each(|d| d.sync())
+        self.devices().iter().try_for_each(|d| d.sync())
     }
+}
+
+fn index(m: &[Member], id: u32) -> Result<usize> {
+    m.binary_search_by_key(&id, |x| x.dev.id())
+        .map_err(|_| DeviceError::UnknownDevice(id))
 }
 
 #[cfg(test)]
@@ -115,11 +214,7 @@ mod tests {
     fn fastest_first_then_spill() {
         let dir = tempfile::tempdir().unwrap();
         let mk = |id: u32, class, name: &str| {
-            let spec = DeviceSpec {
-                class,
-                path: dir.path().join(name),
-                size: Some((1 << 20) + 4 * (1 << 20)),
-            };
+            let spec = DeviceSpec::tier(class, dir.path().join(name), Some(5 << 20));
             Device::create(&spec, id, [0; 16], 1 << 20).unwrap()
         };
         let set = DeviceSet::new(vec![
@@ -135,5 +230,28 @@ mod tests {
         assert!(matches!(set.allocate(), Err(DeviceError::NoSpace)));
         set.release(SlotAddr { device: 1, slot: 2 }).unwrap();
         assert_eq!(set.allocate().unwrap(), SlotAddr { device: 1, slot: 2 });
+    }
+
+    #[test]
+    fn add_drain_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let mk = |id: u32, class, name: &str| {
+            let spec = DeviceSpec::tier(class, dir.path().join(name), Some(5 << 20));
+            Device::create(&spec, id, [0; 16], 1 << 20).unwrap()
+        };
+        let set = DeviceSet::new(vec![mk(0, DeviceClass::Hdd, "a")]);
+        let a = set.allocate().unwrap();
+        set.add(mk(1, DeviceClass::Nvme, "b")).unwrap();
+        assert!(set.add(mk(1, DeviceClass::Nvme, "c")).is_err());
+        assert_eq!(set.allocate().unwrap().device, 1);
+        assert_eq!(set.slot_totals(), (8, 6));
+        set.set_draining(1, true).unwrap();
+        assert_eq!(set.allocate().unwrap().device, 0);
+        assert!(matches!(set.remove(0), Err(DeviceError::InUse { .. })));
+        set.release(a).unwrap();
+        assert!(set.remove(1).is_err());
+        set.release(SlotAddr { device: 1, slot: 0 }).unwrap();
+        set.remove(1).unwrap();
+        assert_eq!(set.devices().len(), 1);
     }
 }

@@ -41,6 +41,26 @@ pub struct PoolConfig {
     pub gc_interval_secs: u64,
     pub gc_max_live_pct: u32,
     pub gc_rate_mib: u64,
+    /// RAM read cache for chunks whose home is slower than the fastest tier
+    /// (EPRD), in MiB; 0 turns it off.
+    pub read_cache_mib: u64,
+    /// SSD read cache fill limits (swapcache): a burst allowance and a
+    /// long-term rate, so the cache device is not worn out.
+    pub cache_fill_burst_mib: u64,
+    pub cache_fill_rate_mib: u64,
+    /// Tier mover: a round every this many seconds (0: off).
+    pub tier_interval_secs: u64,
+    /// Heat halves every this many seconds.
+    pub tier_heat_halflife_secs: u64,
+    /// Decayed reads that make a segment on a slower tier hot (promoted).
+    pub tier_promote_hits: f64,
+    /// A segment not read for this long may be demoted (btier max_age).
+    pub tier_demote_idle_secs: u64,
+    /// Faster tiers are kept at most this full (percent): demotion makes
+    /// room above it and promotion stops at it.
+    pub tier_fast_full_pct: u32,
+    /// Tier moves copy at most this many MiB/s.
+    pub tier_rate_mib: u64,
 }
 
 impl Default for PoolConfig {
@@ -59,6 +79,15 @@ impl Default for PoolConfig {
             gc_interval_secs: 60,
             gc_max_live_pct: 50,
             gc_rate_mib: 64,
+            read_cache_mib: 256,
+            cache_fill_burst_mib: 1024,
+            cache_fill_rate_mib: 16,
+            tier_interval_secs: 30,
+            tier_heat_halflife_secs: 3600,
+            tier_promote_hits: 4.0,
+            tier_demote_idle_secs: 600,
+            tier_fast_full_pct: 90,
+            tier_rate_mib: 64,
         }
     }
 }
@@ -89,6 +118,12 @@ impl PoolConfig {
         self.compression()?;
         if !(1..=100).contains(&self.gc_max_live_pct) {
             return Err(FsError::Io("gc_max_live_pct must be in 1..=100".into()));
+        }
+        if !(1..=100).contains(&self.tier_fast_full_pct) {
+            return Err(FsError::Io("tier_fast_full_pct must be in 1..=100".into()));
+        }
+        if self.tier_promote_hits.is_nan() || self.tier_promote_hits <= 0.0 {
+            return Err(FsError::Io("tier_promote_hits must be > 0".into()));
         }
         if self.dirty_limit_mib == 0 {
             return Err(FsError::Io("dirty_limit_mib must be > 0".into()));

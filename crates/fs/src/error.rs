@@ -55,6 +55,8 @@ pub enum FsError {
         "TID {0:#018x} is not readable: it is newer than the last commit or its history was pruned"
     )]
     NoSuchTid(u64),
+    #[error("{0}")]
+    BadRequest(String),
     #[error(transparent)]
     Meta(#[from] MetaError),
     #[error(transparent)]
@@ -73,7 +75,7 @@ impl FsError {
             NotDir => libc::ENOTDIR,
             IsDir => libc::EISDIR,
             NameTooLong => libc::ENAMETOOLONG,
-            Invalid => libc::EINVAL,
+            Invalid | BadRequest(_) => libc::EINVAL,
             NotPermitted => libc::EPERM,
             NoSpace => libc::ENOSPC,
             NoAttr => libc::ENODATA,

@@ -11,9 +11,19 @@ use serde::Serialize;
 pub struct DeviceInfo {
     pub id: u32,
     pub class: String,
+    /// "tier" (adds capacity) or "cache" (holds copies only).
+    pub role: String,
     pub path: String,
     pub size: u64,
     pub used: u64,
+    /// Being emptied by `cairn device remove`.
+    pub draining: bool,
+    /// The slow-device emulation it runs with ("latency 8000 us, 100 MiB/s").
+    pub emulated: Option<String>,
+    /// Segments on it, and how many of them are hot (at least
+    /// tier_promote_hits decayed reads).
+    pub segments: u64,
+    pub hot_segments: u64,
 }
 
 #[derive(Debug, Serialize, serde::Deserialize)]
@@ -52,6 +62,10 @@ pub struct PoolInfo {
     /// cache (meta_cache_mib) keeps only what is hot.
     pub index_ram_bytes: u64,
     pub devices: Vec<DeviceInfo>,
+    /// Bytes in the RAM read cache (chunks on slower tiers).
+    pub ram_cache_bytes: u64,
+    /// The SSD read cache, if the pool has a cache device.
+    pub ssd_cache: Option<cairn_data::CacheStats>,
 }
 
 pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
@@ -85,19 +99,34 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
     let segs = pool.chunks.segment_table();
     let physical = segs.iter().map(|(_, s)| s.live).sum();
     let seg = pool.sb.segment_size;
-    let per = pool.chunks.devices().per_device_slots();
-    let devices = pool
-        .chunks
-        .devices()
-        .devices()
-        .iter()
-        .zip(per)
-        .map(|(d, (slots, free))| DeviceInfo {
+    let set = pool.chunks.devices();
+    let hot_at = pool.config.tier_promote_hits;
+    let per_dev = |dev: u32| {
+        let on: Vec<u64> = segs
+            .iter()
+            .filter(|(_, s)| s.device == dev)
+            .map(|(id, _)| *id)
+            .collect();
+        let hot = on
+            .iter()
+            .filter(|id| pool.chunks.heat.get(**id).hits >= hot_at)
+            .count();
+        (on.len() as u64, hot as u64)
+    };
+    let devices = set
+        .per_device_slots()
+        .into_iter()
+        .map(|(d, slots, free)| DeviceInfo {
             id: d.id(),
             class: d.class().to_string(),
+            role: d.role.to_string(),
             path: d.path.display().to_string(),
             size: slots * seg,
             used: (slots - free) * seg,
+            draining: set.is_draining(d.id()),
+            emulated: d.emulation().map(|e| e.to_string()),
+            segments: per_dev(d.id()).0,
+            hot_segments: per_dev(d.id()).1,
         })
         .collect::<Vec<_>>();
     Ok(PoolInfo {
@@ -111,7 +140,7 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
         directories: dirs,
         logical_bytes: logical,
         physical_bytes: physical,
-        capacity_bytes: devices.iter().map(|d| d.size).sum(),
+        capacity_bytes: set.slot_totals().0 * seg,
         live_elements: live,
         history_elements: hist,
         chunks,
@@ -126,5 +155,7 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
         index_entries,
         index_ram_bytes,
         devices,
+        ram_cache_bytes: pool.chunks.ram_cache_bytes(),
+        ssd_cache: pool.chunks.ssd_cache().map(|c| c.stats()),
     })
 }

@@ -7,6 +7,7 @@
 pub mod asof;
 pub mod check;
 pub mod config;
+pub mod devices;
 pub mod error;
 pub mod flush;
 pub mod gc;
@@ -22,6 +23,7 @@ pub mod reblock;
 pub mod scrub;
 pub mod snapshot;
 pub mod superblock;
+pub mod tier;
 pub mod timefmt;
 pub mod treehash;
 pub mod types;

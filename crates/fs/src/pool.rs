@@ -7,7 +7,7 @@ use crate::error::{FsError, Result};
 use crate::superblock::{Superblock, SUPERBLOCK_LEN};
 use crate::types::{FileKind, Inode, Time, ROOT_INO};
 use cairn_data::{ChunkStore, SegmentRec};
-use cairn_devices::{Device, DeviceClass, DeviceSet, DeviceSpec};
+use cairn_devices::{Device, DeviceClass, DeviceRole, DeviceSet, DeviceSpec, Emulation};
 use cairn_meta::{ElemKey, MetaStore, RecordType};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -43,6 +43,49 @@ pub struct DeviceDesc {
     pub class: DeviceClass,
     /// Absolute, or relative to the pool directory.
     pub path: PathBuf,
+    #[serde(default)]
+    pub role: DeviceRole,
+    /// Slow-device emulation (tests and benchmarks only).
+    #[serde(default)]
+    pub emulate: Option<Emulation>,
+}
+
+impl DeviceDesc {
+    /// The record of a newly created device, its path relative to the pool
+    /// directory when it lies inside it.
+    pub fn new(pool: &Path, dev: &Device, spec: &DeviceSpec) -> Self {
+        let path = dev
+            .path
+            .strip_prefix(pool)
+            .map(Path::to_path_buf)
+            .unwrap_or(dev.path.clone());
+        DeviceDesc {
+            version: 1,
+            id: dev.id(),
+            class: spec.class,
+            path,
+            role: spec.role,
+            emulate: spec.emulate,
+        }
+    }
+
+    /// Opens the device this record names.
+    pub fn open(&self, pool: &Path, uuid: [u8; 16]) -> Result<Device> {
+        let p = if self.path.is_absolute() {
+            self.path.clone()
+        } else {
+            pool.join(&self.path)
+        };
+        Ok(Device::open(&p, uuid, self.role, self.emulate)?)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("json")
+    }
+
+    pub fn decode(raw: &[u8]) -> Result<Self> {
+        serde_json::from_slice(raw).map_err(|e| FsError::Io(format!("corrupt device record: {e}")))
+    }
 }
 
 pub struct PoolPaths;
@@ -56,6 +99,9 @@ impl PoolPaths {
     }
     pub fn config(p: &Path) -> PathBuf {
         p.join("cairn.toml")
+    }
+    pub fn heat(p: &Path) -> PathBuf {
+        p.join("heat")
     }
     pub fn lock(p: &Path) -> PathBuf {
         p.join("lock")
@@ -127,33 +173,28 @@ pub fn mkfs(pool: &Path, mut opts: MkfsOptions) -> Result<Superblock> {
     }
     let _ = std::fs::remove_file(PoolPaths::meta(pool));
     if opts.devices.is_empty() {
-        opts.devices.push(DeviceSpec {
-            class: DeviceClass::Ssd,
-            path: pool.join("data.0"),
-            size: None,
-        });
+        opts.devices.push(DeviceSpec::tier(
+            DeviceClass::Ssd,
+            pool.join("data.0"),
+            None,
+        ));
+    }
+    if !opts.devices.iter().any(|d| d.role == DeviceRole::Tier) {
+        return Err(FsError::BadRequest(
+            "a pool needs at least one tier device (cache devices add no capacity)".into(),
+        ));
     }
     let uuid = *uuid::Uuid::new_v4().as_bytes();
-    let meta = MetaStore::create(&PoolPaths::meta(pool))?;
+    let meta = MetaStore::create(&meta_home(pool, &opts.devices)?)?;
     let now = Time::now();
     let mut descs = Vec::new();
     for (id, spec) in opts.devices.iter().enumerate() {
         let dev = Device::create(spec, id as u32, uuid, opts.segment_size)?;
-        let path = dev
-            .path
-            .strip_prefix(pool)
-            .map(Path::to_path_buf)
-            .unwrap_or(dev.path.clone());
-        descs.push(DeviceDesc {
-            version: 1,
-            id: id as u32,
-            class: spec.class,
-            path,
-        });
+        descs.push(DeviceDesc::new(pool, &dev, spec));
     }
     meta.write(|w| {
         for d in &descs {
-            w.put_device(d.id, &serde_json::to_vec(d).expect("json"))?;
+            w.put_device(d.id, &d.encode())?;
         }
         w.put(
             &ElemKey::new(ROOT_INO, RecordType::Inode, &[]),
@@ -188,6 +229,25 @@ pub fn mkfs(pool: &Path, mut opts: MkfsOptions) -> Result<Superblock> {
     Ok(sb)
 }
 
+/// Where the metadata store goes: inside the directory of the fastest tier
+/// device when that device is a directory (the metadata lives on the
+/// fastest device), linked from POOL/meta.redb; else in the pool directory.
+fn meta_home(pool: &Path, specs: &[DeviceSpec]) -> Result<PathBuf> {
+    let link = PoolPaths::meta(pool);
+    let fastest = specs
+        .iter()
+        .filter(|d| d.role == DeviceRole::Tier)
+        .min_by_key(|d| d.class.rank())
+        .filter(|d| d.path.is_dir() && !d.path.starts_with(pool));
+    let Some(dev) = fastest else {
+        return Ok(link);
+    };
+    let target = dev.path.join("cairn-meta.redb");
+    let _ = std::fs::remove_file(&target);
+    std::os::unix::fs::symlink(&target, &link).map_err(io(&link))?;
+    Ok(target)
+}
+
 pub fn read_superblock(pool: &Path) -> Result<Superblock> {
     let p = PoolPaths::superblock(pool);
     let b = std::fs::read(&p).map_err(|e| {
@@ -217,7 +277,6 @@ pub struct Pool {
     pub config: PoolConfig,
     pub meta: MetaStore,
     pub chunks: ChunkStore,
-    pub devices: Vec<DeviceDesc>,
     _lock: File,
 }
 
@@ -251,17 +310,8 @@ impl Pool {
         )?;
         let r = meta.read()?;
         let mut devices = Vec::new();
-        let mut descs = Vec::new();
         for (_, raw) in r.devices()? {
-            let d: DeviceDesc = serde_json::from_slice(&raw)
-                .map_err(|e| FsError::Io(format!("corrupt device record: {e}")))?;
-            let p = if d.path.is_absolute() {
-                d.path.clone()
-            } else {
-                path.join(&d.path)
-            };
-            devices.push(Device::open(&p, sb.uuid)?);
-            descs.push(d);
+            devices.push(DeviceDesc::decode(&raw)?.open(path, sb.uuid)?);
         }
         let mut table = Vec::new();
         for (id, raw) in r.segments()? {
@@ -269,15 +319,22 @@ impl Pool {
         }
         let next_segment = r.counter("next_segment")?;
         drop(r);
-        let chunks = ChunkStore::new(Arc::new(DeviceSet::new(devices)), table, next_segment)?;
+        let set = Arc::new(DeviceSet::new(devices));
+        let mut chunks = ChunkStore::new(set.clone(), table, next_segment)?;
         chunks.set_compression(config.compression()?);
+        chunks.set_ram_cache(config.read_cache_mib << 20);
+        chunks.heat = cairn_data::Heat::load(&PoolPaths::heat(path), sb.segment_size);
+        let cache = set
+            .devices()
+            .into_iter()
+            .find(|d| d.role == DeviceRole::Cache);
+        chunks.set_ssd_cache(cache.map(|d| crate::devices::ssd_cache(&config, d)));
         Ok(Pool {
             path: path.to_path_buf(),
             sb,
             config,
             meta,
             chunks,
-            devices: descs,
             _lock: lock,
         })
     }

@@ -257,9 +257,7 @@ impl Fs {
         blk: u64,
         ext: &Extent,
     ) -> Result<Vec<u8>> {
-        let mut data = self.with_chunk(r, ino, blk, ext, |rec| {
-            self.pool.chunks.read_chunk(rec, false)
-        })?;
+        let mut data = self.with_chunk(r, ino, blk, ext, |rec| self.pool.chunks.read_block(rec))?;
         data.truncate(ext.len as usize);
         Ok(data)
     }
@@ -276,7 +274,7 @@ impl Fs {
     ) -> Result<()> {
         assert!(dst.len() <= ext.len as usize);
         self.with_chunk(r, ino, blk, ext, |rec| {
-            self.pool.chunks.read_chunk_into(rec, dst)
+            self.pool.chunks.read_block_into(rec, dst)
         })
     }
 
@@ -354,6 +352,10 @@ impl Fs {
     pub fn shutdown(&self) -> Result<()> {
         self.stopping.store(true, Ordering::SeqCst);
         self.kick_flusher();
+        let path = crate::pool::PoolPaths::heat(&self.pool.path);
+        if let Err(e) = self.pool.chunks.heat.save(&path) {
+            tracing::warn!("saving heat table: {e}");
+        }
         self.flush()
     }
 

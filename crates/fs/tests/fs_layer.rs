@@ -9,11 +9,7 @@ use std::sync::Arc;
 fn make(dir: &Path, size: Option<u64>) -> Arc<Fs> {
     let mut o = MkfsOptions::default();
     if let Some(s) = size {
-        o.devices = vec![DeviceSpec {
-            class: DeviceClass::Ssd,
-            path: dir.join("dev"),
-            size: Some(s),
-        }];
+        o.devices = vec![DeviceSpec::tier(DeviceClass::Ssd, dir.join("dev"), Some(s))];
     }
     mkfs(&dir.join("pool"), o).unwrap();
     reopen(dir)

@@ -589,6 +589,11 @@ impl MetaWrite<'_> {
         Ok(self.snapshots.get(name)?.map(|v| v.value().to_vec()))
     }
 
+    pub fn remove_device(&mut self, id: u32) -> Result<()> {
+        self.devices.remove(id)?;
+        Ok(())
+    }
+
     pub fn put_device(&mut self, id: u32, desc: &[u8]) -> Result<()> {
         self.devices.insert(id, desc)?;
         Ok(())

@@ -91,5 +91,18 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             Ok(serde_json::to_value(fs.gc(max_live_pct, 0, progress)?).expect("report serializes"))
         }
         Request::Scrub => Ok(serde_json::to_value(fs.scrub(progress)?).expect("report serializes")),
+        Request::DeviceAdd { spec } => {
+            let spec: cairn_devices::DeviceSpec = spec
+                .parse()
+                .map_err(|e: cairn_devices::DeviceError| FsError::BadRequest(e.to_string()))?;
+            Ok(json!({ "device": fs.device_add(&spec)? }))
+        }
+        Request::DeviceRemove { device } => {
+            let r = fs.device_remove(std::path::Path::new(&device), progress)?;
+            Ok(serde_json::to_value(r).expect("report serializes"))
+        }
+        Request::Migrate => {
+            Ok(serde_json::to_value(fs.migrate(progress)?).expect("report serializes"))
+        }
     }
 }

@@ -40,6 +40,15 @@ pub enum Request {
         max_live_pct: u32,
     },
     Scrub,
+    /// Add a device; `spec` as on the command line, its path absolute.
+    DeviceAdd {
+        spec: String,
+    },
+    DeviceRemove {
+        device: String,
+    },
+    /// One round of the tier mover.
+    Migrate,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,0 +1,89 @@
+//! Device and tiering commands: `cairn device add|remove` and `cairn
+//! migrate`. Each sends one control request (served by the daemon when the
+//! pool is mounted, or run in this process when it is not).
+
+use crate::args::{DeviceCmd, TargetArgs};
+use crate::control::client::call;
+use crate::control::protocol::Request;
+use crate::report::human;
+use anyhow::{Context, Result};
+use serde_json::Value;
+
+fn num(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or(0)
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).expect("json"));
+}
+
+pub fn device(c: DeviceCmd) -> Result<()> {
+    match c {
+        DeviceCmd::Add { t, mut spec } => {
+            // The daemon's working directory is not ours.
+            let cwd = std::env::current_dir().context("current directory")?;
+            spec.path = cwd.join(&spec.path);
+            let v = call(
+                &t.target,
+                Request::DeviceAdd {
+                    spec: spec.to_string(),
+                },
+            )?;
+            if t.json {
+                print_json(&v);
+            } else {
+                println!(
+                    "added device {} ({} {}) at {}",
+                    num(&v, "device"),
+                    spec.class,
+                    spec.role,
+                    spec.path.display()
+                );
+            }
+            Ok(())
+        }
+        DeviceCmd::Remove { t, device } => {
+            let cwd = std::env::current_dir().context("current directory")?;
+            let name = if device.components().count() == 1
+                && device.to_str().is_some_and(|s| s.parse::<u32>().is_ok())
+            {
+                device
+            } else {
+                cwd.join(device)
+            };
+            let v = call(
+                &t.target,
+                Request::DeviceRemove {
+                    device: name.display().to_string(),
+                },
+            )?;
+            if t.json {
+                print_json(&v);
+            } else {
+                println!(
+                    "removed device {}: {} segments ({}) moved to the other devices",
+                    num(&v, "device"),
+                    num(&v, "segments_moved"),
+                    human(num(&v, "bytes_moved"))
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+pub fn migrate(t: &TargetArgs) -> Result<()> {
+    let v = call(&t.target, Request::Migrate)?;
+    if t.json {
+        print_json(&v);
+    } else {
+        println!(
+            "promoted {} and demoted {} segments ({} copied), {} skipped",
+            num(&v, "promoted"),
+            num(&v, "demoted"),
+            human(num(&v, "bytes")),
+            num(&v, "skipped")
+        );
+    }
+    Ok(())
+}

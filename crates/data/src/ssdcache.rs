@@ -1,0 +1,237 @@
+//! The SSD read cache (swapcache): a device with the role `cache` holds
+//! copies of chunks whose home is a slower tier device. Its capacity is not
+//! part of the pool.
+//!
+//! The device is a ring: copies are appended at the head, and when the head
+//! wraps, the copies it overwrites are dropped from the index (stale entries
+//! are recycled oldest first). A copy is the sealed chunk exactly as on its
+//! home device, so a read from the cache is verified like any chunk read:
+//! header checksum, data checksum, and the header's content hash against the
+//! chunk record. A copy that fails (overwritten meanwhile, damaged) is
+//! dropped and the read goes to the home device: the cache never serves
+//! wrong data, and since chunks are immutable and addressed by never-reused
+//! (segment, offset), never stale data after an overwrite or delete.
+//!
+//! Fill rate is limited as in swapcache: a token bucket with a burst
+//! allowance and a long-term rate, so the SSD is not worn out. Copies are
+//! written by a background thread; when it is busy or the bucket is empty,
+//! the offer is dropped. The index lives in RAM: the cache starts cold at
+//! each mount.
+
+use crate::cache::ChunkKey;
+use cairn_devices::Device;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Fill-rate limits: `burst` bytes at once, `rate` bytes per second.
+#[derive(Debug, Clone, Copy)]
+pub struct FillLimit {
+    pub burst: u64,
+    pub rate: u64,
+}
+
+struct Bucket {
+    limit: FillLimit,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn admit(&mut self, bytes: u64) -> bool {
+        let now = Instant::now();
+        let dt = now.duration_since(self.at).as_secs_f64();
+        self.at = now;
+        self.tokens = (self.tokens + dt * self.limit.rate as f64).min(self.limit.burst as f64);
+        if self.tokens >= bytes as f64 {
+            self.tokens -= bytes as f64;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[derive(Default)]
+struct Ring {
+    head: u64,
+    /// key -> (device offset, length)
+    index: HashMap<ChunkKey, (u64, u32)>,
+    /// device offset -> key, to find what a write overwrites.
+    by_off: BTreeMap<u64, ChunkKey>,
+}
+
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub filled_bytes: u64,
+    /// Offers refused by the fill-rate limit or a busy writer.
+    pub throttled: u64,
+    /// Copies that failed verification and were dropped.
+    pub dropped: u64,
+    pub entries: u64,
+    pub capacity: u64,
+}
+
+pub struct SsdCache {
+    dev: Arc<Device>,
+    start: u64,
+    end: u64,
+    ring: Arc<Mutex<Ring>>,
+    bucket: Mutex<Bucket>,
+    tx: SyncSender<(ChunkKey, Vec<u8>)>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    filled: Arc<AtomicU64>,
+    throttled: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl SsdCache {
+    pub fn new(dev: Arc<Device>, limit: FillLimit) -> Arc<Self> {
+        let start = dev.header.data_offset;
+        let end = dev.header.size;
+        assert!(end > start, "cache device without a data area");
+        let (tx, rx) = sync_channel::<(ChunkKey, Vec<u8>)>(64);
+        let ring = Arc::new(Mutex::new(Ring {
+            head: start,
+            ..Default::default()
+        }));
+        let filled = Arc::new(AtomicU64::new(0));
+        let (wdev, wring, wfilled) = (dev.clone(), ring.clone(), filled.clone());
+        std::thread::Builder::new()
+            .name("cairn-ssdcache".into())
+            .spawn(move || {
+                for (key, bytes) in rx {
+                    if write_copy(&wdev, &wring, start, end, key, &bytes) {
+                        wfilled.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    }
+                }
+            })
+            .expect("spawn cache writer");
+        Arc::new(SsdCache {
+            dev,
+            start,
+            end,
+            ring,
+            bucket: Mutex::new(Bucket {
+                limit,
+                tokens: limit.burst as f64,
+                at: Instant::now(),
+            }),
+            tx,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            filled,
+            throttled: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        })
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.dev
+    }
+
+    /// The sealed copy of a chunk, if cached; `verify` checks it (and
+    /// returns the raw bytes). A copy that fails is dropped.
+    pub fn lookup<T>(&self, key: ChunkKey, verify: impl FnOnce(&[u8]) -> Option<T>) -> Option<T> {
+        let Some((off, len)) = self.ring.lock().index.get(&key).copied() else {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let mut buf = vec![0u8; len as usize];
+        let got = self
+            .dev
+            .read_at(&mut buf, off)
+            .ok()
+            .and_then(|_| verify(&buf));
+        if got.is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            let mut r = self.ring.lock();
+            if r.index.get(&key) == Some(&(off, len)) {
+                r.index.remove(&key);
+                r.by_off.remove(&off);
+            }
+        }
+        got
+    }
+
+    /// Offers a verified sealed chunk read from its home device.
+    pub fn offer(&self, key: ChunkKey, sealed: &[u8]) {
+        if sealed.len() as u64 > (self.end - self.start) / 4 {
+            return;
+        }
+        if !self.bucket.lock().admit(sealed.len() as u64)
+            || self.tx.try_send((key, sealed.to_vec())).is_err()
+        {
+            self.throttled.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            filled_bytes: self.filled.load(Ordering::Relaxed),
+            throttled: self.throttled.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            entries: self.ring.lock().index.len() as u64,
+            capacity: self.end - self.start,
+        }
+    }
+}
+
+/// Appends one copy at the ring head, recycling what it overwrites.
+fn write_copy(
+    dev: &Device,
+    ring: &Mutex<Ring>,
+    start: u64,
+    end: u64,
+    key: ChunkKey,
+    bytes: &[u8],
+) -> bool {
+    let len = bytes.len() as u64;
+    let off = {
+        let mut r = ring.lock();
+        if r.index.contains_key(&key) {
+            return false;
+        }
+        if r.head + len > end {
+            r.head = start;
+        }
+        let off = r.head;
+        r.head += len;
+        // Drop every copy that starts inside [off, off + len) or covers off.
+        let first = r.by_off.range(..off).next_back().map(|(&o, &k)| (o, k));
+        if let Some((o, k)) = first {
+            if r.index.get(&k).is_some_and(|&(_, l)| o + l as u64 > off) {
+                r.index.remove(&k);
+                r.by_off.remove(&o);
+            }
+        }
+        let over: Vec<(u64, ChunkKey)> = r
+            .by_off
+            .range(off..off + len)
+            .map(|(&o, &k)| (o, k))
+            .collect();
+        for (o, k) in over {
+            r.index.remove(&k);
+            r.by_off.remove(&o);
+        }
+        off
+    };
+    if dev.write_at(bytes, off).is_err() {
+        return false;
+    }
+    let mut r = ring.lock();
+    r.index.insert(key, (off, len as u32));
+    r.by_off.insert(off, key);
+    true
+}

@@ -1,0 +1,198 @@
+//! Adding and removing devices while the pool is in use. A new tier device
+//! adds its capacity at once; a new cache device becomes the SSD read
+//! cache. Removing a tier device drains it first: no new segments go there,
+//! the open segment is closed, and every segment on it moves to the other
+//! devices (the tier mover's segment move), then one transaction drops its
+//! record. If the daemon dies meanwhile the device stays in the pool with
+//! what is left on it; running the removal again finishes it.
+
+use crate::config::PoolConfig;
+use crate::error::{FsError, Result};
+use crate::pool::{DeviceDesc, PoolPaths};
+use crate::tier::RateLimit;
+use crate::vfs::Fs;
+use cairn_data::{FillLimit, SsdCache};
+use cairn_devices::{Device, DeviceRole, DeviceSpec};
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RemoveReport {
+    pub device: u32,
+    pub segments_moved: u64,
+    pub bytes_moved: u64,
+}
+
+impl Fs {
+    /// Creates and adds a device; returns its id.
+    pub fn device_add(&self, spec: &DeviceSpec) -> Result<u32> {
+        let set = self.pool.chunks.devices();
+        if spec.role == DeviceRole::Cache && self.pool.chunks.ssd_cache().is_some() {
+            return Err(FsError::BadRequest(
+                "the pool already has a cache device (one per pool)".into(),
+            ));
+        }
+        let _last = self.flush_lock.lock();
+        let id = set.devices().iter().map(|d| d.id() + 1).max().unwrap_or(0);
+        let dev = Device::create(spec, id, self.pool.sb.uuid, self.pool.sb.segment_size)?;
+        let desc = DeviceDesc::new(&self.pool.path, &dev, spec);
+        self.pool.meta.write(|w| {
+            w.put_device(id, &desc.encode())?;
+            Ok::<_, FsError>(())
+        })?;
+        let dev = set.add(dev)?;
+        if spec.role == DeviceRole::Cache {
+            let cache = ssd_cache(&self.pool.config, dev);
+            self.pool.chunks.set_ssd_cache(Some(cache));
+        }
+        tracing::info!(
+            "device {id} added: {} ({} {})",
+            desc.path.display(),
+            spec.class,
+            spec.role
+        );
+        Ok(id)
+    }
+
+    /// Empties a device onto the others and removes it from the pool.
+    pub fn device_remove(&self, path: &Path, progress: &dyn Fn(u64, u64)) -> Result<RemoveReport> {
+        let set = self.pool.chunks.devices();
+        let dev = find_device(self, path)?;
+        let id = dev.id();
+        let mut rep = RemoveReport {
+            device: id,
+            ..Default::default()
+        };
+        if dev.role == DeviceRole::Tier {
+            check_can_drain(self, &dev)?;
+            set.set_draining(id, true)?;
+            let drained = self.drain(id, &mut rep, progress);
+            if let Err(e) = drained {
+                set.set_draining(id, false)?;
+                return Err(e);
+            }
+        } else {
+            self.pool.chunks.set_ssd_cache(None);
+        }
+        let _last = self.flush_lock.lock();
+        set.remove(id)?;
+        self.pool.meta.write(|w| {
+            w.remove_device(id)?;
+            Ok::<_, FsError>(())
+        })?;
+        if dev.path.starts_with(&self.pool.path) {
+            let _ = std::fs::remove_file(&dev.path);
+        }
+        tracing::info!("device {id} removed: {}", dev.path.display());
+        Ok(rep)
+    }
+
+    fn drain(&self, id: u32, rep: &mut RemoveReport, progress: &dyn Fn(u64, u64)) -> Result<()> {
+        self.flush()?;
+        {
+            let _last = self.flush_lock.lock();
+            let open = self.pool.chunks.open_segment_id();
+            if open
+                .and_then(|s| self.pool.chunks.segment(s))
+                .is_some_and(|s| s.device == id)
+            {
+                self.pool.chunks.close_open_segment();
+            }
+        }
+        let mut rate = RateLimit::new(0);
+        loop {
+            let left: Vec<u64> = self
+                .pool
+                .chunks
+                .segment_table()
+                .into_iter()
+                .filter(|(_, s)| s.device == id)
+                .map(|(sid, _)| sid)
+                .collect();
+            if left.is_empty() {
+                return Ok(());
+            }
+            let total = rep.segments_moved + left.len() as u64;
+            for sid in left {
+                progress(rep.segments_moved, total);
+                if let Some(b) = self.move_segment(sid, |d, _, _| d.id() != id)? {
+                    rep.segments_moved += 1;
+                    rep.bytes_moved += b;
+                    rate.spend(b);
+                }
+            }
+            progress(rep.segments_moved, total);
+        }
+    }
+}
+
+/// The device named by a path (as given at mkfs/add, or its file) or id.
+fn find_device(fs: &Fs, path: &Path) -> Result<Arc<Device>> {
+    let canon = |p: &Path| p.canonicalize().unwrap_or(p.to_path_buf());
+    let want = canon(path);
+    let devs = fs.pool.chunks.devices().devices();
+    devs.iter()
+        .find(|d| {
+            canon(&d.path) == want
+                || d.path.parent().is_some_and(|p| canon(p) == want)
+                || path.to_str() == Some(&d.id().to_string())
+        })
+        .cloned()
+        .ok_or_else(|| {
+            FsError::BadRequest(format!("{}: not a device of this pool", path.display()))
+        })
+}
+
+/// Refuses to drain the metadata's device or the last tier device, or one
+/// whose data the others cannot hold.
+fn check_can_drain(fs: &Fs, dev: &Device) -> Result<()> {
+    let meta = PoolPaths::meta(&fs.pool.path);
+    if let Ok(target) = std::fs::read_link(&meta) {
+        let named = dev
+            .path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("cairn-dev-"));
+        if named && target.parent() == dev.path.parent() {
+            return Err(FsError::BadRequest(format!(
+                "{} holds the pool's metadata ({}); it cannot be removed",
+                dev.path.display(),
+                target.display()
+            )));
+        }
+    }
+    let set = fs.pool.chunks.devices();
+    let (mut used, mut free_elsewhere, mut others) = (0, 0, 0);
+    for (d, t, f) in set.per_device_slots() {
+        if d.role != DeviceRole::Tier || set.is_draining(d.id()) {
+            continue;
+        }
+        if d.id() == dev.id() {
+            used = t - f;
+        } else {
+            free_elsewhere += f;
+            others += 1;
+        }
+    }
+    if others == 0 {
+        return Err(FsError::BadRequest(
+            "it is the pool's only tier device; add another first".into(),
+        ));
+    }
+    if used > free_elsewhere {
+        return Err(FsError::BadRequest(format!(
+            "the other devices have {free_elsewhere} free segments, {used} needed"
+        )));
+    }
+    Ok(())
+}
+
+/// The SSD read cache on `dev`, with the pool's fill limits.
+pub(crate) fn ssd_cache(c: &PoolConfig, dev: Arc<Device>) -> Arc<SsdCache> {
+    SsdCache::new(
+        dev,
+        FillLimit {
+            burst: c.cache_fill_burst_mib << 20,
+            rate: c.cache_fill_rate_mib << 20,
+        },
+    )
+}

@@ -1,0 +1,259 @@
+//! Tiering (TIER/btier): the mover promotes hot segments to faster tiers
+//! and demotes cold ones to slower tiers, and `cairn device remove` uses the
+//! same segment move to empty a device. Policy, per round (every
+//! tier_interval_secs, or `cairn migrate` on demand):
+//!  1. heat decays by 0.5 per tier_heat_halflife_secs of elapsed time;
+//!  2. hot segments are those on slower tiers with at least
+//!     tier_promote_hits decayed reads (btier's hit threshold);
+//!  3. demote: on each tier device with a slower tier below it, the
+//!     coldest segments not read for tier_demote_idle_secs (btier's
+//!     max_age) and not hot move down, as many as bring it under
+//!     tier_fast_full_pct plus as many as the hot segments need room;
+//!  4. promote: hot segments move up, hottest first, while the faster tier
+//!     stays under tier_fast_full_pct.
+//!
+//! Copies are limited to tier_rate_mib MiB/s. Each move is crash-safe by
+//! construction (see cairn_data::relocate).
+
+use crate::error::{FsError, Result};
+use crate::vfs::Fs;
+use cairn_data::Relocation;
+use cairn_devices::Device;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct MigrateReport {
+    pub promoted: u64,
+    pub demoted: u64,
+    pub bytes: u64,
+    /// Moves given up because the segment changed meanwhile.
+    pub skipped: u64,
+}
+
+/// Copies at most `rate` bytes per second (0: unlimited).
+pub(crate) struct RateLimit {
+    rate: u64,
+    start: Instant,
+    bytes: u64,
+}
+
+impl RateLimit {
+    pub(crate) fn new(rate: u64) -> Self {
+        RateLimit {
+            rate,
+            start: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    pub(crate) fn spend(&mut self, bytes: u64) {
+        self.bytes += bytes;
+        if self.rate == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
+        if let Some(wait) = due.checked_sub(self.start.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+}
+
+/// Per tier device: (id, class rank, total slots, free slots).
+fn tier_devices(fs: &Fs) -> Vec<(u32, u8, u64, u64)> {
+    let set = fs.pool.chunks.devices();
+    set.per_device_slots()
+        .into_iter()
+        .filter(|(d, _, _)| d.role == cairn_devices::DeviceRole::Tier && !set.is_draining(d.id()))
+        .map(|(d, t, f)| (d.id(), d.class().rank(), t, f))
+        .collect()
+}
+
+impl Fs {
+    /// Moves one segment to a device `pick` accepts: copy and sync without
+    /// locks, then switch under the flush lock. Returns the bytes copied,
+    /// or None if the segment changed meanwhile (the copy is dropped).
+    pub fn move_segment(
+        &self,
+        id: u64,
+        pick: impl Fn(&Device, u64, u64) -> bool,
+    ) -> Result<Option<u64>> {
+        let used = self.pool.chunks.segment(id).map_or(0, |s| s.used as u64);
+        let r: Relocation = self.pool.chunks.copy_segment(id, pick)?;
+        let _last = self.flush_lock.lock();
+        let Some(rec) = self.pool.chunks.relocated_record(&r) else {
+            self.pool.chunks.abandon(&r)?;
+            return Ok(None);
+        };
+        let committed = self.pool.meta.write(|w| {
+            w.put_segment(id, &rec.encode())?;
+            Ok::<_, FsError>(())
+        });
+        if let Err(e) = committed {
+            self.pool.chunks.abandon(&r)?;
+            return Err(e);
+        }
+        self.pool.chunks.switch(&r)?;
+        Ok(Some(used))
+    }
+
+    /// One round of the tier policy.
+    pub fn migrate(&self, progress: &dyn Fn(u64, u64)) -> Result<MigrateReport> {
+        let c = &self.pool.config;
+        let mut rep = MigrateReport::default();
+        let mut rate = RateLimit::new(c.tier_rate_mib << 20);
+        let full = c.tier_fast_full_pct as u64;
+        let open = self.pool.chunks.open_segment_id();
+        let segs: Vec<(u64, u32)> = self
+            .pool
+            .chunks
+            .segment_table()
+            .into_iter()
+            .filter(|(id, _)| Some(*id) != open)
+            .map(|(id, s)| (id, s.device))
+            .collect();
+        let heat: HashMap<u64, cairn_data::HeatSample> = self
+            .pool
+            .chunks
+            .heat
+            .samples()
+            .into_iter()
+            .map(|h| (h.segment, h))
+            .collect();
+        let cold = |id: &u64| {
+            heat.get(id)
+                .map_or((0.0, u64::MAX), |h| (h.hits, h.idle_secs))
+        };
+        let devs = tier_devices(self);
+        let rank: HashMap<u32, u8> = devs.iter().map(|d| (d.0, d.1)).collect();
+        let slowest = devs.iter().map(|d| d.1).max().unwrap_or(0);
+        // Promotion candidates, hottest first.
+        let mut hot: Vec<u64> = segs
+            .iter()
+            .filter(|(id, d)| {
+                rank.get(d).is_some_and(|&r| devs.iter().any(|x| x.1 < r))
+                    && cold(id).0 >= c.tier_promote_hits
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        hot.sort_by(|a, b| cold(b).0.total_cmp(&cold(a).0));
+        // Demotion candidates per faster device, coldest first: enough to
+        // bring it under the cap and make room for the hot segments.
+        let mut plan: Vec<(u64, bool)> = Vec::new();
+        for &(dev, r, total, free) in &devs {
+            if r == slowest || total == 0 {
+                continue;
+            }
+            let cap = total * full / 100;
+            let used = total - free;
+            let over = used.saturating_sub(cap);
+            let room = cap.saturating_sub(used);
+            let want = over + (hot.len() as u64).saturating_sub(room);
+            let mut cands: Vec<u64> = segs
+                .iter()
+                .filter(|(id, d)| {
+                    let (hits, idle) = cold(id);
+                    *d == dev && idle >= c.tier_demote_idle_secs && hits < c.tier_promote_hits
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            // Fewest reads first; among equals, the longest idle first.
+            cands.sort_by(|a, b| {
+                let (x, y) = (cold(a), cold(b));
+                x.0.total_cmp(&y.0).then(y.1.cmp(&x.1))
+            });
+            plan.extend(cands.into_iter().take(want as usize).map(|id| (id, false)));
+        }
+        plan.extend(hot.into_iter().map(|id| (id, true)));
+        let total = plan.len() as u64;
+        for (n, (id, up)) in plan.into_iter().enumerate() {
+            if self.stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            progress(n as u64, total);
+            let Some(from) = self
+                .pool
+                .chunks
+                .segment(id)
+                .and_then(|s| rank.get(&s.device).copied())
+            else {
+                continue;
+            };
+            let moved = if up {
+                self.move_segment(id, |d, t, f| {
+                    d.class().rank() < from && (t - f + 1) * 100 <= t * full
+                })
+            } else {
+                self.move_segment(id, |d, _, _| d.class().rank() > from)
+            };
+            match moved {
+                Ok(Some(bytes)) => {
+                    rep.bytes += bytes;
+                    if up {
+                        rep.promoted += 1
+                    } else {
+                        rep.demoted += 1
+                    }
+                    rate.spend(bytes);
+                }
+                Ok(None) => rep.skipped += 1,
+                Err(FsError::Data(e)) if e.is_no_space() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        progress(total, total);
+        Ok(rep)
+    }
+
+    /// Decays heat by the time since the last decay and saves it.
+    pub fn decay_heat(&self, elapsed: Duration) {
+        let half = self.pool.config.tier_heat_halflife_secs.max(1) as f64;
+        let f = 0.5f64.powf(elapsed.as_secs_f64() / half);
+        let chunks = &self.pool.chunks;
+        chunks.heat.decay(f, |s| chunks.segment(s).is_some());
+        if let Err(e) = chunks
+            .heat
+            .save(&crate::pool::PoolPaths::heat(&self.pool.path))
+        {
+            tracing::warn!("saving heat table: {e}");
+        }
+    }
+
+    /// The background mover per the pool config (tier_interval_secs = 0 or
+    /// a single tier: off).
+    pub fn spawn_mover(self: &Arc<Self>) -> Option<std::thread::JoinHandle<()>> {
+        let every = self.pool.config.tier_interval_secs;
+        if every == 0 {
+            return None;
+        }
+        let fs = self.clone();
+        let h = std::thread::Builder::new()
+            .name("cairn-mover".into())
+            .spawn(move || {
+                let mut last = Instant::now();
+                while !fs.stopping.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    if last.elapsed() < Duration::from_secs(every) {
+                        continue;
+                    }
+                    fs.decay_heat(last.elapsed());
+                    last = Instant::now();
+                    match fs.migrate(&|_, _| {}) {
+                        Ok(r) if r.promoted + r.demoted > 0 => tracing::info!(
+                            "mover: {} promoted, {} demoted, {} bytes",
+                            r.promoted,
+                            r.demoted,
+                            r.bytes
+                        ),
+                        Ok(_) => {}
+                        Err(e) => tracing::error!("mover failed: {e}"),
+                    }
+                }
+            })
+            .expect("spawn mover");
+        Some(h)
+    }
+}
