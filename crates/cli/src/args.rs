@@ -50,9 +50,28 @@ pub enum Cmd {
     /// Add or remove devices (online when mounted).
     #[command(subcommand)]
     Device(DeviceCmd),
-    /// Run one round of the tier mover now: promote hot segments, demote
-    /// cold ones (the daemon also does this every tier_interval_secs).
-    Migrate(TargetArgs),
+    /// Tiering: per-device fill and heat, and running the mover.
+    #[command(subcommand)]
+    Tier(TierCmd),
+}
+
+#[derive(Subcommand)]
+pub enum TierCmd {
+    /// Per device: class, role, fill, and a histogram of segment heat.
+    Status {
+        #[command(flatten)]
+        t: TargetArgs,
+    },
+    /// Run a pass of the tier mover: promote hot segments, demote cold
+    /// ones (the daemon also does this every tier_interval_secs).
+    Migrate {
+        #[command(flatten)]
+        t: TargetArgs,
+        /// Run the pass now (required; passes otherwise run on the
+        /// daemon's interval).
+        #[arg(long, required = true)]
+        now: bool,
+    },
 }
 
 #[derive(Subcommand)]

@@ -53,6 +53,6 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Gc(a) => admin::gc(&a),
         Cmd::Scrub(t) => admin::scrub(&t),
         Cmd::Device(c) => tiering::device(c),
-        Cmd::Migrate(t) => tiering::migrate(&t),
+        Cmd::Tier(c) => tiering::tier(c),
     }
 }

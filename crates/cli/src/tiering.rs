@@ -2,7 +2,7 @@
 //! migrate`. Each sends one control request (served by the daemon when the
 //! pool is mounted, or run in this process when it is not).
 
-use crate::args::{DeviceCmd, TargetArgs};
+use crate::args::{DeviceCmd, TargetArgs, TierCmd};
 use crate::control::client::call;
 use crate::control::protocol::Request;
 use crate::report::human;
@@ -72,7 +72,60 @@ pub fn device(c: DeviceCmd) -> Result<()> {
     }
 }
 
-pub fn migrate(t: &TargetArgs) -> Result<()> {
+pub fn tier(c: TierCmd) -> Result<()> {
+    match c {
+        TierCmd::Status { t } => status(&t),
+        TierCmd::Migrate { t, now: _ } => migrate(&t),
+    }
+}
+
+fn status(t: &TargetArgs) -> Result<()> {
+    let v = call(&t.target, Request::TierStatus)?;
+    if t.json {
+        print_json(&v);
+        return Ok(());
+    }
+    println!(
+        "{:>3} {:<5} {:<6} {:>10} {:>10} {:>5} {:>6}  heat: {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}  path",
+        "id", "class", "role", "used", "size", "fill", "segs", "0", "<=1", "<=4", "<=16", "<=64", ">64"
+    );
+    for d in v.as_array().into_iter().flatten() {
+        let (used, size) = (num(d, "used"), num(d, "size"));
+        let heat: Vec<u64> = d["heat"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_u64())
+            .collect();
+        let mut notes = String::new();
+        if d["draining"].as_bool() == Some(true) {
+            notes.push_str(" [draining]");
+        }
+        if let Some(e) = d["emulated"].as_str() {
+            notes.push_str(&format!(" [emulated slow: {e}]"));
+        }
+        println!(
+            "{:>3} {:<5} {:<6} {:>10} {:>10} {:>4}% {:>6}        {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}  {}{notes}",
+            num(d, "id"),
+            d["class"].as_str().unwrap_or(""),
+            d["role"].as_str().unwrap_or(""),
+            human(used),
+            human(size),
+            (used * 100).checked_div(size).unwrap_or(0),
+            num(d, "segments"),
+            heat.first().unwrap_or(&0),
+            heat.get(1).unwrap_or(&0),
+            heat.get(2).unwrap_or(&0),
+            heat.get(3).unwrap_or(&0),
+            heat.get(4).unwrap_or(&0),
+            heat.get(5).unwrap_or(&0),
+            d["path"].as_str().unwrap_or(""),
+        );
+    }
+    Ok(())
+}
+
+fn migrate(t: &TargetArgs) -> Result<()> {
     let v = call(&t.target, Request::Migrate)?;
     if t.json {
         print_json(&v);

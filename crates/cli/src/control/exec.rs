@@ -101,6 +101,9 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             let r = fs.device_remove(std::path::Path::new(&device), progress)?;
             Ok(serde_json::to_value(r).expect("report serializes"))
         }
+        Request::TierStatus => {
+            Ok(serde_json::to_value(fs.tier_status()).expect("status serializes"))
+        }
         Request::Migrate => {
             Ok(serde_json::to_value(fs.migrate(progress)?).expect("report serializes"))
         }

@@ -49,6 +49,8 @@ pub enum Request {
     },
     /// One round of the tier mover.
     Migrate,
+    /// Per-device fill and heat histogram.
+    TierStatus,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
