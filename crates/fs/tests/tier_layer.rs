@@ -1,0 +1,221 @@
+//! Tiering at the filesystem layer, without FUSE: a segment move cut short
+//! at each step (a crash) rolls back or forward at the next open with no
+//! scan; the mover promotes what is read; devices come and go with the data
+//! staying bit-exact.
+
+use cairn_devices::{DeviceClass, DeviceSpec};
+use cairn_fs::check::check_pool;
+use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, PoolConfig, ROOT_INO};
+use std::path::Path;
+use std::sync::Arc;
+
+const MIB: u64 = 1 << 20;
+
+/// A pool of a 16 MiB nvme device and a 64 MiB hdd device.
+fn make(dir: &Path) -> Arc<Fs> {
+    let mut o = MkfsOptions::default();
+    for (class, name, size) in [
+        (DeviceClass::Nvme, "fast", 17),
+        (DeviceClass::Hdd, "slow", 65),
+    ] {
+        std::fs::create_dir_all(dir.join(name)).unwrap();
+        o.devices
+            .push(DeviceSpec::tier(class, dir.join(name), Some(size * MIB)));
+    }
+    mkfs(&dir.join("pool"), o).unwrap();
+    open(dir)
+}
+
+fn open(dir: &Path) -> Arc<Fs> {
+    let mut c = PoolConfig {
+        tier_demote_idle_secs: 0,
+        tier_promote_hits: 2.0,
+        ..PoolConfig::default()
+    };
+    c.read_cache_mib = 0;
+    Fs::open(Pool::open(&dir.join("pool"), Some(c)).unwrap()).unwrap()
+}
+
+/// Incompressible, never-repeating bytes (so dedup keeps every block).
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed as u64;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+/// Writes a 30 MiB file (it spills from the 16 MiB fast device).
+fn fill(fs: &Fs) -> (u64, Vec<u8>) {
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    let data = pattern(30 << 20, 3);
+    for (i, part) in data.chunks(1 << 20).enumerate() {
+        fs.write(f.ino, (i << 20) as u64, part).unwrap();
+    }
+    fs.flush().unwrap();
+    (f.ino, data)
+}
+
+/// (device id, used slots) per device.
+fn used(fs: &Fs) -> Vec<(u32, u64)> {
+    let set = fs.pool().chunks.devices();
+    set.per_device_slots()
+        .into_iter()
+        .map(|(d, t, f)| (d.id(), t - f))
+        .collect()
+}
+
+fn on_device(fs: &Fs, dev: u32) -> Vec<u64> {
+    let t = fs.pool().chunks.segment_table();
+    t.into_iter()
+        .filter(|(_, s)| s.device == dev)
+        .map(|(id, _)| id)
+        .collect()
+}
+
+fn assert_intact(fs: &Fs, ino: u64, data: &[u8]) {
+    let got = fs.read(ino, 0, data.len() as u32).unwrap();
+    assert!(got == data, "file content differs");
+    let rep = check_pool(fs.pool()).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
+
+#[test]
+fn interrupted_moves_roll_back_before_the_switch_and_forward_after() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let (ino, data) = fill(&fs);
+    let before = used(&fs);
+    assert!(
+        before[1].1 > 0,
+        "nothing spilled to the slow device: {before:?}"
+    );
+    // Crash after copy + sync, before the switch: the copy is garbage.
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = open(d.path());
+    let seg = on_device(&fs, 1)[0];
+    let cs = &fs.pool().chunks;
+    // The fast device is full: the copy goes to another slot of the slow one.
+    let r = cs.copy_segment(seg, |_, _, _| true).unwrap();
+    assert_eq!(r.to.device, 1);
+    assert_ne!(r.to.slot, r.from.slot);
+    drop(fs);
+    let fs = open(d.path());
+    assert_eq!(
+        used(&fs),
+        before,
+        "rolled back: the copy's slot must be free"
+    );
+    assert_eq!(fs.pool().chunks.segment(seg).unwrap().device, 1);
+    assert_intact(&fs, ino, &data);
+    // Crash after the switch committed, before the old slot was freed.
+    let cs = &fs.pool().chunks;
+    let r = cs.copy_segment(seg, |_, _, _| true).unwrap();
+    let rec = cs.relocated_record(&r).expect("segment unchanged");
+    fs.pool()
+        .meta
+        .write(|w| {
+            w.put_segment(seg, &rec.encode())?;
+            Ok::<_, cairn_fs::FsError>(())
+        })
+        .unwrap();
+    drop(fs);
+    let fs = open(d.path());
+    let now = fs.pool().chunks.segment(seg).unwrap();
+    assert_eq!(
+        (now.device, now.slot),
+        (r.to.device, r.to.slot),
+        "rolled forward"
+    );
+    assert_eq!(used(&fs), before, "the old slot must be free");
+    assert_intact(&fs, ino, &data);
+}
+
+#[test]
+fn mover_promotes_what_is_read_and_demotes_to_make_room() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let (ino, data) = fill(&fs);
+    // Read the last 8 MiB (homed on the slow device) three times.
+    for _ in 0..3 {
+        let tail = fs.read(ino, 22 << 20, 8 << 20).unwrap();
+        assert!(tail == data[22 << 20..], "tail differs");
+    }
+    let hot: Vec<u64> = on_device(&fs, 1)
+        .into_iter()
+        .filter(|s| fs.pool().chunks.heat.get(*s).hits >= 2.0)
+        .collect();
+    assert!(!hot.is_empty(), "no hot segment on the slow device");
+    let rep = fs.migrate(&|_, _| {}).unwrap();
+    assert!(
+        rep.promoted >= hot.len() as u64,
+        "{rep:?} for {} hot",
+        hot.len()
+    );
+    assert!(
+        rep.demoted > 0,
+        "the full fast device must make room: {rep:?}"
+    );
+    for s in hot {
+        assert_eq!(
+            fs.pool().chunks.segment(s).unwrap().device,
+            0,
+            "segment {s} not promoted"
+        );
+    }
+    assert_intact(&fs, ino, &data);
+    // Heat survives a clean restart.
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = open(d.path());
+    let warm = on_device(&fs, 0)
+        .into_iter()
+        .filter(|s| fs.pool().chunks.heat.get(*s).hits >= 2.0)
+        .count();
+    assert!(warm > 0, "heat table not reloaded");
+    assert_intact(&fs, ino, &data);
+}
+
+#[test]
+fn devices_added_and_removed_online_keep_the_data() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let (ino, data) = fill(&fs);
+    let spec = DeviceSpec::tier(DeviceClass::Ssd, d.path().join("mid.img"), Some(65 * MIB));
+    let id = fs.device_add(&spec).unwrap();
+    assert_eq!(id, 2);
+    let moved = fs
+        .device_remove(&d.path().join("slow"), &|_, _| {})
+        .unwrap();
+    assert!(moved.segments_moved > 0, "{moved:?}");
+    assert!(on_device(&fs, 1).is_empty());
+    assert_eq!(fs.pool().chunks.devices().devices().len(), 2);
+    assert_intact(&fs, ino, &data);
+    // New writes still work and go to the remaining devices.
+    let g = fs.create(Ctx::ROOT, ROOT_INO, b"g", 0o644).unwrap();
+    fs.write(g.ino, 0, &pattern(5 << 20, 9)).unwrap();
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = open(d.path());
+    assert_eq!(
+        fs.pool().chunks.devices().devices().len(),
+        2,
+        "removal not durable"
+    );
+    assert_eq!(fs.read(g.ino, 0, 5 << 20).unwrap(), pattern(5 << 20, 9));
+    assert_intact(&fs, ino, &data);
+    // The last tier device cannot go; the metadata's device cannot either.
+    fs.device_remove(&d.path().join("mid.img"), &|_, _| {})
+        .unwrap_err();
+    let e = fs
+        .device_remove(&d.path().join("fast"), &|_, _| {})
+        .unwrap_err();
+    assert!(e.to_string().contains("metadata"), "{e}");
+    assert_intact(&fs, ino, &data);
+}
