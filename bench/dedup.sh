@@ -9,20 +9,23 @@
 #     directory (ratios against them)
 #  5. compressible corpus (a tar of TAR_SRC) written to pools with lz4 and
 #     zstd: ratio and MB/s
-#  6. index memory after indexing INDEX_MB MiB of unique blocks: the bytes
-#     of the dedup index's B-tree pages per unique block (the most RAM the
-#     index takes, all of it cached), and the daemon's RSS growth for
-#     context (it includes the write buffer and the whole metadata cache,
-#     which meta_cache_mib bounds)
+#  6. index memory: INDEX_STEPS steps of INDEX_STEP_MB MiB of unique data in
+#     4 KiB blocks; after each, the dedup index's B-tree page bytes per
+#     unique block (the most RAM the index takes, all of it cached) and the
+#     daemon's RSS (everything: metadata cache bounded by INDEX_CACHE_MIB,
+#     write buffer, read cache), extrapolated to 10^7 unique blocks
 # Figures are medians where repeated; ratios are against baselines measured
 # in this same run. Needs root (drop_caches), fuse3, python3, tar.
-# Environment: FILES=8 FILE_MB=1024 INDEX_MB=4096 TAR_SRC=/usr/share
+# Environment: FILES=8 FILE_MB=1024 INDEX_STEPS=4 INDEX_STEP_MB=1024
+#   INDEX_CACHE_MIB=256 TAR_SRC=/usr/share ONLY_INDEX=1 (just part 6)
 #   BENCH_DIR=/var/tmp KEEP=1
 set -euo pipefail
 
 FILES=${FILES:-8}
 FILE_MB=${FILE_MB:-1024}
-INDEX_MB=${INDEX_MB:-4096}
+INDEX_STEPS=${INDEX_STEPS:-4}
+INDEX_STEP_MB=${INDEX_STEP_MB:-1024}
+INDEX_CACHE_MIB=${INDEX_CACHE_MIB:-256}
 TAR_SRC=${TAR_SRC:-/usr/share}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,6 +64,7 @@ write_set() { # dir, prefix -> MB/s
     mbps $((FILES * FILE_MB)) "$t0" "$t1"
 }
 
+if [ -z "${ONLY_INDEX:-}" ]; then
 log "making $FILES x $FILE_MB MiB of unique data"
 for i in $(seq 1 "$FILES"); do
     head -c "$((FILE_MB << 20))" /dev/urandom >"$W/src/u$i"
@@ -117,22 +121,34 @@ for c in none lz4 zstd; do
     rm -rf "$W/c-$c"
 done
 
-log "index memory: $INDEX_MB MiB of unique 64 KiB blocks"
-pool idx
+fi
+
+log "index memory: $INDEX_STEPS x $INDEX_STEP_MB MiB of unique 4 KiB blocks"
+"$BIN" mkfs "$W/idx" --force --record-size 4K >/dev/null
+sed -i "s/^meta_cache_mib = .*/meta_cache_mib = $INDEX_CACHE_MIB/" "$W/idx/cairn.toml"
+"$BIN" mount "$W/idx" "$MNT" >/dev/null
 PID=$(pgrep -f "mount $W/idx" | head -1)
-RSS0=$(awk '/VmRSS/ { print $2 }' /proc/"$PID"/status)
-for i in $(seq 1 $(( (INDEX_MB + 1023) / 1024 ))); do
-    head -c 1G /dev/urandom >"$MNT/i$i"
+rss() { awk '/VmRSS/ { print $2 * 1024 }' /proc/"$PID"/status; }
+RSS0=$(rss)
+IDX_ROWS=""
+PREV_N=0 PREV_RSS=$RSS0
+for i in $(seq 1 "$INDEX_STEPS"); do
+    head -c "$((INDEX_STEP_MB << 20))" /dev/urandom >"$MNT/i$i"
     "$BIN" sync "$MNT" >/dev/null
-done
-read -r ENTRIES INDEX_BYTES < <("$BIN" info "$MNT" --json | python3 -c '
+    read -r ENTRIES INDEX_BYTES < <("$BIN" info "$MNT" --json | python3 -c '
 import json, sys
 j = json.load(sys.stdin)
 print(j["index_entries"], j["index_ram_bytes"])')
-RSS1=$(awk '/VmRSS/ { print $2 }' /proc/"$PID"/status)
+    RSS1=$(rss)
+    SLOPE=$(div "$((RSS1 - PREV_RSS))" "$((ENTRIES - PREV_N))")
+    IDX_ROWS+="| $ENTRIES | $(div "$INDEX_BYTES" "$ENTRIES") | $((RSS1 >> 20)) MiB | $SLOPE |"$'\n'
+    PREV_N=$ENTRIES PREV_RSS=$RSS1
+done
+# RSS at 10^7 unique blocks, continuing the last step's growth per block.
+RSS_1E7=$(awk -v r="$RSS1" -v n="$ENTRIES" -v s="$SLOPE" 'BEGIN { x = r + (1e7 - n) * (s > 0 ? s : 0); printf "%.0f", x / 1048576 }')
 unmount
 
-cat <<EOF
+[ -n "${ONLY_INDEX:-}" ] || cat <<EOF
 
 ## Cairn dedup/compression benchmark ($(date -u +%F), $FILES x $FILE_MB MiB, $(nproc) cores)
 
@@ -148,7 +164,18 @@ cat <<EOF
 | corpus ($CORPUS_MB MiB tar of $TAR_SRC), none | ${CSPEED[none]} MB/s | ratio ${CRATIO[none]} |
 | corpus, lz4 | ${CSPEED[lz4]} MB/s | ratio ${CRATIO[lz4]} |
 | corpus, zstd:3 | ${CSPEED[zstd]} MB/s | ratio ${CRATIO[zstd]} |
-| index entries | $ENTRIES | |
-| index pages (most RAM it can take) | $((INDEX_BYTES >> 10)) KiB | $(div "$INDEX_BYTES" "$ENTRIES") bytes per unique block (target <= 20) |
-| daemon RSS empty / indexed | $((RSS0 >> 10)) / $((RSS1 >> 10)) MiB | $(div "$(( (RSS1 - RSS0) * 1024 ))" "$ENTRIES") bytes per block, all metadata + write buffer (bounded by config) |
+
+EOF
+cat <<EOF
+
+Index memory (record size 4 KiB, meta_cache_mib = $INDEX_CACHE_MIB, daemon RSS $((RSS0 >> 20)) MiB when empty).
+"index B/block" is the size of the dedup index's B-tree pages per unique
+block: the most RAM the index takes even if all of it is cached (target
+<= 20). RSS covers everything (metadata cache, write buffer, read cache),
+which the config bounds; its growth per block over the last step,
+continued, gives RSS at 10^7 unique blocks: about $RSS_1E7 MiB.
+
+| unique blocks | index B/block | daemon RSS | RSS growth per block in step |
+|---:|---:|---:|---:|
+$IDX_ROWS
 EOF

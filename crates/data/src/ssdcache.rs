@@ -15,8 +15,11 @@
 //! Fill rate is limited as in swapcache: a token bucket with a burst
 //! allowance and a long-term rate, so the SSD is not worn out. Copies are
 //! written by a background thread; when it is busy or the bucket is empty,
-//! the offer is dropped. The index lives in RAM: the cache starts cold at
-//! each mount.
+//! the offer is dropped. The index lives in RAM; a clean unmount saves it
+//! (POOL/ssdcache, checksummed) and the next mount loads and deletes it, so
+//! the cache stays warm across restarts. After a crash there is no file and
+//! the cache starts cold. A loaded index cannot make the cache serve wrong
+//! data either: every copy is verified when read.
 
 use crate::cache::ChunkKey;
 use cairn_devices::Device;
@@ -185,6 +188,68 @@ impl SsdCache {
             entries: self.ring.lock().index.len() as u64,
             capacity: self.end - self.start,
         }
+    }
+}
+
+const INDEX_MAGIC: &[u8; 8] = b"CAIRNSC1";
+
+impl SsdCache {
+    /// Saves the index: magic, pool uuid, device id u32, head u64, then per
+    /// copy segment u64 | offset u32 | device offset u64 | length u32, then
+    /// crc32c of all before.
+    pub fn save(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let r = self.ring.lock();
+        let mut b = INDEX_MAGIC.to_vec();
+        b.extend_from_slice(&self.dev.header.pool_uuid);
+        b.extend_from_slice(&self.dev.id().to_le_bytes());
+        b.extend_from_slice(&r.head.to_le_bytes());
+        for (&(seg, off), &(at, len)) in &r.index {
+            b.extend_from_slice(&seg.to_le_bytes());
+            b.extend_from_slice(&off.to_le_bytes());
+            b.extend_from_slice(&at.to_le_bytes());
+            b.extend_from_slice(&len.to_le_bytes());
+        }
+        drop(r);
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &b)?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// Loads an index saved by `save` for this device and deletes the file.
+    /// Returns the entries loaded (0 if there was no valid file).
+    pub fn load(&self, path: &std::path::Path) -> u64 {
+        let Ok(b) = std::fs::read(path) else {
+            return 0;
+        };
+        let _ = std::fs::remove_file(path);
+        let head_len = 8 + 16 + 4 + 8;
+        let ok = b.len() >= head_len + 4
+            && &b[..8] == INDEX_MAGIC
+            && b[8..24] == self.dev.header.pool_uuid
+            && b[24..28] == self.dev.id().to_le_bytes()
+            && (b.len() - head_len - 4) % 24 == 0
+            && crc32c::crc32c(&b[..b.len() - 4]).to_le_bytes() == b[b.len() - 4..];
+        if !ok {
+            tracing::warn!(
+                "{}: SSD cache index ignored (damaged or another device)",
+                path.display()
+            );
+            return 0;
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let mut r = self.ring.lock();
+        r.head = u64_at(28).clamp(self.start, self.end);
+        for e in (head_len..b.len() - 4).step_by(24) {
+            let (key, at, len) = ((u64_at(e), u32_at(e + 8)), u64_at(e + 12), u32_at(e + 20));
+            if at >= self.start && at + len as u64 <= self.end {
+                r.index.insert(key, (at, len));
+                r.by_off.insert(at, key);
+            }
+        }
+        r.index.len() as u64
     }
 }
 

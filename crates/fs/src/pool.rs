@@ -103,6 +103,9 @@ impl PoolPaths {
     pub fn heat(p: &Path) -> PathBuf {
         p.join("heat")
     }
+    pub fn ssd_index(p: &Path) -> PathBuf {
+        p.join("ssdcache")
+    }
     pub fn lock(p: &Path) -> PathBuf {
         p.join("lock")
     }
@@ -328,7 +331,12 @@ impl Pool {
             .devices()
             .into_iter()
             .find(|d| d.role == DeviceRole::Cache);
-        chunks.set_ssd_cache(cache.map(|d| crate::devices::ssd_cache(&config, d)));
+        let cache = cache.map(|d| crate::devices::ssd_cache(&config, d));
+        if let Some(c) = &cache {
+            let n = c.load(&PoolPaths::ssd_index(path));
+            tracing::info!("SSD cache: {n} copies from the last clean unmount");
+        }
+        chunks.set_ssd_cache(cache);
         Ok(Pool {
             path: path.to_path_buf(),
             sb,

@@ -352,11 +352,18 @@ impl Fs {
     pub fn shutdown(&self) -> Result<()> {
         self.stopping.store(true, Ordering::SeqCst);
         self.kick_flusher();
+        let r = self.flush();
         let path = crate::pool::PoolPaths::heat(&self.pool.path);
         if let Err(e) = self.pool.chunks.heat.save(&path) {
             tracing::warn!("saving heat table: {e}");
         }
-        self.flush()
+        if let Some(c) = self.pool.chunks.ssd_cache() {
+            let path = crate::pool::PoolPaths::ssd_index(&self.pool.path);
+            if let Err(e) = c.save(&path) {
+                tracing::warn!("saving the SSD cache index: {e}");
+            }
+        }
+        r
     }
 
     pub(crate) fn now() -> Time {
