@@ -283,7 +283,7 @@ impl Fs {
 
 /// One more reference to a stored chunk; returns its id.
 /// The stored chunk with content hash `h`: the index gives a candidate by
-/// the hash's first 7 bytes, and the chunk record's full hash confirms it.
+/// the hash's first 6 bytes, and the chunk record's full hash confirms it.
 fn indexed_chunk(r: &MetaRead, h: &Hash) -> Result<Option<u64>> {
     let Some(id) = r.dedup(h)? else {
         return Ok(None);

@@ -14,9 +14,22 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// Attributes and entries may be cached this long: every change goes
-/// through this daemon, so the kernel's view only ages by our own writes.
-const TTL: Duration = Duration::from_secs(1);
+/// Attributes and entries of the live tree may be cached this long: every
+/// change to it goes through the kernel, which updates its own cache, so
+/// the kernel's view does not go stale (a local filesystem, one writer).
+const TTL: Duration = Duration::from_secs(60);
+/// `.snapshots` and the views under it change behind the kernel's back
+/// (`cairn snapshot create/delete`, prune): they are cached briefly.
+const VIEW_TTL: Duration = Duration::from_secs(1);
+
+/// How long the kernel may cache the attributes and entry of `ino`.
+fn ttl(ino: u64) -> &'static Duration {
+    if ino >= SNAPDIR_INO {
+        &VIEW_TTL
+    } else {
+        &TTL
+    }
+}
 
 pub struct CairnFuse {
     fs: Arc<Fs>,
@@ -166,7 +179,7 @@ fn ctx(req: &Request) -> Ctx {
 
 fn entry(reply: ReplyEntry, r: Result<Inode, FsError>) {
     match r {
-        Ok(i) => reply.entry(&TTL, &file_attr(&i), Generation(0)),
+        Ok(i) => reply.entry(ttl(i.ino), &file_attr(&i), Generation(0)),
         Err(e) => reply.error(errno(e)),
     }
 }
@@ -218,7 +231,7 @@ impl Filesystem for CairnFuse {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.attr_of(ino.0) {
-            Ok(i) => reply.attr(&TTL, &file_attr(&i)),
+            Ok(i) => reply.attr(ttl(i.ino), &file_attr(&i)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -254,7 +267,7 @@ impl Filesystem for CairnFuse {
             ctime: ctime.map(from_system),
         };
         match self.fs.setattr(ino.0, &a) {
-            Ok(i) => reply.attr(&TTL, &file_attr(&i)),
+            Ok(i) => reply.attr(ttl(i.ino), &file_attr(&i)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -560,7 +573,7 @@ impl Filesystem for CairnFuse {
                         INodeNo(i.ino),
                         e.cookie,
                         name,
-                        &TTL,
+                        ttl(i.ino),
                         &file_attr(&i),
                         Generation(0),
                     ) {

@@ -1,14 +1,13 @@
 //! Encoding of the dedup index (table dedup_v2) and the conversion of the
 //! first index format (dedup_v1).
 //!
-//! An entry is 13 bytes: the first 7 bytes of a chunk's BLAKE3 as the key and
-//! a 48-bit chunk id as the value, about 19 bytes per unique block with the
+//! An entry is 12 bytes: the first 6 bytes of a chunk's BLAKE3 as the key and
+//! a 48-bit chunk id as the value, about 17 bytes per unique block with the
 //! B-tree's pages (measured by tests/dedup_index.rs). An entry is a
 //! candidate, never trusted alone: the filesystem layer confirms it against
 //! the full hash in the chunk record before it references the chunk. Two
-//! contents whose hashes share 7 bytes (expected 0.07 such pairs among 10^8
-//! unique blocks) only cost a missed dedup: the later block is stored as a
-//! new chunk.
+//! contents whose hashes share 6 bytes (expected about 18 such pairs among
+//! 10^8 unique blocks) only cost a missed dedup for one of them.
 
 use crate::error::{MetaError, Result};
 use crate::tables::{DEDUP, DEDUP_V1};
@@ -19,7 +18,7 @@ use redb::{ReadableTable, ReadableTableMetadata, WriteTransaction};
 pub const MAX_INDEXED_CHUNK: u64 = 1 << 48;
 
 /// Bytes of the hash that key the index.
-pub const KEY_LEN: usize = 7;
+pub const KEY_LEN: usize = 6;
 
 /// The index key of a content hash.
 pub fn key(hash: &[u8]) -> [u8; KEY_LEN] {
@@ -95,11 +94,11 @@ mod tests {
     }
 
     #[test]
-    fn key_is_the_first_seven_bytes() {
+    fn key_is_the_first_six_bytes() {
         let mut h = [0u8; 32];
         h[0] = 0x80;
-        h[6] = 1;
-        h[7] = 0xff;
-        assert_eq!(key(&h), [0x80, 0, 0, 0, 0, 0, 1]);
+        h[5] = 1;
+        h[6] = 0xff;
+        assert_eq!(key(&h), [0x80, 0, 0, 0, 0, 1]);
     }
 }

@@ -298,7 +298,7 @@ impl MetaRead {
     }
 
     /// Every dedup index entry: (first 7 hash bytes, chunk id).
-    pub fn for_each_dedup(&self, mut f: impl FnMut([u8; 7], u64)) -> Result<()> {
+    pub fn for_each_dedup(&self, mut f: impl FnMut([u8; 6], u64)) -> Result<()> {
         let t = self.txn.open_table(DEDUP)?;
         for r in t.iter()? {
             let (k, v) = r?;
@@ -364,7 +364,7 @@ pub struct MetaWrite<'t> {
     orphans: Table<'t, u64, ()>,
     devices: Table<'t, u32, &'static [u8]>,
     snapshots: Table<'t, &'static str, &'static [u8]>,
-    dedup: Table<'t, [u8; 7], [u8; 6]>,
+    dedup: Table<'t, [u8; 6], [u8; 6]>,
 }
 
 impl MetaWrite<'_> {
@@ -551,7 +551,7 @@ impl MetaWrite<'_> {
     }
 
     /// Indexes `chunk` under `hash`. An entry of another chunk whose hash
-    /// shares the first 7 bytes is replaced (that content loses dedup only).
+    /// shares the first 6 bytes is replaced (that content loses dedup only).
     pub fn put_dedup(&mut self, hash: &[u8], chunk: u64) -> Result<()> {
         if chunk < dedup::MAX_INDEXED_CHUNK {
             self.dedup.insert(dedup::key(hash), dedup::encode(chunk))?;

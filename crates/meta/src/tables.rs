@@ -23,11 +23,11 @@ pub const DEVICES: TableDefinition<u32, &[u8]> = TableDefinition::new("devices_v
 /// Snapshots: name -> snapshot record (filesystem layer encoding, versioned
 /// and checksummed). A snapshot is a retained TID.
 pub const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots_v1");
-/// Dedup index: the first 7 bytes of a chunk's BLAKE3 -> chunk id (48-bit
-/// little-endian). 13 bytes per unique block: an entry is a
+/// Dedup index: the first 6 bytes of a chunk's BLAKE3 -> chunk id (48-bit
+/// little-endian). 12 bytes per unique block: an entry is a
 /// candidate that the caller confirms against the full hash in the chunk
 /// record, so it needs no checksum of its own (redb checksums its pages).
-pub const DEDUP: TableDefinition<[u8; 7], [u8; 6]> = TableDefinition::new("dedup_v2");
+pub const DEDUP: TableDefinition<[u8; 6], [u8; 6]> = TableDefinition::new("dedup_v2");
 /// The first dedup index (full hash -> ver | chunk id | crc), converted to
 /// dedup_v2 when a pool is opened.
 pub const DEDUP_V1: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup_v1");

@@ -16,13 +16,15 @@ fn random_hashes(n: usize, seed: u64) -> Vec<[u8; 32]> {
         .collect()
 }
 
-/// 300k unique blocks inserted in commits of 4096 (the way flushes add
-/// them): the whole index must fit in 20 bytes per entry.
+/// 400k unique blocks inserted in commits of 4096 (the way flushes add
+/// them): the whole index must fit in 20 bytes per entry at every size
+/// along the way (B-tree fill varies as pages split).
 #[test]
 fn index_takes_at_most_20_bytes_per_unique_block() {
     let d = tempfile::tempdir().unwrap();
     let m = MetaStore::create(&d.path().join("meta.redb")).unwrap();
-    let hashes = random_hashes(300_000, 7);
+    let hashes = random_hashes(400_000, 7);
+    let mut worst: f64 = 0.0;
     for (n, batch) in hashes.chunks(4096).enumerate() {
         m.write(|w| {
             for (i, h) in batch.iter().enumerate() {
@@ -31,13 +33,20 @@ fn index_takes_at_most_20_bytes_per_unique_block() {
             Ok::<_, cairn_meta::MetaError>(())
         })
         .unwrap();
+        if n % 8 == 7 {
+            let (e, b) = m.read().unwrap().dedup_size().unwrap();
+            worst = worst.max(b as f64 / e as f64);
+        }
     }
     let r = m.read().unwrap();
     let (entries, bytes) = r.dedup_size().unwrap();
     assert_eq!(entries, hashes.len() as u64);
     let per = bytes as f64 / entries as f64;
-    println!("dedup index: {entries} entries, {bytes} bytes, {per:.2} B/entry");
-    assert!(per <= 20.0, "{per:.2} bytes per entry");
+    println!("dedup index: {entries} entries, {bytes} bytes, {per:.2} B/entry, worst {worst:.2}");
+    assert!(
+        per <= 20.0 && worst <= 20.0,
+        "{per:.2} (worst {worst:.2}) bytes per entry"
+    );
     for (i, h) in hashes.iter().enumerate().step_by(997) {
         assert_eq!(r.dedup(h).unwrap(), Some(i as u64 + 1));
     }
