@@ -5,7 +5,7 @@
 //! cache, then read from home and offered to both. Verification, scrub and
 //! moves use the plain reads of store.rs, which bypass all of this.
 
-use crate::chunk::unseal;
+use crate::chunk::{unseal, verify_split, CHUNK_HEADER_LEN};
 use crate::error::Result;
 use crate::records::ChunkRec;
 use crate::store::{corrupt, ChunkStore};
@@ -24,6 +24,45 @@ impl ChunkStore {
         }
         dst.copy_from_slice(&raw[..dst.len()]);
         Ok(())
+    }
+
+    /// Reads whole uncompressed chunks stored back to back in one segment
+    /// with one device read (a run found by `is_run`), each into its
+    /// buffer, verified. On any error nothing is trusted: the caller reads
+    /// them one by one (which also handles moved and cached chunks).
+    pub fn read_run_into(&self, run: &mut [(ChunkRec, &mut [u8])]) -> Result<()> {
+        assert!(!run.is_empty());
+        let mut heads = vec![[0u8; CHUNK_HEADER_LEN]; run.len()];
+        {
+            let _gate = self.io_gate.read();
+            let (dev, at) = self.locate(&run[0].0)?;
+            let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(run.len() * 2);
+            for (h, (_, dst)) in heads.iter_mut().zip(run.iter_mut()) {
+                bufs.push(h);
+                bufs.push(dst);
+            }
+            dev.read_iov_at(&mut bufs, at)?;
+        }
+        for (h, (rec, dst)) in heads.iter().zip(run.iter()) {
+            let n = verify_split(h, dst, &rec.hash).map_err(|why| corrupt(rec, why))?;
+            if n != rec.raw_len as usize {
+                return Err(corrupt(rec, "raw length differs from record".into()));
+            }
+            self.heat.touch(rec.segment, rec.len as u64);
+        }
+        Ok(())
+    }
+
+    /// True if `next` can follow `prev` in a run for `read_run_into`: both
+    /// whole, uncompressed, on the fastest tier, and adjacent in a segment.
+    pub fn is_run(&self, prev: &ChunkRec, next: &ChunkRec) -> bool {
+        let raw = |r: &ChunkRec| r.len as usize == CHUNK_HEADER_LEN + r.raw_len as usize;
+        prev.segment == next.segment
+            && prev.offset as u64 + prev.len as u64 == next.offset as u64
+            && raw(prev)
+            && raw(next)
+            && !self.on_slow_tier(prev)
+            && !self.on_slow_tier(next)
     }
 
     /// Reads a chunk's raw bytes, verified.

@@ -284,6 +284,45 @@ impl Device {
             .map_err(io_err(&self.path))
     }
 
+    /// Reads consecutive bytes at `offset` into the buffers in order, with
+    /// one system call per IOV_MAX buffers (a short read is retried
+    /// buffer by buffer).
+    pub fn read_iov_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        self.throttle(total);
+        let mut at = offset;
+        for group in bufs.chunks_mut(1024) {
+            let iov: Vec<libc::iovec> = group
+                .iter_mut()
+                .map(|b| libc::iovec {
+                    iov_base: b.as_mut_ptr().cast(),
+                    iov_len: b.len(),
+                })
+                .collect();
+            let want: usize = group.iter().map(|b| b.len()).sum();
+            // SAFETY: every iovec points into a live, exclusively borrowed
+            // buffer of the given length.
+            let n = unsafe {
+                libc::preadv(
+                    self.file.as_raw_fd(),
+                    iov.as_ptr(),
+                    iov.len() as i32,
+                    at as i64,
+                )
+            };
+            if n < 0 || n as usize != want {
+                let mut o = at;
+                for b in group.iter_mut() {
+                    self.file.read_exact_at(b, o).map_err(io_err(&self.path))?;
+                    o += b.len() as u64;
+                }
+            }
+            at += want as u64;
+        }
+        Ok(())
+    }
+
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         debug_assert!(offset >= self.header.data_offset);
         debug_assert!(offset + buf.len() as u64 <= self.header.size);

@@ -7,7 +7,7 @@ use crate::error::{FsError, Result};
 use crate::overlay::{Block, BlockState};
 use crate::types::{Extent, FileKind, Inode};
 use crate::vfs::{Fs, State};
-use cairn_data::CHUNK_HEADER_LEN;
+use cairn_data::{ChunkRec, CHUNK_HEADER_LEN};
 use cairn_meta::{ElemKey, RecordType};
 use std::sync::Arc;
 
@@ -65,6 +65,7 @@ impl Fs {
         };
         let mut out = vec![0u8; (end - off) as usize];
         let mut meta = None;
+        let mut run: Vec<(u64, Extent, ChunkRec)> = Vec::new();
         for (blk, state) in parts {
             let data: Block = match state {
                 BlockState::Data(d) => d,
@@ -74,34 +75,96 @@ impl Fs {
                         Some(r) => r,
                         None => meta.insert(self.meta()?),
                     };
-                    self.read_committed(r, ino, blk, off, &mut out)?;
+                    let key = ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes());
+                    let Some(e) = r.get(&key)? else {
+                        continue;
+                    };
+                    let ext = Extent::decode(&e.payload)?;
+                    match self.run_member(r, blk, &ext, off, out.len())? {
+                        Some(rec) => {
+                            let follows = run.last().is_some_and(|(b, _, prev)| {
+                                *b + 1 == blk && self.pool.chunks.is_run(prev, &rec)
+                            });
+                            if !follows {
+                                self.read_run(r, ino, off, &mut out, &mut run)?;
+                            }
+                            run.push((blk, ext, rec));
+                        }
+                        None => {
+                            self.read_run(r, ino, off, &mut out, &mut run)?;
+                            self.read_extent_part(r, ino, blk, &ext, off, &mut out)?;
+                        }
+                    }
                     continue;
                 }
             };
             copy_block_part(&mut out, off, blk * rs, &data);
         }
+        if let Some(r) = &meta {
+            self.read_run(r, ino, off, &mut out, &mut run)?;
+        }
         Ok(out)
+    }
+
+    /// The chunk record of a block that can join a run read: the whole
+    /// chunk is the block's valid bytes and lies inside the read.
+    fn run_member(
+        &self,
+        r: &cairn_meta::MetaRead,
+        blk: u64,
+        ext: &Extent,
+        off: u64,
+        len: usize,
+    ) -> Result<Option<ChunkRec>> {
+        let bstart = blk * self.record;
+        if bstart < off || bstart + ext.len as u64 > off + len as u64 {
+            return Ok(None);
+        }
+        let Some(raw) = r.chunk(ext.chunk)? else {
+            return Ok(None);
+        };
+        let rec = ChunkRec::decode(&raw)?;
+        Ok((rec.raw_len == ext.len).then_some(rec))
+    }
+
+    /// Reads the blocks of a run (file-consecutive, stored back to back)
+    /// into `out` with one device read, or one by one if it is a single
+    /// block or the run read fails (moved, damaged: the single reads retry
+    /// and report). Empties `run`.
+    fn read_run(
+        &self,
+        r: &cairn_meta::MetaRead,
+        ino: u64,
+        off: u64,
+        out: &mut [u8],
+        run: &mut Vec<(u64, Extent, ChunkRec)>,
+    ) -> Result<()> {
+        let rs = self.record;
+        if run.len() > 1 {
+            let mut parts: Vec<(ChunkRec, &mut [u8])> = Vec::with_capacity(run.len());
+            let mut rest = &mut out[..];
+            let mut at = off;
+            for (blk, ext, rec) in run.iter() {
+                let skip = (blk * rs - at) as usize;
+                let (dst, tail) = rest[skip..].split_at_mut(ext.len as usize);
+                parts.push((rec.clone(), dst));
+                rest = tail;
+                at = blk * rs + ext.len as u64;
+            }
+            if self.pool.chunks.read_run_into(&mut parts).is_ok() {
+                run.clear();
+                return Ok(());
+            }
+        }
+        for (blk, ext, _) in run.drain(..) {
+            self.read_extent_part(r, ino, blk, &ext, off, out)?;
+        }
+        Ok(())
     }
 
     /// Puts the part of a committed block that falls in `out` (which starts
     /// at file offset `off`) in place: straight from the device when the
     /// block's start lies in `out`, else through a copy.
-    pub(crate) fn read_committed(
-        &self,
-        r: &cairn_meta::MetaRead,
-        ino: u64,
-        blk: u64,
-        off: u64,
-        out: &mut [u8],
-    ) -> Result<()> {
-        let key = ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes());
-        let Some(e) = r.get(&key)? else {
-            return Ok(());
-        };
-        self.read_extent_part(r, ino, blk, &Extent::decode(&e.payload)?, off, out)
-    }
-
-    /// As `read_committed`, for an extent already looked up.
     pub(crate) fn read_extent_part(
         &self,
         r: &cairn_meta::MetaRead,
