@@ -7,7 +7,7 @@ use crate::types::{FileKind, Inode};
 use cairn_meta::RecordType;
 use serde::Serialize;
 
-#[derive(Debug, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct DeviceInfo {
     pub id: u32,
     pub class: String,
@@ -68,6 +68,42 @@ pub struct PoolInfo {
     pub ssd_cache: Option<cairn_data::CacheStats>,
 }
 
+/// Every device with its fill; `each_segment(heat)` sees the decayed hits
+/// of each segment as they are counted (for histograms).
+pub fn device_infos(
+    pool: &Pool,
+    segs: &[(u64, cairn_data::SegmentRec)],
+    mut each_segment: impl FnMut(u32, f64),
+) -> Vec<DeviceInfo> {
+    let seg = pool.sb.segment_size;
+    let set = pool.chunks.devices();
+    let hot_at = pool.config.tier_promote_hits;
+    set.per_device_slots()
+        .into_iter()
+        .map(|(d, slots, free)| {
+            let (mut segments, mut hot) = (0, 0);
+            for (id, _) in segs.iter().filter(|(_, s)| s.device == d.id()) {
+                let hits = pool.chunks.heat.get(*id).hits;
+                segments += 1;
+                hot += (hits >= hot_at) as u64;
+                each_segment(d.id(), hits);
+            }
+            DeviceInfo {
+                id: d.id(),
+                class: d.class().to_string(),
+                role: d.role.to_string(),
+                path: d.path.display().to_string(),
+                size: slots * seg,
+                used: (slots - free) * seg,
+                draining: set.is_draining(d.id()),
+                emulated: d.emulation().map(|e| e.to_string()),
+                segments,
+                hot_segments: hot,
+            }
+        })
+        .collect()
+}
+
 pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
     let r = pool.meta.read()?;
     let (live, hist, chunks) = r.sizes()?;
@@ -100,35 +136,7 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
     let physical = segs.iter().map(|(_, s)| s.live).sum();
     let seg = pool.sb.segment_size;
     let set = pool.chunks.devices();
-    let hot_at = pool.config.tier_promote_hits;
-    let per_dev = |dev: u32| {
-        let on: Vec<u64> = segs
-            .iter()
-            .filter(|(_, s)| s.device == dev)
-            .map(|(id, _)| *id)
-            .collect();
-        let hot = on
-            .iter()
-            .filter(|id| pool.chunks.heat.get(**id).hits >= hot_at)
-            .count();
-        (on.len() as u64, hot as u64)
-    };
-    let devices = set
-        .per_device_slots()
-        .into_iter()
-        .map(|(d, slots, free)| DeviceInfo {
-            id: d.id(),
-            class: d.class().to_string(),
-            role: d.role.to_string(),
-            path: d.path.display().to_string(),
-            size: slots * seg,
-            used: (slots - free) * seg,
-            draining: set.is_draining(d.id()),
-            emulated: d.emulation().map(|e| e.to_string()),
-            segments: per_dev(d.id()).0,
-            hot_segments: per_dev(d.id()).1,
-        })
-        .collect::<Vec<_>>();
+    let devices = device_infos(pool, &segs, |_, _| {});
     Ok(PoolInfo {
         pool: pool.path.display().to_string(),
         uuid: uuid::Uuid::from_bytes(pool.sb.uuid).to_string(),

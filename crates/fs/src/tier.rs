@@ -16,6 +16,7 @@
 //! construction (see cairn_data::relocate).
 
 use crate::error::{FsError, Result};
+use crate::info::{device_infos, DeviceInfo};
 use crate::vfs::Fs;
 use cairn_data::Relocation;
 use cairn_devices::Device;
@@ -38,18 +39,11 @@ pub struct MigrateReport {
 /// the last bucket is everything above.
 pub const HEAT_BUCKETS: [f64; 5] = [0.0, 1.0, 4.0, 16.0, 64.0];
 
-/// One device in `cairn tier status`.
+/// One device in `cairn tier status`: its info and a heat histogram.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TierDevice {
-    pub id: u32,
-    pub class: String,
-    pub role: String,
-    pub path: String,
-    pub size: u64,
-    pub used: u64,
-    pub draining: bool,
-    pub emulated: Option<String>,
-    pub segments: u64,
+    #[serde(flatten)]
+    pub device: DeviceInfo,
     /// Segments per heat bucket: 0, (0,1], (1,4], (4,16], (16,64], >64.
     pub heat: [u64; 6],
 }
@@ -230,33 +224,17 @@ impl Fs {
 
     /// Per device: fill and a heat histogram of its segments.
     pub fn tier_status(&self) -> Vec<TierDevice> {
-        let chunks = &self.pool.chunks;
-        let set = chunks.devices();
-        let seg = chunks.segment_size();
-        let table = chunks.segment_table();
-        set.per_device_slots()
+        let mut hist: HashMap<u32, [u64; 6]> = HashMap::new();
+        let segs = self.pool.chunks.segment_table();
+        let infos = device_infos(&self.pool, &segs, |dev, h| {
+            let b = HEAT_BUCKETS.iter().position(|&ub| h <= ub).unwrap_or(5);
+            hist.entry(dev).or_default()[b] += 1;
+        });
+        infos
             .into_iter()
-            .map(|(d, total, free)| {
-                let mut heat = [0u64; 6];
-                let mut segments = 0;
-                for (id, _) in table.iter().filter(|(_, s)| s.device == d.id()) {
-                    segments += 1;
-                    let h = chunks.heat.get(*id).hits;
-                    let b = HEAT_BUCKETS.iter().position(|&ub| h <= ub).unwrap_or(5);
-                    heat[b] += 1;
-                }
-                TierDevice {
-                    id: d.id(),
-                    class: d.class().to_string(),
-                    role: d.role.to_string(),
-                    path: d.path.display().to_string(),
-                    size: total * seg,
-                    used: (total - free) * seg,
-                    draining: set.is_draining(d.id()),
-                    emulated: d.emulation().map(|e| e.to_string()),
-                    segments,
-                    heat,
-                }
+            .map(|d| TierDevice {
+                heat: hist.get(&d.id).copied().unwrap_or_default(),
+                device: d,
             })
             .collect()
     }
