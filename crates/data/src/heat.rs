@@ -78,6 +78,23 @@ impl Heat {
         h.last.store(now, Ordering::Relaxed);
     }
 
+    /// Gives `to` the share `fraction` of `from`'s hits (chunks moved by
+    /// reblock or GC keep their heat in their new segment).
+    pub fn carry(&self, from: u64, to: u64, fraction: f64) {
+        let mut m = self.map.write();
+        let Some(src) = m.get(&from) else {
+            return;
+        };
+        let add = (src.hits.load(Ordering::Relaxed) as f64 * fraction.clamp(0.0, 1.0)) as u64;
+        let last = src.last.load(Ordering::Relaxed);
+        if add == 0 {
+            return;
+        }
+        let dst = m.entry(to).or_default();
+        dst.hits.fetch_add(add, Ordering::Relaxed);
+        dst.last.fetch_max(last, Ordering::Relaxed);
+    }
+
     /// Multiplies every hit count by `factor` (0..=1) and forgets segments
     /// that cooled to nothing or no longer exist.
     pub fn decay(&self, factor: f64, exists: impl Fn(u64) -> bool) {
@@ -181,7 +198,11 @@ mod tests {
         assert_eq!(h.get(5).hits, 10.0, "40 quarter-segment reads are 10 hits");
         assert!(h.get(5).idle_secs < 2);
         assert_eq!(h.get(7).hits, 0.0);
-        h.decay(0.5, |s| s != 6);
+        h.carry(5, 8, 0.25);
+        assert_eq!(h.get(8).hits, 2.5, "a quarter of segment 5's heat moved");
+        h.carry(7, 9, 1.0);
+        assert_eq!(h.get(9).hits, 0.0, "a cold segment carries nothing");
+        h.decay(0.5, |s| s != 6 && s != 8);
         assert_eq!(h.get(5).hits, 5.0);
         assert_eq!(h.get(6).hits, 0.0, "segment 6 no longer exists");
         let d = tempfile::tempdir().unwrap();

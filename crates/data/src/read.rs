@@ -1,14 +1,16 @@
 //! Reads on behalf of users (the filesystem's read path): they count as heat
-//! for the tier mover and go through the caches. A chunk whose home is the
-//! pool's fastest tier is read straight from it (zero-copy where possible);
-//! a chunk on a slower tier is looked up in the RAM cache, then the SSD
-//! cache, then read from home and offered to both. Verification, scrub and
+//! for the tier mover and go through the caches. A chunk on a fast home is
+//! read straight from it (zero-copy where possible); a chunk homed on a
+//! slower tier or a hard disk is looked up in the RAM cache, then the SSD
+//! cache (if its home is slower than the cache device), then read from home
+//! and offered to both. Verification, scrub and
 //! moves use the plain reads of store.rs, which bypass all of this.
 
 use crate::chunk::{unseal, verify_split, CHUNK_HEADER_LEN};
 use crate::error::Result;
 use crate::records::ChunkRec;
 use crate::store::{corrupt, ChunkStore};
+use cairn_devices::DeviceClass;
 use std::sync::Arc;
 
 impl ChunkStore {
@@ -72,18 +74,34 @@ impl ChunkStore {
         Ok(v)
     }
 
-    /// True if the chunk's home is slower than the fastest tier and a
-    /// cache is configured.
+    /// True if a read of this chunk goes through the caches: its home is
+    /// slower than the fastest tier or is a hard disk (RAM cache), or
+    /// slower than the SSD cache device.
     fn on_slow_tier(&self, rec: &ChunkRec) -> bool {
-        if self.ram_cache.read().is_none() && self.ssd_cache.read().is_none() {
+        let ram = self.ram_cache.read().is_some();
+        let ssd = self
+            .ssd_cache
+            .read()
+            .as_ref()
+            .map(|c| c.device().class().rank());
+        if !ram && ssd.is_none() {
             return false;
         }
-        let Some(seg) = self.segment(rec.segment) else {
+        let Some(rank) = self.home_rank(rec) else {
             return false;
         };
+        let fastest = self.devices.fastest_tier_rank().unwrap_or(0);
+        (ram && (rank > fastest || rank == DeviceClass::Hdd.rank()))
+            || ssd.is_some_and(|c| rank > c)
+    }
+
+    /// Class rank of the device a chunk lives on.
+    fn home_rank(&self, rec: &ChunkRec) -> Option<u8> {
+        let seg = self.segment(rec.segment)?;
         self.devices
             .device(seg.device)
-            .is_ok_and(|d| Some(d.class().rank()) > self.devices.fastest_tier_rank())
+            .ok()
+            .map(|d| d.class().rank())
     }
 
     fn read_slow(&self, rec: &ChunkRec) -> Result<Arc<[u8]>> {
@@ -101,7 +119,7 @@ impl ChunkStore {
                 let sealed = self.read_sealed(rec)?;
                 let raw = unseal(&sealed, &rec.hash, false).map_err(|why| corrupt(rec, why))?;
                 if let Some(c) = &ssd {
-                    if self.home_slower_than(rec, c.device().class().rank()) {
+                    if self.home_rank(rec) > Some(c.device().class().rank()) {
                         c.offer(key, &sealed);
                     }
                 }
@@ -115,11 +133,5 @@ impl ChunkStore {
             c.insert(key, raw.clone());
         }
         Ok(raw)
-    }
-
-    fn home_slower_than(&self, rec: &ChunkRec, rank: u8) -> bool {
-        self.segment(rec.segment)
-            .and_then(|s| self.devices.device(s.device).ok())
-            .is_some_and(|d| d.class().rank() > rank)
     }
 }

@@ -193,7 +193,7 @@ mod tests {
             Some((1 << 20) + slots * (1 << 20)),
         );
         let d = Device::create(&spec, 0, [0; 16], 1 << 20).unwrap();
-        ChunkStore::new(Arc::new(DeviceSet::new(vec![d])), vec![], 1).unwrap()
+        ChunkStore::new(Arc::new(DeviceSet::new(vec![d]).unwrap()), vec![], 1).unwrap()
     }
 
     #[test]

@@ -110,6 +110,30 @@ pub fn device_file_path(path: &Path, device_id: u32) -> PathBuf {
     }
 }
 
+/// A path that names the same file however it was spelled: canonical when
+/// the file exists, else its canonical directory joined with its name.
+pub fn file_identity(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => dir
+            .canonicalize()
+            .unwrap_or_else(|_| dir.to_path_buf())
+            .join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// True if the file starts with a Cairn device header's magic.
+pub fn is_cairn_device(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|_| &magic == crate::header::DEVICE_MAGIC)
+}
+
 fn free_space_of(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;

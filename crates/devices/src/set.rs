@@ -35,17 +35,18 @@ pub struct DeviceSet {
 }
 
 impl DeviceSet {
-    pub fn new(devices: Vec<Device>) -> Self {
+    /// The set of a pool's devices. Fails if two have the same id or
+    /// their geometry differs.
+    pub fn new(devices: Vec<Device>) -> Result<Self> {
         let segment_size = devices.first().map_or(0, |d| d.header.segment_size);
         let set = DeviceSet {
             members: RwLock::new(Vec::new()),
             segment_size,
         };
         for d in devices {
-            set.add(d)
-                .expect("devices of one pool share a segment size");
+            set.add(d)?;
         }
-        set
+        Ok(set)
     }
 
     /// Adds a device (online). Its segment size must match the pool's.
@@ -220,7 +221,8 @@ mod tests {
         let set = DeviceSet::new(vec![
             mk(0, DeviceClass::Hdd, "a"),
             mk(1, DeviceClass::Ssd, "b"),
-        ]);
+        ])
+        .unwrap();
         for _ in 0..4 {
             assert_eq!(set.allocate().unwrap().device, 1);
         }
@@ -239,7 +241,7 @@ mod tests {
             let spec = DeviceSpec::tier(class, dir.path().join(name), Some(5 << 20));
             Device::create(&spec, id, [0; 16], 1 << 20).unwrap()
         };
-        let set = DeviceSet::new(vec![mk(0, DeviceClass::Hdd, "a")]);
+        let set = DeviceSet::new(vec![mk(0, DeviceClass::Hdd, "a")]).unwrap();
         let a = set.allocate().unwrap();
         set.add(mk(1, DeviceClass::Nvme, "b")).unwrap();
         assert!(set.add(mk(1, DeviceClass::Nvme, "c")).is_err());

@@ -12,6 +12,7 @@ use crate::pool::{DeviceDesc, PoolPaths};
 use crate::tier::RateLimit;
 use crate::vfs::Fs;
 use cairn_data::{FillLimit, SsdCache};
+use cairn_devices::device::{device_file_path, file_identity, is_cairn_device};
 use cairn_devices::{Device, DeviceRole, DeviceSpec};
 use std::path::Path;
 use std::sync::Arc;
@@ -34,6 +35,21 @@ impl Fs {
         }
         let _last = self.flush_lock.lock();
         let id = set.devices().iter().map(|d| d.id() + 1).max().unwrap_or(0);
+        let file = device_file_path(&spec.path, id);
+        let key = file_identity(&file);
+        if let Some(d) = set.devices().iter().find(|d| file_identity(&d.path) == key) {
+            return Err(FsError::BadRequest(format!(
+                "{} is already device {} of this pool",
+                file.display(),
+                d.id()
+            )));
+        }
+        if is_cairn_device(&file) {
+            return Err(FsError::BadRequest(format!(
+                "{} holds a Cairn device (of another pool?); refusing to overwrite it",
+                file.display()
+            )));
+        }
         let dev = Device::create(spec, id, self.pool.sb.uuid, self.pool.sb.segment_size)?;
         let desc = DeviceDesc::new(&self.pool.path, &dev, spec);
         self.pool.meta.write(|w| {

@@ -201,18 +201,14 @@ impl Fs {
             return Ok(0);
         }
         off.checked_add(data.len() as u64).ok_or(FsError::Invalid)?;
-        let mut pruned = false;
+        let mut reclaimed = 0;
         loop {
             self.check_ok()?;
             let mut st = self.lock();
             if self.space_available(&st) < data.len() as u64 + self.record {
                 drop(st);
-                if pruned {
-                    return Err(FsError::NoSpace);
-                }
-                // Short of space: commit and drop fine-grained history.
-                self.flush_with(true)?;
-                pruned = true;
+                self.reclaim(reclaimed)?;
+                reclaimed += 1;
                 continue;
             }
             self.write_locked(&mut st, ino, off, data)?;
@@ -220,6 +216,22 @@ impl Fs {
             drop(st);
             self.throttle(dirty)?;
             return Ok(data.len() as u32);
+        }
+    }
+
+    /// A writer is short of space: step 0 commits and drops fine-grained
+    /// history, step 1 compacts segments holding garbage (GC, best effort:
+    /// it needs a little room itself), and after that the answer is ENOSPC.
+    fn reclaim(&self, step: u32) -> Result<()> {
+        match step {
+            0 => self.flush_with(true),
+            1 => {
+                if let Err(e) = self.gc(95, 0, &|_, _| {}) {
+                    tracing::warn!("compaction for a writer short of space: {e}");
+                }
+                Ok(())
+            }
+            _ => Err(FsError::NoSpace),
         }
     }
 

@@ -7,6 +7,7 @@ use crate::error::{FsError, Result};
 use crate::superblock::{Superblock, SUPERBLOCK_LEN};
 use crate::types::{FileKind, Inode, Time, ROOT_INO};
 use cairn_data::{ChunkStore, SegmentRec};
+use cairn_devices::device::{device_file_path, file_identity};
 use cairn_devices::{Device, DeviceClass, DeviceRole, DeviceSet, DeviceSpec, Emulation};
 use cairn_meta::{ElemKey, MetaStore, RecordType};
 use serde::{Deserialize, Serialize};
@@ -76,7 +77,16 @@ impl DeviceDesc {
         } else {
             pool.join(&self.path)
         };
-        Ok(Device::open(&p, uuid, self.role, self.emulate)?)
+        let dev = Device::open(&p, uuid, self.role, self.emulate)?;
+        if dev.id() != self.id {
+            return Err(FsError::Io(format!(
+                "{}: device record {} names a device whose header says id {}",
+                p.display(),
+                self.id,
+                dev.id()
+            )));
+        }
+        Ok(dev)
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -186,6 +196,16 @@ pub fn mkfs(pool: &Path, mut opts: MkfsOptions) -> Result<Superblock> {
         return Err(FsError::BadRequest(
             "a pool needs at least one tier device (cache devices add no capacity)".into(),
         ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (id, spec) in opts.devices.iter().enumerate() {
+        let file = device_file_path(&spec.path, id as u32);
+        if !seen.insert(file_identity(&file)) {
+            return Err(FsError::BadRequest(format!(
+                "{} is given as more than one device",
+                file.display()
+            )));
+        }
     }
     let uuid = *uuid::Uuid::new_v4().as_bytes();
     let meta = MetaStore::create(&meta_home(pool, &opts.devices)?)?;
@@ -322,7 +342,7 @@ impl Pool {
         }
         let next_segment = r.counter("next_segment")?;
         drop(r);
-        let set = Arc::new(DeviceSet::new(devices));
+        let set = Arc::new(DeviceSet::new(devices)?);
         let mut chunks = ChunkStore::new(set.clone(), table, next_segment)?;
         chunks.set_compression(config.compression()?);
         chunks.set_ram_cache(config.read_cache_mib << 20);

@@ -243,6 +243,16 @@ impl Fs {
             self.store_segments(w, &new_segs)?;
             Ok::<_, crate::FsError>(())
         })?;
+        let heat = &self.pool.chunks.heat;
+        for (_, old, new) in &moves {
+            if let Some(s) = self.pool.chunks.segment(old.segment) {
+                heat.carry(
+                    old.segment,
+                    new.segment,
+                    old.len as f64 / s.used.max(1) as f64,
+                );
+            }
+        }
         let mut freed = Vec::new();
         for old in &olds {
             let seg = self.pool.chunks.segment(old.segment);

@@ -6,9 +6,10 @@
 //!  2. hot segments are those on slower tiers with at least
 //!     tier_promote_hits decayed reads (btier's hit threshold);
 //!  3. demote: on each tier device with a slower tier below it, the
-//!     coldest segments not read for tier_demote_idle_secs (btier's
-//!     max_age) and not hot move down, as many as bring it under
-//!     tier_fast_full_pct plus as many as the hot segments need room;
+//!     coldest segments that are not hot move down: as many as bring it
+//!     under tier_fast_full_pct (so new writes find room there), plus, among
+//!     those not read for tier_demote_idle_secs (btier's max_age), as many
+//!     as the hot segments need room;
 //!  4. promote: hot segments move up, hottest first, while the faster tier
 //!     stays under tier_fast_full_pct.
 //!
@@ -89,14 +90,23 @@ fn tier_devices(fs: &Fs) -> Vec<(u32, u8, u64, u64)> {
 impl Fs {
     /// Moves one segment to a device `pick` accepts: copy and sync without
     /// locks, then switch under the flush lock. Returns the bytes copied,
-    /// or None if the segment changed meanwhile (the copy is dropped).
+    /// or None if the segment was freed or changed meanwhile (a copy made
+    /// is dropped).
     pub fn move_segment(
         &self,
         id: u64,
         pick: impl Fn(&Device, u64, u64) -> bool,
     ) -> Result<Option<u64>> {
-        let used = self.pool.chunks.segment(id).map_or(0, |s| s.used as u64);
-        let r: Relocation = self.pool.chunks.copy_segment(id, pick)?;
+        let Some(seg) = self.pool.chunks.segment(id) else {
+            return Ok(None);
+        };
+        let used = seg.used as u64;
+        let r: Relocation = match self.pool.chunks.copy_segment(id, pick) {
+            Ok(r) => r,
+            // Freed meanwhile (GC, prune): nothing left to move.
+            Err(cairn_data::DataError::NoSegment(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
         let _last = self.flush_lock.lock();
         let Some(rec) = self.pool.chunks.relocated_record(&r) else {
             self.pool.chunks.abandon(&r)?;
@@ -165,13 +175,10 @@ impl Fs {
             let used = total - free;
             let over = used.saturating_sub(cap);
             let room = cap.saturating_sub(used);
-            let want = over + (hot.len() as u64).saturating_sub(room);
+            let for_hot = (hot.len() as u64).saturating_sub(room);
             let mut cands: Vec<u64> = segs
                 .iter()
-                .filter(|(id, d)| {
-                    let (hits, idle) = cold(id);
-                    *d == dev && idle >= c.tier_demote_idle_secs && hits < c.tier_promote_hits
-                })
+                .filter(|(id, d)| *d == dev && cold(id).0 < c.tier_promote_hits)
                 .map(|(id, _)| *id)
                 .collect();
             // Fewest reads first; among equals, the longest idle first.
@@ -179,7 +186,15 @@ impl Fs {
                 let (x, y) = (cold(a), cold(b));
                 x.0.total_cmp(&y.0).then(y.1.cmp(&x.1))
             });
-            plan.extend(cands.into_iter().take(want as usize).map(|id| (id, false)));
+            // Over the cap: the coldest go, however recently read (new
+            // writes need the room). Room for hot segments: only those idle
+            // for tier_demote_idle_secs.
+            let (forced, rest) = cands.split_at((over as usize).min(cands.len()));
+            let idle = rest
+                .iter()
+                .filter(|id| cold(id).1 >= c.tier_demote_idle_secs)
+                .take(for_hot as usize);
+            plan.extend(forced.iter().chain(idle).map(|id| (*id, false)));
         }
         plan.extend(hot.into_iter().map(|id| (id, true)));
         let total = plan.len() as u64;
