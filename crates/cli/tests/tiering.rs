@@ -518,11 +518,9 @@ fn join<T>(h: thread::JoinHandle<T>) -> T {
     h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
 
-#[test]
-fn migration_under_concurrent_io() {
-    let seed = seed();
-    println!("migration_under_concurrent_io: CAIRN_SEED={seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
+/// A mounted pool of a 64 MiB nvme device and a 512 MiB emulated-slow hdd
+/// device, with demotion allowed at once and `extra` settings.
+fn fast_slow_pool(extra: &[(&str, &str)]) -> Fs {
     let mut fs = Fs::create();
     let (fast, slow) = (fs.dev("fast"), fs.dev("slow"));
     fs.mkfs(&[
@@ -531,16 +529,24 @@ fn migration_under_concurrent_io() {
         "--device",
         &format!("hdd:{slow}:512M:{SLOW}"),
     ]);
-    configure(
-        &fs,
-        &[
-            ("tier_demote_idle_secs", "0"),
-            ("tier_promote_hits", "3.0"),
-            ("read_cache_mib", "8"),
-            ("tier_rate_mib", "256"),
-        ],
-    );
+    let mut cfg = vec![("tier_demote_idle_secs", "0")];
+    cfg.extend_from_slice(extra);
+    configure(&fs, &cfg);
     fs.mount();
+    fs
+}
+
+#[test]
+fn migration_under_concurrent_io() {
+    let seed = seed();
+    println!("migration_under_concurrent_io: CAIRN_SEED={seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut fs = fast_slow_pool(&[
+        ("tier_promote_hits", "3.0"),
+        ("read_cache_mib", "8"),
+        ("tier_rate_mib", "256"),
+    ]);
+    let (fast, slow) = (fs.dev("fast"), fs.dev("slow"));
 
     // 50 files of 4 MiB: the first ones fill the fast device, the rest (most)
     // land on the slow one.
@@ -694,25 +700,13 @@ fn kill9_during_migration() {
     let seed = seed();
     println!("kill9_during_migration: CAIRN_SEED={seed}");
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut fs = Fs::create();
-    let (fast, slow) = (fs.dev("fast"), fs.dev("slow"));
-    fs.mkfs(&[
-        "--device",
-        &format!("nvme:{fast}:64M"),
-        "--device",
-        &format!("hdd:{slow}:512M:{SLOW}"),
+    let mut fs = fast_slow_pool(&[
+        ("tier_promote_hits", "1.5"),
+        ("read_cache_mib", "0"),
+        // 4 MiB moves at 16 MiB/s: a pass of ~25 moves takes seconds.
+        ("tier_rate_mib", "16"),
     ]);
-    configure(
-        &fs,
-        &[
-            ("tier_demote_idle_secs", "0"),
-            ("tier_promote_hits", "1.5"),
-            ("read_cache_mib", "0"),
-            // 4 MiB moves at 16 MiB/s: a pass of ~25 moves takes seconds.
-            ("tier_rate_mib", "16"),
-        ],
-    );
-    fs.mount();
+    let (fast, slow) = (fs.dev("fast"), fs.dev("slow"));
     let mut known = Known::new();
     for i in 0..30u64 {
         let name = format!("s{i:02}");
