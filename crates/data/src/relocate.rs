@@ -29,7 +29,7 @@ impl ChunkStore {
         id: u64,
         pick: impl Fn(&Device, u64, u64) -> bool,
     ) -> Result<Relocation> {
-        if self.open_segment_id() == Some(id) {
+        if self.is_open(id) {
             return Err(DataError::Busy(format!("segment {id} is open for appends")));
         }
         let rec = self.segment(id).ok_or(DataError::NoSegment(id))?;

@@ -20,6 +20,9 @@ pub struct ChunkStore {
     pub(crate) devices: Arc<DeviceSet>,
     pub(crate) segments: RwLock<HashMap<u64, SegmentRec>>,
     pub(crate) open: Mutex<Option<OpenSegment>>,
+    /// The segment that reblock and GC append moved chunks to, kept on the
+    /// tier the chunks come from (see `batch_on`).
+    pub(crate) open_reloc: Mutex<Option<OpenSegment>>,
     pub(crate) next_segment: AtomicU64,
     pub(crate) segment_size: u64,
     /// How new chunks are compressed (the pool setting; changeable).
@@ -72,6 +75,7 @@ impl ChunkStore {
             devices,
             segments: RwLock::new(segments),
             open: Mutex::new(None),
+            open_reloc: Mutex::new(None),
             next_segment: AtomicU64::new(next_segment),
             segment_size,
             open_tail: AtomicU64::new(0),
@@ -120,6 +124,14 @@ impl ChunkStore {
     /// The segment new chunks are appended to, if one is open.
     pub fn open_segment_id(&self) -> Option<u64> {
         self.open.lock().as_ref().map(|o| o.id)
+    }
+
+    /// True if chunks may still be appended to this segment (it is the open
+    /// segment of new writes or of moved chunks): it must not be moved,
+    /// compacted or dropped.
+    pub fn is_open(&self, id: u64) -> bool {
+        let open = |m: &Mutex<Option<OpenSegment>>| m.lock().as_ref().map(|o| o.id);
+        open(&self.open) == Some(id) || open(&self.open_reloc) == Some(id)
     }
 
     pub fn segment(&self, id: u64) -> Option<SegmentRec> {
@@ -211,25 +223,59 @@ impl ChunkStore {
         Ok(())
     }
 
-    /// Closes the open segment so that the next batch opens a new one (on
-    /// the device placement then picks). Call between batches only.
+    /// Closes the open segments so that the next batches open new ones (on
+    /// the devices placement then picks). Call between batches only.
     pub fn close_open_segment(&self) {
-        let mut open = self.open.lock();
-        if let Some(o) = open.as_ref() {
+        for m in [&self.open, &self.open_reloc] {
+            let mut open = m.lock();
+            if let Some(o) = open.as_ref() {
+                assert!(
+                    o.is_flushed(),
+                    "closing segment {} with buffered data",
+                    o.id
+                );
+            }
+            *open = None;
+        }
+        self.open_tail.store(0, Ordering::Relaxed);
+    }
+
+    /// Starts appending new chunks. Only one batch at a time (it holds the
+    /// open segment); the filesystem's flusher is the only writer.
+    pub fn batch(&self) -> WriteBatch<'_> {
+        WriteBatch::new(self, self.open.lock(), None)
+    }
+
+    /// Starts appending moved chunks (reblock, GC) to segments on devices of
+    /// class rank `rank`, or slower ones if those are full: compaction keeps
+    /// data on its tier, and heat alone moves it between tiers. When new
+    /// data goes to that tier anyway, the batch shares its open segment
+    /// (a single-tier pool has one open segment, as before); otherwise
+    /// moved chunks get their own open segment there.
+    pub fn batch_on(&self, rank: u8) -> WriteBatch<'_> {
+        let rank_of = |a: SlotAddr| self.devices.device(a.device).ok().map(|d| d.class().rank());
+        let new_data = self.open.lock();
+        let same_tier = match new_data.as_ref() {
+            Some(o) => rank_of(o.addr) == Some(rank),
+            None => self.devices.fastest_tier_rank() == Some(rank),
+        };
+        if same_tier {
+            // New data goes to this tier anyway: share its open segment.
+            return WriteBatch::new(self, new_data, None);
+        }
+        drop(new_data);
+        let mut open = self.open_reloc.lock();
+        let elsewhere = open.as_ref().is_some_and(|o| rank_of(o.addr) != Some(rank));
+        if elsewhere {
+            let o = open.as_ref().expect("checked");
             assert!(
                 o.is_flushed(),
                 "closing segment {} with buffered data",
                 o.id
             );
+            *open = None;
         }
-        *open = None;
-        self.open_tail.store(0, Ordering::Relaxed);
-    }
-
-    /// Starts appending chunks. Only one batch at a time (it holds the open
-    /// segment); the filesystem's flusher is the only writer.
-    pub fn batch(&self) -> WriteBatch<'_> {
-        WriteBatch::new(self, self.open.lock())
+        WriteBatch::new(self, open, Some(rank))
     }
 
     /// A chunk lost its last reference: account it in its segment. Returns
@@ -237,12 +283,12 @@ impl ChunkStore {
     /// dropped from the table (its slot is released by `release_slots` after
     /// the metadata commit).
     pub fn unref_chunk(&self, rec: &ChunkRec) -> Option<SegmentRec> {
-        let open_id = self.open.lock().as_ref().map(|o| o.id);
+        let open = self.is_open(rec.segment);
         let mut segs = self.segments.write();
         let s = segs.get_mut(&rec.segment)?;
         s.live = s.live.saturating_sub(rec.len as u64);
         s.chunks = s.chunks.saturating_sub(1);
-        if s.chunks == 0 && open_id != Some(rec.segment) {
+        if s.chunks == 0 && !open {
             segs.remove(&rec.segment);
             return None;
         }
@@ -252,7 +298,11 @@ impl ChunkStore {
     /// What `unref_chunk` of each of these chunks would leave: per segment
     /// its new record, or None if it would be dropped. Changes nothing.
     pub fn preview_unref(&self, recs: &[ChunkRec]) -> HashMap<u64, Option<SegmentRec>> {
-        let open_id = self.open.lock().as_ref().map(|o| o.id);
+        let open: Vec<u64> = recs
+            .iter()
+            .map(|r| r.segment)
+            .filter(|&s| self.is_open(s))
+            .collect();
         let segs = self.segments.read();
         let mut out: HashMap<u64, Option<SegmentRec>> = HashMap::new();
         for rec in recs {
@@ -263,7 +313,7 @@ impl ChunkStore {
             if let Some(s) = e {
                 s.live = s.live.saturating_sub(rec.len as u64);
                 s.chunks = s.chunks.saturating_sub(1);
-                if s.chunks == 0 && open_id != Some(rec.segment) {
+                if s.chunks == 0 && !open.contains(&rec.segment) {
                     *e = None;
                 }
             }

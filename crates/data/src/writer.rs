@@ -36,6 +36,9 @@ impl OpenSegment {
 
 pub struct WriteBatch<'a> {
     store: &'a ChunkStore,
+    /// None: new data, placed on the fastest tier with room. Some(rank):
+    /// moved data, kept on devices of that class rank or slower.
+    place: Option<u8>,
     compression: Compression,
     open: MutexGuard<'a, Option<OpenSegment>>,
     touched: BTreeSet<u64>,
@@ -43,9 +46,14 @@ pub struct WriteBatch<'a> {
 }
 
 impl<'a> WriteBatch<'a> {
-    pub(crate) fn new(store: &'a ChunkStore, open: MutexGuard<'a, Option<OpenSegment>>) -> Self {
+    pub(crate) fn new(
+        store: &'a ChunkStore,
+        open: MutexGuard<'a, Option<OpenSegment>>,
+        place: Option<u8>,
+    ) -> Self {
         WriteBatch {
             store,
+            place,
             compression: store.compression(),
             open,
             touched: BTreeSet::new(),
@@ -90,8 +98,10 @@ impl<'a> WriteBatch<'a> {
         let offset = o.used;
         seal_stored(method, raw_len as usize, stored, hash, &mut o.buf);
         o.used += len;
-        let tail = self.store.segment_size - o.used as u64;
-        self.store.open_tail.store(tail, Ordering::Relaxed);
+        if self.place.is_none() {
+            let tail = self.store.segment_size - o.used as u64;
+            self.store.open_tail.store(tail, Ordering::Relaxed);
+        }
         let id = o.id;
         if o.buf.len() >= WRITE_CHUNK {
             self.write_buffer()?;
@@ -130,16 +140,21 @@ impl<'a> WriteBatch<'a> {
     fn close_open(&mut self) -> Result<()> {
         self.write_buffer()?;
         *self.open = None;
-        self.store.open_tail.store(0, Ordering::Relaxed);
+        if self.place.is_none() {
+            self.store.open_tail.store(0, Ordering::Relaxed);
+        }
         Ok(())
     }
 
     fn open_new(&mut self) -> Result<()> {
-        let addr = self
-            .store
-            .devices
-            .allocate()
-            .map_err(|_| DataError::NoSpace)?;
+        let devices = &self.store.devices;
+        let addr = match self.place {
+            None => devices.allocate(),
+            Some(rank) => devices
+                .allocate_where(|d, _, _| d.class().rank() >= rank)
+                .or_else(|_| devices.allocate()),
+        }
+        .map_err(|_| DataError::NoSpace)?;
         let id = self.store.next_segment.fetch_add(1, Ordering::SeqCst);
         self.store.segments.write().insert(
             id,

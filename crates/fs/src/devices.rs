@@ -107,13 +107,7 @@ impl Fs {
         self.flush()?;
         {
             let _last = self.flush_lock.lock();
-            let open = self.pool.chunks.open_segment_id();
-            if open
-                .and_then(|s| self.pool.chunks.segment(s))
-                .is_some_and(|s| s.device == id)
-            {
-                self.pool.chunks.close_open_segment();
-            }
+            self.pool.chunks.close_open_segment();
         }
         let mut rate = RateLimit::new(0);
         loop {

@@ -15,13 +15,14 @@ impl Fs {
     /// Ids of sealed segments whose live bytes are below `max_live_pct` of
     /// what they hold; cheap (in-RAM segment table).
     pub fn sparse_segments(&self, max_live_pct: u32) -> BTreeSet<u64> {
-        let open = self.pool.chunks.open_segment_id();
         let pct = max_live_pct as u64;
-        self.pool
-            .chunks
+        let chunks = &self.pool.chunks;
+        chunks
             .segment_table()
             .into_iter()
-            .filter(|(id, s)| Some(*id) != open && s.used > 0 && s.live * 100 < s.used as u64 * pct)
+            .filter(|(id, s)| {
+                !chunks.is_open(*id) && s.used > 0 && s.live * 100 < s.used as u64 * pct
+            })
             .map(|(id, _)| id)
             .collect()
     }

@@ -52,6 +52,9 @@ struct Group {
     chunks: Vec<u64>,
     bytes: u64,
     is_file: bool,
+    /// For a segment: the class rank of its device, where its compacted
+    /// chunks stay. None (a file): new-data placement.
+    place: Option<u8>,
 }
 
 impl Fs {
@@ -91,12 +94,12 @@ impl Fs {
             for id in g.chunks {
                 batch.push(id);
                 if batch.len() as u64 * self.record >= step {
-                    done += self.move_chunks(&std::mem::take(&mut batch), &mut rep)?;
+                    done += self.move_chunks(&std::mem::take(&mut batch), g.place, &mut rep)?;
                     progress(done.min(total), total);
                     pace(done);
                 }
             }
-            done += self.move_chunks(&batch, &mut rep)?;
+            done += self.move_chunks(&batch, g.place, &mut rep)?;
             progress(done.min(total), total);
             pace(done);
         }
@@ -126,14 +129,20 @@ impl Fs {
         if let Some(e) = bad {
             return Err(e.into());
         }
+        let rank_of = |seg: u64| {
+            let dev = self.pool.chunks.segment(seg)?.device;
+            let d = self.pool.chunks.devices().device(dev).ok()?;
+            Some(d.class().rank())
+        };
         let mut groups: Vec<Group> = by_seg
-            .into_values()
-            .map(|mut v| {
+            .into_iter()
+            .map(|(seg, mut v)| {
                 v.sort_unstable();
                 Group {
                     bytes: v.iter().map(|x| x.2).sum(),
                     chunks: v.into_iter().map(|x| x.1).collect(),
                     is_file: false,
+                    place: rank_of(seg),
                 }
             })
             .collect();
@@ -187,6 +196,7 @@ impl Fs {
                     chunks: chunks.into_iter().filter(|c| !skip.contains(c)).collect(),
                     bytes,
                     is_file: true,
+                    place: None,
                 });
             }
         }
@@ -194,8 +204,9 @@ impl Fs {
     }
 
     /// Moves these chunks (those still stored) to the end of the log in one
-    /// step. Returns the bytes looked at, for progress.
-    fn move_chunks(&self, ids: &[u64], rep: &mut ReblockReport) -> Result<u64> {
+    /// step, on devices of class rank `place` (or slower) if given. Returns
+    /// the bytes looked at, for progress.
+    fn move_chunks(&self, ids: &[u64], place: Option<u8>, rep: &mut ReblockReport) -> Result<u64> {
         if ids.is_empty() {
             return Ok(0);
         }
@@ -205,7 +216,10 @@ impl Fs {
         let mut moves = Vec::new();
         let mut looked = 0;
         {
-            let mut batch = self.pool.chunks.batch();
+            let mut batch = match place {
+                Some(rank) => self.pool.chunks.batch_on(rank),
+                None => self.pool.chunks.batch(),
+            };
             for &id in ids {
                 let Some(raw) = r.chunk(id)? else { continue };
                 let old = ChunkRec::decode(&raw)?;

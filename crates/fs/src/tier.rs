@@ -130,13 +130,12 @@ impl Fs {
         let mut rep = MigrateReport::default();
         let mut rate = RateLimit::new(c.tier_rate_mib << 20);
         let full = c.tier_fast_full_pct as u64;
-        let open = self.pool.chunks.open_segment_id();
         let segs: Vec<(u64, u32)> = self
             .pool
             .chunks
             .segment_table()
             .into_iter()
-            .filter(|(id, _)| Some(*id) != open)
+            .filter(|(id, _)| !self.pool.chunks.is_open(*id))
             .map(|(id, s)| (id, s.device))
             .collect();
         let heat: HashMap<u64, cairn_data::HeatSample> = self

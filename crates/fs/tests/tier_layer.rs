@@ -219,3 +219,46 @@ fn devices_added_and_removed_online_keep_the_data() {
     assert!(e.to_string().contains("metadata"), "{e}");
     assert_intact(&fs, ino, &data);
 }
+
+#[test]
+fn gc_keeps_compacted_chunks_on_their_tier() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let (ino, mut data) = fill(&fs);
+    // Overwrite every other block of the part on the slow device: its old
+    // segments become half garbage once history is pruned.
+    for blk in ((18u64 << 4)..(30 << 4)).step_by(2) {
+        let at = (blk << 16) as usize;
+        if at >= data.len() {
+            break;
+        }
+        let new = pattern(1 << 16, blk as u8);
+        data[at..at + (1 << 16)].copy_from_slice(&new);
+        fs.write(ino, at as u64, &new).unwrap();
+    }
+    fs.flush().unwrap();
+    let mut p = fs.prune_policy();
+    p.retention_secs = 0;
+    fs.prune(&p, false).unwrap();
+    // Room on a fast tier, and no open segment: new data would go there.
+    let spec = DeviceSpec::tier(
+        DeviceClass::Nvme,
+        d.path().join("fast2.img"),
+        Some(17 * MIB),
+    );
+    let extra = fs.device_add(&spec).unwrap();
+    fs.pool().chunks.close_open_segment();
+    let fast_before = on_device(&fs, 0);
+    let rep = fs.gc(90, 0, &|_, _| {}).unwrap();
+    assert!(rep.chunks_moved > 0, "gc moved nothing: {rep:?}");
+    assert_eq!(on_device(&fs, 0), fast_before);
+    assert!(
+        on_device(&fs, extra).is_empty(),
+        "compacting slow segments must not pull their chunks into a fast tier"
+    );
+    assert_intact(&fs, ino, &data);
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = open(d.path());
+    assert_intact(&fs, ino, &data);
+}
