@@ -536,6 +536,17 @@ fn fast_slow_pool(extra: &[(&str, &str)]) -> Fs {
     fs
 }
 
+/// Writes `n` fsynced files s00.. of 4 MiB of pattern(seed ^ i).
+fn write_files(fs: &Fs, seed: u64, n: u64) -> Known {
+    let mut known = Known::new();
+    for i in 0..n {
+        let name = format!("s{i:02}");
+        write_synced(&fs.p(&name), &pattern(seed ^ i, 4 * MIB));
+        known.insert(name, (seed ^ i, 4 * MIB));
+    }
+    known
+}
+
 #[test]
 fn migration_under_concurrent_io() {
     let seed = seed();
@@ -550,12 +561,7 @@ fn migration_under_concurrent_io() {
 
     // 50 files of 4 MiB: the first ones fill the fast device, the rest (most)
     // land on the slow one.
-    let mut stable = Known::new();
-    for i in 0..50u64 {
-        let name = format!("s{i:02}");
-        write_synced(&fs.p(&name), &pattern(seed ^ i, 4 * MIB));
-        stable.insert(name, (seed ^ i, 4 * MIB));
-    }
+    let stable = write_files(&fs, seed, 50);
     let mut model = BTreeMap::new();
     for i in 0..4u64 {
         let name = format!("w{i}");
@@ -707,12 +713,7 @@ fn kill9_during_migration() {
         ("tier_rate_mib", "16"),
     ]);
     let (fast, slow) = (fs.dev("fast"), fs.dev("slow"));
-    let mut known = Known::new();
-    for i in 0..30u64 {
-        let name = format!("s{i:02}");
-        write_synced(&fs.p(&name), &pattern(seed ^ i, 4 * MIB));
-        known.insert(name, (seed ^ i, 4 * MIB));
-    }
+    let mut known = write_files(&fs, seed, 30);
     let devs = check_accounting(&fs.mnt, "after writing");
     let f0 = dev_at(&devs, &fast);
     assert_eq!(f0.used, f0.size, "fast device not full: {devs:#?}");

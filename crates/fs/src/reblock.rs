@@ -52,8 +52,9 @@ struct Group {
     chunks: Vec<u64>,
     bytes: u64,
     is_file: bool,
-    /// For a segment: the class rank of its device, where its compacted
-    /// chunks stay. None (a file): new-data placement.
+    /// For a cold segment: the class rank of its device, where its
+    /// compacted chunks stay. None (a warm segment, a file): new-data
+    /// placement.
     place: Option<u8>,
 }
 
@@ -129,7 +130,14 @@ impl Fs {
         if let Some(e) = bad {
             return Err(e.into());
         }
+        // A segment read within tier_demote_idle_secs is warm: its chunks
+        // are being copied anyway, so they go where new data goes (the
+        // fastest tier with room). A cold one stays on its tier.
+        let idle_limit = self.pool.config.tier_demote_idle_secs;
         let rank_of = |seg: u64| {
+            if self.pool.chunks.heat.get(seg).idle_secs < idle_limit {
+                return None;
+            }
             let dev = self.pool.chunks.segment(seg)?.device;
             let d = self.pool.chunks.devices().device(dev).ok()?;
             Some(d.class().rank())
