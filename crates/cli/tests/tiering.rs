@@ -286,8 +286,7 @@ fn write_until(fs: &Fs, files: &mut Known, n: usize) {
     while files.len() < n {
         let name = format!("f{:03}", files.len());
         let seed = 1000 + files.len() as u64;
-        write_synced(&fs.p(&name), &pattern(seed, 4 * MIB));
-        files.insert(name, (seed, 4 * MIB));
+        write_known(fs, files, name, seed, 4 * MIB);
     }
 }
 
@@ -536,13 +535,18 @@ fn fast_slow_pool(extra: &[(&str, &str)]) -> Fs {
     fs
 }
 
+/// Writes an fsynced file of pattern(seed, len) and records it in `known`.
+fn write_known(fs: &Fs, known: &mut Known, name: String, seed: u64, len: usize) {
+    write_synced(&fs.p(&name), &pattern(seed, len));
+    known.insert(name, (seed, len));
+}
+
 /// Writes `n` fsynced files s00.. of 4 MiB of pattern(seed ^ i).
 fn write_files(fs: &Fs, seed: u64, n: u64) -> Known {
     let mut known = Known::new();
     for i in 0..n {
         let name = format!("s{i:02}");
-        write_synced(&fs.p(&name), &pattern(seed ^ i, 4 * MIB));
-        known.insert(name, (seed ^ i, 4 * MIB));
+        write_known(fs, &mut known, name, seed ^ i, 4 * MIB);
     }
     known
 }
@@ -1137,8 +1141,7 @@ fn kill9_during_device_remove() {
     let mut known = Known::new();
     for i in 0..16u64 {
         let name = format!("k{i:02}");
-        write_synced(&fs.p(&name), &pattern(seed ^ i, 4 * MIB - 1000));
-        known.insert(name, (seed ^ i, 4 * MIB - 1000));
+        write_known(&fs, &mut known, name, seed ^ i, 4 * MIB - 1000);
     }
     let devs = check_accounting(&fs.mnt, "after writing");
     let total: u64 = devs.iter().map(|d| d.segments).sum();
@@ -1212,8 +1215,7 @@ fn device_remove_evacuates() {
     for i in 0..24u64 {
         let name = format!("d{i:02}");
         let len = 3 * MIB + (i as usize * 4099);
-        write_synced(&fs.p(&name), &pattern(seed ^ i, len));
-        known.insert(name, (seed ^ i, len));
+        write_known(&fs, &mut known, name, seed ^ i, len);
     }
     let devs = check_accounting(&fs.mnt, "after writing");
     assert_eq!(devs.len(), 3);
@@ -1319,8 +1321,7 @@ fn device_remove_evacuates() {
     // New writes still work, and land on the remaining devices.
     for i in 24..28u64 {
         let name = format!("d{i:02}");
-        write_synced(&fs.p(&name), &pattern(seed ^ i, 2 * MIB));
-        known.insert(name, (seed ^ i, 2 * MIB));
+        write_known(&fs, &mut known, name, seed ^ i, 2 * MIB);
     }
     fs.remount();
     let devs = check_accounting(&fs.mnt, "after remount");
@@ -1347,8 +1348,7 @@ fn device_remove_refusals() {
     let mut known = Known::new();
     for i in 0..10u64 {
         let name = format!("r{i}");
-        write_synced(&fs.p(&name), &pattern(500 + i, 4 * MIB));
-        known.insert(name, (500 + i, 4 * MIB));
+        write_known(&fs, &mut known, name, 500 + i, 4 * MIB);
     }
     let devs = check_accounting(&fs.mnt, "after writing");
     let (d_ssd, d_hdd) = (dev_at(&devs, &ssd), dev_at(&devs, &hdd));
@@ -1400,8 +1400,7 @@ fn device_add_refuses_a_device_already_in_the_pool() {
     let mut known = Known::new();
     for i in 0..20u64 {
         let name = format!("e{i:02}");
-        write_synced(&fs.p(&name), &pattern(700 + i, 4 * MIB));
-        known.insert(name, (700 + i, 4 * MIB));
+        write_known(&fs, &mut known, name, 700 + i, 4 * MIB);
     }
     let before = check_accounting(&fs.mnt, "after writing");
     for spec in [
@@ -1471,8 +1470,7 @@ fn device_remove_during_gc() {
     let mut known = Known::new();
     for i in 10..41u64 {
         let name = format!("g{i}");
-        write_synced(&fs.p(&name), &pattern(900 + i, 2_000_000));
-        known.insert(name, (900 + i, 2_000_000));
+        write_known(&fs, &mut known, name, 900 + i, 2_000_000);
     }
     // Every other file of the last ones dies: GC quickly compacts and frees
     // the last segments, which the drain reaches only later.
