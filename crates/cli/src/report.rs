@@ -116,6 +116,10 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
             c.throttled,
             c.dropped
         );
+        println!(
+            "  of which metadata pages: {} entries, {} hits, {} misses",
+            c.meta_entries, c.meta_hits, c.meta_misses
+        );
     }
     Ok(())
 }

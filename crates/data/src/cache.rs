@@ -9,7 +9,7 @@ use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 use std::sync::Arc;
 
-pub type ChunkKey = (u64, u32);
+pub use cairn_devices::ssdcache::CacheKey as ChunkKey;
 
 #[derive(Clone)]
 struct Bytes;

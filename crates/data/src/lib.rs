@@ -13,7 +13,6 @@ pub mod heat;
 pub mod read;
 pub mod records;
 pub mod relocate;
-pub mod ssdcache;
 pub mod store;
 pub mod writer;
 
@@ -23,6 +22,5 @@ pub use error::DataError;
 pub use heat::{Heat, HeatSample};
 pub use records::{ChunkRec, SegmentRec};
 pub use relocate::Relocation;
-pub use ssdcache::{CacheStats, FillLimit, SsdCache};
 pub use store::ChunkStore;
 pub use writer::WriteBatch;

@@ -254,6 +254,12 @@ impl Device {
         self.throttle.as_ref().map(|t| t.emulation)
     }
 
+    /// Charges an I/O of `bytes` done on this device's file system outside
+    /// this handle (the metadata store beside it) to its emulation, if any.
+    pub fn charge_emulated(&self, bytes: usize) {
+        self.throttle(bytes);
+    }
+
     fn throttle(&self, bytes: usize) {
         if let Some(t) = &self.throttle {
             t.io(bytes);

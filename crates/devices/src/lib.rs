@@ -1,8 +1,9 @@
 //! Devices layer: the bottom of Cairn. A pool stores its data on devices
 //! (regular files, directories or block devices), each with a speed class.
 //! This crate owns the per-device header, positioned I/O on a device, the
-//! map of segment slots in use, and placement (which device gets the next
-//! segment). It knows nothing about chunks, files or metadata.
+//! map of segment slots in use, placement (which device gets the next
+//! segment), slow-device emulation and the SSD cache ring. It knows nothing
+//! about chunks, files or metadata.
 
 pub mod class;
 pub mod device;
@@ -12,6 +13,7 @@ pub mod header;
 pub mod set;
 pub mod size;
 pub mod spacemap;
+pub mod ssdcache;
 
 pub use class::{DeviceClass, DeviceRole};
 pub use device::{Device, DeviceSpec};
@@ -21,3 +23,4 @@ pub use header::DeviceHeader;
 pub use set::{DeviceSet, SlotAddr};
 pub use size::parse_size;
 pub use spacemap::SpaceMap;
+pub use ssdcache::{CacheStats, FillLimit, SsdCache};

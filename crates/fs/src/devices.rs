@@ -11,9 +11,9 @@ use crate::error::{FsError, Result};
 use crate::pool::{DeviceDesc, PoolPaths};
 use crate::tier::RateLimit;
 use crate::vfs::Fs;
-use cairn_data::{FillLimit, SsdCache};
 use cairn_devices::device::{device_file_path, file_identity, is_cairn_device};
 use cairn_devices::{Device, DeviceRole, DeviceSpec};
+use cairn_devices::{FillLimit, SsdCache};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -58,8 +58,8 @@ impl Fs {
         })?;
         let dev = set.add(dev)?;
         if spec.role == DeviceRole::Cache {
-            let cache = ssd_cache(&self.pool.config, dev);
-            self.pool.chunks.set_ssd_cache(Some(cache));
+            self.pool
+                .set_ssd_cache(Some(ssd_cache(&self.pool.config, dev)));
         }
         tracing::info!(
             "device {id} added: {} ({} {})",
@@ -88,7 +88,7 @@ impl Fs {
                 return Err(e);
             }
         } else {
-            self.pool.chunks.set_ssd_cache(None);
+            self.pool.set_ssd_cache(None);
         }
         let _last = self.flush_lock.lock();
         set.remove(id)?;

@@ -65,7 +65,7 @@ pub struct PoolInfo {
     /// Bytes in the RAM read cache (chunks on slower tiers).
     pub ram_cache_bytes: u64,
     /// The SSD read cache, if the pool has a cache device.
-    pub ssd_cache: Option<cairn_data::CacheStats>,
+    pub ssd_cache: Option<cairn_devices::CacheStats>,
 }
 
 /// Every device with its fill; `each_segment(heat)` sees the decayed hits

@@ -8,8 +8,8 @@ use crate::superblock::{Superblock, SUPERBLOCK_LEN};
 use crate::types::{FileKind, Inode, Time, ROOT_INO};
 use cairn_data::{ChunkStore, SegmentRec};
 use cairn_devices::device::{device_file_path, file_identity};
-use cairn_devices::{Device, DeviceClass, DeviceRole, DeviceSet, DeviceSpec, Emulation};
-use cairn_meta::{ElemKey, MetaStore, RecordType};
+use cairn_devices::{Device, DeviceClass, DeviceRole, DeviceSet, DeviceSpec, Emulation, SsdCache};
+use cairn_meta::{ElemKey, MetaStore, PageCache, RecordType};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -271,6 +271,21 @@ fn meta_home(pool: &Path, specs: &[DeviceSpec]) -> Result<PathBuf> {
     Ok(target)
 }
 
+/// The device the metadata store lives on: the directory device holding it
+/// (see `meta_home`), else the fastest tier device (the pool directory is
+/// taken to be as fast as the pool's fastest device).
+fn meta_device(pool: &Path, set: &DeviceSet) -> Option<Arc<Device>> {
+    let devs = set.devices();
+    let dir = std::fs::read_link(PoolPaths::meta(pool))
+        .ok()
+        .and_then(|t| t.parent().map(|p| p.to_path_buf()));
+    let tiers = devs.iter().filter(|d| d.role == DeviceRole::Tier);
+    let in_dir = dir.and_then(|dir| tiers.clone().find(|d| d.path.parent() == Some(&dir)));
+    in_dir
+        .or_else(|| tiers.min_by_key(|d| d.class().rank()))
+        .cloned()
+}
+
 pub fn read_superblock(pool: &Path) -> Result<Superblock> {
     let p = PoolPaths::superblock(pool);
     let b = std::fs::read(&p).map_err(|e| {
@@ -299,6 +314,10 @@ pub struct Pool {
     pub sb: Superblock,
     pub config: PoolConfig,
     pub meta: MetaStore,
+    /// The metadata store's pages in the SSD cache (see `set_ssd_cache`).
+    pub meta_pages: Arc<PageCache>,
+    /// The device the metadata store lives on (see `meta_device`).
+    pub meta_home: Option<Arc<Device>>,
     pub chunks: ChunkStore,
     _lock: File,
 }
@@ -327,9 +346,11 @@ impl Pool {
             Some(c) => c,
             None => PoolConfig::load(&PoolPaths::config(path))?,
         };
+        let meta_pages = PageCache::new();
         let meta = MetaStore::open(
             &PoolPaths::meta(path),
             (config.meta_cache_mib as usize) << 20,
+            meta_pages.clone(),
         )?;
         let r = meta.read()?;
         let mut devices = Vec::new();
@@ -347,6 +368,8 @@ impl Pool {
         chunks.set_compression(config.compression()?);
         chunks.set_ram_cache(config.read_cache_mib << 20);
         chunks.heat = cairn_data::Heat::load(&PoolPaths::heat(path), sb.segment_size);
+        let meta_home = meta_device(path, &set);
+        meta_pages.set_home(meta_home.clone());
         let cache = set
             .devices()
             .into_iter()
@@ -356,15 +379,30 @@ impl Pool {
             let n = c.load(&PoolPaths::ssd_index(path));
             tracing::info!("SSD cache: {n} copies from the last clean unmount");
         }
-        chunks.set_ssd_cache(cache);
-        Ok(Pool {
+        let pool = Pool {
             path: path.to_path_buf(),
             sb,
             config,
             meta,
+            meta_pages,
+            meta_home,
             chunks,
             _lock: lock,
-        })
+        };
+        pool.set_ssd_cache(cache);
+        Ok(pool)
+    }
+
+    /// Attaches (or with None detaches) the SSD read cache: for data chunks
+    /// homed slower than it, and for metadata pages when the metadata's
+    /// device is slower than it.
+    pub fn set_ssd_cache(&self, cache: Option<Arc<SsdCache>>) {
+        let home = self.meta_home.as_ref().map(|d| d.class().rank());
+        let for_meta = cache
+            .clone()
+            .filter(|c| home.is_some_and(|h| c.device().class().rank() < h));
+        self.meta_pages.set_cache(for_meta);
+        self.chunks.set_ssd_cache(cache);
     }
 
     pub fn record_size(&self) -> u64 {

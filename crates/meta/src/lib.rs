@@ -13,12 +13,14 @@ pub mod dedup;
 pub mod element;
 pub mod error;
 pub mod key;
+pub mod pagecache;
 pub mod store;
 pub mod tables;
 
 pub use element::Element;
 pub use error::MetaError;
 pub use key::{ElemKey, RecordType};
+pub use pagecache::PageCache;
 pub use store::{MetaRead, MetaStore, MetaWrite};
 
 /// delete_tid of an element that is still live.

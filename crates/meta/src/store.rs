@@ -7,6 +7,7 @@ use crate::dedup;
 use crate::element::{decode_value, encode_value, hist_key, split_hist_key, Element};
 use crate::error::{MetaError, Result};
 use crate::key::{prefix_end, ElemKey};
+use crate::pagecache::{CachedFile, PageCache};
 use crate::tables::*;
 use crate::TID_MAX;
 use redb::{
@@ -15,6 +16,7 @@ use redb::{
 };
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::Arc;
 
 pub struct MetaStore {
     db: Database,
@@ -76,8 +78,21 @@ impl MetaStore {
         Ok(s)
     }
 
-    pub fn open(path: &Path, cache_bytes: usize) -> Result<Self> {
-        let db = Database::builder().set_cache_size(cache_bytes).open(path)?;
+    /// Opens an existing store; redb reads its pages through `pages` (the
+    /// SSD cache for metadata, when the pool has one).
+    pub fn open(path: &Path, cache_bytes: usize, pages: Arc<PageCache>) -> Result<Self> {
+        let io = |e: std::io::Error| MetaError::Db(format!("{}: {e}", path.display()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io)?;
+        if file.metadata().map_err(io)?.len() == 0 {
+            return Err(MetaError::Db(format!("{}: empty file", path.display())));
+        }
+        let db = Database::builder()
+            .set_cache_size(cache_bytes)
+            .create_with_backend(CachedFile::new(file, pages))?;
         let s = MetaStore { db };
         // Converts tables of an older format, then creates the tables a
         // newer release added (opening them in a write transaction).

@@ -75,7 +75,7 @@ fn dedup_v1_is_converted_on_open() {
         }
         txn.commit().unwrap();
     }
-    let m = MetaStore::open(&path, 1 << 20).unwrap();
+    let m = MetaStore::open(&path, 1 << 20, cairn_meta::PageCache::new()).unwrap();
     let r = m.read().unwrap();
     assert_eq!(r.dedup_size().unwrap().0, 100);
     for (i, h) in hashes.iter().enumerate() {

@@ -1,6 +1,10 @@
 //! The SSD read cache (swapcache): a device with the role `cache` holds
-//! copies of chunks whose home is a slower tier device. Its capacity is not
-//! part of the pool.
+//! copies of hot blocks whose home is a slower device: data chunks (keyed
+//! by segment and offset, see cairn-data) and metadata pages (keyed by
+//! `CacheKey::meta`, see cairn-meta). Its capacity is not part of the pool.
+//! This module is the ring and its fill policy; it does not know what the
+//! copies are: every lookup passes a `verify` that checks the copy against
+//! what the caller expects (a content hash, a checksum).
 //!
 //! The device is a ring: copies are appended at the head, and when the head
 //! wraps, the copies it overwrites are dropped from the index (stale entries
@@ -21,14 +25,31 @@
 //! the cache starts cold. A loaded index cannot make the cache serve wrong
 //! data either: every copy is verified when read.
 
-use crate::cache::ChunkKey;
-use cairn_devices::Device;
+use crate::device::Device;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// What a copy is cached under: (segment id, offset in segment) for a data
+/// chunk; metadata pages have the top bit of the first half set.
+pub type CacheKey = (u64, u32);
+
+/// Keys with this bit set in their first half are metadata pages.
+pub const META_KEY_BIT: u64 = 1 << 63;
+
+/// The key of a metadata page: its offset in the metadata store and length.
+pub fn meta_key(offset: u64, len: u32) -> CacheKey {
+    assert!(offset < META_KEY_BIT, "metadata offset {offset} too large");
+    (META_KEY_BIT | offset, len)
+}
+
+/// True for the key of a metadata page.
+pub fn is_meta_key(key: &CacheKey) -> bool {
+    key.0 & META_KEY_BIT != 0
+}
 
 /// Fill-rate limits: `burst` bytes at once, `rate` bytes per second.
 #[derive(Debug, Clone, Copy)]
@@ -62,9 +83,9 @@ impl Bucket {
 struct Ring {
     head: u64,
     /// key -> (device offset, length)
-    index: HashMap<ChunkKey, (u64, u32)>,
+    index: HashMap<CacheKey, (u64, u32)>,
     /// device offset -> key, to find what a write overwrites.
-    by_off: BTreeMap<u64, ChunkKey>,
+    by_off: BTreeMap<u64, CacheKey>,
 }
 
 #[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
@@ -78,6 +99,10 @@ pub struct CacheStats {
     pub dropped: u64,
     pub entries: u64,
     pub capacity: u64,
+    /// Of the above, for metadata pages.
+    pub meta_hits: u64,
+    pub meta_misses: u64,
+    pub meta_entries: u64,
 }
 
 pub struct SsdCache {
@@ -86,9 +111,11 @@ pub struct SsdCache {
     end: u64,
     ring: Arc<Mutex<Ring>>,
     bucket: Mutex<Bucket>,
-    tx: SyncSender<(ChunkKey, Vec<u8>)>,
+    tx: SyncSender<(CacheKey, Vec<u8>)>,
     hits: AtomicU64,
     misses: AtomicU64,
+    meta_hits: AtomicU64,
+    meta_misses: AtomicU64,
     filled: Arc<AtomicU64>,
     throttled: AtomicU64,
     dropped: AtomicU64,
@@ -99,7 +126,7 @@ impl SsdCache {
         let start = dev.header.data_offset;
         let end = dev.header.size;
         assert!(end > start, "cache device without a data area");
-        let (tx, rx) = sync_channel::<(ChunkKey, Vec<u8>)>(64);
+        let (tx, rx) = sync_channel::<(CacheKey, Vec<u8>)>(64);
         let ring = Arc::new(Mutex::new(Ring {
             head: start,
             ..Default::default()
@@ -129,6 +156,8 @@ impl SsdCache {
             tx,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            meta_hits: AtomicU64::new(0),
+            meta_misses: AtomicU64::new(0),
             filled,
             throttled: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
@@ -139,11 +168,12 @@ impl SsdCache {
         &self.dev
     }
 
-    /// The sealed copy of a chunk, if cached; `verify` checks it (and
-    /// returns the raw bytes). A copy that fails is dropped.
-    pub fn lookup<T>(&self, key: ChunkKey, verify: impl FnOnce(&[u8]) -> Option<T>) -> Option<T> {
+    /// The copy cached under `key`, if any; `verify` checks it against what
+    /// the caller expects (and returns what it needs of it). A copy that
+    /// fails is dropped.
+    pub fn lookup<T>(&self, key: CacheKey, verify: impl FnOnce(&[u8]) -> Option<T>) -> Option<T> {
         let Some((off, len)) = self.ring.lock().index.get(&key).copied() else {
-            self.misses.fetch_add(1, Ordering::Relaxed);
+            self.count(&key, false);
             return None;
         };
         let mut buf = vec![0u8; len as usize];
@@ -152,22 +182,50 @@ impl SsdCache {
             .read_at(&mut buf, off)
             .ok()
             .and_then(|_| verify(&buf));
-        if got.is_some() {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.misses.fetch_add(1, Ordering::Relaxed);
+        self.count(&key, got.is_some());
+        if got.is_none() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
-            let mut r = self.ring.lock();
-            if r.index.get(&key) == Some(&(off, len)) {
-                r.index.remove(&key);
-                r.by_off.remove(&off);
-            }
+            self.forget_at(key, off);
         }
         got
     }
 
-    /// Offers a verified sealed chunk read from its home device.
-    pub fn offer(&self, key: ChunkKey, sealed: &[u8]) {
+    /// Drops the copy of `key` if it still is the one at device offset `off`.
+    fn forget_at(&self, key: CacheKey, off: u64) {
+        let mut r = self.ring.lock();
+        if r.index.get(&key).is_some_and(|&(o, _)| o == off) {
+            r.index.remove(&key);
+            r.by_off.remove(&off);
+        }
+    }
+
+    /// Drops the copy of `key`, if any (its content changed at home).
+    pub fn forget(&self, key: CacheKey) {
+        let mut r = self.ring.lock();
+        if let Some((off, _)) = r.index.remove(&key) {
+            r.by_off.remove(&off);
+        }
+    }
+
+    /// Counts a miss for a lookup the caller answered without the ring
+    /// (it had nothing to verify a copy against).
+    pub fn count_miss(&self, key: &CacheKey) {
+        self.count(key, false);
+    }
+
+    fn count(&self, key: &CacheKey, hit: bool) {
+        let c = match (is_meta_key(key), hit) {
+            (false, true) => &self.hits,
+            (false, false) => &self.misses,
+            (true, true) => &self.meta_hits,
+            (true, false) => &self.meta_misses,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Offers a verified copy of what `key` holds at home (a sealed chunk,
+    /// a metadata page), read from its home device.
+    pub fn offer(&self, key: CacheKey, sealed: &[u8]) {
         if sealed.len() as u64 > (self.end - self.start) / 4 {
             return;
         }
@@ -179,14 +237,23 @@ impl SsdCache {
     }
 
     pub fn stats(&self) -> CacheStats {
+        let (entries, meta_entries) = {
+            let r = self.ring.lock();
+            let meta = r.index.keys().filter(|k| is_meta_key(k)).count();
+            (r.index.len() as u64, meta as u64)
+        };
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         CacheStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
+            hits: load(&self.hits) + load(&self.meta_hits),
+            misses: load(&self.misses) + load(&self.meta_misses),
             filled_bytes: self.filled.load(Ordering::Relaxed),
-            throttled: self.throttled.load(Ordering::Relaxed),
-            dropped: self.dropped.load(Ordering::Relaxed),
-            entries: self.ring.lock().index.len() as u64,
+            throttled: load(&self.throttled),
+            dropped: load(&self.dropped),
+            entries,
             capacity: self.end - self.start,
+            meta_hits: load(&self.meta_hits),
+            meta_misses: load(&self.meta_misses),
+            meta_entries,
         }
     }
 }
@@ -194,16 +261,17 @@ impl SsdCache {
 const INDEX_MAGIC: &[u8; 8] = b"CAIRNSC1";
 
 impl SsdCache {
-    /// Saves the index: magic, pool uuid, device id u32, head u64, then per
-    /// copy segment u64 | offset u32 | device offset u64 | length u32, then
-    /// crc32c of all before.
+    /// Saves the index of the data chunks: magic, pool uuid, device id u32,
+    /// head u64, then per copy segment u64 | offset u32 | device offset u64
+    /// | length u32, then crc32c of all before. Metadata pages are not saved:
+    /// their checksums live in RAM only, so they start cold at every mount.
     pub fn save(&self, path: &std::path::Path) -> std::io::Result<()> {
         let r = self.ring.lock();
         let mut b = INDEX_MAGIC.to_vec();
         b.extend_from_slice(&self.dev.header.pool_uuid);
         b.extend_from_slice(&self.dev.id().to_le_bytes());
         b.extend_from_slice(&r.head.to_le_bytes());
-        for (&(seg, off), &(at, len)) in &r.index {
+        for (&(seg, off), &(at, len)) in r.index.iter().filter(|(k, _)| !is_meta_key(k)) {
             b.extend_from_slice(&seg.to_le_bytes());
             b.extend_from_slice(&off.to_le_bytes());
             b.extend_from_slice(&at.to_le_bytes());
@@ -244,7 +312,7 @@ impl SsdCache {
         r.head = u64_at(28).clamp(self.start, self.end);
         for e in (head_len..b.len() - 4).step_by(24) {
             let (key, at, len) = ((u64_at(e), u32_at(e + 8)), u64_at(e + 12), u32_at(e + 20));
-            if at >= self.start && at + len as u64 <= self.end {
+            if at >= self.start && at + len as u64 <= self.end && !is_meta_key(&key) {
                 r.index.insert(key, (at, len));
                 r.by_off.insert(at, key);
             }
@@ -259,7 +327,7 @@ fn write_copy(
     ring: &Mutex<Ring>,
     start: u64,
     end: u64,
-    key: ChunkKey,
+    key: CacheKey,
     bytes: &[u8],
 ) -> bool {
     let len = bytes.len() as u64;
@@ -281,7 +349,7 @@ fn write_copy(
                 r.by_off.remove(&o);
             }
         }
-        let over: Vec<(u64, ChunkKey)> = r
+        let over: Vec<(u64, CacheKey)> = r
             .by_off
             .range(off..off + len)
             .map(|(&o, &k)| (o, k))
@@ -304,8 +372,7 @@ fn write_copy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chunk::{hash_block, seal, unseal};
-    use cairn_devices::{DeviceClass, DeviceSpec};
+    use crate::{DeviceClass, DeviceSpec};
 
     fn cache(dir: &std::path::Path, mib: u64, limit: FillLimit) -> Arc<SsdCache> {
         let spec = DeviceSpec::tier(DeviceClass::Ssd, dir.join("c"), Some((1 + mib) << 20));
@@ -313,12 +380,13 @@ mod tests {
         SsdCache::new(Arc::new(dev), limit)
     }
 
-    fn sealed(seed: u8) -> (Vec<u8>, crate::Hash) {
-        let raw: Vec<u8> = (0..200_000u32).map(|i| (i as u8) ^ seed).collect();
-        let h = hash_block(&raw);
-        let mut out = Vec::new();
-        seal(&raw, &h, crate::compress::Compression::None, &mut out);
-        (out, h)
+    fn block(seed: u8) -> Vec<u8> {
+        (0..200_000u32).map(|i| (i as u8) ^ seed).collect()
+    }
+
+    /// A verify that accepts only the expected bytes.
+    fn exactly(want: Vec<u8>) -> impl FnOnce(&[u8]) -> Option<Vec<u8>> {
+        move |b| (b == want.as_slice()).then(|| b.to_vec())
     }
 
     fn wait_entries(c: &SsdCache, n: u64) {
@@ -331,56 +399,79 @@ mod tests {
         panic!("cache has {} entries, want {n}", c.stats().entries);
     }
 
+    const UNLIMITED: FillLimit = FillLimit {
+        burst: 1 << 30,
+        rate: 1 << 30,
+    };
+
     #[test]
     fn serves_verified_copies_and_recycles_the_oldest() {
         let d = tempfile::tempdir().unwrap();
-        let unlimited = FillLimit {
-            burst: 1 << 30,
-            rate: 1 << 30,
-        };
-        let c = cache(d.path(), 1, unlimited);
-        let (a, ha) = sealed(1);
-        c.offer((1, 0), &a);
+        let c = cache(d.path(), 1, UNLIMITED);
+        c.offer((1, 0), &block(1));
         wait_entries(&c, 1);
-        let got = c.lookup((1, 0), |b| unseal(b, &ha, true).ok());
-        assert!(got.is_some(), "cached copy not served");
+        assert!(
+            c.lookup((1, 0), exactly(block(1))).is_some(),
+            "copy not served"
+        );
         // A lookup that expects other content (the key reused with other
         // bytes) is refused and the entry dropped: never stale data.
-        let (_, hb) = sealed(2);
-        assert!(c.lookup((1, 0), |b| unseal(b, &hb, false).ok()).is_none());
+        assert!(c.lookup((1, 0), exactly(block(2))).is_none());
         assert_eq!(c.stats().dropped, 1);
         assert_eq!(c.stats().entries, 0);
         // 1 MiB ring, 200 KB copies: the sixth copy wraps and recycles.
         for k in 0..6u64 {
-            c.offer((10 + k, 0), &sealed(k as u8).0);
+            c.offer((10 + k, 0), &block(k as u8));
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let s = c.stats();
         assert!(s.entries <= 5 && s.entries >= 4, "{s:?}");
-        assert!(c
-            .lookup((10, 0), |b| unseal(b, &sealed(0).1, true).ok())
-            .is_none());
-        assert!(c
-            .lookup((15, 0), |b| unseal(b, &sealed(5).1, true).ok())
-            .is_some());
+        assert!(c.lookup((10, 0), exactly(block(0))).is_none());
+        assert!(c.lookup((15, 0), exactly(block(5))).is_some());
     }
 
     #[test]
     fn fill_rate_is_limited_by_burst_and_rate() {
         let d = tempfile::tempdir().unwrap();
-        let c = cache(
-            d.path(),
-            4,
-            FillLimit {
-                burst: 450_000,
-                rate: 1,
-            },
-        );
+        let limit = FillLimit {
+            burst: 450_000,
+            rate: 1,
+        };
+        let c = cache(d.path(), 4, limit);
         for k in 0..5u64 {
-            c.offer((k, 0), &sealed(k as u8).0);
+            c.offer((k, 0), &block(k as u8));
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
         let s = c.stats();
         assert_eq!((s.entries, s.throttled), (2, 3), "{s:?}");
+    }
+
+    #[test]
+    fn metadata_pages_are_counted_apart_and_not_saved() {
+        let d = tempfile::tempdir().unwrap();
+        let c = cache(d.path(), 2, UNLIMITED);
+        let page = meta_key(8192, 4096);
+        assert!(is_meta_key(&page) && !is_meta_key(&(8192, 4096)));
+        c.offer(page, &block(3)[..4096]);
+        c.offer((7, 0), &block(4));
+        wait_entries(&c, 2);
+        assert!(c.lookup(page, exactly(block(3)[..4096].to_vec())).is_some());
+        assert!(c.lookup(meta_key(0, 4096), |_| Some(())).is_none());
+        let s = c.stats();
+        assert_eq!(
+            (s.meta_entries, s.meta_hits, s.meta_misses),
+            (1, 1, 1),
+            "{s:?}"
+        );
+        assert_eq!((s.hits, s.misses), (1, 1), "{s:?}");
+        c.forget(page);
+        assert_eq!(c.stats().meta_entries, 0);
+        c.offer(page, &block(3)[..4096]);
+        wait_entries(&c, 2);
+        let idx = d.path().join("index");
+        c.save(&idx).unwrap();
+        let again = SsdCache::new(c.device().clone(), UNLIMITED);
+        assert_eq!(again.load(&idx), 1, "only the data chunk is saved");
+        assert!(again.lookup((7, 0), exactly(block(4))).is_some());
     }
 }
