@@ -4,7 +4,11 @@
 //! segment); segment ids are never reused and chunks never change in place,
 //! so an entry can never be stale: an overwrite writes a new chunk
 //! elsewhere. Moving a segment between tiers keeps its id and contents.
+//! Each entry keeps the content hash it was verified against, and a lookup
+//! names the hash it expects: chunks read ahead (checked against their own
+//! headers, not yet against a record) are served only to a matching record.
 
+use crate::Hash;
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 use std::sync::Arc;
@@ -14,14 +18,16 @@ pub use cairn_devices::ssdcache::CacheKey as ChunkKey;
 #[derive(Clone)]
 struct Bytes;
 
-impl Weighter<ChunkKey, Arc<[u8]>> for Bytes {
-    fn weight(&self, _: &ChunkKey, v: &Arc<[u8]>) -> u64 {
-        v.len() as u64 + 64
+type Entry = (Hash, Arc<[u8]>);
+
+impl Weighter<ChunkKey, Entry> for Bytes {
+    fn weight(&self, _: &ChunkKey, v: &Entry) -> u64 {
+        v.1.len() as u64 + 96
     }
 }
 
 pub struct RamCache {
-    cache: Cache<ChunkKey, Arc<[u8]>, Bytes>,
+    cache: Cache<ChunkKey, Entry, Bytes>,
 }
 
 impl RamCache {
@@ -31,12 +37,14 @@ impl RamCache {
         }
     }
 
-    pub fn get(&self, key: ChunkKey) -> Option<Arc<[u8]>> {
-        self.cache.get(&key)
+    /// The raw bytes cached under `key`, if they have content `hash`.
+    pub fn get(&self, key: ChunkKey, hash: &Hash) -> Option<Arc<[u8]>> {
+        self.cache.get(&key).filter(|(h, _)| h == hash).map(|e| e.1)
     }
 
-    pub fn insert(&self, key: ChunkKey, raw: Arc<[u8]>) {
-        self.cache.insert(key, raw);
+    /// Caches raw bytes verified to have content `hash`.
+    pub fn insert(&self, key: ChunkKey, hash: Hash, raw: Arc<[u8]>) {
+        self.cache.insert(key, (hash, raw));
     }
 
     /// Bytes held.

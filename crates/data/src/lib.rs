@@ -11,6 +11,7 @@ pub mod compress;
 pub mod error;
 pub mod heat;
 pub mod read;
+pub mod readahead;
 pub mod records;
 pub mod relocate;
 pub mod store;

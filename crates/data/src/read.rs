@@ -3,8 +3,10 @@
 //! read straight from it (zero-copy where possible); a chunk homed on a
 //! slower tier or a hard disk is looked up in the RAM cache, then the SSD
 //! cache (if its home is slower than the cache device), then read from home
-//! and offered to both. Verification, scrub and
-//! moves use the plain reads of store.rs, which bypass all of this.
+//! and offered to both; from a hard disk, a read that continues a
+//! sequential stream fetches the chunks after it too (`readahead.rs`).
+//! Verification, scrub and moves use the plain reads of store.rs, which
+//! bypass all of this.
 
 use crate::chunk::{unseal, verify_split, CHUNK_HEADER_LEN};
 use crate::error::Result;
@@ -106,9 +108,11 @@ impl ChunkStore {
 
     fn read_slow(&self, rec: &ChunkRec) -> Result<Arc<[u8]>> {
         let key = (rec.segment, rec.offset);
-        if let Some(raw) = self.ram_cache.read().as_ref().and_then(|c| c.get(key)) {
+        let ram = self.ram_cache.read();
+        if let Some(raw) = ram.as_ref().and_then(|c| c.get(key, &rec.hash)) {
             return Ok(raw);
         }
+        drop(ram);
         let ssd = self.ssd_cache.read().clone();
         let cached = ssd
             .as_ref()
@@ -116,13 +120,21 @@ impl ChunkStore {
         let raw: Arc<[u8]> = match cached {
             Some(raw) => raw.into(),
             None => {
-                let sealed = self.read_sealed(rec)?;
-                let raw = unseal(&sealed, &rec.hash, false).map_err(|why| corrupt(rec, why))?;
-                if let Some(c) = &ssd {
-                    if self.home_rank(rec) > Some(c.device().class().rank()) {
-                        c.offer(key, &sealed);
+                let home = self.home_rank(rec);
+                // Copies go to the SSD cache if their home is slower.
+                let offer = |r: &ChunkRec, sealed: &[u8]| match &ssd {
+                    Some(c) if home > Some(c.device().class().rank()) => {
+                        c.offer((r.segment, r.offset), sealed)
                     }
-                }
+                    _ => {}
+                };
+                let sealed = if home == Some(DeviceClass::Hdd.rank()) {
+                    self.read_sealed_ahead(rec, &offer)?
+                } else {
+                    self.read_sealed(rec)?
+                };
+                let raw = unseal(&sealed, &rec.hash, false).map_err(|why| corrupt(rec, why))?;
+                offer(rec, &sealed);
                 raw.into()
             }
         };
@@ -130,7 +142,7 @@ impl ChunkStore {
             return Err(corrupt(rec, "raw length differs from record".into()));
         }
         if let Some(c) = self.ram_cache.read().as_ref() {
-            c.insert(key, raw.clone());
+            c.insert(key, rec.hash, raw.clone());
         }
         Ok(raw)
     }

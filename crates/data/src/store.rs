@@ -7,6 +7,7 @@ use crate::chunk::{unseal, CHUNK_HEADER_LEN};
 use crate::compress::Compression;
 use crate::error::{DataError, Result};
 use crate::heat::Heat;
+use crate::readahead::Readahead;
 use crate::records::{ChunkRec, SegmentRec};
 use crate::writer::{OpenSegment, WriteBatch};
 use cairn_devices::ssdcache::SsdCache;
@@ -39,6 +40,7 @@ pub struct ChunkStore {
     pub heat: Heat,
     pub(crate) ram_cache: RwLock<Option<RamCache>>,
     pub(crate) ssd_cache: RwLock<Option<Arc<SsdCache>>>,
+    pub(crate) readahead: RwLock<Arc<Readahead>>,
 }
 
 impl ChunkStore {
@@ -84,6 +86,7 @@ impl ChunkStore {
             heat: Heat::new(segment_size),
             ram_cache: RwLock::new(None),
             ssd_cache: RwLock::new(None),
+            readahead: RwLock::new(Arc::new(Readahead::new(0))),
         })
     }
 

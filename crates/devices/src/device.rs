@@ -99,6 +99,8 @@ pub struct Device {
     pub role: DeviceRole,
     file: File,
     throttle: Option<Throttle>,
+    /// Device reads issued so far (one per read call, however large).
+    read_ops: std::sync::atomic::AtomicU64,
 }
 
 /// Resolves a spec path: a directory holds the device as a file inside it.
@@ -206,6 +208,7 @@ impl Device {
             role: spec.role,
             file,
             throttle: spec.emulate.map(Throttle::new),
+            read_ops: Default::default(),
         })
     }
 
@@ -242,6 +245,7 @@ impl Device {
             role,
             file,
             throttle: emulate.map(Throttle::new),
+            read_ops: Default::default(),
         })
     }
 
@@ -257,6 +261,17 @@ impl Device {
     /// Charges an I/O of `bytes` done on this device's file system outside
     /// this handle (the metadata store beside it) to its emulation, if any.
     pub fn charge_emulated(&self, bytes: usize) {
+        self.throttle(bytes);
+    }
+
+    /// Device reads issued since the device was opened.
+    pub fn read_ops(&self) -> u64 {
+        self.read_ops.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn read_op(&self, bytes: usize) {
+        self.read_ops
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.throttle(bytes);
     }
 
@@ -280,7 +295,7 @@ impl Device {
     }
 
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.throttle(buf.len());
+        self.read_op(buf.len());
         self.file
             .read_exact_at(buf, offset)
             .map_err(io_err(&self.path))
@@ -291,7 +306,7 @@ impl Device {
     /// wants it without a copy.
     pub fn read_split_at(&self, head: &mut [u8], body: &mut [u8], offset: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
-        self.throttle(head.len() + body.len());
+        self.read_op(head.len() + body.len());
         let iov = [
             libc::iovec {
                 iov_base: head.as_mut_ptr().cast(),
@@ -320,7 +335,7 @@ impl Device {
     pub fn read_iov_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
         let total: usize = bufs.iter().map(|b| b.len()).sum();
-        self.throttle(total);
+        self.read_op(total);
         let mut at = offset;
         for group in bufs.chunks_mut(1024) {
             let iov: Vec<libc::iovec> = group

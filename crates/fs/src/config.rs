@@ -44,6 +44,9 @@ pub struct PoolConfig {
     /// RAM read cache for chunks whose home is slower than the fastest tier
     /// (EPRD), in MiB; 0 turns it off.
     pub read_cache_mib: u64,
+    /// Read-ahead for sequential reads from hard disks, in KiB (into the
+    /// RAM read cache); 0 turns it off.
+    pub readahead_kib: u32,
     /// SSD read cache fill limits (swapcache): a burst allowance and a
     /// long-term rate, so the cache device is not worn out.
     pub cache_fill_burst_mib: u64,
@@ -80,6 +83,7 @@ impl Default for PoolConfig {
             gc_max_live_pct: 50,
             gc_rate_mib: 64,
             read_cache_mib: 256,
+            readahead_kib: 1024,
             cache_fill_burst_mib: 1024,
             cache_fill_rate_mib: 16,
             tier_interval_secs: 30,
@@ -124,6 +128,9 @@ impl PoolConfig {
         }
         if self.tier_promote_hits.is_nan() || self.tier_promote_hits <= 0.0 {
             return Err(FsError::Io("tier_promote_hits must be > 0".into()));
+        }
+        if self.readahead_kib > 65536 {
+            return Err(FsError::Io("readahead_kib must be <= 65536".into()));
         }
         if self.dirty_limit_mib == 0 {
             return Err(FsError::Io("dirty_limit_mib must be > 0".into()));

@@ -367,6 +367,7 @@ impl Pool {
         let mut chunks = ChunkStore::new(set.clone(), table, next_segment)?;
         chunks.set_compression(config.compression()?);
         chunks.set_ram_cache(config.read_cache_mib << 20);
+        chunks.set_readahead(config.readahead_kib << 10);
         chunks.heat = cairn_data::Heat::load(&PoolPaths::heat(path), sb.segment_size);
         let meta_home = meta_device(path, &set);
         meta_pages.set_home(meta_home.clone());
