@@ -12,11 +12,20 @@
 #       fast  the fast device alone, sized as the whole pool (FAST_MB +
 #             SLOW_MB) so that capacity is not the difference
 #       slow  the emulated slow device alone
-#     once with a working set that fits the fast tier (FIT_MB) and once
-#     with one larger than it (BIG_MB). Each job works on its own quarter
-#     of one shared file of the working-set size, written beforehand from
-#     /dev/urandom. The pool is warmed up before measuring: WARM_PASSES
-#     sequential read passes over the set, then `tier migrate --now` twice.
+#     with three sets, each a file written beforehand from /dev/urandom
+#     whose accessed region is cut in NUMJOBS parts, one per job:
+#       fit  a FIT_MB file, all of it accessed: fits the fast tier
+#       hot  a BIG_MB file (larger than the fast tier) whose last HOT_MB
+#            are accessed: that hot region is written last, so it lands on
+#            the slow tier, and the mover must bring it up (and move cold
+#            data down to make room) during the warm-up
+#       big  a BIG_MB file, all of it accessed uniformly: the working set
+#            itself is larger than the fast tier
+#     The pool is warmed up before measuring: WARM_PASSES sequential read
+#     passes over the accessed region (HOT_WARM_PASSES for hot), then
+#     `tier migrate --now` twice. For hot, tier_demote_idle_secs is
+#     HOT_IDLE_SECS (the cold data was written a minute before; the
+#     benchmark compresses the hours a real pool has into that minute).
 #  2. the swapcache md5 loop: a file of MD5_MB homed on the slow device of
 #     a pool with a small nvme tier (filled first by another file) and an
 #     ssd cache device, read_cache_mib=MD5_RAM_MB (smaller than the file),
@@ -29,12 +38,13 @@
 # it are labelled "emulated". Needs root (drop_caches), fuse3, fio, python3.
 # Environment (defaults; QUICK=1 gives a ~4 minute run with smaller sizes,
 # RUNTIME=5 and PASSES=4):
-#   FAST_MB=1024 FIT_MB=512 BIG_MB=2048 SLOW_MB=3*BIG_MB
+#   FAST_MB=1024 FIT_MB=512 BIG_MB=2048 HOT_MB=FIT_MB SLOW_MB=3*BIG_MB
 #   SLOW_LATENCY=5ms SLOW_BW=100M RUNTIME=20 NUMJOBS=4 RUNS=1 WARM_PASSES=1
+#   HOT_WARM_PASSES=5 HOT_IDLE_SECS=20
 #   MD5_MB=512 MD5_RAM_MB=64 MD5_FAST_MB=64 PASSES=6
 #   POOL_CONF="key=value ..."  cairn.toml settings for the fio pools
 #     (e.g. "history_retention_secs=60"; default: the shipped config)
-#   SETS="fit big"  working sets to run (SETS= skips fio); PASSES=0 skips md5
+#   SETS="fit hot big"  working sets to run (SETS= skips fio); PASSES=0 skips md5
 #   BENCH_DIR=/var/tmp KEEP=1
 set -euo pipefail
 
@@ -46,7 +56,10 @@ fi
 FAST_MB=${FAST_MB:-1024}
 FIT_MB=${FIT_MB:-512}
 BIG_MB=${BIG_MB:-2048}
+HOT_MB=${HOT_MB:-$FIT_MB}
 SLOW_MB=${SLOW_MB:-$((3 * BIG_MB))}
+HOT_WARM_PASSES=${HOT_WARM_PASSES:-5}
+HOT_IDLE_SECS=${HOT_IDLE_SECS:-20}
 SLOW_LATENCY=${SLOW_LATENCY:-5ms}
 SLOW_BW=${SLOW_BW:-100M}
 RUNTIME=${RUNTIME:-20}
@@ -58,7 +71,7 @@ MD5_RAM_MB=${MD5_RAM_MB:-64}
 MD5_FAST_MB=${MD5_FAST_MB:-64}
 PASSES=${PASSES:-6}
 POOL_CONF=${POOL_CONF:-}
-SETS=${SETS:-fit big}
+SETS=${SETS-fit hot big}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -72,6 +85,7 @@ for t in fio fusermount3 python3 md5sum awk; do
 done
 [ "$BIG_MB" -gt "$FAST_MB" ] || die "BIG_MB ($BIG_MB) must exceed FAST_MB ($FAST_MB)"
 [ "$FIT_MB" -lt "$FAST_MB" ] || die "FIT_MB ($FIT_MB) must be below FAST_MB ($FAST_MB)"
+[ "$HOT_MB" -lt "$FAST_MB" ] || die "HOT_MB ($HOT_MB) must be below FAST_MB ($FAST_MB)"
 [ "$MD5_MB" -gt "$MD5_RAM_MB" ] || die "MD5_MB must exceed MD5_RAM_MB"
 (cd "$ROOT" && cargo build --release -p cairn-cli >&2)
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/cairn
@@ -143,13 +157,24 @@ PARGS[mt50]="--rw=rw --rwmixread=50 --bs=32k"
 PNAME[rand70]="Random-8K-70%-read"
 PARGS[rand70]="--rw=randrw --rwmixread=70 --bs=8k"
 
-# fio_run PROFILE WS_MB -> "IOPS MB/s ERR" (read + write; ERR is fio's errno, 0 if none)
+# (read + write; ERR is fio's errno, 0 if none); job i works on part i of the region
+# set_geom SET -> "FILE_MB REGION_OFFSET_MB REGION_MB WARM_PASSES"
+set_geom() {
+    case $1 in
+        fit) echo "$FIT_MB 0 $FIT_MB $WARM_PASSES" ;;
+        hot) echo "$BIG_MB $((BIG_MB - HOT_MB)) $HOT_MB $HOT_WARM_PASSES" ;;
+        big) echo "$BIG_MB 0 $BIG_MB $WARM_PASSES" ;;
+        *) die "unknown set $1 (fit, hot, big)" ;;
+    esac
+}
+
+# fio_run PROFILE FILE_MB REGION_OFFSET_MB REGION_MB -> "IOPS MB/s ERR"
 fio_run() {
-    local part=$(($2 / NUMJOBS)) out
+    local part=$(($4 / NUMJOBS)) out
     [ "$DIRECT" = 1 ] || drop
     # shellcheck disable=SC2086
     out=$(fio --name="$1" --filename="$MNT/ws" --filesize="$2M" --size="${part}M" \
-        --offset_increment="${part}M" --numjobs="$NUMJOBS" --group_reporting \
+        --offset="$3M" --offset_increment="${part}M" --numjobs="$NUMJOBS" --group_reporting \
         --ioengine=psync --direct="$DIRECT" --runtime="$RUNTIME" --time_based \
         --output-format=json ${PARGS[$1]} 2>>"$W/fio.err") || true
     # fio prints I/O errors on stdout ahead of the JSON
@@ -168,27 +193,29 @@ head -c "$((BIG_MB << 20))" /dev/urandom >"$SRC"
 
 # bench_config SET(fit|big) CONFIG(pool|fast|slow) WS_MB
 bench_config() {
-    local set=$1 cfg=$2 ws=$3 name="$1-$2" t0 p r a b e iops=() mbs=()
+    local set=$1 cfg=$2 name="$1-$2" t0 p r a b e iops=() mbs=() ws roff rmb warm
     local conf=()
+    read -r ws roff rmb warm <<<"$(set_geom "$set")"
     read -ra conf <<<"$POOL_CONF"
+    [ "$set" != hot ] || conf+=("tier_demote_idle_secs=$HOT_IDLE_SECS")
     case $cfg in
         pool) mkpool "$name" "${conf[@]}" -- "$(fast_dev "$name" "$FAST_MB")" "$(slow_dev "$name")" ;;
         fast) mkpool "$name" "${conf[@]}" -- "$(fast_dev "$name" $((FAST_MB + SLOW_MB)))" ;;
         slow) mkpool "$name" "${conf[@]}" -- "$(slow_dev "$name")" ;;
     esac
-    log "$name: writing the $ws MiB working set"
+    log "$name: writing the $ws MiB file (accessed: $rmb MiB from $roff MiB)"
     t0=$(now)
     head -c "$((ws << 20))" "$SRC" >"$MNT/ws"
     "$BIN" sync "$MNT" >/dev/null
     NOTE[$name,write]=$(div "$ws" "$(elapsed "$t0")")
     NOTE[$name,placed]=$(placement)
     if [ "$cfg" = pool ]; then
-        log "$name: warm-up ($WARM_PASSES read passes, 2 mover passes); placement: ${NOTE[$name,placed]}"
+        log "$name: warm-up ($warm read passes, 2 mover passes); placement: ${NOTE[$name,placed]}"
         t0=$(now)
-        for _ in $(seq "$WARM_PASSES"); do
-            dd if="$MNT/ws" of=/dev/null bs=1M iflag=direct status=none
+        for _ in $(seq "$warm"); do
+            dd if="$MNT/ws" of=/dev/null bs=1M skip="$roff" count="$rmb" iflag=direct status=none
         done
-        NOTE[$name,warmread]=$(div $((ws * WARM_PASSES)) "$(elapsed "$t0")")
+        NOTE[$name,warmread]=$(div $((rmb * warm)) "$(elapsed "$t0")")
         NOTE[$name,moved]=""
         for _ in 1 2; do
             NOTE[$name,moved]+="$("$BIN" tier migrate "$MNT" --now --json | python3 -c '
@@ -199,7 +226,7 @@ import json, sys; r = json.load(sys.stdin); print("+%d/-%d " % (r["promoted"], r
     for p in "${PROFILES[@]}"; do
         iops=() mbs=() ERR[$name,$p]=""
         for _ in $(seq "$RUNS"); do
-            r=$(fio_run "$p" "$ws")
+            r=$(fio_run "$p" "$ws" "$roff" "$rmb")
             read -r a b e <<<"$r"
             iops+=("$a") mbs+=("$b")
             [ "$e" = 0 ] || ERR[$name,$p]=" (fio error $e)"
@@ -213,8 +240,8 @@ import json, sys; r = json.load(sys.stdin); print("+%d/-%d " % (r["promoted"], r
 }
 
 for set in $SETS; do
-    if [ $set = fit ]; then ws=$FIT_MB; else ws=$BIG_MB; fi
-    for cfg in fast slow pool; do bench_config $set $cfg $ws; done
+    set_geom "$set" >/dev/null
+    for cfg in fast slow pool; do bench_config "$set" $cfg; done
 done
 
 # ------------------------------------------------------------ md5 loop
@@ -279,18 +306,29 @@ cat <<EOF
 fast = nvme file on $(findmnt -n -o SOURCE,FSTYPE -T "$W" | tr -s ' '): $FAST_MB MiB in the pool, $((FAST_MB + SLOW_MB)) MiB alone (the pool's capacity); slow: $SLOW_MB MiB; I/O: $IOMODE;
 fio pools: shipped config (read_cache_mib 256, tier_interval_secs 30, history_retention_secs 86400)${POOL_CONF:+ overridden by: $POOL_CONF}; ratios are of IOPS (the same as of MB/s); pool warmed up with $WARM_PASSES sequential read pass(es) of the set then 2x \`tier migrate --now\`.
 EOF
+# set_title SET: what the set is, for the report
+set_title() {
+    local ws roff rmb warm
+    read -r ws roff rmb warm <<<"$(set_geom "$1")"
+    case $1 in
+        fit) echo "Working set $rmb MiB, fits the $FAST_MB MiB fast tier" ;;
+        hot) echo "Hot region: $rmb MiB accessed at the end of a $ws MiB file (the file is larger than the $FAST_MB MiB fast tier; the hot region was written last, onto the slow tier; warm-up $warm passes, tier_demote_idle_secs=$HOT_IDLE_SECS)" ;;
+        big) echo "Working set $ws MiB accessed uniformly, larger than the $FAST_MB MiB fast tier: at most $((FAST_MB * 9 / 10)) MiB of it (tier_fast_full_pct) plus the $RAM_CACHE_MB MiB RAM cache is off the slow device, so a uniform random read hits the slow device with probability >= $(awk -v w="$ws" -v f="$FAST_MB" -v r="$RAM_CACHE_MB" 'BEGIN { printf "%.2f", (w - f * 0.9 - r) / w }') and pool/slow cannot exceed about $(awk -v w="$ws" -v f="$FAST_MB" -v r="$RAM_CACHE_MB" 'BEGIN { printf "%.1f", w / (w - f * 0.9 - r) }') on random profiles" ;;
+    esac
+}
 for set in $SETS; do
-    if [ $set = fit ]; then ws=$FIT_MB; else ws=$BIG_MB; fi
+    fits=0
+    [ "$set" = big ] || fits=1
     cat <<EOF
 
-### Working set $ws MiB ($([ $set = fit ] && echo "fits the $FAST_MB MiB fast tier" || echo "larger than the $FAST_MB MiB fast tier")$([ $set = big ] && [ $((BIG_MB - FAST_MB)) -le "$RAM_CACHE_MB" ] && echo "; note: the $RAM_CACHE_MB MiB RAM read cache can hold all of it that spills to the slow device"))
+### $(set_title "$set")
 
-| profile | pool IOPS | pool MB/s | fast IOPS | fast MB/s | slow IOPS (emulated) | slow MB/s | pool/slow (target >= 10) | pool/fast$([ $set = fit ] && echo " (target >= 0.9)") |
+| profile | pool IOPS | pool MB/s | fast IOPS | fast MB/s | slow IOPS (emulated) | slow MB/s | pool/slow (target >= 10) | pool/fast$([ $fits = 1 ] && echo " (target >= 0.9)") |
 |---|---|---|---|---|---|---|---|---|
 EOF
     for p in "${PROFILES[@]}"; do
         pf=$(div "${IOPS[$set-pool,$p]}" "${IOPS[$set-fast,$p]}")
-        [ $set = fit ] && pf=$(ratio_cell "${IOPS[$set-pool,$p]}" "${IOPS[$set-fast,$p]}" 0.9)
+        [ $fits = 1 ] && pf=$(ratio_cell "${IOPS[$set-pool,$p]}" "${IOPS[$set-fast,$p]}" 0.9)
         echo "| ${PNAME[$p]} | ${IOPS[$set-pool,$p]}${ERR[$set-pool,$p]} | ${MBS[$set-pool,$p]} | ${IOPS[$set-fast,$p]}${ERR[$set-fast,$p]} | ${MBS[$set-fast,$p]} | ${IOPS[$set-slow,$p]}${ERR[$set-slow,$p]} | ${MBS[$set-slow,$p]} | $(ratio_cell "${IOPS[$set-pool,$p]}" "${IOPS[$set-slow,$p]}" 10) | $pf |"
     done
     cat <<EOF
