@@ -830,29 +830,34 @@ fn cache_stats(target: &Path) -> Option<(u64, u64, u64, u64)> {
     }
 }
 
+/// Makes a pool of `devices`, with no SSD cache fill limit and `extra`
+/// set, and mounts it.
+fn cache_pool(fs: &mut Fs, devices: &[String], extra: (&str, &str)) {
+    let mut args = Vec::new();
+    for d in devices {
+        args.extend(["--device", d.as_str()]);
+    }
+    fs.mkfs(&args);
+    let unlimited = [
+        ("cache_fill_burst_mib", "1024"),
+        ("cache_fill_rate_mib", "1024"),
+    ];
+    configure(fs, &[unlimited[0], unlimited[1], extra]);
+    fs.mount();
+}
+
 #[test]
 fn ssd_cache_never_stale() {
     let seed = seed();
     println!("ssd_cache_never_stale: CAIRN_SEED={seed}");
     let mut fs = Fs::create();
     let (fast, slow, cache) = (fs.dev("fast"), fs.dev("slow"), fs.dev("cache"));
-    fs.mkfs(&[
-        "--device",
-        &format!("nvme:{fast}:32M"),
-        "--device",
-        &format!("hdd:{slow}:256M:{SLOW}"),
-        "--device",
-        &format!("ssd:{cache}:64M:role=cache"),
-    ]);
-    configure(
-        &fs,
-        &[
-            ("read_cache_mib", "0"),
-            ("cache_fill_burst_mib", "1024"),
-            ("cache_fill_rate_mib", "1024"),
-        ],
-    );
-    fs.mount();
+    let devices = [
+        format!("nvme:{fast}:32M"),
+        format!("hdd:{slow}:256M:{SLOW}"),
+        format!("ssd:{cache}:64M:role=cache"),
+    ];
+    cache_pool(&mut fs, &devices, ("read_cache_mib", "0"));
 
     let (j, devs) = info(&fs.mnt);
     let c = dev_at(&devs, &cache);
@@ -1171,21 +1176,11 @@ fn ssd_cache_holds_metadata_of_a_slow_pool() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut fs = Fs::create();
     let (slow, cache) = (fs.dev("slow"), fs.dev("cache"));
-    fs.mkfs(&[
-        "--device",
-        &format!("hdd:{slow}:256M:{SLOW}"),
-        "--device",
-        &format!("ssd:{cache}:64M:role=cache"),
-    ]);
-    configure(
-        &fs,
-        &[
-            ("meta_cache_mib", "0"),
-            ("cache_fill_burst_mib", "1024"),
-            ("cache_fill_rate_mib", "1024"),
-        ],
-    );
-    fs.mount();
+    let devices = [
+        format!("hdd:{slow}:256M:{SLOW}"),
+        format!("ssd:{cache}:64M:role=cache"),
+    ];
+    cache_pool(&mut fs, &devices, ("meta_cache_mib", "0"));
     let model = tempfile::tempdir().unwrap();
     let mnt = fs.mnt.clone();
     let want = |ctx: &str| {

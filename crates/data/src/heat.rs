@@ -39,6 +39,9 @@ pub struct HeatSample {
     pub idle_secs: u64,
 }
 
+/// A segment with no hits left is forgotten once idle this long.
+const FORGET_SECS: u32 = 86_400;
+
 #[derive(Debug)]
 pub struct Heat {
     map: RwLock<HashMap<u64, SegHeat>>,
@@ -78,6 +81,22 @@ impl Heat {
         h.last.store(now, Ordering::Relaxed);
     }
 
+    /// Notes that new data was just written to a segment: it counts as
+    /// accessed now, without a hit.
+    pub fn written(&self, segment: u64) {
+        let now = now_secs();
+        if let Some(h) = self.map.read().get(&segment) {
+            h.last.store(now, Ordering::Relaxed);
+            return;
+        }
+        self.map
+            .write()
+            .entry(segment)
+            .or_default()
+            .last
+            .store(now, Ordering::Relaxed);
+    }
+
     /// Gives `to` the share `fraction` of `from`'s hits (chunks moved by
     /// reblock or GC keep their heat in their new segment).
     pub fn carry(&self, from: u64, to: u64, fraction: f64) {
@@ -96,14 +115,17 @@ impl Heat {
     }
 
     /// Multiplies every hit count by `factor` (0..=1) and forgets segments
-    /// that cooled to nothing or no longer exist.
+    /// that no longer exist or cooled to nothing and were not accessed for
+    /// `FORGET_SECS`.
     pub fn decay(&self, factor: f64, exists: impl Fn(u64) -> bool) {
         assert!((0.0..=1.0).contains(&factor), "decay factor {factor}");
+        let now = now_secs();
         let mut m = self.map.write();
         m.retain(|&seg, h| {
             let v = (h.hits.load(Ordering::Relaxed) as f64 * factor) as u64;
             h.hits.store(v, Ordering::Relaxed);
-            v > 0 && exists(seg)
+            let idle = now.saturating_sub(h.last.load(Ordering::Relaxed));
+            (v > 0 || idle < FORGET_SECS) && exists(seg)
         });
     }
 
@@ -202,7 +224,10 @@ mod tests {
         assert_eq!(h.get(8).hits, 2.5, "a quarter of segment 5's heat moved");
         h.carry(7, 9, 1.0);
         assert_eq!(h.get(9).hits, 0.0, "a cold segment carries nothing");
+        h.written(10);
+        assert_eq!((h.get(10).hits, h.get(10).idle_secs < 2), (0.0, true));
         h.decay(0.5, |s| s != 6 && s != 8);
+        assert!(h.get(10).idle_secs < 2, "a segment just written is kept");
         assert_eq!(h.get(5).hits, 5.0);
         assert_eq!(h.get(6).hits, 0.0, "segment 6 no longer exists");
         let d = tempfile::tempdir().unwrap();

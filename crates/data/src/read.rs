@@ -12,7 +12,7 @@ use crate::chunk::{unseal, verify_split, CHUNK_HEADER_LEN};
 use crate::error::Result;
 use crate::records::ChunkRec;
 use crate::store::{corrupt, ChunkStore};
-use cairn_devices::DeviceClass;
+use cairn_devices::{DeviceClass, SsdCache};
 use std::sync::Arc;
 
 impl ChunkStore {
@@ -106,37 +106,25 @@ impl ChunkStore {
             .map(|d| d.class().rank())
     }
 
+    /// The raw bytes of `rec` from the RAM cache, if there.
+    fn in_ram(&self, rec: &ChunkRec) -> Option<Arc<[u8]>> {
+        let ram = self.ram_cache.read();
+        ram.as_ref()
+            .and_then(|c| c.get((rec.segment, rec.offset), &rec.hash))
+    }
+
     fn read_slow(&self, rec: &ChunkRec) -> Result<Arc<[u8]>> {
         let key = (rec.segment, rec.offset);
-        let ram = self.ram_cache.read();
-        if let Some(raw) = ram.as_ref().and_then(|c| c.get(key, &rec.hash)) {
+        if let Some(raw) = self.in_ram(rec) {
             return Ok(raw);
         }
-        drop(ram);
         let ssd = self.ssd_cache.read().clone();
         let cached = ssd
             .as_ref()
             .and_then(|c| c.lookup(key, |buf| unseal(buf, &rec.hash, false).ok()));
         let raw: Arc<[u8]> = match cached {
             Some(raw) => raw.into(),
-            None => {
-                let home = self.home_rank(rec);
-                // Copies go to the SSD cache if their home is slower.
-                let offer = |r: &ChunkRec, sealed: &[u8]| match &ssd {
-                    Some(c) if home > Some(c.device().class().rank()) => {
-                        c.offer((r.segment, r.offset), sealed)
-                    }
-                    _ => {}
-                };
-                let sealed = if home == Some(DeviceClass::Hdd.rank()) {
-                    self.read_sealed_ahead(rec, &offer)?
-                } else {
-                    self.read_sealed(rec)?
-                };
-                let raw = unseal(&sealed, &rec.hash, false).map_err(|why| corrupt(rec, why))?;
-                offer(rec, &sealed);
-                raw.into()
-            }
+            None => self.read_home(rec, ssd.as_deref())?,
         };
         if raw.len() != rec.raw_len as usize {
             return Err(corrupt(rec, "raw length differs from record".into()));
@@ -145,5 +133,31 @@ impl ChunkStore {
             c.insert(key, rec.hash, raw.clone());
         }
         Ok(raw)
+    }
+
+    /// Reads `rec` from its home device (with read-ahead from a hard disk)
+    /// and offers what it read to the SSD cache if the home is slower.
+    fn read_home(&self, rec: &ChunkRec, ssd: Option<&SsdCache>) -> Result<Arc<[u8]>> {
+        let home = self.home_rank(rec);
+        let offer = |r: &ChunkRec, sealed: &[u8]| match ssd {
+            Some(c) if home > Some(c.device().class().rank()) => {
+                c.offer((r.segment, r.offset), sealed)
+            }
+            _ => {}
+        };
+        let ahead = match home == Some(DeviceClass::Hdd.rank()) {
+            true => self.read_sealed_ahead(rec, &offer)?,
+            false => Some(self.read_sealed(rec)?),
+        };
+        let sealed = match ahead {
+            Some(sealed) => sealed,
+            None => match self.in_ram(rec) {
+                Some(raw) => return Ok(raw),
+                None => self.read_sealed(rec)?,
+            },
+        };
+        let raw = unseal(&sealed, &rec.hash, false).map_err(|why| corrupt(rec, why))?;
+        offer(rec, &sealed);
+        Ok(raw.into())
     }
 }

@@ -2,58 +2,108 @@
 //! seek plus its size over the bandwidth, so reading one record at a time
 //! from a sequential stream wastes most of the time seeking. When a read
 //! misses the caches and starts exactly where the last read of the same
-//! segment ended (a sequential stream; chunks of a file written together
-//! lie back to back in a segment), one device read fetches a window of the
-//! segment instead: every whole chunk in it is checked against its own
+//! segment ended, or at the segment's start (a sequential stream; chunks of
+//! a file written together lie back to back in a segment, and go on in the
+//! next one), one device read fetches a window of the segment instead: every whole chunk in it is checked against its own
 //! header (header checksum, data checksum) and put in the RAM cache under
 //! its (segment, offset) with its content hash, where only a record with
-//! that hash can find it. Random reads never start where the last one
+//! that hash can find it. Random reads seldom start where the last one
 //! ended, so they read one chunk as before.
 
 use crate::chunk::{unseal, ChunkHeader, CHUNK_HEADER_LEN};
 use crate::error::Result;
 use crate::records::ChunkRec;
-use crate::store::{corrupt, ChunkStore};
-use parking_lot::Mutex;
+use crate::store::ChunkStore;
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-/// Sequential-stream detection: per segment, where its last read ended.
+/// One segment's stream: where its reads have reached, and the window
+/// being read now, if any.
+#[derive(Default, Clone, Copy)]
+struct Stream {
+    end: u32,
+    inflight: Option<(u32, u32)>,
+}
+
+/// What a cache miss should do.
+#[derive(Debug, PartialEq, Eq)]
+enum Plan {
+    /// Read just the chunk.
+    Single,
+    /// Read this many bytes from the chunk on (then call `done`).
+    Window(u32),
+    /// A window being read covers the chunk: wait for it, then look again.
+    Wait,
+}
+
+/// Sequential-stream detection per segment.
 pub(crate) struct Readahead {
     /// Bytes read at once for a sequential stream (0: off).
     window: u32,
-    next: Mutex<HashMap<u64, u32>>,
+    streams: Mutex<HashMap<u64, Stream>>,
+    landed: Condvar,
 }
 
-/// Segments tracked at most; beyond, the table starts over.
+/// Segments tracked at most; beyond, idle streams are forgotten.
 const MAX_STREAMS: usize = 4096;
 
 impl Readahead {
     pub(crate) fn new(window: u32) -> Self {
         Readahead {
             window,
-            next: Mutex::new(HashMap::new()),
+            streams: Mutex::new(HashMap::new()),
+            landed: Condvar::new(),
         }
     }
 
-    /// The window to read for `rec`: 0 unless it continues a stream.
-    fn window_for(&self, rec: &ChunkRec) -> u32 {
-        let seq = self.next.lock().get(&rec.segment) == Some(&rec.offset);
-        if seq {
-            self.window.max(rec.len)
-        } else {
-            0
+    /// Plans the read of `rec` after a cache miss. Requests of one stream
+    /// often arrive out of order from several threads (kernel read-ahead),
+    /// so a read inside a window in flight waits for it instead of
+    /// breaking the stream.
+    fn plan(&self, rec: &ChunkRec) -> Plan {
+        let mut m = self.streams.lock();
+        if m.len() >= MAX_STREAMS {
+            m.retain(|_, s| s.inflight.is_some());
+        }
+        let s = m.entry(rec.segment).or_default();
+        match s.inflight {
+            Some((a, b)) if (a..b).contains(&rec.offset) => Plan::Wait,
+            None if rec.offset == s.end && self.window > rec.len => {
+                s.inflight = Some((rec.offset, rec.offset + self.window));
+                Plan::Window(self.window)
+            }
+            Some(_) => Plan::Single,
+            None => {
+                s.end = rec.offset + rec.len;
+                Plan::Single
+            }
         }
     }
 
-    /// Notes that a read of `segment` ended at `end` (the next miss of a
-    /// sequential stream starts there).
-    fn ended(&self, segment: u64, end: u32) {
-        let mut next = self.next.lock();
-        if next.len() >= MAX_STREAMS {
-            next.clear();
+    /// A window of `segment` was read (or failed); the stream goes on at
+    /// `end`, the end of its last whole chunk.
+    fn done(&self, segment: u64, end: u32) {
+        let mut m = self.streams.lock();
+        let s = m.entry(segment).or_default();
+        s.inflight = None;
+        s.end = end;
+        self.landed.notify_all();
+    }
+
+    /// Waits (a bounded time) until `segment` has no window in flight.
+    fn wait(&self, segment: u64) {
+        let mut m = self.streams.lock();
+        while m.get(&segment).is_some_and(|s| s.inflight.is_some()) {
+            if self
+                .landed
+                .wait_for(&mut m, Duration::from_secs(5))
+                .timed_out()
+            {
+                return;
+            }
         }
-        next.insert(segment, end);
     }
 }
 
@@ -82,19 +132,43 @@ impl ChunkStore {
     /// continues a sequential stream (see the module comment). Returns the
     /// sealed chunk of `rec`, unverified (the caller verifies it against
     /// the record); the others are in the RAM cache and offered to `offer`.
+    /// None: a window that covered `rec` was just read by another thread;
+    /// look in the RAM cache again.
     pub(crate) fn read_sealed_ahead(
         &self,
         rec: &ChunkRec,
         offer: &dyn Fn(&ChunkRec, &[u8]),
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Option<Vec<u8>>> {
         let ra = self.readahead.read().clone();
-        let used = self.segment(rec.segment).map_or(0, |s| s.used);
-        let window = ra.window_for(rec).min(used.saturating_sub(rec.offset));
-        if window <= rec.len || self.ram_cache.read().is_none() {
-            ra.ended(rec.segment, rec.offset + rec.len);
-            return self.read_sealed(rec);
+        if self.ram_cache.read().is_none() {
+            return self.read_sealed(rec).map(Some);
         }
-        let mut buf = vec![0u8; window as usize];
+        let window = match ra.plan(rec) {
+            Plan::Single => return self.read_sealed(rec).map(Some),
+            Plan::Wait => {
+                ra.wait(rec.segment);
+                return Ok(None);
+            }
+            Plan::Window(w) => w,
+        };
+        let got = self.read_window(rec, window, offer);
+        let end = got.as_ref().map_or(rec.offset, |(_, end)| *end);
+        ra.done(rec.segment, end);
+        got.map(|(sealed, _)| Some(sealed))
+    }
+
+    /// Reads up to `window` bytes of `rec`'s segment from `rec` on, caches
+    /// and offers the chunks after it; returns `rec`'s sealed bytes and
+    /// where the last whole chunk read ends.
+    fn read_window(
+        &self,
+        rec: &ChunkRec,
+        window: u32,
+        offer: &dyn Fn(&ChunkRec, &[u8]),
+    ) -> Result<(Vec<u8>, u32)> {
+        let used = self.segment(rec.segment).map_or(0, |s| s.used);
+        let len = window.min(used.saturating_sub(rec.offset)).max(rec.len);
+        let mut buf = vec![0u8; len as usize];
         {
             let _gate = self.io_gate.read();
             let (dev, at) = self.locate(rec)?;
@@ -119,12 +193,8 @@ impl ChunkStore {
             offer(&next, sealed);
             end = next.offset + next.len;
         }
-        ra.ended(rec.segment, end);
-        if (rec.len as usize) > buf.len() {
-            return Err(corrupt(rec, "chunk beyond its segment's end".into()));
-        }
         buf.truncate(rec.len as usize);
-        Ok(buf)
+        Ok((buf, end))
     }
 }
 
@@ -148,18 +218,26 @@ mod tests {
     #[test]
     fn only_a_read_where_the_last_one_ended_reads_ahead() {
         let ra = Readahead::new(1 << 20);
-        assert_eq!(ra.window_for(&rec(1, 0, 100)), 0, "first read of a segment");
-        ra.ended(1, 100);
-        assert_eq!(ra.window_for(&rec(1, 100, 100)), 1 << 20, "continues");
+        let w = Plan::Window(1 << 20);
+        assert_eq!(ra.plan(&rec(1, 0, 100)), w, "a segment's start");
+        ra.done(1, 100);
+        assert_eq!(ra.plan(&rec(1, 500, 100)), Plan::Single, "a jump");
+        assert_eq!(ra.plan(&rec(1, 600, 100)), w, "continues");
+        // While that window is read, a read inside it waits for it, one
+        // beyond it reads alone and does not move the stream.
+        assert_eq!(ra.plan(&rec(1, 700, 100)), Plan::Wait);
+        assert_eq!(ra.plan(&rec(1, 2 << 20, 100)), Plan::Single);
         // The window's whole chunks ended at 9000: the reads inside it hit
         // the cache, so the stream's next miss is there.
-        ra.ended(1, 9000);
-        assert_eq!(ra.window_for(&rec(1, 9000, 100)), 1 << 20);
-        assert_eq!(ra.window_for(&rec(1, 100, 100)), 0, "a jump back");
-        assert_eq!(ra.window_for(&rec(2, 9000, 100)), 0, "another segment");
+        ra.done(1, 9000);
+        ra.wait(1);
+        assert_eq!(ra.plan(&rec(1, 9000, 100)), w);
+        ra.done(1, 20000);
+        assert_eq!(ra.plan(&rec(1, 100, 100)), Plan::Single, "a jump back");
+        assert_eq!(ra.plan(&rec(2, 9000, 100)), Plan::Single, "another segment");
         let off = Readahead::new(0);
-        off.ended(1, 9000);
-        assert_eq!(off.window_for(&rec(1, 9000, 9)), 9, "off: just the chunk");
+        assert_eq!(off.plan(&rec(1, 0, 9)), Plan::Single);
+        assert_eq!(off.plan(&rec(1, 9, 9)), Plan::Single, "off");
     }
 
     #[test]

@@ -119,6 +119,11 @@ impl Fs {
             }
         }
         let segs = batch.finish()?;
+        for (id, _) in &segs {
+            // New data is as recent as a read: the mover demotes what was
+            // neither read nor written for longest first.
+            self.pool.chunks.heat.written(*id);
+        }
         Ok((out, segs.into_iter().map(|(id, _)| id).collect()))
     }
 

@@ -78,6 +78,10 @@ impl RateLimit {
 }
 
 /// Per tier device: (id, class rank, total slots, free slots).
+/// The least time between two mover passes run because a fast tier is
+/// over its cap.
+const URGENT_GAP: Duration = Duration::from_secs(2);
+
 fn tier_devices(fs: &Fs) -> Vec<(u32, u8, u64, u64)> {
     let set = fs.pool.chunks.devices();
     set.per_device_slots()
@@ -130,13 +134,17 @@ impl Fs {
         let mut rep = MigrateReport::default();
         let mut rate = RateLimit::new(c.tier_rate_mib << 20);
         let full = c.tier_fast_full_pct as u64;
-        let segs: Vec<(u64, u32)> = self
-            .pool
-            .chunks
-            .segment_table()
-            .into_iter()
+        let table = self.pool.chunks.segment_table();
+        let segs: Vec<(u64, u32)> = table
+            .iter()
             .filter(|(id, _)| !self.pool.chunks.is_open(*id))
-            .map(|(id, s)| (id, s.device))
+            .map(|(id, s)| (*id, s.device))
+            .collect();
+        // Heat earned by chunks since overwritten or deleted (kept only for
+        // history) does not keep a segment up: hits count by live share.
+        let live: HashMap<u64, f64> = table
+            .iter()
+            .map(|(id, s)| (*id, (s.live as f64 / s.used.max(1) as f64).min(1.0)))
             .collect();
         let heat: HashMap<u64, cairn_data::HeatSample> = self
             .pool
@@ -147,8 +155,9 @@ impl Fs {
             .map(|h| (h.segment, h))
             .collect();
         let cold = |id: &u64| {
+            let share = live.get(id).copied().unwrap_or(1.0);
             heat.get(id)
-                .map_or((0.0, u64::MAX), |h| (h.hits, h.idle_secs))
+                .map_or((0.0, u64::MAX), |h| (h.hits * share, h.idle_secs))
         };
         let devs = tier_devices(self);
         let rank: HashMap<u32, u8> = devs.iter().map(|d| (d.0, d.1)).collect();
@@ -236,6 +245,17 @@ impl Fs {
         Ok(rep)
     }
 
+    /// True if a tier device faster than the slowest is over
+    /// `tier_fast_full_pct`: new writes are about to spill to slower tiers,
+    /// so the mover demotes without waiting for its interval.
+    pub fn fast_tier_over_cap(&self) -> bool {
+        let devs = tier_devices(self);
+        let slowest = devs.iter().map(|d| d.1).max().unwrap_or(0);
+        let full = self.pool.config.tier_fast_full_pct as u64;
+        devs.iter()
+            .any(|&(_, r, t, f)| r < slowest && (t - f) * 100 > t * full)
+    }
+
     /// Per device: fill and a heat histogram of its segments.
     pub fn tier_status(&self) -> Vec<TierDevice> {
         let mut hist: HashMap<u32, [u64; 6]> = HashMap::new();
@@ -278,14 +298,19 @@ impl Fs {
         let h = std::thread::Builder::new()
             .name("cairn-mover".into())
             .spawn(move || {
-                let mut last = Instant::now();
+                let (mut last, mut last_pass) = (Instant::now(), Instant::now());
                 while !fs.stopping.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(200));
-                    if last.elapsed() < Duration::from_secs(every) {
+                    let due = last.elapsed() >= Duration::from_secs(every);
+                    let urgent = last_pass.elapsed() >= URGENT_GAP && fs.fast_tier_over_cap();
+                    if !due && !urgent {
                         continue;
                     }
-                    fs.decay_heat(last.elapsed());
-                    last = Instant::now();
+                    if due {
+                        fs.decay_heat(last.elapsed());
+                        last = Instant::now();
+                    }
+                    last_pass = Instant::now();
                     match fs.migrate(&|_, _| {}) {
                         Ok(r) if r.promoted + r.demoted > 0 => tracing::info!(
                             "mover: {} promoted, {} demoted, {} bytes",
