@@ -78,6 +78,10 @@ impl RateLimit {
 }
 
 /// Per tier device: (id, class rank, total slots, free slots).
+/// Segments read or written this recently are not moved down to bring a
+/// fast tier under its cap (at most tier_demote_idle_secs).
+const CAP_MIN_IDLE_SECS: u64 = 10;
+
 /// The least time between two mover passes run because a fast tier is
 /// over its cap.
 const URGENT_GAP: Duration = Duration::from_secs(2);
@@ -189,15 +193,19 @@ impl Fs {
                 .filter(|(id, d)| *d == dev && cold(id).0 < c.tier_promote_hits)
                 .map(|(id, _)| *id)
                 .collect();
-            // Fewest reads first; among equals, the longest idle first.
+            // Least recently read or written first (what a running workload
+            // touches stays); among equals, the fewest reads.
             cands.sort_by(|a, b| {
                 let (x, y) = (cold(a), cold(b));
-                x.0.total_cmp(&y.0).then(y.1.cmp(&x.1))
+                y.1.cmp(&x.1).then(x.0.total_cmp(&y.0))
             });
-            // Over the cap: the coldest go, however recently read (new
-            // writes need the room). Room for hot segments: only those idle
-            // for tier_demote_idle_secs.
-            let (forced, rest) = cands.split_at((over as usize).min(cands.len()));
+            // Over the cap (new writes need room): the coldest go, unless a
+            // running workload touched them in the last CAP_MIN_IDLE_SECS
+            // (moving what is in use costs more than new data spilling).
+            // Room for hot segments: only those idle tier_demote_idle_secs.
+            let cap_idle = c.tier_demote_idle_secs.min(CAP_MIN_IDLE_SECS);
+            let unused = cands.iter().take_while(|id| cold(id).1 >= cap_idle);
+            let (forced, rest) = cands.split_at((over as usize).min(unused.count()));
             let idle = rest
                 .iter()
                 .filter(|id| cold(id).1 >= c.tier_demote_idle_secs)
