@@ -78,14 +78,6 @@ impl RateLimit {
 }
 
 /// Per tier device: (id, class rank, total slots, free slots).
-/// Segments read or written this recently are not moved down to bring a
-/// fast tier under its cap (at most tier_demote_idle_secs).
-const CAP_MIN_IDLE_SECS: u64 = 10;
-
-/// The least time between two mover passes run because a fast tier is
-/// over its cap.
-const URGENT_GAP: Duration = Duration::from_secs(2);
-
 fn tier_devices(fs: &Fs) -> Vec<(u32, u8, u64, u64)> {
     let set = fs.pool.chunks.devices();
     set.per_device_slots()
@@ -138,17 +130,13 @@ impl Fs {
         let mut rep = MigrateReport::default();
         let mut rate = RateLimit::new(c.tier_rate_mib << 20);
         let full = c.tier_fast_full_pct as u64;
-        let table = self.pool.chunks.segment_table();
-        let segs: Vec<(u64, u32)> = table
-            .iter()
+        let segs: Vec<(u64, u32)> = self
+            .pool
+            .chunks
+            .segment_table()
+            .into_iter()
             .filter(|(id, _)| !self.pool.chunks.is_open(*id))
-            .map(|(id, s)| (*id, s.device))
-            .collect();
-        // Heat earned by chunks since overwritten or deleted (kept only for
-        // history) does not keep a segment up: hits count by live share.
-        let live: HashMap<u64, f64> = table
-            .iter()
-            .map(|(id, s)| (*id, (s.live as f64 / s.used.max(1) as f64).min(1.0)))
+            .map(|(id, s)| (id, s.device))
             .collect();
         let heat: HashMap<u64, cairn_data::HeatSample> = self
             .pool
@@ -159,9 +147,8 @@ impl Fs {
             .map(|h| (h.segment, h))
             .collect();
         let cold = |id: &u64| {
-            let share = live.get(id).copied().unwrap_or(1.0);
             heat.get(id)
-                .map_or((0.0, u64::MAX), |h| (h.hits * share, h.idle_secs))
+                .map_or((0.0, u64::MAX), |h| (h.hits, h.idle_secs))
         };
         let devs = tier_devices(self);
         let rank: HashMap<u32, u8> = devs.iter().map(|d| (d.0, d.1)).collect();
@@ -193,19 +180,15 @@ impl Fs {
                 .filter(|(id, d)| *d == dev && cold(id).0 < c.tier_promote_hits)
                 .map(|(id, _)| *id)
                 .collect();
-            // Least recently read or written first (what a running workload
-            // touches stays); among equals, the fewest reads.
+            // Fewest reads first; among equals, the longest idle first.
             cands.sort_by(|a, b| {
                 let (x, y) = (cold(a), cold(b));
-                y.1.cmp(&x.1).then(x.0.total_cmp(&y.0))
+                x.0.total_cmp(&y.0).then(y.1.cmp(&x.1))
             });
-            // Over the cap (new writes need room): the coldest go, unless a
-            // running workload touched them in the last CAP_MIN_IDLE_SECS
-            // (moving what is in use costs more than new data spilling).
-            // Room for hot segments: only those idle tier_demote_idle_secs.
-            let cap_idle = c.tier_demote_idle_secs.min(CAP_MIN_IDLE_SECS);
-            let unused = cands.iter().take_while(|id| cold(id).1 >= cap_idle);
-            let (forced, rest) = cands.split_at((over as usize).min(unused.count()));
+            // Over the cap: the coldest go, however recently read (new
+            // writes need the room). Room for hot segments: only those idle
+            // for tier_demote_idle_secs.
+            let (forced, rest) = cands.split_at((over as usize).min(cands.len()));
             let idle = rest
                 .iter()
                 .filter(|id| cold(id).1 >= c.tier_demote_idle_secs)
@@ -253,17 +236,6 @@ impl Fs {
         Ok(rep)
     }
 
-    /// True if a tier device faster than the slowest is over
-    /// `tier_fast_full_pct`: new writes are about to spill to slower tiers,
-    /// so the mover demotes without waiting for its interval.
-    pub fn fast_tier_over_cap(&self) -> bool {
-        let devs = tier_devices(self);
-        let slowest = devs.iter().map(|d| d.1).max().unwrap_or(0);
-        let full = self.pool.config.tier_fast_full_pct as u64;
-        devs.iter()
-            .any(|&(_, r, t, f)| r < slowest && (t - f) * 100 > t * full)
-    }
-
     /// Per device: fill and a heat histogram of its segments.
     pub fn tier_status(&self) -> Vec<TierDevice> {
         let mut hist: HashMap<u32, [u64; 6]> = HashMap::new();
@@ -306,19 +278,14 @@ impl Fs {
         let h = std::thread::Builder::new()
             .name("cairn-mover".into())
             .spawn(move || {
-                let (mut last, mut last_pass) = (Instant::now(), Instant::now());
+                let mut last = Instant::now();
                 while !fs.stopping.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(200));
-                    let due = last.elapsed() >= Duration::from_secs(every);
-                    let urgent = last_pass.elapsed() >= URGENT_GAP && fs.fast_tier_over_cap();
-                    if !due && !urgent {
+                    if last.elapsed() < Duration::from_secs(every) {
                         continue;
                     }
-                    if due {
-                        fs.decay_heat(last.elapsed());
-                        last = Instant::now();
-                    }
-                    last_pass = Instant::now();
+                    fs.decay_heat(last.elapsed());
+                    last = Instant::now();
                     match fs.migrate(&|_, _| {}) {
                         Ok(r) if r.promoted + r.demoted > 0 => tracing::info!(
                             "mover: {} promoted, {} demoted, {} bytes",

@@ -262,38 +262,3 @@ fn gc_keeps_compacted_chunks_on_their_tier() {
     let fs = open(d.path());
     assert_intact(&fs, ino, &data);
 }
-
-/// With the mover's interval an hour away, a fast device filled over
-/// tier_fast_full_pct is still brought back under it within seconds (new
-/// writes need room there), and the data stays intact.
-#[test]
-fn mover_makes_room_on_a_full_fast_tier_without_waiting_its_interval() {
-    let d = tempfile::tempdir().unwrap();
-    drop(make(d.path()));
-    let c = PoolConfig {
-        tier_interval_secs: 3600,
-        tier_fast_full_pct: 50,
-        read_cache_mib: 0,
-        ..PoolConfig::default()
-    };
-    let fs = Fs::open(Pool::open(&d.path().join("pool"), Some(c)).unwrap()).unwrap();
-    let (ino, data) = fill(&fs);
-    let fast = |fs: &Fs| used(fs).into_iter().find(|u| u.0 == 0).unwrap().1;
-    let total = fs.pool().chunks.devices().per_device_slots()[0].1;
-    assert!(fast(&fs) * 100 > total * 50, "fast device not over the cap");
-    assert!(fs.fast_tier_over_cap());
-    let mover = fs.spawn_mover().expect("mover runs");
-    let t0 = std::time::Instant::now();
-    while fs.fast_tier_over_cap() && t0.elapsed().as_secs() < 40 {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    assert!(
-        !fs.fast_tier_over_cap(),
-        "fast device still {} of {total} slots after {:?}",
-        fast(&fs),
-        t0.elapsed()
-    );
-    assert_intact(&fs, ino, &data);
-    fs.shutdown().unwrap();
-    mover.join().unwrap();
-}
