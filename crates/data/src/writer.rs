@@ -1,7 +1,9 @@
 //! Appending chunks: the open segment and a write batch. A batch seals
 //! blocks into the open segment's buffer, writes full buffers with large
-//! sequential writes, opens a new segment when the current one is full, and
-//! on `finish` writes the rest and syncs every device it touched. Only after
+//! sequential writes (each starts its write-back at once, so the disk works
+//! while the next buffer is filled), opens a new segment when the current
+//! one is full, and on `finish` writes the rest and syncs every device it
+//! touched. Only after
 //! `finish` may metadata that references the new chunks be committed.
 
 use crate::chunk::{seal_stored, Hash, CHUNK_HEADER_LEN};
@@ -130,7 +132,9 @@ impl<'a> WriteBatch<'a> {
             return Ok(());
         }
         let dev = self.store.devices.device(o.addr.device)?;
-        dev.write_at(&o.buf, dev.slot_offset(o.addr.slot) + o.buf_start as u64)?;
+        let at = dev.slot_offset(o.addr.slot) + o.buf_start as u64;
+        dev.write_at(&o.buf, at)?;
+        dev.start_writeback(at, o.buf.len() as u64);
         self.devices.insert(o.addr.device);
         o.buf_start = o.used;
         o.buf.clear();
