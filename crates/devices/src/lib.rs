@@ -14,7 +14,7 @@ pub mod size;
 pub mod spacemap;
 
 pub use class::{DeviceClass, DeviceRole};
-pub use device::{Device, DeviceSpec};
+pub use device::{Device, DeviceSpec, DIRECT_ALIGN};
 pub use emulate::Emulation;
 pub use error::DeviceError;
 pub use header::DeviceHeader;
