@@ -889,6 +889,61 @@ fn check_ctime_and_omit(f: &Path) {
     );
 }
 
+/// Runs a shell command as nobody (65534), asserting success.
+fn sh_as_nobody(script: &str) {
+    use std::os::unix::process::CommandExt;
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {}", describe(&out));
+}
+
+fn mode_of(p: &Path) -> u32 {
+    fs::metadata(p).unwrap().mode() & 0o7777
+}
+
+/// Set-id bits go as the kernel drops them: a write or truncate by a caller
+/// without CAP_FSETID drops set-user-ID, and set-group-ID when the group
+/// may execute; root's writes keep them; chown drops them. Cairn does this
+/// itself (FUSE_HANDLE_KILLPRIV_V2), so it is checked here.
+#[test]
+fn setid_bits_dropped_by_unprivileged_write_truncate_and_chown() {
+    if unsafe { libc::geteuid() } != 0 {
+        return; // needs a second user
+    }
+    let mut fs = Fs::new();
+    fs::set_permissions(&fs.dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let names = ["w", "t", "root", "nox", "chown"];
+    let modes = [0o6777, 0o6777, 0o6777, 0o2767, 0o6755];
+    for (n, m) in names.iter().zip(modes) {
+        mkfile(&fs.p(n), b"data");
+        fs::set_permissions(fs.p(n), fs::Permissions::from_mode(m)).unwrap();
+    }
+    sh_as_nobody(&format!("printf x >> {}", fs.p("w").display()));
+    sh_as_nobody(&format!("truncate -s 1 {}", fs.p("t").display()));
+    sh_as_nobody(&format!("printf x >> {}", fs.p("nox").display()));
+    OpenOptions::new()
+        .append(true)
+        .open(fs.p("root"))
+        .and_then(|mut f| f.write_all(b"x"))
+        .unwrap();
+    chown(fs.p("chown"), Some(0), Some(0)).unwrap();
+    let want = [0o777, 0o777, 0o6777, 0o2767, 0o755];
+    for _ in 0..2 {
+        for (n, m) in names.iter().zip(want) {
+            assert_eq!(mode_of(&fs.p(n)), m, "mode of {n}");
+        }
+        fs.remount();
+    }
+    assert_eq!(fs::read(fs.p("w")).unwrap(), b"datax");
+    assert_eq!(fs::read(fs.p("t")).unwrap(), b"d");
+    fs.finish();
+}
+
 // --------------------------------------------------------------- xattrs
 
 fn setx(p: &Path, name: &str, val: &[u8], flags: libc::c_int) -> io::Result<()> {

@@ -5,6 +5,7 @@
 //! changing one entry. Chunk and segment records are encoded here; the
 //! filesystem layer stores them in the metadata store.
 
+mod aligned;
 pub mod cache;
 pub mod chunk;
 pub mod compress;

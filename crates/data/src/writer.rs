@@ -1,15 +1,21 @@
 //! Appending chunks: the open segment and a write batch. A batch seals
 //! blocks into the open segment's buffer, writes full buffers with large
-//! sequential writes, opens a new segment when the current one is full, and
-//! on `finish` writes the rest and syncs every device it touched. Only after
+//! sequential writes, opens a new segment when the current one is full,
+//! and on `finish` writes the rest and syncs every device it touched.
+//! Writes are whole DIRECT_ALIGN blocks from an aligned bounce buffer, so
+//! they bypass the page cache (the last, partial block is padded with
+//! zeros, kept in the buffer and written again with what follows it);
+//! where direct I/O is refused, each buffered write starts its write-back
+//! at once, so the disk works while the next buffer is filled. Only after
 //! `finish` may metadata that references the new chunks be committed.
 
+use crate::aligned::AlignedBuf;
 use crate::chunk::{seal_stored, Hash, CHUNK_HEADER_LEN};
 use crate::compress::{compress, Compression};
 use crate::error::{DataError, Result};
 use crate::records::{ChunkRec, SegmentRec};
 use crate::store::ChunkStore;
-use cairn_devices::SlotAddr;
+use cairn_devices::{SlotAddr, DIRECT_ALIGN};
 use parking_lot::MutexGuard;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -22,15 +28,18 @@ pub struct OpenSegment {
     pub(crate) addr: SlotAddr,
     /// Bytes appended, including those still in `buf`.
     pub(crate) used: u32,
-    /// Segment offset where `buf` starts.
+    /// Segment offset where `buf` starts (a multiple of DIRECT_ALIGN).
     buf_start: u32,
+    /// The segment's bytes from `buf_start` to `used`.
     buf: Vec<u8>,
+    /// Bytes up to here are written to the device.
+    written: u32,
 }
 
 impl OpenSegment {
     /// True when nothing appended is still only in memory.
     pub(crate) fn is_flushed(&self) -> bool {
-        self.buf.is_empty()
+        self.written == self.used
     }
 }
 
@@ -43,6 +52,10 @@ pub struct WriteBatch<'a> {
     open: MutexGuard<'a, Option<OpenSegment>>,
     touched: BTreeSet<u64>,
     devices: BTreeSet<u32>,
+    /// Aligned copy of the segment buffer for writing (made on first use).
+    bounce: Option<AlignedBuf>,
+    /// The buffer of the last closed segment, for the next one.
+    spare: Vec<u8>,
 }
 
 impl<'a> WriteBatch<'a> {
@@ -58,6 +71,8 @@ impl<'a> WriteBatch<'a> {
             open,
             touched: BTreeSet::new(),
             devices: BTreeSet::new(),
+            bounce: None,
+            spare: Vec::new(),
         }
     }
 
@@ -103,7 +118,7 @@ impl<'a> WriteBatch<'a> {
             self.store.open_tail.store(tail, Ordering::Relaxed);
         }
         let id = o.id;
-        if o.buf.len() >= WRITE_CHUNK {
+        if (o.used - o.written) as usize >= WRITE_CHUNK {
             self.write_buffer()?;
         }
         let mut segs = self.store.segments.write();
@@ -126,20 +141,34 @@ impl<'a> WriteBatch<'a> {
         let Some(o) = self.open.as_mut() else {
             return Ok(());
         };
-        if o.buf.is_empty() {
+        if o.is_flushed() {
             return Ok(());
         }
         let dev = self.store.devices.device(o.addr.device)?;
-        dev.write_at(&o.buf, dev.slot_offset(o.addr.slot) + o.buf_start as u64)?;
+        let at = dev.slot_offset(o.addr.slot) + o.buf_start as u64;
+        let room = (self.store.segment_size - o.buf_start as u64) as usize;
+        let len = o.buf.len().next_multiple_of(DIRECT_ALIGN).min(room);
+        let bounce = match self.bounce.take() {
+            Some(b) if b.capacity() >= len => b,
+            _ => AlignedBuf::new(len.max(WRITE_CHUNK + (1 << 18)), DIRECT_ALIGN),
+        };
+        let bounce = self.bounce.insert(bounce);
+        dev.write_direct_at(bounce.fill(&o.buf, len), at)?;
+        dev.start_writeback(at, len as u64);
         self.devices.insert(o.addr.device);
-        o.buf_start = o.used;
-        o.buf.clear();
+        o.written = o.used;
+        // The partial last block stays, to be written again when it grows.
+        let keep_from = o.used as usize / DIRECT_ALIGN * DIRECT_ALIGN;
+        o.buf.drain(..keep_from - o.buf_start as usize);
+        o.buf_start = keep_from as u32;
         Ok(())
     }
 
     fn close_open(&mut self) -> Result<()> {
         self.write_buffer()?;
-        *self.open = None;
+        if let Some(o) = self.open.take() {
+            self.spare = o.buf;
+        }
         if self.place.is_none() {
             self.store.open_tail.store(0, Ordering::Relaxed);
         }
@@ -172,10 +201,21 @@ impl<'a> WriteBatch<'a> {
             addr,
             used: 0,
             buf_start: 0,
-            buf: Vec::with_capacity(WRITE_CHUNK + (1 << 17)),
+            buf: self.new_buffer(),
+            written: 0,
         });
         self.touched.insert(id);
         Ok(())
+    }
+
+    /// An empty segment buffer: the last closed segment's, else a new one.
+    fn new_buffer(&mut self) -> Vec<u8> {
+        let mut b = std::mem::take(&mut self.spare);
+        b.clear();
+        if b.capacity() == 0 {
+            b.reserve(WRITE_CHUNK + (1 << 17));
+        }
+        b
     }
 
     /// Writes everything out and syncs the touched devices. Returns the

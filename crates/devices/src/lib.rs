@@ -16,7 +16,7 @@ pub mod spacemap;
 pub mod ssdcache;
 
 pub use class::{DeviceClass, DeviceRole};
-pub use device::{Device, DeviceSpec};
+pub use device::{Device, DeviceSpec, DIRECT_ALIGN};
 pub use emulate::Emulation;
 pub use error::DeviceError;
 pub use header::DeviceHeader;

@@ -60,7 +60,10 @@ impl Fs {
         match self.commit(&ov, tid, next_ino, prune_all) {
             Ok(freed) => {
                 *last_tid = tid;
-                self.lock().flushing = None;
+                let mut st = self.lock();
+                self.drop_ns_meta();
+                st.flushing = None;
+                drop(st);
                 self.pool.chunks.release_slots(&freed)?;
                 Ok(())
             }

@@ -257,11 +257,8 @@ impl Fs {
             } else {
                 self.editable_block(st, ino, blk)?
             };
-            if buf.len() < hi {
-                buf.resize(hi, 0);
-            }
             let src = (bstart + lo as u64 - off) as usize;
-            buf[lo..hi].copy_from_slice(&data[src..src + (hi - lo)]);
+            put_part(&mut buf, lo, &data[src..src + (hi - lo)]);
             st.dirty.put_block(ino, blk, Arc::new(buf));
         }
         let now = Self::now();
@@ -393,6 +390,23 @@ impl Fs {
             bsize: bsize as u32,
             namelen: crate::types::MAX_NAME as u32,
         }
+    }
+}
+
+/// Puts `part` at offset `lo` of a block buffer, zero-filling any gap; an
+/// append is a plain copy (no zeroing of bytes about to be overwritten).
+fn put_part(buf: &mut Vec<u8>, lo: usize, part: &[u8]) {
+    if buf.len() < lo {
+        buf.resize(lo, 0);
+    }
+    let hi = lo + part.len();
+    if buf.len() == lo {
+        buf.extend_from_slice(part);
+    } else {
+        if buf.len() < hi {
+            buf.resize(hi, 0);
+        }
+        buf[lo..hi].copy_from_slice(part);
     }
 }
 

@@ -16,6 +16,9 @@ pub struct SetAttr {
     pub atime: Option<Time>,
     pub mtime: Option<Time>,
     pub ctime: Option<Time>,
+    /// Drop the set-id bits as a truncate by a caller without CAP_FSETID
+    /// does (the kernel leaves this to us: FUSE_HANDLE_KILLPRIV_V2).
+    pub kill_setid: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -55,18 +58,14 @@ impl Fs {
         if let Some(m) = a.mode {
             i.perm = (m & 0o7777) as u16;
         }
-        if a.uid.is_some() || a.gid.is_some() {
-            let changes = a.uid.is_some_and(|u| u != i.uid) || a.gid.is_some_and(|g| g != i.gid);
-            if changes && i.kind == FileKind::File && a.mode.is_none() {
-                // Like the kernel: an ownership change drops set-id bits.
-                i.perm &= !(libc::S_ISUID as u16);
-                if i.perm & 0o010 != 0 {
-                    i.perm &= !(libc::S_ISGID as u16);
-                }
-            }
-            i.uid = a.uid.unwrap_or(i.uid);
-            i.gid = a.gid.unwrap_or(i.gid);
+        let chown = a.uid.is_some() || a.gid.is_some();
+        if (chown || a.kill_setid) && i.kind != FileKind::Dir && a.mode.is_none() {
+            // Like the kernel: chown of a non-directory, and a truncate by
+            // a caller without CAP_FSETID, drop the set-id bits.
+            i.perm = drop_setid(i.perm);
         }
+        i.uid = a.uid.unwrap_or(i.uid);
+        i.gid = a.gid.unwrap_or(i.gid);
         if let Some(t) = a.atime {
             i.atime = t;
         }
@@ -76,6 +75,21 @@ impl Fs {
         i.ctime = a.ctime.unwrap_or(now);
         st.dirty.put_inode(i.clone());
         Ok(i)
+    }
+
+    /// Drops the set-id bits of a file as a write by a caller without
+    /// CAP_FSETID does (FUSE_WRITE_KILL_SUIDGID; see `SetAttr::kill_setid`).
+    pub fn kill_setid(&self, ino: u64) -> Result<()> {
+        self.check_ok()?;
+        let mut st = self.lock();
+        let mut i = self.inode(&st, ino)?;
+        let perm = drop_setid(i.perm);
+        if perm != i.perm && i.kind == FileKind::File {
+            i.perm = perm;
+            i.ctime = Self::now();
+            st.dirty.put_inode(i);
+        }
+        Ok(())
     }
 
     fn new_inode(
@@ -507,4 +521,15 @@ impl Fs {
         st.dirty.put_inode(i);
         Ok(())
     }
+}
+
+/// Permission bits without set-user-ID, and without set-group-ID when the
+/// group may execute (without group execute, S_ISGID marks mandatory
+/// locking and stays), as the kernel drops them.
+fn drop_setid(perm: u16) -> u16 {
+    let mut p = perm & !(libc::S_ISUID as u16);
+    if p & 0o010 != 0 {
+        p &= !(libc::S_ISGID as u16);
+    }
+    p
 }

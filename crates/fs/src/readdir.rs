@@ -27,7 +27,9 @@ impl Fs {
         let from = ElemKey::new(dir, RecordType::DirEntry, &(after + 1).to_be_bytes());
         let mut limit = max + 8;
         loop {
-            let committed = self.meta()?.scan(&prefix, Some(from.as_bytes()), limit)?;
+            let committed = self
+                .ns_meta(st)?
+                .scan(&prefix, Some(from.as_bytes()), limit)?;
             let exhausted = committed.len() < limit;
             let last = committed.last().map(|e| e.key.sub().to_vec());
             let mut merged: BTreeMap<Vec<u8>, Option<DirEnt>> = BTreeMap::new();

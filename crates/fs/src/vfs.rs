@@ -47,6 +47,11 @@ pub struct Fs {
     pub(crate) retained: parking_lot::RwLock<Vec<u64>>,
     /// The background snapshot hasher is running.
     pub(crate) hashing: AtomicBool,
+    /// A read view of the committed metadata shared by the namespace
+    /// lookups (see `ns_meta`), so that a lookup does not open a read
+    /// transaction per element. Dropped at every commit of a flush (with
+    /// the state lock held) and at every flusher tick.
+    ns_read: Mutex<Option<Arc<MetaRead>>>,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -86,6 +91,7 @@ impl Fs {
             record,
             retained: parking_lot::RwLock::new(Vec::new()),
             hashing: AtomicBool::new(false),
+            ns_read: Mutex::new(None),
         });
         fs.refresh_retained()?;
         if !orphans.is_empty() {
@@ -137,6 +143,28 @@ impl Fs {
         Ok(self.pool.meta.read()?)
     }
 
+    /// The committed metadata under the overlays, for inodes, directory
+    /// entries, symlinks and xattrs (the caller holds the state lock: `_st`).
+    /// The view is shared until the next flush commits: live elements of
+    /// those kinds change only in flush commits, and a commit drops the view
+    /// in the same state-lock section that retires its `flushing` overlay,
+    /// so a lookup never sees a view older than the overlays assume. Not for
+    /// extents and chunks (GC and reblock move chunks between flushes).
+    pub(crate) fn ns_meta(&self, _st: &State) -> Result<Arc<MetaRead>> {
+        let mut c = self.ns_read.lock();
+        if let Some(r) = &*c {
+            return Ok(r.clone());
+        }
+        let r = Arc::new(self.meta()?);
+        *c = Some(r.clone());
+        Ok(r)
+    }
+
+    /// Forgets the shared view; the next lookup opens a new one.
+    pub(crate) fn drop_ns_meta(&self) {
+        *self.ns_read.lock() = None;
+    }
+
     /// The current inode: overlays first, then committed metadata.
     pub(crate) fn inode(&self, st: &State, ino: u64) -> Result<Inode> {
         let from = |o: &Overlay| o.inodes.get(&ino).cloned();
@@ -146,7 +174,7 @@ impl Fs {
             Some(None) => Err(FsError::NotFound),
             None => {
                 let e = self
-                    .meta()?
+                    .ns_meta(st)?
                     .get(&ElemKey::new(ino, RecordType::Inode, &[]))?;
                 e.map(|e| Inode::decode(ino, &e.payload))
                     .transpose()?
@@ -174,7 +202,7 @@ impl Fs {
             return Ok(e);
         }
         let e = self
-            .meta()?
+            .ns_meta(st)?
             .get(&ElemKey::new(dir, RecordType::DirEntry, &sk))?;
         e.map(|e| DirEnt::decode(&e.payload)).transpose()
     }
@@ -185,7 +213,7 @@ impl Fs {
             return Ok(t);
         }
         let e = self
-            .meta()?
+            .ns_meta(st)?
             .get(&ElemKey::new(ino, RecordType::Symlink, &[]))?;
         e.map(|e| e.payload).ok_or(FsError::Invalid)
     }
@@ -196,7 +224,7 @@ impl Fs {
             return Ok(v);
         }
         let e = self
-            .meta()?
+            .ns_meta(st)?
             .get(&ElemKey::new(ino, RecordType::Xattr, name))?;
         Ok(e.map(|e| e.payload))
     }
@@ -205,7 +233,7 @@ impl Fs {
     pub(crate) fn xattr_names(&self, st: &State, ino: u64) -> Result<Vec<Vec<u8>>> {
         let prefix = ElemKey::prefix(ino, RecordType::Xattr);
         let mut m: std::collections::BTreeMap<Vec<u8>, bool> = self
-            .meta()?
+            .ns_meta(st)?
             .scan(&prefix, None, usize::MAX)?
             .into_iter()
             .map(|e| (e.key.sub().to_vec(), true))
@@ -337,6 +365,9 @@ impl Fs {
                 }
                 *k = false;
             }
+            // Bounds how long the shared view pins old pages of the store
+            // when nothing is flushed (GC and the mover still commit).
+            self.drop_ns_meta();
             if let Err(e) = self.flush() {
                 tracing::error!("background flush failed: {e}");
             }

@@ -1,9 +1,11 @@
 //! FUSE frontend: maps the kernel's requests onto `cairn_fs::Fs`. Mounted
 //! with default_permissions (the kernel checks permissions), allow_other when
 //! run as root, writeback cache, 1 MiB writes, readdirplus and parallel
-//! directory operations, served by several threads with cloned fds.
+//! directory operations, served by several threads with cloned fds; the
+//! mount's read-ahead is raised once it exists (bdi.rs).
 
 mod attr;
+mod bdi;
 mod ops;
 mod views;
 
@@ -38,6 +40,7 @@ pub fn config(threads: usize, fsname: &str) -> Config {
 pub fn serve(fs: Arc<Fs>, mountpoint: &Path, threads: usize) -> std::io::Result<()> {
     let cfg = config(threads, &fsname(&fs));
     let session = fuser::Session::new(CairnFuse::new(fs), mountpoint, &cfg)?;
+    bdi::tune(mountpoint);
     session.run()
 }
 
@@ -48,7 +51,9 @@ pub fn spawn(
     threads: usize,
 ) -> std::io::Result<fuser::BackgroundSession> {
     let cfg = config(threads, &fsname(&fs));
-    fuser::spawn_mount(CairnFuse::new(fs), mountpoint, &cfg)
+    let session = fuser::spawn_mount(CairnFuse::new(fs), mountpoint, &cfg)?;
+    bdi::tune(mountpoint);
+    Ok(session)
 }
 
 /// The mount's source name: the pool path, so tools can find the pool.

@@ -202,6 +202,10 @@ impl Filesystem for CairnFuse {
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_MAX_PAGES,
             InitFlags::FUSE_CACHE_SYMLINKS,
+            // We drop set-id bits on write/truncate/chown ourselves; in
+            // return the kernel skips a GETXATTR(security.capability) per
+            // write(2) and a GETATTR per chown.
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ] {
             if config.add_capabilities(cap).is_err() {
                 tracing::info!("kernel lacks FUSE capability {cap:?}");
@@ -238,7 +242,7 @@ impl Filesystem for CairnFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -265,6 +269,9 @@ impl Filesystem for CairnFuse {
             atime: atime.map(time_or_now),
             mtime: mtime.map(time_or_now),
             ctime: ctime.map(from_system),
+            // fuser does not pass FATTR_KILL_SUIDGID, which the kernel sets
+            // on a truncate by a caller without CAP_FSETID: non-root it is.
+            kill_setid: size.is_some() && req.uid() != 0,
         };
         match self.fs.setattr(ino.0, &a) {
             Ok(i) => reply.attr(ttl(i.ino), &file_attr(&i)),
@@ -446,7 +453,7 @@ impl Filesystem for CairnFuse {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -454,12 +461,21 @@ impl Filesystem for CairnFuse {
         if self.in_view(&[ino]) {
             return reply.error(Errno::EROFS);
         }
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(e) = self.fs.kill_setid(ino.0) {
+                return reply.error(errno(e));
+            }
+        }
         match self.fs.write(ino.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }
     }
 
+    /// close(2) needs nothing from us (durability is fsync's), so FLUSH is
+    /// answered ENOSYS: the kernel then stops sending it, which saves a
+    /// round trip per close. Dirty pages are written back before that point
+    /// either way (writeback cache), and their errors still reach close.
     fn flush(
         &self,
         _req: &Request,
@@ -468,7 +484,7 @@ impl Filesystem for CairnFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
