@@ -52,6 +52,18 @@ fn configure(fs: &Fs, extra: &[(&str, &str)]) {
     }
 }
 
+/// Makes a pool of `devices` (mkfs specs), configures it (`configure`) and
+/// mounts it.
+fn mount_pool(fs: &mut Fs, devices: &[String], extra: &[(&str, &str)]) {
+    let mut args = Vec::new();
+    for d in devices {
+        args.extend(["--device", d.as_str()]);
+    }
+    fs.mkfs(&args);
+    configure(fs, extra);
+    fs.mount();
+}
+
 /// One device as reported by `cairn info --json` or `cairn tier status --json`.
 #[derive(Debug, Clone, PartialEq)]
 struct Dev {
@@ -317,13 +329,7 @@ fn sixteen_devices_capacity_and_spill() {
         // The device keeps whole segments after a 1 MiB header area.
         want_size.insert(class, (size - MIB as u64) / SEG * SEG);
     }
-    let mut args: Vec<&str> = Vec::new();
-    for s in &specs {
-        args.extend(["--device", s.as_str()]);
-    }
-    fs.mkfs(&args);
-    configure(&fs, &[]);
-    fs.mount();
+    mount_pool(&mut fs, &specs, &[]);
 
     let (j, devs) = info(&fs.mnt);
     assert_eq!(devs.len(), 16, "devices: {devs:#?}");
@@ -522,16 +528,13 @@ fn join<T>(h: thread::JoinHandle<T>) -> T {
 fn fast_slow_pool(extra: &[(&str, &str)]) -> Fs {
     let mut fs = Fs::create();
     let (fast, slow) = (fs.dev("fast"), fs.dev("slow"));
-    fs.mkfs(&[
-        "--device",
-        &format!("nvme:{fast}:64M"),
-        "--device",
-        &format!("hdd:{slow}:512M:{SLOW}"),
-    ]);
+    let devices = [
+        format!("nvme:{fast}:64M"),
+        format!("hdd:{slow}:512M:{SLOW}"),
+    ];
     let mut cfg = vec![("tier_demote_idle_secs", "0")];
     cfg.extend_from_slice(extra);
-    configure(&fs, &cfg);
-    fs.mount();
+    mount_pool(&mut fs, &devices, &cfg);
     fs
 }
 
@@ -830,20 +833,15 @@ fn cache_stats(target: &Path) -> Option<(u64, u64, u64, u64)> {
     }
 }
 
-/// Makes a pool of `devices`, with no SSD cache fill limit and `extra`
-/// set, and mounts it.
+/// Makes and mounts a pool of `devices` with no SSD cache fill limit and
+/// `extra` set.
 fn cache_pool(fs: &mut Fs, devices: &[String], extra: (&str, &str)) {
-    let mut args = Vec::new();
-    for d in devices {
-        args.extend(["--device", d.as_str()]);
-    }
-    fs.mkfs(&args);
-    let unlimited = [
+    let fill = [
         ("cache_fill_burst_mib", "1024"),
         ("cache_fill_rate_mib", "1024"),
+        extra,
     ];
-    configure(fs, &[unlimited[0], unlimited[1], extra]);
-    fs.mount();
+    mount_pool(fs, devices, &fill);
 }
 
 #[test]
@@ -1233,14 +1231,11 @@ fn kill9_during_device_remove() {
     let (nvme, hdd) = (fs.dev("nvme"), fs.dev("hdd"));
     // The device to remove is the fastest (it gets the data first) but
     // emulated slow, so draining it takes seconds.
-    fs.mkfs(&[
-        "--device",
-        &format!("nvme:{nvme}:64M:latency=1ms:bw=24M"),
-        "--device",
-        &format!("hdd:{hdd}:256M"),
-    ]);
-    configure(&fs, &[]);
-    fs.mount();
+    let devices = [
+        format!("nvme:{nvme}:64M:latency=1ms:bw=24M"),
+        format!("hdd:{hdd}:256M"),
+    ];
+    mount_pool(&mut fs, &devices, &[]);
     let mut known = Known::new();
     for i in 0..16u64 {
         let name = format!("k{i:02}");
@@ -1304,16 +1299,12 @@ fn device_remove_evacuates() {
     fs::create_dir(&nvme_dir).unwrap();
     let nvme_dir = nvme_dir.to_str().unwrap().to_string();
     let (ssd, hdd, hdd2) = (fs.dev("ssd"), fs.dev("hdd"), fs.dev("hdd2"));
-    fs.mkfs(&[
-        "--device",
-        &format!("nvme:{nvme_dir}:32M"),
-        "--device",
-        &format!("ssd:{ssd}:64M"),
-        "--device",
-        &format!("hdd:{hdd}:128M"),
-    ]);
-    configure(&fs, &[]);
-    fs.mount();
+    let devices = [
+        format!("nvme:{nvme_dir}:32M"),
+        format!("ssd:{ssd}:64M"),
+        format!("hdd:{hdd}:128M"),
+    ];
+    mount_pool(&mut fs, &devices, &[]);
     let mut known = Known::new();
     for i in 0..24u64 {
         let name = format!("d{i:02}");
@@ -1492,14 +1483,8 @@ fn device_remove_refusals() {
 fn device_add_refuses_a_device_already_in_the_pool() {
     let mut fs = Fs::create();
     let (ssd, hdd) = (fs.dev("ssd"), fs.dev("hdd"));
-    fs.mkfs(&[
-        "--device",
-        &format!("ssd:{ssd}:64M"),
-        "--device",
-        &format!("hdd:{hdd}:128M"),
-    ]);
-    configure(&fs, &[]);
-    fs.mount();
+    let devices = [format!("ssd:{ssd}:64M"), format!("hdd:{hdd}:128M")];
+    mount_pool(&mut fs, &devices, &[]);
     let mut known = Known::new();
     for i in 0..20u64 {
         let name = format!("e{i:02}");
@@ -1562,14 +1547,11 @@ fn mkfs_refuses_one_file_as_two_devices() {
 fn device_remove_during_gc() {
     let mut fs = Fs::create();
     let (nvme, hdd) = (fs.dev("nvme"), fs.dev("hdd"));
-    fs.mkfs(&[
-        "--device",
-        &format!("nvme:{nvme}:64M:latency=1ms:bw=20M"),
-        "--device",
-        &format!("hdd:{hdd}:512M"),
-    ]);
-    configure(&fs, &[]);
-    fs.mount();
+    let devices = [
+        format!("nvme:{nvme}:64M:latency=1ms:bw=20M"),
+        format!("hdd:{hdd}:512M"),
+    ];
+    mount_pool(&mut fs, &devices, &[]);
     let mut known = Known::new();
     for i in 10..41u64 {
         let name = format!("g{i}");
