@@ -93,11 +93,13 @@ impl PageCache {
         }
     }
 
-    /// Serves `out` from the cache if a verified copy is there.
-    fn lookup(&self, offset: u64, out: &mut [u8]) -> bool {
-        let Some(cache) = self.cache.read().clone() else {
-            return false;
-        };
+    /// The cache pages go to, if any.
+    fn cache(&self) -> Option<Arc<SsdCache>> {
+        self.cache.read().clone()
+    }
+
+    /// Serves `out` from `cache` if a verified copy is there.
+    fn lookup(&self, cache: &SsdCache, offset: u64, out: &mut [u8]) -> bool {
         let len = out.len() as u32;
         let want = self.valid.lock().pages.get(&offset).copied();
         let key = meta_key(offset, len);
@@ -113,11 +115,8 @@ impl PageCache {
     }
 
     /// Records a range just read from the file (unless a write ran
-    /// meanwhile) and offers it to the cache.
-    fn fill(&self, offset: u64, bytes: &[u8], writes_before: u64) {
-        let Some(cache) = self.cache.read().clone() else {
-            return;
-        };
+    /// meanwhile) and offers it to `cache`.
+    fn fill(&self, cache: &SsdCache, offset: u64, bytes: &[u8], writes_before: u64) {
         let key = meta_key(offset, bytes.len() as u32);
         {
             let mut v = self.valid.lock();
@@ -171,13 +170,17 @@ impl StorageBackend for CachedFile {
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), BackendIoError> {
-        if self.pages.lookup(offset, out) {
+        let Some(cache) = self.pages.cache() else {
+            self.pages.charge(out.len());
+            return self.file.read(offset, out);
+        };
+        if self.pages.lookup(&cache, offset, out) {
             return Ok(());
         }
         let writes = self.pages.writes();
         self.pages.charge(out.len());
         self.file.read(offset, out)?;
-        self.pages.fill(offset, out, writes);
+        self.pages.fill(&cache, offset, out, writes);
         Ok(())
     }
 
