@@ -33,6 +33,7 @@ pub fn config(threads: usize, fsname: &str) -> Config {
     }
     c.n_threads = Some(threads.max(2));
     c.clone_fd = true;
+    c.io_uring = Some(fuser::UringConfig::default());
     c
 }
 

@@ -48,6 +48,7 @@ pub use crate::ll::request::INodeNo;
 pub use crate::ll::request::LockOwner;
 pub use crate::ll::request::Version;
 pub use crate::mnt::mount_options::Config;
+pub use crate::uring::UringConfig;
 pub use crate::mnt::mount_options::MountOption;
 pub use crate::notify::Notifier;
 pub use crate::notify::PollHandle;
@@ -101,6 +102,8 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+mod uring;
+mod uring_sched;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

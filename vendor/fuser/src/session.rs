@@ -139,6 +139,8 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// Payload buffer size for FUSE-over-io_uring entries, when negotiated.
+    pub(crate) uring_payload: Option<usize>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +188,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            uring_payload: None,
         };
 
         session.handshake()?;
@@ -214,6 +217,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring_payload: None,
         };
 
         session.handshake()?;
@@ -252,6 +256,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring_payload,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -286,6 +291,7 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        let ring_ch = ch.clone();
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
@@ -306,6 +312,29 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
+        let rings = match (config.io_uring, uring_payload) {
+            (Some(cfg), Some(payload)) => {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&ring_ch.as_fd());
+                let started = crate::uring::start(cfg, fd, payload, |thread_name| {
+                    SessionEventLoop {
+                        thread_name,
+                        filesystem: filesystem.clone(),
+                        ch: ring_ch.clone(),
+                        allowed,
+                        session_owner,
+                    }
+                });
+                match started {
+                    Ok(rings) => Some(rings),
+                    Err(err) => {
+                        warn!("FUSE over io_uring not started, serving /dev/fuse only: {err}");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
             let res = match thread.join() {
@@ -320,6 +349,11 @@ impl<FS: Filesystem> Session<FS> {
                 }
             }
         }
+
+        if let Some(rings) = rings {
+            rings.stop();
+        }
+        drop(ring_ch);
 
         let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
             return Err(io::Error::other(
@@ -432,6 +466,18 @@ impl<FS: Filesystem> Session<FS> {
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 
+            if self.config.io_uring.is_some() {
+                if config
+                    .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                    .is_ok()
+                {
+                    let pages = usize::from(config.max_pages()) * page_size::get();
+                    self.uring_payload = Some(pages.max(config.max_write as usize).max(8192));
+                } else {
+                    info!("the kernel does not offer FUSE over io_uring (fuse.enable_uring)");
+                }
+            }
+
             // Log capability status for debugging
             for bit in 0..64 {
                 let bitflags = InitFlags::from_bits_retain(1 << bit);
@@ -530,7 +576,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
+                Ok(size) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {

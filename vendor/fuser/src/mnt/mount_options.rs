@@ -18,6 +18,10 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// Serve requests through FUSE over io_uring (per-CPU queues) when the
+    /// kernel offers it (Linux 6.14+ with `fuse.enable_uring=1`); /dev/fuse
+    /// is used otherwise. Added by Cairn.
+    pub io_uring: Option<crate::uring::UringConfig>,
 }
 
 /// Mount options accepted by the FUSE filesystem type

@@ -1,0 +1,618 @@
+//! FUSE over io_uring (Linux 6.14+, `fuse.enable_uring=1`), added by Cairn.
+//!
+//! The kernel keeps one request queue per CPU and hands a request to the
+//! queue of the CPU its caller runs on. Serving each queue from threads pinned
+//! to that CPU means a request and its reply never cross CPUs: on virtual
+//! machines, where waking an idle CPU costs tens of microseconds, this is what
+//! makes small metadata operations fast.
+//!
+//! Protocol (kernel `fs/fuse/dev_uring.c`): each ring entry is a pair of user
+//! buffers registered with `FUSE_IO_URING_CMD_REGISTER` (an `IORING_OP_URING_CMD`
+//! on the /dev/fuse fd, 128-byte SQEs). When a request arrives, the entry's
+//! command completes with the `fuse_in_header` and the opcode's fixed-size
+//! argument in the header buffer and the rest (names, write data) in the
+//! payload buffer. The reply goes back into the same buffers and is sent with
+//! `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`, which also re-arms the entry.
+//! FORGET, INTERRUPT and notifications still use /dev/fuse, so the classic
+//! reader threads keep running beside the rings.
+//!
+//! fuser's parser wants one contiguous request, so the small header and
+//! argument are copied to just before the payload, which sits at a fixed,
+//! page-aligned offset (`PREFIX`) in its buffer. A reply that would overwrite a
+//! payload still borrowed by the running handler is staged and committed when
+//! the handler returns.
+
+use std::alloc::Layout;
+use std::io;
+use std::io::IoSlice;
+use std::os::fd::AsRawFd;
+use std::os::fd::FromRawFd;
+use std::os::fd::OwnedFd;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::thread::ThreadId;
+
+use io_uring::IoUring;
+use io_uring::cqueue;
+use io_uring::opcode;
+use io_uring::squeue;
+use io_uring::types;
+use log::debug;
+use log::error;
+use log::info;
+use log::warn;
+use parking_lot::Mutex;
+
+use crate::Filesystem;
+use crate::channel::ChannelSender;
+use crate::reply::ReplySender;
+use crate::request::RequestWithSender;
+use crate::session::SessionEventLoop;
+
+const CMD_REGISTER: u32 = 1;
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+/// Size of `struct fuse_in_header`.
+const IN_HEADER: usize = 40;
+/// Size of `struct fuse_out_header`.
+const OUT_HEADER: usize = 16;
+/// Size of the header buffer's per-opcode argument area.
+const OP_IN: usize = 128;
+/// Room before the payload where a request is made contiguous again.
+const PREFIX: usize = 4096;
+const OP_READ: u32 = 15;
+const OP_WRITE: u32 = 16;
+/// `user_data` of the eventfd poll that stops a ring thread.
+const STOP: u64 = u64::MAX;
+
+/// `struct fuse_uring_ent_in_out`.
+#[repr(C)]
+struct EntInOut {
+    flags: u64,
+    commit_id: u64,
+    payload_sz: u32,
+    padding: u32,
+    reserved: u64,
+}
+
+/// `struct fuse_uring_req_header`, page-aligned like libfuse allocates it.
+#[repr(C, align(4096))]
+struct ReqHeader {
+    in_out: [u8; 128],
+    op_in: [u8; OP_IN],
+    ent: EntInOut,
+}
+
+/// How the rings are set up; see `Config::io_uring`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UringConfig {
+    /// Threads (each with its own ring and one entry) per CPU queue. More
+    /// than one keeps a CPU's queue moving while a handler blocks.
+    pub threads_per_queue: usize,
+    /// Run ring threads at `SCHED_IDLE` between requests (root only), so the
+    /// scheduler sees their CPU as free when a reply wakes the caller and
+    /// keeps the caller there. Reads and writes are served at normal
+    /// priority, and a thread that waits for its CPU is raised to normal
+    /// priority for a while (see `sched.rs`).
+    pub idle_priority: bool,
+}
+
+impl Default for UringConfig {
+    fn default() -> Self {
+        Self {
+            threads_per_queue: 2,
+            idle_priority: true,
+        }
+    }
+}
+
+/// A page-aligned payload buffer: `PREFIX` bytes, then the kernel's payload.
+struct Payload {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Payload {
+    fn new(payload_size: usize) -> Self {
+        let layout = Layout::from_size_align(PREFIX + payload_size, 4096).expect("payload layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory for a FUSE ring buffer");
+        Self { ptr, layout }
+    }
+
+    fn kernel_part(&self) -> (*mut u8, usize) {
+        // SAFETY: PREFIX < layout.size().
+        (unsafe { self.ptr.add(PREFIX) }, self.layout.size() - PREFIX)
+    }
+}
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
+/// What a ring entry is doing; guarded by `Entry::state`.
+#[derive(Default)]
+struct EntryState {
+    /// The kernel's id of the request being served (its `unique`).
+    commit_id: u64,
+    /// The request's handler is running on the ring thread.
+    dispatching: bool,
+    /// The running handler borrows the payload area the reply goes to.
+    payload_borrowed: bool,
+    /// A reply sent while the payload was borrowed.
+    staged: Option<Vec<u8>>,
+}
+
+/// One registered pair of buffers.
+struct Entry {
+    header: *mut ReqHeader,
+    payload: Payload,
+    iov: Box<[libc::iovec; 2]>,
+    state: Mutex<EntryState>,
+}
+
+// SAFETY: the raw buffers are only touched under `state` or by the ring
+// thread while the kernel owns no command for the entry.
+unsafe impl Send for Entry {}
+// SAFETY: as above.
+unsafe impl Sync for Entry {}
+
+impl Entry {
+    fn new(payload_size: usize) -> Self {
+        let header = Box::into_raw(Box::new(ReqHeader {
+            in_out: [0; 128],
+            op_in: [0; OP_IN],
+            ent: EntInOut {
+                flags: 0,
+                commit_id: 0,
+                payload_sz: 0,
+                padding: 0,
+                reserved: 0,
+            },
+        }));
+        let payload = Payload::new(payload_size);
+        let (p, n) = payload.kernel_part();
+        let iov = Box::new([
+            libc::iovec {
+                iov_base: header.cast(),
+                iov_len: size_of::<ReqHeader>(),
+            },
+            libc::iovec {
+                iov_base: p.cast(),
+                iov_len: n,
+            },
+        ]);
+        Self {
+            header,
+            payload,
+            iov,
+            state: Mutex::new(EntryState::default()),
+        }
+    }
+
+    /// Copies a reply (out header, then arguments) into the buffers.
+    ///
+    /// # Safety
+    /// The kernel must not own the entry and no live borrow may cover the
+    /// payload's kernel part.
+    unsafe fn write_reply(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
+        let total: usize = data.iter().map(|d| d.len()).sum();
+        let (payload, cap) = self.payload.kernel_part();
+        if total < OUT_HEADER || total - OUT_HEADER > cap {
+            return Err(io::Error::other(format!(
+                "FUSE reply of {total} bytes does not fit the ring buffer ({cap})"
+            )));
+        }
+        let mut off = 0usize;
+        for part in data {
+            for (i, b) in part.iter().enumerate() {
+                let at = off + i;
+                if at < OUT_HEADER {
+                    // SAFETY: caller guarantees exclusive access; at < 16 < 128.
+                    unsafe { (*self.header).in_out[at] = *b };
+                } else {
+                    break;
+                }
+            }
+            let head = OUT_HEADER.saturating_sub(off).min(part.len());
+            if part.len() > head {
+                let dst = off + head - OUT_HEADER;
+                // SAFETY: dst + len <= total - 16 <= cap.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        part.as_ptr().add(head),
+                        payload.add(dst),
+                        part.len() - head,
+                    )
+                };
+            }
+            off += part.len();
+        }
+        // SAFETY: exclusive access as above.
+        unsafe { (*self.header).ent.payload_sz = (total - OUT_HEADER) as u32 };
+        Ok(())
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        // SAFETY: created by Box::into_raw in `new`.
+        drop(unsafe { Box::from_raw(self.header) });
+    }
+}
+
+/// One io_uring with its entries, served by one pinned thread.
+pub(crate) struct Ring {
+    io: IoUring<squeue::Entry128, cqueue::Entry>,
+    /// Serializes pushes onto the submission queue.
+    sq: Mutex<()>,
+    dev_fd: RawFd,
+    qid: u16,
+    entries: Vec<Entry>,
+    stop: OwnedFd,
+    owner: Mutex<Option<ThreadId>>,
+    sched: crate::uring_sched::ThreadSched,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ring(qid {})", self.qid)
+    }
+}
+
+fn cmd_req(qid: u16, commit_id: u64) -> [u8; 80] {
+    // struct fuse_uring_cmd_req { u64 flags; u64 commit_id; u16 qid; u8 pad[6]; }
+    let mut c = [0u8; 80];
+    c[8..16].copy_from_slice(&commit_id.to_ne_bytes());
+    c[16..18].copy_from_slice(&qid.to_ne_bytes());
+    c
+}
+
+/// Sets an SQE's `len` field, which io-uring's `UringCmd80` builder leaves at 0.
+fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
+    // SAFETY: Entry128 is repr(C) over the 128-byte io_uring_sqe, in which
+    // every bit pattern is valid; `len` is the u32 at offset 24.
+    let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
+    raw[24..28].copy_from_slice(&len.to_ne_bytes());
+    // SAFETY: as above.
+    unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
+}
+
+impl Ring {
+    fn new(dev_fd: RawFd, qid: u16, payload_size: usize) -> io::Result<Self> {
+        // One entry per ring: a thread serves one request at a time anyway.
+        let entries = vec![Entry::new(payload_size)];
+        let io = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(8)?;
+        // SAFETY: plain eventfd creation.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            io,
+            sq: Mutex::new(()),
+            dev_fd,
+            qid,
+            entries,
+            // SAFETY: efd is a fresh descriptor we own.
+            stop: unsafe { OwnedFd::from_raw_fd(efd) },
+            owner: Mutex::new(None),
+            sched: crate::uring_sched::ThreadSched::default(),
+        })
+    }
+
+    fn push(&self, sqe: &squeue::Entry128) -> io::Result<()> {
+        let _guard = self.sq.lock();
+        loop {
+            // SAFETY: pushes are serialized by `sq`; only the ring thread reads
+            // the completion queue.
+            let pushed = unsafe { self.io.submission_shared().push(sqe).is_ok() };
+            if pushed {
+                return Ok(());
+            }
+            self.io.submit()?;
+        }
+    }
+
+    fn register(&self, idx: usize) -> io::Result<()> {
+        let e = &self.entries[idx];
+        let sqe = opcode::UringCmd80::new(types::Fd(self.dev_fd), CMD_REGISTER)
+            .cmd(cmd_req(self.qid, 0))
+            .addr(Some(e.iov.as_ptr() as u64))
+            .build()
+            .user_data(idx as u64);
+        self.push(&with_len(sqe, 2))
+    }
+
+    fn commit(&self, idx: usize, commit_id: u64) -> io::Result<()> {
+        let sqe = opcode::UringCmd80::new(types::Fd(self.dev_fd), CMD_COMMIT_AND_FETCH)
+            .cmd(cmd_req(self.qid, commit_id))
+            .build()
+            .user_data(idx as u64);
+        self.push(&sqe)?;
+        // The ring thread submits in its next wait; anyone else submits now.
+        if *self.owner.lock() != Some(std::thread::current().id()) {
+            self.io.submit()?;
+        }
+        Ok(())
+    }
+
+    /// Replies to the entry's request (from any thread).
+    fn send(&self, idx: usize, data: &[IoSlice<'_>]) -> io::Result<()> {
+        let e = &self.entries[idx];
+        let mut st = e.state.lock();
+        if st.dispatching && st.payload_borrowed {
+            let mut v = Vec::with_capacity(data.iter().map(|d| d.len()).sum());
+            for d in data {
+                v.extend_from_slice(d);
+            }
+            st.staged = Some(v);
+            return Ok(());
+        }
+        // SAFETY: the kernel handed us this entry and nothing borrows the
+        // payload's kernel part any more (or the request had no payload).
+        let res = unsafe { e.write_reply(data) };
+        if let Err(err) = res {
+            error!("{err}");
+            // Answer EIO instead, so the caller is not left hanging.
+            let hdr = error_header(st.commit_id, libc::EIO);
+            // SAFETY: as above.
+            unsafe { e.write_reply(&[IoSlice::new(&hdr)])? };
+        }
+        self.commit(idx, st.commit_id)
+    }
+
+    /// After the handler returns: commit a reply it staged.
+    fn finish_dispatch(&self, idx: usize) -> io::Result<()> {
+        let e = &self.entries[idx];
+        let staged = {
+            let mut st = e.state.lock();
+            st.dispatching = false;
+            st.payload_borrowed = false;
+            st.staged.take()
+        };
+        match staged {
+            Some(v) => self.send(idx, &[IoSlice::new(&v)]),
+            None => Ok(()),
+        }
+    }
+
+    fn arm_stop(&self) -> io::Result<()> {
+        let sqe = opcode::PollAdd::new(types::Fd(self.stop.as_raw_fd()), libc::POLLIN as u32)
+            .build()
+            .user_data(STOP);
+        self.push(&squeue::Entry128::from(sqe))
+    }
+
+    fn wake_to_stop(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes to our own eventfd.
+        unsafe { libc::write(self.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+fn error_header(unique: u64, errno: i32) -> [u8; OUT_HEADER] {
+    let mut h = [0u8; OUT_HEADER];
+    h[0..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+    h[4..8].copy_from_slice(&(-errno).to_ne_bytes());
+    h[8..16].copy_from_slice(&unique.to_ne_bytes());
+    h
+}
+
+/// The reply path for a request that came through a ring.
+#[derive(Clone, Debug)]
+pub(crate) struct UringSender {
+    ring: Arc<Ring>,
+    idx: usize,
+    /// /dev/fuse, for the ioctls that have no ring command (passthrough).
+    pub(crate) dev: ChannelSender,
+}
+
+impl UringSender {
+    pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
+        self.ring.send(self.idx, data)
+    }
+}
+
+/// Running ring threads; `stop` ends them.
+#[derive(Debug)]
+pub(crate) struct Rings {
+    rings: Vec<Arc<Ring>>,
+    threads: Vec<JoinHandle<()>>,
+    monitor: Option<crate::uring_sched::Monitor>,
+}
+
+impl Rings {
+    pub(crate) fn stop(self) {
+        if let Some(m) = self.monitor {
+            m.stop();
+        }
+        for r in &self.rings {
+            r.wake_to_stop();
+        }
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn possible_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    n.max(1) as usize
+}
+
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET stays in bounds for cpu < 1024.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            debug!(
+                "fuse ring: cannot pin to cpu {cpu}: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// Starts `threads_per_queue` pinned ring threads for every possible CPU.
+/// The kernel switches to the rings once every queue has an entry.
+pub(crate) fn start<FS: Filesystem>(
+    cfg: UringConfig,
+    dev_fd: RawFd,
+    payload_size: usize,
+    make_loop: impl Fn(String) -> SessionEventLoop<FS>,
+) -> io::Result<Rings> {
+    let cpus = possible_cpus();
+    let idle = cfg.idle_priority && crate::uring_sched::can_leave_idle();
+    let mut rings = Rings {
+        rings: Vec::new(),
+        threads: Vec::new(),
+        monitor: None,
+    };
+    for qid in 0..cpus {
+        for t in 0..cfg.threads_per_queue.max(1) {
+            let ring = match Ring::new(dev_fd, qid as u16, payload_size) {
+                Ok(r) => Arc::new(r),
+                Err(err) => {
+                    rings.stop();
+                    return Err(err);
+                }
+            };
+            let name = format!("fuse-ring-{qid}.{t}");
+            let se = make_loop(name.clone());
+            let r = ring.clone();
+            let spawned = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || serve(r, &se, idle));
+            match spawned {
+                Ok(h) => rings.threads.push(h),
+                Err(err) => {
+                    rings.stop();
+                    return Err(err);
+                }
+            }
+            rings.rings.push(ring);
+        }
+    }
+    if idle {
+        let scheds = rings.rings.iter().map(|r| r.clone() as Arc<dyn crate::uring_sched::HasSched>);
+        rings.monitor = Some(crate::uring_sched::Monitor::start(scheds.collect())?);
+    }
+    info!(
+        "FUSE over io_uring: {cpus} queues x {} threads, idle priority {idle}",
+        cfg.threads_per_queue
+    );
+    Ok(rings)
+}
+
+impl crate::uring_sched::HasSched for Ring {
+    fn sched(&self) -> &crate::uring_sched::ThreadSched {
+        &self.sched
+    }
+}
+
+fn serve<FS: Filesystem>(ring: Arc<Ring>, se: &SessionEventLoop<FS>, idle: bool) {
+    *ring.owner.lock() = Some(std::thread::current().id());
+    pin_to_cpu(ring.qid as usize);
+    ring.sched.enter(idle);
+
+    let setup = (0..ring.entries.len())
+        .try_for_each(|i| ring.register(i))
+        .and_then(|()| ring.arm_stop());
+    if let Err(err) = setup {
+        error!("fuse ring {}: setup failed: {err}", ring.qid);
+        return;
+    }
+    if let Err(err) = ring_loop(&ring, se) {
+        error!("fuse ring {}: {err}", ring.qid);
+    }
+}
+
+fn ring_loop<FS: Filesystem>(ring: &Arc<Ring>, se: &SessionEventLoop<FS>) -> io::Result<()> {
+    let mut done = Vec::with_capacity(8);
+    loop {
+        match ring.io.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
+            Err(e) => return Err(e),
+        }
+        done.clear();
+        // SAFETY: only this thread reads the completion queue.
+        done.extend(unsafe { ring.io.completion_shared() }.map(|c| (c.user_data(), c.result())));
+        for &(ud, res) in &done {
+            if ud == STOP {
+                return Ok(());
+            }
+            let idx = ud as usize;
+            match -res {
+                0 => serve_request(ring, idx, se)?,
+                libc::EAGAIN | libc::EINTR => ring.register(idx)?,
+                libc::ENOTCONN | libc::ENODEV | libc::ECANCELED => return Ok(()),
+                libc::EOPNOTSUPP => {
+                    warn!("fuse ring: the kernel refused io_uring; using /dev/fuse");
+                    return Ok(());
+                }
+                e => return Err(io::Error::from_raw_os_error(e)),
+            }
+        }
+    }
+}
+
+/// Rebuilds the request the kernel put in entry `idx` and dispatches it.
+fn serve_request<FS: Filesystem>(
+    ring: &Arc<Ring>,
+    idx: usize,
+    se: &SessionEventLoop<FS>,
+) -> io::Result<()> {
+    let e = &ring.entries[idx];
+    // SAFETY: the kernel completed the command: the buffers are ours to read.
+    let hdr = unsafe { &*e.header };
+    let len = u32::from_ne_bytes(hdr.in_out[0..4].try_into().unwrap()) as usize;
+    let unique = u64::from_ne_bytes(hdr.in_out[8..16].try_into().unwrap());
+    let payload_sz = hdr.ent.payload_sz as usize;
+    let (payload, cap) = e.payload.kernel_part();
+    e.state.lock().commit_id = hdr.ent.commit_id;
+    let op_size = len.checked_sub(IN_HEADER + payload_sz);
+    let Some(op_size) = op_size.filter(|&n| n <= OP_IN && payload_sz <= cap) else {
+        error!("fuse ring: malformed request (len {len}, payload {payload_sz})");
+        return ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))]);
+    };
+    let start = PREFIX - op_size - IN_HEADER;
+    // SAFETY: start..PREFIX lies in the prefix area, which only this thread
+    // writes; the header is ours until we commit.
+    let data = unsafe {
+        let base = e.payload.ptr;
+        std::ptr::copy_nonoverlapping(hdr.in_out.as_ptr(), base.add(start), IN_HEADER);
+        std::ptr::copy_nonoverlapping(hdr.op_in.as_ptr(), base.add(start + IN_HEADER), op_size);
+        debug_assert_eq!(base.add(PREFIX), payload);
+        std::slice::from_raw_parts(base.add(start), len)
+    };
+    let Some(req) = RequestWithSender::new(ReplySender::Uring(UringSender {
+        ring: ring.clone(),
+        idx,
+        dev: se.ch.sender(),
+    }), data)
+    else {
+        return ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))]);
+    };
+    {
+        let mut st = e.state.lock();
+        st.dispatching = true;
+        st.payload_borrowed = payload_sz > 0;
+        st.staged = None;
+    }
+    let bulk = matches!(
+        u32::from_ne_bytes(hdr.in_out[4..8].try_into().unwrap()),
+        OP_READ | OP_WRITE
+    );
+    ring.sched.serve(bulk, || req.dispatch(se));
+    drop(req);
+    ring.finish_dispatch(idx)
+}
+
