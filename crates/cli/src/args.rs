@@ -298,9 +298,18 @@ pub struct MountArgs {
     /// Compression of new chunks (overrides the config).
     #[arg(long, value_parser = compression_arg)]
     pub compression: Option<String>,
-    /// FUSE worker threads.
+    /// FUSE worker threads reading /dev/fuse.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
+    /// FUSE over io_uring (per-CPU queues): auto uses it when the kernel has
+    /// it (turning on fuse.enable_uring as root), on requires it, off uses
+    /// /dev/fuse only.
+    #[arg(long, default_value = "auto", value_parser = transport_arg)]
+    pub io_uring: cairn_fuse::Transport,
+}
+
+fn transport_arg(s: &str) -> Result<cairn_fuse::Transport, String> {
+    s.parse()
 }
 
 #[derive(Args)]

@@ -70,7 +70,7 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
     let gc = fs.spawn_gc();
     let mover = fs.spawn_mover();
     let mnt = a.mountpoint.canonicalize()?;
-    let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads)
+    let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, a.io_uring)
         .with_context(|| format!("mounting on {}", mnt.display()))?;
     tracing::info!("pool {} mounted on {}", pool.display(), mnt.display());
     let m2 = mnt.clone();
@@ -106,6 +106,7 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
         .arg(&a.mountpoint)
         .arg("--foreground");
     cmd.arg("--threads").arg(a.threads.to_string());
+    cmd.arg("--io-uring").arg(a.io_uring.to_string());
     if let Some(s) = a.commit_interval {
         cmd.arg("--commit-interval").arg(s.to_string());
     }

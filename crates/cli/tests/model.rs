@@ -468,9 +468,45 @@ fn run_model(mut fs: Fs, seed: u64, batches: usize, ops: usize) {
     fs.finish();
 }
 
+/// Mounts a default pool with the given `--io-uring` mode.
+fn pool_with_transport(mode: &str) -> Fs {
+    let mut fs = Fs::create();
+    fs.mkfs(&[]);
+    fs.mount_args = vec!["--io-uring".into(), mode.into()];
+    fs.mount();
+    fs
+}
+
+/// Requests served through FUSE over io_uring (this kernel has it: 6.14+).
 #[test]
 fn model_default_pool() {
-    run_model(Fs::new(), seed(), batches(12), 300);
+    let fs = pool_with_transport("on");
+    // The rings start right after the kernel's INIT, which follows the mount.
+    let ring_threads = || {
+        let t = fs.daemon_threads();
+        t.iter().filter(|t| t.starts_with("fuse-ring-")).count()
+    };
+    let t0 = std::time::Instant::now();
+    while ring_threads() < 2 && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        ring_threads() >= 2,
+        "no FUSE ring threads: {:?}",
+        fs.daemon_threads()
+    );
+    run_model(fs, seed(), batches(12), 300);
+}
+
+/// The same through classic /dev/fuse reads.
+#[test]
+fn model_over_dev_fuse() {
+    let fs = pool_with_transport("off");
+    assert!(!fs
+        .daemon_threads()
+        .iter()
+        .any(|t| t.starts_with("fuse-ring")));
+    run_model(fs, seed().wrapping_add(2), batches(6), 300);
 }
 
 #[test]

@@ -1,12 +1,14 @@
 //! FUSE frontend: maps the kernel's requests onto `cairn_fs::Fs`. Mounted
 //! with default_permissions (the kernel checks permissions), allow_other when
 //! run as root, writeback cache, 1 MiB writes, readdirplus and parallel
-//! directory operations, served by several threads with cloned fds; the
-//! mount's read-ahead is raised once it exists (bdi.rs).
+//! directory operations, served by several threads with cloned fds and, where
+//! the kernel has it, by FUSE over io_uring (transport.rs); the mount's
+//! read-ahead is raised once it exists (bdi.rs).
 
 mod attr;
 mod bdi;
 mod ops;
+mod transport;
 mod views;
 
 use cairn_fs::Fs;
@@ -15,9 +17,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use ops::CairnFuse;
+pub use transport::Transport;
 
 /// Mount options for a pool.
-pub fn config(threads: usize, fsname: &str) -> Config {
+pub fn config(threads: usize, fsname: &str, uring: Option<fuser::UringConfig>) -> Config {
     let mut c = Config::default();
     c.mount_options = vec![
         MountOption::FSName(fsname.into()),
@@ -33,13 +36,18 @@ pub fn config(threads: usize, fsname: &str) -> Config {
     }
     c.n_threads = Some(threads.max(2));
     c.clone_fd = true;
-    c.io_uring = Some(fuser::UringConfig::default());
+    c.io_uring = uring;
     c
 }
 
 /// Mounts and serves until unmounted. Returns after the session ends.
-pub fn serve(fs: Arc<Fs>, mountpoint: &Path, threads: usize) -> std::io::Result<()> {
-    let cfg = config(threads, &fsname(&fs));
+pub fn serve(
+    fs: Arc<Fs>,
+    mountpoint: &Path,
+    threads: usize,
+    transport: Transport,
+) -> std::io::Result<()> {
+    let cfg = config(threads, &fsname(&fs), prepare(transport)?);
     let session = fuser::Session::new(CairnFuse::new(fs), mountpoint, &cfg)?;
     bdi::tune(mountpoint);
     session.run()
@@ -50,8 +58,9 @@ pub fn spawn(
     fs: Arc<Fs>,
     mountpoint: &Path,
     threads: usize,
+    transport: Transport,
 ) -> std::io::Result<fuser::BackgroundSession> {
-    let cfg = config(threads, &fsname(&fs));
+    let cfg = config(threads, &fsname(&fs), prepare(transport)?);
     let session = fuser::spawn_mount(CairnFuse::new(fs), mountpoint, &cfg)?;
     bdi::tune(mountpoint);
     Ok(session)
@@ -60,4 +69,8 @@ pub fn spawn(
 /// The mount's source name: the pool path, so tools can find the pool.
 fn fsname(fs: &Fs) -> String {
     fs.pool().path.display().to_string()
+}
+
+fn prepare(t: Transport) -> std::io::Result<Option<fuser::UringConfig>> {
+    transport::prepare(t).map_err(std::io::Error::other)
 }

@@ -501,7 +501,10 @@ pub(crate) fn start<FS: Filesystem>(
         }
     }
     if idle {
-        let scheds = rings.rings.iter().map(|r| r.clone() as Arc<dyn crate::uring_sched::HasSched>);
+        let scheds = rings
+            .rings
+            .iter()
+            .map(|r| r.clone() as Arc<dyn crate::uring_sched::HasSched>);
         rings.monitor = Some(crate::uring_sched::Monitor::start(scheds.collect())?);
     }
     info!(
@@ -593,12 +596,14 @@ fn serve_request<FS: Filesystem>(
         debug_assert_eq!(base.add(PREFIX), payload);
         std::slice::from_raw_parts(base.add(start), len)
     };
-    let Some(req) = RequestWithSender::new(ReplySender::Uring(UringSender {
-        ring: ring.clone(),
-        idx,
-        dev: se.ch.sender(),
-    }), data)
-    else {
+    let Some(req) = RequestWithSender::new(
+        ReplySender::Uring(UringSender {
+            ring: ring.clone(),
+            idx,
+            dev: se.ch.sender(),
+        }),
+        data,
+    ) else {
         return ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))]);
     };
     {
@@ -615,4 +620,3 @@ fn serve_request<FS: Filesystem>(
     drop(req);
     ring.finish_dispatch(idx)
 }
-

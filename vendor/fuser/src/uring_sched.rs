@@ -69,7 +69,8 @@ impl ThreadSched {
 
     /// Runs one request's handler; bulk requests at normal priority.
     pub(crate) fn serve(&self, bulk: bool, handler: impl FnOnce()) {
-        let raise = bulk && self.idle.load(Ordering::Relaxed) && !self.boosted.load(Ordering::Relaxed);
+        let raise =
+            bulk && self.idle.load(Ordering::Relaxed) && !self.boosted.load(Ordering::Relaxed);
         if raise {
             set_policy(0, libc::SCHED_OTHER);
         }
@@ -85,7 +86,11 @@ impl ThreadSched {
             return;
         }
         self.boosted.store(on, Ordering::Relaxed);
-        let policy = if on { libc::SCHED_OTHER } else { libc::SCHED_IDLE };
+        let policy = if on {
+            libc::SCHED_OTHER
+        } else {
+            libc::SCHED_IDLE
+        };
         if !set_policy(tid, policy) {
             debug!("fuse ring: cannot change the policy of thread {tid}");
         }

@@ -307,6 +307,16 @@ impl Fs {
         self.child.is_some()
     }
 
+    /// Names of the foreground daemon's threads.
+    pub fn daemon_threads(&self) -> Vec<String> {
+        let pid = self.child.as_ref().expect("not mounted").id();
+        let rd = fs::read_dir(format!("/proc/{pid}/task")).expect("daemon tasks");
+        rd.flatten()
+            .filter_map(|t| fs::read_to_string(t.path().join("comm")).ok())
+            .map(|c| c.trim().to_string())
+            .collect()
+    }
+
     /// Pids of processes (other than us) whose command line mentions this
     /// pool: daemons started by this test, e.g. in daemon (non-foreground) mode.
     pub fn daemon_pids(&self) -> Vec<i32> {
