@@ -1,6 +1,7 @@
 //! A heap buffer whose start is aligned for direct I/O, used as the bounce
-//! buffer of segment writes (`writer.rs`): filling it is a plain memcpy,
-//! far cheaper than the kernel's copy into the page cache it replaces.
+//! buffer of segment writes (`writer.rs`) and of run reads (`read.rs`):
+//! filling or emptying it is a plain memcpy, far cheaper than the kernel's
+//! copy through the page cache it replaces.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
@@ -28,6 +29,13 @@ impl AlignedBuf {
 
     pub fn capacity(&self) -> usize {
         self.layout.size()
+    }
+
+    /// The first `len` bytes (at most the capacity), as they are.
+    pub fn slice_mut(&mut self, len: usize) -> &mut [u8] {
+        assert!(len <= self.capacity());
+        // SAFETY: ptr is valid for capacity() bytes and owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, len) }
     }
 
     /// `data` followed by zeros up to `len` bytes (at most the capacity).

@@ -8,11 +8,13 @@
 //! Verification, scrub and moves use the plain reads of store.rs, which
 //! bypass all of this.
 
+use crate::aligned::AlignedBuf;
 use crate::chunk::{unseal, verify_split, CHUNK_HEADER_LEN};
 use crate::error::Result;
 use crate::records::ChunkRec;
 use crate::store::{corrupt, ChunkStore};
-use cairn_devices::{DeviceClass, SsdCache};
+use cairn_devices::{DeviceClass, SsdCache, DIRECT_ALIGN};
+use std::cell::RefCell;
 use std::sync::Arc;
 
 impl ChunkStore {
@@ -36,6 +38,9 @@ impl ChunkStore {
     /// them one by one (which also handles moved and cached chunks).
     pub fn read_run_into(&self, run: &mut [(ChunkRec, &mut [u8])]) -> Result<()> {
         assert!(!run.is_empty());
+        if self.read_run_direct(run)? {
+            return Ok(());
+        }
         let mut heads = vec![[0u8; CHUNK_HEADER_LEN]; run.len()];
         {
             let _gate = self.io_gate.read();
@@ -55,6 +60,43 @@ impl ChunkStore {
             self.heat.touch(rec.segment, rec.len as u64);
         }
         Ok(())
+    }
+
+    /// `read_run_into` with one direct read of the run's aligned byte range
+    /// into this thread's bounce buffer, each chunk checked there and its
+    /// data copied out. False (nothing done) when the device cannot do
+    /// direct I/O.
+    fn read_run_direct(&self, run: &mut [(ChunkRec, &mut [u8])]) -> Result<bool> {
+        thread_local! {
+            static BOUNCE: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
+        }
+        let total: usize = run.iter().map(|(r, _)| r.len as usize).sum();
+        BOUNCE.with_borrow_mut(|bounce| {
+            let _gate = self.io_gate.read();
+            let (dev, at) = self.locate(&run[0].0)?;
+            let start = at - at % DIRECT_ALIGN as u64;
+            let skip = (at - start) as usize;
+            let len = (skip + total).next_multiple_of(DIRECT_ALIGN);
+            if bounce.as_ref().is_none_or(|b| b.capacity() < len) {
+                *bounce = Some(AlignedBuf::new(len, DIRECT_ALIGN));
+            }
+            let buf = bounce.as_mut().expect("bounce buffer").slice_mut(len);
+            if !dev.read_direct_at(buf, start, skip + total)? {
+                return Ok(false);
+            }
+            let mut p = skip;
+            for (rec, dst) in run.iter_mut() {
+                let (h, rest) = buf[p..p + rec.len as usize].split_at(CHUNK_HEADER_LEN);
+                let n = verify_split(h, rest, &rec.hash).map_err(|why| corrupt(rec, why))?;
+                if n != rec.raw_len as usize || dst.len() != n {
+                    return Err(corrupt(rec, "raw length differs from record".into()));
+                }
+                dst.copy_from_slice(rest);
+                self.heat.touch(rec.segment, rec.len as u64);
+                p += rec.len as usize;
+            }
+            Ok(true)
+        })
     }
 
     /// True if `next` can follow `prev` in a run for `read_run_into`: both

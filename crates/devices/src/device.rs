@@ -99,8 +99,8 @@ pub struct Device {
     pub path: PathBuf,
     pub role: DeviceRole,
     file: File,
-    /// The same file opened with O_DIRECT (on first use; None if the host
-    /// filesystem refuses it).
+    /// The same file opened with O_DIRECT for reads and writes (on first
+    /// use; None if the host filesystem refuses it).
     direct: std::sync::OnceLock<Option<File>>,
     throttle: Option<Throttle>,
     /// Device reads issued so far (one per read call, however large).
@@ -377,6 +377,40 @@ impl Device {
         Ok(())
     }
 
+    /// Reads into `buf` at `offset` past the page cache (O_DIRECT) when the
+    /// buffer's address, `offset` and length are multiples of DIRECT_ALIGN
+    /// and the host filesystem allows it: the device's bytes land in `buf`
+    /// without a page-cache copy, and do not fill the host's page cache with
+    /// a second copy of what the FUSE page cache already holds. Returns
+    /// false, having read nothing, when direct I/O is not possible (the
+    /// caller reads buffered). A read may end early at the end of the file;
+    /// `Ok(true)` means at least `need` bytes arrived.
+    pub fn read_direct_at(&self, buf: &mut [u8], offset: u64, need: usize) -> Result<bool> {
+        let aligned =
+            (buf.as_ptr() as usize | offset as usize | buf.len()).is_multiple_of(DIRECT_ALIGN);
+        let Some(direct) = self.direct_file().filter(|_| aligned) else {
+            return Ok(false);
+        };
+        assert!(need <= buf.len());
+        self.read_op(buf.len());
+        let mut got = 0;
+        while got < need {
+            match direct.read_at(&mut buf[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && got == 0 => return Ok(false),
+                Err(e) => return Err(io_err(&self.path)(e)),
+            }
+        }
+        if got < need {
+            return Err(io_err(&self.path)(std::io::Error::from(
+                std::io::ErrorKind::UnexpectedEof,
+            )));
+        }
+        Ok(true)
+    }
+
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         debug_assert!(offset >= self.header.data_offset);
         debug_assert!(offset + buf.len() as u64 <= self.header.size);
@@ -410,6 +444,7 @@ impl Device {
         self.direct
             .get_or_init(|| {
                 OpenOptions::new()
+                    .read(true)
                     .write(true)
                     .custom_flags(libc::O_DIRECT)
                     .open(&self.path)
