@@ -95,6 +95,13 @@ pub struct UringConfig {
     /// priority, and a thread that waits for its CPU is raised to normal
     /// priority for a while (see `sched.rs`).
     pub idle_priority: bool,
+    /// Entries registered per thread: requests it can hold at once (reads
+    /// handed to the bulk workers keep theirs until they reply).
+    pub entries_per_thread: usize,
+    /// READs of at least this many bytes are served by unpinned bulk worker
+    /// threads, so that copying their data runs on another CPU than the
+    /// reader's (which the reader needs for its own copy); 0 turns it off.
+    pub bulk_read_min: u32,
 }
 
 impl Default for UringConfig {
@@ -102,6 +109,8 @@ impl Default for UringConfig {
         Self {
             threads_per_queue: 2,
             idle_priority: true,
+            entries_per_thread: 4,
+            bulk_read_min: 128 * 1024,
         }
     }
 }
@@ -283,10 +292,12 @@ fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
 }
 
 impl Ring {
-    fn new(dev_fd: RawFd, qid: u16, payload_size: usize) -> io::Result<Self> {
-        // One entry per ring: a thread serves one request at a time anyway.
-        let entries = vec![Entry::new(payload_size)];
-        let io = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(8)?;
+    fn new(dev_fd: RawFd, qid: u16, payload_size: usize, depth: usize) -> io::Result<Self> {
+        let entries = (0..depth.max(1))
+            .map(|_| Entry::new(payload_size))
+            .collect();
+        let sqes = (depth as u32 + 1).next_power_of_two().max(8);
+        let io = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(sqes)?;
         // SAFETY: plain eventfd creation.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if efd < 0 {
@@ -424,6 +435,7 @@ pub(crate) struct Rings {
     rings: Vec<Arc<Ring>>,
     threads: Vec<JoinHandle<()>>,
     monitor: Option<crate::uring_sched::Monitor>,
+    bulk: Option<BulkPool>,
 }
 
 impl Rings {
@@ -437,8 +449,59 @@ impl Rings {
         for t in self.threads {
             let _ = t.join();
         }
+        if let Some(b) = self.bulk {
+            b.stop();
+        }
     }
 }
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Unpinned threads at normal priority that serve large reads.
+#[derive(Debug)]
+struct BulkPool {
+    tx: std::sync::mpsc::Sender<Job>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl BulkPool {
+    fn start(n: usize) -> io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut threads = Vec::with_capacity(n);
+        for i in 0..n {
+            let rx = rx.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("fuse-bulk-{i}"))
+                    .spawn(move || {
+                        loop {
+                            let job = rx.lock().recv();
+                            match job {
+                                Ok(job) => job(),
+                                Err(_) => return,
+                            }
+                        }
+                    })?,
+            );
+        }
+        Ok(Self { tx, threads })
+    }
+
+    fn stop(self) {
+        drop(self.tx);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A request's bytes, kept in its entry's buffer until the reply commits.
+struct RequestBytes(*const u8, usize);
+
+// SAFETY: the bytes stay valid and unchanged until the entry is committed,
+// which only the holder of this value does (through its reply).
+unsafe impl Send for RequestBytes {}
 
 fn possible_cpus() -> usize {
     // SAFETY: sysconf has no preconditions.
@@ -474,10 +537,19 @@ pub(crate) fn start<FS: Filesystem>(
         rings: Vec::new(),
         threads: Vec::new(),
         monitor: None,
+        bulk: None,
     };
+    if cfg.bulk_read_min > 0 {
+        rings.bulk = Some(BulkPool::start(cpus)?);
+    }
+    let bulk = rings
+        .bulk
+        .as_ref()
+        .map(|b| (b.tx.clone(), cfg.bulk_read_min));
     for qid in 0..cpus {
         for t in 0..cfg.threads_per_queue.max(1) {
-            let ring = match Ring::new(dev_fd, qid as u16, payload_size) {
+            let ring = Ring::new(dev_fd, qid as u16, payload_size, cfg.entries_per_thread);
+            let ring = match ring {
                 Ok(r) => Arc::new(r),
                 Err(err) => {
                     rings.stop();
@@ -485,11 +557,11 @@ pub(crate) fn start<FS: Filesystem>(
                 }
             };
             let name = format!("fuse-ring-{qid}.{t}");
-            let se = make_loop(name.clone());
-            let r = ring.clone();
+            let se = Arc::new(make_loop(name.clone()));
+            let (r, b) = (ring.clone(), bulk.clone());
             let spawned = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || serve(r, &se, idle));
+                .spawn(move || serve(r, se, idle, b));
             match spawned {
                 Ok(h) => rings.threads.push(h),
                 Err(err) => {
@@ -508,8 +580,8 @@ pub(crate) fn start<FS: Filesystem>(
         rings.monitor = Some(crate::uring_sched::Monitor::start(scheds.collect())?);
     }
     info!(
-        "FUSE over io_uring: {cpus} queues x {} threads, idle priority {idle}",
-        cfg.threads_per_queue
+        "FUSE over io_uring: {cpus} queues x {} threads x {} entries, idle priority {idle}",
+        cfg.threads_per_queue, cfg.entries_per_thread
     );
     Ok(rings)
 }
@@ -520,7 +592,10 @@ impl crate::uring_sched::HasSched for Ring {
     }
 }
 
-fn serve<FS: Filesystem>(ring: Arc<Ring>, se: &SessionEventLoop<FS>, idle: bool) {
+/// Where a ring thread sends large reads, and from what size.
+type Bulk = Option<(std::sync::mpsc::Sender<Job>, u32)>;
+
+fn serve<FS: Filesystem>(ring: Arc<Ring>, se: Arc<SessionEventLoop<FS>>, idle: bool, bulk: Bulk) {
     *ring.owner.lock() = Some(std::thread::current().id());
     pin_to_cpu(ring.qid as usize);
     ring.sched.enter(idle);
@@ -532,12 +607,16 @@ fn serve<FS: Filesystem>(ring: Arc<Ring>, se: &SessionEventLoop<FS>, idle: bool)
         error!("fuse ring {}: setup failed: {err}", ring.qid);
         return;
     }
-    if let Err(err) = ring_loop(&ring, se) {
+    if let Err(err) = ring_loop(&ring, &se, &bulk) {
         error!("fuse ring {}: {err}", ring.qid);
     }
 }
 
-fn ring_loop<FS: Filesystem>(ring: &Arc<Ring>, se: &SessionEventLoop<FS>) -> io::Result<()> {
+fn ring_loop<FS: Filesystem>(
+    ring: &Arc<Ring>,
+    se: &Arc<SessionEventLoop<FS>>,
+    bulk: &Bulk,
+) -> io::Result<()> {
     let mut done = Vec::with_capacity(8);
     loop {
         match ring.io.submit_and_wait(1) {
@@ -554,7 +633,7 @@ fn ring_loop<FS: Filesystem>(ring: &Arc<Ring>, se: &SessionEventLoop<FS>) -> io:
             }
             let idx = ud as usize;
             match -res {
-                0 => serve_request(ring, idx, se)?,
+                0 => serve_request(ring, idx, se, bulk)?,
                 libc::EAGAIN | libc::EINTR => ring.register(idx)?,
                 libc::ENOTCONN | libc::ENODEV | libc::ECANCELED => return Ok(()),
                 libc::EOPNOTSUPP => {
@@ -567,16 +646,19 @@ fn ring_loop<FS: Filesystem>(ring: &Arc<Ring>, se: &SessionEventLoop<FS>) -> io:
     }
 }
 
-/// Rebuilds the request the kernel put in entry `idx` and dispatches it.
+/// Rebuilds the request the kernel put in entry `idx` and dispatches it,
+/// here or (a large read) on a bulk worker.
 fn serve_request<FS: Filesystem>(
     ring: &Arc<Ring>,
     idx: usize,
-    se: &SessionEventLoop<FS>,
+    se: &Arc<SessionEventLoop<FS>>,
+    bulk: &Bulk,
 ) -> io::Result<()> {
     let e = &ring.entries[idx];
     // SAFETY: the kernel completed the command: the buffers are ours to read.
     let hdr = unsafe { &*e.header };
     let len = u32::from_ne_bytes(hdr.in_out[0..4].try_into().unwrap()) as usize;
+    let opcode = u32::from_ne_bytes(hdr.in_out[4..8].try_into().unwrap());
     let unique = u64::from_ne_bytes(hdr.in_out[8..16].try_into().unwrap());
     let payload_sz = hdr.ent.payload_sz as usize;
     let (payload, cap) = e.payload.kernel_part();
@@ -587,24 +669,14 @@ fn serve_request<FS: Filesystem>(
         return ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))]);
     };
     let start = PREFIX - op_size - IN_HEADER;
-    // SAFETY: start..PREFIX lies in the prefix area, which only this thread
-    // writes; the header is ours until we commit.
-    let data = unsafe {
+    // SAFETY: start..PREFIX lies in the prefix area, which only the entry's
+    // current owner writes; the header is ours until we commit.
+    let bytes = unsafe {
         let base = e.payload.ptr;
         std::ptr::copy_nonoverlapping(hdr.in_out.as_ptr(), base.add(start), IN_HEADER);
         std::ptr::copy_nonoverlapping(hdr.op_in.as_ptr(), base.add(start + IN_HEADER), op_size);
         debug_assert_eq!(base.add(PREFIX), payload);
-        std::slice::from_raw_parts(base.add(start), len)
-    };
-    let Some(req) = RequestWithSender::new(
-        ReplySender::Uring(UringSender {
-            ring: ring.clone(),
-            idx,
-            dev: se.ch.sender(),
-        }),
-        data,
-    ) else {
-        return ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))]);
+        RequestBytes(base.add(start), len)
     };
     {
         let mut st = e.state.lock();
@@ -612,12 +684,55 @@ fn serve_request<FS: Filesystem>(
         st.payload_borrowed = payload_sz > 0;
         st.staged = None;
     }
-    let bulk = matches!(
-        u32::from_ne_bytes(hdr.in_out[4..8].try_into().unwrap()),
-        OP_READ | OP_WRITE
-    );
-    ring.sched.serve(bulk, || req.dispatch(se));
-    drop(req);
+    // fuse_read_in.size is the u32 at byte 16 of the argument.
+    let read_size = u32::from_ne_bytes(hdr.op_in[16..20].try_into().unwrap());
+    if let Some((tx, min)) = bulk
+        .as_ref()
+        .filter(|(_, min)| opcode == OP_READ && read_size >= *min)
+    {
+        let _ = min;
+        let (r, s) = (ring.clone(), se.clone());
+        let job: Job = Box::new(move || {
+            if let Err(err) = dispatch(&r, idx, &s, bytes, false) {
+                error!("fuse ring {}: {err}", r.qid);
+            }
+        });
+        if tx.send(job).is_ok() {
+            return Ok(());
+        }
+        error!("fuse ring {}: bulk workers gone", ring.qid);
+        return ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))]);
+    }
+    dispatch(ring, idx, se, bytes, matches!(opcode, OP_READ | OP_WRITE))
+}
+
+/// Parses and dispatches a rebuilt request, then commits a staged reply.
+/// `bulk`: raise a ring thread at idle priority to normal while it runs.
+fn dispatch<FS: Filesystem>(
+    ring: &Arc<Ring>,
+    idx: usize,
+    se: &SessionEventLoop<FS>,
+    bytes: RequestBytes,
+    bulk: bool,
+) -> io::Result<()> {
+    // SAFETY: see RequestBytes; we are the entry's owner until the commit.
+    let data = unsafe { std::slice::from_raw_parts(bytes.0, bytes.1) };
+    let sender = ReplySender::Uring(UringSender {
+        ring: ring.clone(),
+        idx,
+        dev: se.ch.sender(),
+    });
+    match RequestWithSender::new(sender, data) {
+        Some(req) => {
+            ring.sched.serve(bulk, || req.dispatch(se));
+            drop(req);
+        }
+        None => {
+            let unique = u64::from_ne_bytes(data[8..16].try_into().unwrap());
+            ring.entries[idx].state.lock().payload_borrowed = false;
+            ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))])?;
+        }
+    }
     ring.finish_dispatch(idx)
 }
 
