@@ -78,7 +78,7 @@ impl ChunkStore {
             let skip = (at - start) as usize;
             let len = (skip + total).next_multiple_of(DIRECT_ALIGN);
             if bounce.as_ref().is_none_or(|b| b.capacity() < len) {
-                *bounce = Some(AlignedBuf::new(len, DIRECT_ALIGN));
+                *bounce = Some(AlignedBuf::huge(len));
             }
             let buf = bounce.as_mut().expect("bounce buffer").slice_mut(len);
             if !dev.read_direct_at(buf, start, skip + total)? {
