@@ -11,6 +11,7 @@ mod common;
 
 use common::hist::*;
 use common::json::Json;
+use common::tree_gen::*;
 use common::*;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -219,17 +220,6 @@ fn auto_name(secs: u64) -> String {
 
 // ============================================================ 1. model test
 
-const NAMES: &[&str] = &[
-    "a",
-    "b",
-    "c",
-    "d",
-    "e",
-    "f",
-    "g",
-    "longer-name-0123456789",
-    "ünï",
-];
 const LINK_TARGETS: &[&str] = &["a", "../b", "d/e", "nowhere", "ünï/ß"];
 const FILE_MODES: &[u32] = &[0o644, 0o600, 0o755, 0o640, 0o444];
 const DIR_MODES: &[u32] = &[0o755, 0o700, 0o750, 0o1777];
@@ -267,122 +257,8 @@ fn apply(root: &Path, op: &Op) -> io::Result<()> {
     }
 }
 
-/// What exists in the oracle right now.
-#[derive(Default)]
-struct Scan {
-    files: Vec<(String, u64)>,
-    links: Vec<String>,
-    dirs: Vec<String>, // includes "" (the root)
-}
-
-fn join(parent: &str, name: &str) -> String {
-    if parent.is_empty() {
-        name.to_string()
-    } else {
-        format!("{parent}/{name}")
-    }
-}
-
-fn scan(root: &Path, rel: &str, s: &mut Scan) {
-    s.dirs.push(rel.to_string());
-    for e in fs::read_dir(root.join(rel)).unwrap() {
-        let e = e.unwrap();
-        let r = join(rel, e.file_name().to_str().unwrap());
-        let md = fs::symlink_metadata(e.path()).unwrap();
-        if md.is_dir() {
-            scan(root, &r, s);
-        } else if md.file_type().is_symlink() {
-            s.links.push(r);
-        } else {
-            s.files.push((r, md.len()));
-        }
-    }
-}
-
-impl Scan {
-    fn of(root: &Path) -> Scan {
-        let mut s = Scan::default();
-        scan(root, "", &mut s);
-        s
-    }
-    fn exists(&self, p: &str) -> bool {
-        self.files.iter().any(|(f, _)| f == p)
-            || self.links.iter().any(|l| l == p)
-            || self.dirs.iter().any(|d| d == p)
-    }
-    fn entries(&self) -> Vec<String> {
-        let files = self.files.iter().map(|(f, _)| f.clone());
-        files
-            .chain(self.links.iter().cloned())
-            .chain(self.dirs.iter().filter(|d| !d.is_empty()).cloned())
-            .collect()
-    }
-    fn nondirs(&self) -> Vec<String> {
-        let files = self.files.iter().map(|(f, _)| f.clone());
-        files.chain(self.links.iter().cloned()).collect()
-    }
-}
-
-struct Gen {
-    rng: StdRng,
-}
-
 impl Gen {
-    /// A name that does not exist yet, at most 3 directories deep.
-    fn fresh(&mut self, s: &Scan) -> String {
-        for attempt in 0.. {
-            let dir = s.dirs.choose(&mut self.rng).unwrap();
-            let dir = if dir.matches('/').count() >= 2 {
-                ""
-            } else {
-                dir.as_str()
-            };
-            let name = match attempt {
-                0..10 => NAMES.choose(&mut self.rng).unwrap().to_string(),
-                _ => format!("n{}", self.rng.gen_range(0..1000)),
-            };
-            let cand = join(dir, &name);
-            if !s.exists(&cand) {
-                return cand;
-            }
-        }
-        unreachable!()
-    }
-
-    fn target(&mut self, s: &Scan) -> String {
-        let existing = s.entries();
-        if self.rng.gen_bool(0.3) && !existing.is_empty() {
-            existing.choose(&mut self.rng).unwrap().clone()
-        } else {
-            self.fresh(s)
-        }
-    }
-
-    fn offset(&mut self, size: u64) -> u64 {
-        let r = &mut self.rng;
-        let mode = if size > 1_000_000 {
-            2
-        } else {
-            r.gen_range(0..5)
-        };
-        match mode {
-            0 => 0,
-            1 => size,
-            2 => r.gen_range(0..=size),
-            3 => (r.gen_range(0..=size / 65_536 + 1) * 65_536).saturating_sub(r.gen_range(0..100)),
-            _ => size + r.gen_range(1..70_000),
-        }
-    }
-
-    fn length(&mut self) -> usize {
-        match self.rng.gen_range(0..10) {
-            0..=4 => self.rng.gen_range(1..4096),
-            5..=7 => self.rng.gen_range(4096..70_000),
-            _ => self.rng.gen_range(70_000..250_000),
-        }
-    }
-
-    fn op(&mut self, s: &Scan) -> Op {
+    fn op(&mut self, s: &Snap) -> Op {
         loop {
             let crowded = s.files.len() + s.links.len() > 30;
             let roll = if crowded && self.rng.gen_bool(0.4) {
@@ -396,13 +272,13 @@ impl Gen {
         }
     }
 
-    fn pick(&mut self, roll: u32, s: &Scan) -> Option<Op> {
+    fn pick(&mut self, roll: u32, s: &Snap) -> Option<Op> {
         let file = s.files.choose(&mut self.rng).cloned();
         let seed = self.rng.gen();
         Some(match roll {
             0..=29 => match file.filter(|_| self.rng.gen_bool(0.7)) {
-                Some((f, size)) => Op::Write(f, self.offset(size), seed, self.length()),
-                None => Op::Write(self.fresh(s), self.offset(0), seed, self.length()),
+                Some((f, size)) => Op::Write(f, self.offset(size), seed, self.length(250_000)),
+                None => Op::Write(self.fresh(s), self.offset(0), seed, self.length(250_000)),
             },
             30..=39 => {
                 let (f, size) = file?;
@@ -414,7 +290,7 @@ impl Gen {
                 };
                 Op::Truncate(f, len)
             }
-            40..=51 => Op::Rename(s.entries().choose(&mut self.rng)?.clone(), self.target(s)),
+            40..=51 => Op::Rename(s.entries().choose(&mut self.rng)?.clone(), self.target(s, 0.3)),
             52..=61 => Op::Unlink(s.nondirs().choose(&mut self.rng)?.clone()),
             62..=68 if s.dirs.len() < 9 => Op::Mkdir(self.fresh(s)),
             69..=72 => Op::Rmdir(s.entries().choose(&mut self.rng)?.clone()),
@@ -429,7 +305,7 @@ impl Gen {
             }
             81..=87 => Op::Symlink(
                 LINK_TARGETS.choose(&mut self.rng).unwrap().to_string(),
-                self.target(s),
+                self.target(s, 0.3),
             ),
             88..=93 => Op::Link(file?.0, self.fresh(s)),
             _ => return None,
@@ -449,7 +325,7 @@ fn errno_class(op: &Op, e: &io::Error) -> i32 {
 fn run_ops(g: &mut Gen, mnt: &Path, oracle: &Path, n: usize, ctx: &str) {
     let mut recent: Vec<String> = Vec::new();
     for i in 0..n {
-        let op = g.op(&Scan::of(oracle));
+        let op = g.op(&Snap::of(oracle));
         let (got, want) = (apply(mnt, &op), apply(oracle, &op));
         recent.push(format!("#{i} {op:?} -> {want:?}"));
         let same = match (&got, &want) {

@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::tree_gen::*;
 use common::*;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -18,18 +19,6 @@ use std::io;
 use std::os::unix::fs::{symlink, FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-const NAMES: &[&str] = &[
-    "a",
-    "b",
-    "c",
-    "d",
-    "e",
-    "f",
-    "g",
-    "h",
-    "longer-name-0123456789",
-    "ünï",
-];
 const TARGETS: &[&str] = &["a", "../b", "d/e", "nowhere", "./c/../a", "ünï/ß"];
 const MAX_FDS: usize = 4;
 
@@ -113,135 +102,6 @@ impl Side {
 
 // ------------------------------------------------------------ generator
 
-/// What exists in the oracle tree right now (relative paths).
-#[derive(Default)]
-struct Snap {
-    files: Vec<(String, u64)>,
-    links: Vec<String>,
-    dirs: Vec<String>, // includes "" (the root)
-}
-
-fn join(parent: &str, name: &str) -> String {
-    if parent.is_empty() {
-        name.to_string()
-    } else {
-        format!("{parent}/{name}")
-    }
-}
-
-fn scan(root: &Path, rel: &str, s: &mut Snap) {
-    s.dirs.push(rel.to_string());
-    for e in fs::read_dir(root.join(rel)).unwrap() {
-        let e = e.unwrap();
-        let r = join(rel, e.file_name().to_str().unwrap());
-        let md = fs::symlink_metadata(e.path()).unwrap();
-        if md.is_dir() {
-            scan(root, &r, s);
-        } else if md.file_type().is_symlink() {
-            s.links.push(r);
-        } else {
-            s.files.push((r, md.len()));
-        }
-    }
-}
-
-impl Snap {
-    fn exists(&self, p: &str) -> bool {
-        self.files.iter().any(|(f, _)| f == p)
-            || self.links.iter().any(|l| l == p)
-            || self.dirs.iter().any(|d| d == p)
-    }
-    fn entries(&self) -> Vec<String> {
-        let files = self.files.iter().map(|(f, _)| f.clone());
-        files
-            .chain(self.links.iter().cloned())
-            .chain(self.dirs.iter().filter(|d| !d.is_empty()).cloned())
-            .collect()
-    }
-    fn nondirs(&self) -> Vec<String> {
-        self.files
-            .iter()
-            .map(|(f, _)| f.clone())
-            .chain(self.links.iter().cloned())
-            .collect()
-    }
-}
-
-struct Gen {
-    rng: StdRng,
-}
-
-impl Gen {
-    /// A name that does not exist yet, in a directory at most 3 deep. Never
-    /// an existing symlink, so opening it cannot escape the root.
-    fn fresh(&mut self, s: &Snap) -> String {
-        for attempt in 0.. {
-            let dir = s.dirs.choose(&mut self.rng).unwrap();
-            let dir = if dir.matches('/').count() >= 2 {
-                ""
-            } else {
-                dir.as_str()
-            };
-            let name = match attempt {
-                0..10 => NAMES.choose(&mut self.rng).unwrap().to_string(),
-                _ => format!("n{}", self.rng.gen_range(0..1000)),
-            };
-            let cand = join(dir, &name);
-            if !s.exists(&cand) {
-                return cand;
-            }
-        }
-        unreachable!()
-    }
-
-    /// Destination for rename/link/symlink: fresh or (often) an existing entry.
-    fn target(&mut self, s: &Snap) -> String {
-        let existing = s.entries();
-        if self.rng.gen_bool(0.4) && !existing.is_empty() {
-            existing.choose(&mut self.rng).unwrap().clone()
-        } else {
-            self.fresh(s)
-        }
-    }
-
-    /// Offsets biased to 0, EOF, holes and 64 KiB block boundaries.
-    fn offset(&mut self, size: u64) -> u64 {
-        let r = &mut self.rng;
-        let mode = if size > 1_500_000 {
-            2
-        } else {
-            r.gen_range(0..6)
-        };
-        match mode {
-            0 => 0,
-            1 => size,
-            2 => r.gen_range(0..=size),
-            3 => (r.gen_range(0..=size / 65_536 + 1) * 65_536 + r.gen_range(0..200))
-                .saturating_sub(100),
-            4 => size + r.gen_range(1..70_000),
-            _ => r.gen_range(0..=size.min(600_000) + 1000),
-        }
-    }
-
-    fn length(&mut self) -> usize {
-        match self.rng.gen_range(0..10) {
-            0..=4 => self.rng.gen_range(1..4096),
-            5..=7 => self.rng.gen_range(4096..70_000),
-            _ => self.rng.gen_range(70_000..300_000),
-        }
-    }
-
-    fn new_len(&mut self, size: u64) -> u64 {
-        match self.rng.gen_range(0..5) {
-            0 => 0,
-            1 => self.rng.gen_range(0..=size),
-            2 => size + self.rng.gen_range(1..200_000),
-            3 => self.rng.gen_range(0..8) * 65_536,
-            _ => (size / 65_536 * 65_536 + 1).min(2_000_000),
-        }
-    }
-}
-
 impl Gen {
     fn op(&mut self, s: &Snap, nfds: usize) -> Op {
         loop {
@@ -263,29 +123,29 @@ impl Gen {
         let seed = self.rng.gen();
         Some(match roll {
             0..=24 => match file.filter(|_| self.rng.gen_bool(0.7)) {
-                Some((f, size)) => Op::Write(f, self.offset(size), seed, self.length()),
-                None => Op::Write(self.fresh(s), self.offset(0), seed, self.length()),
+                Some((f, size)) => Op::Write(f, self.offset(size), seed, self.length(300_000)),
+                None => Op::Write(self.fresh(s), self.offset(0), seed, self.length(300_000)),
             },
             25..=32 => {
                 let (f, size) = file?;
                 Op::Truncate(f, self.new_len(size))
             }
-            33..=44 => Op::Rename(s.entries().choose(&mut self.rng)?.clone(), self.target(s)),
+            33..=44 => Op::Rename(s.entries().choose(&mut self.rng)?.clone(), self.target(s, 0.4)),
             45..=52 => Op::Unlink(s.nondirs().choose(&mut self.rng)?.clone()),
-            53..=58 => Op::Link(s.nondirs().choose(&mut self.rng)?.clone(), self.target(s)),
-            59..=63 if s.dirs.len() < 10 => Op::Mkdir(self.target(s)),
+            53..=58 => Op::Link(s.nondirs().choose(&mut self.rng)?.clone(), self.target(s, 0.4)),
+            59..=63 if s.dirs.len() < 10 => Op::Mkdir(self.target(s, 0.4)),
             64..=67 => Op::Rmdir(s.entries().choose(&mut self.rng)?.clone()),
             68..=72 => Op::Symlink(
                 TARGETS.choose(&mut self.rng).unwrap().to_string(),
-                self.target(s),
+                self.target(s, 0.4),
             ),
             73..=80 => {
                 let (f, size) = file?;
-                Op::Read(f, self.offset(size), self.length())
+                Op::Read(f, self.offset(size), self.length(300_000))
             }
             81..=84 if nfds < MAX_FDS => Op::Open(file?.0),
-            85..=92 => Op::FdWrite(fd?, self.offset(300_000), seed, self.length()),
-            93..=96 => Op::FdRead(fd?, self.offset(300_000), self.length()),
+            85..=92 => Op::FdWrite(fd?, self.offset(300_000), seed, self.length(300_000)),
+            93..=96 => Op::FdRead(fd?, self.offset(300_000), self.length(300_000)),
             97 => Op::FdSync(fd?),
             98..=99 => Op::Close(fd?),
             _ => return None,
@@ -311,8 +171,7 @@ enum Ent {
 
 /// Whole tree: path -> entry, plus groups of paths sharing an inode.
 fn tree(root: &Path) -> (BTreeMap<String, Ent>, Vec<Vec<String>>) {
-    let mut snap = Snap::default();
-    scan(root, "", &mut snap);
+    let snap = Snap::of(root);
     let (mut map, mut groups) = (BTreeMap::new(), BTreeMap::<u64, Vec<String>>::new());
     for d in snap.dirs.iter().filter(|d| !d.is_empty()) {
         let md = fs::symlink_metadata(root.join(d)).unwrap();
@@ -414,8 +273,7 @@ fn run_batch(generator: &mut Gen, cairn: &mut Side, oracle: &mut Side, n: usize,
     let mut history: Vec<String> = Vec::new();
     let mut failed = 0;
     for i in 0..n {
-        let mut snap = Snap::default();
-        scan(&oracle.root, "", &mut snap);
+        let snap = Snap::of(&oracle.root);
         let op = generator.op(&snap, oracle.fds.len());
         let (got, want) = (cairn.apply(&op), oracle.apply(&op));
         history.push(format!("#{i} {op:?} -> {}", show(&want)));
@@ -429,8 +287,7 @@ fn run_batch(generator: &mut Gen, cairn: &mut Side, oracle: &mut Side, n: usize,
             );
         }
     }
-    let mut snap = Snap::default();
-    scan(&oracle.root, "", &mut snap);
+    let snap = Snap::of(&oracle.root);
     let (f, l, d) = (snap.files.len(), snap.links.len(), snap.dirs.len());
     println!("{ctx}: {n} ops ({failed} failed as expected); now {f} files, {l} symlinks, {d} dirs");
 }

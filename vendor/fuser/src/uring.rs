@@ -62,6 +62,9 @@ const OP_IN: usize = 128;
 const PREFIX: usize = 4096;
 const OP_READ: u32 = 15;
 const OP_WRITE: u32 = 16;
+const OP_FSYNC: u32 = 20;
+const OP_FSYNCDIR: u32 = 30;
+const OP_SETLKW: u32 = 33;
 /// `user_data` of the eventfd poll that stops a ring thread.
 const STOP: u64 = u64::MAX;
 
@@ -95,12 +98,15 @@ pub struct UringConfig {
     /// priority, and a thread that waits for its CPU is raised to normal
     /// priority for a while (see `sched.rs`).
     pub idle_priority: bool,
-    /// Entries registered per thread: requests it can hold at once (reads
-    /// handed to the bulk workers keep theirs until they reply).
+    /// Entries registered per thread: requests it can hold at once (those
+    /// handed to workers keep theirs until they reply).
     pub entries_per_thread: usize,
-    /// READs of at least this many bytes are served by unpinned bulk worker
-    /// threads, so that copying their data runs on another CPU than the
-    /// reader's (which the reader needs for its own copy); 0 turns it off.
+    /// READs and WRITEs of at least this many bytes are served by unpinned
+    /// worker threads, so that copying their data runs on another CPU than
+    /// the caller's (which it needs for its own copy); so are requests that
+    /// may block for long (fsync, waiting locks), so they do not hold up the
+    /// requests queued behind them on the ring. 0 serves everything on the
+    /// ring threads.
     pub bulk_read_min: u32,
 }
 
@@ -353,13 +359,20 @@ impl Ring {
     }
 
     fn commit(&self, idx: usize, commit_id: u64) -> io::Result<()> {
-        let sqe = opcode::UringCmd80::new(types::Fd(self.dev_fd), CMD_COMMIT_AND_FETCH)
+        let mine = *self.owner.lock() == Some(std::thread::current().id());
+        let mut sqe = opcode::UringCmd80::new(types::Fd(self.dev_fd), CMD_COMMIT_AND_FETCH)
             .cmd(cmd_req(self.qid, commit_id))
             .build()
             .user_data(idx as u64);
+        if !mine {
+            // A worker's commit copies a large reply into the page cache; the
+            // kernel would do that holding the ring's lock, serializing every
+            // worker on it. Run it on the ring's async workers instead.
+            sqe = sqe.flags(squeue::Flags::ASYNC);
+        }
         self.push(&sqe)?;
         // The ring thread submits in its next wait; anyone else submits now.
-        if *self.owner.lock() != Some(std::thread::current().id()) {
+        if !mine {
             self.io.submit()?;
         }
         Ok(())
@@ -470,7 +483,8 @@ impl Rings {
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// Unpinned threads at normal priority that serve large reads.
+/// Unpinned threads at normal priority that serve large reads and writes
+/// and requests that may block.
 #[derive(Debug)]
 struct BulkPool {
     tx: std::sync::mpsc::Sender<Job>,
@@ -553,7 +567,7 @@ pub(crate) fn start<FS: Filesystem>(
         bulk: None,
     };
     if cfg.bulk_read_min > 0 {
-        rings.bulk = Some(BulkPool::start(cpus)?);
+        rings.bulk = Some(BulkPool::start(2 * cpus + 2)?);
     }
     let bulk = rings
         .bulk
@@ -660,7 +674,7 @@ fn ring_loop<FS: Filesystem>(
 }
 
 /// Rebuilds the request the kernel put in entry `idx` and dispatches it,
-/// here or (a large read) on a bulk worker.
+/// here or (large reads and writes, requests that may block) on a worker.
 fn serve_request<FS: Filesystem>(
     ring: &Arc<Ring>,
     idx: usize,
@@ -697,13 +711,14 @@ fn serve_request<FS: Filesystem>(
         st.payload_borrowed = payload_sz > 0;
         st.staged = None;
     }
-    // fuse_read_in.size is the u32 at byte 16 of the argument.
-    let read_size = u32::from_ne_bytes(hdr.op_in[16..20].try_into().unwrap());
-    if let Some((tx, min)) = bulk
-        .as_ref()
-        .filter(|(_, min)| opcode == OP_READ && read_size >= *min)
-    {
-        let _ = min;
+    // fuse_read_in.size and fuse_write_in.size: the u32 at byte 16.
+    let size = u32::from_ne_bytes(hdr.op_in[16..20].try_into().unwrap());
+    let to_worker = |min: u32| match opcode {
+        OP_READ | OP_WRITE => size >= min,
+        OP_FSYNC | OP_FSYNCDIR | OP_SETLKW => true,
+        _ => false,
+    };
+    if let Some((tx, _)) = bulk.as_ref().filter(|(_, min)| to_worker(*min)) {
         let (r, s) = (ring.clone(), se.clone());
         let job: Job = Box::new(move || {
             if let Err(err) = dispatch(&r, idx, &s, bytes, false) {

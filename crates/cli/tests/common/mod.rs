@@ -7,6 +7,7 @@
 
 pub mod hist;
 pub mod json;
+pub mod tree_gen;
 
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File};
