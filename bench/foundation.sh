@@ -127,13 +127,27 @@ read_seq_mbs() {
     div $((SIZE_GB * 1024)) "$(elapsed "$t0")"
 }
 
-bench_cold_read() {
-    local v=()
-    for _ in $(seq "$RUNS"); do
-        make_cold "$1"
-        v+=("$(read_seq_mbs "$1")")
+# Cold reads of all targets in interleaved rounds (native, bindfs, cairn,
+# native, ...), so that a slow phase of a shared disk hits every target
+# alike; besides the medians, the median of per-round cairn/native ratios.
+bench_cold_read_all() {
+    local r t v ratios=()
+    declare -A got
+    for r in $(seq "$RUNS"); do
+        for t in "${TARGETS[@]}"; do
+            make_cold "$t"
+            v=$(read_seq_mbs "$t")
+            got[$t]="${got[$t]:-} $v"
+            log "cold read round $r: $t $v MB/s"
+        done
+        ratios+=("$(div "$v" "$(echo "${got[native]}" | awk '{print $NF}')")")
     done
-    RES[cold,$1]=$(median "${v[@]}")
+    for t in "${TARGETS[@]}"; do
+        # shellcheck disable=SC2086
+        RES[cold,$t]=$(median ${got[$t]})
+    done
+    COLD_RATIOS="${ratios[*]}"
+    COLD_RATIO=$(median "${ratios[@]}")
 }
 
 bench_warm_read() {
@@ -262,6 +276,9 @@ print_table() {
         n=${RES[$key,native]:-n/a} b=${RES[$key,bindfs]:-n/a} c=${RES[$key,cairn]:-n/a}
         echo "| $label | $n | $b | $c | $(div "$c" "$n") | $(div "$c" "$b") |"
     done
+    echo
+    echo "Cold read, cairn/native per interleaved round: ${COLD_RATIOS:-n/a}" \
+        "(median ${COLD_RATIO:-n/a})."
 }
 
 main() {
@@ -276,6 +293,10 @@ main() {
     local step t
     # one measurement at a time across all targets, so they see the same machine state
     for step in seq_write cold_read warm_read fio files untar; do
+        if [ "$step" = cold_read ]; then
+            bench_cold_read_all
+            continue
+        fi
         for t in "${TARGETS[@]}"; do
             log "$step: $t"
             "bench_$step" "$t"

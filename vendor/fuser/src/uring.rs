@@ -530,10 +530,34 @@ struct RequestBytes(*const u8, usize);
 // which only the holder of this value does (through its reply).
 unsafe impl Send for RequestBytes {}
 
+/// The kernel keeps one queue per *possible* CPU and uses the rings only
+/// once every queue has an entry, so this must match its count.
 fn possible_cpus() -> usize {
+    let listed = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| last_cpu_in_list(&s));
+    if let Some(last) = listed {
+        return last + 1;
+    }
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
     n.max(1) as usize
+}
+
+/// The highest CPU in a kernel CPU list such as "0-3,8-11".
+fn last_cpu_in_list(s: &str) -> Option<usize> {
+    s.trim()
+        .split(',')
+        .filter_map(|part| part.rsplit('-').next()?.trim().parse().ok())
+        .max()
+}
+
+/// Entries per ring thread: the configured number, fewer on machines with
+/// many CPUs so that all rings together hold at most about 64 entries
+/// (each has a 2 MiB payload buffer), but at least one.
+fn entries_per_thread(cfg: &UringConfig, cpus: usize) -> usize {
+    let threads = cpus * cfg.threads_per_queue.max(1);
+    cfg.entries_per_thread.min(64 / threads).max(1)
 }
 
 fn pin_to_cpu(cpu: usize) {
@@ -559,6 +583,7 @@ pub(crate) fn start<FS: Filesystem>(
     make_loop: impl Fn(String) -> SessionEventLoop<FS>,
 ) -> io::Result<Rings> {
     let cpus = possible_cpus();
+    let depth = entries_per_thread(&cfg, cpus);
     let idle = cfg.idle_priority && crate::uring_sched::can_leave_idle();
     let mut rings = Rings {
         rings: Vec::new(),
@@ -567,7 +592,7 @@ pub(crate) fn start<FS: Filesystem>(
         bulk: None,
     };
     if cfg.bulk_read_min > 0 {
-        rings.bulk = Some(BulkPool::start(2 * cpus + 2)?);
+        rings.bulk = Some(BulkPool::start((2 * cpus + 2).min(32))?);
     }
     let bulk = rings
         .bulk
@@ -575,7 +600,7 @@ pub(crate) fn start<FS: Filesystem>(
         .map(|b| (b.tx.clone(), cfg.bulk_read_min));
     for qid in 0..cpus {
         for t in 0..cfg.threads_per_queue.max(1) {
-            let ring = Ring::new(dev_fd, qid as u16, payload_size, cfg.entries_per_thread);
+            let ring = Ring::new(dev_fd, qid as u16, payload_size, depth);
             let ring = match ring {
                 Ok(r) => Arc::new(r),
                 Err(err) => {
@@ -608,7 +633,7 @@ pub(crate) fn start<FS: Filesystem>(
     }
     info!(
         "FUSE over io_uring: {cpus} queues x {} threads x {} entries, idle priority {idle}",
-        cfg.threads_per_queue, cfg.entries_per_thread
+        cfg.threads_per_queue, depth
     );
     Ok(rings)
 }
@@ -805,6 +830,18 @@ mod tests {
         assert!(unsafe { e.write_reply(&[IoSlice::new(&big)]) }.is_err());
         let short = [0u8; 4];
         assert!(unsafe { e.write_reply(&[IoSlice::new(&short)]) }.is_err());
+    }
+
+    #[test]
+    fn cpu_lists_and_ring_depth() {
+        assert_eq!(last_cpu_in_list("0-1\n"), Some(1));
+        assert_eq!(last_cpu_in_list("0-3,8-11"), Some(11));
+        assert_eq!(last_cpu_in_list("0"), Some(0));
+        assert_eq!(last_cpu_in_list(""), None);
+        let cfg = UringConfig::default();
+        assert_eq!(entries_per_thread(&cfg, 2), 4);
+        assert_eq!(entries_per_thread(&cfg, 16), 2);
+        assert_eq!(entries_per_thread(&cfg, 256), 1);
     }
 
     #[test]
