@@ -10,7 +10,8 @@
 # Environment:
 #   SIZE_GB=4        size of the sequential file
 #   FILES=100000     number of small files
-#   RUNS=3           repetitions of the cheap measurements (median printed)
+#   RUNS=3           rounds of each measurement (median printed); sequential
+#                    write and cold read run in interleaved rounds over the targets
 #   FIO_SECONDS=20   duration of each fio run
 #   FIO_MB=256       size of the fio file
 #   BENCH_DIR=/var/tmp  where the work dir is made (pick the disk to test)
@@ -30,7 +31,7 @@ TARGETS=(native bindfs cairn)
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export PATH="$HOME/.cargo/bin:$PATH"
-declare -A RES UNIT
+declare -A RES UNIT RATIOS RATIO
 
 . "$(dirname "$0")/lib.sh"
 
@@ -110,14 +111,16 @@ make_cold() {
 
 # ------------------------------------------------------- measurements
 
-bench_seq_write() {
+# Prints MB/s of writing the 4 GiB file (replacing it) with a final fsync.
+write_seq_mbs() {
     local d t0
     d=$(dir_of "$1")
+    rm -f "$d/seq"
     t0=$(now)
     # fio's default buffers are random and scrambled per I/O: no dedup/compression help
     fio --name=seqw --filename="$d/seq" --rw=write --bs=1M --size="${SIZE_GB}G" \
         --ioengine=psync --direct=0 --end_fsync=1 --output=/dev/null
-    RES[seqw,$1]=$(div $((SIZE_GB * 1024)) "$(elapsed "$t0")")
+    div $((SIZE_GB * 1024)) "$(elapsed "$t0")"
 }
 
 read_seq_mbs() {
@@ -127,28 +130,38 @@ read_seq_mbs() {
     div $((SIZE_GB * 1024)) "$(elapsed "$t0")"
 }
 
-# Cold reads of all targets in interleaved rounds (native, bindfs, cairn,
-# native, ...), so that a slow phase of a shared disk hits every target
-# alike; besides the medians, the median of per-round cairn/native ratios.
-bench_cold_read_all() {
-    local r t v ratios=()
+# Runs `$2 TARGET` (prints MB/s) for all targets in interleaved rounds
+# (native, bindfs, cairn, native, ...), so that a slow phase of a shared disk
+# hits every target alike. Stores medians in RES[$1,*] and the per-round
+# cairn/native ratios and their median in RATIOS[$1] and RATIO[$1].
+interleaved() {
+    local key=$1 fn=$2 r t v ratios=()
     declare -A got
     for r in $(seq "$RUNS"); do
         for t in "${TARGETS[@]}"; do
-            make_cold "$t"
-            v=$(read_seq_mbs "$t")
+            v=$("$fn" "$t")
             got[$t]="${got[$t]:-} $v"
-            log "cold read round $r: $t $v MB/s"
+            log "$key round $r: $t $v MB/s"
         done
-        ratios+=("$(div "$v" "$(echo "${got[native]}" | awk '{print $NF}')")")
+        ratios+=("$(div "$(last ${got[cairn]})" "$(last ${got[native]})")")
     done
     for t in "${TARGETS[@]}"; do
         # shellcheck disable=SC2086
-        RES[cold,$t]=$(median ${got[$t]})
+        RES[$key,$t]=$(median ${got[$t]})
     done
-    COLD_RATIOS="${ratios[*]}"
-    COLD_RATIO=$(median "${ratios[@]}")
+    RATIOS[$key]="${ratios[*]}"
+    RATIO[$key]=$(median "${ratios[@]}")
 }
+
+last() { echo "${@: -1}"; }
+
+cold_read_mbs() {
+    make_cold "$1"
+    read_seq_mbs "$1"
+}
+
+bench_seq_write_all() { interleaved seqw write_seq_mbs; }
+bench_cold_read_all() { interleaved cold cold_read_mbs; }
 
 bench_warm_read() {
     local v=()
@@ -266,7 +279,7 @@ print_table() {
     echo
     echo "Cairn $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores," \
         "$(uname -r), work dir on $(findmnt -n -o FSTYPE -T "$W"); medians of $RUNS runs" \
-        "for reads and untar. Higher is better."
+        "for write, reads and untar. Higher is better."
     echo
     echo "| measurement | native | bindfs | cairn | cairn/native | cairn/bindfs |"
     echo "|---|---:|---:|---:|---:|---:|"
@@ -277,8 +290,8 @@ print_table() {
         echo "| $label | $n | $b | $c | $(div "$c" "$n") | $(div "$c" "$b") |"
     done
     echo
-    echo "Cold read, cairn/native per interleaved round: ${COLD_RATIOS:-n/a}" \
-        "(median ${COLD_RATIO:-n/a})."
+    echo "Per interleaved round, cairn/native: sequential write ${RATIOS[seqw]:-n/a}" \
+        "(median ${RATIO[seqw]:-n/a}); cold read ${RATIOS[cold]:-n/a} (median ${RATIO[cold]:-n/a})."
 }
 
 main() {
@@ -293,8 +306,8 @@ main() {
     local step t
     # one measurement at a time across all targets, so they see the same machine state
     for step in seq_write cold_read warm_read fio files untar; do
-        if [ "$step" = cold_read ]; then
-            bench_cold_read_all
+        if [ "$step" = seq_write ] || [ "$step" = cold_read ]; then
+            "bench_${step}_all"
             continue
         fi
         for t in "${TARGETS[@]}"; do

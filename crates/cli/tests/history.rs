@@ -290,7 +290,10 @@ impl Gen {
                 };
                 Op::Truncate(f, len)
             }
-            40..=51 => Op::Rename(s.entries().choose(&mut self.rng)?.clone(), self.target(s, 0.3)),
+            40..=51 => Op::Rename(
+                s.entries().choose(&mut self.rng)?.clone(),
+                self.target(s, 0.3),
+            ),
             52..=61 => Op::Unlink(s.nondirs().choose(&mut self.rng)?.clone()),
             62..=68 if s.dirs.len() < 9 => Op::Mkdir(self.fresh(s)),
             69..=72 => Op::Rmdir(s.entries().choose(&mut self.rng)?.clone()),

@@ -130,9 +130,15 @@ impl Gen {
                 let (f, size) = file?;
                 Op::Truncate(f, self.new_len(size))
             }
-            33..=44 => Op::Rename(s.entries().choose(&mut self.rng)?.clone(), self.target(s, 0.4)),
+            33..=44 => Op::Rename(
+                s.entries().choose(&mut self.rng)?.clone(),
+                self.target(s, 0.4),
+            ),
             45..=52 => Op::Unlink(s.nondirs().choose(&mut self.rng)?.clone()),
-            53..=58 => Op::Link(s.nondirs().choose(&mut self.rng)?.clone(), self.target(s, 0.4)),
+            53..=58 => Op::Link(
+                s.nondirs().choose(&mut self.rng)?.clone(),
+                self.target(s, 0.4),
+            ),
             59..=63 if s.dirs.len() < 10 => Op::Mkdir(self.target(s, 0.4)),
             64..=67 => Op::Rmdir(s.entries().choose(&mut self.rng)?.clone()),
             68..=72 => Op::Symlink(
