@@ -53,12 +53,19 @@ impl ChunkStore {
             dev.read_iov_at(&mut bufs, at)?;
         }
         for (h, (rec, dst)) in heads.iter().zip(run.iter()) {
-            let n = verify_split(h, dst, &rec.hash).map_err(|why| corrupt(rec, why))?;
-            if n != rec.raw_len as usize {
-                return Err(corrupt(rec, "raw length differs from record".into()));
-            }
-            self.heat.touch(rec.segment, rec.len as u64);
+            self.check_run_member(rec, h, dst)?;
         }
+        Ok(())
+    }
+
+    /// Checks one chunk of a run read (its header and raw bytes) against
+    /// its record, and counts the read as heat.
+    fn check_run_member(&self, rec: &ChunkRec, head: &[u8], raw: &[u8]) -> Result<()> {
+        let n = verify_split(head, raw, &rec.hash).map_err(|why| corrupt(rec, why))?;
+        if n != rec.raw_len as usize {
+            return Err(corrupt(rec, "raw length differs from record".into()));
+        }
+        self.heat.touch(rec.segment, rec.len as u64);
         Ok(())
     }
 
@@ -86,13 +93,12 @@ impl ChunkStore {
             }
             let mut p = skip;
             for (rec, dst) in run.iter_mut() {
-                let (h, rest) = buf[p..p + rec.len as usize].split_at(CHUNK_HEADER_LEN);
-                let n = verify_split(h, rest, &rec.hash).map_err(|why| corrupt(rec, why))?;
-                if n != rec.raw_len as usize || dst.len() != n {
+                let (h, raw) = buf[p..p + rec.len as usize].split_at(CHUNK_HEADER_LEN);
+                self.check_run_member(rec, h, raw)?;
+                if dst.len() != raw.len() {
                     return Err(corrupt(rec, "raw length differs from record".into()));
                 }
-                dst.copy_from_slice(rest);
-                self.heat.touch(rec.segment, rec.len as u64);
+                dst.copy_from_slice(raw);
                 p += rec.len as usize;
             }
             Ok(true)

@@ -30,6 +30,7 @@ use std::os::fd::FromRawFd;
 use std::os::fd::OwnedFd;
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::thread::ThreadId;
 
@@ -167,8 +168,6 @@ impl Drop for Payload {
 struct EntryState {
     /// The kernel's id of the request being served (its `unique`).
     commit_id: u64,
-    /// The request's handler is running on the ring thread.
-    dispatching: bool,
     /// The running handler borrows the payload area the reply goes to.
     payload_borrowed: bool,
     /// A reply sent while the payload was borrowed.
@@ -237,26 +236,15 @@ impl Entry {
         }
         let mut off = 0usize;
         for part in data {
-            for (i, b) in part.iter().enumerate() {
-                let at = off + i;
-                if at < OUT_HEADER {
-                    // SAFETY: caller guarantees exclusive access; at < 16 < 128.
-                    unsafe { (*self.header).in_out[at] = *b };
-                } else {
-                    break;
-                }
-            }
-            let head = OUT_HEADER.saturating_sub(off).min(part.len());
-            if part.len() > head {
-                let dst = off + head - OUT_HEADER;
-                // SAFETY: dst + len <= total - 16 <= cap.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        part.as_ptr().add(head),
-                        payload.add(dst),
-                        part.len() - head,
-                    )
-                };
+            // The bytes before OUT_HEADER go to the header, the rest to the payload.
+            let (head, body) = part.split_at(OUT_HEADER.saturating_sub(off).min(part.len()));
+            // SAFETY: caller guarantees exclusive access; the header part ends
+            // at OUT_HEADER < 128 and the body at total - OUT_HEADER <= cap.
+            unsafe {
+                let h = (*self.header).in_out.as_mut_ptr().add(off.min(OUT_HEADER));
+                std::ptr::copy_nonoverlapping(head.as_ptr(), h, head.len());
+                let at = (off + head.len()).saturating_sub(OUT_HEADER);
+                std::ptr::copy_nonoverlapping(body.as_ptr(), payload.add(at), body.len());
             }
             off += part.len();
         }
@@ -282,7 +270,8 @@ pub(crate) struct Ring {
     qid: u16,
     entries: Vec<Entry>,
     stop: OwnedFd,
-    owner: Mutex<Option<ThreadId>>,
+    /// The thread serving this ring (set when it starts).
+    owner: OnceLock<ThreadId>,
     sched: crate::uring_sched::ThreadSched,
 }
 
@@ -330,7 +319,7 @@ impl Ring {
             entries,
             // SAFETY: efd is a fresh descriptor we own.
             stop: unsafe { OwnedFd::from_raw_fd(efd) },
-            owner: Mutex::new(None),
+            owner: OnceLock::new(),
             sched: crate::uring_sched::ThreadSched::default(),
         })
     }
@@ -359,7 +348,7 @@ impl Ring {
     }
 
     fn commit(&self, idx: usize, commit_id: u64) -> io::Result<()> {
-        let mine = *self.owner.lock() == Some(std::thread::current().id());
+        let mine = self.owner.get() == Some(&std::thread::current().id());
         let mut sqe = opcode::UringCmd80::new(types::Fd(self.dev_fd), CMD_COMMIT_AND_FETCH)
             .cmd(cmd_req(self.qid, commit_id))
             .build()
@@ -382,7 +371,7 @@ impl Ring {
     fn send(&self, idx: usize, data: &[IoSlice<'_>]) -> io::Result<()> {
         let e = &self.entries[idx];
         let mut st = e.state.lock();
-        if st.dispatching && st.payload_borrowed {
+        if st.payload_borrowed {
             let mut v = Vec::with_capacity(data.iter().map(|d| d.len()).sum());
             for d in data {
                 v.extend_from_slice(d);
@@ -408,7 +397,6 @@ impl Ring {
         let e = &self.entries[idx];
         let staged = {
             let mut st = e.state.lock();
-            st.dispatching = false;
             st.payload_borrowed = false;
             st.staged.take()
         };
@@ -523,8 +511,9 @@ impl BulkPool {
     }
 }
 
-/// A request's bytes, kept in its entry's buffer until the reply commits.
-struct RequestBytes(*const u8, usize);
+/// A request's bytes, kept in its entry's buffer until the reply commits,
+/// and whether they reach into the payload area a reply is written to.
+struct RequestBytes(*const u8, usize, bool);
 
 // SAFETY: the bytes stay valid and unchanged until the entry is committed,
 // which only the holder of this value does (through its reply).
@@ -648,7 +637,7 @@ impl crate::uring_sched::HasSched for Ring {
 type Bulk = Option<(std::sync::mpsc::Sender<Job>, u32)>;
 
 fn serve<FS: Filesystem>(ring: Arc<Ring>, se: Arc<SessionEventLoop<FS>>, idle: bool, bulk: Bulk) {
-    *ring.owner.lock() = Some(std::thread::current().id());
+    let _ = ring.owner.set(std::thread::current().id());
     pin_to_cpu(ring.qid as usize);
     ring.sched.enter(idle);
 
@@ -728,14 +717,8 @@ fn serve_request<FS: Filesystem>(
         std::ptr::copy_nonoverlapping(hdr.in_out.as_ptr(), base.add(start), IN_HEADER);
         std::ptr::copy_nonoverlapping(hdr.op_in.as_ptr(), base.add(start + IN_HEADER), op_size);
         debug_assert_eq!(base.add(PREFIX), payload);
-        RequestBytes(base.add(start), len)
+        RequestBytes(base.add(start), len, payload_sz > 0)
     };
-    {
-        let mut st = e.state.lock();
-        st.dispatching = true;
-        st.payload_borrowed = payload_sz > 0;
-        st.staged = None;
-    }
     // fuse_read_in.size and fuse_write_in.size: the u32 at byte 16.
     let size = u32::from_ne_bytes(hdr.op_in[16..20].try_into().unwrap());
     let to_worker = |min: u32| match opcode {
@@ -775,17 +758,17 @@ fn dispatch<FS: Filesystem>(
         idx,
         dev: se.ch.sender(),
     });
-    match RequestWithSender::new(sender, data) {
-        Some(req) => {
-            ring.sched.serve(bulk, || req.dispatch(se));
-            drop(req);
-        }
-        None => {
-            let unique = u64::from_ne_bytes(data[8..16].try_into().unwrap());
-            ring.entries[idx].state.lock().payload_borrowed = false;
-            ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))])?;
-        }
+    let unique = u64::from_ne_bytes(data[8..16].try_into().unwrap());
+    let Some(req) = RequestWithSender::new(sender, data) else {
+        return ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))]);
+    };
+    {
+        let mut st = ring.entries[idx].state.lock();
+        st.payload_borrowed = bytes.2;
+        st.staged = None;
     }
+    ring.sched.serve(bulk, || req.dispatch(se));
+    drop(req);
     ring.finish_dispatch(idx)
 }
 
