@@ -8,7 +8,11 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 pub struct AlignedBuf {
     ptr: *mut u8,
     layout: Layout,
+    /// Mapped by `huge` (unmapped on drop) rather than allocated.
+    mapped: bool,
 }
+
+const HUGE: usize = 2 << 20;
 
 // SAFETY: the buffer is plain owned memory, used through &/&mut only.
 unsafe impl Send for AlignedBuf {}
@@ -24,18 +28,27 @@ impl AlignedBuf {
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        AlignedBuf { ptr, layout }
+        AlignedBuf {
+            ptr,
+            layout,
+            mapped: false,
+        }
     }
 
-    /// At least `cap` bytes in whole 2 MiB huge pages where the kernel
-    /// allows (transparent huge pages on madvise): direct I/O then pins one
-    /// page per 2 MiB instead of one per 4 KiB.
+    /// At least `cap` bytes, zeroed, in whole 2 MiB huge pages where the
+    /// kernel allows (transparent huge pages on madvise): direct I/O then
+    /// pins one page per 2 MiB instead of one per 4 KiB. The memory is
+    /// mapped and advised before anything touches it, since a page
+    /// faulted in small stays small.
     pub fn huge(cap: usize) -> AlignedBuf {
-        const HUGE: usize = 2 << 20;
-        let b = AlignedBuf::new(cap.next_multiple_of(HUGE), HUGE);
-        // SAFETY: advice on memory we own; failure only loses the speedup.
-        unsafe { libc::madvise(b.ptr.cast(), b.capacity(), libc::MADV_HUGEPAGE) };
-        b
+        let size = cap.next_multiple_of(HUGE).max(HUGE);
+        let layout = Layout::from_size_align(size, HUGE).expect("huge buffer layout");
+        let ptr = map_huge(size).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf {
+            ptr,
+            layout,
+            mapped: true,
+        }
     }
 
     pub fn capacity(&self) -> usize {
@@ -62,9 +75,48 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr, self.layout) }
+        if self.mapped {
+            // SAFETY: mapped in `huge` with this size; nothing borrows it.
+            unsafe { libc::munmap(self.ptr.cast(), self.layout.size()) };
+        } else {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { dealloc(self.ptr, self.layout) }
+        }
     }
+}
+
+/// Maps `size` (a multiple of 2 MiB) zeroed bytes at a 2 MiB boundary,
+/// advised as huge pages; None when out of memory.
+fn map_huge(size: usize) -> Option<*mut u8> {
+    let len = size + HUGE;
+    // SAFETY: a fresh private anonymous mapping; we own all of it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let start = (p as usize).next_multiple_of(HUGE);
+    let head = start - p as usize;
+    // SAFETY: the unaligned head and the tail beyond `size` are ours and
+    // unused; advice on the rest only loses the speedup if refused.
+    unsafe {
+        if head > 0 {
+            libc::munmap(p, head);
+        }
+        if len - head > size {
+            libc::munmap((start + size) as *mut libc::c_void, len - head - size);
+        }
+        libc::madvise(start as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
+    }
+    Some(start as *mut u8)
 }
 
 #[cfg(test)]
@@ -83,5 +135,17 @@ mod tests {
         // Stale bytes of an earlier, longer fill are zeroed again.
         let out = b.fill(&[1u8; 10], 4096);
         assert!(out[10..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn huge_is_zeroed_aligned_and_whole() {
+        let mut b = AlignedBuf::huge(3 << 20);
+        assert_eq!(b.capacity(), 4 << 20);
+        let all = b.slice_mut(4 << 20);
+        assert_eq!(all.as_ptr() as usize % HUGE, 0);
+        assert!(all.iter().all(|&x| x == 0));
+        all[(4 << 20) - 1] = 9; // the whole capacity is writable
+        drop(b);
+        assert_eq!(AlignedBuf::huge(1).capacity(), HUGE);
     }
 }

@@ -47,6 +47,17 @@ impl Fs {
     }
 
     pub fn read(&self, ino: u64, off: u64, size: u32) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; size as usize];
+        let n = self.read_into(ino, off, &mut out)?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// Reads from `off` into `dst` (as many bytes as the file has there, at
+    /// most `dst.len()`) and returns the count. Every one of those bytes is
+    /// written, holes and unwritten tails as zeros, so `dst` may hold
+    /// anything beforehand (the frontend passes its reply buffer).
+    pub fn read_into(&self, ino: u64, off: u64, dst: &mut [u8]) -> Result<usize> {
         let rs = self.record;
         let (end, parts) = {
             let st = self.lock();
@@ -54,16 +65,17 @@ impl Fs {
             if i.kind == FileKind::Dir {
                 return Err(FsError::IsDir);
             }
-            let end = i.size.min(off.saturating_add(size as u64));
+            let end = i.size.min(off.saturating_add(dst.len() as u64));
             if off >= end {
-                return Ok(Vec::new());
+                return Ok(0);
             }
             let parts: Vec<(u64, BlockState)> = (off / rs..end.div_ceil(rs))
                 .map(|b| (b, self.block_state(&st, ino, b)))
                 .collect();
             (end, parts)
         };
-        let mut out = vec![0u8; (end - off) as usize];
+        let out = &mut dst[..(end - off) as usize];
+        let mut cover = Cover::new(off);
         let mut meta = None;
         let mut run: Vec<(u64, Extent, ChunkRec)> = Vec::new();
         for (blk, state) in parts {
@@ -80,30 +92,33 @@ impl Fs {
                         continue;
                     };
                     let ext = Extent::decode(&e.payload)?;
+                    cover.claim(out, blk * rs, ext.len as u64);
                     match self.run_member(r, blk, &ext, off, out.len())? {
                         Some(rec) => {
                             let follows = run.last().is_some_and(|(b, _, prev)| {
                                 *b + 1 == blk && self.pool.chunks.is_run(prev, &rec)
                             });
                             if !follows {
-                                self.read_run(r, ino, off, &mut out, &mut run)?;
+                                self.read_run(r, ino, off, out, &mut run)?;
                             }
                             run.push((blk, ext, rec));
                         }
                         None => {
-                            self.read_run(r, ino, off, &mut out, &mut run)?;
-                            self.read_extent_part(r, ino, blk, &ext, off, &mut out)?;
+                            self.read_run(r, ino, off, out, &mut run)?;
+                            self.read_extent_part(r, ino, blk, &ext, off, out)?;
                         }
                     }
                     continue;
                 }
             };
-            copy_block_part(&mut out, off, blk * rs, &data);
+            cover.claim(out, blk * rs, data.len() as u64);
+            copy_block_part(out, off, blk * rs, &data);
         }
         if let Some(r) = &meta {
-            self.read_run(r, ino, off, &mut out, &mut run)?;
+            self.read_run(r, ino, off, out, &mut run)?;
         }
-        Ok(out)
+        cover.finish(out);
+        Ok(out.len())
     }
 
     /// The chunk record of a block that can join a run read: the whole
@@ -180,7 +195,8 @@ impl Fs {
             let dst = &mut out[(bstart - off) as usize..(hi - off) as usize];
             return self.read_extent_into(r, ino, blk, ext, dst);
         }
-        let data = self.read_extent(r, ino, blk, ext)?;
+        let mut data = self.read_extent(r, ino, blk, ext)?;
+        data.resize(ext.len as usize, 0);
         copy_block_part(out, off, bstart, &data);
         Ok(())
     }
@@ -412,6 +428,40 @@ fn put_part(buf: &mut Vec<u8>, lo: usize, part: &[u8]) {
 
 /// Copies the part of a block (starting at file offset `bstart`) that lies
 /// in the output buffer (starting at file offset `off`).
+/// Zeroes what no block writes in a read buffer, so that it may start with
+/// any contents: blocks claim their byte ranges in file order, and the gaps
+/// between claims (holes, tails past a block's valid length) and after the
+/// last one are zeroed.
+struct Cover {
+    /// File offset of the buffer's first byte.
+    off: u64,
+    /// Buffer bytes already claimed or zeroed.
+    done: usize,
+}
+
+impl Cover {
+    fn new(off: u64) -> Self {
+        Cover { off, done: 0 }
+    }
+
+    /// A block at file offset `start` will write its first `len` bytes
+    /// (clipped to the buffer): zero the gap before them.
+    fn claim(&mut self, out: &mut [u8], start: u64, len: u64) {
+        let end = self.off + out.len() as u64;
+        let lo = start.max(self.off).min(end);
+        let hi = (start + len).min(end).max(lo);
+        let (lo, hi) = ((lo - self.off) as usize, (hi - self.off) as usize);
+        assert!(lo >= self.done, "read blocks claimed out of order");
+        out[self.done..lo].fill(0);
+        self.done = hi;
+    }
+
+    /// Zeroes the rest of the buffer after the last claim.
+    fn finish(self, out: &mut [u8]) {
+        out[self.done..].fill(0);
+    }
+}
+
 pub(crate) fn copy_block_part(out: &mut [u8], off: u64, bstart: u64, data: &[u8]) {
     let out_end = off + out.len() as u64;
     let lo = off.max(bstart);

@@ -234,3 +234,60 @@ fn compression_switched_mid_life_reads_back_exact() {
     let rep = cairn_fs::check::check_pool(fs.pool()).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
+
+/// `read_into` is handed the frontend's reply buffer, which may still hold
+/// another file's bytes: every byte it reports must be written (holes,
+/// punched ranges and tails past a block's valid bytes as zeros), whether
+/// the blocks are committed, dirty, runs or parts.
+#[test]
+fn read_into_overwrites_whatever_the_buffer_held() {
+    use cairn_fs::ops_data::{FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE};
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path(), None);
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    let mut model = vec![0u8; 0];
+    let put = |model: &mut Vec<u8>, off: usize, data: &[u8]| {
+        fs.write(f.ino, off as u64, data).unwrap();
+        if model.len() < off + data.len() {
+            model.resize(off + data.len(), 0);
+        }
+        model[off..off + data.len()].copy_from_slice(data);
+    };
+    put(&mut model, 0, &pattern(300_000, 1)); // a run of whole blocks
+    put(&mut model, 500_000, &pattern(1_000, 2)); // after a hole, short block
+    fs.flush().unwrap();
+    put(&mut model, 70_000, &pattern(5_000, 3)); // dirty inside committed
+    put(&mut model, 700_000, &pattern(10, 4)); // dirty, alone
+    fs.fallocate(f.ino, 120_000, 70_000, FALLOC_PUNCH_HOLE | FALLOC_KEEP_SIZE)
+        .unwrap();
+    model[120_000..190_000].fill(0);
+    let grow = cairn_fs::SetAttr {
+        size: Some(900_000),
+        ..Default::default()
+    };
+    fs.setattr(f.ino, &grow).unwrap();
+    model.resize(900_000, 0);
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    for round in 0..300 {
+        if round == 150 {
+            fs.flush().unwrap(); // the second half reads all of it committed
+        }
+        let off = next(950_000) as usize;
+        let len = 1 + next(1 << 20) as usize;
+        let mut buf = vec![0xa5u8; len];
+        let n = fs.read_into(f.ino, off as u64, &mut buf).unwrap();
+        let want = &model[off.min(model.len())..(off + len).min(model.len())];
+        assert_eq!(n, want.len(), "round {round}: count at {off}+{len}");
+        assert!(buf[..n] == *want, "round {round}: bytes at {off}+{len}");
+        assert!(
+            buf[n..].iter().all(|&b| b == 0xa5),
+            "round {round}: past the end"
+        );
+    }
+}

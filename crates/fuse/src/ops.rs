@@ -437,7 +437,13 @@ impl Filesystem for CairnFuse {
         let r = match self.views.node(ino.0) {
             Ok(Node::View { ino, tid }) => self.fs.asof_read(ino, tid, offset, size),
             Ok(Node::SnapDir) => Err(FsError::IsDir),
-            Ok(Node::Real(i)) => self.fs.read(i, offset, size),
+            // Straight into the reply buffer (the ring's, over io_uring).
+            Ok(Node::Real(i)) => {
+                let fs = &self.fs;
+                return reply.data_with(size as usize, |buf| {
+                    fs.read_into(i, offset, buf).map_err(errno)
+                });
+            }
             Err(e) => Err(e),
         };
         match r {

@@ -62,6 +62,23 @@ impl ReplySender {
         }
     }
 
+    /// Replies with data that `fill` writes in place, where the transport
+    /// has a buffer for it (a FUSE ring entry); gives `fill` back otherwise.
+    pub(crate) fn send_filled<F>(
+        &self,
+        unique: u64,
+        max: usize,
+        fill: F,
+    ) -> Result<std::io::Result<()>, F>
+    where
+        F: FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    {
+        match self {
+            ReplySender::Uring(sender) => sender.send_filled(unique, max, fill),
+            _ => Err(fill),
+        }
+    }
+
     /// Open a backing file
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
@@ -212,6 +229,32 @@ impl ReplyData {
     /// Reply to a request with the given data
     pub fn data(self, data: &[u8]) {
         self.reply.send_ll(&ll::ResponseSlice(data));
+    }
+
+    /// Replies with up to `max` bytes that `fill` writes into a buffer and
+    /// counts (or with its error). Over FUSE io_uring the buffer is the
+    /// ring's own, so the data is not copied again; it may hold an earlier
+    /// reply's bytes, so `fill` must write every byte it counts.
+    pub fn data_with<F>(mut self, max: usize, fill: F)
+    where
+        F: FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    {
+        let sender = self.reply.sender.take().expect("reply sent once");
+        let fill = match sender.send_filled(self.reply.unique.0, max, fill) {
+            Ok(res) => {
+                if let Err(err) = res {
+                    error!("Failed to send FUSE reply: {err}");
+                }
+                return;
+            }
+            Err(fill) => fill,
+        };
+        self.reply.sender = Some(sender);
+        let mut buf = vec![0u8; max];
+        match fill(&mut buf) {
+            Ok(n) => self.data(&buf[..n]),
+            Err(err) => self.error(err),
+        }
     }
 
     /// Reply to a request with the given error code

@@ -22,7 +22,6 @@
 //! payload still borrowed by the running handler is staged and committed when
 //! the handler returns.
 
-use std::alloc::Layout;
 use std::io;
 use std::io::IoSlice;
 use std::os::fd::AsRawFd;
@@ -45,6 +44,7 @@ use log::info;
 use log::warn;
 use parking_lot::Mutex;
 
+use crate::Errno;
 use crate::Filesystem;
 use crate::channel::ChannelSender;
 use crate::reply::ReplySender;
@@ -125,7 +125,8 @@ impl Default for UringConfig {
 /// A page-aligned payload buffer: `PREFIX` bytes, then the kernel's payload.
 struct Payload {
     ptr: *mut u8,
-    layout: Layout,
+    /// Bytes mapped at `ptr`.
+    size: usize,
     /// Bytes after the prefix registered with the kernel.
     len: usize,
 }
@@ -133,33 +134,57 @@ struct Payload {
 impl Payload {
     /// In 2 MiB huge pages where the kernel allows (transparent huge pages
     /// on madvise): the kernel pins the buffer for every reply it copies,
-    /// one page per 2 MiB instead of one per 4 KiB.
+    /// one page per 2 MiB instead of one per 4 KiB. Mapped and advised
+    /// before anything touches it, since a page faulted in small stays small.
     fn new(payload_size: usize) -> Self {
         const HUGE: usize = 2 << 20;
         let size = (PREFIX + payload_size).next_multiple_of(HUGE);
-        let layout = Layout::from_size_align(size, HUGE).expect("payload layout");
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        assert!(!ptr.is_null(), "out of memory for a FUSE ring buffer");
-        // SAFETY: advice on memory we own; failure only loses the speedup.
-        unsafe { libc::madvise(ptr.cast(), size, libc::MADV_HUGEPAGE) };
+        let len = size + HUGE;
+        // SAFETY: a fresh private anonymous mapping; we own all of it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            p != libc::MAP_FAILED,
+            "out of memory for a FUSE ring buffer"
+        );
+        let start = (p as usize).next_multiple_of(HUGE);
+        let head = start - p as usize;
+        // SAFETY: the unaligned head and the tail beyond `size` are ours and
+        // unused; refused advice only loses the speedup.
+        unsafe {
+            if head > 0 {
+                libc::munmap(p, head);
+            }
+            if len - head > size {
+                libc::munmap((start + size) as *mut libc::c_void, len - head - size);
+            }
+            libc::madvise(start as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
+        }
         Self {
-            ptr,
-            layout,
+            ptr: start as *mut u8,
+            size,
             len: payload_size,
         }
     }
 
     fn kernel_part(&self) -> (*mut u8, usize) {
-        // SAFETY: PREFIX + len <= layout.size().
+        // SAFETY: PREFIX + len <= size.
         (unsafe { self.ptr.add(PREFIX) }, self.len)
     }
 }
 
 impl Drop for Payload {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+        // SAFETY: mapped in `new` with this size.
+        unsafe { libc::munmap(self.ptr.cast(), self.size) };
     }
 }
 
@@ -250,6 +275,44 @@ impl Entry {
         }
         // SAFETY: exclusive access as above.
         unsafe { (*self.header).ent.payload_sz = (total - OUT_HEADER) as u32 };
+        Ok(())
+    }
+    /// Lets `fill` write up to `max` bytes of reply data straight into the
+    /// payload, then writes the out header (or an error header if `fill`
+    /// fails); gives `fill` back when the payload is borrowed or too small.
+    ///
+    /// # Safety
+    /// The kernel must not own the entry; `st` is its locked state.
+    unsafe fn fill_reply<F>(
+        &self,
+        st: &EntryState,
+        unique: u64,
+        max: usize,
+        fill: F,
+    ) -> Result<(), F>
+    where
+        F: FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    {
+        let (payload, cap) = self.payload.kernel_part();
+        if st.payload_borrowed || max > cap {
+            return Err(fill);
+        }
+        // SAFETY: caller guarantees exclusive access; the handler borrows
+        // none of the payload; max <= cap.
+        let buf = unsafe { std::slice::from_raw_parts_mut(payload, max) };
+        let (hdr, n) = match fill(buf) {
+            Ok(n) => {
+                assert!(n <= max, "filled {n} bytes into a {max}-byte reply");
+                (out_header(unique, 0, n), n)
+            }
+            Err(errno) => (error_header(unique, errno.code()), 0),
+        };
+        // SAFETY: exclusive access as above.
+        unsafe {
+            let h = &mut *self.header;
+            h.in_out[..OUT_HEADER].copy_from_slice(&hdr);
+            h.ent.payload_sz = n as u32;
+        }
         Ok(())
     }
 }
@@ -392,6 +455,26 @@ impl Ring {
         self.commit(idx, st.commit_id)
     }
 
+    /// Replies with up to `max` bytes that `fill` writes straight into the
+    /// entry's payload buffer (sparing a copy), when the running request
+    /// borrows none of it and `max` fits; gives `fill` back otherwise.
+    fn send_filled<F>(
+        &self,
+        idx: usize,
+        unique: u64,
+        max: usize,
+        fill: F,
+    ) -> Result<io::Result<()>, F>
+    where
+        F: FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    {
+        let e = &self.entries[idx];
+        let st = e.state.lock();
+        // SAFETY: the kernel owns no command for the entry until we commit.
+        unsafe { e.fill_reply(&st, unique, max, fill)? };
+        Ok(self.commit(idx, st.commit_id))
+    }
+
     /// After the handler returns: commit a reply it staged.
     fn finish_dispatch(&self, idx: usize) -> io::Result<()> {
         let e = &self.entries[idx];
@@ -421,8 +504,13 @@ impl Ring {
 }
 
 fn error_header(unique: u64, errno: i32) -> [u8; OUT_HEADER] {
+    out_header(unique, errno, 0)
+}
+
+/// A `fuse_out_header` for a reply of `payload` bytes after it.
+fn out_header(unique: u64, errno: i32, payload: usize) -> [u8; OUT_HEADER] {
     let mut h = [0u8; OUT_HEADER];
-    h[0..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+    h[0..4].copy_from_slice(&((OUT_HEADER + payload) as u32).to_ne_bytes());
     h[4..8].copy_from_slice(&(-errno).to_ne_bytes());
     h[8..16].copy_from_slice(&unique.to_ne_bytes());
     h
@@ -440,6 +528,18 @@ pub(crate) struct UringSender {
 impl UringSender {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
         self.ring.send(self.idx, data)
+    }
+
+    pub(crate) fn send_filled<F>(
+        &self,
+        unique: u64,
+        max: usize,
+        fill: F,
+    ) -> Result<io::Result<()>, F>
+    where
+        F: FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    {
+        self.ring.send_filled(self.idx, unique, max, fill)
     }
 }
 
@@ -825,6 +925,43 @@ mod tests {
         assert_eq!(entries_per_thread(&cfg, 2), 4);
         assert_eq!(entries_per_thread(&cfg, 16), 2);
         assert_eq!(entries_per_thread(&cfg, 256), 1);
+    }
+
+    /// True if `fill_reply` took `f` (wrote a reply for request 9).
+    fn fills(
+        e: &Entry,
+        borrowed: bool,
+        max: usize,
+        f: impl FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    ) -> bool {
+        let st = EntryState {
+            payload_borrowed: borrowed,
+            ..Default::default()
+        };
+        // SAFETY: no kernel involved; `st` stands for the locked state.
+        unsafe { e.fill_reply(&st, 9, max, f) }.is_ok()
+    }
+
+    #[test]
+    fn filled_reply_is_written_in_place_or_handed_back() {
+        let e = Entry::new(64);
+        let hello = |b: &mut [u8]| {
+            b[..5].copy_from_slice(b"hello");
+            Ok(5)
+        };
+        assert!(fills(&e, false, 64, hello));
+        assert_eq!(
+            read_back(&e),
+            (out_header(9, 0, 5).to_vec(), b"hello".to_vec())
+        );
+        assert!(fills(&e, false, 64, |_| Err(Errno::ENOENT)));
+        assert_eq!(
+            read_back(&e),
+            (error_header(9, libc::ENOENT).to_vec(), vec![])
+        );
+        // Too large for the buffer, or the payload is the request's: handed back.
+        assert!(!fills(&e, false, 65, hello));
+        assert!(!fills(&e, true, 8, hello));
     }
 
     #[test]
