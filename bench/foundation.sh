@@ -116,6 +116,9 @@ write_seq_mbs() {
     local d t0
     d=$(dir_of "$1")
     rm -f "$d/seq"
+    # The deletion is made durable before the clock starts, on every target
+    # (Cairn would otherwise commit it in its first flush of the write).
+    sync "$d"
     t0=$(now)
     # fio's default buffers are random and scrambled per I/O: no dedup/compression help
     fio --name=seqw --filename="$d/seq" --rw=write --bs=1M --size="${SIZE_GB}G" \

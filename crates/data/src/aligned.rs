@@ -1,7 +1,8 @@
-//! A heap buffer whose start is aligned for direct I/O, used as the bounce
-//! buffer of segment writes (`writer.rs`) and of run reads (`read.rs`):
-//! filling or emptying it is a plain memcpy, far cheaper than the kernel's
-//! copy through the page cache it replaces.
+//! A heap buffer whose start is aligned for direct I/O, used for segment
+//! writes (`writer.rs`, which seals chunks straight into it) and as the
+//! bounce buffer of run reads (`read.rs`): filling or emptying it is a plain
+//! memcpy, far cheaper than the kernel's copy through the page cache it
+//! replaces.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
@@ -61,16 +62,6 @@ impl AlignedBuf {
         // SAFETY: ptr is valid for capacity() bytes and owned by self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, len) }
     }
-
-    /// `data` followed by zeros up to `len` bytes (at most the capacity).
-    pub fn fill(&mut self, data: &[u8], len: usize) -> &[u8] {
-        assert!(data.len() <= len && len <= self.capacity());
-        // SAFETY: ptr is valid for capacity() bytes and owned by self.
-        let all = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.capacity()) };
-        all[..data.len()].copy_from_slice(data);
-        all[data.len()..len].fill(0);
-        &all[..len]
-    }
 }
 
 impl Drop for AlignedBuf {
@@ -124,17 +115,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fill_is_aligned_and_padded() {
+    fn new_is_zeroed_aligned_and_rounded_up() {
         let mut b = AlignedBuf::new(10_000, 4096);
         assert_eq!(b.capacity(), 12_288);
-        let out = b.fill(&[7u8; 5000], 8192);
-        assert_eq!(out.as_ptr() as usize % 4096, 0);
-        assert_eq!(out.len(), 8192);
-        assert!(out[..5000].iter().all(|&x| x == 7));
-        assert!(out[5000..].iter().all(|&x| x == 0));
-        // Stale bytes of an earlier, longer fill are zeroed again.
-        let out = b.fill(&[1u8; 10], 4096);
-        assert!(out[10..].iter().all(|&x| x == 0));
+        let all = b.slice_mut(12_288);
+        assert_eq!(all.as_ptr() as usize % 4096, 0);
+        assert!(all.iter().all(|&x| x == 0));
     }
 
     #[test]

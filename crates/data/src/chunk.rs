@@ -94,17 +94,21 @@ pub fn seal_stored(
     hash: &Hash,
     out: &mut Vec<u8>,
 ) -> usize {
-    let h = ChunkHeader {
+    out.reserve(CHUNK_HEADER_LEN + stored.len());
+    header_of(method, raw_len, stored, hash).encode(out);
+    out.extend_from_slice(stored);
+    CHUNK_HEADER_LEN + stored.len()
+}
+
+/// The header that seals `stored` (its data crc computed here).
+pub fn header_of(method: u8, raw_len: usize, stored: &[u8], hash: &Hash) -> ChunkHeader {
+    ChunkHeader {
         compression: method,
         raw_len: raw_len as u32,
         stored_len: stored.len() as u32,
         hash: *hash,
         data_crc: crc32c::crc32c(stored),
-    };
-    out.reserve(CHUNK_HEADER_LEN + stored.len());
-    h.encode(out);
-    out.extend_from_slice(stored);
-    CHUNK_HEADER_LEN + stored.len()
+    }
 }
 
 /// Verifies a sealed chunk and returns its raw (decompressed) bytes.

@@ -20,6 +20,8 @@ pub enum DataError {
     NoSpace,
     #[error("busy: {0}")]
     Busy(String),
+    #[error("segment writer: {0}")]
+    Writer(&'static str),
 }
 
 impl DataError {

@@ -16,6 +16,7 @@ pub mod readahead;
 pub mod records;
 pub mod relocate;
 pub mod store;
+mod wpipe;
 pub mod writer;
 
 pub use chunk::{ChunkHeader, Hash, CHUNK_HEADER_LEN};

@@ -1,27 +1,80 @@
 //! Appending chunks: the open segment and a write batch. A batch seals
-//! blocks into the open segment's buffer, writes full buffers with large
-//! sequential writes, opens a new segment when the current one is full,
-//! and on `finish` writes the rest and syncs every device it touched.
-//! Writes are whole DIRECT_ALIGN blocks from an aligned bounce buffer, so
-//! they bypass the page cache (the last, partial block is padded with
-//! zeros, kept in the buffer and written again with what follows it);
-//! where direct I/O is refused, each buffered write starts its write-back
-//! at once, so the disk works while the next buffer is filled. Only after
-//! `finish` may metadata that references the new chunks be committed.
+//! blocks straight into the open segment's aligned buffer, hands each full
+//! buffer (1 MiB) to a writer thread (`wpipe.rs`) and goes on sealing into
+//! the next while it is written, opens a new segment when the current one
+//! is full, and on `finish` writes the rest, waits for every write and syncs
+//! every device it touched. Writes are whole DIRECT_ALIGN blocks with
+//! O_DIRECT, so they bypass the page cache (the last, partial block is
+//! padded with zeros, carried into the next buffer and written again with
+//! what follows it); where direct I/O is refused, each buffered write starts
+//! its write-back at once. Only after `finish` may metadata that references
+//! the new chunks be committed.
 
 use crate::aligned::AlignedBuf;
-use crate::chunk::{seal_stored, Hash, CHUNK_HEADER_LEN};
+use crate::chunk::{header_of, Hash, CHUNK_HEADER_LEN};
 use crate::compress::{compress, Compression};
 use crate::error::{DataError, Result};
 use crate::records::{ChunkRec, SegmentRec};
 use crate::store::ChunkStore;
+use crate::wpipe::WritePipe;
 use cairn_devices::{SlotAddr, DIRECT_ALIGN};
 use parking_lot::MutexGuard;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
 /// Buffered bytes are written out once they reach this size.
-const WRITE_CHUNK: usize = 1 << 20;
+const WRITE_CHUNK: usize = 4 << 20;
+/// A segment buffer's first capacity (a write, and room for the chunk that
+/// crosses it; a larger chunk grows the buffer).
+const BUF_CAP: usize = WRITE_CHUNK + (1 << 18);
+
+/// The open segment's bytes from `OpenSegment::buf_start` on, in an aligned
+/// buffer, so that whole blocks go to the device without another copy.
+pub(crate) struct SegBuf {
+    buf: AlignedBuf,
+    len: usize,
+}
+
+impl SegBuf {
+    fn new(buf: AlignedBuf) -> Self {
+        SegBuf { buf, len: 0 }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Appends `parts` one after another, growing the buffer if needed
+    /// (always leaving room to pad to the next DIRECT_ALIGN boundary).
+    fn push(&mut self, parts: &[&[u8]]) {
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        let need = self.len + n + DIRECT_ALIGN;
+        if need > self.buf.capacity() {
+            let mut bigger = AlignedBuf::new(need.max(2 * self.buf.capacity()), DIRECT_ALIGN);
+            bigger
+                .slice_mut(self.len)
+                .copy_from_slice(self.buf.slice_mut(self.len));
+            self.buf = bigger;
+        }
+        let all = self.buf.slice_mut(self.len + n);
+        for p in parts {
+            all[self.len..self.len + p.len()].copy_from_slice(p);
+            self.len += p.len();
+        }
+    }
+
+    /// The bytes from `from` on.
+    fn tail(&mut self, from: usize) -> &[u8] {
+        &self.buf.slice_mut(self.len)[from..]
+    }
+
+    /// The buffer with zeros after the bytes up to `len`, to be written.
+    fn padded(mut self, len: usize) -> AlignedBuf {
+        assert!(self.len <= len && len <= self.buf.capacity());
+        self.buf.slice_mut(len)[self.len..].fill(0);
+        self.buf
+    }
+}
 
 pub struct OpenSegment {
     pub(crate) id: u64,
@@ -31,7 +84,7 @@ pub struct OpenSegment {
     /// Segment offset where `buf` starts (a multiple of DIRECT_ALIGN).
     buf_start: u32,
     /// The segment's bytes from `buf_start` to `used`.
-    buf: Vec<u8>,
+    buf: SegBuf,
     /// Bytes up to here are written to the device.
     written: u32,
 }
@@ -52,10 +105,10 @@ pub struct WriteBatch<'a> {
     open: MutexGuard<'a, Option<OpenSegment>>,
     touched: BTreeSet<u64>,
     devices: BTreeSet<u32>,
-    /// Aligned copy of the segment buffer for writing (made on first use).
-    bounce: Option<AlignedBuf>,
+    /// Writes full buffers while the next one is filled.
+    pipe: WritePipe,
     /// The buffer of the last closed segment, for the next one.
-    spare: Vec<u8>,
+    spare: Option<SegBuf>,
 }
 
 impl<'a> WriteBatch<'a> {
@@ -71,8 +124,8 @@ impl<'a> WriteBatch<'a> {
             open,
             touched: BTreeSet::new(),
             devices: BTreeSet::new(),
-            bounce: None,
-            spare: Vec::new(),
+            pipe: WritePipe::default(),
+            spare: None,
         }
     }
 
@@ -111,7 +164,9 @@ impl<'a> WriteBatch<'a> {
         }
         let o = self.open.as_mut().expect("open segment");
         let offset = o.used;
-        seal_stored(method, raw_len as usize, stored, hash, &mut o.buf);
+        let mut head = Vec::with_capacity(CHUNK_HEADER_LEN);
+        header_of(method, raw_len as usize, stored, hash).encode(&mut head);
+        o.buf.push(&[&head, stored]);
         o.used += len;
         if self.place.is_none() {
             let tail = self.store.segment_size - o.used as u64;
@@ -137,6 +192,9 @@ impl<'a> WriteBatch<'a> {
         })
     }
 
+    /// Hands the buffered bytes to the writer thread (padded to whole
+    /// blocks) and carries the partial last block into a fresh buffer, to be
+    /// written again when it grows.
     fn write_buffer(&mut self) -> Result<()> {
         let Some(o) = self.open.as_mut() else {
             return Ok(());
@@ -148,26 +206,22 @@ impl<'a> WriteBatch<'a> {
         let at = dev.slot_offset(o.addr.slot) + o.buf_start as u64;
         let room = (self.store.segment_size - o.buf_start as u64) as usize;
         let len = o.buf.len().next_multiple_of(DIRECT_ALIGN).min(room);
-        let bounce = match self.bounce.take() {
-            Some(b) if b.capacity() >= len => b,
-            _ => AlignedBuf::new(len.max(WRITE_CHUNK + (1 << 18)), DIRECT_ALIGN),
-        };
-        let bounce = self.bounce.insert(bounce);
-        dev.write_direct_at(bounce.fill(&o.buf, len), at)?;
-        dev.start_writeback(at, len as u64);
+        let keep_from = o.used as usize / DIRECT_ALIGN * DIRECT_ALIGN;
+        let mut next = SegBuf::new(self.pipe.take_buffer(BUF_CAP)?);
+        next.push(&[o.buf.tail(keep_from - o.buf_start as usize)]);
+        let full = std::mem::replace(&mut o.buf, next);
+        self.pipe.submit(dev, at, full.padded(len), len)?;
         self.devices.insert(o.addr.device);
         o.written = o.used;
-        // The partial last block stays, to be written again when it grows.
-        let keep_from = o.used as usize / DIRECT_ALIGN * DIRECT_ALIGN;
-        o.buf.drain(..keep_from - o.buf_start as usize);
         o.buf_start = keep_from as u32;
         Ok(())
     }
 
     fn close_open(&mut self) -> Result<()> {
         self.write_buffer()?;
-        if let Some(o) = self.open.take() {
-            self.spare = o.buf;
+        if let Some(mut o) = self.open.take() {
+            o.buf.len = 0;
+            self.spare = Some(o.buf);
         }
         if self.place.is_none() {
             self.store.open_tail.store(0, Ordering::Relaxed);
@@ -201,7 +255,7 @@ impl<'a> WriteBatch<'a> {
             addr,
             used: 0,
             buf_start: 0,
-            buf: self.new_buffer(),
+            buf: self.new_buffer()?,
             written: 0,
         });
         self.touched.insert(id);
@@ -209,19 +263,18 @@ impl<'a> WriteBatch<'a> {
     }
 
     /// An empty segment buffer: the last closed segment's, else a new one.
-    fn new_buffer(&mut self) -> Vec<u8> {
-        let mut b = std::mem::take(&mut self.spare);
-        b.clear();
-        if b.capacity() == 0 {
-            b.reserve(WRITE_CHUNK + (1 << 17));
+    fn new_buffer(&mut self) -> Result<SegBuf> {
+        match self.spare.take() {
+            Some(b) => Ok(b),
+            None => Ok(SegBuf::new(self.pipe.take_buffer(BUF_CAP)?)),
         }
-        b
     }
 
     /// Writes everything out and syncs the touched devices. Returns the
     /// segment records to commit with the metadata.
     pub fn finish(mut self) -> Result<Vec<(u64, SegmentRec)>> {
         self.write_buffer()?;
+        self.pipe.drain()?;
         for d in &self.devices {
             self.store.devices.device(*d)?.sync()?;
         }
@@ -272,6 +325,32 @@ mod tests {
             s.read_chunk_into(r, &mut part).unwrap();
             assert_eq!(&part[..], &x[..1000]);
         }
+    }
+
+    #[test]
+    fn segment_buffer_pads_over_stale_bytes_and_grows() {
+        use super::SegBuf;
+        use crate::aligned::AlignedBuf;
+        let stale = || {
+            let mut b = AlignedBuf::new(32_768, 4096);
+            b.slice_mut(32_768).fill(0xff);
+            SegBuf::new(b)
+        };
+        let mut b = stale();
+        b.push(&[&[1u8; 5000], &[2u8; 10_000]]);
+        assert_eq!(b.len(), 15_000);
+        assert_eq!(b.tail(4999)[..2], [1, 2]);
+        let mut out = b.padded(16_384);
+        let all = out.slice_mut(16_384);
+        assert!(all[..5000].iter().all(|&x| x == 1));
+        assert!(all[5000..15_000].iter().all(|&x| x == 2));
+        assert!(all[15_000..].iter().all(|&x| x == 0), "padding is zeros");
+        let mut b = stale();
+        b.push(&[&[3u8; 20_000]]);
+        b.push(&[&[4u8; 20_000]]); // beyond the capacity: grows, keeps bytes
+        assert_eq!(b.len(), 40_000);
+        assert!(b.tail(0)[..20_000].iter().all(|&x| x == 3));
+        assert!(b.tail(20_000).iter().all(|&x| x == 4));
     }
 
     #[test]

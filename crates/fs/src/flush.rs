@@ -85,49 +85,34 @@ impl Fs {
     /// on, a block whose hash is already stored (committed, or earlier in
     /// this flush) is not written again. The committed index is read under
     /// the flush lock: only this flush's own commit can drop a chunk, and it
-    /// adds the new references before it prunes.
+    /// adds the new references before it prunes. Blocks are hashed one
+    /// window ahead on a second thread while this one seals and dedups.
     fn write_blocks(&self, ov: &Overlay) -> Result<(Vec<Written>, BTreeSet<u64>)> {
         let mut inos: Vec<_> = ov.blocks.keys().copied().collect();
         inos.sort_unstable();
-        let dedup = self.pool.config.dedup;
-        let r = self.meta()?;
-        let mut seen: HashMap<Hash, usize> = HashMap::new();
-        let mut out = Vec::new();
-        let mut batch = self.pool.chunks.batch();
-        for ino in inos {
-            for (&blk, data) in &ov.blocks[&ino] {
-                let len = data.len() as u32;
-                let stored = if data.iter().all(|&b| b == 0) {
-                    Stored::Hole
-                } else {
-                    let h: Hash = cairn_data::chunk::hash_block(data);
-                    match (dedup, seen.get(&h)) {
-                        (true, Some(&i)) => Stored::Earlier(i),
-                        (true, None) => match indexed_chunk(&r, &h)? {
-                            Some(id) => Stored::Existing(id),
-                            None => {
-                                seen.insert(h, out.len());
-                                Stored::New(batch.append(data, &h)?)
-                            }
-                        },
-                        (false, _) => Stored::New(batch.append(data, &h)?),
-                    }
-                };
-                out.push(Written {
-                    ino,
-                    blk,
-                    len,
-                    stored,
-                });
+        let blocks: Vec<(u64, u64, &[u8])> = inos
+            .iter()
+            .flat_map(|ino| ov.blocks[ino].iter().map(|(&b, d)| (*ino, b, &d[..])))
+            .collect();
+        let windows: Vec<_> = blocks.chunks(HASH_WINDOW).collect();
+        let mut sink = BlockSink::new(self)?;
+        std::thread::scope(|sc| {
+            let spawn = |i: usize| {
+                let w = windows.get(i).copied()?;
+                Some(sc.spawn(move || w.iter().map(|b| content_hash(b.2)).collect::<Vec<_>>()))
+            };
+            let mut ahead = spawn(0);
+            for (i, window) in windows.iter().enumerate() {
+                let hashes = ahead.take().expect("window hashed").join();
+                let hashes = hashes.map_err(|_| FsError::Io("block hashing panicked".into()))?;
+                ahead = spawn(i + 1);
+                for (&(ino, blk, data), h) in window.iter().zip(hashes) {
+                    sink.put(ino, blk, data, h)?;
+                }
             }
-        }
-        let segs = batch.finish()?;
-        for (id, _) in &segs {
-            // New data is as recent as a read: the mover demotes what was
-            // neither read nor written for longest first.
-            self.pool.chunks.heat.written(*id);
-        }
-        Ok((out, segs.into_iter().map(|(id, _)| id).collect()))
+            Ok::<_, FsError>(())
+        })?;
+        sink.finish(self)
     }
 
     fn commit(
@@ -292,6 +277,70 @@ impl Fs {
 /// One more reference to a stored chunk; returns its id.
 /// The stored chunk with content hash `h`: the index gives a candidate by
 /// the hash's first 6 bytes, and the chunk record's full hash confirms it.
+/// Blocks hashed per window of the flush's hashing thread.
+const HASH_WINDOW: usize = 64;
+
+/// A block's content hash, or None if it is all zeros (a hole).
+fn content_hash(data: &[u8]) -> Option<Hash> {
+    (!data.iter().all(|&b| b == 0)).then(|| cairn_data::chunk::hash_block(data))
+}
+
+/// Where `write_blocks` puts hashed blocks: dedup, then a chunk batch.
+struct BlockSink<'a> {
+    dedup: bool,
+    meta: MetaRead,
+    seen: HashMap<Hash, usize>,
+    out: Vec<Written>,
+    batch: cairn_data::WriteBatch<'a>,
+}
+
+impl<'a> BlockSink<'a> {
+    fn new(fs: &'a Fs) -> Result<Self> {
+        Ok(BlockSink {
+            dedup: fs.pool.config.dedup,
+            meta: fs.meta()?,
+            seen: HashMap::new(),
+            out: Vec::new(),
+            batch: fs.pool.chunks.batch(),
+        })
+    }
+
+    fn put(&mut self, ino: u64, blk: u64, data: &[u8], hash: Option<Hash>) -> Result<()> {
+        let stored = match hash {
+            None => Stored::Hole,
+            Some(h) => match (self.dedup, self.seen.get(&h)) {
+                (true, Some(&i)) => Stored::Earlier(i),
+                (true, None) => match indexed_chunk(&self.meta, &h)? {
+                    Some(id) => Stored::Existing(id),
+                    None => {
+                        self.seen.insert(h, self.out.len());
+                        Stored::New(self.batch.append(data, &h)?)
+                    }
+                },
+                (false, _) => Stored::New(self.batch.append(data, &h)?),
+            },
+        };
+        self.out.push(Written {
+            ino,
+            blk,
+            len: data.len() as u32,
+            stored,
+        });
+        Ok(())
+    }
+
+    /// Writes out and syncs the batch; the blocks and the touched segments.
+    fn finish(self, fs: &Fs) -> Result<(Vec<Written>, BTreeSet<u64>)> {
+        let segs = self.batch.finish()?;
+        for (id, _) in &segs {
+            // New data is as recent as a read: the mover demotes what was
+            // neither read nor written for longest first.
+            fs.pool.chunks.heat.written(*id);
+        }
+        Ok((self.out, segs.into_iter().map(|(id, _)| id).collect()))
+    }
+}
+
 fn indexed_chunk(r: &MetaRead, h: &Hash) -> Result<Option<u64>> {
     let Some(id) = r.dedup(h)? else {
         return Ok(None);
