@@ -6,7 +6,7 @@
 //! the same transaction and the chunks it alone referenced are released.
 
 use crate::error::{FsError, Result};
-use crate::overlay::Overlay;
+use crate::overlay::{Block, Overlay};
 use crate::types::{Extent, Time};
 use crate::vfs::Fs;
 use cairn_data::{ChunkRec, Hash};
@@ -90,9 +90,9 @@ impl Fs {
     fn write_blocks(&self, ov: &Overlay) -> Result<(Vec<Written>, BTreeSet<u64>)> {
         let mut inos: Vec<_> = ov.blocks.keys().copied().collect();
         inos.sort_unstable();
-        let blocks: Vec<(u64, u64, &[u8])> = inos
+        let blocks: Vec<(u64, u64, &Block)> = inos
             .iter()
-            .flat_map(|ino| ov.blocks[ino].iter().map(|(&b, d)| (*ino, b, &d[..])))
+            .flat_map(|ino| ov.blocks[ino].iter().map(|(&b, d)| (*ino, b, d)))
             .collect();
         let windows: Vec<_> = blocks.chunks(HASH_WINDOW).collect();
         let mut sink = BlockSink::new(self)?;
@@ -292,6 +292,7 @@ struct BlockSink<'a> {
     seen: HashMap<Hash, usize>,
     out: Vec<Written>,
     batch: cairn_data::WriteBatch<'a>,
+    recent: &'a crate::recent::RecentBlocks,
 }
 
 impl<'a> BlockSink<'a> {
@@ -302,10 +303,14 @@ impl<'a> BlockSink<'a> {
             seen: HashMap::new(),
             out: Vec::new(),
             batch: fs.pool.chunks.batch(),
+            recent: &fs.recent,
         })
     }
 
-    fn put(&mut self, ino: u64, blk: u64, data: &[u8], hash: Option<Hash>) -> Result<()> {
+    fn put(&mut self, ino: u64, blk: u64, data: &Block, hash: Option<Hash>) -> Result<()> {
+        if let Some(h) = hash {
+            self.recent.insert(h, data);
+        }
         let stored = match hash {
             None => Stored::Hole,
             Some(h) => match (self.dedup, self.seen.get(&h)) {

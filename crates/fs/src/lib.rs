@@ -20,6 +20,7 @@ pub mod pool;
 pub mod prune;
 pub mod readdir;
 pub mod reblock;
+mod recent;
 pub mod scrub;
 pub mod snapshot;
 pub mod superblock;

@@ -38,12 +38,56 @@ impl Fs {
         }
     }
 
-    /// A block to edit: taken out of the dirty overlay when it is there.
-    fn editable_block(&self, st: &mut State, ino: u64, blk: u64) -> Result<Vec<u8>> {
+    /// A block to edit: taken out of the dirty overlay when it is there,
+    /// else from `pre` when that still is the committed block.
+    fn editable_block(
+        &self,
+        st: &mut State,
+        ino: u64,
+        blk: u64,
+        pre: &mut Vec<PreRead>,
+    ) -> Result<Vec<u8>> {
         if let Some(b) = st.dirty.take_block(ino, blk) {
             return Ok(Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone()));
         }
+        if let Some(i) = pre.iter().position(|p| p.blk == blk) {
+            let p = pre.swap_remove(i);
+            let committed = matches!(self.block_state(st, ino, blk), BlockState::Committed);
+            if committed && self.committed_extent(&self.meta()?, ino, blk)? == Some(p.ext) {
+                return Ok(p.data);
+            }
+        }
         self.block_bytes(st, ino, blk)
+    }
+
+    /// Reads, before the state lock is taken, the committed blocks that a
+    /// write covers only in part (its first and last) and that no overlay
+    /// holds, so that the disk read of a read-modify-write does not hold up
+    /// every other operation. Failures are left to the locked path.
+    fn preread(&self, ino: u64, off: u64, len: u64) -> Vec<PreRead> {
+        let rs = self.record;
+        let end = off + len;
+        let partial = |b: &u64| off > b * rs || end < (b + 1) * rs;
+        let mut blks: Vec<u64> = vec![off / rs, (end - 1) / rs];
+        blks.dedup();
+        blks.retain(partial);
+        {
+            let st = self.lock();
+            blks.retain(|&b| matches!(self.block_state(&st, ino, b), BlockState::Committed));
+        }
+        if blks.is_empty() {
+            return Vec::new();
+        }
+        let Ok(r) = self.meta() else {
+            return Vec::new();
+        };
+        blks.into_iter()
+            .filter_map(|blk| {
+                let ext = self.committed_extent(&r, ino, blk).ok()??;
+                let data = self.read_extent(&r, ino, blk, &ext).ok()?;
+                Some(PreRead { blk, ext, data })
+            })
+            .collect()
     }
 
     pub fn read(&self, ino: u64, off: u64, size: u32) -> Result<Vec<u8>> {
@@ -217,6 +261,7 @@ impl Fs {
             return Ok(0);
         }
         off.checked_add(data.len() as u64).ok_or(FsError::Invalid)?;
+        let mut pre = self.preread(ino, off, data.len() as u64);
         let mut reclaimed = 0;
         loop {
             self.check_ok()?;
@@ -227,10 +272,11 @@ impl Fs {
                 reclaimed += 1;
                 continue;
             }
-            self.write_locked(&mut st, ino, off, data)?;
-            let dirty = st.dirty.bytes;
+            self.write_locked(&mut st, ino, off, data, &mut pre)?;
+            st.dirty.written += data.len() as u64;
+            let (dirty, written) = (st.dirty.bytes, st.dirty.written);
             drop(st);
-            self.throttle(dirty)?;
+            self.throttle(dirty, written)?;
             return Ok(data.len() as u32);
         }
     }
@@ -251,7 +297,14 @@ impl Fs {
         }
     }
 
-    fn write_locked(&self, st: &mut State, ino: u64, off: u64, data: &[u8]) -> Result<()> {
+    fn write_locked(
+        &self,
+        st: &mut State,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        pre: &mut Vec<PreRead>,
+    ) -> Result<()> {
         let rs = self.record;
         let mut i = self.inode(st, ino)?;
         if i.kind != FileKind::File {
@@ -271,7 +324,7 @@ impl Fs {
                 st.dirty.take_block(ino, blk);
                 Vec::with_capacity(hi)
             } else {
-                self.editable_block(st, ino, blk)?
+                self.editable_block(st, ino, blk, pre)?
             };
             let src = (bstart + lo as u64 - off) as usize;
             put_part(&mut buf, lo, &data[src..src + (hi - lo)]);
@@ -285,14 +338,17 @@ impl Fs {
         Ok(())
     }
 
-    /// Kicks the flusher once an eighth of the dirty limit is buffered, so
-    /// that flushing overlaps with writing; writers wait for a flush above
-    /// twice the limit.
-    fn throttle(&self, dirty: u64) -> Result<()> {
+    /// Kicks the flusher once users wrote an eighth of the dirty limit, so
+    /// that flushing overlaps with writing, or once the buffered blocks take
+    /// half of it. Small writes scattered over many blocks buffer a whole
+    /// block each: flushing them by what was written would write a block per
+    /// write, while waiting lets later writes land in the same blocks.
+    /// Writers wait for a flush above twice the limit.
+    fn throttle(&self, dirty: u64, written: u64) -> Result<()> {
         let limit = self.pool.config.dirty_limit_mib << 20;
         if dirty > 2 * limit {
             self.flush()?;
-        } else if dirty > limit / 8 {
+        } else if written > limit / 8 && dirty > limit / 8 || dirty > limit / 2 {
             self.kick_flusher();
         }
         Ok(())
@@ -310,7 +366,7 @@ impl Fs {
         if size < i.size {
             let tail = (size % rs) as usize;
             if tail != 0 {
-                let mut b = self.editable_block(&mut st, ino, size / rs)?;
+                let mut b = self.editable_block(&mut st, ino, size / rs, &mut Vec::new())?;
                 b.truncate(tail);
                 st.dirty.put_block(ino, size / rs, Arc::new(b));
             }
@@ -374,7 +430,7 @@ impl Fs {
             let mut b = if lo == 0 && hi as u64 == rs {
                 Vec::new()
             } else {
-                self.editable_block(st, ino, blk)?
+                self.editable_block(st, ino, blk, &mut Vec::new())?
             };
             if lo < b.len() {
                 let h = hi.min(b.len());
@@ -428,6 +484,15 @@ fn put_part(buf: &mut Vec<u8>, lo: usize, part: &[u8]) {
 
 /// Copies the part of a block (starting at file offset `bstart`) that lies
 /// in the output buffer (starting at file offset `off`).
+/// A committed block read before taking the state lock, for a write's
+/// read-modify-write. Valid while the block's extent is still `ext`: chunk
+/// ids are never reused, so the same extent means the same bytes.
+struct PreRead {
+    blk: u64,
+    ext: Extent,
+    data: Vec<u8>,
+}
+
 /// Zeroes what no block writes in a read buffer, so that it may start with
 /// any contents: blocks claim their byte ranges in file order, and the gaps
 /// between claims (holes, tails past a block's valid length) and after the

@@ -29,6 +29,9 @@ pub struct Overlay {
     pub orphans_del: HashSet<u64>,
     /// Bytes of buffered blocks.
     pub bytes: u64,
+    /// Bytes written by users (a 4 KiB write into a 64 KiB block counts
+    /// 4 KiB here and 64 KiB in `bytes`).
+    pub written: u64,
     /// Set when any change is recorded.
     pub changed: bool,
 }

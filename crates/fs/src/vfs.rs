@@ -52,6 +52,8 @@ pub struct Fs {
     /// transaction per element. Dropped at every commit of a flush (with
     /// the state lock held) and at every flusher tick.
     ns_read: Mutex<Option<Arc<MetaRead>>>,
+    /// Blocks the last flushes wrote, for read-modify-write (`recent.rs`).
+    pub(crate) recent: crate::recent::RecentBlocks,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -75,6 +77,8 @@ impl Fs {
         let orphans = r.orphans()?;
         drop(r);
         let record = pool.record_size();
+        let recent =
+            crate::recent::RecentBlocks::new((pool.config.dirty_limit_mib << 20) as usize / 2);
         let fs = Arc::new(Fs {
             pool,
             st: Mutex::new(State {
@@ -92,6 +96,7 @@ impl Fs {
             retained: parking_lot::RwLock::new(Vec::new()),
             hashing: AtomicBool::new(false),
             ns_read: Mutex::new(None),
+            recent,
         });
         fs.refresh_retained()?;
         if !orphans.is_empty() {
@@ -271,11 +276,21 @@ impl Fs {
         ino: u64,
         blk: u64,
     ) -> Result<Option<Vec<u8>>> {
-        let Some(e) = r.get(&ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes()))? else {
-            return Ok(None);
-        };
-        let ext = Extent::decode(&e.payload)?;
-        self.read_extent(r, ino, blk, &ext).map(Some)
+        match self.committed_extent(r, ino, blk)? {
+            Some(ext) => self.read_extent(r, ino, blk, &ext).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The committed extent of a block; None if it is a hole.
+    pub(crate) fn committed_extent(
+        &self,
+        r: &MetaRead,
+        ino: u64,
+        blk: u64,
+    ) -> Result<Option<Extent>> {
+        let key = ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes());
+        r.get(&key)?.map(|e| Extent::decode(&e.payload)).transpose()
     }
 
     pub(crate) fn read_extent(
@@ -285,7 +300,11 @@ impl Fs {
         blk: u64,
         ext: &Extent,
     ) -> Result<Vec<u8>> {
-        let mut data = self.with_chunk(r, ino, blk, ext, |rec| self.pool.chunks.read_block(rec))?;
+        let mut data =
+            self.with_chunk(r, ino, blk, ext, |rec| match self.recent.get(&rec.hash) {
+                Some(b) if b.len() == rec.raw_len as usize => Ok((*b).clone()),
+                _ => self.pool.chunks.read_block(rec),
+            })?;
         data.truncate(ext.len as usize);
         Ok(data)
     }
