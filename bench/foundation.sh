@@ -18,6 +18,8 @@
 #   TAR_SRC=...      tree to tar for the untar test (default: rust-src or /usr/share/doc)
 #   CAIRN_MOUNT_OPTS="--commit-interval 5"  extra options for `cairn mount`
 #   KEEP=1           keep the work dir
+#   STEPS="files untar"  run only these measurements (of seq_write cold_read
+#                    warm_read fio files untar; the reads need seq_write)
 # Quick run: SIZE_GB=1 FILES=10000 RUNS=1 FIO_SECONDS=5 bench/foundation.sh
 set -euo pipefail
 
@@ -225,14 +227,20 @@ print("%.1f" % (n / (time.monotonic() - t)))
 '
 
 bench_files() {
-    local d
+    local d r c=() s=() u=()
     d=$(dir_of "$1")/files
-    mkdir -p "$d"
-    RES[create,$1]=$(python3 -c "$FILES_PY" create "$d" "$FILES")
-    make_cold "$1" # stat from a cold cache, not from the kernel's attribute cache
-    RES[stat,$1]=$(python3 -c "$FILES_PY" stat "$d" "$FILES")
-    RES[unlink,$1]=$(python3 -c "$FILES_PY" unlink "$d" "$FILES")
-    rmdir "$d"
+    for r in $(seq "$RUNS"); do
+        mkdir -p "$d"
+        c+=("$(python3 -c "$FILES_PY" create "$d" "$FILES")")
+        make_cold "$1" # stat from a cold cache, not from the kernel's attribute cache
+        s+=("$(python3 -c "$FILES_PY" stat "$d" "$FILES")")
+        u+=("$(python3 -c "$FILES_PY" unlink "$d" "$FILES")")
+        rmdir "$d"
+        log "files round $r: $1 create ${c[-1]} stat ${s[-1]} unlink ${u[-1]} ops/s"
+    done
+    RES[create,$1]=$(median "${c[@]}")
+    RES[stat,$1]=$(median "${s[@]}")
+    RES[unlink,$1]=$(median "${u[@]}")
 }
 
 make_tarball() {
@@ -282,7 +290,7 @@ print_table() {
     echo
     echo "Cairn $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores," \
         "$(uname -r), work dir on $(findmnt -n -o FSTYPE -T "$W"); medians of $RUNS runs" \
-        "for write, reads and untar. Higher is better."
+        "(fio: one run each). Higher is better."
     echo
     echo "| measurement | native | bindfs | cairn | cairn/native | cairn/bindfs |"
     echo "|---|---:|---:|---:|---:|---:|"
@@ -308,7 +316,7 @@ main() {
     mount_target cairn
     local step t
     # one measurement at a time across all targets, so they see the same machine state
-    for step in seq_write cold_read warm_read fio files untar; do
+    for step in ${STEPS:-seq_write cold_read warm_read fio files untar}; do
         if [ "$step" = seq_write ] || [ "$step" = cold_read ]; then
             "bench_${step}_all"
             continue
