@@ -1,6 +1,6 @@
 //! Appending chunks: the open segment and a write batch. A batch seals
 //! blocks straight into the open segment's aligned buffer, hands each full
-//! buffer (1 MiB) to a writer thread (`wpipe.rs`) and goes on sealing into
+//! buffer (4 MiB) to a writer thread (`wpipe.rs`) and goes on sealing into
 //! the next while it is written, opens a new segment when the current one
 //! is full, and on `finish` writes the rest, waits for every write and syncs
 //! every device it touched. Writes are whole DIRECT_ALIGN blocks with

@@ -274,9 +274,6 @@ impl Fs {
     }
 }
 
-/// One more reference to a stored chunk; returns its id.
-/// The stored chunk with content hash `h`: the index gives a candidate by
-/// the hash's first 6 bytes, and the chunk record's full hash confirms it.
 /// Blocks hashed per window of the flush's hashing thread.
 const HASH_WINDOW: usize = 64;
 
@@ -346,6 +343,8 @@ impl<'a> BlockSink<'a> {
     }
 }
 
+/// The stored chunk with content hash `h`: the index gives a candidate by
+/// the hash's first 6 bytes, and the chunk record's full hash confirms it.
 fn indexed_chunk(r: &MetaRead, h: &Hash) -> Result<Option<u64>> {
     let Some(id) = r.dedup(h)? else {
         return Ok(None);
@@ -356,6 +355,7 @@ fn indexed_chunk(r: &MetaRead, h: &Hash) -> Result<Option<u64>> {
     Ok((ChunkRec::decode(&raw)?.hash == *h).then_some(id))
 }
 
+/// One more reference to a stored chunk; returns its id.
 fn add_ref(w: &mut MetaWrite<'_>, id: u64) -> Result<u64> {
     let raw = w
         .chunk(id)?
