@@ -4,12 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq fuse3 build-essential pkg-config >/dev/null
-if ! command -v cargo >/dev/null; then
-  apt-get install -y -qq cargo rustc >/dev/null
-fi
+bash scripts/deps.sh
 cargo build --release -p cairn-cli
 install -m 0755 target/release/cairn /usr/local/bin/cairn
 POOL=${POOL:-$PWD/pool}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what Cairn needs on Debian (as root): `deps.sh` for building and
+# running it, `deps.sh test` also for the test suite and benchmarks. Called
+# by setup.sh and test.sh, so each of the README's commands works alone.
+set -euo pipefail
+export PATH="$HOME/.cargo/bin:$PATH"
+export DEBIAN_FRONTEND=noninteractive
+pkgs=(fuse3 build-essential pkg-config)
+if [ "${1:-}" = test ]; then
+  # setfattr/getfattr (attr), fio, bindfs and sqlite3 for tests and benches,
+  # e2fsprogs for the small loop filesystems of the full-host tests.
+  pkgs+=(fio bindfs sqlite3 git attr e2fsprogs util-linux)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  apt-get update -qq
+  apt-get install -y -qq cargo rustc >/dev/null
+fi
+if [ "${1:-}" = test ]; then
+  command -v rustup >/dev/null && { rustup component add rustfmt clippy >/dev/null 2>&1 || true; }
+  command -v cargo-clippy >/dev/null || apt-get install -y -qq rust-clippy >/dev/null 2>&1 || true
+  command -v rustfmt >/dev/null || apt-get install -y -qq rustfmt >/dev/null 2>&1 || true
+fi
