@@ -6,6 +6,13 @@ pub enum MetaError {
     Db(String),
     #[error("corrupt metadata element {key}: {why}")]
     Corrupt { key: String, why: String },
+    #[error(
+        "metadata store {file} is damaged ({why}); the pool was not opened. \
+         `cairn check POOL` lists the files it can attribute the damage to"
+    )]
+    Damaged { file: String, why: String },
+    #[error("metadata store failed on a damaged page: {0}")]
+    Panicked(String),
     #[error("metadata store is already open (is the pool mounted by another process?)")]
     AlreadyOpen,
 }

@@ -54,13 +54,40 @@ fn tid_before_time(
 /// Decodes a stored history element.
 fn hist_element(k: &[u8], v: &[u8]) -> Result<Element> {
     let (key, create_tid) = split_hist_key(k);
-    let (delete_tid, payload) = decode_value(key.as_bytes(), v)?;
+    let (delete_tid, payload) = decode_value(k, v)?;
     Ok(Element {
         key,
         create_tid,
         delete_tid,
         payload,
     })
+}
+
+/// A store that failed its integrity check is `Damaged`, naming the file;
+/// other open errors keep their kind.
+fn damaged_or(path: &Path, e: redb::DatabaseError) -> MetaError {
+    match e {
+        redb::DatabaseError::Storage(redb::StorageError::Corrupted(why)) => MetaError::Damaged {
+            file: path.display().to_string(),
+            why,
+        },
+        e => e.into(),
+    }
+}
+
+/// Runs a read of the store, turning a panic inside redb (which a damaged
+/// page that slipped past the checks can cause) into an error for the one
+/// caller instead of killing the thread that serves it.
+fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|p| Err(MetaError::Panicked(panic_text(&*p))))
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 fn range_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
@@ -90,9 +117,15 @@ impl MetaStore {
         if file.metadata().map_err(io)?.len() == 0 {
             return Err(MetaError::Db(format!("{}: empty file", path.display())));
         }
+        // Every page of the committed trees is checked against the checksum
+        // its parent holds before the pool is used: a file damaged while the
+        // pool was closed is refused here, instead of answering lookups from
+        // damaged pages (which can lose elements silently or panic).
         let db = Database::builder()
             .set_cache_size(cache_bytes)
-            .create_with_backend(CachedFile::new(file, pages))?;
+            .set_check_integrity_on_open(true)
+            .create_with_backend(CachedFile::new(file, pages))
+            .map_err(|e| damaged_or(path, e))?;
         let s = MetaStore { db };
         // Converts tables of an older format, then creates the tables a
         // newer release added (opening them in a write transaction).
@@ -107,12 +140,14 @@ impl MetaStore {
     }
 
     pub fn read(&self) -> Result<MetaRead> {
-        let txn = self.db.begin_read()?;
-        Ok(MetaRead {
-            live: txn.open_table(LIVE)?,
-            hist: txn.open_table(HIST)?,
-            chunks: txn.open_table(CHUNKS)?,
-            txn,
+        guarded(|| {
+            let txn = self.db.begin_read()?;
+            Ok(MetaRead {
+                live: txn.open_table(LIVE)?,
+                hist: txn.open_table(HIST)?,
+                chunks: txn.open_table(CHUNKS)?,
+                txn,
+            })
         })
     }
 
@@ -121,28 +156,34 @@ impl MetaStore {
         &self,
         f: impl FnOnce(&mut MetaWrite<'_>) -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
-        let mut txn = self.db.begin_write().map_err(MetaError::from)?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(MetaError::from)?;
-        txn.set_quick_repair(true);
-        let r = {
-            let mut w = MetaWrite {
-                live: txn.open_table(LIVE).map_err(MetaError::from)?,
-                hist: txn.open_table(HIST).map_err(MetaError::from)?,
-                ends: txn.open_table(ENDS).map_err(MetaError::from)?,
-                chunks: txn.open_table(CHUNKS).map_err(MetaError::from)?,
-                segments: txn.open_table(SEGMENTS).map_err(MetaError::from)?,
-                counters: txn.open_table(COUNTERS).map_err(MetaError::from)?,
-                tids: txn.open_table(TIDS).map_err(MetaError::from)?,
-                orphans: txn.open_table(ORPHANS).map_err(MetaError::from)?,
-                devices: txn.open_table(DEVICES).map_err(MetaError::from)?,
-                snapshots: txn.open_table(SNAPSHOTS).map_err(MetaError::from)?,
-                dedup: txn.open_table(DEDUP).map_err(MetaError::from)?,
+        // A panic inside redb (a damaged page) aborts the transaction and
+        // becomes an error, as in reads.
+        let run = std::panic::AssertUnwindSafe(|| {
+            let mut txn = self.db.begin_write().map_err(MetaError::from)?;
+            txn.set_durability(Durability::Immediate)
+                .map_err(MetaError::from)?;
+            txn.set_quick_repair(true);
+            let r = {
+                let mut w = MetaWrite {
+                    live: txn.open_table(LIVE).map_err(MetaError::from)?,
+                    hist: txn.open_table(HIST).map_err(MetaError::from)?,
+                    ends: txn.open_table(ENDS).map_err(MetaError::from)?,
+                    chunks: txn.open_table(CHUNKS).map_err(MetaError::from)?,
+                    segments: txn.open_table(SEGMENTS).map_err(MetaError::from)?,
+                    counters: txn.open_table(COUNTERS).map_err(MetaError::from)?,
+                    tids: txn.open_table(TIDS).map_err(MetaError::from)?,
+                    orphans: txn.open_table(ORPHANS).map_err(MetaError::from)?,
+                    devices: txn.open_table(DEVICES).map_err(MetaError::from)?,
+                    snapshots: txn.open_table(SNAPSHOTS).map_err(MetaError::from)?,
+                    dedup: txn.open_table(DEDUP).map_err(MetaError::from)?,
+                };
+                f(&mut w)?
             };
-            f(&mut w)?
-        };
-        txn.commit().map_err(MetaError::from)?;
-        Ok(r)
+            txn.commit().map_err(MetaError::from)?;
+            Ok(r)
+        });
+        std::panic::catch_unwind(run)
+            .unwrap_or_else(|p| Err(MetaError::Panicked(panic_text(&*p)).into()))
     }
 }
 
@@ -157,213 +198,245 @@ pub struct MetaRead {
 impl MetaRead {
     /// The live element with this key.
     pub fn get(&self, key: &ElemKey) -> Result<Option<Element>> {
-        match self.live.get(key.as_bytes())? {
+        guarded(|| match self.live.get(key.as_bytes())? {
             Some(v) => live_element(key.as_bytes(), v.value()).map(Some),
             None => Ok(None),
-        }
+        })
     }
 
     /// The element with this key as it was at `tid`: the live one if it was
     /// created by then, else the newest ended one created by then and
     /// deleted after it. Two B-tree lookups whatever the history length.
     pub fn get_asof(&self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
-        if let Some(e) = self.get(key)? {
-            if e.create_tid <= tid {
-                return Ok(Some(e));
+        guarded(|| {
+            if let Some(e) = self.get(key)? {
+                if e.create_tid <= tid {
+                    return Ok(Some(e));
+                }
             }
-        }
-        let lo = hist_key(key.as_bytes(), 0);
-        let hi = hist_key(key.as_bytes(), tid);
-        let mut it = self.hist.range::<&[u8]>(lo.as_slice()..=hi.as_slice())?;
-        if let Some(r) = it.next_back() {
-            let (k, v) = r?;
-            let e = hist_element(k.value(), v.value())?;
-            if tid < e.delete_tid {
-                return Ok(Some(e));
+            let lo = hist_key(key.as_bytes(), 0);
+            let hi = hist_key(key.as_bytes(), tid);
+            let mut it = self.hist.range::<&[u8]>(lo.as_slice()..=hi.as_slice())?;
+            if let Some(r) = it.next_back() {
+                let (k, v) = r?;
+                let e = hist_element(k.value(), v.value())?;
+                if tid < e.delete_tid {
+                    return Ok(Some(e));
+                }
             }
-        }
-        Ok(None)
+            Ok(None)
+        })
     }
 
     /// Every element with this prefix that was visible at `tid`, in key
     /// order: the live ones created by then merged with the ended ones that
     /// were alive then. Costs the prefix's live elements plus its history.
     pub fn scan_asof(&self, prefix: &[u8], tid: u64) -> Result<Vec<Element>> {
-        let (lo, end) = range_bounds(prefix);
-        let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        let mut out = Vec::new();
-        for r in self.live.range::<&[u8]>((lo, hi))? {
-            let (k, v) = r?;
-            let e = live_element(k.value(), v.value())?;
-            if e.create_tid <= tid {
-                out.push(e);
+        guarded(|| {
+            let (lo, end) = range_bounds(prefix);
+            let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let mut out = Vec::new();
+            for r in self.live.range::<&[u8]>((lo, hi))? {
+                let (k, v) = r?;
+                let e = live_element(k.value(), v.value())?;
+                if e.create_tid <= tid {
+                    out.push(e);
+                }
             }
-        }
-        for r in self.hist.range::<&[u8]>((lo, hi))? {
-            let (k, v) = r?;
-            let e = hist_element(k.value(), v.value())?;
-            if e.visible_at(tid) {
-                out.push(e);
+            for r in self.hist.range::<&[u8]>((lo, hi))? {
+                let (k, v) = r?;
+                let e = hist_element(k.value(), v.value())?;
+                if e.visible_at(tid) {
+                    out.push(e);
+                }
             }
-        }
-        out.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(out)
+            out.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok(out)
+        })
     }
 
     /// Every version of one element still stored, oldest first (ended ones
     /// from history, then the live one).
     pub fn versions(&self, key: &ElemKey) -> Result<Vec<Element>> {
-        let lo = hist_key(key.as_bytes(), 0);
-        let hi = hist_key(key.as_bytes(), TID_MAX);
-        let mut out = Vec::new();
-        for r in self.hist.range::<&[u8]>(lo.as_slice()..=hi.as_slice())? {
-            let (k, v) = r?;
-            out.push(hist_element(k.value(), v.value())?);
-        }
-        out.extend(self.get(key)?);
-        Ok(out)
+        guarded(|| {
+            let lo = hist_key(key.as_bytes(), 0);
+            let hi = hist_key(key.as_bytes(), TID_MAX);
+            let mut out = Vec::new();
+            for r in self.hist.range::<&[u8]>(lo.as_slice()..=hi.as_slice())? {
+                let (k, v) = r?;
+                out.push(hist_element(k.value(), v.value())?);
+            }
+            out.extend(self.get(key)?);
+            Ok(out)
+        })
     }
 
     /// All live elements whose key starts with `prefix`, in key order,
     /// starting at `from` (inclusive) if given.
     pub fn scan(&self, prefix: &[u8], from: Option<&[u8]>, limit: usize) -> Result<Vec<Element>> {
-        let (lo, end) = range_bounds(prefix);
-        let lo = from.map_or(lo, Bound::Included);
-        let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        let mut out = Vec::new();
-        for r in self.live.range::<&[u8]>((lo, hi))? {
-            let (k, v) = r?;
-            out.push(live_element(k.value(), v.value())?);
-            if out.len() >= limit {
-                break;
+        guarded(|| {
+            let (lo, end) = range_bounds(prefix);
+            let lo = from.map_or(lo, Bound::Included);
+            let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let mut out = Vec::new();
+            for r in self.live.range::<&[u8]>((lo, hi))? {
+                let (k, v) = r?;
+                out.push(live_element(k.value(), v.value())?);
+                if out.len() >= limit {
+                    break;
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Every ended element (for check): calls `f` on each.
     pub fn for_each_hist(&self, mut f: impl FnMut(Element)) -> Result<()> {
-        for r in self.hist.iter()? {
-            let (k, v) = r?;
-            f(hist_element(k.value(), v.value())?);
-        }
-        Ok(())
+        guarded(|| {
+            for r in self.hist.iter()? {
+                let (k, v) = r?;
+                f(hist_element(k.value(), v.value())?);
+            }
+            Ok(())
+        })
     }
 
     /// Every live element (for check): calls `f` on each.
     pub fn for_each_live(&self, mut f: impl FnMut(Element)) -> Result<()> {
-        for r in self.live.iter()? {
-            let (k, v) = r?;
-            f(live_element(k.value(), v.value())?);
-        }
-        Ok(())
+        guarded(|| {
+            for r in self.live.iter()? {
+                let (k, v) = r?;
+                f(live_element(k.value(), v.value())?);
+            }
+            Ok(())
+        })
     }
 
     pub fn chunk(&self, id: u64) -> Result<Option<Vec<u8>>> {
-        Ok(self.chunks.get(id)?.map(|v| v.value().to_vec()))
+        guarded(|| Ok(self.chunks.get(id)?.map(|v| v.value().to_vec())))
     }
 
     pub fn for_each_chunk(&self, mut f: impl FnMut(u64, &[u8])) -> Result<()> {
-        for r in self.chunks.iter()? {
-            let (k, v) = r?;
-            f(k.value(), v.value());
-        }
-        Ok(())
+        guarded(|| {
+            for r in self.chunks.iter()? {
+                let (k, v) = r?;
+                f(k.value(), v.value());
+            }
+            Ok(())
+        })
     }
 
     pub fn segments(&self) -> Result<Vec<(u64, Vec<u8>)>> {
-        let t = self.txn.open_table(SEGMENTS)?;
-        let mut out = Vec::new();
-        for r in t.iter()? {
-            let (k, v) = r?;
-            out.push((k.value(), v.value().to_vec()));
-        }
-        Ok(out)
+        guarded(|| {
+            let t = self.txn.open_table(SEGMENTS)?;
+            let mut out = Vec::new();
+            for r in t.iter()? {
+                let (k, v) = r?;
+                out.push((k.value(), v.value().to_vec()));
+            }
+            Ok(out)
+        })
     }
 
     pub fn counter(&self, name: &str) -> Result<u64> {
-        let t = self.txn.open_table(COUNTERS)?;
-        Ok(t.get(name)?.map_or(0, |v| v.value()))
+        guarded(|| {
+            let t = self.txn.open_table(COUNTERS)?;
+            Ok(t.get(name)?.map_or(0, |v| v.value()))
+        })
     }
 
     pub fn orphans(&self) -> Result<Vec<u64>> {
-        let t = self.txn.open_table(ORPHANS)?;
-        let mut out = Vec::new();
-        for r in t.iter()? {
-            out.push(r?.0.value());
-        }
-        Ok(out)
+        guarded(|| {
+            let t = self.txn.open_table(ORPHANS)?;
+            let mut out = Vec::new();
+            for r in t.iter()? {
+                out.push(r?.0.value());
+            }
+            Ok(out)
+        })
     }
 
     pub fn devices(&self) -> Result<Vec<(u32, Vec<u8>)>> {
-        let t = self.txn.open_table(DEVICES)?;
-        let mut out = Vec::new();
-        for r in t.iter()? {
-            let (k, v) = r?;
-            out.push((k.value(), v.value().to_vec()));
-        }
-        Ok(out)
+        guarded(|| {
+            let t = self.txn.open_table(DEVICES)?;
+            let mut out = Vec::new();
+            for r in t.iter()? {
+                let (k, v) = r?;
+                out.push((k.value(), v.value().to_vec()));
+            }
+            Ok(out)
+        })
     }
 
     /// The chunk the index names for this hash: a candidate whose record
     /// the caller must confirm holds the same full hash (see dedup.rs).
     pub fn dedup(&self, hash: &[u8]) -> Result<Option<u64>> {
-        let t = self.txn.open_table(DEDUP)?;
-        Ok(t.get(dedup::key(hash))?.map(|v| dedup::decode(v.value())))
+        guarded(|| {
+            let t = self.txn.open_table(DEDUP)?;
+            Ok(t.get(dedup::key(hash))?.map(|v| dedup::decode(v.value())))
+        })
     }
 
     /// Every dedup index entry: (first 7 hash bytes, chunk id).
     pub fn for_each_dedup(&self, mut f: impl FnMut([u8; 6], u64)) -> Result<()> {
-        let t = self.txn.open_table(DEDUP)?;
-        for r in t.iter()? {
-            let (k, v) = r?;
-            f(k.value(), dedup::decode(v.value()));
-        }
-        Ok(())
+        guarded(|| {
+            let t = self.txn.open_table(DEDUP)?;
+            for r in t.iter()? {
+                let (k, v) = r?;
+                f(k.value(), dedup::decode(v.value()));
+            }
+            Ok(())
+        })
     }
 
     /// Entries in the dedup index and the bytes of the pages that hold it
     /// (keys, values, branch pages and free space inside pages): the most
     /// RAM the index takes when all of it is cached.
     pub fn dedup_size(&self) -> Result<(u64, u64)> {
-        let t = self.txn.open_table(DEDUP)?;
-        let s = t.stats()?;
-        let bytes = s.stored_bytes() + s.metadata_bytes() + s.fragmented_bytes();
-        Ok((t.len()?, bytes))
+        guarded(|| {
+            let t = self.txn.open_table(DEDUP)?;
+            let s = t.stats()?;
+            let bytes = s.stored_bytes() + s.metadata_bytes() + s.fragmented_bytes();
+            Ok((t.len()?, bytes))
+        })
     }
 
     /// All snapshots: name -> encoded record.
     pub fn snapshots(&self) -> Result<Vec<(String, Vec<u8>)>> {
-        let t = self.txn.open_table(SNAPSHOTS)?;
-        let mut out = Vec::new();
-        for r in t.iter()? {
-            let (k, v) = r?;
-            out.push((k.value().to_string(), v.value().to_vec()));
-        }
-        Ok(out)
+        guarded(|| {
+            let t = self.txn.open_table(SNAPSHOTS)?;
+            let mut out = Vec::new();
+            for r in t.iter()? {
+                let (k, v) = r?;
+                out.push((k.value().to_string(), v.value().to_vec()));
+            }
+            Ok(out)
+        })
     }
 
     /// The newest TID committed at or before `time_ns`.
     pub fn tid_before_time(&self, time_ns: u64) -> Result<Option<u64>> {
-        tid_before_time(&self.txn.open_table(TIDS)?, 0, time_ns)
+        guarded(|| tid_before_time(&self.txn.open_table(TIDS)?, 0, time_ns))
     }
 
     /// (tid, commit time ns) of the newest commit at or before `tid`.
     pub fn tid_time(&self, tid: u64) -> Result<Option<(u64, u64)>> {
-        let t = self.txn.open_table(TIDS)?;
-        let r = t.range(..=tid)?.next_back();
-        Ok(match r {
-            Some(r) => {
-                let (k, v) = r?;
-                Some((k.value(), v.value()))
-            }
-            None => None,
+        guarded(|| {
+            let t = self.txn.open_table(TIDS)?;
+            let r = t.range(..=tid)?.next_back();
+            Ok(match r {
+                Some(r) => {
+                    let (k, v) = r?;
+                    Some((k.value(), v.value()))
+                }
+                None => None,
+            })
         })
     }
 
     /// Numbers of live elements, ended elements and chunks.
     pub fn sizes(&self) -> Result<(u64, u64, u64)> {
-        Ok((self.live.len()?, self.hist.len()?, self.chunks.len()?))
+        guarded(|| Ok((self.live.len()?, self.hist.len()?, self.chunks.len()?)))
     }
 }
 
@@ -404,7 +477,7 @@ impl MetaWrite<'_> {
         );
         let hk = hist_key(key.as_bytes(), create_tid);
         self.hist
-            .insert(hk.as_slice(), encode_value(tid, &payload).as_slice())?;
+            .insert(hk.as_slice(), encode_value(&hk, tid, &payload).as_slice())?;
         self.ends.insert((tid, hk.as_slice()), ())?;
         Ok(Some(Element {
             key: key.clone(),
@@ -418,8 +491,10 @@ impl MetaWrite<'_> {
     /// Returns the ended element, if any.
     pub fn put(&mut self, key: &ElemKey, payload: &[u8], tid: u64) -> Result<Option<Element>> {
         let old = self.end(key, tid)?;
-        self.live
-            .insert(key.as_bytes(), encode_value(tid, payload).as_slice())?;
+        self.live.insert(
+            key.as_bytes(),
+            encode_value(key.as_bytes(), tid, payload).as_slice(),
+        )?;
         Ok(old)
     }
 
@@ -458,7 +533,7 @@ impl MetaWrite<'_> {
             for (delete_tid, hk, key, create_tid) in victims {
                 let v = self.hist.get(hk.as_slice())?;
                 let payload = match v {
-                    Some(v) => decode_value(key.as_bytes(), v.value())?.1,
+                    Some(v) => decode_value(&hk, v.value())?.1,
                     None => Vec::new(),
                 };
                 removed.push(Element {
@@ -479,7 +554,7 @@ impl MetaWrite<'_> {
                     key: key.to_string(),
                     why: "ends index names a missing history element".into(),
                 })?;
-            let (_, payload) = decode_value(key.as_bytes(), v.value())?;
+            let (_, payload) = decode_value(&hk, v.value())?;
             drop(v);
             removed.push(Element {
                 key,
