@@ -5,8 +5,8 @@ use anyhow::{bail, Result};
 use cairn_fs::{FsError, Pool};
 use std::path::Path;
 
-fn open(pool: &Path) -> Result<Pool> {
-    match Pool::open(pool, None) {
+fn opened(pool: &Path, r: cairn_fs::error::Result<Pool>) -> Result<Pool> {
+    match r {
         Err(FsError::Busy) => bail!(
             "pool {} is mounted; unmount it first (`cairn umount MOUNTPOINT`)",
             pool.display()
@@ -16,8 +16,12 @@ fn open(pool: &Path) -> Result<Pool> {
 }
 
 pub fn check(pool: &Path) -> Result<()> {
-    let p = open(pool)?;
-    let rep = cairn_fs::check::check_pool(&p)?;
+    let rep = match Pool::open(pool, None) {
+        Err(e) if e.meta_damage().is_some() => {
+            cairn_fs::salvage::salvage_pool(pool, e.meta_damage().unwrap_or_default())?
+        }
+        r => cairn_fs::check::check_pool(&opened(pool, r)?)?,
+    };
     for prob in &rep.problems {
         println!("PROBLEM: {prob}");
     }

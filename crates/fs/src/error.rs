@@ -66,6 +66,15 @@ pub enum FsError {
 }
 
 impl FsError {
+    /// Why the metadata store was refused at open, if it failed its
+    /// integrity check (see `salvage`).
+    pub fn meta_damage(&self) -> Option<&str> {
+        match self {
+            FsError::Meta(MetaError::Damaged { why, .. }) => Some(why),
+            _ => None,
+        }
+    }
+
     pub fn errno(&self) -> i32 {
         use FsError::*;
         match self {

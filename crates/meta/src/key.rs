@@ -49,16 +49,21 @@ impl ElemKey {
         obj.to_be_bytes().to_vec()
     }
 
+    /// The object id (a key too short to hold one, which only damage
+    /// makes, reads as the bytes it has, zero-padded).
     pub fn obj(&self) -> u64 {
-        u64::from_be_bytes(self.0[0..8].try_into().unwrap())
+        let mut b = [0u8; 8];
+        let n = self.0.len().min(8);
+        b[..n].copy_from_slice(&self.0[..n]);
+        u64::from_be_bytes(b)
     }
 
     pub fn rtype(&self) -> Option<RecordType> {
-        RecordType::from_u8(self.0[8])
+        self.0.get(8).and_then(|&t| RecordType::from_u8(t))
     }
 
     pub fn sub(&self) -> &[u8] {
-        &self.0[9..]
+        self.0.get(9..).unwrap_or(&[])
     }
 
     pub fn as_bytes(&self) -> &[u8] {

@@ -53,6 +53,12 @@ fn tid_before_time(
 
 /// Decodes a stored history element.
 fn hist_element(k: &[u8], v: &[u8]) -> Result<Element> {
+    if k.len() < 8 {
+        return Err(MetaError::Corrupt {
+            key: format!("{k:02x?}"),
+            why: "history key too short".into(),
+        });
+    }
     let (key, create_tid) = split_hist_key(k);
     let (delete_tid, payload) = decode_value(k, v)?;
     Ok(Element {
@@ -69,7 +75,7 @@ fn damaged_or(path: &Path, e: redb::DatabaseError) -> MetaError {
     match e {
         redb::DatabaseError::Storage(redb::StorageError::Corrupted(why)) => MetaError::Damaged {
             file: path.display().to_string(),
-            why,
+            why: format!("pages fail their checksums: {why}"),
         },
         e => e.into(),
     }
@@ -137,6 +143,22 @@ impl MetaStore {
         }
         s.write(|_| Ok::<_, MetaError>(()))?;
         Ok(s)
+    }
+
+    /// Opens a copy in RAM of a store that failed its integrity check, for
+    /// `cairn check` to find what can still be read and whom the damage
+    /// touches. The file itself is neither trusted nor changed; every read
+    /// of the copy is guarded, since its pages were not verified.
+    pub fn open_salvage(path: &Path) -> Result<Self> {
+        use redb::StorageBackend;
+        let io = |e: std::io::Error| MetaError::Db(format!("{}: {e}", path.display()));
+        let bytes = std::fs::read(path).map_err(io)?;
+        let mem = redb::backends::InMemoryBackend::new();
+        mem.set_len(bytes.len() as u64).map_err(io)?;
+        mem.write(0, &bytes).map_err(io)?;
+        drop(bytes);
+        let db = guarded(|| Ok(Database::builder().create_with_backend(mem)?))?;
+        Ok(MetaStore { db })
     }
 
     pub fn read(&self) -> Result<MetaRead> {
