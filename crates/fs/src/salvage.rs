@@ -133,24 +133,32 @@ fn extents(
 /// Full passes over the tables: failures here may be damage in records
 /// that no file the walk reached uses (history, other tables).
 fn unattributed(r: &MetaRead, rep: &mut CheckReport) {
-    let mut note = |table: &str, res: std::result::Result<(), cairn_meta::MetaError>| {
+    let mut bad = 0u64;
+    let passes = [
+        ("live elements", r.for_each_live(|_| {})),
+        ("history elements", r.for_each_hist(|_| {})),
+        (
+            "chunk records",
+            r.for_each_chunk(|_, raw| bad += ChunkRec::decode(raw).is_err() as u64),
+        ),
+        ("segment records", r.segments().map(|_| ())),
+    ];
+    for (table, res) in passes {
         if let Err(e) = res {
             rep.problems.push(format!(
                 "{table}: could not be read to the end ({e}); records past that point are not attributed to a file"
             ));
         }
-    };
-    note("live elements", r.for_each_live(|_| {}));
-    note("history elements", r.for_each_hist(|_| {}));
-    let mut bad = 0u64;
-    note(
-        "chunk records",
-        r.for_each_chunk(|_, raw| bad += ChunkRec::decode(raw).is_err() as u64),
-    );
-    note("segment records", r.segments().map(|_| ()));
-    drop(note);
+    }
     if bad > 0 {
         rep.problems
             .push(format!("{bad} chunk record(s) fail their checksum"));
+    }
+    if rep.problems.len() == 1 {
+        rep.problems.push(
+            "no file's current records are affected: the damage lies in pages that only \
+             history, free-space or system tables use"
+                .into(),
+        );
     }
 }
