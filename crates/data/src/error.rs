@@ -25,11 +25,19 @@ pub enum DataError {
 }
 
 impl DataError {
+    /// Out of space: the pool's devices, or the host filesystem under a
+    /// sparse device file (ENOSPC or EDQUOT from a device write).
     pub fn is_no_space(&self) -> bool {
-        matches!(
-            self,
-            DataError::NoSpace | DataError::Device(DeviceError::NoSpace)
-        )
+        match self {
+            DataError::NoSpace | DataError::Device(DeviceError::NoSpace) => true,
+            DataError::Device(DeviceError::Io { source, .. }) => {
+                matches!(
+                    source.raw_os_error(),
+                    Some(libc::ENOSPC) | Some(libc::EDQUOT)
+                )
+            }
+            _ => false,
+        }
     }
 }
 

@@ -324,6 +324,33 @@ impl ChunkStore {
         out
     }
 
+    /// A flush's metadata commit failed: forgets what that flush did to the
+    /// segments in RAM and goes back to the committed table. The open
+    /// segments are closed (what they held beyond the commit is unreferenced
+    /// and is never read), slots of segments the table does not know are
+    /// released, and records a failed prune changed are restored. Segment
+    /// ids stay unique (the counter does not go back). Call with no batch
+    /// running (under the filesystem's flush lock).
+    pub fn rollback(&self, committed: Vec<(u64, SegmentRec)>) -> Result<()> {
+        for m in [&self.open, &self.open_reloc] {
+            *m.lock() = None;
+        }
+        self.open_tail.store(0, Ordering::Relaxed);
+        let committed: HashMap<u64, SegmentRec> = committed.into_iter().collect();
+        let mut segs = self.segments.write();
+        let orphans: Vec<SlotAddr> = segs
+            .iter()
+            .filter(|(id, _)| !committed.contains_key(id))
+            .map(|(_, r)| SlotAddr {
+                device: r.device,
+                slot: r.slot,
+            })
+            .collect();
+        *segs = committed;
+        drop(segs);
+        self.release_slots(&orphans)
+    }
+
     /// Gives the slots of dropped segments back to their devices. Call only
     /// after the metadata transaction that removed them has committed.
     pub fn release_slots(&self, freed: &[SlotAddr]) -> Result<()> {

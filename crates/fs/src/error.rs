@@ -66,6 +66,12 @@ pub enum FsError {
 }
 
 impl FsError {
+    /// Out of space: the pool's devices, a host filesystem under a sparse
+    /// device, or the one holding the metadata store.
+    pub fn is_no_space(&self) -> bool {
+        self.errno() == libc::ENOSPC
+    }
+
     /// Why the metadata store was refused at open, if it failed its
     /// integrity check (see `salvage`).
     pub fn meta_damage(&self) -> Option<&str> {
@@ -94,6 +100,7 @@ impl FsError {
             ReadOnly => libc::EROFS,
             Busy => libc::EBUSY,
             Data(e) if e.is_no_space() => libc::ENOSPC,
+            Meta(MetaError::NoSpace(_) | MetaError::NoRoom(_)) => libc::ENOSPC,
             Device(DeviceError::NoSpace) => libc::ENOSPC,
             _ => libc::EIO,
         }

@@ -9,7 +9,7 @@ use crate::error::{FsError, Result};
 use crate::overlay::{Block, Overlay};
 use crate::types::{Extent, Time};
 use crate::vfs::Fs;
-use cairn_data::{ChunkRec, Hash};
+use cairn_data::{ChunkRec, Hash, SegmentRec};
 use cairn_devices::SlotAddr;
 use cairn_meta::{ElemKey, Element, MetaRead, MetaWrite, RecordType};
 use std::collections::{BTreeSet, HashMap};
@@ -65,7 +65,25 @@ impl Fs {
                 st.flushing = None;
                 drop(st);
                 self.pool.chunks.release_slots(&freed)?;
+                self.reserve.recover();
                 Ok(())
+            }
+            Err(e) if e.is_no_space() => {
+                tracing::warn!(
+                    "commit of tid {tid} found no space: {e}; its changes stay buffered"
+                );
+                let redb_failed = matches!(&e, FsError::Meta(cairn_meta::MetaError::NoSpace(_)));
+                if let Err(e2) = self.keep_uncommitted(ov, redb_failed) {
+                    tracing::error!("{e2}; the filesystem stops accepting changes");
+                    *self.failed.lock() = Some(e2.to_string());
+                    return Err(e2);
+                }
+                if self.reserve.spend() {
+                    // The reserve gave the metadata room: try once more.
+                    drop(last_tid);
+                    return self.flush_with(prune_all);
+                }
+                Err(FsError::NoSpace)
             }
             Err(e) => {
                 tracing::error!(
@@ -75,6 +93,30 @@ impl Fs {
                 Err(e)
             }
         }
+    }
+
+    /// A commit failed for lack of space: its overlay goes back under the
+    /// changes made since (nothing users were told was written is lost),
+    /// the data layer forgets the segments the flush wrote, and the store
+    /// is opened again if its file write failed (redb fails such a handle
+    /// from then on). The next flush tries again.
+    fn keep_uncommitted(&self, ov: Arc<Overlay>, meta_failed: bool) -> Result<()> {
+        let mut st = self.lock();
+        let flushing = st.flushing.take().expect("the failed overlay is flushing");
+        drop(ov);
+        let older = Arc::try_unwrap(flushing).unwrap_or_else(|shared| (*shared).clone());
+        st.dirty.absorb_older(older);
+        drop(st);
+        self.drop_ns_meta();
+        if meta_failed {
+            self.pool.meta.reopen()?;
+        }
+        let mut table = Vec::new();
+        for (id, raw) in self.meta()?.segments()? {
+            table.push((id, SegmentRec::decode(&raw)?));
+        }
+        self.pool.chunks.rollback(table)?;
+        Ok(())
     }
 
     pub fn last_tid(&self) -> u64 {
@@ -123,6 +165,7 @@ impl Fs {
         prune_all: bool,
     ) -> Result<Vec<SlotAddr>> {
         let t0 = std::time::Instant::now();
+        self.meta_room(ov)?;
         let (written, mut touched) = self.write_blocks(ov)?;
         let t1 = t0.elapsed();
         let r = self.commit_meta(ov, tid, next_ino, prune_all, &written, &mut touched);
@@ -134,6 +177,24 @@ impl Fs {
             t0.elapsed() - t1
         );
         r
+    }
+
+    /// Allocates room for this commit's metadata on the host filesystem
+    /// before anything is written, spending the reserve if that is what it
+    /// takes (see `reserve.rs`).
+    fn meta_room(&self, ov: &Overlay) -> Result<()> {
+        let changes = (ov.inodes.len()
+            + ov.dirents.values().map(|m| m.len()).sum::<usize>()
+            + ov.blocks.values().map(|m| m.len()).sum::<usize>()
+            + ov.xattrs.values().map(|m| m.len()).sum::<usize>()) as u64;
+        let need = self.reserve.headroom(changes);
+        match self.pool.meta.ensure_headroom(need) {
+            Err(cairn_meta::MetaError::NoRoom(why)) if self.reserve.spend() => {
+                tracing::warn!("{why}: spent the metadata reserve");
+                Ok(self.pool.meta.ensure_headroom(need)?)
+            }
+            r => Ok(r?),
+        }
     }
 
     fn commit_meta(

@@ -21,6 +21,7 @@ pub mod prune;
 pub mod readdir;
 pub mod reblock;
 mod recent;
+pub mod reserve;
 pub mod salvage;
 pub mod scrub;
 pub mod snapshot;

@@ -261,6 +261,7 @@ impl Fs {
             return Ok(0);
         }
         off.checked_add(data.len() as u64).ok_or(FsError::Invalid)?;
+        self.check_room()?;
         let mut pre = self.preread(ino, off, data.len() as u64);
         let mut reclaimed = 0;
         loop {

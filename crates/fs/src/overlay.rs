@@ -11,7 +11,7 @@ use std::sync::Arc;
 /// block up to the record size reads as zeros). Empty means a hole.
 pub type Block = Arc<Vec<u8>>;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Overlay {
     /// None = the inode and every element of it are deleted.
     pub inodes: HashMap<u64, Option<Inode>>,
@@ -117,5 +117,81 @@ impl Overlay {
     pub fn put_dirent(&mut self, dir: u64, subkey: Vec<u8>, ent: Option<DirEnt>) {
         self.changed = true;
         self.dirents.entry(dir).or_default().insert(subkey, ent);
+    }
+}
+
+impl Overlay {
+    /// Puts `older` (an overlay whose commit failed) under this one, so
+    /// that committing the result does what committing `older` and then
+    /// this one would have done. Nothing a user was told had been written
+    /// is lost when a commit fails for lack of space.
+    pub fn absorb_older(&mut self, older: Overlay) {
+        // Inodes this (newer) overlay deletes: their older changes are moot.
+        let gone: HashSet<u64> = self
+            .inodes
+            .iter()
+            .filter(|(_, i)| i.is_none())
+            .map(|(ino, _)| *ino)
+            .collect();
+
+        for (ino, i) in older.inodes {
+            self.inodes.entry(ino).or_insert(i);
+        }
+        for (ino, mut blocks) in older.blocks {
+            if gone.contains(&ino) {
+                continue;
+            }
+            if let Some(&t) = self.truncs.get(&ino) {
+                blocks.split_off(&t);
+            }
+            let mine = self.blocks.entry(ino).or_default();
+            for (blk, b) in blocks {
+                mine.entry(blk).or_insert(b);
+            }
+        }
+        for (ino, t) in older.truncs {
+            if !gone.contains(&ino) {
+                let cur = self.truncs.entry(ino).or_insert(t);
+                *cur = (*cur).min(t);
+            }
+        }
+        for (ino, target) in older.symlinks {
+            if !gone.contains(&ino) {
+                self.symlinks.entry(ino).or_insert(target);
+            }
+        }
+        merge_maps(&mut self.dirents, older.dirents, |ino| gone.contains(ino));
+        merge_maps(&mut self.xattrs, older.xattrs, |ino| gone.contains(ino));
+        let (adds, dels) = (&self.orphans_add, &self.orphans_del);
+        let add: Vec<u64> = older.orphans_add.difference(dels).copied().collect();
+        let del: Vec<u64> = older.orphans_del.difference(adds).copied().collect();
+        self.orphans_add.extend(add);
+        self.orphans_del.extend(del);
+        self.bytes = self
+            .blocks
+            .values()
+            .flat_map(|m| m.values())
+            .map(|b| b.len() as u64)
+            .sum();
+        self.written += older.written;
+        self.changed |= older.changed;
+    }
+}
+
+/// Adds the entries of `older` that `newer` does not override, skipping
+/// objects that `gone` says were deleted since.
+fn merge_maps<V>(
+    newer: &mut HashMap<u64, BTreeMap<Vec<u8>, V>>,
+    older: HashMap<u64, BTreeMap<Vec<u8>, V>>,
+    gone: impl Fn(&u64) -> bool,
+) {
+    for (ino, m) in older {
+        if gone(&ino) {
+            continue;
+        }
+        let mine = newer.entry(ino).or_default();
+        for (k, v) in m {
+            mine.entry(k).or_insert(v);
+        }
     }
 }

@@ -54,6 +54,8 @@ pub struct Fs {
     ns_read: Mutex<Option<Arc<MetaRead>>>,
     /// Blocks the last flushes wrote, for read-modify-write (`recent.rs`).
     pub(crate) recent: crate::recent::RecentBlocks,
+    /// Room kept on the metadata's host filesystem (`reserve.rs`).
+    pub(crate) reserve: crate::reserve::Reserve,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -79,6 +81,7 @@ impl Fs {
         let record = pool.record_size();
         let recent =
             crate::recent::RecentBlocks::new((pool.config.dirty_limit_mib << 20) as usize / 2);
+        let reserve = crate::reserve::Reserve::open(&crate::pool::PoolPaths::meta(&pool.path));
         let fs = Arc::new(Fs {
             pool,
             st: Mutex::new(State {
@@ -97,6 +100,7 @@ impl Fs {
             hashing: AtomicBool::new(false),
             ns_read: Mutex::new(None),
             recent,
+            reserve,
         });
         fs.refresh_retained()?;
         if !orphans.is_empty() {
@@ -135,6 +139,16 @@ impl Fs {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.st.lock()
+    }
+
+    /// For operations that add data: ENOSPC while the pool is short of
+    /// space (see `reserve.rs`), unless the space came back.
+    pub(crate) fn check_room(&self) -> Result<()> {
+        self.check_ok()?;
+        if self.reserve.is_short() && !self.reserve.recover() {
+            return Err(FsError::NoSpace);
+        }
+        Ok(())
     }
 
     pub(crate) fn check_ok(&self) -> Result<()> {

@@ -11,6 +11,13 @@ pub enum MetaError {
          `cairn check POOL` lists the files it can attribute the damage to"
     )]
     Damaged { file: String, why: String },
+    /// A write of the store's file failed for lack of space (the handle
+    /// must be reopened).
+    #[error("no space left for the metadata store: {0}")]
+    NoSpace(String),
+    /// Room for a commit could not be allocated; nothing was written.
+    #[error("no room on the host filesystem: {0}")]
+    NoRoom(String),
     #[error("metadata store failed on a damaged page: {0}")]
     Panicked(String),
     #[error("metadata store is already open (is the pool mounted by another process?)")]
@@ -27,13 +34,43 @@ macro_rules! from_redb {
     )*};
 }
 from_redb!(
-    redb::Error,
     redb::TransactionError,
     redb::TableError,
-    redb::StorageError,
-    redb::CommitError,
     redb::SetDurabilityError
 );
+
+/// ENOSPC or EDQUOT from the file under the store: the host filesystem
+/// that holds it is full.
+fn no_space(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+impl From<redb::StorageError> for MetaError {
+    fn from(e: redb::StorageError) -> Self {
+        match e {
+            redb::StorageError::Io(io) if no_space(&io) => MetaError::NoSpace(io.to_string()),
+            e => MetaError::Db(e.to_string()),
+        }
+    }
+}
+
+impl From<redb::CommitError> for MetaError {
+    fn from(e: redb::CommitError) -> Self {
+        match e {
+            redb::CommitError::Storage(s) => s.into(),
+            e => MetaError::Db(e.to_string()),
+        }
+    }
+}
+
+impl From<redb::Error> for MetaError {
+    fn from(e: redb::Error) -> Self {
+        match e {
+            redb::Error::Io(io) if no_space(&io) => MetaError::NoSpace(io.to_string()),
+            e => MetaError::Db(e.to_string()),
+        }
+    }
+}
 
 impl From<redb::DatabaseError> for MetaError {
     fn from(e: redb::DatabaseError) -> Self {

@@ -19,7 +19,20 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub struct MetaStore {
-    db: Database,
+    /// Replaced by `reopen` after a failed write: redb refuses every later
+    /// operation on a handle whose file write failed.
+    /// None while closed: a reopen failed (every operation then errs).
+    db: parking_lot::RwLock<Option<Database>>,
+    /// How to open the file again (None for stores not opened from a file).
+    reopen: Option<ReopenWith>,
+}
+
+struct ReopenWith {
+    path: std::path::PathBuf,
+    cache_bytes: usize,
+    pages: Arc<PageCache>,
+    /// For allocating room ahead of the file's end (`ensure_headroom`).
+    file: std::fs::File,
 }
 
 /// Decodes a stored live element.
@@ -103,7 +116,10 @@ fn range_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
 impl MetaStore {
     pub fn create(path: &Path) -> Result<Self> {
         let db = Database::builder().create(path)?;
-        let s = MetaStore { db };
+        let s = MetaStore {
+            db: parking_lot::RwLock::new(Some(db)),
+            reopen: None,
+        };
         s.write(|w| {
             w.set_counter("last_tid", 0)?;
             Ok::<_, MetaError>(())
@@ -114,6 +130,95 @@ impl MetaStore {
     /// Opens an existing store; redb reads its pages through `pages` (the
     /// SSD cache for metadata, when the pool has one).
     pub fn open(path: &Path, cache_bytes: usize, pages: Arc<PageCache>) -> Result<Self> {
+        let db = open_db(path, cache_bytes, pages.clone())?;
+        let s = MetaStore {
+            db: parking_lot::RwLock::new(Some(db)),
+            reopen: Some(ReopenWith {
+                path: path.to_path_buf(),
+                cache_bytes,
+                pages,
+                file: std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| MetaError::Db(format!("{}: {e}", path.display())))?,
+            }),
+        };
+        // Converts tables of an older format, then creates the tables a
+        // newer release added (opening them in a write transaction).
+        let txn = s.db()?.begin_write()?;
+        let moved = dedup::convert_v1(&txn)?;
+        txn.commit()?;
+        if moved > 0 {
+            tracing::info!("converted {moved} dedup index entries to dedup_v2");
+        }
+        s.write(|_| Ok::<_, MetaError>(()))?;
+        Ok(s)
+    }
+
+    /// Closes and opens the file again (verifying it, as at mount), after a
+    /// write failed, e.g. because the host filesystem was full: redb keeps
+    /// failing a handle once a write to its file failed. Read views taken
+    /// before keep working until dropped only if they need no more pages.
+    pub fn reopen(&self) -> Result<()> {
+        let Some(w) = &self.reopen else {
+            return Ok(());
+        };
+        let mut db = self.db.write();
+        // The old handle must let go of the file (and its lock) first.
+        drop(db.take());
+        *db = Some(open_db(&w.path, w.cache_bytes, w.pages.clone())?);
+        Ok(())
+    }
+
+    /// Makes sure `bytes` past the end of the store's file are allocated
+    /// on the host filesystem (without changing its size), so that the
+    /// next commit's writes cannot fail for lack of space there: redb fails
+    /// a handle for good once a write to its file failed. `NoSpace` when
+    /// the host cannot give them; filesystems without fallocate pass.
+    pub fn ensure_headroom(&self, bytes: u64) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let Some(w) = &self.reopen else {
+            return Ok(());
+        };
+        let len = w
+            .file
+            .metadata()
+            .map_err(|e| MetaError::Db(e.to_string()))?
+            .len();
+        // SAFETY: fallocate on a descriptor we own; KEEP_SIZE leaves the
+        // file's length to redb.
+        let r = unsafe {
+            libc::fallocate(
+                w.file.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                len as libc::off_t,
+                bytes as libc::off_t,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => Err(MetaError::NoRoom(format!(
+                "{}: no room for {bytes} bytes of metadata growth",
+                w.path.display()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The open handle, or an error while the store is closed.
+    fn db(&self) -> Result<parking_lot::MappedRwLockReadGuard<'_, Database>> {
+        parking_lot::RwLockReadGuard::try_map(self.db.read_recursive(), |d| d.as_ref()).map_err(
+            |_| MetaError::Db("the metadata store is closed after a failed write (remount)".into()),
+        )
+    }
+}
+
+/// Opens the store's file through the page cache, verifying every page.
+fn open_db(path: &Path, cache_bytes: usize, pages: Arc<PageCache>) -> Result<Database> {
+    {
         let io = |e: std::io::Error| MetaError::Db(format!("{}: {e}", path.display()));
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -132,19 +237,11 @@ impl MetaStore {
             .set_check_integrity_on_open(true)
             .create_with_backend(CachedFile::new(file, pages))
             .map_err(|e| damaged_or(path, e))?;
-        let s = MetaStore { db };
-        // Converts tables of an older format, then creates the tables a
-        // newer release added (opening them in a write transaction).
-        let txn = s.db.begin_write()?;
-        let moved = dedup::convert_v1(&txn)?;
-        txn.commit()?;
-        if moved > 0 {
-            tracing::info!("converted {moved} dedup index entries to dedup_v2");
-        }
-        s.write(|_| Ok::<_, MetaError>(()))?;
-        Ok(s)
+        Ok(db)
     }
+}
 
+impl MetaStore {
     /// Opens a copy in RAM of a store that failed its integrity check, for
     /// `cairn check` to find what can still be read and whom the damage
     /// touches. The file itself is neither trusted nor changed; every read
@@ -158,12 +255,15 @@ impl MetaStore {
         mem.write(0, &bytes).map_err(io)?;
         drop(bytes);
         let db = guarded(|| Ok(Database::builder().create_with_backend(mem)?))?;
-        Ok(MetaStore { db })
+        Ok(MetaStore {
+            db: parking_lot::RwLock::new(Some(db)),
+            reopen: None,
+        })
     }
 
     pub fn read(&self) -> Result<MetaRead> {
         guarded(|| {
-            let txn = self.db.begin_read()?;
+            let txn = self.db()?.begin_read()?;
             Ok(MetaRead {
                 live: txn.open_table(LIVE)?,
                 hist: txn.open_table(HIST)?,
@@ -181,7 +281,8 @@ impl MetaStore {
         // A panic inside redb (a damaged page) aborts the transaction and
         // becomes an error, as in reads.
         let run = std::panic::AssertUnwindSafe(|| {
-            let mut txn = self.db.begin_write().map_err(MetaError::from)?;
+            let db = self.db()?;
+            let mut txn = db.begin_write().map_err(MetaError::from)?;
             txn.set_durability(Durability::Immediate)
                 .map_err(MetaError::from)?;
             txn.set_quick_repair(true);
