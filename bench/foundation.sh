@@ -30,6 +30,12 @@ FIO_SECONDS=${FIO_SECONDS:-20}
 FIO_MB=${FIO_MB:-256}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 TARGETS=(native bindfs cairn)
+# BASE_BIN=/path/to/older/cairn adds the target "base": that binary on a pool
+# of its own, measured in the same rounds, with a cairn/base column (to show
+# a change costs nothing).
+[ -n "${BASE_BIN:-}" ] && TARGETS+=(base)
+# Each pool's device: room for the sequential file and the small files.
+POOL_DEV_GB=${POOL_DEV_GB:-$((SIZE_GB * 2 + 4))}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -55,9 +61,12 @@ build_cairn() {
 
 setup_dirs() {
     W=$(mktemp -d "$BENCH_DIR/cairn-bench.XXXXXX")
-    mkdir -p "$W/native" "$W/bindsrc" "$W/bindmnt" "$W/cairnmnt"
+    mkdir -p "$W/native" "$W/bindsrc" "$W/bindmnt" "$W/cairnmnt" "$W/basemnt"
     log "work dir $W on $(findmnt -n -o SOURCE,FSTYPE -T "$W" | tr -s ' ')"
-    "$BIN" mkfs "$W/pool" >&2
+    "$BIN" mkfs "$W/pool" --device "ssd:$W/pool/data.0:${POOL_DEV_GB}G" >&2
+    if [ -n "${BASE_BIN:-}" ]; then
+        "$BASE_BIN" mkfs "$W/basepool" --device "ssd:$W/basepool/data.0:${POOL_DEV_GB}G" >&2
+    fi
 }
 
 is_mounted() { grep -q " $1 " /proc/self/mountinfo; }
@@ -67,6 +76,9 @@ cleanup() {
     [ -n "${W:-}" ] || return 0
     if is_mounted "$W/cairnmnt"; then
         "$BIN" umount "$W/cairnmnt" >/dev/null 2>&1 || fusermount3 -u -z "$W/cairnmnt"
+    fi
+    if is_mounted "$W/basemnt"; then
+        "$BASE_BIN" umount "$W/basemnt" >/dev/null 2>&1 || fusermount3 -u -z "$W/basemnt"
     fi
     if is_mounted "$W/bindmnt"; then
         fusermount3 -u "$W/bindmnt" || fusermount3 -u -z "$W/bindmnt"
@@ -81,6 +93,7 @@ dir_of() {
         native) echo "$W/native" ;;
         bindfs) echo "$W/bindmnt" ;;
         cairn) echo "$W/cairnmnt" ;;
+        base) echo "$W/basemnt" ;;
     esac
 }
 
@@ -89,6 +102,8 @@ mount_target() {
         bindfs) bindfs --no-allow-other "$W/bindsrc" "$W/bindmnt" ;;
         # shellcheck disable=SC2086
         cairn) "$BIN" mount "$W/pool" "$W/cairnmnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
+        # shellcheck disable=SC2086
+        base) "$BASE_BIN" mount "$W/basepool" "$W/basemnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
     esac
 }
 
@@ -96,6 +111,7 @@ unmount_target() {
     case $1 in
         bindfs) fusermount3 -u "$W/bindmnt" ;;
         cairn) "$BIN" umount "$W/cairnmnt" >&2 ;;
+        base) "$BASE_BIN" umount "$W/basemnt" >&2 ;;
     esac
 }
 
@@ -292,13 +308,20 @@ print_table() {
         "$(uname -r), work dir on $(findmnt -n -o FSTYPE -T "$W"); medians of $RUNS runs" \
         "(fio: one run each). Higher is better."
     echo
-    echo "| measurement | native | bindfs | cairn | cairn/native | cairn/bindfs |"
-    echo "|---|---:|---:|---:|---:|---:|"
-    local row key label n b c
+    local base_h="" base_s=""
+    if [ -n "${BASE_BIN:-}" ]; then base_h=" base | cairn/base |" base_s="---:|---:|"; fi
+    echo "| measurement | native | bindfs | cairn | cairn/native | cairn/bindfs |$base_h"
+    echo "|---|---:|---:|---:|---:|---:|$base_s"
+    local row key label n b c x extra
     for row in "${rows[@]}"; do
         key=${row%%|*} label=${row#*|}
         n=${RES[$key,native]:-n/a} b=${RES[$key,bindfs]:-n/a} c=${RES[$key,cairn]:-n/a}
-        echo "| $label | $n | $b | $c | $(div "$c" "$n") | $(div "$c" "$b") |"
+        extra=""
+        if [ -n "${BASE_BIN:-}" ]; then
+            x=${RES[$key,base]:-n/a}
+            extra=" $x | $(div "$c" "$x") |"
+        fi
+        echo "| $label | $n | $b | $c | $(div "$c" "$n") | $(div "$c" "$b") |$extra"
     done
     echo
     echo "Per interleaved round, cairn/native: sequential write ${RATIOS[seqw]:-n/a}" \
@@ -314,6 +337,7 @@ main() {
     make_tarball
     mount_target bindfs
     mount_target cairn
+    [ -z "${BASE_BIN:-}" ] || mount_target base
     local step t
     # one measurement at a time across all targets, so they see the same machine state
     for step in ${STEPS:-seq_write cold_read warm_read fio files untar}; do
