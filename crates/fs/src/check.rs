@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::pool::Pool;
 use crate::types::{split_dirent_subkey, DirEnt, Extent, FileKind, Inode, ROOT_INO};
 use cairn_data::ChunkRec;
-use cairn_meta::{Element, RecordType};
+use cairn_meta::{ElemKey, Element, RecordType};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 #[derive(Debug, Default, serde::Serialize)]
@@ -66,10 +66,11 @@ fn collect(e: Element, s: &mut Scan, problems: &mut Vec<String>) {
 pub(crate) fn live_paths(r: &cairn_meta::MetaRead) -> Result<HashMap<u64, String>> {
     let mut s = Scan::default();
     let mut ignored = Vec::new();
-    r.for_each_live(|e| {
-        if e.key.rtype() == Some(RecordType::DirEntry) {
+    r.for_each_checked(|_, e| match e {
+        Ok(e) if e.is_live() && e.key.rtype() == Some(RecordType::DirEntry) => {
             collect(e, &mut s, &mut ignored)
         }
+        _ => {}
     })?;
     Ok(paths(&s))
 }
@@ -153,9 +154,18 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
     let r = pool.meta.read()?;
     let mut rep = CheckReport::default();
     let mut s = Scan::default();
-    r.for_each_live(|e| collect(e, &mut s, &mut rep.problems))?;
-    r.for_each_hist(|e| collect(e, &mut s, &mut rep.problems))?;
+    let mut damaged = Vec::new();
+    r.for_each_checked(|key, e| match e {
+        Ok(e) => collect(e, &mut s, &mut rep.problems),
+        Err(err) => damaged.push((ElemKey(key.to_vec()).obj(), err.to_string())),
+    })?;
     let paths = paths(&s);
+    for (obj, err) in damaged {
+        rep.problems.push(format!(
+            "{}: DAMAGED metadata record: {err}",
+            where_(&paths, obj)
+        ));
+    }
     let orphans = r.orphans()?;
     check_namespace(&s, &paths, &orphans, &mut rep.problems);
     rep.inodes = s.inodes.len() as u64;

@@ -69,7 +69,32 @@ impl Fs {
             rep.damaged = self.describe_users(&bad)?;
             self.forget_damaged(&bad_hashes)?;
         }
+        rep.damaged.extend(self.damaged_records()?);
         Ok(rep)
+    }
+
+    /// Metadata records that fail their checksum, each named by the file
+    /// it belongs to: "PATH: DAMAGED metadata record: why".
+    fn damaged_records(&self) -> Result<Vec<String>> {
+        let r = self.meta()?;
+        let mut bad = Vec::new();
+        r.for_each_checked(|key, e| {
+            if let Err(err) = e {
+                bad.push((cairn_meta::ElemKey(key.to_vec()).obj(), err.to_string()));
+            }
+        })?;
+        if bad.is_empty() {
+            return Ok(bad.into_iter().map(|(_, s)| s).collect());
+        }
+        let paths = crate::check::live_paths(&r)?;
+        Ok(bad
+            .into_iter()
+            .map(|(ino, why)| {
+                let name = paths.get(&ino).cloned().unwrap_or(format!("<inode {ino}>"));
+                tracing::error!("scrub: {name}: damaged metadata record: {why}");
+                format!("{name}: DAMAGED metadata record: {why}")
+            })
+            .collect())
     }
 
     /// Takes damaged chunks out of the dedup index, so that writing the

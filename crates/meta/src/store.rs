@@ -130,6 +130,12 @@ impl MetaStore {
     /// Opens an existing store; redb reads its pages through `pages` (the
     /// SSD cache for metadata, when the pool has one).
     pub fn open(path: &Path, cache_bytes: usize, pages: Arc<PageCache>) -> Result<Self> {
+        // Every step that reads the file runs guarded: a damaged page that
+        // the integrity check did not cover must give an error, not a panic.
+        guarded(|| Self::open_unguarded(path, cache_bytes, pages))
+    }
+
+    fn open_unguarded(path: &Path, cache_bytes: usize, pages: Arc<PageCache>) -> Result<Self> {
         let db = open_db(path, cache_bytes, pages.clone())?;
         let s = MetaStore {
             db: parking_lot::RwLock::new(Some(db)),
@@ -213,6 +219,17 @@ impl MetaStore {
         parking_lot::RwLockReadGuard::try_map(self.db.read_recursive(), |d| d.as_ref()).map_err(
             |_| MetaError::Db("the metadata store is closed after a failed write (remount)".into()),
         )
+    }
+}
+
+impl Drop for MetaStore {
+    /// Closing commits redb's allocator state, which reads pages; on a
+    /// store that failed its checks (`open_salvage`) that can panic, and a
+    /// panic in a drop would abort: it is contained here.
+    fn drop(&mut self) {
+        if let Some(db) = self.db.get_mut().take() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+        }
     }
 }
 
@@ -410,6 +427,24 @@ impl MetaRead {
                 }
             }
             Ok(out)
+        })
+    }
+
+    /// Every live and ended element, for check and scrub: calls `f` with
+    /// each stored key and the element, or the error that decoding it gave
+    /// (the walk goes on past damaged records; it stops only where redb
+    /// cannot go on).
+    pub fn for_each_checked(&self, mut f: impl FnMut(&[u8], Result<Element>)) -> Result<()> {
+        guarded(|| {
+            for r in self.live.iter()? {
+                let (k, v) = r?;
+                f(k.value(), live_element(k.value(), v.value()));
+            }
+            for r in self.hist.iter()? {
+                let (k, v) = r?;
+                f(k.value(), hist_element(k.value(), v.value()));
+            }
+            Ok(())
         })
     }
 
