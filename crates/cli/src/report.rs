@@ -6,6 +6,13 @@ use cairn_fs::{FsError, Pool};
 use std::path::Path;
 
 fn open(pool: &Path) -> Result<Pool> {
+    if let Some((mnt, src)) = mount_point_of(pool) {
+        bail!(
+            "{} is the mount point of Cairn pool {src}, not a pool directory; `cairn check` needs the unmounted pool: `cairn umount {}` then `cairn check {src}`",
+            mnt.display(),
+            mnt.display()
+        );
+    }
     match Pool::open(pool, None) {
         Err(FsError::Busy) => bail!(
             "pool {} is mounted; unmount it first (`cairn umount MOUNTPOINT`)",
@@ -15,8 +22,23 @@ fn open(pool: &Path) -> Result<Pool> {
     }
 }
 
+/// The Cairn mount at `path` (mount point, pool), if `path` is not a pool.
+fn mount_point_of(path: &Path) -> Option<(std::path::PathBuf, String)> {
+    if cairn_fs::pool::PoolPaths::superblock(path).exists() {
+        return None;
+    }
+    let t = path.canonicalize().ok()?;
+    crate::daemon::cairn_mounts()
+        .ok()?
+        .into_iter()
+        .find(|(m, _)| *m == t)
+}
+
 pub fn check(pool: &Path) -> Result<()> {
     let p = open(pool)?;
+    for w in cairn_fs::info::mode_warnings(&p) {
+        println!("WARNING: {w}");
+    }
     let rep = cairn_fs::check::check_pool(&p)?;
     for prob in &rep.problems {
         println!("PROBLEM: {prob}");
@@ -54,6 +76,9 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         return Ok(());
     }
     let i: cairn_fs::info::PoolInfo = serde_json::from_value(v)?;
+    for w in &i.mode_warnings {
+        println!("WARNING: {w}");
+    }
     println!("pool:            {} ({})", i.pool, i.uuid);
     println!("format version:  {}", i.format_version);
     println!("record size:     {}", human(i.record_size as u64));
