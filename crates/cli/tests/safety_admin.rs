@@ -269,6 +269,16 @@ fn pool_files_are_private_and_closed_to_other_users() {
         assert!(fs.pool.join(f).exists(), "{f} missing");
     }
     assert_private(&fs.pool, "after unmount");
+    // A daemon-mode mount shows the warning too.
+    let out = cairn(&[os("mount"), fs.pool.as_os_str(), fs.mnt.as_os_str()]);
+    assert!(out.status.success(), "mount\n{}", describe(&out));
+    let umounted = cairn_umount(&fs.mnt);
+    assert!(
+        stderr(&out).contains(&outside) && stderr(&out).contains("WARN"),
+        "mount must warn that other users can read {outside}\n{}",
+        describe(&out)
+    );
+    assert!(umounted.status.success(), "umount\n{}", describe(&umounted));
     let lock = fs.pool.join("lock");
     let data = fs.pool.join("data.0");
     let o = as_nobody("flock", &[os("-n"), os("-s"), lock.as_os_str(), os("true")]);
