@@ -158,9 +158,16 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
 /// Shows the warnings the daemon logged since `from` (modes tightened,
 /// devices other users can read).
 fn print_warnings(log: &Path, from: u64) {
-    let s = std::fs::read(log).unwrap_or_default();
-    let new = String::from_utf8_lossy(s.get(from as usize..).unwrap_or_default());
-    for l in new.lines().filter(|l| l.contains(" WARN ")) {
+    use std::io::{Read, Seek};
+    let mut s = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(log) {
+        let _ = f.seek(std::io::SeekFrom::Start(from));
+        let _ = f.read_to_end(&mut s);
+    }
+    for l in String::from_utf8_lossy(&s)
+        .lines()
+        .filter(|l| l.contains(" WARN "))
+    {
         eprintln!("cairn: {l}");
     }
 }

@@ -207,6 +207,43 @@ fn mkfs_refuses_devices_of_other_pools_and_duplicates() {
     x.finish();
 }
 
+/// A directory device holds its pool's metadata (DIR/cairn-meta.redb):
+/// another pool's mkfs naming that directory must not replace it.
+#[test]
+fn mkfs_keeps_another_pools_metadata_beside_a_directory_device() {
+    let mut x = Fs::create();
+    let dir = x.dir.join("devs").join("nvme-x");
+    fs::create_dir(&dir).unwrap();
+    let dspec = format!("nvme:{}:64M", dir.display());
+    x.mkfs(&["--device", &dspec]);
+    assert!(dir.join("cairn-meta.redb").exists());
+    x.mount();
+    write_synced(&x.p("f"), b"x metadata");
+    let y = x.dir.join("ypool");
+    let ydev = x.dev("y.dev");
+    let yspec = format!("ssd:{ydev}:64M");
+    let args = ["--device", yspec.as_str(), "--device", dspec.as_str()];
+    let err = cairn_fails(
+        &mkfs_args(&y, &args),
+        "mkfs beside a mounted pool's metadata",
+    );
+    assert!(err.contains("in use"), "{err}");
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    let err = cairn_fails(&mkfs_args(&y, &forced), "mkfs --force beside it");
+    assert!(err.contains("in use"), "{err}");
+    x.unmount();
+    let err = cairn_fails(&mkfs_args(&y, &args), "mkfs beside another pool's metadata");
+    assert!(
+        err.contains("cairn-meta.redb") && err.contains("--force"),
+        "{err}"
+    );
+    assert!(!y.exists() && !Path::new(&ydev).exists(), "leftovers");
+    x.mount();
+    assert_eq!(fs::read(x.p("f")).unwrap(), b"x metadata");
+    x.finish();
+}
+
 // ------------------------------------------------------------ items 6, 7
 
 /// Every path of the pool (dir and files) has a private mode.

@@ -270,6 +270,7 @@ fn mkfs_in(
         ));
     }
     let files = check_devices(&opts)?;
+    check_meta_home(pool, &opts)?;
     // Everything is checked: from here on the old pool (with --force) goes.
     if PoolPaths::superblock(pool).exists() {
         std::fs::remove_file(PoolPaths::superblock(pool)).map_err(io(pool))?;
@@ -398,18 +399,53 @@ fn check_devices(opts: &MkfsOptions) -> Result<Vec<PathBuf>> {
 /// fastest device), linked from POOL/meta.redb; else in the pool directory.
 fn meta_home(pool: &Path, specs: &[DeviceSpec]) -> Result<PathBuf> {
     let link = PoolPaths::meta(pool);
-    let fastest = specs
-        .iter()
-        .filter(|d| d.role == DeviceRole::Tier)
-        .min_by_key(|d| d.class.rank())
-        .filter(|d| d.path.is_dir() && !d.path.starts_with(pool));
-    let Some(dev) = fastest else {
+    let Some(target) = meta_beside_device(pool, specs) else {
         return Ok(link);
     };
-    let target = dev.path.join("cairn-meta.redb");
     let _ = std::fs::remove_file(&target);
     std::os::unix::fs::symlink(&target, &link).map_err(io(&link))?;
     Ok(target)
+}
+
+/// `DIR/cairn-meta.redb` when the fastest tier device is a directory DIR
+/// outside the pool (see `meta_home`).
+fn meta_beside_device(pool: &Path, specs: &[DeviceSpec]) -> Option<PathBuf> {
+    specs
+        .iter()
+        .filter(|d| d.role == DeviceRole::Tier)
+        .min_by_key(|d| d.class.rank())
+        .filter(|d| d.path.is_dir() && !d.path.starts_with(pool))
+        .map(|d| d.path.join("cairn-meta.redb"))
+}
+
+/// Refuses to replace another pool's metadata store beside a directory
+/// device: always while a device in that directory is in use by an open
+/// pool, and without --force when the store exists.
+fn check_meta_home(pool: &Path, opts: &MkfsOptions) -> Result<()> {
+    let Some(target) = meta_beside_device(pool, &opts.devices) else {
+        return Ok(());
+    };
+    if std::fs::symlink_metadata(&target).is_err() {
+        return Ok(());
+    }
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    for e in std::fs::read_dir(dir).map_err(io(dir))?.flatten() {
+        let name = e.file_name();
+        if name.to_string_lossy().starts_with("cairn-dev-") && in_use(&e.path())? {
+            return Err(FsError::BadRequest(format!(
+                "{} belongs to a pool in use ({} is open); refusing to replace it",
+                target.display(),
+                e.path().display()
+            )));
+        }
+    }
+    if !opts.force {
+        return Err(FsError::BadRequest(format!(
+            "{} holds another pool's metadata; use --force to overwrite it",
+            target.display()
+        )));
+    }
+    Ok(())
 }
 
 /// The device the metadata store lives on: the directory device holding it
