@@ -203,10 +203,7 @@ fn allocate(file: &File, path: &Path, size: u64) -> Result<()> {
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
     match rc {
         0 => Ok(()),
-        libc::ENOSPC => {
-            let _ = file.set_len(0);
-            Err(no_space())
-        }
+        libc::ENOSPC => Err(no_space()),
         e => Err(io_err(path)(std::io::Error::from_raw_os_error(e))),
     }
 }
@@ -228,7 +225,7 @@ fn lock_shared(file: &File, path: &Path) -> Result<()> {
 pub enum Occupant {
     /// Missing, empty, or zeros in its first MiB.
     Empty,
-    /// A Cairn device header of this pool.
+    /// A Cairn device header (of the pool with this UUID).
     Cairn { pool_uuid: [u8; 16], device_id: u32 },
     /// Other non-zero bytes in its first MiB.
     Data,
