@@ -244,6 +244,65 @@ fn mkfs_keeps_another_pools_metadata_beside_a_directory_device() {
     x.finish();
 }
 
+/// A loop block device over a file, detached when dropped.
+struct LoopDev(String);
+
+impl LoopDev {
+    fn new(file: &Path, size: u64) -> LoopDev {
+        File::create(file).unwrap().set_len(size).unwrap();
+        let dev = sh(
+            Path::new("/"),
+            &format!("losetup -f --show {}", file.display()),
+        );
+        LoopDev(dev.trim().to_string())
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+    }
+}
+
+/// Block devices: others who can read one are warned about; one given
+/// twice (through a symlink) is refused; one in use is never formatted.
+#[test]
+fn block_devices_are_checked_like_files() {
+    let mut fs = Fs::create();
+    let lo = LoopDev::new(&fs.dir.join("lo.img"), 64 * MIB);
+    chmod(Path::new(&lo.0), 0o644);
+    let link = fs.dev("lo-link");
+    std::os::unix::fs::symlink(&lo.0, &link).unwrap();
+    let spec = format!("ssd:{}", lo.0);
+    let out = cairn(&mkfs_args(&fs.pool, &["--device", &spec]));
+    assert!(out.status.success(), "mkfs on {}\n{}", lo.0, describe(&out));
+    assert!(
+        stderr(&out).contains("WARNING") && stderr(&out).contains(&lo.0),
+        "mkfs must warn that other users can read {}\n{}",
+        lo.0,
+        describe(&out)
+    );
+    let p2 = fs.dir.join("p2");
+    let twice = format!("hdd:{link}");
+    let err = cairn_fails(
+        &mkfs_args(&p2, &["--force", "--device", &spec, "--device", &twice]),
+        "one block device twice",
+    );
+    assert!(err.contains("same device"), "{err}");
+    fs.mount();
+    write_synced(&fs.p("f"), b"on a block device");
+    let err = cairn_fails(
+        &mkfs_args(&p2, &["--force", "--device", &twice]),
+        "mkfs on a mounted pool's block device",
+    );
+    assert!(err.contains("in use"), "{err}");
+    assert!(!p2.exists(), "failed mkfs left {}", p2.display());
+    fs.remount();
+    assert_eq!(fs::read(fs.p("f")).unwrap(), b"on a block device");
+    fs.finish();
+    drop(lo);
+}
+
 // ------------------------------------------------------------ items 6, 7
 
 /// Every path of the pool (dir and files) has a private mode.
