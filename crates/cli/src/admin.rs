@@ -39,10 +39,13 @@ pub fn sync(t: &TargetArgs) -> Result<()> {
 
 pub fn snapshot(c: SnapshotCmd) -> Result<()> {
     match c {
-        SnapshotCmd::Create { t, name } => created(
-            &t,
-            call(&t.target, Request::SnapshotCreate { name, auto: false })?,
-        ),
+        SnapshotCmd::Create { t, name } => {
+            if let Some(why) = cairn_fs::snapshot::snapshot_name_problem(&name) {
+                bail!("{why}");
+            }
+            let v = call(&t.target, Request::SnapshotCreate { name, auto: false })?;
+            created(&t, v)
+        }
         SnapshotCmd::Auto { t } => {
             let req = Request::SnapshotCreate {
                 name: String::new(),
@@ -170,6 +173,15 @@ pub fn undo(a: &UndoArgs) -> Result<()> {
             s.into()
         }
         (None, Some(name)) => {
+            if let Some(why) = cairn_fs::snapshot::snapshot_name_problem(name) {
+                bail!("{why}");
+            }
+            if !mnt.join(".snapshots").join(name).is_dir() {
+                bail!(
+                    "no such snapshot: {name} (`cairn snapshot list {}` lists them)",
+                    mnt.display()
+                );
+            }
             let rel = path.canonicalize().unwrap_or(path.clone());
             let rel = rel.strip_prefix(&mnt).unwrap_or(&rel).to_path_buf();
             mnt.join(".snapshots").join(name).join(rel)

@@ -83,6 +83,9 @@ pub enum DeviceCmd {
         t: TargetArgs,
         #[arg(value_parser = parse_device)]
         spec: DeviceSpec,
+        /// Leave the device file sparse instead of allocating its blocks.
+        #[arg(long)]
+        sparse: bool,
     },
     /// Move everything off a device (progress bar), then remove it.
     Remove {
@@ -251,9 +254,14 @@ pub struct MkfsArgs {
     /// Size of a segment, the unit of placement on devices.
     #[arg(long, value_parser = size_arg, default_value = "4M")]
     pub segment_size: u64,
-    /// Overwrite an existing pool.
+    /// Overwrite an existing pool, or devices holding data or another
+    /// pool's header (never a pool or device in use).
     #[arg(long)]
     pub force: bool,
+    /// Leave device files sparse instead of allocating their blocks: the
+    /// host filesystem may then fill under the pool (writes fail).
+    #[arg(long)]
+    pub sparse: bool,
     /// Compression of new chunks: none, lz4, zstd or zstd:LEVEL (stored in
     /// the pool config; change it there at any time).
     #[arg(long, value_parser = compression_arg)]
@@ -276,6 +284,7 @@ impl MkfsArgs {
             record_size: u32::try_from(self.record_size)?,
             segment_size: self.segment_size,
             force: self.force,
+            sparse: self.sparse,
         })
     }
 }

@@ -47,7 +47,7 @@ fn init_logging(to_file: Option<&Path>) {
         .with_env_filter(filter)
         .with_ansi(false);
     match to_file.and_then(|p| {
-        std::fs::OpenOptions::new()
+        cairn_devices::private::private_options()
             .create(true)
             .append(true)
             .open(p)
@@ -96,7 +96,7 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
 fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
     use std::os::unix::process::CommandExt;
     let log = PoolPaths::log(pool);
-    let out = std::fs::OpenOptions::new()
+    let out = cairn_devices::private::private_options()
         .create(true)
         .append(true)
         .open(&log)?;
@@ -126,6 +126,7 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
             Ok(())
         });
     }
+    let log_start = std::fs::metadata(&log).map_or(0, |m| m.len());
     let mut child = cmd.spawn()?;
     let mnt = a.mountpoint.canonicalize()?;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -138,6 +139,7 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
                 child.id(),
                 log.display()
             );
+            print_warnings(&log, log_start);
             return Ok(());
         }
         if let Some(st) = child.try_wait()? {
@@ -151,6 +153,23 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
     }
     let _ = child.kill();
     bail!("timed out waiting for the mount; see {}", log.display())
+}
+
+/// Shows the warnings the daemon logged since `from` (modes tightened,
+/// devices other users can read).
+fn print_warnings(log: &Path, from: u64) {
+    use std::io::{Read, Seek};
+    let mut s = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(log) {
+        let _ = f.seek(std::io::SeekFrom::Start(from));
+        let _ = f.read_to_end(&mut s);
+    }
+    for l in String::from_utf8_lossy(&s)
+        .lines()
+        .filter(|l| l.contains(" WARN "))
+    {
+        eprintln!("cairn: {l}");
+    }
 }
 
 fn log_tail(log: &Path) -> String {
@@ -171,14 +190,22 @@ pub fn cairn_mounts() -> Result<Vec<(PathBuf, String)>> {
         let (fstype, source) = (r.next().unwrap_or(""), r.next().unwrap_or(""));
         // fusermount3 may record the type as plain "fuse"; the source is
         // the pool directory, which holds a Cairn superblock.
-        let ours = fstype == "fuse.cairn"
-            || (fstype == "fuse" && Path::new(&unescape(source)).join("superblock").exists());
+        let ours = fstype == "fuse.cairn" || (fstype == "fuse" && is_pool_dir(&unescape(source)));
         if ours {
             let mp = left.split(' ').nth(4).unwrap_or("");
             out.push((PathBuf::from(unescape(mp)), unescape(source)));
         }
     }
     Ok(out)
+}
+
+/// Holds a superblock, or is a directory this user may not look into (a
+/// pool directory is 0700: to other users it is opaque).
+fn is_pool_dir(source: &str) -> bool {
+    match std::fs::symlink_metadata(Path::new(source).join("superblock")) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
+    }
 }
 
 fn unescape(s: &str) -> String {
@@ -199,13 +226,14 @@ pub fn umount(mnt: &Path) -> Result<()> {
     let Some((_, pool)) = cairn_mounts()?.into_iter().find(|(m, _)| *m == mnt) else {
         bail!("{} is not a mounted Cairn pool", mnt.display());
     };
-    let st = Command::new("fusermount3")
+    let out = Command::new("fusermount3")
         .arg("-u")
         .arg(&mnt)
-        .status()
+        .stdin(Stdio::null())
+        .output()
         .context("running fusermount3")?;
-    if !st.success() {
-        bail!("fusermount3 -u {} failed (busy?)", mnt.display());
+    if !out.status.success() {
+        bail!("{}", umount_failure(&mnt, &pool, &out.stderr));
     }
     let deadline = Instant::now() + Duration::from_secs(120);
     // The daemon flushes after the kernel lets go; wait until it exits and
@@ -215,6 +243,35 @@ pub fn umount(mnt: &Path) -> Result<()> {
     }
     println!("unmounted {}", mnt.display());
     Ok(())
+}
+
+/// Why `fusermount3 -u` failed, in its own words, and what to do.
+fn umount_failure(mnt: &Path, pool: &str, stderr: &[u8]) -> String {
+    let said = String::from_utf8_lossy(stderr).trim().to_string();
+    let low = said.to_lowercase();
+    let hint = if low.contains("busy") {
+        format!(
+            "a process still uses it (open files or a working directory inside): find them with `fuser -vm {}`, close them and retry",
+            mnt.display()
+        )
+    } else if low.contains("permission")
+        || low.contains("not permitted")
+        // SAFETY: geteuid has no preconditions.
+        || unsafe { libc::geteuid() } != 0
+    {
+        "only root or the user who mounted it can unmount it: run `cairn umount` as that user or with sudo".to_string()
+    } else {
+        format!(
+            "check that {} is still mounted (`findmnt {}`)",
+            mnt.display(),
+            mnt.display()
+        )
+    };
+    format!(
+        "could not unmount {} (pool {pool}): fusermount3 says: {}; {hint}",
+        mnt.display(),
+        if said.is_empty() { "(nothing)" } else { &said }
+    )
 }
 
 /// Is some process holding the pool's lock (a daemon still running)?

@@ -24,8 +24,11 @@ fn run(cli: args::Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Mkfs(a) => {
             let opts = a.options()?;
-            let sb = cairn_fs::mkfs(&a.pool, opts)
+            let (sb, warnings) = cairn_fs::pool::mkfs_report(&a.pool, opts)
                 .with_context(|| format!("mkfs {}", a.pool.display()))?;
+            for w in &warnings {
+                eprintln!("cairn: WARNING: {w}");
+            }
             if let Some(c) = &a.compression {
                 let path = cairn_fs::pool::PoolPaths::config(&a.pool);
                 let mut cfg = cairn_fs::PoolConfig::load(&path)?;

@@ -5,6 +5,18 @@ use anyhow::{bail, Result};
 use cairn_fs::{FsError, Pool};
 use std::path::Path;
 
+/// Refuses a mount point given for a pool directory, naming the pool.
+fn not_a_mount_point(pool: &Path) -> Result<()> {
+    if let Some((mnt, src)) = mount_point_of(pool) {
+        bail!(
+            "{} is the mount point of Cairn pool {src}, not a pool directory; `cairn check` needs the unmounted pool: `cairn umount {}` then `cairn check {src}`",
+            mnt.display(),
+            mnt.display()
+        );
+    }
+    Ok(())
+}
+
 fn opened(pool: &Path, r: cairn_fs::error::Result<Pool>) -> Result<Pool> {
     match r {
         Err(FsError::Busy) => bail!(
@@ -15,12 +27,31 @@ fn opened(pool: &Path, r: cairn_fs::error::Result<Pool>) -> Result<Pool> {
     }
 }
 
+/// The Cairn mount at `path` (mount point, pool), if `path` is not a pool.
+fn mount_point_of(path: &Path) -> Option<(std::path::PathBuf, String)> {
+    if cairn_fs::pool::PoolPaths::superblock(path).exists() {
+        return None;
+    }
+    let t = path.canonicalize().ok()?;
+    crate::daemon::cairn_mounts()
+        .ok()?
+        .into_iter()
+        .find(|(m, _)| *m == t)
+}
+
 pub fn check(pool: &Path) -> Result<()> {
+    not_a_mount_point(pool)?;
     let rep = match Pool::open(pool, None) {
         Err(e) if e.meta_damage().is_some() => {
             cairn_fs::salvage::salvage_pool(pool, e.meta_damage().unwrap_or_default())?
         }
-        r => cairn_fs::check::check_pool(&opened(pool, r)?)?,
+        r => {
+            let p = opened(pool, r)?;
+            for w in cairn_fs::info::mode_warnings(&p) {
+                println!("WARNING: {w}");
+            }
+            cairn_fs::check::check_pool(&p)?
+        }
     };
     for prob in &rep.problems {
         println!("PROBLEM: {prob}");
@@ -58,6 +89,9 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         return Ok(());
     }
     let i: cairn_fs::info::PoolInfo = serde_json::from_value(v)?;
+    for w in &i.mode_warnings {
+        println!("WARNING: {w}");
+    }
     println!("pool:            {} ({})", i.pool, i.uuid);
     println!("format version:  {}", i.format_version);
     println!("record size:     {}", human(i.record_size as u64));

@@ -19,7 +19,18 @@ fn print_json(v: &Value) {
 
 pub fn device(c: DeviceCmd) -> Result<()> {
     match c {
-        DeviceCmd::Add { t, mut spec } => {
+        DeviceCmd::Add {
+            t,
+            mut spec,
+            sparse,
+        } => {
+            spec.sparse |= sparse;
+            if spec.sparse {
+                eprintln!(
+                    "cairn: warning: {} is left sparse (--sparse): its blocks are not reserved, so writes fail when the host filesystem fills",
+                    spec.path.display()
+                );
+            }
             // The daemon's working directory is not ours.
             let cwd = std::env::current_dir().context("current directory")?;
             spec.path = cwd.join(&spec.path);

@@ -1618,7 +1618,7 @@ fn mkfs_twice_needs_force() {
         "failed mkfs damaged the pool"
     );
     fs.unmount();
-    cairn_ok(&["mkfs", pool.as_str(), "--force"]);
+    cairn_ok(&["mkfs", pool.as_str(), "--force", "--sparse"]);
     fs.check();
     fs.mount();
     assert!(

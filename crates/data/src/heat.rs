@@ -154,7 +154,7 @@ impl Heat {
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, &b)?;
+        cairn_devices::private::write_private(&tmp, &b)?;
         std::fs::rename(&tmp, path)
     }
 

@@ -19,6 +19,9 @@ pub struct DeviceSpec {
     pub size: Option<u64>,
     pub role: DeviceRole,
     pub emulate: Option<Emulation>,
+    /// Leave a device file sparse instead of allocating its blocks (the
+    /// host may then run out of space under the pool).
+    pub sparse: bool,
 }
 
 impl DeviceSpec {
@@ -30,6 +33,7 @@ impl DeviceSpec {
             size,
             role: DeviceRole::Tier,
             emulate: None,
+            sparse: false,
         }
     }
 }
@@ -44,6 +48,9 @@ impl std::fmt::Display for DeviceSpec {
         write!(f, ":role={}", self.role)?;
         if let Some(e) = self.emulate {
             write!(f, ":latency={}us:bw={}", e.latency_us, e.bytes_per_sec)?;
+        }
+        if self.sparse {
+            write!(f, ":sparse")?;
         }
         Ok(())
     }
@@ -69,6 +76,7 @@ impl std::str::FromStr for DeviceSpec {
         let (mut latency, mut bw) = (None, None);
         for (i, part) in parts.enumerate() {
             match part.split_once('=') {
+                None if part == "sparse" => out.sparse = true,
                 None if i == 0 => {
                     out.size = Some(crate::size::parse_size(part).map_err(|e| bad(&e))?)
                 }
@@ -105,6 +113,10 @@ pub struct Device {
     throttle: Option<Throttle>,
     /// Device reads issued so far (one per read call, however large).
     read_ops: std::sync::atomic::AtomicU64,
+    /// A regular file whose blocks are not all allocated: freed slots may
+    /// be punched out. An allocated file keeps its blocks (the host space
+    /// stays reserved for the pool).
+    sparse: bool,
 }
 
 /// Address, offset and length multiple of this: a direct write is allowed.
@@ -152,6 +164,142 @@ fn free_space_of(dir: &Path) -> Option<u64> {
     (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
 
+/// The directory whose filesystem holds `path`.
+fn host_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Smallest device for a segment size: the header area and 4 slots.
+pub fn min_device_size(segment_size: u64) -> u64 {
+    DATA_OFFSET + 4 * segment_size
+}
+
+/// Fewer blocks allocated than the file's size.
+fn is_sparse(file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata()
+        .is_ok_and(|m| m.is_file() && m.blocks() * 512 < m.len())
+}
+
+/// Sizes the file to `size` bytes and allocates all its blocks, refusing
+/// (before writing anything) when its filesystem lacks the space.
+fn allocate(file: &File, path: &Path, size: u64) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let have = file.metadata().map_or(0, |m| m.blocks() * 512);
+    let free = free_space_of(host_dir(path)).unwrap_or(u64::MAX);
+    let no_space = || DeviceError::HostNoSpace {
+        path: path.to_path_buf(),
+        size,
+        free,
+    };
+    if size > have.saturating_add(free) {
+        return Err(no_space());
+    }
+    file.set_len(size).map_err(io_err(path))?;
+    // SAFETY: posix_fallocate on an fd we own.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
+    match rc {
+        0 => Ok(()),
+        libc::ENOSPC => Err(no_space()),
+        e => Err(io_err(path)(std::io::Error::from_raw_os_error(e))),
+    }
+}
+
+/// Takes a shared flock on an open device: held while a pool has it open.
+fn lock_shared(file: &File, path: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on an fd we own; released when the file is closed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
+        return Err(DeviceError::Locked {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// What a device path holds before it is formatted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Occupant {
+    /// Missing, empty, or zeros in its first MiB.
+    Empty,
+    /// A Cairn device header (of the pool with this UUID).
+    Cairn { pool_uuid: [u8; 16], device_id: u32 },
+    /// Other non-zero bytes in its first MiB.
+    Data,
+}
+
+/// Looks at the first MiB of a device path.
+pub fn occupant(path: &Path) -> Result<Occupant> {
+    use std::io::Read;
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Occupant::Empty),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    let mut buf = Vec::with_capacity(DATA_OFFSET as usize);
+    f.take(DATA_OFFSET)
+        .read_to_end(&mut buf)
+        .map_err(io_err(path))?;
+    if let Ok(h) = DeviceHeader::decode(&buf, path) {
+        return Ok(Occupant::Cairn {
+            pool_uuid: h.pool_uuid,
+            device_id: h.device_id,
+        });
+    }
+    Ok(if buf.iter().all(|&b| b == 0) {
+        Occupant::Empty
+    } else {
+        Occupant::Data
+    })
+}
+
+/// True when some process has the device open in a pool (it holds the
+/// device's shared flock). A missing path is not in use.
+pub fn in_use(path: &Path) -> Result<bool> {
+    use std::os::fd::AsRawFd;
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    // SAFETY: flock on an fd we own; released when `f` is dropped.
+    Ok(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0)
+}
+
+/// What a path names, however it is spelled (symlinks, `..`): the inode
+/// of an existing file, the device number of a block device, else the
+/// path made absolute through its canonical directory.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FileId {
+    Inode(u64, u64),
+    Block(u64),
+    Missing(PathBuf),
+}
+
+pub fn file_id(path: &Path) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_block_device() => FileId::Block(m.rdev()),
+        Ok(m) => FileId::Inode(m.dev(), m.ino()),
+        Err(_) => FileId::Missing(file_identity(&follow_dangling(path))),
+    }
+}
+
+/// Where a (possibly dangling) chain of symlinks ends.
+fn follow_dangling(path: &Path) -> PathBuf {
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&p) {
+            Ok(t) => p = p.parent().unwrap_or(Path::new("/")).join(t),
+            Err(_) => break,
+        }
+    }
+    p
+}
+
 fn block_device_size(file: &File, path: &Path) -> Result<u64> {
     use std::io::{Seek, SeekFrom};
     let mut f = file;
@@ -159,8 +307,9 @@ fn block_device_size(file: &File, path: &Path) -> Result<u64> {
 }
 
 impl Device {
-    /// Creates (formats) a device. A regular file is created sparse with the
-    /// given size, or 90% of the free space of its filesystem by default.
+    /// Creates (formats) a device. A regular file is created (mode 0600)
+    /// with the given size, or 90% of the free space of its filesystem by
+    /// default, and its blocks are allocated unless the spec says sparse.
     pub fn create(
         spec: &DeviceSpec,
         device_id: u32,
@@ -171,30 +320,33 @@ impl Device {
         let is_block = std::fs::metadata(&path)
             .map(|m| m.file_type().is_block_device())
             .unwrap_or(false);
-        let file = OpenOptions::new()
+        let file = crate::private::private_options()
             .read(true)
             .write(true)
             .create(!is_block)
             .truncate(false)
             .open(&path)
             .map_err(io_err(&path))?;
+        lock_shared(&file, &path)?;
+        let min = min_device_size(segment_size);
         let size = if is_block {
             let real = block_device_size(&file, &path)?;
             spec.size.map_or(real, |s| s.min(real))
         } else {
-            let parent = path
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            let size = match spec.size {
-                Some(s) => s,
-                None => free_space_of(parent).unwrap_or(0) / 10 * 9,
-            };
-            file.set_len(size).map_err(io_err(&path))?;
+            let size = spec
+                .size
+                .unwrap_or_else(|| free_space_of(host_dir(&path)).unwrap_or(0) / 10 * 9);
+            if size < min {
+                return Err(DeviceError::TooSmall { path, size, min });
+            }
+            if spec.sparse {
+                file.set_len(size).map_err(io_err(&path))?;
+            } else {
+                allocate(&file, &path, size)?;
+            }
             size
         };
         let size = DATA_OFFSET + (size.saturating_sub(DATA_OFFSET) / segment_size) * segment_size;
-        let min = DATA_OFFSET + 4 * segment_size;
         if size < min {
             return Err(DeviceError::TooSmall { path, size, min });
         }
@@ -209,6 +361,7 @@ impl Device {
         file.write_all_at(&header.encode(), 0)
             .map_err(io_err(&path))?;
         file.sync_all().map_err(io_err(&path))?;
+        let sparse = !is_block && is_sparse(&file);
         Ok(Device {
             header,
             path,
@@ -217,11 +370,14 @@ impl Device {
             direct: std::sync::OnceLock::new(),
             throttle: spec.emulate.map(Throttle::new),
             read_ops: Default::default(),
+            sparse,
         })
     }
 
-    /// Opens an existing device and checks that it belongs to the pool.
-    /// Role and emulation come from the pool's device record.
+    /// Opens an existing device and checks that it belongs to the pool and
+    /// is as large as its header says. Role and emulation come from the
+    /// pool's device record. The device stays flock'ed (shared) while open,
+    /// so `mkfs` can tell it is in use.
     pub fn open(
         path: &Path,
         pool_uuid: [u8; 16],
@@ -233,6 +389,7 @@ impl Device {
             .write(true)
             .open(path)
             .map_err(io_err(path))?;
+        lock_shared(&file, path)?;
         let mut buf = vec![0u8; HEADER_LEN];
         file.read_exact_at(&mut buf, 0)
             .map_err(|e| match e.kind() {
@@ -247,6 +404,21 @@ impl Device {
                 path: path.to_path_buf(),
             });
         }
+        let meta = file.metadata().map_err(io_err(path))?;
+        let is_block = meta.file_type().is_block_device();
+        let actual = if is_block {
+            block_device_size(&file, path)?
+        } else {
+            meta.len()
+        };
+        if actual < header.size {
+            return Err(DeviceError::Truncated {
+                path: path.to_path_buf(),
+                expected: header.size,
+                actual,
+            });
+        }
+        let sparse = !is_block && is_sparse(&file);
         Ok(Device {
             header,
             path: path.to_path_buf(),
@@ -255,7 +427,25 @@ impl Device {
             direct: std::sync::OnceLock::new(),
             throttle: emulate.map(Throttle::new),
             read_ops: Default::default(),
+            sparse,
         })
+    }
+
+    /// A regular device file whose blocks are not all allocated.
+    pub fn is_sparse(&self) -> bool {
+        self.sparse
+    }
+
+    /// (host filesystem id, bytes its unprivileged users may still
+    /// allocate) for the filesystem holding this device's file.
+    pub fn host_free(&self) -> Option<(u64, u64)> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let dev = self.file.metadata().ok()?.dev();
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: fstatvfs on an fd we own into a valid out pointer.
+        let rc = unsafe { libc::fstatvfs(self.file.as_raw_fd(), &mut st) };
+        (rc == 0).then(|| (dev, st.f_bavail as u64 * st.f_frsize as u64))
     }
 
     pub fn id(&self) -> u32 {
@@ -487,9 +677,14 @@ impl Device {
         self.file.sync_data().map_err(io_err(&self.path))
     }
 
-    /// Gives a freed slot's blocks back to the host filesystem (best effort).
+    /// Gives a freed slot's blocks back to the host filesystem (best
+    /// effort), unless the device file was allocated: its blocks stay
+    /// reserved so that the host cannot run out of space under the pool.
     pub fn discard_slot(&self, slot: u64) {
         use std::os::fd::AsRawFd;
+        if !self.sparse && self.file.metadata().is_ok_and(|m| m.is_file()) {
+            return;
+        }
         let off = self.slot_offset(slot) as libc::off_t;
         let len = self.header.segment_size as libc::off_t;
         // SAFETY: plain fallocate on an fd we own; failure is harmless.
@@ -538,6 +733,17 @@ mod tests {
             assert_eq!(s.to_string().parse::<DeviceSpec>().unwrap(), s);
         }
         assert!("ssd:/x:1G:2G".parse::<DeviceSpec>().is_err());
+    }
+
+    #[test]
+    fn file_id_sees_through_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let (f, l) = (dir.path().join("f"), dir.path().join("l"));
+        std::os::unix::fs::symlink("f", &l).unwrap();
+        assert_eq!(file_id(&f), file_id(&l), "dangling link");
+        std::fs::write(&f, b"x").unwrap();
+        assert_eq!(file_id(&f), file_id(&l));
+        assert_ne!(file_id(&f), file_id(&dir.path().join("g")));
     }
 
     #[test]

@@ -24,8 +24,30 @@ pub enum DeviceError {
     WrongPool { path: PathBuf },
     #[error("invalid device spec '{spec}': {why}")]
     BadSpec { spec: String, why: String },
-    #[error("device {path} is too small: {size} bytes, need at least {min}")]
+    #[error(
+        "device {path} is too small: {} asked, the minimum is {} (a 1 MiB header and 4 segment slots)",
+        crate::size::human(*size),
+        crate::size::human(*min)
+    )]
     TooSmall { path: PathBuf, size: u64, min: u64 },
+    #[error(
+        "device {path} is truncated: its header says {} ({expected} bytes) but it has only {} ({actual} bytes); restore the device file or its full size",
+        crate::size::human(*expected),
+        crate::size::human(*actual)
+    )]
+    Truncated {
+        path: PathBuf,
+        expected: u64,
+        actual: u64,
+    },
+    #[error(
+        "cannot allocate device {path}: {} asked but its host filesystem has only {} free; give a smaller size (CLASS:PATH:SIZE) or free space (--sparse skips the allocation, at the risk of I/O errors when the host fills)",
+        crate::size::human(*size),
+        crate::size::human(*free)
+    )]
+    HostNoSpace { path: PathBuf, size: u64, free: u64 },
+    #[error("device {path} is in use by an open pool (mounted, or open by a cairn command)")]
+    Locked { path: PathBuf },
     #[error("no space left on any device")]
     NoSpace,
     #[error("device {id} still holds {segments} segments")]

@@ -182,6 +182,26 @@ impl DeviceSet {
             .collect()
     }
 
+    /// When a tier device file is sparse, the host filesystems under the
+    /// pool may not hold what the pool counts as free: the bytes their
+    /// users may still allocate, summed over the distinct host filesystems
+    /// of the tier devices. None when every tier device is allocated.
+    pub fn host_free_limit(&self) -> Option<u64> {
+        let devs: Vec<Arc<Device>> = self
+            .members
+            .read()
+            .iter()
+            .filter(|x| x.dev.role == DeviceRole::Tier && !x.draining)
+            .map(|x| x.dev.clone())
+            .collect();
+        if !devs.iter().any(|d| d.is_sparse()) {
+            return None;
+        }
+        let hosts: std::collections::HashMap<u64, u64> =
+            devs.iter().filter_map(|d| d.host_free()).collect();
+        Some(hosts.values().sum())
+    }
+
     pub fn segment_size(&self) -> u64 {
         self.segment_size
     }

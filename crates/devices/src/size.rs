@@ -28,6 +28,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size '{s}' overflows"))
 }
 
+/// A size for people: `17.0 MiB`, `1.0 KiB`, `0 B` (powers of 1024).
+pub fn human(n: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let (mut v, mut u) = (n as f64, 0);
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", units[u])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,5 +56,8 @@ mod tests {
         assert!(parse_size("12Q").is_err());
         assert!(parse_size("").is_err());
         assert!(parse_size("abc").is_err());
+        assert_eq!(human(0), "0 B");
+        assert_eq!(human(1024), "1.0 KiB");
+        assert_eq!(human(17 << 20), "17.0 MiB");
     }
 }

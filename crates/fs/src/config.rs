@@ -98,42 +98,65 @@ impl Default for PoolConfig {
 
 impl PoolConfig {
     pub fn load(path: &Path) -> Result<PoolConfig> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| FsError::Io(format!("{}: {e}", path.display())))?;
-        let c: PoolConfig = toml::from_str(&text)
-            .map_err(|e| FsError::Io(format!("{}: invalid config: {e}", path.display())))?;
+        let bad = |why: String| FsError::Config(format!("{}: {why}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+        let c: PoolConfig = toml::from_str(&text).map_err(|e| bad(toml_error(&e, &text)))?;
         if c.format != CONFIG_FORMAT {
-            return Err(FsError::Io(format!(
-                "{}: unknown config format {} (expected {CONFIG_FORMAT})",
-                path.display(),
+            return Err(bad(format!(
+                "format = {}: unknown config format (this build reads {CONFIG_FORMAT})",
                 c.format
             )));
         }
-        c.validate()?;
+        c.validate().map_err(|e| bad(e.to_string()))?;
         Ok(c)
     }
 
+    /// Checks every value; the error names the key, its value and what is
+    /// allowed.
     pub fn validate(&self) -> Result<()> {
+        let bad = |key: &str, val: &dyn std::fmt::Display, want: &str| {
+            Err(FsError::Config(format!("{key} = {val}: {want}")))
+        };
         if !(self.commit_interval_secs > 0.0 && self.commit_interval_secs <= 3600.0) {
-            return Err(FsError::Io(
-                "commit_interval_secs must be in (0, 3600]".into(),
-            ));
+            return bad(
+                "commit_interval_secs",
+                &self.commit_interval_secs,
+                "must be more than 0 and at most 3600",
+            );
         }
-        self.compression()?;
+        if let Err(e) = self.compression() {
+            return bad(
+                "compression",
+                &format!("{:?}", self.compression),
+                &e.to_string(),
+            );
+        }
         if !(1..=100).contains(&self.gc_max_live_pct) {
-            return Err(FsError::Io("gc_max_live_pct must be in 1..=100".into()));
+            return bad("gc_max_live_pct", &self.gc_max_live_pct, "must be 1 to 100");
         }
         if !(1..=100).contains(&self.tier_fast_full_pct) {
-            return Err(FsError::Io("tier_fast_full_pct must be in 1..=100".into()));
+            return bad(
+                "tier_fast_full_pct",
+                &self.tier_fast_full_pct,
+                "must be 1 to 100",
+            );
         }
         if self.tier_promote_hits.is_nan() || self.tier_promote_hits <= 0.0 {
-            return Err(FsError::Io("tier_promote_hits must be > 0".into()));
+            return bad("tier_promote_hits", &self.tier_promote_hits, "must be > 0");
         }
         if self.readahead_kib > 65536 {
-            return Err(FsError::Io("readahead_kib must be <= 65536".into()));
+            return bad(
+                "readahead_kib",
+                &self.readahead_kib,
+                "must be at most 65536",
+            );
         }
         if self.dirty_limit_mib == 0 {
-            return Err(FsError::Io("dirty_limit_mib must be > 0".into()));
+            return bad(
+                "dirty_limit_mib",
+                &self.dirty_limit_mib,
+                "must be more than 0",
+            );
         }
         Ok(())
     }
@@ -147,6 +170,21 @@ impl PoolConfig {
             "# Cairn pool configuration (see README). Mount flags override these.\n{}",
             toml::to_string_pretty(self).expect("config serializes")
         );
-        std::fs::write(path, text).map_err(|e| FsError::Io(format!("{}: {e}", path.display())))
+        cairn_devices::private::write_private(path, text.as_bytes())
+            .map_err(|e| FsError::Io(format!("{}: {e}", path.display())))
+    }
+}
+
+/// A TOML error on one line: where, and what is wrong (toml's message
+/// names the key, e.g. "unknown field `x`, expected one of ...").
+fn toml_error(e: &toml::de::Error, text: &str) -> String {
+    let what = e.message().trim();
+    match e.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            let src = text.lines().nth(line - 1).unwrap_or("").trim();
+            format!("line {line} `{src}`: {what}")
+        }
+        None => format!("invalid config: {what}"),
     }
 }

@@ -11,7 +11,7 @@ use crate::error::{FsError, Result};
 use crate::pool::{DeviceDesc, PoolPaths};
 use crate::tier::RateLimit;
 use crate::vfs::Fs;
-use cairn_devices::device::{device_file_path, file_identity, is_cairn_device};
+use cairn_devices::device::{device_file_path, file_id, in_use, occupant, Occupant};
 use cairn_devices::{Device, DeviceRole, DeviceSpec};
 use cairn_devices::{FillLimit, SsdCache};
 use std::path::Path;
@@ -36,21 +36,40 @@ impl Fs {
         let _last = self.flush_lock.lock();
         let id = set.devices().iter().map(|d| d.id() + 1).max().unwrap_or(0);
         let file = device_file_path(&spec.path, id);
-        let key = file_identity(&file);
-        if let Some(d) = set.devices().iter().find(|d| file_identity(&d.path) == key) {
+        let key = file_id(&file);
+        if let Some(d) = set.devices().iter().find(|d| file_id(&d.path) == key) {
             return Err(FsError::BadRequest(format!(
                 "{} is already device {} of this pool",
                 file.display(),
                 d.id()
             )));
         }
-        if is_cairn_device(&file) {
+        if in_use(&file)? {
             return Err(FsError::BadRequest(format!(
-                "{} holds a Cairn device (of another pool?); refusing to overwrite it",
+                "{} is in use by another open pool; refusing to overwrite it",
                 file.display()
             )));
         }
-        let dev = Device::create(spec, id, self.pool.sb.uuid, self.pool.sb.segment_size)?;
+        if let Occupant::Cairn { pool_uuid, .. } = occupant(&file)? {
+            return Err(FsError::BadRequest(format!(
+                "{} holds a Cairn device of pool {}; refusing to overwrite it",
+                file.display(),
+                uuid::Uuid::from_bytes(pool_uuid)
+            )));
+        }
+        if spec.sparse {
+            tracing::warn!(
+                "device {} is left sparse: the host filesystem may fill under the pool",
+                file.display()
+            );
+        }
+        let existed = std::fs::symlink_metadata(&file).is_ok();
+        let dev = Device::create(spec, id, self.pool.sb.uuid, self.pool.sb.segment_size)
+            .inspect_err(|_| {
+                if !existed {
+                    let _ = std::fs::remove_file(&file);
+                }
+            })?;
         let desc = DeviceDesc::new(&self.pool.path, &dev, spec);
         self.pool.meta.write(|w| {
             w.put_device(id, &desc.encode())?;

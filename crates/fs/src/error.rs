@@ -45,6 +45,10 @@ pub enum FsError {
     PoolExists(String),
     #[error("the pool is in use by another process (mounted?)")]
     Busy,
+    #[error("{0}")]
+    InUse(String),
+    #[error("{0}")]
+    Config(String),
     #[error("the filesystem stopped after a failed commit: {0}; remount to recover the last committed state")]
     Failed(String),
     #[error("no snapshot named {0:?}")]
@@ -98,7 +102,8 @@ impl FsError {
             NotSupported => libc::EOPNOTSUPP,
             TooManyLinks => libc::EMLINK,
             ReadOnly => libc::EROFS,
-            Busy => libc::EBUSY,
+            Busy | InUse(_) => libc::EBUSY,
+            Config(_) => libc::EINVAL,
             Data(e) if e.is_no_space() => libc::ENOSPC,
             Meta(MetaError::NoSpace(_) | MetaError::NoRoom(_)) => libc::ENOSPC,
             Device(DeviceError::NoSpace) => libc::ENOSPC,

@@ -66,6 +66,11 @@ pub struct PoolInfo {
     pub ram_cache_bytes: u64,
     /// The SSD read cache, if the pool has a cache device.
     pub ssd_cache: Option<cairn_devices::CacheStats>,
+    /// Files of the pool other users can open now or could when it was
+    /// opened (their modes were tightened then), and devices outside the
+    /// pool directory that other users can read. Empty when all is private.
+    #[serde(default)]
+    pub mode_warnings: Vec<String>,
 }
 
 /// Every device with its fill; `each_segment(heat)` sees the decayed hits
@@ -165,5 +170,18 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
         devices,
         ram_cache_bytes: pool.chunks.ram_cache_bytes(),
         ssd_cache: pool.chunks.ssd_cache().map(|c| c.stats()),
+        mode_warnings: mode_warnings(pool),
     })
+}
+
+/// What `PoolInfo::mode_warnings` says: what opening the pool found and
+/// what has been widened since.
+pub fn mode_warnings(pool: &Pool) -> Vec<String> {
+    let mut v = pool.mode_warnings.clone();
+    v.extend(
+        crate::perms::widened(&pool.path)
+            .iter()
+            .map(|w| w.to_string()),
+    );
+    v
 }

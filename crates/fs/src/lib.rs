@@ -16,6 +16,7 @@ pub mod info;
 pub mod ops_data;
 pub mod ops_ns;
 pub mod overlay;
+pub mod perms;
 pub mod pool;
 pub mod prune;
 pub mod readdir;

@@ -451,8 +451,9 @@ impl Fs {
         let bsize = 4096u64;
         let (total, _) = self.pool.chunks.devices().slot_totals();
         let seg = self.pool.chunks.segment_size();
+        let host = self.pool.chunks.devices().host_free_limit();
         let st = self.lock();
-        let avail = self.space_available(&st) / bsize;
+        let avail = self.space_available(&st).min(host.unwrap_or(u64::MAX)) / bsize;
         let ino_used = st.next_ino;
         Statfs {
             blocks: total * seg / bsize,

@@ -7,8 +7,11 @@ use crate::error::{FsError, Result};
 use crate::superblock::{Superblock, SUPERBLOCK_LEN};
 use crate::types::{FileKind, Inode, Time, ROOT_INO};
 use cairn_data::{ChunkStore, SegmentRec};
-use cairn_devices::device::{device_file_path, file_identity};
-use cairn_devices::{Device, DeviceClass, DeviceRole, DeviceSet, DeviceSpec, Emulation, SsdCache};
+use cairn_devices::device::{device_file_path, file_id, in_use, occupant, Occupant};
+use cairn_devices::private::{private_options, write_private, DIR_MODE};
+use cairn_devices::{
+    Device, DeviceClass, DeviceError, DeviceRole, DeviceSet, DeviceSpec, Emulation, SsdCache,
+};
 use cairn_meta::{ElemKey, MetaStore, PageCache, RecordType};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -23,6 +26,8 @@ pub struct MkfsOptions {
     pub record_size: u32,
     pub segment_size: u64,
     pub force: bool,
+    /// Leave every device file sparse (no blocks reserved on the host).
+    pub sparse: bool,
 }
 
 impl Default for MkfsOptions {
@@ -32,6 +37,7 @@ impl Default for MkfsOptions {
             record_size: DEFAULT_RECORD_SIZE,
             segment_size: DEFAULT_SEGMENT_SIZE,
             force: false,
+            sparse: false,
         }
     }
 }
@@ -170,49 +176,124 @@ fn root_inode(now: Time) -> Inode {
 
 /// Creates a pool. The superblock is written last, so an interrupted mkfs
 /// leaves no pool that looks valid.
-pub fn mkfs(pool: &Path, mut opts: MkfsOptions) -> Result<Superblock> {
+pub fn mkfs(pool: &Path, opts: MkfsOptions) -> Result<Superblock> {
+    mkfs_report(pool, opts).map(|(sb, _)| sb)
+}
+
+/// Creates a pool (see `mkfs`) and returns warnings for the administrator
+/// (devices other users can read, devices left sparse). Refuses, whatever
+/// `force` says, a pool that is open (its lock is held) and a device that
+/// an open pool uses; without `force`, an existing pool and a device that
+/// holds a Cairn header or any data in its first MiB. A failed mkfs removes
+/// exactly what it created.
+pub fn mkfs_report(pool: &Path, opts: MkfsOptions) -> Result<(Superblock, Vec<String>)> {
     validate(&opts)?;
-    if PoolPaths::superblock(pool).exists() {
-        if !opts.force {
-            return Err(FsError::PoolExists(pool.display().to_string()));
-        }
-        std::fs::remove_file(PoolPaths::superblock(pool)).map_err(io(pool))?;
+    let mut made = Created::default();
+    let r = mkfs_in(pool, opts, &mut made);
+    if r.is_err() {
+        made.undo();
     }
-    std::fs::create_dir_all(pool).map_err(io(pool))?;
+    r
+}
+
+/// What a mkfs created, to be removed if it fails (nothing that existed
+/// before is ever removed).
+#[derive(Default)]
+struct Created {
+    dirs: Vec<PathBuf>,
+    files: Vec<PathBuf>,
+}
+
+impl Created {
+    /// Records `p` if it does not exist yet (call before creating it).
+    fn will_create(&mut self, p: &Path) {
+        if std::fs::symlink_metadata(p).is_err() {
+            self.files.push(p.to_path_buf());
+        }
+    }
+
+    /// Creates `dir` and missing parents with mode 0700, recording each.
+    fn create_dirs(&mut self, dir: &Path) -> Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        let missing: Vec<&Path> = dir.ancestors().take_while(|a| !a.exists()).collect();
+        for d in missing.into_iter().rev() {
+            std::fs::DirBuilder::new()
+                .mode(DIR_MODE)
+                .create(d)
+                .map_err(io(d))?;
+            self.dirs.push(d.to_path_buf());
+        }
+        Ok(())
+    }
+
+    fn undo(&self) {
+        for f in self.files.iter().rev() {
+            let _ = std::fs::remove_file(f);
+        }
+        for d in self.dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+fn mkfs_in(
+    pool: &Path,
+    mut opts: MkfsOptions,
+    made: &mut Created,
+) -> Result<(Superblock, Vec<String>)> {
+    made.create_dirs(pool)?;
     let pool = &pool.canonicalize().map_err(io(pool))?;
+    made.will_create(&PoolPaths::lock(pool));
+    let _lock = take_lock(pool).map_err(|e| match e {
+        FsError::Busy => FsError::InUse(format!(
+            "pool {} is in use (mounted, or open by a cairn command); it is never formatted while in use: unmount it first",
+            pool.display()
+        )),
+        e => e,
+    })?;
+    if PoolPaths::superblock(pool).exists() && !opts.force {
+        return Err(FsError::PoolExists(pool.display().to_string()));
+    }
     let cwd = std::env::current_dir().map_err(io(pool))?;
     for d in &mut opts.devices {
         d.path = cwd.join(&d.path);
+        d.sparse |= opts.sparse;
     }
-    let _ = std::fs::remove_file(PoolPaths::meta(pool));
     if opts.devices.is_empty() {
-        opts.devices.push(DeviceSpec::tier(
-            DeviceClass::Ssd,
-            pool.join("data.0"),
-            None,
-        ));
+        let mut spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), None);
+        spec.sparse = opts.sparse;
+        opts.devices.push(spec);
     }
     if !opts.devices.iter().any(|d| d.role == DeviceRole::Tier) {
         return Err(FsError::BadRequest(
             "a pool needs at least one tier device (cache devices add no capacity)".into(),
         ));
     }
-    let mut seen = std::collections::HashSet::new();
-    for (id, spec) in opts.devices.iter().enumerate() {
-        let file = device_file_path(&spec.path, id as u32);
-        if !seen.insert(file_identity(&file)) {
-            return Err(FsError::BadRequest(format!(
-                "{} is given as more than one device",
-                file.display()
-            )));
-        }
+    let files = check_devices(&opts)?;
+    check_meta_home(pool, &opts)?;
+    // Everything is checked: from here on the old pool (with --force) goes.
+    if PoolPaths::superblock(pool).exists() {
+        std::fs::remove_file(PoolPaths::superblock(pool)).map_err(io(pool))?;
     }
+    let _ = std::fs::remove_file(PoolPaths::meta(pool));
     let uuid = *uuid::Uuid::new_v4().as_bytes();
-    let meta = MetaStore::create(&meta_home(pool, &opts.devices)?)?;
+    made.will_create(&PoolPaths::meta(pool));
+    let home = meta_home(pool, &opts.devices)?;
+    made.will_create(&home);
+    let meta = MetaStore::create(&home)?;
     let now = Time::now();
     let mut descs = Vec::new();
+    let mut warnings = Vec::new();
     for (id, spec) in opts.devices.iter().enumerate() {
+        made.will_create(&files[id]);
         let dev = Device::create(spec, id as u32, uuid, opts.segment_size)?;
+        warnings.extend(crate::perms::exposed_device(pool, &dev.path));
+        if spec.sparse {
+            warnings.push(format!(
+                "device {} is sparse (--sparse): its blocks are not reserved, so writes fail when the host filesystem fills",
+                dev.path.display()
+            ));
+        }
         descs.push(DeviceDesc::new(pool, &dev, spec));
     }
     meta.write(|w| {
@@ -232,6 +313,7 @@ pub fn mkfs(pool: &Path, mut opts: MkfsOptions) -> Result<Superblock> {
         Ok::<_, FsError>(())
     })?;
     drop(meta);
+    made.will_create(&PoolPaths::config(pool));
     if opts.force || !PoolPaths::config(pool).exists() {
         PoolConfig::default().save(&PoolPaths::config(pool))?;
     }
@@ -241,15 +323,75 @@ pub fn mkfs(pool: &Path, mut opts: MkfsOptions) -> Result<Superblock> {
         segment_size: opts.segment_size,
         created: now.secs as u64,
     };
+    crate::perms::tighten(pool);
     let sbp = PoolPaths::superblock(pool);
-    std::fs::write(&sbp, sb.encode()).map_err(io(&sbp))?;
+    made.will_create(&sbp);
+    write_private(&sbp, &sb.encode()).map_err(io(&sbp))?;
     File::open(&sbp)
         .and_then(|f| f.sync_all())
         .map_err(io(&sbp))?;
     File::open(pool)
         .and_then(|f| f.sync_all())
         .map_err(io(pool))?;
-    Ok(sb)
+    Ok((sb, warnings))
+}
+
+/// Checks every device of a mkfs before anything is written; returns the
+/// file of each. Refused: two specs naming one file or block device, a
+/// device an open pool uses, a size below the minimum, and (without
+/// --force) a device holding a Cairn header or other data.
+fn check_devices(opts: &MkfsOptions) -> Result<Vec<PathBuf>> {
+    let mut seen = std::collections::HashMap::new();
+    let mut files = Vec::new();
+    let min = cairn_devices::device::min_device_size(opts.segment_size);
+    for (id, spec) in opts.devices.iter().enumerate() {
+        let file = device_file_path(&spec.path, id as u32);
+        if let Some(first) = seen.insert(file_id(&file), file.clone()) {
+            return Err(FsError::BadRequest(format!(
+                "{} and {} are the same device (one file or block device given twice)",
+                first.display(),
+                file.display()
+            )));
+        }
+        if in_use(&file)? {
+            return Err(DeviceError::Locked { path: file }.into());
+        }
+        let dir = file.parent().unwrap_or(Path::new("/"));
+        if std::fs::symlink_metadata(&file).is_err() && !dir.is_dir() {
+            return Err(FsError::BadRequest(format!(
+                "{}: directory {} does not exist",
+                file.display(),
+                dir.display()
+            )));
+        }
+        if let Some(size) = spec.size.filter(|&s| s < min) {
+            return Err(DeviceError::TooSmall {
+                path: file,
+                size,
+                min,
+            }
+            .into());
+        }
+        match occupant(&file)? {
+            _ if opts.force => {}
+            Occupant::Empty => {}
+            Occupant::Cairn { pool_uuid, device_id } => {
+                return Err(FsError::BadRequest(format!(
+                    "{} is device {device_id} of Cairn pool {}; use --force to overwrite it (its data is lost)",
+                    file.display(),
+                    uuid::Uuid::from_bytes(pool_uuid)
+                )))
+            }
+            Occupant::Data => {
+                return Err(FsError::BadRequest(format!(
+                    "{} holds data (non-zero bytes in its first MiB); use --force to overwrite it",
+                    file.display()
+                )))
+            }
+        }
+        files.push(file);
+    }
+    Ok(files)
 }
 
 /// Where the metadata store goes: inside the directory of the fastest tier
@@ -257,18 +399,53 @@ pub fn mkfs(pool: &Path, mut opts: MkfsOptions) -> Result<Superblock> {
 /// fastest device), linked from POOL/meta.redb; else in the pool directory.
 fn meta_home(pool: &Path, specs: &[DeviceSpec]) -> Result<PathBuf> {
     let link = PoolPaths::meta(pool);
-    let fastest = specs
-        .iter()
-        .filter(|d| d.role == DeviceRole::Tier)
-        .min_by_key(|d| d.class.rank())
-        .filter(|d| d.path.is_dir() && !d.path.starts_with(pool));
-    let Some(dev) = fastest else {
+    let Some(target) = meta_beside_device(pool, specs) else {
         return Ok(link);
     };
-    let target = dev.path.join("cairn-meta.redb");
     let _ = std::fs::remove_file(&target);
     std::os::unix::fs::symlink(&target, &link).map_err(io(&link))?;
     Ok(target)
+}
+
+/// `DIR/cairn-meta.redb` when the fastest tier device is a directory DIR
+/// outside the pool (see `meta_home`).
+fn meta_beside_device(pool: &Path, specs: &[DeviceSpec]) -> Option<PathBuf> {
+    specs
+        .iter()
+        .filter(|d| d.role == DeviceRole::Tier)
+        .min_by_key(|d| d.class.rank())
+        .filter(|d| d.path.is_dir() && !d.path.starts_with(pool))
+        .map(|d| d.path.join("cairn-meta.redb"))
+}
+
+/// Refuses to replace another pool's metadata store beside a directory
+/// device: always while a device in that directory is in use by an open
+/// pool, and without --force when the store exists.
+fn check_meta_home(pool: &Path, opts: &MkfsOptions) -> Result<()> {
+    let Some(target) = meta_beside_device(pool, &opts.devices) else {
+        return Ok(());
+    };
+    if std::fs::symlink_metadata(&target).is_err() {
+        return Ok(());
+    }
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    for e in std::fs::read_dir(dir).map_err(io(dir))?.flatten() {
+        let name = e.file_name();
+        if name.to_string_lossy().starts_with("cairn-dev-") && in_use(&e.path())? {
+            return Err(FsError::BadRequest(format!(
+                "{} belongs to a pool in use ({} is open); refusing to replace it",
+                target.display(),
+                e.path().display()
+            )));
+        }
+    }
+    if !opts.force {
+        return Err(FsError::BadRequest(format!(
+            "{} holds another pool's metadata; use --force to overwrite it",
+            target.display()
+        )));
+    }
+    Ok(())
 }
 
 /// The device the metadata store lives on: the directory device holding it
@@ -319,13 +496,16 @@ pub struct Pool {
     /// The device the metadata store lives on (see `meta_device`).
     pub meta_home: Option<Arc<Device>>,
     pub chunks: ChunkStore,
+    /// Modes tightened at open and devices other users can read (shown by
+    /// `cairn check` and `cairn info`).
+    pub mode_warnings: Vec<String>,
     _lock: File,
 }
 
 fn take_lock(pool: &Path) -> Result<File> {
     use std::os::fd::AsRawFd;
     let p = PoolPaths::lock(pool);
-    let f = File::options()
+    let f = private_options()
         .create(true)
         .truncate(false)
         .write(true)
@@ -341,6 +521,7 @@ fn take_lock(pool: &Path) -> Result<File> {
 impl Pool {
     pub fn open(path: &Path, config: Option<PoolConfig>) -> Result<Pool> {
         let sb = read_superblock(path)?;
+        let mut mode_warnings = crate::perms::tighten(path);
         let lock = take_lock(path)?;
         let config = match config {
             Some(c) => c,
@@ -355,7 +536,12 @@ impl Pool {
         let r = meta.read()?;
         let mut devices = Vec::new();
         for (_, raw) in r.devices()? {
-            devices.push(DeviceDesc::decode(&raw)?.open(path, sb.uuid)?);
+            let dev = DeviceDesc::decode(&raw)?.open(path, sb.uuid)?;
+            mode_warnings.extend(crate::perms::exposed_device(path, &dev.path));
+            devices.push(dev);
+        }
+        for w in &mode_warnings {
+            tracing::warn!("{w}");
         }
         let mut table = Vec::new();
         for (id, raw) in r.segments()? {
@@ -388,6 +574,7 @@ impl Pool {
             meta_pages,
             meta_home,
             chunks,
+            mode_warnings,
             _lock: lock,
         };
         pool.set_ssd_cache(cache);

@@ -90,17 +90,35 @@ pub struct SnapshotUsage {
     pub unique_bytes: u64,
 }
 
-pub(crate) fn check_snapshot_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= crate::types::MAX_NAME
-        && name != "."
-        && name != ".."
-        && !name.contains(['/', '\0'])
-        && !name.contains("@@");
-    if ok {
-        Ok(())
+/// What a snapshot name may be (it is a directory name under .snapshots).
+pub const SNAPSHOT_NAME_RULE: &str = "a snapshot name is 1 to 255 bytes, not \".\" or \"..\", without \"/\", \"@@\" or control characters (newline, tab...)";
+
+/// Why `name` cannot name a snapshot, or None if it can.
+pub fn snapshot_name_problem(name: &str) -> Option<String> {
+    let why = if name.is_empty() {
+        "it is empty".to_string()
+    } else if name.len() > crate::types::MAX_NAME {
+        format!("it is {} bytes long", name.len())
+    } else if name == "." || name == ".." {
+        "\".\" and \"..\" are reserved".to_string()
+    } else if name.contains('/') {
+        "it contains \"/\"".to_string()
+    } else if name.contains("@@") {
+        "it contains \"@@\" (reserved for views of old versions)".to_string()
+    } else if let Some(c) = name.chars().find(|c| c.is_control()) {
+        format!("it contains the control character {c:?}")
     } else {
-        Err(FsError::Invalid)
+        return None;
+    };
+    Some(format!(
+        "invalid snapshot name {name:?}: {why}; {SNAPSHOT_NAME_RULE}"
+    ))
+}
+
+pub(crate) fn check_snapshot_name(name: &str) -> Result<()> {
+    match snapshot_name_problem(name) {
+        Some(why) => Err(FsError::BadRequest(why)),
+        None => Ok(()),
     }
 }
 
@@ -363,5 +381,14 @@ mod tests {
         assert!(check_snapshot_name("a/b").is_err());
         assert!(check_snapshot_name("").is_err());
         assert!(check_snapshot_name("ok-2026").is_ok());
+        for bad in [
+            "", ".", "..", "/", "a/b", "x@@y", "a\nb", "t\tab", "d\u{7f}",
+        ] {
+            let why = snapshot_name_problem(bad).expect(bad);
+            assert!(why.contains("1 to 255 bytes"), "{why}");
+        }
+        let long = "a".repeat(300);
+        assert!(snapshot_name_problem(&long).unwrap().contains("300 bytes"));
+        assert!(snapshot_name_problem(&"é".repeat(127)).is_none());
     }
 }

@@ -7,7 +7,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 fn make(dir: &Path, size: Option<u64>) -> Arc<Fs> {
-    let mut o = MkfsOptions::default();
+    // Sparse: the default device is 90% of the host's free space, which
+    // tests sharing the host must not reserve.
+    let mut o = MkfsOptions {
+        sparse: true,
+        ..MkfsOptions::default()
+    };
     if let Some(s) = size {
         o.devices = vec![DeviceSpec::tier(DeviceClass::Ssd, dir.join("dev"), Some(s))];
     }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 fn make(dir: &Path) -> Arc<Fs> {
     let o = MkfsOptions {
         segment_size: 1 << 20,
+        sparse: true,
         ..MkfsOptions::default()
     };
     mkfs(&dir.join("pool"), o).unwrap();

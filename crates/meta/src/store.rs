@@ -114,7 +114,15 @@ fn range_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Vec<u8>>) {
 }
 
 impl MetaStore {
+    /// Creates a store in a new file of mode 0600 (only its owner may
+    /// read the pool's metadata).
     pub fn create(path: &Path) -> Result<Self> {
+        cairn_devices::private::private_options()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| MetaError::Db(format!("{}: {e}", path.display())))?;
         let db = Database::builder().create(path)?;
         let s = MetaStore {
             db: parking_lot::RwLock::new(Some(db)),

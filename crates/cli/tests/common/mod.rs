@@ -264,10 +264,18 @@ impl Fs {
             .to_string()
     }
 
-    /// `cairn mkfs POOL ARGS...`, asserting success.
+    /// `cairn mkfs POOL ARGS...`, asserting success. Without `--device`
+    /// the default device (90% of the host's free space) is made sparse:
+    /// tests share the host disk and must not reserve it.
     pub fn mkfs(&self, args: &[&str]) {
         let mut all: Vec<&OsStr> = vec!["mkfs".as_ref(), self.pool.as_os_str()];
         all.extend(args.iter().map(OsStr::new));
+        if !args
+            .iter()
+            .any(|a| a.starts_with("--device") || *a == "--sparse")
+        {
+            all.push("--sparse".as_ref());
+        }
         cairn_ok(&all);
     }
 

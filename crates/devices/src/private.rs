@@ -1,0 +1,74 @@
+//! Private files: every file Cairn creates is readable by its owner only
+//! (mode 0600) and a pool directory is 0700, so other local users can
+//! neither read a pool's data nor hold its lock. Files are created with
+//! their final mode (no window where they are wider), and a rewrite
+//! tightens a file that was widened.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+/// Mode of every file Cairn creates.
+pub const FILE_MODE: u32 = 0o600;
+/// Mode of a pool directory.
+pub const DIR_MODE: u32 = 0o700;
+
+/// Open options that create a file with mode 0600 (the umask can only
+/// narrow it).
+pub fn private_options() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    o.mode(FILE_MODE);
+    o
+}
+
+/// Creates or replaces `path` with `bytes`, mode 0600 (an existing file
+/// that was wider is tightened).
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = private_options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
+    tighten_file(&f)?;
+    f.write_all(bytes)
+}
+
+/// Makes an open file 0600 if group or others had any access.
+pub fn tighten_file(f: &File) -> std::io::Result<()> {
+    let mode = f.metadata()?.permissions().mode();
+    if mode & 0o077 != 0 {
+        f.set_permissions(std::fs::Permissions::from_mode(mode & 0o700))?;
+    }
+    Ok(())
+}
+
+/// True when users other than the owner may read the file (or, for a
+/// directory, list or enter it).
+pub fn readable_by_others(mode: u32) -> bool {
+    mode & 0o077 != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn created_and_rewritten_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        write_private(&p, b"x").unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&p, b"y").unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert!(readable_by_others(0o640) && !readable_by_others(0o600));
+    }
+}
