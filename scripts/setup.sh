@@ -10,7 +10,13 @@ install -m 0755 target/release/cairn /usr/local/bin/cairn
 POOL=${POOL:-$PWD/pool}
 MNT=${MNT:-$PWD/mnt}
 mkdir -p "$MNT"
-[ -e "$POOL/superblock" ] || cairn mkfs "$POOL"
+# The device file is allocated for real: 8 GiB, or half the free space if
+# that is less (POOL_SIZE=64G to choose).
+if [ -z "${POOL_SIZE:-}" ]; then
+  free=$(df --output=avail -B1 "$(dirname "$POOL")" | tail -1)
+  POOL_SIZE=$(( free / 2 < 8 << 30 ? free / 2 : 8 << 30 ))
+fi
+[ -e "$POOL/superblock" ] || cairn mkfs "$POOL" --device "ssd:$POOL/data.0:$POOL_SIZE"
 if grep -q " $MNT " /proc/self/mountinfo; then
   echo "already mounted on $MNT"
 else
