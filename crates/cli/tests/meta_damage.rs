@@ -119,6 +119,16 @@ fn is_cairn_mount(mnt: &Path) -> bool {
     )
 }
 
+/// A mounted pool whose one device lives inside the pool directory, so
+/// that copying the directory copies the whole pool.
+fn pool_with_device_inside(size: &str) -> Fs {
+    let mut fs_ = Fs::create();
+    let dev = fs_.pool.join("dev0");
+    fs_.mkfs(&["--device", &format!("ssd:{}:{size}", dev.display())]);
+    fs_.mount();
+    fs_
+}
+
 /// Copies the pristine pool directory (sparse device inside it).
 fn copy_pool(from: &Path, to: &Path) {
     let _ = fs::remove_dir_all(to);
@@ -133,10 +143,7 @@ fn copy_pool(from: &Path, to: &Path) {
 
 #[test]
 fn damaged_metadata_reads_exact_or_eio_and_check_never_panics() {
-    let mut base = Fs::create();
-    let dev = base.pool.join("dev0");
-    base.mkfs(&["--device", &format!("ssd:{}:256M", dev.display())]);
-    base.mount();
+    let mut base = pool_with_device_inside("256M");
     let tree = build_tree(&base);
     base.unmount();
     base.check();
@@ -188,10 +195,7 @@ fn damaged_metadata_reads_exact_or_eio_and_check_never_panics() {
 fn check_names_the_file_whose_extents_are_damaged() {
     // One file of many blocks among small ones: damage to the live table's
     // leaf holding its extents must be attributed to it by path.
-    let mut fs_ = Fs::create();
-    let dev = fs_.pool.join("dev0");
-    fs_.mkfs(&["--device", &format!("ssd:{}:128M", dev.display())]);
-    fs_.mount();
+    let mut fs_ = pool_with_device_inside("128M");
     let big = pattern(7, 64 * 65536 * 4);
     fs::write(fs_.p("big"), &big).unwrap();
     fs::write(fs_.p("small"), b"x").unwrap();
@@ -260,10 +264,7 @@ fn edit_extent(meta: &Path, ino: u64, block: u64, edit: impl FnOnce(&mut Vec<u8>
 
 #[test]
 fn a_damaged_record_in_a_sound_store_gives_eio_and_is_named() {
-    let mut fs_ = Fs::create();
-    let dev = fs_.pool.join("dev0");
-    fs_.mkfs(&["--device", &format!("ssd:{}:128M", dev.display())]);
-    fs_.mount();
+    let mut fs_ = pool_with_device_inside("128M");
     let big = pattern(3, 8 * 65536);
     let other = pattern(4, 4 * 65536);
     fs::write(fs_.p("big"), &big).unwrap();
