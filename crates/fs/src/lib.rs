@@ -6,6 +6,7 @@
 
 pub mod asof;
 pub mod check;
+mod clone;
 pub mod config;
 pub mod devices;
 pub mod error;
@@ -23,6 +24,7 @@ pub mod reblock;
 mod recent;
 pub mod scrub;
 pub mod snapshot;
+mod sparse;
 pub mod superblock;
 pub mod tier;
 pub mod timefmt;

@@ -54,6 +54,8 @@ pub struct Fs {
     ns_read: Mutex<Option<Arc<MetaRead>>>,
     /// Blocks the last flushes wrote, for read-modify-write (`recent.rs`).
     pub(crate) recent: crate::recent::RecentBlocks,
+    /// Committed stored bytes per file, for st_blocks (`sparse.rs`).
+    pub(crate) stored: crate::sparse::StoredCache,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -97,6 +99,7 @@ impl Fs {
             hashing: AtomicBool::new(false),
             ns_read: Mutex::new(None),
             recent,
+            stored: Default::default(),
         });
         fs.refresh_retained()?;
         if !orphans.is_empty() {
