@@ -68,6 +68,7 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
         .with_context(|| format!("control socket {}", sock.display()))?;
     fs.spawn_snapshot_hasher();
     let gc = fs.spawn_gc();
+    spawn_inode_count(&fs);
     let mover = fs.spawn_mover();
     let mnt = a.mountpoint.canonicalize()?;
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, a.io_uring)
@@ -91,6 +92,18 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
     }
     tracing::info!("unmounted {}", mnt.display());
     Ok(())
+}
+
+/// Counts the live inodes for `df -i` in the background.
+fn spawn_inode_count(fs: &std::sync::Arc<Fs>) {
+    let fs = fs.clone();
+    let _ = std::thread::Builder::new()
+        .name("cairn-inodes".into())
+        .spawn(move || {
+            if let Err(e) = fs.count_inodes() {
+                tracing::warn!("counting inodes: {e}");
+            }
+        });
 }
 
 fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {

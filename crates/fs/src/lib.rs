@@ -14,6 +14,7 @@ pub mod flush;
 pub mod gc;
 pub mod history;
 pub mod info;
+mod inodes;
 pub mod ops_data;
 pub mod ops_ns;
 pub mod overlay;
