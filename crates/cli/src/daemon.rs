@@ -86,26 +86,26 @@ fn mount_at(mnt: &Path) -> Result<Option<(String, String)>> {
     }))
 }
 
-fn init_logging(to_file: Option<&Path>) {
+/// Logs to stderr (the pool's log when started by `cairn mount`) through
+/// a writer that drops and counts what cannot be written (logging.rs).
+fn init_logging() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG").unwrap_or_else(|_| "info".into());
+    let stderr = std::os::fd::AsFd::as_fd(&std::io::stderr())
+        .try_clone_to_owned()
+        .map(std::fs::File::from);
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(false);
-    match to_file.and_then(|p| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
-            .ok()
-    }) {
-        Some(f) => b.with_writer(std::sync::Mutex::new(f)).init(),
-        None => b.with_writer(std::io::stderr).init(),
+        .with_ansi(false)
+        .log_internal_errors(false);
+    match stderr {
+        Ok(f) => b.with_writer(crate::logging::SafeLog::new(f)).init(),
+        Err(_) => b.with_writer(std::io::sink).init(),
     }
 }
 
 fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> {
-    init_logging(None);
+    init_logging();
     let p = Pool::open(pool, Some(config_for(a)?))?;
     let fs = Fs::open(p)?;
     let flusher = fs.spawn_flusher();

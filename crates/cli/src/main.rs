@@ -5,6 +5,7 @@ mod admin;
 mod args;
 mod control;
 mod daemon;
+mod logging;
 mod ready;
 mod report;
 mod tiering;

@@ -182,7 +182,7 @@ fn errno(e: FsError) -> Errno {
             | FsError::Device(_)
             | FsError::Failed(_)
     ) {
-        tracing::warn!("request failed: {e}");
+        crate::ratelimit::warn(format!("request failed: {e}"));
     }
     Errno::from_i32(e.errno())
 }
