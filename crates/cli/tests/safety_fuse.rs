@@ -213,7 +213,11 @@ impl WriteAt for File {
 
 #[test]
 fn copy_file_range_clones_without_space() {
-    let fs = Fs::new();
+    // Without dedup, only a clone can make a copy take no space.
+    let mut fs = Fs::create();
+    fs.mkfs(&[]);
+    fs.set_config("dedup", "false");
+    fs.mount();
     let size = 24 * REC as usize + 1000;
     let data = pattern(7, size);
     let src = fs.p("src");
@@ -293,7 +297,6 @@ fn copy_file_range_clones_without_space() {
     for n in ["dst", "copy", "copy2"] {
         assert_bytes_eq(&fs::read(fs.p(n)).unwrap(), &data, n);
     }
-    let mut fs = fs;
     fs.remount();
     assert_bytes_eq(
         &fs::read(fs.p("copy")).unwrap(),
@@ -423,6 +426,19 @@ fn mount_type_inode_counts_and_quiet_unmount() {
 
 // ------------------------------------------------- a full host filesystem
 
+/// Runs `f` on a thread and panics if it does not finish within `t` (a
+/// hung mount); the harness's drop then kills the daemon, which frees it.
+fn within(t: Duration, what: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    if let Err(e) = rx.recv_timeout(t) {
+        panic!("{what}: not done within {t:?} ({e}): the mount hangs or failed");
+    }
+}
+
 /// A small ext4 image mounted on a loop device; unmounted on drop.
 struct LoopFs {
     dir: PathBuf,
@@ -485,18 +501,38 @@ fn full_log_filesystem_does_not_stop_the_daemon() {
     write_synced(&fs.p("before"), b"before");
     small.fill();
     // Debug logging writes a line per request: plenty of failed writes.
-    for i in 0..30u64 {
-        let _ = fs::read_dir(&mnt).unwrap().count();
-        fs::write(fs.p(&format!("n{i}")), pattern(i, 5000)).unwrap();
-        cairn_ok(&[os("sync"), mnt.as_os_str()]);
-    }
+    // (Before the fix a serving thread panicked in tracing and its queue
+    // hung, or the daemon aborted: bounded by a watchdog.)
+    let m = mnt.clone();
+    within(
+        Duration::from_secs(120),
+        "requests with the log full",
+        move || {
+            for i in 0..30u64 {
+                let _ = fs::read_dir(&m).unwrap().count();
+                fs::write(m.join(format!("n{i}")), pattern(i, 5000)).unwrap();
+                let out = run_timeout(
+                    Command::new(CAIRN).args([os("sync"), m.as_os_str()]),
+                    Duration::from_secs(60),
+                );
+                assert!(out.status.success(), "{}", describe(&out));
+            }
+        },
+    );
     assert!(
         !fs.daemon_pids().is_empty(),
         "the daemon died with its log full"
     );
     let data = pattern(99, 300_000);
-    write_synced(&fs.p("during"), &data);
-    assert_bytes_eq(&fs::read(fs.p("during")).unwrap(), &data, "read while full");
+    let (p, d) = (fs.p("during"), data.clone());
+    within(
+        Duration::from_secs(60),
+        "fsynced write with the log full",
+        move || {
+            write_synced(&p, &d);
+            assert_bytes_eq(&fs::read(&p).unwrap(), &d, "read while full");
+        },
+    );
     let info = cairn_ok(&[os("info"), mnt.as_os_str(), os("--json")]);
     let v: serde_json::Value = serde_json::from_str(&info).unwrap();
     assert!(
