@@ -175,11 +175,14 @@ impl Fs {
     }
 
     fn try_stored_blocks(&self, ino: u64) -> Result<u64> {
-        let (buffered, trunc, tid, size, kind) = {
+        let (buffered, trunc, tid, size, kind, r) = {
             let st = self.lock();
             let i = self.inode(&st, ino)?;
-            let tid = self
-                .ns_meta(&st)?
+            // The shared namespace view: a chunk's stored length does not
+            // change when reblock or GC moves it, and the view is dropped
+            // at every flush commit (and at clones).
+            let view = self.ns_meta(&st)?;
+            let tid = view
                 .get(&ElemKey::new(ino, RecordType::Inode, &[]))?
                 .map_or(0, |e| e.create_tid);
             let mut buffered: BTreeMap<u64, u64> = BTreeMap::new();
@@ -193,15 +196,30 @@ impl Fs {
                     buffered.insert(b, d.len() as u64);
                 }
             }
-            (buffered, trunc, tid, i.size, i.kind)
+            (buffered, trunc, tid, i.size, i.kind, view)
         };
         if kind != FileKind::File {
             return Ok(size.div_ceil(512));
         }
-        let r = self.meta()?;
-        let (total, end) = match trunc {
-            Some(t) => committed_total(&r, ino, t)?,
-            None => self.cached_total(&r, ino, tid)?,
+        let hit = trunc
+            .is_none()
+            .then(|| self.cached_total(ino, tid))
+            .flatten();
+        if let Some((total, end)) = hit {
+            if buffered.keys().all(|&b| b >= end) {
+                // The common case (a stat of an unchanged file): no read
+                // transaction at all.
+                return Ok(total + buffered.values().map(|l| l.div_ceil(512)).sum::<u64>());
+            }
+        }
+        let (total, end) = match (hit, trunc) {
+            (Some(h), _) => h,
+            (None, Some(t)) => committed_total(&r, ino, t)?,
+            (None, None) => {
+                let (total, end) = committed_total(&r, ino, u64::MAX)?;
+                self.cache_total(ino, tid, total, end);
+                (total, end)
+            }
         };
         let mut blocks = total;
         for (&b, &len) in &buffered {
@@ -213,21 +231,21 @@ impl Fs {
         Ok(blocks)
     }
 
-    /// The committed total of a file, from the cache when its inode
-    /// element is still the one the entry was computed for.
-    fn cached_total(&self, r: &MetaRead, ino: u64, tid: u64) -> Result<(u64, u64)> {
-        if let Some(&(t, total, end)) = self.stored.0.lock().get(&ino) {
-            if t == tid && tid != 0 {
-                return Ok((total, end));
-            }
+    /// The cached committed total of a file if its inode element is still
+    /// the one the entry was computed for.
+    fn cached_total(&self, ino: u64, tid: u64) -> Option<(u64, u64)> {
+        match self.stored.0.lock().get(&ino) {
+            Some(&(t, total, end)) if t == tid && tid != 0 => Some((total, end)),
+            _ => None,
         }
-        let (total, end) = committed_total(r, ino, u64::MAX)?;
+    }
+
+    fn cache_total(&self, ino: u64, tid: u64, total: u64, end: u64) {
         let mut c = self.stored.0.lock();
         if c.len() >= CACHE_MAX {
             c.clear();
         }
         c.insert(ino, (tid, total, end));
-        Ok((total, end))
     }
 
     /// Forgets the cached total of a file (its extents changed outside a
