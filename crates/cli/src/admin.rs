@@ -3,14 +3,14 @@
 //! people or, with --json, as JSON.
 
 use crate::args::{GcArgs, HistoryArgs, PruneArgs, ReblockArgs, SnapshotCmd, TargetArgs, UndoArgs};
-use crate::control::client::{call, resolve};
+use crate::control::client::{call, resolve_file};
 use crate::control::protocol::Request;
 use crate::report::human;
 use anyhow::{bail, Context, Result};
 use cairn_fs::timefmt::format_utc;
 use serde_json::Value;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).expect("json"));
@@ -130,10 +130,11 @@ fn list(t: &TargetArgs, v: Value) -> Result<()> {
 }
 
 pub fn history(a: &HistoryArgs) -> Result<()> {
+    let (_, mnt) = resolve_file(&a.path, false)?;
     let ino = std::fs::symlink_metadata(&a.path)
         .with_context(|| format!("{}", a.path.display()))?
         .ino();
-    let v = call(&a.path, Request::History { ino })?;
+    let v = call(&mnt, Request::History { ino })?;
     if a.json {
         print_json(&v);
         return Ok(());
@@ -164,8 +165,7 @@ pub fn history(a: &HistoryArgs) -> Result<()> {
 /// PATH or into OUTPUT; the change is a new version, history is kept.
 pub fn undo(a: &UndoArgs) -> Result<()> {
     let path = std::path::absolute(&a.path)?;
-    let (_, mnt) = resolve(path.parent().unwrap_or(Path::new("/")))?;
-    let mnt = mnt.context("undo needs the pool mounted")?;
+    let (_, mnt) = resolve_file(&path, true)?;
     let src: PathBuf = match (a.tid, &a.snapshot) {
         (Some(tid), _) => {
             let mut s = path.clone().into_os_string();

@@ -26,6 +26,16 @@ fn config_for(a: &MountArgs) -> Result<PoolConfig> {
 }
 
 pub fn mount(a: MountArgs) -> Result<()> {
+    // A daemon started by `cairn mount` reports its outcome to the parent.
+    let ready = crate::ready::Ready::from_env();
+    let r = mount_checked(a, &ready);
+    if let Err(e) = &r {
+        ready.fail(&format!("{e:#}"));
+    }
+    r
+}
+
+fn mount_checked(a: MountArgs, ready: &crate::ready::Ready) -> Result<()> {
     let pool = a
         .pool
         .canonicalize()
@@ -34,32 +44,68 @@ pub fn mount(a: MountArgs) -> Result<()> {
     if !a.mountpoint.is_dir() {
         bail!("mount point {} is not a directory", a.mountpoint.display());
     }
+    let mnt = a.mountpoint.canonicalize()?;
+    refuse_mount_point(&mnt)?;
+    if pool_locked(&pool) {
+        let at = cairn_mounts()?
+            .into_iter()
+            .find(|(_, p)| Path::new(p) == pool)
+            .map_or(String::new(), |(m, _)| {
+                format!(" (mounted on {})", m.display())
+            });
+        bail!("pool {} is in use by another process{at}", pool.display());
+    }
     if a.foreground {
-        return serve(&pool, &a);
+        return serve(&pool, &a, ready);
     }
     spawn_daemon(&pool, &a)
 }
 
-fn init_logging(to_file: Option<&Path>) {
+/// Refuses a mount point that already is one (of any filesystem): a
+/// second mount would hide the first.
+fn refuse_mount_point(mnt: &Path) -> Result<()> {
+    if let Some((fstype, source)) = mount_at(mnt)? {
+        return Err(crate::control::client::UsageError(format!(
+            "{} is already a mount point ({fstype} from {source}); unmount it first or choose another directory",
+            mnt.display()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// The (type, source) of the mount at `mnt`, if any.
+fn mount_at(mnt: &Path) -> Result<Option<(String, String)>> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(info.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mp = unescape(left.split(' ').nth(4)?);
+        let mut r = right.split(' ');
+        let (fstype, source) = (r.next()?, r.next().unwrap_or(""));
+        (Path::new(&mp) == mnt).then(|| (fstype.to_string(), unescape(source)))
+    }))
+}
+
+/// Logs to stderr (the pool's log when started by `cairn mount`) through
+/// a writer that drops and counts what cannot be written (logging.rs).
+fn init_logging() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG").unwrap_or_else(|_| "info".into());
+    let stderr = std::os::fd::AsFd::as_fd(&std::io::stderr())
+        .try_clone_to_owned()
+        .map(std::fs::File::from);
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(false);
-    match to_file.and_then(|p| {
-        cairn_devices::private::private_options()
-            .create(true)
-            .append(true)
-            .open(p)
-            .ok()
-    }) {
-        Some(f) => b.with_writer(std::sync::Mutex::new(f)).init(),
-        None => b.with_writer(std::io::stderr).init(),
+        .with_ansi(false)
+        .log_internal_errors(false);
+    match stderr {
+        Ok(f) => b.with_writer(crate::logging::SafeLog::new(f)).init(),
+        Err(_) => b.with_writer(std::io::sink).init(),
     }
 }
 
-fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
-    init_logging(None);
+fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> {
+    init_logging();
     let p = Pool::open(pool, Some(config_for(a)?))?;
     let fs = Fs::open(p)?;
     let flusher = fs.spawn_flusher();
@@ -68,11 +114,13 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
         .with_context(|| format!("control socket {}", sock.display()))?;
     fs.spawn_snapshot_hasher();
     let gc = fs.spawn_gc();
+    spawn_inode_count(&fs);
     let mover = fs.spawn_mover();
     let mnt = a.mountpoint.canonicalize()?;
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, a.io_uring)
         .with_context(|| format!("mounting on {}", mnt.display()))?;
     tracing::info!("pool {} mounted on {}", pool.display(), mnt.display());
+    ready.ok();
     let m2 = mnt.clone();
     let mut signals =
         signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
@@ -93,6 +141,18 @@ fn serve(pool: &Path, a: &MountArgs) -> Result<()> {
     Ok(())
 }
 
+/// Counts the live inodes for `df -i` in the background.
+fn spawn_inode_count(fs: &std::sync::Arc<Fs>) {
+    let fs = fs.clone();
+    let _ = std::thread::Builder::new()
+        .name("cairn-inodes".into())
+        .spawn(move || {
+            if let Err(e) = fs.count_inodes() {
+                tracing::warn!("counting inodes: {e}");
+            }
+        });
+}
+
 fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
     use std::os::unix::process::CommandExt;
     let log = PoolPaths::log(pool);
@@ -100,6 +160,7 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
         .create(true)
         .append(true)
         .open(&log)?;
+    let log_start = out.metadata()?.len();
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("mount")
         .arg(pool)
@@ -116,9 +177,11 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
     if let Some(z) = &a.compression {
         cmd.arg("--compression").arg(z);
     }
-    cmd.stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out);
+    // stdout is not needed (the daemon logs through tracing); stderr keeps
+    // panics in the log.
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(out);
+    let status = crate::ready::StatusPipe::new()?;
+    status.pass_to(&mut cmd);
     // SAFETY: setsid is async-signal-safe; detaches from our terminal.
     unsafe {
         cmd.pre_exec(|| {
@@ -126,33 +189,50 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
             Ok(())
         });
     }
-    let log_start = std::fs::metadata(&log).map_or(0, |m| m.len());
     let mut child = cmd.spawn()?;
     let mnt = a.mountpoint.canonicalize()?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if is_mounted(&mnt)? {
-            println!(
-                "mounted {} on {} (pid {}, log {})",
-                pool.display(),
-                mnt.display(),
-                child.id(),
-                log.display()
-            );
-            print_warnings(&log, log_start);
-            return Ok(());
+    let answer = status.wait(Duration::from_secs(60));
+    match answer {
+        Some(Ok(())) => {}
+        Some(Err(why)) => {
+            let _ = child.wait();
+            bail!("{why}");
         }
-        if let Some(st) = child.try_wait()? {
+        None => {
+            if child.try_wait()?.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("timed out waiting for the mount; see {}", log.display());
+            }
+            let st = child.wait()?;
             bail!(
-                "the daemon exited ({st}) before mounting; see {}:\n{}",
-                log.display(),
-                log_tail(&log)
+                "the daemon exited ({st}) before mounting; its log:\n{}",
+                log_since(&log, log_start)
             );
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = child.kill();
-    bail!("timed out waiting for the mount; see {}", log.display())
+    // The daemon says it is mounted: check that the mount is there, is
+    // this pool's and answers, and that the daemon still runs.
+    let ours = cairn_mounts()?
+        .iter()
+        .any(|(m, p)| *m == mnt && Path::new(p) == pool);
+    let answers = std::fs::metadata(&mnt).is_ok();
+    if !ours || !answers || child.try_wait()?.is_some() {
+        bail!(
+            "the daemon reported a mount on {} that is not there or not answering; its log:\n{}",
+            mnt.display(),
+            log_since(&log, log_start)
+        );
+    }
+    println!(
+        "mounted {} on {} (pid {}, log {})",
+        pool.display(),
+        mnt.display(),
+        child.id(),
+        log.display()
+    );
+    print_warnings(&log, log_start);
+    Ok(())
 }
 
 /// Shows the warnings the daemon logged since `from` (modes tightened,
@@ -172,10 +252,12 @@ fn print_warnings(log: &Path, from: u64) {
     }
 }
 
-fn log_tail(log: &Path) -> String {
-    let s = std::fs::read_to_string(log).unwrap_or_default();
+/// What the log got since `start` (this daemon's lines), at most 40 lines.
+fn log_since(log: &Path, start: u64) -> String {
+    let s = std::fs::read(log).unwrap_or_default();
+    let s = String::from_utf8_lossy(s.get(start as usize..).unwrap_or_default());
     let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(10)..].join("\n")
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 /// Mount entries of Cairn: (mount point, pool) from /proc/self/mountinfo.
@@ -213,10 +295,6 @@ fn unescape(s: &str) -> String {
         .replace("\\011", "\t")
         .replace("\\012", "\n")
         .replace("\\134", "\\")
-}
-
-pub fn is_mounted(mnt: &Path) -> Result<bool> {
-    Ok(cairn_mounts()?.iter().any(|(m, _)| m == mnt))
 }
 
 pub fn umount(mnt: &Path) -> Result<()> {

@@ -5,6 +5,8 @@ mod admin;
 mod args;
 mod control;
 mod daemon;
+mod logging;
+mod ready;
 mod report;
 mod tiering;
 
@@ -14,8 +16,11 @@ use clap::Parser;
 fn main() {
     let cli = args::Cli::parse();
     if let Err(e) = run(cli) {
-        eprintln!("cairn: {e:#}");
-        std::process::exit(1);
+        // Not eprintln: a daemon's stderr is its log, which may be full.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "cairn: {e:#}");
+        let usage = e.downcast_ref::<control::client::UsageError>().is_some();
+        std::process::exit(if usage { 2 } else { 1 });
     }
 }
 

@@ -31,6 +31,9 @@ pub enum FsError {
     Range,
     #[error("operation not supported")]
     NotSupported,
+    /// lseek(SEEK_DATA/SEEK_HOLE) at or past the end, or no data after it.
+    #[error("no data at or after that offset")]
+    NoData,
     #[error("too many links")]
     TooManyLinks,
     #[error("read-only")]
@@ -100,6 +103,7 @@ impl FsError {
             NoAttr => libc::ENODATA,
             Range => libc::ERANGE,
             NotSupported => libc::EOPNOTSUPP,
+            NoData => libc::ENXIO,
             TooManyLinks => libc::EMLINK,
             ReadOnly => libc::EROFS,
             Busy | InUse(_) => libc::EBUSY,

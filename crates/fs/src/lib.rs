@@ -6,6 +6,7 @@
 
 pub mod asof;
 pub mod check;
+mod clone;
 pub mod config;
 pub mod devices;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod flush;
 pub mod gc;
 pub mod history;
 pub mod info;
+mod inodes;
 pub mod ops_data;
 pub mod ops_ns;
 pub mod overlay;
@@ -26,6 +28,7 @@ pub mod reserve;
 pub mod salvage;
 pub mod scrub;
 pub mod snapshot;
+mod sparse;
 pub mod superblock;
 pub mod tier;
 pub mod timefmt;

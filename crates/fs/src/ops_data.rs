@@ -453,14 +453,16 @@ impl Fs {
         let seg = self.pool.chunks.segment_size();
         let host = self.pool.chunks.devices().host_free_limit();
         let st = self.lock();
-        let avail = self.space_available(&st).min(host.unwrap_or(u64::MAX)) / bsize;
-        let ino_used = st.next_ino;
+        let avail_bytes = self.space_available(&st).min(host.unwrap_or(u64::MAX));
+        let avail = avail_bytes / bsize;
+        drop(st);
+        let ffree = avail_bytes / crate::inodes::BYTES_PER_INODE;
         Statfs {
             blocks: total * seg / bsize,
             bfree: avail,
             bavail: avail,
-            files: u32::MAX as u64,
-            ffree: (u32::MAX as u64).saturating_sub(ino_used),
+            files: self.used_inodes() + ffree,
+            ffree,
             bsize: bsize as u32,
             namelen: crate::types::MAX_NAME as u32,
         }

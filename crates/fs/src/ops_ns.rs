@@ -252,6 +252,7 @@ impl Fs {
             st.dirty.put_inode(i);
         } else {
             st.dirty.delete_inode(i.ino);
+            st.live_delta -= 1;
         }
     }
 
@@ -446,6 +447,7 @@ impl Fs {
         if let Ok(i) = self.inode(&st, ino) {
             if i.nlink == 0 {
                 st.dirty.delete_inode(ino);
+                st.live_delta -= 1;
             }
         }
     }

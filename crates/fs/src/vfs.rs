@@ -31,6 +31,8 @@ pub(crate) struct State {
     pub flushing: Option<Arc<Overlay>>,
     pub next_ino: u64,
     pub open: HashMap<u64, u32>,
+    /// Inodes created less inodes deleted since open (`inodes.rs`).
+    pub live_delta: i64,
 }
 
 pub struct Fs {
@@ -56,6 +58,10 @@ pub struct Fs {
     pub(crate) recent: crate::recent::RecentBlocks,
     /// Room kept on the metadata's host filesystem (`reserve.rs`).
     pub(crate) reserve: crate::reserve::Reserve,
+    /// Committed stored bytes per file, for st_blocks (`sparse.rs`).
+    pub(crate) stored: crate::sparse::StoredCache,
+    /// Live inodes counted for statfs (`inodes.rs`).
+    pub(crate) inode_count: crate::inodes::InodeCount,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -89,6 +95,7 @@ impl Fs {
                 flushing: None,
                 next_ino,
                 open: HashMap::new(),
+                live_delta: 0,
             }),
             flush_lock: Mutex::new(last_tid),
             failed: Mutex::new(None),
@@ -101,6 +108,8 @@ impl Fs {
             ns_read: Mutex::new(None),
             recent,
             reserve,
+            stored: Default::default(),
+            inode_count: Default::default(),
         });
         fs.refresh_retained()?;
         if !orphans.is_empty() {
@@ -376,6 +385,7 @@ impl Fs {
     pub(crate) fn alloc_ino(st: &mut State) -> u64 {
         let ino = st.next_ino;
         st.next_ino += 1;
+        st.live_delta += 1;
         ino
     }
 

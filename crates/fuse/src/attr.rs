@@ -53,11 +53,17 @@ pub fn time_or_now(t: TimeOrNow) -> Time {
     }
 }
 
+/// Attributes with st_blocks computed from the size (views, new files).
 pub fn file_attr(i: &Inode) -> FileAttr {
+    file_attr_blocks(i, i.size.div_ceil(512))
+}
+
+/// Attributes with st_blocks given (512-byte units really stored).
+pub fn file_attr_blocks(i: &Inode, blocks: u64) -> FileAttr {
     FileAttr {
         ino: INodeNo(i.ino),
         size: i.size,
-        blocks: i.size.div_ceil(512),
+        blocks,
         atime: to_system(i.atime),
         mtime: to_system(i.mtime),
         ctime: to_system(i.ctime),

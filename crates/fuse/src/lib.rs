@@ -8,6 +8,7 @@
 mod attr;
 mod bdi;
 mod ops;
+mod ratelimit;
 mod transport;
 mod views;
 

@@ -1,7 +1,7 @@
 //! The fuser `Filesystem` implementation: one thin method per request, each
 //! calling into cairn-fs and turning its typed errors into errnos.
 
-use crate::attr::{file_attr, from_system, time_or_now};
+use crate::attr::{file_attr, file_attr_blocks, from_system, time_or_now};
 use crate::views::{Node, Views, SNAPDIR_INO};
 use cairn_fs::{
     Ctx, DirEntry, FileKind, Fs, FsError, Inode, RenameFlags as CRename, SetAttr, XattrMode,
@@ -147,6 +147,23 @@ impl CairnFuse {
         }
     }
 
+    /// FUSE attributes; st_blocks of live regular files from the blocks
+    /// they really store (views: from the size).
+    fn fattr(&self, i: &Inode) -> FileAttr {
+        if i.kind == FileKind::File && i.ino < SNAPDIR_INO {
+            file_attr_blocks(i, self.fs.stored_blocks(i.ino))
+        } else {
+            file_attr(i)
+        }
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: Result<Inode, FsError>) {
+        match r {
+            Ok(i) => reply.entry(ttl(i.ino), &self.fattr(&i), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
     /// The tid of a view inode's entries (for presenting them).
     fn view_tid(&self, dir: u64) -> Option<u64> {
         match self.views.node(dir) {
@@ -165,7 +182,7 @@ fn errno(e: FsError) -> Errno {
             | FsError::Device(_)
             | FsError::Failed(_)
     ) {
-        tracing::warn!("request failed: {e}");
+        crate::ratelimit::warn(format!("request failed: {e}"));
     }
     Errno::from_i32(e.errno())
 }
@@ -174,13 +191,6 @@ fn ctx(req: &Request) -> Ctx {
     Ctx {
         uid: req.uid(),
         gid: req.gid(),
-    }
-}
-
-fn entry(reply: ReplyEntry, r: Result<Inode, FsError>) {
-    match r {
-        Ok(i) => reply.entry(ttl(i.ino), &file_attr(&i), Generation(0)),
-        Err(e) => reply.error(errno(e)),
     }
 }
 
@@ -224,7 +234,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        entry(reply, self.lookup_any(parent.0, name.as_bytes()));
+        self.entry(reply, self.lookup_any(parent.0, name.as_bytes()));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -235,7 +245,7 @@ impl Filesystem for CairnFuse {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.attr_of(ino.0) {
-            Ok(i) => reply.attr(ttl(i.ino), &file_attr(&i)),
+            Ok(i) => reply.attr(ttl(i.ino), &self.fattr(&i)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -274,7 +284,7 @@ impl Filesystem for CairnFuse {
             kill_setid: size.is_some() && req.uid() != 0,
         };
         match self.fs.setattr(ino.0, &a) {
-            Ok(i) => reply.attr(ttl(i.ino), &file_attr(&i)),
+            Ok(i) => reply.attr(ttl(i.ino), &self.fattr(&i)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -304,7 +314,7 @@ impl Filesystem for CairnFuse {
         if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
-        entry(
+        self.entry(
             reply,
             self.fs
                 .mknod(ctx(req), parent.0, name.as_bytes(), mode & !umask, rdev),
@@ -323,7 +333,7 @@ impl Filesystem for CairnFuse {
         if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
-        entry(
+        self.entry(
             reply,
             self.fs
                 .mkdir(ctx(req), parent.0, name.as_bytes(), mode & !umask),
@@ -356,7 +366,7 @@ impl Filesystem for CairnFuse {
             return reply.error(Errno::EROFS);
         }
         let t = target.as_os_str().as_bytes();
-        entry(
+        self.entry(
             reply,
             self.fs.symlink(ctx(req), parent.0, link_name.as_bytes(), t),
         );
@@ -405,7 +415,7 @@ impl Filesystem for CairnFuse {
         if self.in_view(&[ino]) || self.fixed_name(newparent, newname) {
             return reply.error(Errno::EROFS);
         }
-        entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
+        self.entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -596,7 +606,7 @@ impl Filesystem for CairnFuse {
                         e.cookie,
                         name,
                         ttl(i.ino),
-                        &file_attr(&i),
+                        &self.fattr(&i),
                         Generation(0),
                     ) {
                         // Not sent: the kernel did not count this lookup.
@@ -726,6 +736,75 @@ impl Filesystem for CairnFuse {
             return reply.error(Errno::EROFS);
         }
         empty(reply, self.fs.fallocate(ino.0, offset, length, mode));
+    }
+
+    /// SEEK_DATA and SEEK_HOLE (the kernel handles the other whences).
+    /// Views report their whole size as data.
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let Ok(off) = u64::try_from(offset) else {
+            return reply.error(Errno::ENXIO);
+        };
+        let r = if self.in_view(&[ino]) {
+            self.attr_of(ino.0)
+                .and_then(|i| match (off < i.size, data) {
+                    (false, _) => Err(FsError::NoData),
+                    (true, true) => Ok(off),
+                    (true, false) => Ok(i.size),
+                })
+        } else {
+            self.fs.seek_data_hole(ino.0, off, data)
+        };
+        match r {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    /// A clone where blocks line up (the target shares the source's
+    /// chunks), a copy of the bytes elsewhere.
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        if self.in_view(&[ino_out]) {
+            return reply.error(Errno::EROFS);
+        }
+        if self.in_view(&[ino_in]) {
+            // No clone out of history: let the kernel copy the bytes.
+            return reply.error(Errno::EXDEV);
+        }
+        // The reply counts in 32 bits; keep whole records.
+        let rs = self.fs.record_size();
+        let len = len.min(u32::MAX as u64 / rs * rs);
+        match self
+            .fs
+            .copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len)
+        {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 }
 

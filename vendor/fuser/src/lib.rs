@@ -21,7 +21,7 @@ use std::path::Path;
 use std::time::Duration;
 use std::time::SystemTime;
 
-use log::warn;
+use log::debug;
 #[cfg(target_os = "macos")]
 pub use reply::ReplyXTimes;
 #[cfg(feature = "serializable")]
@@ -414,7 +414,7 @@ pub trait Filesystem: Send + Sync + 'static {
 
     /// Look up a directory entry by name and get its attributes.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        warn!("[Not Implemented] lookup(parent: {parent:#x?}, name {name:?})");
+        debug!("[Not Implemented] lookup(parent: {parent:#x?}, name {name:?})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -437,7 +437,7 @@ pub trait Filesystem: Send + Sync + 'static {
 
     /// Get file attributes.
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        warn!("[Not Implemented] getattr(ino: {ino:#x?}, fh: {fh:#x?})");
+        debug!("[Not Implemented] getattr(ino: {ino:#x?}, fh: {fh:#x?})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -460,7 +460,7 @@ pub trait Filesystem: Send + Sync + 'static {
         flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] setattr(ino: {ino:#x?}, mode: {mode:?}, uid: {uid:?}, \
             gid: {gid:?}, size: {size:?}, fh: {fh:?}, flags: {flags:?})"
         );
@@ -469,7 +469,7 @@ pub trait Filesystem: Send + Sync + 'static {
 
     /// Read symbolic link.
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        warn!("[Not Implemented] readlink(ino: {ino:#x?})");
+        debug!("[Not Implemented] readlink(ino: {ino:#x?})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -485,7 +485,7 @@ pub trait Filesystem: Send + Sync + 'static {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] mknod(parent: {parent:#x?}, name: {name:?}, \
             mode: {mode}, umask: {umask:#x?}, rdev: {rdev})"
         );
@@ -502,7 +502,7 @@ pub trait Filesystem: Send + Sync + 'static {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] mkdir(parent: {parent:#x?}, name: {name:?}, mode: {mode}, umask: {umask:#x?})"
         );
         reply.error(Errno::ENOSYS);
@@ -510,13 +510,13 @@ pub trait Filesystem: Send + Sync + 'static {
 
     /// Remove a file.
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        warn!("[Not Implemented] unlink(parent: {parent:#x?}, name: {name:?})",);
+        debug!("[Not Implemented] unlink(parent: {parent:#x?}, name: {name:?})",);
         reply.error(Errno::ENOSYS);
     }
 
     /// Remove a directory.
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        warn!("[Not Implemented] rmdir(parent: {parent:#x?}, name: {name:?})",);
+        debug!("[Not Implemented] rmdir(parent: {parent:#x?}, name: {name:?})",);
         reply.error(Errno::ENOSYS);
     }
 
@@ -529,7 +529,7 @@ pub trait Filesystem: Send + Sync + 'static {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] symlink(parent: {parent:#x?}, link_name: {link_name:?}, target: {target:?})",
         );
         reply.error(Errno::EPERM);
@@ -546,7 +546,7 @@ pub trait Filesystem: Send + Sync + 'static {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] rename(parent: {parent:#x?}, name: {name:?}, \
             newparent: {newparent:#x?}, newname: {newname:?}, flags: {flags})",
         );
@@ -562,7 +562,7 @@ pub trait Filesystem: Send + Sync + 'static {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] link(ino: {ino:#x?}, newparent: {newparent:#x?}, newname: {newname:?})"
         );
         reply.error(Errno::EPERM);
@@ -601,7 +601,7 @@ pub trait Filesystem: Send + Sync + 'static {
         lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] read(ino: {ino:#x?}, fh: {fh}, offset: {offset}, \
             size: {size}, flags: {flags:#x?}, lock_owner: {lock_owner:?})"
         );
@@ -632,7 +632,7 @@ pub trait Filesystem: Send + Sync + 'static {
         lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] write(ino: {ino:#x?}, fh: {fh}, offset: {offset}, \
             data.len(): {}, write_flags: {write_flags:#x?}, flags: {flags:#x?}, \
             lock_owner: {lock_owner:?})",
@@ -659,7 +659,7 @@ pub trait Filesystem: Send + Sync + 'static {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        warn!("[Not Implemented] flush(ino: {ino:#x?}, fh: {fh}, lock_owner: {lock_owner:?})");
+        debug!("[Not Implemented] flush(ino: {ino:#x?}, fh: {fh}, lock_owner: {lock_owner:?})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -695,7 +695,7 @@ pub trait Filesystem: Send + Sync + 'static {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        warn!("[Not Implemented] fsync(ino: {ino:#x?}, fh: {fh}, datasync: {datasync})");
+        debug!("[Not Implemented] fsync(ino: {ino:#x?}, fh: {fh}, datasync: {datasync})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -723,7 +723,7 @@ pub trait Filesystem: Send + Sync + 'static {
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        warn!("[Not Implemented] readdir(ino: {ino:#x?}, fh: {fh}, offset: {offset})");
+        debug!("[Not Implemented] readdir(ino: {ino:#x?}, fh: {fh}, offset: {offset})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -740,7 +740,7 @@ pub trait Filesystem: Send + Sync + 'static {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        warn!("[Not Implemented] readdirplus(ino: {ino:#x?}, fh: {fh}, offset: {offset})");
+        debug!("[Not Implemented] readdirplus(ino: {ino:#x?}, fh: {fh}, offset: {offset})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -771,7 +771,7 @@ pub trait Filesystem: Send + Sync + 'static {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        warn!("[Not Implemented] fsyncdir(ino: {ino:#x?}, fh: {fh}, datasync: {datasync})");
+        debug!("[Not Implemented] fsyncdir(ino: {ino:#x?}, fh: {fh}, datasync: {datasync})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -791,7 +791,7 @@ pub trait Filesystem: Send + Sync + 'static {
         position: u32,
         reply: ReplyEmpty,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] setxattr(ino: {ino:#x?}, name: {name:?}, \
             flags: {flags:#x?}, position: {position})"
         );
@@ -803,7 +803,7 @@ pub trait Filesystem: Send + Sync + 'static {
     /// If `size` is not 0, and the value fits, send it with `reply.data()`, or
     /// `reply.error(ERANGE)` if it doesn't.
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        warn!("[Not Implemented] getxattr(ino: {ino:#x?}, name: {name:?}, size: {size})");
+        debug!("[Not Implemented] getxattr(ino: {ino:#x?}, name: {name:?}, size: {size})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -812,13 +812,13 @@ pub trait Filesystem: Send + Sync + 'static {
     /// If `size` is not 0, and the value fits, send it with `reply.data()`, or
     /// `reply.error(ERANGE)` if it doesn't.
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        warn!("[Not Implemented] listxattr(ino: {ino:#x?}, size: {size})");
+        debug!("[Not Implemented] listxattr(ino: {ino:#x?}, size: {size})");
         reply.error(Errno::ENOSYS);
     }
 
     /// Remove an extended attribute.
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        warn!("[Not Implemented] removexattr(ino: {ino:#x?}, name: {name:?})");
+        debug!("[Not Implemented] removexattr(ino: {ino:#x?}, name: {name:?})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -827,7 +827,7 @@ pub trait Filesystem: Send + Sync + 'static {
     /// mount option is given, this method is not called. This method is not called
     /// under Linux kernel versions 2.4.x
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        warn!("[Not Implemented] access(ino: {ino:#x?}, mask: {mask})");
+        debug!("[Not Implemented] access(ino: {ino:#x?}, mask: {mask})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -851,7 +851,7 @@ pub trait Filesystem: Send + Sync + 'static {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] create(parent: {parent:#x?}, name: {name:?}, mode: {mode}, \
             umask: {umask:#x?}, flags: {flags:#x?})"
         );
@@ -871,7 +871,7 @@ pub trait Filesystem: Send + Sync + 'static {
         pid: u32,
         reply: ReplyLock,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] getlk(ino: {ino:#x?}, fh: {fh}, lock_owner: {lock_owner}, \
             start: {start}, end: {end}, typ: {typ}, pid: {pid})"
         );
@@ -898,7 +898,7 @@ pub trait Filesystem: Send + Sync + 'static {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] setlk(ino: {ino:#x?}, fh: {fh}, lock_owner: {lock_owner}, \
             start: {start}, end: {end}, typ: {typ}, pid: {pid}, sleep: {sleep})"
         );
@@ -909,7 +909,7 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Note: This makes sense only for block device backed filesystems mounted
     /// with the 'blkdev' option
     fn bmap(&self, _req: &Request, ino: INodeNo, blocksize: u32, idx: u64, reply: ReplyBmap) {
-        warn!("[Not Implemented] bmap(ino: {ino:#x?}, blocksize: {blocksize}, idx: {idx})",);
+        debug!("[Not Implemented] bmap(ino: {ino:#x?}, blocksize: {blocksize}, idx: {idx})",);
         reply.error(Errno::ENOSYS);
     }
 
@@ -925,7 +925,7 @@ pub trait Filesystem: Send + Sync + 'static {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] ioctl(ino: {ino:#x?}, fh: {fh}, flags: {flags}, \
             cmd: {cmd}, in_data.len(): {}, out_size: {out_size})",
             in_data.len()
@@ -944,7 +944,7 @@ pub trait Filesystem: Send + Sync + 'static {
         flags: PollFlags,
         reply: ReplyPoll,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] poll(ino: {ino:#x?}, fh: {fh}, \
             ph: {ph:?}, events: {events}, flags: {flags})"
         );
@@ -962,7 +962,7 @@ pub trait Filesystem: Send + Sync + 'static {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] fallocate(ino: {ino:#x?}, fh: {fh}, \
             offset: {offset}, length: {length}, mode: {mode})"
         );
@@ -979,7 +979,7 @@ pub trait Filesystem: Send + Sync + 'static {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] lseek(ino: {ino:#x?}, fh: {fh}, \
             offset: {offset}, whence: {whence})"
         );
@@ -1000,7 +1000,7 @@ pub trait Filesystem: Send + Sync + 'static {
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] copy_file_range(ino_in: {ino_in:#x?}, fh_in: {fh_in}, \
             offset_in: {offset_in}, ino_out: {ino_out:#x?}, fh_out: {fh_out}, \
             offset_out: {offset_out}, len: {len}, flags: {flags:?})"
@@ -1012,7 +1012,7 @@ pub trait Filesystem: Send + Sync + 'static {
     /// `FUSE_VOL_RENAME` to enable
     #[cfg(target_os = "macos")]
     fn setvolname(&self, _req: &Request, name: &OsStr, reply: ReplyEmpty) {
-        warn!("[Not Implemented] setvolname(name: {name:?})");
+        debug!("[Not Implemented] setvolname(name: {name:?})");
         reply.error(Errno::ENOSYS);
     }
 
@@ -1028,7 +1028,7 @@ pub trait Filesystem: Send + Sync + 'static {
         options: u64,
         reply: ReplyEmpty,
     ) {
-        warn!(
+        debug!(
             "[Not Implemented] exchange(parent: {parent:#x?}, name: {name:?}, \
             newparent: {newparent:#x?}, newname: {newname:?}, options: {options})"
         );
@@ -1039,7 +1039,7 @@ pub trait Filesystem: Send + Sync + 'static {
     /// during init to `FUSE_XTIMES` to enable
     #[cfg(target_os = "macos")]
     fn getxtimes(&self, _req: &Request, ino: INodeNo, reply: ReplyXTimes) {
-        warn!("[Not Implemented] getxtimes(ino: {ino:#x?})");
+        debug!("[Not Implemented] getxtimes(ino: {ino:#x?})");
         reply.error(Errno::ENOSYS);
     }
 }

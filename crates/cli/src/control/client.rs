@@ -14,29 +14,83 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
+/// A mistake in what the user asked (a path outside any Cairn mount...):
+/// the command exits with status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
 /// The pool directory and, when mounted, the mount point of a TARGET.
 pub fn resolve(target: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
     let t = target
         .canonicalize()
         .with_context(|| format!("{}", target.display()))?;
-    let mounts = cairn_mounts()?;
     if PoolPaths::superblock(&t).exists() {
-        let mnt = mounts
+        let mnt = cairn_mounts()?
             .into_iter()
             .find(|(_, p)| Path::new(p) == t)
             .map(|(m, _)| m);
         return Ok((t, mnt));
     }
-    let best = mounts
+    match mount_of(&t)? {
+        Some((m, p)) => Ok((p, Some(m))),
+        None => Err(UsageError(format!(
+            "{} is neither a Cairn pool nor inside a Cairn mount",
+            target.display()
+        ))
+        .into()),
+    }
+}
+
+/// The Cairn mount (mount point, pool) that a canonical path lies on: the
+/// longest mount point that is a prefix of it, and only if the path is on
+/// that mount's device (not on another filesystem mounted below it, nor
+/// on the directory under a mount that has gone).
+fn mount_of(t: &Path) -> Result<Option<(PathBuf, PathBuf)>> {
+    use std::os::unix::fs::MetadataExt;
+    let best = cairn_mounts()?
         .into_iter()
         .filter(|(m, _)| t.starts_with(m))
         .max_by_key(|(m, _)| m.as_os_str().len());
-    match best {
-        Some((m, p)) => Ok((PathBuf::from(p), Some(m))),
-        None => bail!(
-            "{} is neither a Cairn pool nor inside a mounted Cairn pool",
-            target.display()
-        ),
+    let Some((m, p)) = best else {
+        return Ok(None);
+    };
+    let dev = |p: &Path| std::fs::symlink_metadata(p).map(|m| m.dev()).ok();
+    match (dev(t), dev(&m)) {
+        (Some(a), Some(b)) if a == b => Ok(Some((m, PathBuf::from(p)))),
+        _ => Ok(None),
+    }
+}
+
+/// For commands about one file (history, undo): the pool and mount point
+/// of `path`, which must lie on a Cairn mount (checked by device number
+/// before any inode number is sent). `path` itself may be missing when
+/// `parent_ok` (undo of a deleted file): then its directory is checked.
+pub fn resolve_file(path: &Path, parent_ok: bool) -> Result<(PathBuf, PathBuf)> {
+    let abs = std::path::absolute(path)?;
+    let (dir, name) = match (abs.parent(), abs.file_name()) {
+        (Some(d), Some(n)) => (d, Some(n)),
+        _ => (abs.as_path(), None),
+    };
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("{}", dir.display()))?;
+    let full = name.map_or(dir.clone(), |n| dir.join(n));
+    let on = match full.symlink_metadata() {
+        Ok(_) => full,
+        Err(_) if parent_ok => dir,
+        Err(e) => return Err(anyhow!(e).context(path.display().to_string())),
+    };
+    match mount_of(&on)? {
+        Some((m, p)) => Ok((p, m)),
+        None => Err(UsageError(format!("{} is not inside a Cairn mount", path.display())).into()),
     }
 }
 

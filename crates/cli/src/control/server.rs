@@ -55,8 +55,15 @@ fn serve_one(fs: &Arc<Fs>, conn: UnixStream) {
             &Reply::Progress(d, t),
         );
     };
+    let info = matches!(req, Request::Info);
     let reply = match execute(fs, req, &progress) {
-        Ok(v) => Reply::Ok(v),
+        Ok(mut v) => {
+            if info {
+                // Only the daemon logs to a file that can fill.
+                v["log_lines_dropped"] = crate::logging::dropped().into();
+            }
+            Reply::Ok(v)
+        }
         Err(e) => Reply::Err(e.to_string()),
     };
     if creates {

@@ -90,6 +90,12 @@ impl MountImpl {
             return Ok(());
         }
         if let Err(err) = crate::mnt::libc_umount(&self.mountpoint) {
+            if err == nix::errno::Errno::EINVAL {
+                // Cairn: no longer a mount point (`fusermount3 -u` ran
+                // first and the kernel has not torn down the device yet).
+                log::debug!("already unmounted: {:?}", self.mountpoint);
+                return Ok(());
+            }
             if err == nix::errno::Errno::EPERM {
                 // Linux always returns EPERM for non-root users.  We have to let the
                 // library go through the setuid-root "fusermount -u" to unmount.
@@ -477,11 +483,21 @@ fn fuse_mount_sys(
         source = name;
     }
 
+    // Cairn: the type is "fuse.SUBTYPE" as libfuse mounts it, so that
+    // /proc/mounts shows which filesystem this is.
+    #[cfg(target_os = "linux")]
+    let fstype = match options.iter().find_map(|x| match x {
+        MountOption::Subtype(s) => Some(format!("fuse.{s}")),
+        _ => None,
+    }) {
+        Some(t) => t,
+        None => "fuse".to_string(),
+    };
     #[cfg(target_os = "linux")]
     let result = nix::mount::mount(
         Some(source),
         mountpoint,
-        Some("fuse"),
+        Some(fstype.as_str()),
         flags,
         Some(mount_options.as_str()),
     );
