@@ -9,7 +9,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 fn make(dir: &Path) -> Arc<Fs> {
-    mkfs(&dir.join("pool"), MkfsOptions::default()).unwrap();
+    let opts = MkfsOptions {
+        sparse: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(&dir.join("pool"), opts).unwrap();
     Fs::open(Pool::open(&dir.join("pool"), None).unwrap()).unwrap()
 }
 
