@@ -787,3 +787,25 @@ fn failed_mkfs_removes_only_what_it_created() {
         "failed mkfs deleted an existing file"
     );
 }
+
+#[test]
+fn mkfs_takes_relative_pool_and_device_paths() {
+    // `cairn mkfs pool` from the directory that will hold it (the README's
+    // way): a relative pool path has an empty parent, which once failed
+    // with "I/O error: : No such file or directory".
+    let dir = tempfile::tempdir().unwrap();
+    for (pool, dev) in [("p1", "ssd:p1/d0:64M"), ("p2", "ssd:p2-dev:64M")] {
+        let out = run_timeout(
+            std::process::Command::new(common::CAIRN)
+                .current_dir(dir.path())
+                .args(["mkfs", pool, "--device", dev]),
+            common::CMD_TIMEOUT,
+        );
+        assert!(
+            out.status.success(),
+            "mkfs {pool} {dev}\n{}",
+            describe(&out)
+        );
+        assert!(dir.path().join(pool).join("superblock").exists());
+    }
+}

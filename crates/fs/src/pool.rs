@@ -188,6 +188,9 @@ pub fn mkfs(pool: &Path, opts: MkfsOptions) -> Result<Superblock> {
 /// exactly what it created.
 pub fn mkfs_report(pool: &Path, opts: MkfsOptions) -> Result<(Superblock, Vec<String>)> {
     validate(&opts)?;
+    // A relative pool path ("pool") has an empty parent: work on the
+    // absolute one, so every check below names a real directory.
+    let pool = &std::path::absolute(pool).map_err(io(pool))?;
     let mut made = Created::default();
     let r = mkfs_in(pool, opts, &mut made);
     if r.is_err() {
