@@ -155,13 +155,20 @@ pub fn is_cairn_device(path: &Path) -> bool {
         .is_ok_and(|_| &magic == crate::header::DEVICE_MAGIC)
 }
 
-fn free_space_of(dir: &Path) -> Option<u64> {
+/// (size, bytes unprivileged users may still allocate) of the filesystem
+/// holding `dir`.
+pub fn host_space(dir: &Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: c is a valid NUL-terminated path, st a valid out pointer.
     let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+    let frsize = st.f_frsize as u64;
+    (rc == 0).then(|| (st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize))
+}
+
+fn free_space_of(dir: &Path) -> Option<u64> {
+    host_space(dir).map(|(_, free)| free)
 }
 
 /// The directory whose filesystem holds `path`.

@@ -161,10 +161,7 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
     })?;
     let paths = paths(&s);
     for (obj, err) in damaged {
-        rep.problems.push(format!(
-            "{}: DAMAGED metadata record: {err}",
-            where_(&paths, obj)
-        ));
+        rep.problems.push(damaged_record(&paths, obj, &err));
     }
     let orphans = r.orphans()?;
     check_namespace(&s, &paths, &orphans, &mut rep.problems);
@@ -261,6 +258,11 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
         ));
     }
     Ok(rep)
+}
+
+/// "PATH: DAMAGED metadata record: why" for a record of object `obj`.
+pub(crate) fn damaged_record(paths: &HashMap<u64, String>, obj: u64, why: &str) -> String {
+    format!("{}: DAMAGED metadata record: {why}", where_(paths, obj))
 }
 
 fn where_(paths: &HashMap<u64, String>, ino: u64) -> String {

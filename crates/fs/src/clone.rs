@@ -7,7 +7,6 @@
 use crate::error::{FsError, Result};
 use crate::types::{FileKind, Inode};
 use crate::vfs::Fs;
-use cairn_data::ChunkRec;
 use cairn_meta::{ElemKey, MetaWrite, RecordType};
 
 /// Bytes copied per read/write of the byte-copy path.
@@ -175,24 +174,13 @@ fn clone_block(
     match w.get(&skey)? {
         Some(e) => {
             let ext = crate::types::Extent::decode(&e.payload)?;
-            add_ref(w, ext.chunk)?;
+            crate::flush::add_ref(w, ext.chunk)?;
             w.put(&dkey, &e.payload, tid)?;
         }
         None => {
             w.end(&dkey, tid)?;
         }
     }
-    Ok(())
-}
-
-/// One more reference to a stored chunk.
-fn add_ref(w: &mut MetaWrite<'_>, id: u64) -> Result<()> {
-    let raw = w
-        .chunk(id)?
-        .ok_or_else(|| FsError::Io(format!("clone: extent names missing chunk {id}")))?;
-    let mut rec = ChunkRec::decode(&raw)?;
-    rec.refs += 1;
-    w.put_chunk(id, &rec.encode())?;
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use crate::error::{FsError, Result};
 use crate::overlay::{Block, Overlay};
 use crate::types::{Extent, Time};
 use crate::vfs::Fs;
-use cairn_data::{ChunkRec, Hash, SegmentRec};
+use cairn_data::{ChunkRec, Hash};
 use cairn_devices::SlotAddr;
 use cairn_meta::{ElemKey, Element, MetaRead, MetaWrite, RecordType};
 use std::collections::{BTreeSet, HashMap};
@@ -74,9 +74,7 @@ impl Fs {
                 );
                 let redb_failed = matches!(&e, FsError::Meta(cairn_meta::MetaError::NoSpace(_)));
                 if let Err(e2) = self.keep_uncommitted(ov, redb_failed) {
-                    tracing::error!("{e2}; the filesystem stops accepting changes");
-                    *self.failed.lock() = Some(e2.to_string());
-                    return Err(e2);
+                    return Err(self.stop(e2));
                 }
                 if self.reserve.spend() {
                     // The reserve gave the metadata room: try once more.
@@ -86,13 +84,18 @@ impl Fs {
                 Err(FsError::NoSpace)
             }
             Err(e) => {
-                tracing::error!(
-                    "commit of tid {tid} failed: {e}; the filesystem stops accepting changes"
-                );
-                *self.failed.lock() = Some(e.to_string());
-                Err(e)
+                tracing::error!("commit of tid {tid} failed");
+                Err(self.stop(e))
             }
         }
+    }
+
+    /// A failure that leaves the filesystem unable to commit: it stops
+    /// accepting changes (remount to recover the last commit).
+    fn stop(&self, e: FsError) -> FsError {
+        tracing::error!("{e}; the filesystem stops accepting changes");
+        *self.failed.lock() = Some(e.to_string());
+        e
     }
 
     /// A commit failed for lack of space: its overlay goes back under the
@@ -111,10 +114,7 @@ impl Fs {
         if meta_failed {
             self.pool.meta.reopen()?;
         }
-        let mut table = Vec::new();
-        for (id, raw) in self.meta()?.segments()? {
-            table.push((id, SegmentRec::decode(&raw)?));
-        }
+        let table = crate::pool::segment_table(&self.meta()?)?;
         self.pool.chunks.rollback(table)?;
         Ok(())
     }
@@ -417,10 +417,10 @@ fn indexed_chunk(r: &MetaRead, h: &Hash) -> Result<Option<u64>> {
 }
 
 /// One more reference to a stored chunk; returns its id.
-fn add_ref(w: &mut MetaWrite<'_>, id: u64) -> Result<u64> {
+pub(crate) fn add_ref(w: &mut MetaWrite<'_>, id: u64) -> Result<u64> {
     let raw = w
         .chunk(id)?
-        .ok_or_else(|| FsError::Io(format!("dedup index names missing chunk {id}")))?;
+        .ok_or_else(|| FsError::Io(format!("a new reference names missing chunk {id}")))?;
     let mut rec = ChunkRec::decode(&raw)?;
     rec.refs += 1;
     w.put_chunk(id, &rec.encode())?;

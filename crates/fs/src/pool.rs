@@ -521,6 +521,14 @@ fn take_lock(pool: &Path) -> Result<File> {
     Ok(f)
 }
 
+/// The committed segment table, decoded.
+pub(crate) fn segment_table(r: &cairn_meta::MetaRead) -> Result<Vec<(u64, SegmentRec)>> {
+    r.segments()?
+        .into_iter()
+        .map(|(id, raw)| Ok((id, SegmentRec::decode(&raw)?)))
+        .collect()
+}
+
 impl Pool {
     pub fn open(path: &Path, config: Option<PoolConfig>) -> Result<Pool> {
         let sb = read_superblock(path)?;
@@ -546,10 +554,7 @@ impl Pool {
         for w in &mode_warnings {
             tracing::warn!("{w}");
         }
-        let mut table = Vec::new();
-        for (id, raw) in r.segments()? {
-            table.push((id, SegmentRec::decode(&raw)?));
-        }
+        let table = segment_table(&r)?;
         let next_segment = r.counter("next_segment")?;
         drop(r);
         let set = Arc::new(DeviceSet::new(devices)?);

@@ -12,8 +12,9 @@
 //! running full shows as ENOSPC here, before redb writes anything: redb
 //! fails its handle for good once a write to its file failed.
 
+use cairn_devices::device::host_space;
+use cairn_devices::private::private_options;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -34,7 +35,7 @@ impl Reserve {
     pub fn open(meta: &Path) -> Reserve {
         let real = std::fs::canonicalize(meta).unwrap_or_else(|_| meta.to_path_buf());
         let dir = real.parent().unwrap_or(Path::new("."));
-        let bytes = host_size(dir).map_or(MAX_BYTES, |s| (s / 16).min(MAX_BYTES)) & !4095;
+        let bytes = host_space(dir).map_or(MAX_BYTES, |(s, _)| (s / 16).min(MAX_BYTES)) & !4095;
         let r = Reserve {
             path: dir.join("meta.reserve"),
             bytes,
@@ -97,11 +98,10 @@ impl Reserve {
     /// Allocates the reserve's blocks for real (fallocate). False if the
     /// host lacks the room; a partial allocation is given back.
     fn refill(&self) -> bool {
-        let f = match std::fs::OpenOptions::new()
+        let f = match private_options()
             .create(true)
             .truncate(false)
             .write(true)
-            .mode(0o600)
             .open(&self.path)
         {
             Ok(f) => f,
@@ -115,13 +115,4 @@ impl Reserve {
         }
         true
     }
-}
-
-/// Size in bytes of the filesystem holding `dir`.
-fn host_size(dir: &Path) -> Option<u64> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statvfs with a valid C string and an out struct we own.
-    (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0)
-        .then(|| st.f_blocks as u64 * st.f_frsize as u64)
 }

@@ -84,15 +84,15 @@ impl Fs {
             }
         })?;
         if bad.is_empty() {
-            return Ok(bad.into_iter().map(|(_, s)| s).collect());
+            return Ok(Vec::new());
         }
         let paths = crate::check::live_paths(&r)?;
         Ok(bad
             .into_iter()
             .map(|(ino, why)| {
-                let name = paths.get(&ino).cloned().unwrap_or(format!("<inode {ino}>"));
-                tracing::error!("scrub: {name}: damaged metadata record: {why}");
-                format!("{name}: DAMAGED metadata record: {why}")
+                let line = crate::check::damaged_record(&paths, ino, &why);
+                tracing::error!("scrub: {line}");
+                line
             })
             .collect())
     }

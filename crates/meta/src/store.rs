@@ -19,9 +19,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub struct MetaStore {
-    /// Replaced by `reopen` after a failed write: redb refuses every later
-    /// operation on a handle whose file write failed.
-    /// None while closed: a reopen failed (every operation then errs).
+    /// Replaced by `reopen` after a failed write (redb refuses every later
+    /// operation on a handle whose file write failed); None while closed,
+    /// when a reopen failed (every operation then errs).
     db: parking_lot::RwLock<Option<Database>>,
     /// How to open the file again (None for stores not opened from a file).
     reopen: Option<ReopenWith>,
@@ -82,6 +82,11 @@ fn hist_element(k: &[u8], v: &[u8]) -> Result<Element> {
     })
 }
 
+/// An I/O error on the store's file, naming it.
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> MetaError + Copy + '_ {
+    move |e| MetaError::Db(format!("{}: {e}", path.display()))
+}
+
 /// A store that failed its integrity check is `Damaged`, naming the file;
 /// other open errors keep their kind.
 fn damaged_or(path: &Path, e: redb::DatabaseError) -> MetaError {
@@ -122,7 +127,7 @@ impl MetaStore {
             .create(true)
             .truncate(true)
             .open(path)
-            .map_err(|e| MetaError::Db(format!("{}: {e}", path.display())))?;
+            .map_err(io_err(path))?;
         let db = Database::builder().create(path)?;
         let s = MetaStore {
             db: parking_lot::RwLock::new(Some(db)),
@@ -154,7 +159,7 @@ impl MetaStore {
                 file: std::fs::OpenOptions::new()
                     .write(true)
                     .open(path)
-                    .map_err(|e| MetaError::Db(format!("{}: {e}", path.display())))?,
+                    .map_err(io_err(path))?,
             }),
         };
         // Converts tables of an older format, then creates the tables a
@@ -187,7 +192,7 @@ impl MetaStore {
     /// Makes sure `bytes` past the end of the store's file are allocated
     /// on the host filesystem (without changing its size), so that the
     /// next commit's writes cannot fail for lack of space there: redb fails
-    /// a handle for good once a write to its file failed. `NoSpace` when
+    /// a handle for good once a write to its file failed. `NoRoom` when
     /// the host cannot give them; filesystems without fallocate pass.
     pub fn ensure_headroom(&self, bytes: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
@@ -244,7 +249,7 @@ impl Drop for MetaStore {
 /// Opens the store's file through the page cache, verifying every page.
 fn open_db(path: &Path, cache_bytes: usize, pages: Arc<PageCache>) -> Result<Database> {
     {
-        let io = |e: std::io::Error| MetaError::Db(format!("{}: {e}", path.display()));
+        let io = io_err(path);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -273,7 +278,7 @@ impl MetaStore {
     /// of the copy is guarded, since its pages were not verified.
     pub fn open_salvage(path: &Path) -> Result<Self> {
         use redb::StorageBackend;
-        let io = |e: std::io::Error| MetaError::Db(format!("{}: {e}", path.display()));
+        let io = io_err(path);
         let bytes = std::fs::read(path).map_err(io)?;
         let mem = redb::backends::InMemoryBackend::new();
         mem.set_len(bytes.len() as u64).map_err(io)?;
