@@ -3,9 +3,9 @@
 //! a filler file takes every free block. Then: fsynced writes fail with
 //! ENOSPC (never EIO) and nothing fsynced before is lost; the mount keeps
 //! answering; deleting a file commits; once the filler is gone, writes work
-//! again without a remount; after a remount every file whose fsync
-//! succeeded reads back exactly, the deleted file stays deleted and
-//! `cairn check` is clean.
+//! again without a remount; a kill -9 while full loses nothing committed;
+//! after a remount every file whose fsync succeeded reads back exactly,
+//! the deleted file stays deleted and `cairn check` is clean.
 
 mod common;
 
@@ -100,6 +100,20 @@ fn full_host_gives_enospc_keeps_fsynced_data_and_recovers_without_remount() {
     fs::remove_file(fs_.p("a")).unwrap();
     fs::remove_file(fs_.p("again")).unwrap();
     cairn_ok(&[os("sync"), fs_.mnt.as_os_str()]);
+
+    // A crash while short of space loses nothing that was committed, and
+    // the new daemon, with the host still full, refuses new data too.
+    fs_.kill9();
+    fs_.mount();
+    assert!(
+        !fs_.p("a").exists(),
+        "the synced delete was undone by a crash"
+    );
+    for (name, data) in &kept {
+        assert_bytes_eq(&fs::read(fs_.p(name)).unwrap(), data, name);
+    }
+    assert_eq!(write_fsync(&fs_.p("again"), b"x"), Err(libc::ENOSPC));
+    fs::remove_file(fs_.p("again")).unwrap();
 
     // Space comes back: writes work again, no remount.
     fs::remove_file(host.mnt.join("filler")).unwrap();
