@@ -40,7 +40,7 @@ pub fn sync(t: &TargetArgs) -> Result<()> {
 pub fn snapshot(c: SnapshotCmd) -> Result<()> {
     match c {
         SnapshotCmd::Create { t, name } => {
-            if let Some(why) = cairn_fs::snapshot::snapshot_name_problem(&name) {
+            if let Some(why) = cairn_fs::history::snapshot::snapshot_name_problem(&name) {
                 bail!("{why}");
             }
             let v = call(&t.target, Request::SnapshotCreate { name, auto: false })?;
@@ -173,7 +173,7 @@ pub fn undo(a: &UndoArgs) -> Result<()> {
             s.into()
         }
         (None, Some(name)) => {
-            if let Some(why) = cairn_fs::snapshot::snapshot_name_problem(name) {
+            if let Some(why) = cairn_fs::history::snapshot::snapshot_name_problem(name) {
                 bail!("{why}");
             }
             if !mnt.join(".snapshots").join(name).is_dir() {

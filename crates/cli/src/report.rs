@@ -43,14 +43,14 @@ pub fn check(pool: &Path) -> Result<()> {
     not_a_mount_point(pool)?;
     let rep = match Pool::open(pool, None) {
         Err(e) if e.meta_damage().is_some() => {
-            cairn_fs::salvage::salvage_pool(pool, e.meta_damage().unwrap_or_default())?
+            cairn_fs::maintenance::salvage::salvage_pool(pool, e.meta_damage().unwrap_or_default())?
         }
         r => {
             let p = opened(pool, r)?;
-            for w in cairn_fs::info::mode_warnings(&p) {
+            for w in cairn_fs::maintenance::info::mode_warnings(&p) {
                 println!("WARNING: {w}");
             }
-            cairn_fs::check::check_pool(&p)?
+            cairn_fs::maintenance::check::check_pool(&p)?
         }
     };
     for prob in &rep.problems {
@@ -88,7 +88,7 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    let i: cairn_fs::info::PoolInfo = serde_json::from_value(v)?;
+    let i: cairn_fs::maintenance::info::PoolInfo = serde_json::from_value(v)?;
     for w in &i.mode_warnings {
         println!("WARNING: {w}");
     }

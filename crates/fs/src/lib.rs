@@ -3,51 +3,37 @@
 //! metadata store; file blocks are chunks in the data layer. Changes are
 //! buffered in RAM (the overlay) and committed in flush groups, one TID per
 //! commit. Frontends (FUSE, later NBD) call the `Fs` methods.
+//!
+//! The folders say where each mechanism lives:
+//! - `pool/`: the pool on disk (superblock, config, modes, metadata reserve);
+//! - `vfs.rs`: the `Fs` object, its state and the lookups shared by all;
+//! - `writeback/`: the dirty overlay, flush groups, commits and the intent log;
+//! - `ops/`: POSIX operations (namespace, data, readdir, clones, sparse files);
+//! - `history/`: versions, `@@` views, snapshots, prune, tree hashes;
+//! - `maintenance/`: GC, reblock, scrub, check, salvage, tiering, devices, info.
 
-pub mod asof;
-pub mod check;
-mod clone;
-pub mod config;
-pub mod devices;
 pub mod error;
-pub mod flush;
-pub mod gc;
 pub mod history;
-pub mod info;
-mod inodes;
-pub mod ops_data;
-pub mod ops_ns;
-pub mod overlay;
-pub mod perms;
+pub mod maintenance;
+pub mod ops;
 pub mod pool;
-pub mod prune;
-pub mod readdir;
-pub mod reblock;
-mod recent;
-pub mod reserve;
-pub mod salvage;
-pub mod scrub;
-pub mod snapshot;
-mod sparse;
-pub mod superblock;
-pub mod tier;
 pub mod timefmt;
-pub mod treehash;
 pub mod types;
 pub mod vfs;
+pub mod writeback;
 
 pub use cairn_data::Compression;
-pub use config::PoolConfig;
 pub use error::{FsError, Result};
-pub use history::Version;
-pub use ops_data::Statfs;
-pub use ops_ns::{RenameFlags, SetAttr, XattrMode};
+pub use history::prune::{PrunePolicy, PruneReport};
+pub use history::snapshot::{Snapshot, SnapshotKind, SnapshotUsage, VerifyReport};
+pub use history::treehash::TreeSum;
+pub use history::versions::Version;
+pub use maintenance::reblock::{ReblockOptions, ReblockReport};
+pub use maintenance::scrub::ScrubReport;
+pub use ops::data::Statfs;
+pub use ops::ns::{RenameFlags, SetAttr, XattrMode};
+pub use ops::readdir::DirEntry;
+pub use pool::config::PoolConfig;
 pub use pool::{mkfs, MkfsOptions, Pool};
-pub use prune::{PrunePolicy, PruneReport};
-pub use readdir::DirEntry;
-pub use reblock::{ReblockOptions, ReblockReport};
-pub use scrub::ScrubReport;
-pub use snapshot::{Snapshot, SnapshotKind, SnapshotUsage, VerifyReport};
-pub use treehash::TreeSum;
 pub use types::{FileKind, Inode, Time, ROOT_INO};
 pub use vfs::{Ctx, Fs};

@@ -4,9 +4,9 @@
 //! in ops_ns.rs (namespace), ops_data.rs (file data) and readdir.rs.
 
 use crate::error::{FsError, Result};
-use crate::overlay::{BlockState, Overlay};
 use crate::pool::Pool;
 use crate::types::{dirent_subkey, DirEnt, Extent, FileKind, Inode, Time, MAX_NAME};
+use crate::writeback::overlay::{BlockState, Overlay};
 use cairn_data::ChunkRec;
 use cairn_meta::{ElemKey, MetaRead, RecordType};
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -55,13 +55,13 @@ pub struct Fs {
     /// the state lock held) and at every flusher tick.
     ns_read: Mutex<Option<Arc<MetaRead>>>,
     /// Blocks the last flushes wrote, for read-modify-write (`recent.rs`).
-    pub(crate) recent: crate::recent::RecentBlocks,
+    pub(crate) recent: crate::writeback::recent::RecentBlocks,
     /// Room kept on the metadata's host filesystem (`reserve.rs`).
-    pub(crate) reserve: crate::reserve::Reserve,
+    pub(crate) reserve: crate::pool::reserve::Reserve,
     /// Committed stored bytes per file, for st_blocks (`sparse.rs`).
-    pub(crate) stored: crate::sparse::StoredCache,
+    pub(crate) stored: crate::ops::sparse::StoredCache,
     /// Live inodes counted for statfs (`inodes.rs`).
-    pub(crate) inode_count: crate::inodes::InodeCount,
+    pub(crate) inode_count: crate::ops::inodes::InodeCount,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -85,9 +85,11 @@ impl Fs {
         let orphans = r.orphans()?;
         drop(r);
         let record = pool.record_size();
-        let recent =
-            crate::recent::RecentBlocks::new((pool.config.dirty_limit_mib << 20) as usize / 2);
-        let reserve = crate::reserve::Reserve::open(&crate::pool::PoolPaths::meta(&pool.path));
+        let recent = crate::writeback::recent::RecentBlocks::new(
+            (pool.config.dirty_limit_mib << 20) as usize / 2,
+        );
+        let reserve =
+            crate::pool::reserve::Reserve::open(&crate::pool::PoolPaths::meta(&pool.path));
         let fs = Arc::new(Fs {
             pool,
             st: Mutex::new(State {
@@ -125,17 +127,6 @@ impl Fs {
             fs.flush()?;
         }
         Ok(fs)
-    }
-
-    /// Reloads the snapshot TIDs after snapshots were added or removed.
-    pub(crate) fn refresh_retained(&self) -> Result<()> {
-        let mut tids: Vec<u64> = crate::snapshot::read_snapshots(&self.meta()?)?
-            .iter()
-            .map(|s| s.tid)
-            .collect();
-        tids.sort_unstable();
-        *self.retained.write() = tids;
-        Ok(())
     }
 
     pub fn pool(&self) -> &Pool {

@@ -183,7 +183,7 @@ fn full_pool_gives_enospc_and_delete_frees_space() {
     fs.shutdown().unwrap();
     drop(fs);
     let fs = reopen(d.path());
-    let rep = cairn_fs::check::check_pool(fs.pool()).unwrap();
+    let rep = cairn_fs::maintenance::check::check_pool(fs.pool()).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
 
@@ -215,7 +215,7 @@ fn compression_switched_mid_life_reads_back_exact() {
         }
         fs.flush().unwrap();
     }
-    let info = cairn_fs::info::pool_info(fs.pool()).unwrap();
+    let info = cairn_fs::maintenance::info::pool_info(fs.pool()).unwrap();
     assert!(
         info.physical_bytes < info.logical_bytes * 3 / 4,
         "text compressed: {} physical of {} logical",
@@ -236,7 +236,7 @@ fn compression_switched_mid_life_reads_back_exact() {
         // A read that starts inside a block goes through the copy path.
         assert_eq!(fs.read(i.ino, 1000, 5000).unwrap(), body[1000..6000]);
     }
-    let rep = cairn_fs::check::check_pool(fs.pool()).unwrap();
+    let rep = cairn_fs::maintenance::check::check_pool(fs.pool()).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
 
@@ -246,7 +246,7 @@ fn compression_switched_mid_life_reads_back_exact() {
 /// the blocks are committed, dirty, runs or parts.
 #[test]
 fn read_into_overwrites_whatever_the_buffer_held() {
-    use cairn_fs::ops_data::{FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE};
+    use cairn_fs::ops::data::{FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE};
     let d = tempfile::tempdir().unwrap();
     let fs = make(d.path(), None);
     let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();

@@ -3,8 +3,8 @@
 //! under concurrent writers) with every version read back bit-exact.
 
 use cairn_fs::{
-    check::check_pool, mkfs, Ctx, Fs, MkfsOptions, Pool, PrunePolicy, ReblockOptions, SnapshotKind,
-    ROOT_INO,
+    maintenance::check::check_pool, mkfs, Ctx, Fs, MkfsOptions, Pool, PrunePolicy, ReblockOptions,
+    SnapshotKind, ROOT_INO,
 };
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -210,7 +210,7 @@ fn dedup_refcounts_respect_history_and_prune() {
     fs.flush().unwrap();
     let c = mk("c", &body); // a later flush: dedups against committed chunks
     fs.flush().unwrap();
-    let info = cairn_fs::info::pool_info(fs.pool()).unwrap();
+    let info = cairn_fs::maintenance::info::pool_info(fs.pool()).unwrap();
     assert_eq!(info.unique_bytes, body.len() as u64, "{info:?}");
     assert_eq!(
         info.referenced_bytes,
@@ -229,7 +229,7 @@ fn dedup_refcounts_respect_history_and_prune() {
     // New content equal to the snapshot's dedups against history.
     let e = mk("e", &body);
     fs.flush().unwrap();
-    let info = cairn_fs::info::pool_info(fs.pool()).unwrap();
+    let info = cairn_fs::maintenance::info::pool_info(fs.pool()).unwrap();
     assert_eq!(info.unique_bytes, body.len() as u64);
     fs.snapshot_delete("s").unwrap();
     fs.prune(&NONE_KEPT, false).unwrap();
@@ -237,7 +237,7 @@ fn dedup_refcounts_respect_history_and_prune() {
     fs.unlink(ROOT_INO, b"e").unwrap();
     let rep = fs.prune(&NONE_KEPT, false).unwrap();
     assert_eq!(rep.chunks_freed, 16, "{rep:?}");
-    let info = cairn_fs::info::pool_info(fs.pool()).unwrap();
+    let info = cairn_fs::maintenance::info::pool_info(fs.pool()).unwrap();
     assert_eq!((info.unique_bytes, info.index_entries), (0, 0), "{info:?}");
     fs.shutdown().unwrap();
     let rep = check_pool(fs.pool()).unwrap();

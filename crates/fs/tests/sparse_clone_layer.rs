@@ -2,8 +2,8 @@
 //! seek_data_hole over buffered, committed and punched blocks, stored
 //! blocks, and copy_range sharing chunks with history and prune intact.
 
-use cairn_fs::ops_data::FALLOC_KEEP_SIZE;
-use cairn_fs::ops_data::FALLOC_PUNCH_HOLE;
+use cairn_fs::ops::data::FALLOC_KEEP_SIZE;
+use cairn_fs::ops::data::FALLOC_PUNCH_HOLE;
 use cairn_fs::{mkfs, Ctx, Fs, FsError, MkfsOptions, Pool, PrunePolicy, SnapshotKind, ROOT_INO};
 use std::path::Path;
 use std::sync::Arc;
@@ -90,7 +90,9 @@ fn clone_shares_chunks_and_survives_prune() {
     let old = bytes(rs as usize, 9);
     fs.write(dst, 0, &old).unwrap();
     let snap = fs.snapshot_create("before", SnapshotKind::Named).unwrap();
-    let stored = cairn_fs::info::pool_info(fs.pool()).unwrap().stored_bytes;
+    let stored = cairn_fs::maintenance::info::pool_info(fs.pool())
+        .unwrap()
+        .stored_bytes;
     // Source still buffered: the clone flushes it first.
     fs.write(src, 0, b"HEAD").unwrap();
     let mut want = data.clone();
@@ -99,7 +101,9 @@ fn clone_shares_chunks_and_survives_prune() {
     assert_eq!(n, want.len() as u64);
     assert_eq!(fs.read(dst, 0, (8 * rs) as u32).unwrap(), want);
     fs.flush().unwrap();
-    let after = cairn_fs::info::pool_info(fs.pool()).unwrap().stored_bytes;
+    let after = cairn_fs::maintenance::info::pool_info(fs.pool())
+        .unwrap()
+        .stored_bytes;
     assert!(
         after <= stored + 2 * rs,
         "clone stored data: {stored} -> {after}"
@@ -117,6 +121,6 @@ fn clone_shares_chunks_and_survives_prune() {
     assert_eq!(fs.read(dst, 0, (8 * rs) as u32).unwrap(), want);
     drop(fs);
     let pool = Pool::open(&d.path().join("pool"), None).unwrap();
-    let rep = cairn_fs::check::check_pool(&pool).unwrap();
+    let rep = cairn_fs::maintenance::check::check_pool(&pool).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }

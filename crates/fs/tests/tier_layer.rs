@@ -4,7 +4,7 @@
 //! staying bit-exact.
 
 use cairn_devices::{DeviceClass, DeviceSpec};
-use cairn_fs::check::check_pool;
+use cairn_fs::maintenance::check::check_pool;
 use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, PoolConfig, ROOT_INO};
 use std::path::Path;
 use std::sync::Arc;

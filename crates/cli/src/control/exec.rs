@@ -2,7 +2,7 @@
 //! this process) and returns its JSON result.
 
 use super::protocol::Request;
-use cairn_fs::snapshot::hex;
+use cairn_fs::history::snapshot::hex;
 use cairn_fs::{Fs, FsError, ReblockOptions, SnapshotKind};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -16,10 +16,10 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             fs.flush()?;
             Ok(json!({ "tid": fs.last_tid() }))
         }
-        Request::Info => {
-            Ok(serde_json::to_value(cairn_fs::info::pool_info(fs.pool())?)
-                .expect("info serializes"))
-        }
+        Request::Info => Ok(serde_json::to_value(cairn_fs::maintenance::info::pool_info(
+            fs.pool(),
+        )?)
+        .expect("info serializes")),
         Request::SnapshotCreate { name, auto } => {
             let (name, kind) = if auto {
                 let now = cairn_fs::Time::now().as_nanos() as u64;

@@ -1,8 +1,8 @@
 //! Pool information for `cairn info`: devices, usage and counters.
 
 use crate::error::Result;
+use crate::pool::superblock::POOL_FORMAT_VERSION;
 use crate::pool::Pool;
-use crate::superblock::POOL_FORMAT_VERSION;
 use crate::types::{FileKind, Inode};
 use cairn_meta::RecordType;
 use serde::Serialize;
@@ -179,7 +179,7 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
 pub fn mode_warnings(pool: &Pool) -> Vec<String> {
     let mut v = pool.mode_warnings.clone();
     v.extend(
-        crate::perms::widened(&pool.path)
+        crate::pool::perms::widened(&pool.path)
             .iter()
             .map(|w| w.to_string()),
     );

@@ -2,9 +2,14 @@
 //! and devices. `mkfs` creates one; `Pool::open` opens one for exclusive use
 //! (a lock file keeps a second process out).
 
-use crate::config::PoolConfig;
+pub mod config;
+pub mod perms;
+pub mod reserve;
+pub mod superblock;
+
 use crate::error::{FsError, Result};
-use crate::superblock::{Superblock, SUPERBLOCK_LEN};
+use crate::pool::config::PoolConfig;
+use crate::pool::superblock::{Superblock, SUPERBLOCK_LEN};
 use crate::types::{FileKind, Inode, Time, ROOT_INO};
 use cairn_data::{ChunkStore, SegmentRec};
 use cairn_devices::device::{device_file_path, file_id, in_use, occupant, Occupant};
@@ -290,7 +295,7 @@ fn mkfs_in(
     for (id, spec) in opts.devices.iter().enumerate() {
         made.will_create(&files[id]);
         let dev = Device::create(spec, id as u32, uuid, opts.segment_size)?;
-        warnings.extend(crate::perms::exposed_device(pool, &dev.path));
+        warnings.extend(crate::pool::perms::exposed_device(pool, &dev.path));
         if spec.sparse {
             warnings.push(format!(
                 "device {} is sparse (--sparse): its blocks are not reserved, so writes fail when the host filesystem fills",
@@ -326,7 +331,7 @@ fn mkfs_in(
         segment_size: opts.segment_size,
         created: now.secs as u64,
     };
-    crate::perms::tighten(pool);
+    crate::pool::perms::tighten(pool);
     let sbp = PoolPaths::superblock(pool);
     made.will_create(&sbp);
     write_private(&sbp, &sb.encode()).map_err(io(&sbp))?;
@@ -532,7 +537,7 @@ pub(crate) fn segment_table(r: &cairn_meta::MetaRead) -> Result<Vec<(u64, Segmen
 impl Pool {
     pub fn open(path: &Path, config: Option<PoolConfig>) -> Result<Pool> {
         let sb = read_superblock(path)?;
-        let mut mode_warnings = crate::perms::tighten(path);
+        let mut mode_warnings = crate::pool::perms::tighten(path);
         let lock = take_lock(path)?;
         let config = match config {
             Some(c) => c,
@@ -548,7 +553,7 @@ impl Pool {
         let mut devices = Vec::new();
         for (_, raw) in r.devices()? {
             let dev = DeviceDesc::decode(&raw)?.open(path, sb.uuid)?;
-            mode_warnings.extend(crate::perms::exposed_device(path, &dev.path));
+            mode_warnings.extend(crate::pool::perms::exposed_device(path, &dev.path));
             devices.push(dev);
         }
         for w in &mode_warnings {
@@ -569,7 +574,7 @@ impl Pool {
             .devices()
             .into_iter()
             .find(|d| d.role == DeviceRole::Cache);
-        let cache = cache.map(|d| crate::devices::ssd_cache(&config, d));
+        let cache = cache.map(|d| ssd_cache(&config, d));
         if let Some(c) = &cache {
             let n = c.load(&PoolPaths::ssd_index(path));
             tracing::info!("SSD cache: {n} copies from the last clean unmount");
@@ -604,4 +609,15 @@ impl Pool {
     pub fn record_size(&self) -> u64 {
         self.sb.record_size as u64
     }
+}
+
+/// The SSD read cache on a cache device, with the pool's fill limits.
+pub(crate) fn ssd_cache(c: &PoolConfig, dev: Arc<Device>) -> Arc<SsdCache> {
+    SsdCache::new(
+        dev,
+        cairn_devices::FillLimit {
+            burst: c.cache_fill_burst_mib << 20,
+            rate: c.cache_fill_rate_mib << 20,
+        },
+    )
 }

@@ -4,7 +4,7 @@
 //! overlays, and nothing can change what a view shows.
 
 use crate::error::{FsError, Result};
-use crate::readdir::DirEntry;
+use crate::ops::readdir::DirEntry;
 use crate::types::{dirent_subkey, split_dirent_subkey, DirEnt, Extent, FileKind, Inode, MAX_NAME};
 use crate::vfs::Fs;
 use cairn_meta::{ElemKey, MetaRead, RecordType};
@@ -60,7 +60,7 @@ impl Fs {
         if d.kind != FileKind::Dir {
             return Err(FsError::NotDir);
         }
-        let mut out = crate::readdir::dot_entries(dir, d.parent, cookie);
+        let mut out = crate::ops::readdir::dot_entries(dir, d.parent, cookie);
         let all = r.scan_asof(&ElemKey::prefix(dir, RecordType::DirEntry), tid)?;
         for e in all {
             let (hash, name) = split_dirent_subkey(e.key.sub());

@@ -6,9 +6,9 @@
 //! that changes a file's extents writes its inode too.
 
 use crate::error::{FsError, Result};
-use crate::overlay::{Block, Overlay};
 use crate::types::{Extent, FileKind};
 use crate::vfs::Fs;
+use crate::writeback::overlay::{Block, Overlay};
 use cairn_data::ChunkRec;
 use cairn_meta::{ElemKey, MetaRead, RecordType};
 use std::collections::{BTreeMap, HashMap};

@@ -5,9 +5,9 @@
 //! make a resumed listing skip one of them; the chance is negligible.
 
 use crate::error::Result;
-use crate::overlay::Overlay;
 use crate::types::{split_dirent_subkey, DirEnt, FileKind};
 use crate::vfs::{Fs, State};
+use crate::writeback::overlay::Overlay;
 use cairn_meta::{ElemKey, RecordType};
 use std::collections::BTreeMap;
 

@@ -196,7 +196,7 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
         if !ok {
             rep.problems.push(format!(
                 "dedup index entry {} names chunk {id}, which is missing or holds other content",
-                crate::snapshot::hex(&key)
+                crate::history::snapshot::hex(&key)
             ));
         }
     }

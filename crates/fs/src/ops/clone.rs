@@ -174,7 +174,7 @@ fn clone_block(
     match w.get(&skey)? {
         Some(e) => {
             let ext = crate::types::Extent::decode(&e.payload)?;
-            crate::flush::add_ref(w, ext.chunk)?;
+            crate::writeback::flush::add_ref(w, ext.chunk)?;
             w.put(&dkey, &e.payload, tid)?;
         }
         None => {

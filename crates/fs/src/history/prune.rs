@@ -4,7 +4,7 @@
 //! and every TID newer than the fine-grained retention window.
 
 use crate::error::{FsError, Result};
-use crate::snapshot::{read_snapshots, Snapshot, SnapshotKind};
+use crate::history::snapshot::{read_snapshots, Snapshot, SnapshotKind};
 use crate::types::{Extent, Time};
 use crate::vfs::Fs;
 use cairn_data::ChunkRec;

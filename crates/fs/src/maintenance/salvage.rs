@@ -6,8 +6,8 @@
 //! what failed there, since that damage may belong to no file the walk
 //! reached. Nothing is written.
 
-use crate::check::CheckReport;
 use crate::error::Result;
+use crate::maintenance::check::CheckReport;
 use crate::pool::{read_superblock, PoolPaths};
 use crate::types::{split_dirent_subkey, DirEnt, Extent, FileKind, Inode, ROOT_INO};
 use cairn_data::ChunkRec;

@@ -4,9 +4,9 @@
 //! full pool gives ENOSPC to the writer instead of failing a later commit.
 
 use crate::error::{FsError, Result};
-use crate::overlay::{Block, BlockState};
 use crate::types::{Extent, FileKind, Inode};
 use crate::vfs::{Fs, State};
+use crate::writeback::overlay::{Block, BlockState};
 use cairn_data::{ChunkRec, CHUNK_HEADER_LEN};
 use cairn_meta::{ElemKey, RecordType};
 use std::sync::Arc;
@@ -456,7 +456,7 @@ impl Fs {
         let avail_bytes = self.space_available(&st).min(host.unwrap_or(u64::MAX));
         let avail = avail_bytes / bsize;
         drop(st);
-        let ffree = avail_bytes / crate::inodes::BYTES_PER_INODE;
+        let ffree = avail_bytes / crate::ops::inodes::BYTES_PER_INODE;
         Statfs {
             blocks: total * seg / bsize,
             bfree: avail,

@@ -17,7 +17,7 @@
 //! construction (see cairn_data::relocate).
 
 use crate::error::{FsError, Result};
-use crate::info::{device_infos, DeviceInfo};
+use crate::maintenance::info::{device_infos, DeviceInfo};
 use crate::vfs::Fs;
 use cairn_data::Relocation;
 use cairn_devices::Device;

@@ -6,14 +6,13 @@
 //! record. If the daemon dies meanwhile the device stays in the pool with
 //! what is left on it; running the removal again finishes it.
 
-use crate::config::PoolConfig;
 use crate::error::{FsError, Result};
+use crate::maintenance::tier::RateLimit;
 use crate::pool::{DeviceDesc, PoolPaths};
-use crate::tier::RateLimit;
 use crate::vfs::Fs;
 use cairn_devices::device::{device_file_path, file_id, in_use, occupant, Occupant};
 use cairn_devices::{Device, DeviceRole, DeviceSpec};
-use cairn_devices::{FillLimit, SsdCache};
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -78,7 +77,7 @@ impl Fs {
         let dev = set.add(dev)?;
         if spec.role == DeviceRole::Cache {
             self.pool
-                .set_ssd_cache(Some(ssd_cache(&self.pool.config, dev)));
+                .set_ssd_cache(Some(crate::pool::ssd_cache(&self.pool.config, dev)));
         }
         tracing::info!(
             "device {id} added: {} ({} {})",
@@ -213,15 +212,4 @@ fn check_can_drain(fs: &Fs, dev: &Device) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The SSD read cache on `dev`, with the pool's fill limits.
-pub(crate) fn ssd_cache(c: &PoolConfig, dev: Arc<Device>) -> Arc<SsdCache> {
-    SsdCache::new(
-        dev,
-        FillLimit {
-            burst: c.cache_fill_burst_mib << 20,
-            rate: c.cache_fill_rate_mib << 20,
-        },
-    )
 }

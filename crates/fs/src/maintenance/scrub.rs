@@ -86,11 +86,11 @@ impl Fs {
         if bad.is_empty() {
             return Ok(Vec::new());
         }
-        let paths = crate::check::live_paths(&r)?;
+        let paths = crate::maintenance::check::live_paths(&r)?;
         Ok(bad
             .into_iter()
             .map(|(ino, why)| {
-                let line = crate::check::damaged_record(&paths, ino, &why);
+                let line = crate::maintenance::check::damaged_record(&paths, ino, &why);
                 tracing::error!("scrub: {line}");
                 line
             })
@@ -113,7 +113,7 @@ impl Fs {
     /// "chunk N (why): used by <inode I> offset O (current), ..." lines.
     fn describe_users(&self, bad: &BTreeMap<u64, String>) -> Result<Vec<String>> {
         let r = self.meta()?;
-        let paths = crate::check::live_paths(&r)?;
+        let paths = crate::maintenance::check::live_paths(&r)?;
         let mut users: HashMap<u64, Vec<String>> = HashMap::new();
         let rs = self.record;
         let mut note = |e: cairn_meta::Element| {

@@ -6,9 +6,9 @@
 //! the same transaction and the chunks it alone referenced are released.
 
 use crate::error::{FsError, Result};
-use crate::overlay::{Block, Overlay};
 use crate::types::{Extent, Time};
 use crate::vfs::Fs;
+use crate::writeback::overlay::{Block, Overlay};
 use cairn_data::{ChunkRec, Hash};
 use cairn_devices::SlotAddr;
 use cairn_meta::{ElemKey, Element, MetaRead, MetaWrite, RecordType};
@@ -350,7 +350,7 @@ struct BlockSink<'a> {
     seen: HashMap<Hash, usize>,
     out: Vec<Written>,
     batch: cairn_data::WriteBatch<'a>,
-    recent: &'a crate::recent::RecentBlocks,
+    recent: &'a crate::writeback::recent::RecentBlocks,
 }
 
 impl<'a> BlockSink<'a> {

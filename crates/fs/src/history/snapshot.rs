@@ -134,6 +134,17 @@ pub(crate) fn read_snapshots(r: &MetaRead) -> Result<Vec<Snapshot>> {
 }
 
 impl Fs {
+    /// Reloads the snapshot TIDs after snapshots were added or removed.
+    pub(crate) fn refresh_retained(&self) -> Result<()> {
+        let mut tids: Vec<u64> = read_snapshots(&self.meta()?)?
+            .iter()
+            .map(|s| s.tid)
+            .collect();
+        tids.sort_unstable();
+        *self.retained.write() = tids;
+        Ok(())
+    }
+
     /// Commits what is buffered, then names the new TID. O(1) in the size
     /// of the tree. The content hash is filled in by `hash_pending_snapshots`.
     pub fn snapshot_create(&self, name: &str, kind: SnapshotKind) -> Result<Snapshot> {

@@ -4,7 +4,7 @@
 //! background at a limited rate, and on demand (`cairn gc`).
 
 use crate::error::Result;
-use crate::reblock::{ReblockOptions, ReblockReport};
+use crate::maintenance::reblock::{ReblockOptions, ReblockReport};
 use crate::vfs::Fs;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;

@@ -1,0 +1,8 @@
+//! History (HAMMER's versioned tree): the versions of a file, `@@0x<tid>`
+//! views, snapshots, prune and the content hashes of snapshot trees.
+
+pub mod asof;
+pub mod prune;
+pub mod snapshot;
+pub mod treehash;
+pub mod versions;

@@ -1,0 +1,12 @@
+//! Work on a live pool that users do not ask for by writing: GC and reblock
+//! (space), scrub and check (verification), salvage (damaged metadata),
+//! tiering (migration by heat), device add/remove, and `cairn info`.
+
+pub mod check;
+pub mod devices;
+pub mod gc;
+pub mod info;
+pub mod reblock;
+pub mod salvage;
+pub mod scrub;
+pub mod tier;
