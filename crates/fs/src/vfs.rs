@@ -62,6 +62,9 @@ pub struct Fs {
     pub(crate) stored: crate::ops::sparse::StoredCache,
     /// Live inodes counted for statfs (`inodes.rs`).
     pub(crate) inode_count: crate::ops::inodes::InodeCount,
+    /// The intent log fsync writes (`writeback/intent.rs`); taken with the
+    /// flush lock held. None when it could not be opened.
+    pub(crate) intent: Option<Mutex<crate::writeback::log_file::LogFile>>,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -82,7 +85,6 @@ impl Fs {
         let r = pool.meta.read()?;
         let next_ino = r.counter("next_ino")?;
         let last_tid = r.counter("last_tid")?;
-        let orphans = r.orphans()?;
         drop(r);
         let record = pool.record_size();
         let recent = crate::writeback::recent::RecentBlocks::new(
@@ -90,7 +92,7 @@ impl Fs {
         );
         let reserve =
             crate::pool::reserve::Reserve::open(&crate::pool::PoolPaths::meta(&pool.path));
-        let fs = Arc::new(Fs {
+        let mut fs = Fs {
             pool,
             st: Mutex::new(State {
                 dirty: Overlay::default(),
@@ -112,8 +114,20 @@ impl Fs {
             reserve,
             stored: Default::default(),
             inode_count: Default::default(),
-        });
+            intent: None,
+        };
+        let logged = fs.open_intent_log()?;
+        let fs = Arc::new(fs);
         fs.refresh_retained()?;
+        if !logged.is_empty() {
+            tracing::info!(
+                "applying {} intent log record(s) left by a crash",
+                logged.len()
+            );
+            fs.replay_intent(&logged)?;
+            fs.flush()?;
+        }
+        let orphans = fs.meta()?.orphans()?;
         if !orphans.is_empty() {
             tracing::info!(
                 "removing {} orphaned inode(s) left by a crash",

@@ -118,7 +118,7 @@ impl Fs {
                 st.dirty.blocks.get(i).is_none_or(|m| m.is_empty())
                     && !st.dirty.truncs.contains_key(i)
             });
-            if clean && st.flushing.is_none() {
+            if clean && st.flushing.is_none() && self.intent_empty() {
                 drop(st);
                 break g;
             }
@@ -144,6 +144,7 @@ impl Fs {
             Ok::<_, FsError>(())
         })?;
         *last_tid = tid;
+        self.retire_intent(tid);
         let mut st = self.lock();
         self.drop_ns_meta();
         if let Some(Some(i)) = st.dirty.inodes.get(&dst).cloned() {

@@ -40,7 +40,7 @@ impl Fs {
 
     /// A block to edit: taken out of the dirty overlay when it is there,
     /// else from `pre` when that still is the committed block.
-    fn editable_block(
+    pub(crate) fn editable_block(
         &self,
         st: &mut State,
         ino: u64,
@@ -329,7 +329,7 @@ impl Fs {
             };
             let src = (bstart + lo as u64 - off) as usize;
             put_part(&mut buf, lo, &data[src..src + (hi - lo)]);
-            st.dirty.put_block(ino, blk, Arc::new(buf));
+            st.dirty.put_block(ino, blk, Arc::new(buf), lo, hi);
         }
         let now = Self::now();
         i.size = i.size.max(end);
@@ -369,7 +369,7 @@ impl Fs {
             if tail != 0 {
                 let mut b = self.editable_block(&mut st, ino, size / rs, &mut Vec::new())?;
                 b.truncate(tail);
-                st.dirty.put_block(ino, size / rs, Arc::new(b));
+                st.dirty.put_block(ino, size / rs, Arc::new(b), tail, tail);
             }
             st.dirty.truncate_blocks(ino, size.div_ceil(rs));
         }
@@ -437,14 +437,9 @@ impl Fs {
                 let h = hi.min(b.len());
                 b[lo..h].fill(0);
             }
-            st.dirty.put_block(ino, blk, Arc::new(b));
+            st.dirty.put_block(ino, blk, Arc::new(b), lo, hi);
         }
         Ok(())
-    }
-
-    /// Makes a file's data and metadata durable (the whole flush group).
-    pub fn fsync(&self, _ino: u64) -> Result<()> {
-        self.flush()
     }
 
     pub fn statfs(&self) -> Statfs {
@@ -491,7 +486,7 @@ fn put_part(buf: &mut Vec<u8>, lo: usize, part: &[u8]) {
 /// A committed block read before taking the state lock, for a write's
 /// read-modify-write. Valid while the block's extent is still `ext`: chunk
 /// ids are never reused, so the same extent means the same bytes.
-struct PreRead {
+pub(crate) struct PreRead {
     blk: u64,
     ext: Extent,
     data: Vec<u8>,

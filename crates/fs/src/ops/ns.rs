@@ -191,7 +191,7 @@ impl Fs {
         let mut st = self.lock();
         i.size = target.len() as u64;
         st.dirty.put_inode(i.clone());
-        st.dirty.symlinks.insert(i.ino, target.to_vec());
+        st.dirty.put_symlink(i.ino, target.to_vec());
         Ok(i)
     }
 
@@ -220,8 +220,7 @@ impl Fs {
         }
         let now = Self::now();
         if i.nlink == 0 {
-            st.dirty.orphans_del.insert(ino);
-            st.dirty.orphans_add.remove(&ino);
+            st.dirty.set_orphan(ino, false);
         }
         i.nlink += 1;
         i.ctime = now;
@@ -248,7 +247,7 @@ impl Fs {
         if i.nlink > 0 {
             st.dirty.put_inode(i);
         } else if st.open.get(&i.ino).copied().unwrap_or(0) > 0 {
-            st.dirty.orphans_add.insert(i.ino);
+            st.dirty.set_orphan(i.ino, true);
             st.dirty.put_inode(i);
         } else {
             st.dirty.delete_inode(i.ino);
@@ -477,12 +476,7 @@ impl Fs {
             XattrMode::Replace if !exists => return Err(FsError::NoAttr),
             _ => {}
         }
-        st.dirty.changed = true;
-        st.dirty
-            .xattrs
-            .entry(ino)
-            .or_default()
-            .insert(name.to_vec(), Some(value.to_vec()));
+        st.dirty.put_xattr(ino, name.to_vec(), Some(value.to_vec()));
         i.ctime = Self::now();
         st.dirty.put_inode(i);
         Ok(())
@@ -513,12 +507,7 @@ impl Fs {
         if self.xattr(&st, ino, name)?.is_none() {
             return Err(FsError::NoAttr);
         }
-        st.dirty.changed = true;
-        st.dirty
-            .xattrs
-            .entry(ino)
-            .or_default()
-            .insert(name.to_vec(), None);
+        st.dirty.put_xattr(ino, name.to_vec(), None);
         i.ctime = Self::now();
         st.dirty.put_inode(i);
         Ok(())

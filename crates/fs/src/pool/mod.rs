@@ -124,6 +124,10 @@ impl PoolPaths {
     pub fn heat(p: &Path) -> PathBuf {
         p.join("heat")
     }
+    /// The intent log (`writeback/intent.rs`).
+    pub fn intent(p: &Path) -> PathBuf {
+        p.join("intent.log")
+    }
     pub fn ssd_index(p: &Path) -> PathBuf {
         p.join("ssdcache")
     }
@@ -284,6 +288,7 @@ fn mkfs_in(
         std::fs::remove_file(PoolPaths::superblock(pool)).map_err(io(pool))?;
     }
     let _ = std::fs::remove_file(PoolPaths::meta(pool));
+    let _ = std::fs::remove_file(PoolPaths::intent(pool));
     let uuid = *uuid::Uuid::new_v4().as_bytes();
     made.will_create(&PoolPaths::meta(pool));
     let home = meta_home(pool, &opts.devices)?;

@@ -60,6 +60,7 @@ impl Fs {
         match self.commit(&ov, tid, next_ino, prune_all) {
             Ok(freed) => {
                 *last_tid = tid;
+                self.retire_intent(tid);
                 let mut st = self.lock();
                 self.drop_ns_meta();
                 st.flushing = None;

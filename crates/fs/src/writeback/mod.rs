@@ -1,6 +1,8 @@
 //! Write-back: the dirty overlay in RAM, flush groups that turn it into one
-//! committed TID, and the blocks the last flushes wrote (for read-modify-write).
+//! committed TID, the intent log that makes fsync cheap, and the blocks the last flushes wrote (for read-modify-write).
 
 pub mod flush;
+pub(crate) mod intent;
+pub mod log_file;
 pub mod overlay;
 pub(crate) mod recent;

@@ -1,10 +1,12 @@
 //! The write-back layer: changes not yet committed. Every operation edits
 //! the `dirty` overlay in RAM; a flush moves it to `flushing`, writes its
 //! blocks and commits it as one transaction with one TID. Reads look at
-//! dirty, then flushing, then the committed metadata.
+//! dirty, then flushing, then the committed metadata. Every change is also
+//! noted in `unlogged` until an fsync writes it to the intent log
+//! (`intent.rs`).
 
 use crate::types::{DirEnt, Inode};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// A buffered file block: the bytes from the block start (the rest of the
@@ -34,6 +36,58 @@ pub struct Overlay {
     pub written: u64,
     /// Set when any change is recorded.
     pub changed: bool,
+    /// What changed since the last fsync wrote the intent log.
+    pub unlogged: Unlogged,
+}
+
+/// The keys an fsync must write to the intent log: changed since the last
+/// record. Values are taken from the overlay when the record is written,
+/// except truncations, which are kept in order with their cut points.
+#[derive(Default, Clone)]
+pub struct Unlogged {
+    pub inodes: BTreeSet<u64>,
+    pub dirents: BTreeSet<(u64, Vec<u8>)>,
+    pub symlinks: BTreeSet<u64>,
+    pub xattrs: BTreeSet<(u64, Vec<u8>)>,
+    pub orphans: BTreeSet<u64>,
+    pub truncs: Vec<(u64, u64)>,
+    /// (inode, block) -> the byte range changed in it.
+    pub blocks: BTreeMap<(u64, u64), (u32, u32)>,
+    /// Bytes of changed block ranges (an upper bound).
+    pub bytes: u64,
+}
+
+impl Unlogged {
+    pub fn is_empty(&self) -> bool {
+        self.inodes.is_empty()
+            && self.dirents.is_empty()
+            && self.symlinks.is_empty()
+            && self.xattrs.is_empty()
+            && self.orphans.is_empty()
+            && self.truncs.is_empty()
+            && self.blocks.is_empty()
+    }
+
+    fn block(&mut self, ino: u64, blk: u64, lo: u32, hi: u32) {
+        self.bytes += (hi - lo) as u64;
+        let r = self.blocks.entry((ino, blk)).or_insert((lo, hi));
+        r.0 = r.0.min(lo);
+        r.1 = r.1.max(hi);
+    }
+
+    /// Puts `older` (not yet logged when its commit failed) before this.
+    fn absorb_older(&mut self, older: Unlogged) {
+        self.inodes.extend(older.inodes);
+        self.dirents.extend(older.dirents);
+        self.symlinks.extend(older.symlinks);
+        self.xattrs.extend(older.xattrs);
+        self.orphans.extend(older.orphans);
+        let newer = std::mem::replace(&mut self.truncs, older.truncs);
+        self.truncs.extend(newer);
+        for ((ino, blk), (lo, hi)) in older.blocks {
+            self.block(ino, blk, lo, hi);
+        }
+    }
 }
 
 /// What the overlays say about one file block.
@@ -65,8 +119,11 @@ impl Overlay {
         None
     }
 
-    pub fn put_block(&mut self, ino: u64, blk: u64, data: Block) {
+    /// Buffers a block whose bytes `lo..hi` changed (the rest is as it was,
+    /// or zeros past the old end; a shorter block was cut at its length).
+    pub fn put_block(&mut self, ino: u64, blk: u64, data: Block, lo: usize, hi: usize) {
         self.changed = true;
+        self.unlogged.block(ino, blk, lo as u32, hi.max(lo) as u32);
         let new = data.len() as u64;
         if let Some(old) = self.blocks.entry(ino).or_default().insert(blk, data) {
             self.bytes -= old.len() as u64;
@@ -85,6 +142,7 @@ impl Overlay {
     /// committed ones are gone too.
     pub fn truncate_blocks(&mut self, ino: u64, first: u64) {
         self.changed = true;
+        self.unlogged.truncs.push((ino, first));
         if let Some(m) = self.blocks.get_mut(&ino) {
             for (_, b) in m.split_off(&first) {
                 self.bytes -= b.len() as u64;
@@ -97,6 +155,8 @@ impl Overlay {
     /// Forgets everything buffered for an inode that is being deleted.
     pub fn delete_inode(&mut self, ino: u64) {
         self.changed = true;
+        self.unlogged.inodes.insert(ino);
+        self.unlogged.orphans.insert(ino);
         if let Some(m) = self.blocks.remove(&ino) {
             self.bytes -= m.values().map(|b| b.len() as u64).sum::<u64>();
         }
@@ -111,12 +171,41 @@ impl Overlay {
 
     pub fn put_inode(&mut self, inode: Inode) {
         self.changed = true;
+        self.unlogged.inodes.insert(inode.ino);
         self.inodes.insert(inode.ino, Some(inode));
     }
 
     pub fn put_dirent(&mut self, dir: u64, subkey: Vec<u8>, ent: Option<DirEnt>) {
         self.changed = true;
+        self.unlogged.dirents.insert((dir, subkey.clone()));
         self.dirents.entry(dir).or_default().insert(subkey, ent);
+    }
+
+    pub fn put_symlink(&mut self, ino: u64, target: Vec<u8>) {
+        self.changed = true;
+        self.unlogged.symlinks.insert(ino);
+        self.symlinks.insert(ino, target);
+    }
+
+    /// Sets (Some) or removes (None) an xattr.
+    pub fn put_xattr(&mut self, ino: u64, name: Vec<u8>, value: Option<Vec<u8>>) {
+        self.changed = true;
+        self.unlogged.xattrs.insert((ino, name.clone()));
+        self.xattrs.entry(ino).or_default().insert(name, value);
+    }
+
+    /// Records that an inode with no links is (`open`) or is no longer
+    /// (`!open`) kept alive by an open handle.
+    pub fn set_orphan(&mut self, ino: u64, open: bool) {
+        self.changed = true;
+        self.unlogged.orphans.insert(ino);
+        if open {
+            self.orphans_del.remove(&ino);
+            self.orphans_add.insert(ino);
+        } else {
+            self.orphans_add.remove(&ino);
+            self.orphans_del.insert(ino);
+        }
     }
 }
 
@@ -175,6 +264,7 @@ impl Overlay {
             .sum();
         self.written += older.written;
         self.changed |= older.changed;
+        self.unlogged.absorb_older(older.unlogged);
     }
 }
 

@@ -1,0 +1,266 @@
+//! The intent log's file: a preallocated file beside the metadata store
+//! that fsync appends records to (one write and one fdatasync each) and
+//! that a flush retires as a whole once its commit holds what the records
+//! said. Each record names the pool, the TID it applies on top of and its
+//! place in the sequence, and carries a checksum, so a torn record, a stale
+//! one from before the last commit and one of another pool are all ignored.
+//! Layout in docs/FORMAT.md ("Intent log").
+
+use cairn_devices::private::private_options;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+pub const MAGIC: [u8; 8] = *b"CAIRNIL\0";
+pub const VERSION: u16 = 1;
+pub const HEADER_LEN: usize = 64;
+/// Size of the log file; a record that does not fit makes fsync flush.
+pub const LOG_SIZE: u64 = 32 << 20;
+
+/// One record's header fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHead {
+    pub uuid: [u8; 16],
+    /// The last committed TID when the record was written.
+    pub base_tid: u64,
+    /// 0 for the first record after `base_tid` was committed.
+    pub seq: u64,
+    /// The inode counter when the record was written.
+    pub next_ino: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("intent log {0}: {1}")]
+    Io(PathBuf, io::Error),
+    #[error("intent log full")]
+    Full,
+}
+
+/// The open log, where the next record goes.
+pub struct LogFile {
+    path: PathBuf,
+    file: File,
+    uuid: [u8; 16],
+    base_tid: u64,
+    pos: u64,
+    seq: u64,
+}
+
+impl LogFile {
+    /// Opens (creating and zero-filling when missing or short) the log at
+    /// `path` and returns it with the payloads of the records that apply on
+    /// top of `last_tid`, in order. New records go after those.
+    pub fn open(
+        path: &Path,
+        uuid: [u8; 16],
+        last_tid: u64,
+    ) -> Result<(Self, Vec<(RecordHead, Vec<u8>)>), LogError> {
+        let err = |e| LogError::Io(path.to_path_buf(), e);
+        let file = private_options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(err)?;
+        if file.metadata().map_err(err)?.len() < LOG_SIZE {
+            // Written once, so that appends overwrite allocated blocks and
+            // fdatasync has no file metadata to commit.
+            if let Err(e) = zero_fill(&file) {
+                let _ = std::fs::remove_file(path);
+                return Err(err(e));
+            }
+        }
+        let mut log = LogFile {
+            path: path.to_path_buf(),
+            file,
+            uuid,
+            base_tid: last_tid,
+            pos: 0,
+            seq: 0,
+        };
+        let recs = log.scan().map_err(err)?;
+        Ok((log, recs))
+    }
+
+    /// Reads the valid records in order from the start: each must belong
+    /// to this pool and `base_tid`, have the next sequence number and a
+    /// good checksum. Leaves `pos` and `seq` after the last one.
+    fn scan(&mut self) -> io::Result<Vec<(RecordHead, Vec<u8>)>> {
+        let mut out = Vec::new();
+        loop {
+            let mut h = [0u8; HEADER_LEN];
+            if self.pos + HEADER_LEN as u64 > LOG_SIZE {
+                break;
+            }
+            self.file.read_exact_at(&mut h, self.pos)?;
+            let Some((head, len)) = parse_head(&h) else {
+                break;
+            };
+            if head.uuid != self.uuid || head.base_tid != self.base_tid || head.seq != self.seq {
+                break;
+            }
+            let end = self.pos + (HEADER_LEN + len) as u64;
+            if end > LOG_SIZE {
+                break;
+            }
+            let mut payload = vec![0u8; len];
+            self.file
+                .read_exact_at(&mut payload, self.pos + HEADER_LEN as u64)?;
+            if checksum(&h, &payload) != u32::from_le_bytes(h[56..60].try_into().unwrap()) {
+                break;
+            }
+            out.push((head, payload));
+            self.pos = end;
+            self.seq += 1;
+        }
+        Ok(out)
+    }
+
+    /// True when no record was written since the last `reset`.
+    pub fn is_empty(&self) -> bool {
+        self.pos == 0
+    }
+
+    /// Writes one record and makes it durable before returning.
+    pub fn append(&mut self, base_tid: u64, next_ino: u64, payload: &[u8]) -> Result<(), LogError> {
+        if self.pos == 0 {
+            self.base_tid = base_tid;
+        }
+        assert_eq!(base_tid, self.base_tid, "intent record on a stale base");
+        let len = (HEADER_LEN + payload.len()) as u64;
+        if self.pos + len > LOG_SIZE {
+            return Err(LogError::Full);
+        }
+        let head = RecordHead {
+            uuid: self.uuid,
+            base_tid,
+            seq: self.seq,
+            next_ino,
+        };
+        let mut rec = encode_head(&head, payload.len());
+        let sum = checksum(&rec, payload);
+        rec[56..60].copy_from_slice(&sum.to_le_bytes());
+        rec.extend_from_slice(payload);
+        let err = |e| LogError::Io(self.path.clone(), e);
+        self.file.write_all_at(&rec, self.pos).map_err(err)?;
+        self.file.sync_data().map_err(err)?;
+        self.pos += len;
+        self.seq += 1;
+        Ok(())
+    }
+
+    /// Retires every record: `tid` is committed and holds them. Nothing is
+    /// written; the next record starts at offset 0 on top of `tid`, and the
+    /// old ones beyond it name an older TID.
+    pub fn reset(&mut self, tid: u64) {
+        self.base_tid = tid;
+        self.pos = 0;
+        self.seq = 0;
+    }
+}
+
+fn zero_fill(f: &File) -> io::Result<()> {
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < LOG_SIZE {
+        f.write_all_at(&zeros, at)?;
+        at += zeros.len() as u64;
+    }
+    f.sync_all()
+}
+
+fn encode_head(h: &RecordHead, len: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(HEADER_LEN);
+    b.extend_from_slice(&MAGIC);
+    b.extend_from_slice(&VERSION.to_le_bytes());
+    b.extend_from_slice(&0u16.to_le_bytes());
+    b.extend_from_slice(&(len as u32).to_le_bytes());
+    b.extend_from_slice(&h.uuid);
+    b.extend_from_slice(&h.base_tid.to_le_bytes());
+    b.extend_from_slice(&h.seq.to_le_bytes());
+    b.extend_from_slice(&h.next_ino.to_le_bytes());
+    b.extend_from_slice(&[0u8; 8]);
+    debug_assert_eq!(b.len(), HEADER_LEN);
+    b
+}
+
+fn parse_head(b: &[u8; HEADER_LEN]) -> Option<(RecordHead, usize)> {
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    if b[..8] != MAGIC || u16::from_le_bytes([b[8], b[9]]) != VERSION {
+        return None;
+    }
+    let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+    let head = RecordHead {
+        uuid: b[16..32].try_into().unwrap(),
+        base_tid: u64_at(32),
+        seq: u64_at(40),
+        next_ino: u64_at(48),
+    };
+    Some((head, len))
+}
+
+/// crc32c of the header (checksum field as zeros) and the payload.
+fn checksum(head: &[u8], payload: &[u8]) -> u32 {
+    let mut h = [0u8; HEADER_LEN];
+    h.copy_from_slice(&head[..HEADER_LEN]);
+    h[56..60].fill(0);
+    crc32c::crc32c_append(crc32c::crc32c(&h), payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_survive_reopen_until_reset_and_torn_ones_are_dropped() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let uuid = [7u8; 16];
+        let (mut log, recs) = LogFile::open(&p, uuid, 5).unwrap();
+        assert!(recs.is_empty());
+        log.append(5, 100, b"first").unwrap();
+        log.append(5, 101, b"second").unwrap();
+        drop(log);
+        let (mut log, recs) = LogFile::open(&p, uuid, 5).unwrap();
+        let got: Vec<_> = recs
+            .iter()
+            .map(|(h, p)| (h.seq, h.next_ino, p.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(0, 100, b"first".to_vec()), (1, 101, b"second".to_vec())]
+        );
+        // Appends go after the replayed records.
+        log.append(5, 102, b"third").unwrap();
+        let end = log.pos;
+        drop(log);
+        // Another pool, or a later TID, sees none of them.
+        assert!(LogFile::open(&p, [8u8; 16], 5).unwrap().1.is_empty());
+        assert!(LogFile::open(&p, uuid, 6).unwrap().1.is_empty());
+        // A torn last record: the ones before it stay.
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(b"X", end - 2).unwrap();
+        let (mut log, recs) = LogFile::open(&p, uuid, 5).unwrap();
+        assert_eq!(recs.len(), 2);
+        // After a reset on TID 6, the old records are stale.
+        log.reset(6);
+        log.append(6, 103, b"new").unwrap();
+        drop(log);
+        let recs = LogFile::open(&p, uuid, 6).unwrap().1;
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].1, b"new");
+        assert!(LogFile::open(&p, uuid, 5).unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn a_record_that_does_not_fit_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut log, _) = LogFile::open(&d.path().join("log"), [1; 16], 1).unwrap();
+        let big = vec![1u8; LOG_SIZE as usize];
+        assert!(matches!(log.append(1, 1, &big), Err(LogError::Full)));
+        assert!(log.is_empty());
+    }
+}
