@@ -30,6 +30,9 @@ pub struct RecordHead {
     pub next_ino: u64,
 }
 
+/// A record read back: its header and payload.
+pub type Record = (RecordHead, Vec<u8>);
+
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     #[error("intent log {0}: {1}")]
@@ -56,7 +59,7 @@ impl LogFile {
         path: &Path,
         uuid: [u8; 16],
         last_tid: u64,
-    ) -> Result<(Self, Vec<(RecordHead, Vec<u8>)>), LogError> {
+    ) -> Result<(Self, Vec<Record>), LogError> {
         let err = |e| LogError::Io(path.to_path_buf(), e);
         let file = private_options()
             .read(true)
@@ -88,7 +91,7 @@ impl LogFile {
     /// Reads the valid records in order from the start: each must belong
     /// to this pool and `base_tid`, have the next sequence number and a
     /// good checksum. Leaves `pos` and `seq` after the last one.
-    fn scan(&mut self) -> io::Result<Vec<(RecordHead, Vec<u8>)>> {
+    fn scan(&mut self) -> io::Result<Vec<Record>> {
         let mut out = Vec::new();
         loop {
             let mut h = [0u8; HEADER_LEN];
