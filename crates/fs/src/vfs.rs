@@ -67,6 +67,18 @@ pub struct Fs {
     pub(crate) intent: Option<Mutex<crate::writeback::log_file::LogFile>>,
 }
 
+/// The state of a block in a stack of overlays, newest first.
+fn layered(layers: &[&Overlay], ino: u64, blk: u64) -> BlockState {
+    let Some((top, rest)) = layers.split_first() else {
+        return BlockState::Committed;
+    };
+    match top.block(ino, blk) {
+        Some(BlockState::Patch(p, _)) => BlockState::Patch(p, Box::new(layered(rest, ino, blk))),
+        Some(s) => s,
+        None => layered(rest, ino, blk),
+    }
+}
+
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > MAX_NAME {
         return Err(FsError::NameTooLong);
@@ -287,14 +299,30 @@ impl Fs {
             .collect())
     }
 
+    /// What the overlays say about a block: the dirty one first, then the
+    /// flushing one; a patch carries the state below it.
     pub(crate) fn block_state(&self, st: &State, ino: u64, blk: u64) -> BlockState {
-        if let Some(s) = st.dirty.block(ino, blk) {
-            return s;
+        let layers: Vec<&Overlay> = std::iter::once(&st.dirty)
+            .chain(st.flushing.as_deref())
+            .collect();
+        layered(&layers, ino, blk)
+    }
+
+    /// The whole bytes of a block in `state` (empty for a hole), reading
+    /// the committed block when the state needs it.
+    pub(crate) fn resolve(&self, ino: u64, blk: u64, state: BlockState) -> Result<Vec<u8>> {
+        match state {
+            BlockState::Data(b) => Ok(Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone())),
+            BlockState::Hole => Ok(Vec::new()),
+            BlockState::Committed => Ok(self
+                .committed_block(&self.meta()?, ino, blk)?
+                .unwrap_or_default()),
+            BlockState::Patch(p, below) => {
+                let mut b = self.resolve(ino, blk, *below)?;
+                p.apply(&mut b);
+                Ok(b)
+            }
         }
-        if let Some(s) = st.flushing.as_deref().and_then(|o| o.block(ino, blk)) {
-            return s;
-        }
-        BlockState::Committed
     }
 
     /// Reads a committed block; None if it is a hole.

@@ -277,6 +277,10 @@ fn run_seed(seed: u64) {
                 );
                 model = durable.clone();
             }
+            6 => assert!(
+                capture(&fs) == model,
+                "seed {seed} op {n}: live tree differs from the model"
+            ),
             _ => {}
         }
     }
@@ -293,7 +297,7 @@ fn random_operations_crash_back_to_the_last_fsync() {
     let seeds: u64 = std::env::var("CAIRN_INTENT_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
+        .unwrap_or(8);
     for seed in 0..seeds {
         run_seed(seed);
     }

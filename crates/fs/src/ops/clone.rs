@@ -116,6 +116,7 @@ impl Fs {
             let st = self.lock();
             let clean = [src, dst].iter().all(|i| {
                 st.dirty.blocks.get(i).is_none_or(|m| m.is_empty())
+                    && st.dirty.patches.get(i).is_none_or(|m| m.is_empty())
                     && !st.dirty.truncs.contains_key(i)
             });
             if clean && st.flushing.is_none() && self.intent_empty() {

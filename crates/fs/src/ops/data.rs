@@ -27,67 +27,24 @@ pub struct Statfs {
 }
 
 impl Fs {
-    /// The current bytes of a block (empty for a hole).
-    fn block_bytes(&self, st: &State, ino: u64, blk: u64) -> Result<Vec<u8>> {
-        match self.block_state(st, ino, blk) {
-            BlockState::Data(b) => Ok((*b).clone()),
-            BlockState::Hole => Ok(Vec::new()),
-            BlockState::Committed => Ok(self
-                .committed_block(&self.meta()?, ino, blk)?
-                .unwrap_or_default()),
-        }
-    }
-
-    /// A block to edit: taken out of the dirty overlay when it is there,
-    /// else from `pre` when that still is the committed block.
-    pub(crate) fn editable_block(
-        &self,
-        st: &mut State,
-        ino: u64,
-        blk: u64,
-        pre: &mut Vec<PreRead>,
-    ) -> Result<Vec<u8>> {
+    /// A block to edit: taken out of the dirty overlay when it is there
+    /// (a patch there is put over the block below it), else a copy of the
+    /// current bytes.
+    pub(crate) fn editable_block(&self, st: &mut State, ino: u64, blk: u64) -> Result<Vec<u8>> {
         if let Some(b) = st.dirty.take_block(ino, blk) {
             return Ok(Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone()));
         }
-        if let Some(i) = pre.iter().position(|p| p.blk == blk) {
-            let p = pre.swap_remove(i);
-            let committed = matches!(self.block_state(st, ino, blk), BlockState::Committed);
-            if committed && self.committed_extent(&self.meta()?, ino, blk)? == Some(p.ext) {
-                return Ok(p.data);
+        let below = self.block_state(st, ino, blk);
+        match st.dirty.take_patch(ino, blk) {
+            Some(p) => {
+                let below = match below {
+                    BlockState::Patch(_, below) => *below,
+                    other => other,
+                };
+                self.resolve(ino, blk, BlockState::Patch(p, Box::new(below)))
             }
+            None => self.resolve(ino, blk, below),
         }
-        self.block_bytes(st, ino, blk)
-    }
-
-    /// Reads, before the state lock is taken, the committed blocks that a
-    /// write covers only in part (its first and last) and that no overlay
-    /// holds, so that the disk read of a read-modify-write does not hold up
-    /// every other operation. Failures are left to the locked path.
-    fn preread(&self, ino: u64, off: u64, len: u64) -> Vec<PreRead> {
-        let rs = self.record;
-        let end = off + len;
-        let partial = |b: &u64| off > b * rs || end < (b + 1) * rs;
-        let mut blks: Vec<u64> = vec![off / rs, (end - 1) / rs];
-        blks.dedup();
-        blks.retain(partial);
-        {
-            let st = self.lock();
-            blks.retain(|&b| matches!(self.block_state(&st, ino, b), BlockState::Committed));
-        }
-        if blks.is_empty() {
-            return Vec::new();
-        }
-        let Ok(r) = self.meta() else {
-            return Vec::new();
-        };
-        blks.into_iter()
-            .filter_map(|blk| {
-                let ext = self.committed_extent(&r, ino, blk).ok()??;
-                let data = self.read_extent(&r, ino, blk, &ext).ok()?;
-                Some(PreRead { blk, ext, data })
-            })
-            .collect()
     }
 
     pub fn read(&self, ino: u64, off: u64, size: u32) -> Result<Vec<u8>> {
@@ -126,6 +83,7 @@ impl Fs {
             let data: Block = match state {
                 BlockState::Data(d) => d,
                 BlockState::Hole => continue,
+                p @ BlockState::Patch(..) => Arc::new(self.resolve(ino, blk, p)?),
                 BlockState::Committed => {
                     let r = match &meta {
                         Some(r) => r,
@@ -251,7 +209,9 @@ impl Fs {
         let free = c.free_bytes();
         let seg = c.segment_size();
         let waste = seg + (free / seg) * (self.record + CHUNK_HEADER_LEN as u64);
-        let pending = st.dirty.bytes + st.flushing.as_ref().map_or(0, |f| f.bytes);
+        let rs = self.record;
+        let pending =
+            st.dirty.flush_bytes(rs) + st.flushing.as_ref().map_or(0, |f| f.flush_bytes(rs));
         let pending = pending + pending / 64;
         free.saturating_sub(waste).saturating_sub(pending)
     }
@@ -262,7 +222,6 @@ impl Fs {
         }
         off.checked_add(data.len() as u64).ok_or(FsError::Invalid)?;
         self.check_room()?;
-        let mut pre = self.preread(ino, off, data.len() as u64);
         let mut reclaimed = 0;
         loop {
             self.check_ok()?;
@@ -273,11 +232,12 @@ impl Fs {
                 reclaimed += 1;
                 continue;
             }
-            self.write_locked(&mut st, ino, off, data, &mut pre)?;
+            self.write_locked(&mut st, ino, off, data)?;
             st.dirty.written += data.len() as u64;
             let (dirty, written) = (st.dirty.bytes, st.dirty.written);
+            let whole = dirty - st.dirty.patched;
             drop(st);
-            self.throttle(dirty, written)?;
+            self.throttle(dirty, whole, written)?;
             return Ok(data.len() as u32);
         }
     }
@@ -298,14 +258,7 @@ impl Fs {
         }
     }
 
-    fn write_locked(
-        &self,
-        st: &mut State,
-        ino: u64,
-        off: u64,
-        data: &[u8],
-        pre: &mut Vec<PreRead>,
-    ) -> Result<()> {
+    fn write_locked(&self, st: &mut State, ino: u64, off: u64, data: &[u8]) -> Result<()> {
         let rs = self.record;
         let mut i = self.inode(st, ino)?;
         if i.kind != FileKind::File {
@@ -321,15 +274,8 @@ impl Fs {
             let lo = (off.max(bstart) - bstart) as usize;
             let hi = (end.min(bstart + rs) - bstart) as usize;
             let valid = i.size.saturating_sub(bstart).min(rs) as usize;
-            let mut buf = if lo == 0 && hi >= valid {
-                st.dirty.take_block(ino, blk);
-                Vec::with_capacity(hi)
-            } else {
-                self.editable_block(st, ino, blk, pre)?
-            };
             let src = (bstart + lo as u64 - off) as usize;
-            put_part(&mut buf, lo, &data[src..src + (hi - lo)]);
-            st.dirty.put_block(ino, blk, Arc::new(buf), lo, hi);
+            self.write_part(st, ino, blk, lo, &data[src..src + (hi - lo)], valid)?;
         }
         let now = Self::now();
         i.size = i.size.max(end);
@@ -339,17 +285,51 @@ impl Fs {
         Ok(())
     }
 
-    /// Kicks the flusher once users wrote an eighth of the dirty limit, so
-    /// that flushing overlaps with writing, or once the buffered blocks take
-    /// half of it. Small writes scattered over many blocks buffer a whole
-    /// block each: flushing them by what was written would write a block per
-    /// write, while waiting lets later writes land in the same blocks.
-    /// Writers wait for a flush above twice the limit.
-    fn throttle(&self, dirty: u64, written: u64) -> Result<()> {
+    /// Writes `src` at `lo` of block `blk`, whose first `valid` bytes can
+    /// be read: a whole new block when it covers them, an edit of a block
+    /// in memory, or a patch over a block that would have to be read.
+    pub(crate) fn write_part(
+        &self,
+        st: &mut State,
+        ino: u64,
+        blk: u64,
+        lo: usize,
+        src: &[u8],
+        valid: usize,
+    ) -> Result<()> {
+        let hi = lo + src.len();
+        let mut buf = if lo == 0 && hi >= valid {
+            st.dirty.take_block(ino, blk);
+            st.dirty.take_patch(ino, blk);
+            Vec::with_capacity(hi)
+        } else if let Some(b) = st.dirty.take_block(ino, blk) {
+            Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone())
+        } else {
+            match self.block_state(st, ino, blk) {
+                BlockState::Committed | BlockState::Patch(..) => {
+                    st.dirty.put_patch(ino, blk, lo, src, valid);
+                    return Ok(());
+                }
+                below => self.resolve(ino, blk, below)?,
+            }
+        };
+        put_part(&mut buf, lo, src);
+        st.dirty.put_block(ino, blk, Arc::new(buf), lo, hi);
+        Ok(())
+    }
+
+    /// Kicks the flusher once users wrote an eighth of the dirty limit in
+    /// whole blocks (`whole` bytes of `dirty`), so that flushing overlaps
+    /// with writing, or once the buffered bytes take half of it. Small
+    /// writes into committed blocks are patches, which cost a read each at
+    /// the flush: waiting lets later writes land in the same blocks, so they
+    /// count only towards half the limit. Writers wait for a flush above
+    /// twice the limit.
+    fn throttle(&self, dirty: u64, whole: u64, written: u64) -> Result<()> {
         let limit = self.pool.config.dirty_limit_mib << 20;
         if dirty > 2 * limit {
             self.flush()?;
-        } else if written > limit / 8 && dirty > limit / 8 || dirty > limit / 2 {
+        } else if written > limit / 8 && whole > limit / 8 || dirty > limit / 2 {
             self.kick_flusher();
         }
         Ok(())
@@ -367,7 +347,7 @@ impl Fs {
         if size < i.size {
             let tail = (size % rs) as usize;
             if tail != 0 {
-                let mut b = self.editable_block(&mut st, ino, size / rs, &mut Vec::new())?;
+                let mut b = self.editable_block(&mut st, ino, size / rs)?;
                 b.truncate(tail);
                 st.dirty.put_block(ino, size / rs, Arc::new(b), tail, tail);
             }
@@ -431,7 +411,7 @@ impl Fs {
             let mut b = if lo == 0 && hi as u64 == rs {
                 Vec::new()
             } else {
-                self.editable_block(st, ino, blk, &mut Vec::new())?
+                self.editable_block(st, ino, blk)?
             };
             if lo < b.len() {
                 let h = hi.min(b.len());
@@ -481,17 +461,6 @@ fn put_part(buf: &mut Vec<u8>, lo: usize, part: &[u8]) {
     }
 }
 
-/// Copies the part of a block (starting at file offset `bstart`) that lies
-/// in the output buffer (starting at file offset `off`).
-/// A committed block read before taking the state lock, for a write's
-/// read-modify-write. Valid while the block's extent is still `ext`: chunk
-/// ids are never reused, so the same extent means the same bytes.
-pub(crate) struct PreRead {
-    blk: u64,
-    ext: Extent,
-    data: Vec<u8>,
-}
-
 /// Zeroes what no block writes in a read buffer, so that it may start with
 /// any contents: blocks claim their byte ranges in file order, and the gaps
 /// between claims (holes, tails past a block's valid length) and after the
@@ -526,6 +495,8 @@ impl Cover {
     }
 }
 
+/// Copies the part of a block (starting at file offset `bstart`) that lies
+/// in the output buffer (starting at file offset `off`).
 pub(crate) fn copy_block_part(out: &mut [u8], off: u64, bstart: u64, data: &[u8]) {
     let out_end = off + out.len() as u64;
     let lo = off.max(bstart);

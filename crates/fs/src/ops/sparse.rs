@@ -63,11 +63,20 @@ fn is_data(b: &Block) -> bool {
 }
 
 fn layer(o: &Overlay, ino: u64) -> (BTreeMap<u64, bool>, Option<u64>) {
-    let blocks = o
+    let mut blocks: BTreeMap<u64, bool> = o
         .blocks
         .get(&ino)
         .map(|m| m.iter().map(|(&k, b)| (k, is_data(b))).collect())
         .unwrap_or_default();
+    // A patch holds data (what it was written over is data or a hole
+    // written over).
+    blocks.extend(
+        o.patches
+            .get(&ino)
+            .into_iter()
+            .flatten()
+            .map(|(&k, _)| (k, true)),
+    );
     (blocks, o.truncs.get(&ino).copied())
 }
 
@@ -194,6 +203,10 @@ impl Fs {
                 }
                 for (&b, d) in o.blocks.get(&ino).into_iter().flatten() {
                     buffered.insert(b, d.len() as u64);
+                }
+                for (&b, p) in o.patches.get(&ino).into_iter().flatten() {
+                    let e = buffered.entry(b).or_insert(0);
+                    *e = (*e).max(p.end() as u64);
                 }
             }
             (buffered, trunc, tid, i.size, i.kind, view)

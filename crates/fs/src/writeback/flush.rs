@@ -131,12 +131,14 @@ impl Fs {
     /// adds the new references before it prunes. Blocks are hashed one
     /// window ahead on a second thread while this one seals and dedups.
     fn write_blocks(&self, ov: &Overlay) -> Result<(Vec<Written>, BTreeSet<u64>)> {
-        let mut inos: Vec<_> = ov.blocks.keys().copied().collect();
-        inos.sort_unstable();
-        let blocks: Vec<(u64, u64, &Block)> = inos
+        let mut blocks: Vec<(u64, u64, Block)> = ov
+            .blocks
             .iter()
-            .flat_map(|ino| ov.blocks[ino].iter().map(|(&b, d)| (*ino, b, d)))
+            .flat_map(|(&ino, m)| m.iter().map(move |(&b, d)| (ino, b, d.clone())))
             .collect();
+        blocks.extend(self.resolve_patches(ov)?);
+        blocks.sort_unstable_by_key(|&(ino, blk, _)| (ino, blk));
+        let blocks: Vec<(u64, u64, &Block)> = blocks.iter().map(|(i, b, d)| (*i, *b, d)).collect();
         let windows: Vec<_> = blocks.chunks(HASH_WINDOW).collect();
         let mut sink = BlockSink::new(self)?;
         std::thread::scope(|sc| {
@@ -156,6 +158,59 @@ impl Fs {
             Ok::<_, FsError>(())
         })?;
         sink.finish(self)
+    }
+
+    /// The whole blocks of the overlay's patches: each committed block is
+    /// read once, in device order (see `patch.rs`), by as many threads as
+    /// there are cores.
+    fn resolve_patches(&self, ov: &Overlay) -> Result<Vec<(u64, u64, Block)>> {
+        let r = self.meta()?;
+        let mut todo = Vec::new();
+        for (&ino, m) in &ov.patches {
+            for (&blk, p) in m {
+                let ext = self.committed_extent(&r, ino, blk)?;
+                let at = match &ext {
+                    Some(e) => r
+                        .chunk(e.chunk)?
+                        .map(|raw| ChunkRec::decode(&raw))
+                        .transpose()?,
+                    None => None,
+                }
+                .map_or((0, 0), |c| (c.segment, c.offset));
+                todo.push((at, ino, blk, ext, p));
+            }
+        }
+        todo.sort_unstable_by_key(|t| t.0);
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let per = todo.len().div_ceil(threads).max(1);
+        std::thread::scope(|sc| {
+            let parts: Vec<_> = todo
+                .chunks(per)
+                .map(|part| {
+                    let r = &r;
+                    sc.spawn(move || {
+                        part.iter()
+                            .map(|(_, ino, blk, ext, p)| {
+                                let mut b = match ext {
+                                    Some(e) => self.read_extent(r, *ino, *blk, e)?,
+                                    None => Vec::new(),
+                                };
+                                p.apply(&mut b);
+                                Ok((*ino, *blk, Arc::new(b)))
+                            })
+                            .collect::<Result<Vec<_>>>()
+                    })
+                })
+                .collect();
+            let mut out = Vec::new();
+            for h in parts {
+                let part = h
+                    .join()
+                    .map_err(|_| FsError::Io("patch resolution panicked".into()))?;
+                out.extend(part?);
+            }
+            Ok(out)
+        })
     }
 
     fn commit(
@@ -187,6 +242,7 @@ impl Fs {
         let changes = (ov.inodes.len()
             + ov.dirents.values().map(|m| m.len()).sum::<usize>()
             + ov.blocks.values().map(|m| m.len()).sum::<usize>()
+            + ov.patches.values().map(|m| m.len()).sum::<usize>()
             + ov.xattrs.values().map(|m| m.len()).sum::<usize>()) as u64;
         let need = self.reserve.headroom(changes);
         match self.pool.meta.ensure_headroom(need) {

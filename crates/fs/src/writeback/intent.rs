@@ -31,6 +31,7 @@ const T_SYMLINK: u8 = 5;
 const T_XATTR: u8 = 6;
 const T_ORPHAN: u8 = 7;
 const T_BLOCK: u8 = 8;
+const T_PATCH: u8 = 9;
 
 impl Fs {
     /// Makes every change made so far durable: through the intent log when
@@ -153,6 +154,13 @@ impl Fs {
                     let bytes = r.bytes()?;
                     self.replay_block(st, ino, blk, len, lo, bytes)?;
                 }
+                T_PATCH => {
+                    let (ino, blk) = (r.u64()?, r.u64()?);
+                    for _ in 0..r.u32()? {
+                        let (off, bytes) = (r.u32()? as usize, r.bytes()?);
+                        self.replay_patch(st, ino, blk, off, bytes)?;
+                    }
+                }
                 t => return Err(corrupt(&format!("unknown entry tag {t}"))),
             }
         }
@@ -174,12 +182,32 @@ impl Fs {
         if len > self.record as usize || lo + bytes.len() > len {
             return Err(corrupt("block entry out of range"));
         }
-        let mut buf = self.editable_block(st, ino, blk, &mut Vec::new())?;
+        let mut buf = self.editable_block(st, ino, blk)?;
         buf.resize(len, 0);
         buf[lo..lo + bytes.len()].copy_from_slice(bytes);
         st.dirty
             .put_block(ino, blk, Arc::new(buf), lo, lo + bytes.len());
         Ok(())
+    }
+}
+
+impl Fs {
+    /// A logged patch range: written as the write that made it was.
+    fn replay_patch(
+        &self,
+        st: &mut State,
+        ino: u64,
+        blk: u64,
+        off: usize,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let rs = self.record;
+        if off + bytes.len() > rs as usize {
+            return Err(corrupt("patch entry out of range"));
+        }
+        let size = self.inode(st, ino)?.size;
+        let valid = size.saturating_sub(blk * rs).min(rs) as usize;
+        self.write_part(st, ino, blk, off, bytes, valid)
     }
 }
 
@@ -207,6 +235,17 @@ fn encode_record(ov: &mut Overlay) -> Vec<u8> {
     }
     encode_values(ov, &u, &mut w);
     for (&(ino, blk), &(lo, hi)) in &u.blocks {
+        if let Some(p) = ov.patches.get(&ino).and_then(|m| m.get(&blk)) {
+            w.push(T_PATCH);
+            put_u64(&mut w, ino);
+            put_u64(&mut w, blk);
+            put_u32(&mut w, p.ranges().count() as u32);
+            for (off, b) in p.ranges() {
+                put_u32(&mut w, off as u32);
+                put_bytes(&mut w, b);
+            }
+            continue;
+        }
         let Some(b) = ov.blocks.get(&ino).and_then(|m| m.get(&blk)) else {
             continue; // truncated or deleted since: a T_TRUNC/T_DELETE says so
         };

@@ -5,4 +5,5 @@ pub mod flush;
 pub(crate) mod intent;
 pub mod log_file;
 pub mod overlay;
+pub mod patch;
 pub(crate) mod recent;

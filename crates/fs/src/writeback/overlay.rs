@@ -6,6 +6,7 @@
 //! (`intent.rs`).
 
 use crate::types::{DirEnt, Inode};
+use crate::writeback::patch::Patch;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -21,6 +22,9 @@ pub struct Overlay {
     pub dirents: HashMap<u64, BTreeMap<Vec<u8>, Option<DirEnt>>>,
     /// Per file: block index -> data.
     pub blocks: HashMap<u64, BTreeMap<u64, Block>>,
+    /// Per file: block index -> bytes written over a block not read
+    /// (`patch.rs`); never at an index `blocks` holds.
+    pub patches: HashMap<u64, BTreeMap<u64, Patch>>,
     /// Per file: committed blocks from this index on are gone (truncate).
     pub truncs: HashMap<u64, u64>,
     pub symlinks: HashMap<u64, Vec<u8>>,
@@ -31,6 +35,10 @@ pub struct Overlay {
     pub orphans_del: HashSet<u64>,
     /// Bytes of buffered blocks.
     pub bytes: u64,
+    /// Bytes of `bytes` held in patches.
+    pub patched: u64,
+    /// Blocks with a patch (each is a whole block at the flush).
+    pub patch_count: u64,
     /// Bytes written by users (a 4 KiB write into a 64 KiB block counts
     /// 4 KiB here and 64 KiB in `bytes`).
     pub written: u64,
@@ -98,11 +106,19 @@ pub enum BlockState {
     Hole,
     /// Not in any overlay: read the committed extent.
     Committed,
+    /// Bytes written over the block in the state below (which an overlay
+    /// fills in: see `Fs::block_state`).
+    Patch(Patch, Box<BlockState>),
 }
 
 impl Overlay {
     pub fn is_empty(&self) -> bool {
         !self.changed
+    }
+
+    /// Bytes the flush will store: patches become whole blocks.
+    pub fn flush_bytes(&self, record: u64) -> u64 {
+        self.bytes - self.patched + self.patch_count * record
     }
 
     pub fn block(&self, ino: u64, blk: u64) -> Option<BlockState> {
@@ -112,6 +128,12 @@ impl Overlay {
             } else {
                 BlockState::Data(b.clone())
             });
+        }
+        if let Some(p) = self.patches.get(&ino).and_then(|m| m.get(&blk)) {
+            return Some(BlockState::Patch(
+                p.clone(),
+                Box::new(BlockState::Committed),
+            ));
         }
         if matches!(self.truncs.get(&ino), Some(&t) if blk >= t) {
             return Some(BlockState::Hole);
@@ -124,6 +146,7 @@ impl Overlay {
     pub fn put_block(&mut self, ino: u64, blk: u64, data: Block, lo: usize, hi: usize) {
         self.changed = true;
         self.unlogged.block(ino, blk, lo as u32, hi.max(lo) as u32);
+        self.take_patch(ino, blk);
         let new = data.len() as u64;
         if let Some(old) = self.blocks.entry(ino).or_default().insert(blk, data) {
             self.bytes -= old.len() as u64;
@@ -138,6 +161,35 @@ impl Overlay {
         Some(b)
     }
 
+    /// Writes `data` at `off` of block `blk` without its old bytes (see
+    /// `patch.rs`); when the patch covers the block's `valid` bytes it
+    /// becomes a whole block.
+    pub fn put_patch(&mut self, ino: u64, blk: u64, off: usize, data: &[u8], valid: usize) {
+        self.changed = true;
+        self.unlogged
+            .block(ino, blk, off as u32, (off + data.len()) as u32);
+        let p = self.patches.entry(ino).or_default().entry(blk).or_default();
+        let (before, after) = p.write(off, data);
+        self.bytes = self.bytes + after as u64 - before as u64;
+        self.patched = self.patched + after as u64 - before as u64;
+        if before == 0 {
+            self.patch_count += 1;
+        }
+        if let Some(whole) = p.whole(valid).cloned() {
+            let n = whole.len();
+            self.put_block(ino, blk, Arc::new(whole), 0, n);
+        }
+    }
+
+    /// Removes the patch of a block.
+    pub fn take_patch(&mut self, ino: u64, blk: u64) -> Option<Patch> {
+        let p = self.patches.get_mut(&ino)?.remove(&blk)?;
+        self.bytes -= p.bytes() as u64;
+        self.patched -= p.bytes() as u64;
+        self.patch_count -= 1;
+        Some(p)
+    }
+
     /// Drops buffered blocks from index `first` on and records that the
     /// committed ones are gone too.
     pub fn truncate_blocks(&mut self, ino: u64, first: u64) {
@@ -146,6 +198,13 @@ impl Overlay {
         if let Some(m) = self.blocks.get_mut(&ino) {
             for (_, b) in m.split_off(&first) {
                 self.bytes -= b.len() as u64;
+            }
+        }
+        if let Some(m) = self.patches.get_mut(&ino) {
+            for (_, p) in m.split_off(&first) {
+                self.bytes -= p.bytes() as u64;
+                self.patched -= p.bytes() as u64;
+                self.patch_count -= 1;
             }
         }
         let t = self.truncs.entry(ino).or_insert(first);
@@ -159,6 +218,12 @@ impl Overlay {
         self.unlogged.orphans.insert(ino);
         if let Some(m) = self.blocks.remove(&ino) {
             self.bytes -= m.values().map(|b| b.len() as u64).sum::<u64>();
+        }
+        if let Some(m) = self.patches.remove(&ino) {
+            let n = m.values().map(|p| p.bytes() as u64).sum::<u64>();
+            self.bytes -= n;
+            self.patched -= n;
+            self.patch_count -= m.len() as u64;
         }
         self.truncs.remove(&ino);
         self.symlinks.remove(&ino);
@@ -233,9 +298,38 @@ impl Overlay {
             if let Some(&t) = self.truncs.get(&ino) {
                 blocks.split_off(&t);
             }
-            let mine = self.blocks.entry(ino).or_default();
             for (blk, b) in blocks {
-                mine.entry(blk).or_insert(b);
+                let newer = self.patches.get_mut(&ino).and_then(|m| m.remove(&blk));
+                let mine = self.blocks.entry(ino).or_default();
+                match newer {
+                    // A newer patch over an older whole block: one block.
+                    Some(p) => {
+                        let mut buf = (*b).clone();
+                        p.apply(&mut buf);
+                        mine.insert(blk, Arc::new(buf));
+                    }
+                    None => {
+                        mine.entry(blk).or_insert(b);
+                    }
+                }
+            }
+        }
+        for (ino, mut patches) in older.patches {
+            if gone.contains(&ino) {
+                continue;
+            }
+            if let Some(&t) = self.truncs.get(&ino) {
+                patches.split_off(&t);
+            }
+            for (blk, mut p) in patches {
+                if self.blocks.get(&ino).is_some_and(|m| m.contains_key(&blk)) {
+                    continue;
+                }
+                let mine = self.patches.entry(ino).or_default();
+                if let Some(newer) = mine.get(&blk) {
+                    p.write_all(newer);
+                }
+                mine.insert(blk, p);
             }
         }
         for (ino, t) in older.truncs {
@@ -256,12 +350,20 @@ impl Overlay {
         let del: Vec<u64> = older.orphans_del.difference(adds).copied().collect();
         self.orphans_add.extend(add);
         self.orphans_del.extend(del);
+        self.patch_count = self.patches.values().map(|m| m.len() as u64).sum();
+        self.patched = self
+            .patches
+            .values()
+            .flat_map(|m| m.values())
+            .map(|p| p.bytes() as u64)
+            .sum::<u64>();
         self.bytes = self
             .blocks
             .values()
             .flat_map(|m| m.values())
             .map(|b| b.len() as u64)
-            .sum();
+            .sum::<u64>()
+            + self.patched;
         self.written += older.written;
         self.changed |= older.changed;
         self.unlogged.absorb_older(older.unlogged);
