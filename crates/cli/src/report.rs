@@ -122,6 +122,16 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         "compression:     {} ({:.2}x)",
         i.compression, i.compression_ratio
     );
+    for l in &i.locks {
+        println!(
+            "lock {:<10} taken {}, waited {} times ({:.1} ms in all, {:.1} ms at most)",
+            l.name,
+            l.acquired,
+            l.waited,
+            l.wait_us_total as f64 / 1000.0,
+            l.wait_us_max as f64 / 1000.0
+        );
+    }
     println!("devices:");
     for d in &i.devices {
         let mut notes = String::new();

@@ -12,6 +12,7 @@
 //! - `history/`: versions, `@@` views, snapshots, prune, tree hashes;
 //! - `maintenance/`: GC, reblock, scrub, check, salvage, tiering, devices, info.
 
+pub mod contention;
 pub mod error;
 pub mod history;
 pub mod maintenance;

@@ -65,6 +65,9 @@ pub struct Fs {
     /// The intent log fsync writes (`writeback/intent.rs`); taken with the
     /// flush lock held. None when it could not be opened.
     pub(crate) intent: Option<Mutex<crate::writeback::log_file::LogFile>>,
+    /// Waits for the state lock and the flush lock (`contention.rs`).
+    pub(crate) st_wait: crate::contention::Contention,
+    pub(crate) flush_wait: crate::contention::Contention,
 }
 
 /// The state of a block in a stack of overlays, newest first.
@@ -127,6 +130,8 @@ impl Fs {
             stored: Default::default(),
             inode_count: Default::default(),
             intent: None,
+            st_wait: Default::default(),
+            flush_wait: Default::default(),
         };
         let logged = fs.open_intent_log()?;
         let fs = Arc::new(fs);
@@ -145,7 +150,7 @@ impl Fs {
                 "removing {} orphaned inode(s) left by a crash",
                 orphans.len()
             );
-            let mut st = fs.st.lock();
+            let mut st = fs.lock();
             for ino in orphans {
                 st.dirty.delete_inode(ino);
             }
@@ -164,7 +169,18 @@ impl Fs {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.st.lock()
+        self.st_wait.lock(&self.st)
+    }
+
+    /// Takes the flush lock (one flush, clone or maintenance commit at a
+    /// time; it holds the last committed TID).
+    pub(crate) fn flush_guard(&self) -> MutexGuard<'_, u64> {
+        self.flush_wait.lock(&self.flush_lock)
+    }
+
+    /// How often and how long operations waited for the shared locks.
+    pub fn lock_stats(&self) -> Vec<crate::contention::LockStats> {
+        vec![self.st_wait.stats("state"), self.flush_wait.stats("flush")]
     }
 
     /// For operations that add data: ENOSPC while the pool is short of

@@ -16,10 +16,11 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             fs.flush()?;
             Ok(json!({ "tid": fs.last_tid() }))
         }
-        Request::Info => Ok(serde_json::to_value(cairn_fs::maintenance::info::pool_info(
-            fs.pool(),
-        )?)
-        .expect("info serializes")),
+        Request::Info => {
+            let mut info = cairn_fs::maintenance::info::pool_info(fs.pool())?;
+            info.locks = fs.lock_stats();
+            Ok(serde_json::to_value(info).expect("info serializes"))
+        }
         Request::SnapshotCreate { name, auto } => {
             let (name, kind) = if auto {
                 let now = cairn_fs::Time::now().as_nanos() as u64;

@@ -149,7 +149,7 @@ impl Fs {
     /// removes all history no retained TID sees. Freed space shows at once.
     pub fn prune(&self, policy: &PrunePolicy, dry_run: bool) -> Result<PruneReport> {
         self.flush()?;
-        let last = self.flush_lock.lock();
+        let last = self.flush_guard();
         let now = Time::now().as_nanos() as u64;
         let r = self.meta()?;
         let snaps = read_snapshots(&r)?;

@@ -150,7 +150,7 @@ impl Fs {
     pub fn snapshot_create(&self, name: &str, kind: SnapshotKind) -> Result<Snapshot> {
         check_snapshot_name(name)?;
         self.flush()?;
-        let last = self.flush_lock.lock();
+        let last = self.flush_guard();
         let snap = Snapshot {
             name: name.to_string(),
             tid: *last,
@@ -186,7 +186,7 @@ impl Fs {
     /// Forgets a snapshot; the space it alone held comes back at the next
     /// prune (`prune` runs one at once unless `defer_prune`).
     pub fn snapshot_delete(&self, name: &str) -> Result<()> {
-        let _last = self.flush_lock.lock();
+        let _last = self.flush_guard();
         let found = self.pool.meta.write(|w| {
             let found = w.remove_snapshot(name)?;
             // Elements this snapshot alone kept may lie below the prune

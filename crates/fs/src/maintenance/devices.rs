@@ -32,7 +32,7 @@ impl Fs {
                 "the pool already has a cache device (one per pool)".into(),
             ));
         }
-        let _last = self.flush_lock.lock();
+        let _last = self.flush_guard();
         let id = set.devices().iter().map(|d| d.id() + 1).max().unwrap_or(0);
         let file = device_file_path(&spec.path, id);
         let key = file_id(&file);
@@ -108,7 +108,7 @@ impl Fs {
         } else {
             self.pool.set_ssd_cache(None);
         }
-        let _last = self.flush_lock.lock();
+        let _last = self.flush_guard();
         set.remove(id)?;
         self.pool.meta.write(|w| {
             w.remove_device(id)?;
@@ -124,7 +124,7 @@ impl Fs {
     fn drain(&self, id: u32, rep: &mut RemoveReport, progress: &dyn Fn(u64, u64)) -> Result<()> {
         self.flush()?;
         {
-            let _last = self.flush_lock.lock();
+            let _last = self.flush_guard();
             self.pool.chunks.close_open_segment();
         }
         let mut rate = RateLimit::new(0);

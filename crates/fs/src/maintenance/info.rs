@@ -71,6 +71,9 @@ pub struct PoolInfo {
     /// pool directory that other users can read. Empty when all is private.
     #[serde(default)]
     pub mode_warnings: Vec<String>,
+    /// Lock contention since the mount (filled in by the daemon).
+    #[serde(default)]
+    pub locks: Vec<crate::contention::LockStats>,
 }
 
 /// Every device with its fill; `each_segment(heat)` sees the decayed hits
@@ -171,6 +174,7 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
         ram_cache_bytes: pool.chunks.ram_cache_bytes(),
         ssd_cache: pool.chunks.ssd_cache().map(|c| c.stats()),
         mode_warnings: mode_warnings(pool),
+        locks: Vec::new(),
     })
 }
 

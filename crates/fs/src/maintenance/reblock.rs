@@ -218,7 +218,7 @@ impl Fs {
         if ids.is_empty() {
             return Ok(0);
         }
-        let _last = self.flush_lock.lock();
+        let _last = self.flush_guard();
         self.check_ok()?;
         let r = self.meta()?;
         let mut moves = Vec::new();

@@ -101,7 +101,7 @@ impl Fs {
     /// same content again (restoring from a good copy) stores a fresh chunk
     /// instead of referencing the damaged one.
     fn forget_damaged(&self, damaged: &[([u8; 32], u64)]) -> Result<()> {
-        let _last = self.flush_lock.lock();
+        let _last = self.flush_guard();
         self.pool.meta.write(|w| {
             for (hash, id) in damaged {
                 w.remove_dedup(hash, *id)?;

@@ -107,7 +107,7 @@ impl Fs {
             Err(cairn_data::DataError::NoSegment(_)) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let _last = self.flush_lock.lock();
+        let _last = self.flush_guard();
         let Some(rec) = self.pool.chunks.relocated_record(&r) else {
             self.pool.chunks.abandon(&r)?;
             return Ok(None);

@@ -112,7 +112,7 @@ impl Fs {
                 return Err(FsError::Busy);
             }
             self.flush()?;
-            let g = self.flush_lock.lock();
+            let g = self.flush_guard();
             let st = self.lock();
             let clean = [src, dst].iter().all(|i| {
                 st.dirty.blocks.get(i).is_none_or(|m| m.is_empty())

@@ -46,7 +46,7 @@ impl Fs {
     /// (used when the pool runs short of space).
     pub(crate) fn flush_with(&self, prune_all: bool) -> Result<()> {
         self.check_ok()?;
-        let mut last_tid = self.flush_lock.lock();
+        let mut last_tid = self.flush_guard();
         let (ov, next_ino) = {
             let mut st = self.lock();
             if st.dirty.is_empty() && !prune_all {
@@ -121,7 +121,7 @@ impl Fs {
     }
 
     pub fn last_tid(&self) -> u64 {
-        *self.flush_lock.lock()
+        *self.flush_guard()
     }
 
     /// Writes the overlay's blocks, sorted by file and offset. With dedup

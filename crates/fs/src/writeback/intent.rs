@@ -43,7 +43,7 @@ impl Fs {
         };
         // Holding the flush lock: no flush is under way, so every change
         // not committed is in `dirty`, and none can start meanwhile.
-        let last = self.flush_lock.lock();
+        let last = self.flush_guard();
         let (payload, next_ino) = {
             let mut st = self.lock();
             if st.dirty.unlogged.is_empty() {
