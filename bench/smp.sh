@@ -58,7 +58,9 @@
 #   BIN=...          the cairn binary (default: cargo build --release)
 #   CAIRN_MOUNT_OPTS="--commit-interval 5"  extra options for `cairn mount`
 #   KEEP=1           keep the work dir
-# The defaults take about 20 minutes on 2 cores with the four targets.
+# The defaults took 26 minutes on a 2-core VM with the four targets (blogbench
+# 7, dbench 6, fio 8, postmark 3, sqlite 1.5, untar 1.5); for a run of about
+# 15 minutes: DBENCH_SECONDS=10 BB_ITERATIONS=3 FIO_MB=512, or fewer TARGETS.
 # Quick run: RUNS=1 BB_ITERATIONS=2 BB_SECONDS=3 DBENCH_SECONDS=5
 #   PM_FILES=1000 PM_TRANSACTIONS=4000 SQLITE_SECONDS=3 FIO_MB=256
 #   FIO_SECONDS=3 UNTAR_FILES=5000 bench/smp.sh
