@@ -1,0 +1,562 @@
+#!/usr/bin/env bash
+# SMP / mixed-load benchmark (the HAMMER SMP seed's workloads): Cairn vs the
+# native directory, bindfs (a FUSE passthrough of a plain directory) and btrfs
+# (on a loop device backed by a sparse file), all on the same disk, in one run.
+# Workloads (STEPS), each run RUNS rounds, every round on a fresh directory,
+# the targets interleaved within a round (native, bindfs, btrfs, cairn, native,
+# ...) so that a slow phase of a shared disk hits every target alike:
+#   blogbench  bench/blogbench/blogbench.c (an equivalent of Blogbench, which
+#              Debian does not ship; compiled at run time with cc -O2 -pthread):
+#              BB_WRITERS threads creating blogs (article 1-64 KiB + 1-5
+#              pictures 4-200 KiB), BB_REWRITERS replacing articles (new file
+#              renamed over), BB_COMMENTERS appending 1-4 KiB, BB_READERS
+#              reading whole random files; BB_ITERATIONS iterations of
+#              BB_SECONDS; read and write scores are files per iteration,
+#              median over iterations and rounds
+#   dbench     file-server mix: dbench DBENCH_CLIENTS clients, the client.txt
+#              load file of the Debian package, DBENCH_SECONDS; MB/s
+#   postmark   mail-server mix: PM_FILES files of 500-10000 bytes in
+#              PM_SUBDIRS subdirectories, PM_TRANSACTIONS transactions;
+#              transactions/s (the transaction phase timed by this script:
+#              postmark itself only counts whole seconds)
+#   sqlite     python3 sqlite3, journal_mode=WAL, synchronous=FULL, one
+#              ~200-byte insert per transaction for SQLITE_SECONDS; commits/s
+#   fio        4 KiB random write into an existing FIO_MB file (written
+#              sequentially, synced, caches dropped first), psync, buffered,
+#              end_fsync, FIO_SECONDS; then 4 KiB random read of that file from
+#              cold caches (drop_caches; FUSE targets and btrfs remounted);
+#              IOPS
+#   untar      extract a tar of UNTAR_FILES files of 0-UNTAR_MAX_KB KiB in
+#              nested directories (generated deterministically once per run)
+#              with a Python tool timing each open(O_CREAT)+write+close;
+#              files/s and p50/p99/max latency in ms (no final sync)
+# Each workload prints a table as soon as it is done (figure per target, ratio
+# cairn/target); a summary table of every figure closes the run.
+#
+# Needs root (drop_caches, loop device, mounts). Missing tools (dbench,
+# postmark, sqlite3, fio, bindfs, btrfs-progs, python3, gcc, fuse3) are
+# installed with apt-get.
+# Environment (defaults):
+#   TARGETS="native bindfs btrfs cairn"  targets to measure (cairn is needed
+#                    for the ratio columns); BASE_BIN=/path/to/older/cairn adds
+#                    the target "base": that binary on a pool of its own, in
+#                    the same rounds, with a cairn/base ratio
+#   STEPS="blogbench dbench postmark sqlite fio untar"
+#   RUNS=3
+#   BB_WRITERS=3 BB_REWRITERS=1 BB_COMMENTERS=2 BB_READERS=8
+#   BB_ITERATIONS=5 BB_SECONDS=6 BB_MAX_BLOGS=2000 (then writers recycle blogs)
+#   DBENCH_CLIENTS=4 DBENCH_SECONDS=20
+#   PM_FILES=5000 PM_TRANSACTIONS=20000 PM_SUBDIRS=10
+#   SQLITE_SECONDS=6
+#   FIO_MB=1024 FIO_SECONDS=5
+#   UNTAR_FILES=30000 UNTAR_MAX_KB=16
+#   BTRFS_GB=8       size of the btrfs loop file (sparse)
+#   POOL_DEV_GB=16   size of each cairn pool's device (sparse)
+#   MIN_FREE_GB=...  free space required in BENCH_DIR (default: a budget
+#                    from the targets and sizes above)
+#   BENCH_DIR=/var/tmp  where the work dir is made (pick the disk to test)
+#   BIN=...          the cairn binary (default: cargo build --release)
+#   CAIRN_MOUNT_OPTS="--commit-interval 5"  extra options for `cairn mount`
+#   KEEP=1           keep the work dir
+# The defaults took 26 minutes on a 2-core VM with the four targets (blogbench
+# 7, dbench 6, fio 8, postmark 3, sqlite 1.5, untar 1.5); for a run of about
+# 15 minutes: DBENCH_SECONDS=10 BB_ITERATIONS=3 FIO_MB=512, or fewer TARGETS.
+# Quick run: RUNS=1 BB_ITERATIONS=2 BB_SECONDS=3 DBENCH_SECONDS=5
+#   PM_FILES=1000 PM_TRANSACTIONS=4000 SQLITE_SECONDS=3 FIO_MB=256
+#   FIO_SECONDS=3 UNTAR_FILES=5000 bench/smp.sh
+set -euo pipefail
+shopt -s inherit_errexit
+
+RUNS=${RUNS:-3}
+read -r -a TARGETS <<<"${TARGETS:-native bindfs btrfs cairn}"
+[ -n "${BASE_BIN:-}" ] && TARGETS+=(base)
+STEPS=${STEPS:-blogbench dbench postmark sqlite fio untar}
+BB_WRITERS=${BB_WRITERS:-3}
+BB_REWRITERS=${BB_REWRITERS:-1}
+BB_COMMENTERS=${BB_COMMENTERS:-2}
+BB_READERS=${BB_READERS:-8}
+BB_ITERATIONS=${BB_ITERATIONS:-5}
+BB_SECONDS=${BB_SECONDS:-6}
+BB_MAX_BLOGS=${BB_MAX_BLOGS:-2000}
+DBENCH_CLIENTS=${DBENCH_CLIENTS:-4}
+DBENCH_SECONDS=${DBENCH_SECONDS:-20}
+PM_FILES=${PM_FILES:-5000}
+PM_TRANSACTIONS=${PM_TRANSACTIONS:-20000}
+PM_SUBDIRS=${PM_SUBDIRS:-10}
+SQLITE_SECONDS=${SQLITE_SECONDS:-6}
+FIO_MB=${FIO_MB:-1024}
+FIO_SECONDS=${FIO_SECONDS:-5}
+UNTAR_FILES=${UNTAR_FILES:-30000}
+UNTAR_MAX_KB=${UNTAR_MAX_KB:-16}
+BTRFS_GB=${BTRFS_GB:-8}
+POOL_DEV_GB=${POOL_DEV_GB:-16}
+BENCH_DIR=${BENCH_DIR:-/var/tmp}
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export PATH="$HOME/.cargo/bin:$PATH"
+# RES[key,target]: median figure; METRICS: "key|label|better" in print order
+declare -A RES
+METRICS=()
+LOOP=""
+
+. "$(dirname "$0")/lib.sh"
+
+has_target() { [[ " ${TARGETS[*]} " == *" $1 "* ]]; }
+
+# ------------------------------------------------------------------ setup
+
+# Installs the Debian packages of the missing tools.
+ensure_tools() {
+    local pkgs=() pair
+    for pair in dbench:dbench postmark:postmark sqlite3:sqlite3 fio:fio bindfs:bindfs \
+        mkfs.btrfs:btrfs-progs python3:python3 cc:gcc fusermount3:fuse3 losetup:mount; do
+        command -v "${pair%%:*}" >/dev/null || pkgs+=("${pair#*:}")
+    done
+    if [ ${#pkgs[@]} -gt 0 ]; then
+        log "installing ${pkgs[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q "${pkgs[@]}" >&2 ||
+            { apt-get update -q >&2 && apt-get install -y -q "${pkgs[@]}" >&2; } ||
+            die "could not install ${pkgs[*]}"
+    fi
+    python3 -c 'import sqlite3' || die "python3 has no sqlite3 module"
+}
+
+check_env() {
+    [ "$(id -u)" = 0 ] || die "run as root (drop_caches, loop device, mounts)"
+    has_target cairn || die "TARGETS must include cairn (the ratios are cairn/target)"
+    local t
+    for t in "${TARGETS[@]}"; do
+        case $t in native | bindfs | btrfs | cairn | base) ;; *) die "unknown target $t" ;; esac
+    done
+    local need=${MIN_FREE_GB:-} avail
+    if [ -z "$need" ]; then
+        need=2 # the tarball and slack
+        for t in "${TARGETS[@]}"; do
+            case $t in
+                native | bindfs) need=$((need + FIO_MB / 1024 + 3)) ;;
+                btrfs) need=$((need + BTRFS_GB)) ;;
+                cairn | base) need=$((need + POOL_DEV_GB)) ;;
+            esac
+        done
+    fi
+    avail=$(df --output=avail -BG "$BENCH_DIR" | tail -1 | tr -dc 0-9)
+    [ "$avail" -ge "$need" ] || die "$BENCH_DIR has ${avail}G free, needs ${need}G (MIN_FREE_GB)"
+    log "$BENCH_DIR: ${avail}G free, budget ${need}G"
+}
+
+build_tools() {
+    if [ -z "${BIN:-}" ]; then
+        log "building cairn (release)"
+        (cd "$ROOT" && cargo build --release -p cairn-cli >&2)
+        BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/cairn
+    fi
+    [ -x "$BIN" ] || die "no cairn binary at $BIN"
+    BLOGBENCH=$W/blogbench
+    cc -O2 -pthread -o "$BLOGBENCH" "$ROOT/bench/blogbench/blogbench.c" ||
+        die "could not compile blogbench"
+}
+
+setup_dirs() {
+    W=$(mktemp -d "$BENCH_DIR/cairn-smp.XXXXXX")
+    mkdir -p "$W/native" "$W/bindsrc" "$W/bindmnt" "$W/btrfsmnt" "$W/cairnmnt" "$W/basemnt"
+    log "work dir $W on $(findmnt -n -o SOURCE,FSTYPE -T "$W" | tr -s ' ')"
+}
+
+make_targets() {
+    if has_target btrfs; then
+        truncate -s "${BTRFS_GB}G" "$W/btrfs.img"
+        LOOP=$(losetup -f --show "$W/btrfs.img")
+        mkfs.btrfs -q -f "$LOOP" >&2
+        log "btrfs on $LOOP (${BTRFS_GB}G sparse file)"
+    fi
+    if has_target cairn; then
+        "$BIN" mkfs "$W/pool" --device "ssd:$W/pool/data.0:${POOL_DEV_GB}G" >&2
+    fi
+    if has_target base; then
+        "$BASE_BIN" mkfs "$W/basepool" --device "ssd:$W/basepool/data.0:${POOL_DEV_GB}G" >&2
+    fi
+    local t
+    for t in "${TARGETS[@]}"; do mount_target "$t"; done
+}
+
+is_mounted() { grep -q " $1 " /proc/self/mountinfo; }
+
+cleanup() {
+    set +eu
+    [ -n "${W:-}" ] || return 0
+    if is_mounted "$W/cairnmnt"; then
+        "$BIN" umount "$W/cairnmnt" >/dev/null 2>&1 || fusermount3 -u -z "$W/cairnmnt"
+    fi
+    if is_mounted "$W/basemnt"; then
+        "$BASE_BIN" umount "$W/basemnt" >/dev/null 2>&1 || fusermount3 -u -z "$W/basemnt"
+    fi
+    if is_mounted "$W/bindmnt"; then
+        fusermount3 -u "$W/bindmnt" 2>/dev/null || fusermount3 -u -z "$W/bindmnt"
+    fi
+    if is_mounted "$W/btrfsmnt"; then
+        umount "$W/btrfsmnt" 2>/dev/null || umount -l "$W/btrfsmnt"
+    fi
+    if [ -n "$LOOP" ]; then losetup -d "$LOOP"; fi
+    if [ -z "${KEEP:-}" ]; then rm -rf --one-file-system "$W"; else log "kept $W"; fi
+}
+
+# ------------------------------------------------------------ mounts
+
+dir_of() {
+    case $1 in
+        native) echo "$W/native" ;;
+        bindfs) echo "$W/bindmnt" ;;
+        btrfs) echo "$W/btrfsmnt" ;;
+        cairn) echo "$W/cairnmnt" ;;
+        base) echo "$W/basemnt" ;;
+    esac
+}
+
+mount_target() {
+    case $1 in
+        bindfs) bindfs --no-allow-other "$W/bindsrc" "$W/bindmnt" ;;
+        btrfs) mount "$LOOP" "$W/btrfsmnt" ;;
+        # shellcheck disable=SC2086
+        cairn) "$BIN" mount "$W/pool" "$W/cairnmnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
+        # shellcheck disable=SC2086
+        base) "$BASE_BIN" mount "$W/basepool" "$W/basemnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
+    esac
+}
+
+unmount_target() {
+    case $1 in
+        bindfs) fusermount3 -u "$W/bindmnt" ;;
+        btrfs) umount "$W/btrfsmnt" ;;
+        cairn) "$BIN" umount "$W/cairnmnt" >&2 ;;
+        base) "$BASE_BIN" umount "$W/basemnt" >&2 ;;
+    esac
+}
+
+drop_caches() {
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+}
+
+# Empties every cache between the data and the reader: remount + drop_caches.
+make_cold() {
+    if [ "$1" != native ]; then unmount_target "$1"; fi
+    drop_caches
+    if [ "$1" != native ]; then mount_target "$1"; fi
+}
+
+# ------------------------------------------------------- measurements
+# Each bench_STEP TARGET DIR runs one round in the fresh directory DIR and
+# prints "key value" lines (several lines of one key are all medianed).
+
+bench_blogbench() {
+    local out
+    out=$("$BLOGBENCH" "$2" "$BB_WRITERS" "$BB_REWRITERS" "$BB_COMMENTERS" "$BB_READERS" \
+        "$BB_ITERATIONS" "$BB_SECONDS" "$BB_MAX_BLOGS")
+    printf '%s\n' "$out" | sed 's/^/    /' >&2
+    printf '%s\n' "$out" | awk '/^iteration/ { print "bb_read", $4; print "bb_write", $6 }'
+}
+
+dbench_loadfile() {
+    local f
+    f=$(dpkg -L dbench 2>/dev/null | grep '/client\.txt$' | head -1 || true)
+    echo "${f:-/usr/share/dbench/client.txt}"
+}
+
+bench_dbench() {
+    local out v
+    out=$(dbench -D "$2" -t "$DBENCH_SECONDS" -c "$DBENCH_LOADFILE" "$DBENCH_CLIENTS" 2>&1) ||
+        { printf '%s\n' "$out" | tail -20 >&2; die "dbench failed on $1"; }
+    v=$(printf '%s\n' "$out" | awk '/^Throughput/ { print $2 }')
+    [ -n "$v" ] || { printf '%s\n' "$out" | tail -20 >&2; die "no dbench throughput on $1"; }
+    printf '    %s\n' "$(printf '%s\n' "$out" | grep '^Throughput')" >&2
+    echo "dbench $v"
+}
+
+# Runs postmark with stdout unbuffered and times its transaction phase (from
+# "Performing transactions" to the next "Done"); prints transactions/s.
+POSTMARK_PY='
+import subprocess, sys, time
+n = int(sys.argv[2])
+p = subprocess.Popen(["stdbuf", "-o0", "postmark", sys.argv[1]], stdout=subprocess.PIPE)
+buf, t0, t1 = b"", None, None
+while True:
+    c = p.stdout.read(1)
+    if not c:
+        break
+    buf += c
+    if t0 is None and buf.endswith(b"Performing transactions"):
+        t0 = time.monotonic()
+    elif t0 is not None and t1 is None and buf.endswith(b"Done"):
+        t1 = time.monotonic()
+if p.wait() != 0 or t1 is None:
+    sys.stderr.write(buf.decode(errors="replace"))
+    sys.exit("postmark failed")
+for line in buf.decode().splitlines():
+    if "seconds of transactions" in line:
+        sys.stderr.write("    postmark: " + line.strip() + "\n")
+print("postmark %.1f" % (n / (t1 - t0)))
+'
+
+bench_postmark() {
+    cat >"$W/postmark.cfg" <<EOF
+set location $2
+set number $PM_FILES
+set transactions $PM_TRANSACTIONS
+set size 500 10000
+set subdirectories $PM_SUBDIRS
+run
+quit
+EOF
+    (cd "$W" && python3 -c "$POSTMARK_PY" "$W/postmark.cfg" "$PM_TRANSACTIONS")
+}
+
+SQLITE_PY='
+import os, sqlite3, sys, time
+path, secs = sys.argv[1], float(sys.argv[2])
+con = sqlite3.connect(path, isolation_level=None)
+assert con.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+con.execute("PRAGMA synchronous=FULL")
+con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, ts REAL, body BLOB)")
+n, t0 = 0, time.monotonic()
+end = t0 + secs
+while True:
+    con.execute("BEGIN")
+    con.execute("INSERT INTO t (ts, body) VALUES (?, ?)", (time.time(), os.urandom(192)))
+    con.execute("COMMIT")
+    n += 1
+    t = time.monotonic()
+    if t >= end:
+        break
+con.close()
+print("sqlite %.1f" % (n / (t - t0)))
+'
+
+bench_sqlite() { python3 -c "$SQLITE_PY" "$2/db.sqlite" "$SQLITE_SECONDS"; }
+
+fio_iops() { # FILE randwrite|randread extra-args...
+    local f=$1 rw=$2
+    shift 2
+    fio --name="$rw" --filename="$f" --rw="$rw" --bs=4k --size="${FIO_MB}M" \
+        --runtime="$FIO_SECONDS" --time_based --ioengine=psync "$@" \
+        --output-format=json --output="$W/fio.json" >/dev/null
+    python3 -c 'import json, sys
+job = json.load(open(sys.argv[1]))["jobs"][0]
+print(round(job[sys.argv[2]]["iops"]))' "$W/fio.json" "${rw#rand}"
+}
+
+bench_fio() {
+    local f=$2/fio.dat w r
+    # fio's default buffers are random and scrambled per I/O: no dedup/compression help
+    fio --name=layout --filename="$f" --rw=write --bs=1M --size="${FIO_MB}M" \
+        --ioengine=psync --end_fsync=1 --output=/dev/null
+    sync "$f" # on cairn: committed
+    drop_caches
+    w=$(fio_iops "$f" randwrite --end_fsync=1)
+    make_cold "$1"
+    r=$(fio_iops "$f" randread)
+    log "  fio $1: randwrite $w IOPS, cold randread $r IOPS"
+    echo "fio_randwrite $w"
+    echo "fio_randread $r"
+}
+
+# Makes $W/untar.tar once: UNTAR_FILES files of 0..UNTAR_MAX_KB KiB of seeded
+# random bytes, 50 to a directory, in two levels of directories.
+MKTAR_PY='
+import io, random, sys, tarfile
+out, n, maxkb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(20240601)
+with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as tf:
+    made = set()
+    for i in range(n):
+        leaf = i // 50
+        parts = ["tree", "d%03d" % (leaf // 20), "e%02d" % (leaf % 20)]
+        for k in range(1, len(parts) + 1):
+            d = "/".join(parts[:k])
+            if d not in made:
+                made.add(d)
+                ti = tarfile.TarInfo(d)
+                ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, 1700000000
+                tf.addfile(ti)
+        data = rng.randbytes(rng.randint(0, maxkb * 1024))
+        ti = tarfile.TarInfo("/".join(parts) + "/f%05d.dat" % i)
+        ti.size, ti.mode, ti.mtime = len(data), 0o644, 1700000000
+        tf.addfile(ti, io.BytesIO(data))
+'
+
+# Extracts the tar into DIR (the tar is read into memory first); times each
+# file's open(O_CREAT|O_WRONLY)+write+close.
+UNTAR_PY='
+import os, sys, tarfile, time
+tar, dest = sys.argv[1], sys.argv[2]
+entries = []
+with tarfile.open(tar, "r:") as tf:
+    for m in tf:
+        if m.isdir():
+            entries.append((m.name, None))
+        elif m.isfile():
+            entries.append((m.name, tf.extractfile(m).read()))
+lat = []
+clock = time.perf_counter
+t0 = clock()
+for name, data in entries:
+    p = os.path.join(dest, name)
+    if data is None:
+        os.mkdir(p, 0o755)
+        continue
+    a = clock()
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    off = 0
+    while off < len(data):
+        off += os.write(fd, data[off:])
+    os.close(fd)
+    lat.append(clock() - a)
+total = clock() - t0
+lat.sort()
+pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
+print("untar_rate %.1f" % (len(lat) / total))
+print("untar_p50 %.4f" % pct(0.50))
+print("untar_p99 %.4f" % pct(0.99))
+print("untar_max %.4f" % (lat[-1] * 1000))
+'
+
+make_tarball() {
+    log "making the untar tarball: $UNTAR_FILES files of 0-$UNTAR_MAX_KB KiB"
+    python3 -c "$MKTAR_PY" "$W/untar.tar" "$UNTAR_FILES" "$UNTAR_MAX_KB"
+    log "tarball $(du -h "$W/untar.tar" | cut -f1)"
+}
+
+bench_untar() { python3 -c "$UNTAR_PY" "$W/untar.tar" "$2"; }
+
+# ------------------------------------------------------------- driver
+
+# Runs bench_$1 for RUNS rounds over all targets (interleaved), each round on
+# a fresh directory, and stores the medians in RES.
+run_step() {
+    local step=$1 r t d key v out keys=()
+    declare -A got
+    for r in $(seq "$RUNS"); do
+        for t in "${TARGETS[@]}"; do
+            d=$(dir_of "$t")/$step.$r
+            mkdir "$d"
+            sync "$d" # the previous round's deletions are committed before the clock starts
+            log "$step round $r/$RUNS: $t"
+            out=$("bench_$step" "$t" "$d")
+            while read -r key v; do
+                [ -n "$key" ] || continue
+                [[ " ${keys[*]} " == *" $key "* ]] || keys+=("$key")
+                got[$key,$t]="${got[$key,$t]:-} $v"
+            done <<<"$out"
+            log "  $t: $(echo "$out" | tr '\n' ' ')"
+            rm -rf --one-file-system "$d"
+        done
+    done
+    for key in "${keys[@]}"; do
+        for t in "${TARGETS[@]}"; do
+            # shellcheck disable=SC2086
+            RES[$key,$t]=$(median ${got[$key,$t]:-})
+        done
+    done
+}
+
+# The rows each step produces: "key|label|better".
+rows_of() {
+    case $1 in
+        blogbench) printf '%s\n' \
+            "bb_read|blogbench read score (files read per ${BB_SECONDS} s iteration)|higher" \
+            "bb_write|blogbench write score (files written per ${BB_SECONDS} s iteration)|higher" ;;
+        dbench) echo "dbench|dbench ${DBENCH_CLIENTS} clients, ${DBENCH_SECONDS} s (MB/s)|higher" ;;
+        postmark) echo "postmark|postmark ${PM_FILES} files, ${PM_TRANSACTIONS} transactions (transactions/s)|higher" ;;
+        sqlite) echo "sqlite|SQLite WAL synchronous=FULL, 1 insert per transaction (commits/s)|higher" ;;
+        fio) printf '%s\n' \
+            "fio_randwrite|fio 4k random write into a ${FIO_MB} MiB file + fsync (IOPS)|higher" \
+            "fio_randread|fio 4k random read, cold (IOPS)|higher" ;;
+        untar) printf '%s\n' \
+            "untar_rate|untar ${UNTAR_FILES} files (files/s)|higher" \
+            "untar_p50|untar create+write+close p50 (ms)|lower" \
+            "untar_p99|untar create+write+close p99 (ms)|lower" \
+            "untar_max|untar create+write+close max (ms)|lower" ;;
+    esac
+}
+
+# One table per step: a row per target, a column per figure and its ratio.
+print_step_table() {
+    local step=$1 rows=() row key label t h="| target |" s="|---|"
+    mapfile -t rows < <(rows_of "$step")
+    METRICS+=("${rows[@]}")
+    for row in "${rows[@]}"; do
+        label=${row#*|}
+        label=${label%|*}
+        h+=" $label | cairn/target |"
+        s+="---:|---:|"
+    done
+    echo
+    echo "### $step (medians of $RUNS rounds)"
+    echo
+    echo "$h"
+    echo "$s"
+    for t in "${TARGETS[@]}"; do
+        printf '| %s |' "$t"
+        for row in "${rows[@]}"; do
+            key=${row%%|*}
+            printf ' %s | %s |' "${RES[$key,$t]:-n/a}" "$(div "${RES[$key,cairn]:-0}" "${RES[$key,$t]:-0}")"
+        done
+        echo
+    done
+}
+
+print_summary() {
+    local others=() t h s row key label better
+    for t in "${TARGETS[@]}"; do [ "$t" = cairn ] || others+=("$t"); done
+    echo
+    echo "## Summary"
+    echo
+    echo "Cairn $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores," \
+        "$(uname -r), work dir on $(findmnt -n -o FSTYPE -T "$W"); medians of $RUNS rounds" \
+        "(blogbench: of all iterations of all rounds). Ratios are cairn/target:" \
+        "above 1 is better for cairn where higher is better, below 1 where lower is better."
+    echo
+    h="| measurement | better |" s="|---|---|"
+    for t in "${TARGETS[@]}"; do h+=" $t |" s+="---:|"; done
+    for t in "${others[@]}"; do h+=" cairn/$t |" s+="---:|"; done
+    echo "$h"
+    echo "$s"
+    for row in "${METRICS[@]}"; do
+        key=${row%%|*} better=${row##*|}
+        label=${row#*|}
+        label=${label%|*}
+        printf '| %s | %s |' "$label" "$better"
+        for t in "${TARGETS[@]}"; do printf ' %s |' "${RES[$key,$t]:-n/a}"; done
+        for t in "${others[@]}"; do
+            printf ' %s |' "$(div "${RES[$key,cairn]:-0}" "${RES[$key,$t]:-0}")"
+        done
+        echo
+    done
+}
+
+main() {
+    [ "$(id -u)" = 0 ] || die "run as root (drop_caches, loop device, mounts)"
+    ensure_tools
+    check_env
+    trap cleanup EXIT
+    trap 'exit 130' INT TERM
+    setup_dirs
+    build_tools
+    DBENCH_LOADFILE=${DBENCH_LOADFILE:-$(dbench_loadfile)}
+    [ -r "$DBENCH_LOADFILE" ] || die "no dbench load file at $DBENCH_LOADFILE"
+    make_targets
+    local step t0
+    for step in $STEPS; do
+        declare -F "bench_$step" >/dev/null || die "unknown step $step"
+    done
+    for step in $STEPS; do
+        [ "$step" != untar ] || make_tarball
+        t0=$(now)
+        run_step "$step"
+        log "$step done in $(printf '%.0f' "$(elapsed "$t0")") s"
+        print_step_table "$step"
+    done
+    print_summary
+}
+
+main "$@"
