@@ -153,7 +153,7 @@ impl Content {
         let np = n.div_ceil(PAGE);
         if n < self.len {
             self.pages.truncate(np);
-            if n % PAGE != 0 {
+            if !n.is_multiple_of(PAGE) {
                 Arc::make_mut(&mut self.pages[np - 1])[n % PAGE..].fill(0);
             }
         } else {
@@ -456,7 +456,7 @@ impl Worker {
             }
             // small, unaligned
             2 => (rng.gen_range(0..size + 3000), rng.gen_range(1..3000)),
-            _ => (rng.gen_range(0..size + 70_000), rng.gen_range(1..200_000)),
+            _ => (rng.gen_range(0..size + 70_000), rng.gen_range(1..100_000)),
         };
         if off + len > MAX_PRIVATE {
             (rng.gen_range(0..MAX_PRIVATE / 2), len.min(MAX_PRIVATE / 2))
@@ -476,8 +476,9 @@ impl Worker {
             50..=55 => self.priv_append(sh, i),
             56..=61 => self.priv_truncate(sh, i),
             62..=63 => self.priv_overwrite(sh, i),
-            64..=67 => self.priv_fsync(sh, i, true),
-            68..=70 => self.priv_fsync(sh, i, false),
+            64..=65 => self.priv_fsync(sh, i, true),
+            66 => self.priv_fsync(sh, i, false),
+            67..=70 => self.priv_stat(sh, i),
             71..=73 => self.priv_replace(sh, i),
             74..=77 => self.priv_link_cycle(sh, i),
             78..=83 => self.priv_xattr(sh, i),
@@ -545,7 +546,7 @@ impl Worker {
 
     /// open(O_TRUNC) and write a whole new content.
     fn priv_overwrite(&mut self, sh: &Shared, i: usize) -> R<()> {
-        let len = self.rng.gen_range(0..600_000);
+        let len = self.rng.gen_range(0..300_000);
         let data = pattern(self.rng.gen(), len);
         let rel = self.privs[i].rel.clone();
         self.note(format!("overwrite {rel} len {len}"));
@@ -650,7 +651,7 @@ impl Worker {
     fn priv_replace(&mut self, sh: &Shared, i: usize) -> R<()> {
         let t = self.t;
         let tmp = format!("d{}/t{t}_tmp", self.rng.gen_range(0..DIRS));
-        let len = self.rng.gen_range(0..400_000);
+        let len = self.rng.gen_range(0..200_000);
         let data = pattern(self.rng.gen(), len);
         let rel = self.privs[i].rel.clone();
         self.note(format!("replace {rel} by {tmp} len {len}"));
@@ -1364,11 +1365,9 @@ fn run_phase(
             println!("  {shown} s: {} ops issued", sh.issued.load(SeqCst));
         }
     }
-    if kill.is_some() {
-        if !sh.failed.load(SeqCst) {
-            sh.killing.store(true, SeqCst);
-            fs.kill9();
-        }
+    if kill.is_some() && !sh.failed.load(SeqCst) {
+        sh.killing.store(true, SeqCst);
+        fs.kill9();
     }
     let mut out = Vec::new();
     let mut panic = None;
