@@ -113,13 +113,14 @@ impl Fs {
             }
             self.flush()?;
             let g = self.flush_guard();
+            let log_empty = self.intent_empty();
             let st = self.lock();
             let clean = [src, dst].iter().all(|i| {
                 st.dirty.blocks.get(i).is_none_or(|m| m.is_empty())
                     && st.dirty.patches.get(i).is_none_or(|m| m.is_empty())
                     && !st.dirty.truncs.contains_key(i)
             });
-            if clean && st.flushing.is_none() && self.intent_empty() {
+            if clean && st.flushing.is_none() && log_empty {
                 drop(st);
                 break g;
             }
