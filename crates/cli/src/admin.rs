@@ -313,7 +313,8 @@ fn set_nohistory(path: &std::path::Path, off: bool) -> Result<()> {
         }
     };
     let err = std::io::Error::last_os_error();
-    if rc != 0 && !(!off && err.raw_os_error() == Some(libc::ENODATA)) {
+    let already_on = !off && err.raw_os_error() == Some(libc::ENODATA);
+    if rc != 0 && !already_on {
         return Err(err).with_context(|| format!("{}", path.display()));
     }
     println!(
