@@ -131,6 +131,9 @@ fn list(t: &TargetArgs, v: Value) -> Result<()> {
 
 pub fn history(a: &HistoryArgs) -> Result<()> {
     let (_, mnt) = resolve_file(&a.path, false)?;
+    if a.off || a.on {
+        return set_nohistory(&a.path, a.off);
+    }
     let ino = std::fs::symlink_metadata(&a.path)
         .with_context(|| format!("{}", a.path.display()))?
         .ino();
@@ -293,5 +296,31 @@ pub fn scrub(t: &TargetArgs) -> Result<()> {
     if damaged > 0 {
         std::process::exit(3);
     }
+    Ok(())
+}
+
+/// Sets (`off`) or removes the `user.cairn.nohistory` attribute of a path.
+fn set_nohistory(path: &std::path::Path, off: bool) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let name = c"user.cairn.nohistory";
+    // SAFETY: valid NUL-terminated strings and a 1-byte value.
+    let rc = unsafe {
+        if off {
+            libc::setxattr(p.as_ptr(), name.as_ptr(), b"1".as_ptr().cast(), 1, 0)
+        } else {
+            libc::removexattr(p.as_ptr(), name.as_ptr())
+        }
+    };
+    let err = std::io::Error::last_os_error();
+    let already_on = !off && err.raw_os_error() == Some(libc::ENODATA);
+    if rc != 0 && !already_on {
+        return Err(err).with_context(|| format!("{}", path.display()));
+    }
+    println!(
+        "{}: fine-grained history {}",
+        path.display(),
+        if off { "off" } else { "on" }
+    );
     Ok(())
 }

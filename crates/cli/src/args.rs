@@ -154,6 +154,14 @@ pub struct HistoryArgs {
     pub path: PathBuf,
     #[arg(long)]
     pub json: bool,
+    /// Stop keeping fine-grained history of PATH (HAMMER's nohistory:
+    /// snapshots still work; nodes created in a directory inherit it). The
+    /// same as `setfattr -n user.cairn.nohistory -v 1 PATH`.
+    #[arg(long, conflicts_with = "on")]
+    pub off: bool,
+    /// Keep fine-grained history of PATH again (removes the attribute).
+    #[arg(long)]
+    pub on: bool,
 }
 
 fn tid_arg(s: &str) -> Result<u64, String> {

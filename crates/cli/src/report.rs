@@ -105,10 +105,11 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         i.live_elements, i.history_elements, i.chunks, i.segments
     );
     println!(
-        "data:            {} referenced, {} unique, {} stored",
+        "data:            {} referenced, {} unique, {} stored ({} for history only)",
         human(i.referenced_bytes),
         human(i.unique_bytes),
-        human(i.stored_bytes)
+        human(i.stored_bytes),
+        human(i.history_only_bytes)
     );
     println!(
         "dedup:           {} ({:.2}x, {} index entries, {} index RAM at most, {:.1} B/entry)",

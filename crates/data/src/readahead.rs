@@ -212,6 +212,7 @@ mod tests {
             raw_len: len,
             hash: [0; 32],
             refs: 1,
+            live: 1,
         }
     }
 

@@ -1,15 +1,17 @@
 //! Chunk and segment records, as stored in the metadata store. Each value
 //! starts with a format version byte and ends with a crc32c of what precedes.
 //!
-//! ChunkRec (v1, 64 bytes): ver u8 | segment u64 | offset u32 | len u32 |
-//!   raw_len u32 | refs u64 | hash [32] | crc u32   (len includes the header)
-//! SegmentRec (v1, 38 bytes): ver u8 | device u32 | slot u64 | used u32 |
-//!   live u64 | chunks u64 | flags u8 | crc u32
+//! ChunkRec (v2, 72 bytes): ver u8 | segment u64 | offset u32 | len u32 |
+//!   raw_len u32 | refs u64 | live u64 | hash [32] | crc u32   (len includes
+//!   the header; v1, 64 bytes, had no `live`)
+//! SegmentRec (v2, 46 bytes): ver u8 | device u32 | slot u64 | used u32 |
+//!   live u64 | chunks u64 | hist u64 | flags u8 | crc u32   (v1, 38 bytes,
+//!   had no `hist`)
 
 use crate::chunk::Hash;
 use crate::error::{DataError, Result};
 
-const REC_VERSION: u8 = 1;
+const REC_VERSION: u8 = 2;
 
 fn finish(mut b: Vec<u8>) -> Vec<u8> {
     let crc = crc32c::crc32c(&b);
@@ -17,22 +19,25 @@ fn finish(mut b: Vec<u8>) -> Vec<u8> {
     b
 }
 
-fn check<'a>(what: &'static str, b: &'a [u8], len: usize) -> Result<&'a [u8]> {
+/// Checks a record's length (per version: `lens[v - 1]`) and crc; returns
+/// its version and body.
+fn check<'a>(what: &'static str, b: &'a [u8], lens: [usize; 2]) -> Result<(u8, &'a [u8])> {
     let bad = |why: &str| DataError::BadRecord {
         what,
         why: why.into(),
     };
-    if b.len() != len {
+    if !lens.contains(&b.len()) {
         return Err(bad("wrong length"));
     }
-    let (body, crc) = b.split_at(len - 4);
+    let (body, crc) = b.split_at(b.len() - 4);
     if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
         return Err(bad("checksum mismatch"));
     }
-    if body[0] != REC_VERSION {
+    let v = body[0];
+    if !(1..=REC_VERSION).contains(&v) || lens[v as usize - 1] != b.len() {
         return Err(bad("unknown version"));
     }
-    Ok(&body[1..])
+    Ok((v, &body[1..]))
 }
 
 fn rd<const N: usize>(b: &[u8], o: &mut usize) -> [u8; N] {
@@ -50,11 +55,16 @@ pub struct ChunkRec {
     pub len: u32,
     pub raw_len: u32,
     pub refs: u64,
+    /// How many of `refs` are live elements (delete TID infinity). A chunk
+    /// with refs > 0 and live == 0 is referenced by history only.
+    pub live: u64,
     pub hash: Hash,
 }
 
 impl ChunkRec {
-    pub const ENCODED_LEN: usize = 1 + 8 + 4 + 4 + 4 + 8 + 32 + 4;
+    pub const ENCODED_LEN: usize = 1 + 8 + 4 + 4 + 4 + 8 + 8 + 32 + 4;
+    /// Version 1 records had no `live` count.
+    pub const V1_LEN: usize = Self::ENCODED_LEN - 8;
 
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(Self::ENCODED_LEN);
@@ -64,21 +74,45 @@ impl ChunkRec {
         b.extend_from_slice(&self.len.to_le_bytes());
         b.extend_from_slice(&self.raw_len.to_le_bytes());
         b.extend_from_slice(&self.refs.to_le_bytes());
+        b.extend_from_slice(&self.live.to_le_bytes());
         b.extend_from_slice(&self.hash);
         finish(b)
     }
 
+    /// Decodes v2, or v1 with `live` taken as `refs` (the pool's one-time
+    /// liveness conversion sets the real count, see `is_v1`).
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let b = check("chunk", b, Self::ENCODED_LEN)?;
+        let (v, b) = check("chunk", b, [Self::V1_LEN, Self::ENCODED_LEN])?;
         let o = &mut 0;
+        let segment = u64::from_le_bytes(rd(b, o));
+        let offset = u32::from_le_bytes(rd(b, o));
+        let len = u32::from_le_bytes(rd(b, o));
+        let raw_len = u32::from_le_bytes(rd(b, o));
+        let refs = u64::from_le_bytes(rd(b, o));
+        let live = if v == 1 {
+            refs
+        } else {
+            u64::from_le_bytes(rd(b, o))
+        };
         Ok(ChunkRec {
-            segment: u64::from_le_bytes(rd(b, o)),
-            offset: u32::from_le_bytes(rd(b, o)),
-            len: u32::from_le_bytes(rd(b, o)),
-            raw_len: u32::from_le_bytes(rd(b, o)),
-            refs: u64::from_le_bytes(rd(b, o)),
+            segment,
+            offset,
+            len,
+            raw_len,
+            refs,
+            live,
             hash: rd(b, o),
         })
+    }
+
+    /// True if this encoded record is version 1 (no live count).
+    pub fn is_v1(b: &[u8]) -> bool {
+        b.len() == Self::V1_LEN && b.first() == Some(&1)
+    }
+
+    /// Referenced by history (or snapshots) only: no live element names it.
+    pub fn history_only(&self) -> bool {
+        self.refs > 0 && self.live == 0
     }
 }
 
@@ -93,11 +127,21 @@ pub struct SegmentRec {
     pub live: u64,
     /// Number of chunks still referenced.
     pub chunks: u64,
+    /// Bytes (part of `live`) of chunks that only history or snapshots
+    /// reference: the coldest data, demoted first.
+    pub hist: u64,
     pub flags: u8,
 }
 
 impl SegmentRec {
-    pub const ENCODED_LEN: usize = 1 + 4 + 8 + 4 + 8 + 8 + 1 + 4;
+    pub const ENCODED_LEN: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 1 + 4;
+    /// Version 1 records had no `hist`.
+    pub const V1_LEN: usize = Self::ENCODED_LEN - 8;
+
+    /// Bytes of chunks that some live element references.
+    pub fn live_data(&self) -> u64 {
+        self.live.saturating_sub(self.hist)
+    }
 
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(Self::ENCODED_LEN);
@@ -107,12 +151,13 @@ impl SegmentRec {
         b.extend_from_slice(&self.used.to_le_bytes());
         b.extend_from_slice(&self.live.to_le_bytes());
         b.extend_from_slice(&self.chunks.to_le_bytes());
+        b.extend_from_slice(&self.hist.to_le_bytes());
         b.push(self.flags);
         finish(b)
     }
 
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let b = check("segment", b, Self::ENCODED_LEN)?;
+        let (v, b) = check("segment", b, [Self::V1_LEN, Self::ENCODED_LEN])?;
         let o = &mut 0;
         Ok(SegmentRec {
             device: u32::from_le_bytes(rd(b, o)),
@@ -120,6 +165,11 @@ impl SegmentRec {
             used: u32::from_le_bytes(rd(b, o)),
             live: u64::from_le_bytes(rd(b, o)),
             chunks: u64::from_le_bytes(rd(b, o)),
+            hist: if v == 1 {
+                0
+            } else {
+                u64::from_le_bytes(rd(b, o))
+            },
             flags: rd::<1>(b, o)[0],
         })
     }
@@ -137,6 +187,7 @@ mod tests {
             len: 65592,
             raw_len: 65536,
             refs: 3,
+            live: 1,
             hash: [5; 32],
         };
         let mut b = c.encode();
@@ -149,8 +200,17 @@ mod tests {
             used: 4000,
             live: 3000,
             chunks: 2,
+            hist: 1000,
             flags: 0,
         };
         assert_eq!(SegmentRec::decode(&s.encode()).unwrap(), s);
+        // Version 1 records still decode.
+        let mut v1 = vec![1u8];
+        v1.extend_from_slice(&s.encode()[1..33]);
+        v1.push(0);
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        let old = SegmentRec::decode(&v1).unwrap();
+        assert_eq!((old.live, old.chunks, old.hist), (3000, 2, 0));
     }
 }

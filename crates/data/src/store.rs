@@ -291,11 +291,31 @@ impl ChunkStore {
         let s = segs.get_mut(&rec.segment)?;
         s.live = s.live.saturating_sub(rec.len as u64);
         s.chunks = s.chunks.saturating_sub(1);
+        if rec.live == 0 {
+            s.hist = s.hist.saturating_sub(rec.len as u64);
+        }
         if s.chunks == 0 && !open {
             segs.remove(&rec.segment);
             return None;
         }
         Some(s.clone())
+    }
+
+    /// A chunk of this segment became referenced by history only
+    /// (`to_history`) or live again: moves its bytes into or out of the
+    /// segment's `hist`. Returns false if the segment is unknown.
+    pub fn set_history_only(&self, rec: &ChunkRec, to_history: bool) -> bool {
+        let mut segs = self.segments.write();
+        let Some(s) = segs.get_mut(&rec.segment) else {
+            return false;
+        };
+        let n = rec.len as u64;
+        s.hist = if to_history {
+            (s.hist + n).min(s.live)
+        } else {
+            s.hist.saturating_sub(n)
+        };
+        true
     }
 
     /// What `unref_chunk` of each of these chunks would leave: per segment
@@ -316,6 +336,9 @@ impl ChunkStore {
             if let Some(s) = e {
                 s.live = s.live.saturating_sub(rec.len as u64);
                 s.chunks = s.chunks.saturating_sub(1);
+                if rec.live == 0 {
+                    s.hist = s.hist.saturating_sub(rec.len as u64);
+                }
                 if s.chunks == 0 && !open.contains(&rec.segment) {
                     *e = None;
                 }

@@ -188,6 +188,7 @@ impl<'a> WriteBatch<'a> {
             len,
             raw_len,
             refs: 1,
+            live: 1,
             hash: *hash,
         })
     }
@@ -247,6 +248,7 @@ impl<'a> WriteBatch<'a> {
                 used: 0,
                 live: 0,
                 chunks: 0,
+                hist: 0,
                 flags: 0,
             },
         );

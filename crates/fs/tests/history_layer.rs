@@ -243,3 +243,135 @@ fn dedup_refcounts_respect_history_and_prune() {
     let rep = check_pool(fs.pool()).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
+
+const NOHIST: &[u8] = b"user.cairn.nohistory";
+
+fn stored_bytes(fs: &Fs) -> u64 {
+    cairn_fs::maintenance::info::pool_info(fs.pool())
+        .unwrap()
+        .stored_bytes
+}
+
+fn overwrite(fs: &Fs, ino: u64, content: &[u8]) {
+    fs.write(ino, 0, content).unwrap();
+    fs.flush().unwrap();
+}
+
+#[test]
+fn nohistory_files_keep_no_old_versions_and_snapshots_read_exactly() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"vm.img", 0o644).unwrap();
+    fs.setxattr(f.ino, NOHIST, b"1", cairn_fs::XattrMode::Any)
+        .unwrap();
+    // Only "1" is a value of the switch.
+    assert!(fs
+        .setxattr(f.ino, NOHIST, b"0", cairn_fs::XattrMode::Any)
+        .is_err());
+    let n = 1 << 20;
+    overwrite(&fs, f.ino, &data(n, 1));
+    let stored0 = stored_bytes(&fs);
+    assert!(stored0 >= n as u64, "{stored0}");
+    for k in 2..=5 {
+        overwrite(&fs, f.ino, &data(n, k));
+        assert_eq!(read_all(&fs, f.ino), data(n, k));
+    }
+    // No old versions kept, and the overwritten data is gone from the pool.
+    let v = fs.history(f.ino).unwrap();
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(stored_bytes(&fs), stored0, "overwrites grew the pool");
+    // A snapshot keeps its version: overwrites after it cost one copy.
+    let snap = fs.snapshot_create("s1", SnapshotKind::Named).unwrap();
+    for k in 6..=8 {
+        overwrite(&fs, f.ino, &data(n, k));
+    }
+    let v = fs.history(f.ino).unwrap();
+    assert_eq!(v.len(), 2, "the snapshot's version and the current: {v:?}");
+    assert!(v[0].tid <= snap.tid, "{v:?}");
+    assert_eq!(stored_bytes(&fs), 2 * stored0);
+    let at = fs.asof_read(f.ino, snap.tid, 0, n as u32).unwrap();
+    assert!(at == data(n, 5), "snapshot view differs");
+    assert_eq!(read_all(&fs, f.ino), data(n, 8));
+    let ver = fs.snapshot_verify("s1").unwrap();
+    assert!(ver.matches, "{ver:?}");
+    // A file with history on keeps every version (the contrast).
+    let g = fs.create(Ctx::ROOT, ROOT_INO, b"plain", 0o644).unwrap();
+    for k in 10..=12 {
+        overwrite(&fs, g.ino, &data(n, k));
+    }
+    assert_eq!(fs.history(g.ino).unwrap().len(), 3);
+    assert_eq!(stored_bytes(&fs), 5 * stored0);
+    // Durable: after a restart nothing changed and the counts check out.
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = reopen(d.path());
+    let rep = check_pool(fs.pool()).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    assert_eq!(fs.getxattr(f.ino, NOHIST).unwrap(), b"1");
+    overwrite(&fs, f.ino, &data(n, 9));
+    assert_eq!(stored_bytes(&fs), 5 * stored0);
+    let at = fs.asof_read(f.ino, snap.tid, 0, n as u32).unwrap();
+    assert!(at == data(n, 5), "snapshot view differs after restart");
+    // Deleting the file frees its data at once, except what the snapshot
+    // sees, which still reads back.
+    fs.unlink(ROOT_INO, b"vm.img").unwrap();
+    fs.flush().unwrap();
+    assert_eq!(stored_bytes(&fs), 4 * stored0);
+    let at = fs.asof_read(f.ino, snap.tid, 0, n as u32).unwrap();
+    assert!(at == data(n, 5), "snapshot view differs after the delete");
+    // Removing the switch turns history back on.
+    fs.removexattr(g.ino, NOHIST).unwrap_err();
+    let h = fs.create(Ctx::ROOT, ROOT_INO, b"h", 0o644).unwrap();
+    fs.setxattr(h.ino, NOHIST, b"1", cairn_fs::XattrMode::Any)
+        .unwrap();
+    overwrite(&fs, h.ino, &data(n, 20));
+    overwrite(&fs, h.ino, &data(n, 21));
+    assert_eq!(fs.history(h.ino).unwrap().len(), 1);
+    fs.removexattr(h.ino, NOHIST).unwrap();
+    fs.flush().unwrap();
+    overwrite(&fs, h.ino, &data(n, 22));
+    overwrite(&fs, h.ino, &data(n, 23));
+    assert_eq!(fs.history(h.ino).unwrap().len(), 3);
+    let rep = check_pool(fs.pool()).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
+
+#[test]
+fn nodes_created_in_a_nohistory_directory_inherit_it() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let db = fs.mkdir(Ctx::ROOT, ROOT_INO, b"db", 0o755).unwrap();
+    let before = fs.create(Ctx::ROOT, db.ino, b"before", 0o644).unwrap();
+    fs.setxattr(db.ino, NOHIST, b"1", cairn_fs::XattrMode::Any)
+        .unwrap();
+    let f = fs.create(Ctx::ROOT, db.ino, b"table", 0o644).unwrap();
+    let sub = fs.mkdir(Ctx::ROOT, db.ino, b"sub", 0o755).unwrap();
+    let g = fs.create(Ctx::ROOT, sub.ino, b"deep", 0o644).unwrap();
+    let l = fs.symlink(Ctx::ROOT, sub.ino, b"link", b"deep").unwrap();
+    let outside = fs.create(Ctx::ROOT, ROOT_INO, b"outside", 0o644).unwrap();
+    fs.flush().unwrap();
+    for ino in [f.ino, sub.ino, g.ino, l.ino] {
+        assert_eq!(fs.getxattr(ino, NOHIST).unwrap(), b"1", "inode {ino}");
+    }
+    // Only what is created after the switch, and only inside.
+    assert!(fs.getxattr(before.ino, NOHIST).is_err());
+    assert!(fs.getxattr(outside.ino, NOHIST).is_err());
+    // The inherited switch works: no versions kept for the deep file, every
+    // version for the one made before the switch.
+    let n = 256 << 10;
+    for k in 1..=3 {
+        overwrite(&fs, g.ino, &data(n, k));
+        overwrite(&fs, before.ino, &data(n, 10 + k));
+    }
+    assert_eq!(fs.history(g.ino).unwrap().len(), 1);
+    assert!(fs.history(before.ino).unwrap().len() >= 3);
+    // Durable across a restart.
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = reopen(d.path());
+    let e = fs.create(Ctx::ROOT, sub.ino, b"later", 0o644).unwrap();
+    assert_eq!(fs.getxattr(e.ino, NOHIST).unwrap(), b"1");
+    assert_eq!(fs.getxattr(g.ino, NOHIST).unwrap(), b"1");
+    let rep = check_pool(fs.pool()).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}

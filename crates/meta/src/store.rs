@@ -737,6 +737,37 @@ impl MetaWrite<'_> {
         Ok(removed)
     }
 
+    /// The elements this transaction (or any commit at `tid`) ended at
+    /// `tid`, from the `ends` index: one range, no scan of history.
+    pub fn ended_at(&self, tid: u64) -> Result<Vec<Element>> {
+        let mut out = Vec::new();
+        for r in self.ends.range((tid, &[][..])..=(tid, &[0xffu8; 64][..]))? {
+            let (k, _) = r?;
+            let (delete_tid, hk) = k.value();
+            let (key, create_tid) = split_hist_key(hk);
+            let v = self.hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
+                key: key.to_string(),
+                why: "ends index names a missing history element".into(),
+            })?;
+            let (_, payload) = decode_value(hk, v.value())?;
+            out.push(Element {
+                key,
+                create_tid,
+                delete_tid,
+                payload,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Physically removes one ended element (and its `ends` entry), as
+    /// prune does; returns false if it was not stored.
+    pub fn remove_ended(&mut self, e: &Element) -> Result<bool> {
+        let hk = hist_key(e.key.as_bytes(), e.create_tid);
+        self.ends.remove((e.delete_tid, hk.as_slice()))?;
+        Ok(self.hist.remove(hk.as_slice())?.is_some())
+    }
+
     /// Live elements with this prefix (for deleting a whole object).
     pub fn scan(&self, prefix: &[u8]) -> Result<Vec<Element>> {
         let (lo, end) = range_bounds(prefix);

@@ -2,6 +2,8 @@
 //! views, snapshots, prune and the content hashes of snapshot trees.
 
 pub mod asof;
+pub mod liveness;
+pub mod nohistory;
 pub mod prune;
 pub mod snapshot;
 pub mod treehash;

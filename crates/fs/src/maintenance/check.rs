@@ -27,6 +27,8 @@ struct Scan {
     dirents: HashMap<u64, Vec<(Vec<u8>, DirEnt)>>,
     extents: Vec<(u64, u64, Extent, bool)>,
     refs: HashMap<u64, u64>,
+    /// References by live elements only.
+    live_refs: HashMap<u64, u64>,
     symlinks: HashMap<u64, usize>,
 }
 
@@ -44,6 +46,9 @@ fn collect(e: Element, s: &mut Scan, problems: &mut Vec<String>) {
         Some(RecordType::Extent) => Extent::decode(&e.payload).map(|x| {
             let blk = u64::from_be_bytes(e.key.sub().try_into().unwrap_or([0; 8]));
             *s.refs.entry(x.chunk).or_default() += 1;
+            if live {
+                *s.live_refs.entry(x.chunk).or_default() += 1;
+            }
             s.extents.push((obj, blk, x, live));
         }),
         Some(RecordType::Symlink) if live => {
@@ -184,6 +189,7 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
         }
     }
     let mut seg_live: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut seg_hist: BTreeMap<u64, u64> = BTreeMap::new();
     let mut chunk_recs = Vec::new();
     r.for_each_chunk(|id, raw| chunk_recs.push((id, ChunkRec::decode(raw))))?;
     let mut index = Vec::new();
@@ -215,6 +221,17 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
                 "chunk {id}: reference count {} but {counted} elements use it",
                 rec.refs
             ));
+        }
+        let live_refs = s.live_refs.remove(&id).unwrap_or(0);
+        if live_refs != rec.live {
+            rep.problems.push(format!(
+                "chunk {id}: live reference count {} but {live_refs} live elements use it",
+                rec.live
+            ));
+        }
+        let e = seg_hist.entry(rec.segment).or_default();
+        if live_refs == 0 {
+            *e += rec.len as u64;
         }
         let e = seg_live.entry(rec.segment).or_default();
         e.0 += rec.len as u64;
@@ -249,6 +266,13 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
             rep.problems.push(format!(
                 "segment {id}: accounts {} bytes in {} chunks, found {live} in {n}",
                 seg.live, seg.chunks
+            ));
+        }
+        let hist = seg_hist.remove(&id).unwrap_or(0);
+        if seg.hist != hist {
+            rep.problems.push(format!(
+                "segment {id}: accounts {} history-only bytes, found {hist}",
+                seg.hist
             ));
         }
     }

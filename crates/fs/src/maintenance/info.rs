@@ -50,6 +50,10 @@ pub struct PoolInfo {
     pub unique_bytes: u64,
     /// Bytes the stored chunks take (after compression, with headers).
     pub stored_bytes: u64,
+    /// Of `stored_bytes`, what only history (the fine-grained window and
+    /// snapshots) references: chunks no live file uses.
+    #[serde(default)]
+    pub history_only_bytes: u64,
     /// referenced / unique.
     pub dedup_ratio: f64,
     /// unique / stored.
@@ -142,6 +146,7 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
     let ratio = |a: u64, b: u64| if b == 0 { 1.0 } else { a as f64 / b as f64 };
     let segs = pool.chunks.segment_table();
     let physical = segs.iter().map(|(_, s)| s.live).sum();
+    let history_only = segs.iter().map(|(_, s)| s.hist).sum();
     let seg = pool.sb.segment_size;
     let set = pool.chunks.devices();
     let devices = device_infos(pool, &segs, |_, _| {});
@@ -164,6 +169,7 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
         referenced_bytes: referenced,
         unique_bytes: unique,
         stored_bytes: stored,
+        history_only_bytes: history_only,
         dedup_ratio: ratio(referenced, unique),
         compression_ratio: ratio(unique, stored),
         dedup_enabled: pool.config.dedup,

@@ -242,6 +242,10 @@ impl Fs {
                 };
                 let mut new = batch.append_stored(method, old.raw_len, &stored, &old.hash)?;
                 new.refs = old.refs;
+                new.live = old.live;
+                if new.history_only() {
+                    self.pool.chunks.set_history_only(&new, true);
+                }
                 moves.push((id, old, new));
             }
             batch.finish()?;

@@ -9,12 +9,18 @@
 //!     coldest segments that are not hot move down: as many as bring it
 //!     under tier_fast_full_pct (so new writes find room there), plus, among
 //!     those not read for tier_demote_idle_secs (btier's max_age), as many
-//!     as the hot segments need room;
+//!     as the hot segments need room. Segments that hold only history-only
+//!     chunks (see history/liveness.rs: data only ended elements, kept for
+//!     the fine-grained window or snapshots, reference) are the coldest of
+//!     all: they go first, whatever their heat, and need not be idle;
 //!  4. promote: hot segments move up, hottest first, while the faster tier
 //!     stays under tier_fast_full_pct.
 //!
 //! Copies are limited to tier_rate_mib MiB/s. Each move is crash-safe by
-//! construction (see cairn_data::relocate).
+//! construction (see cairn_data::relocate). Besides its interval, the
+//! mover thread looks every 200 ms whether a faster tier is above
+//! tier_fast_full_pct (its high-water mark) and then runs a round at once,
+//! so that new writes keep finding room on the fastest tier.
 
 use crate::error::{FsError, Result};
 use crate::maintenance::info::{device_infos, DeviceInfo};
@@ -130,13 +136,19 @@ impl Fs {
         let mut rep = MigrateReport::default();
         let mut rate = RateLimit::new(c.tier_rate_mib << 20);
         let full = c.tier_fast_full_pct as u64;
-        let segs: Vec<(u64, u32)> = self
+        let table: Vec<(u64, cairn_data::SegmentRec)> = self
             .pool
             .chunks
             .segment_table()
             .into_iter()
             .filter(|(id, _)| !self.pool.chunks.is_open(*id))
-            .map(|(id, s)| (id, s.device))
+            .collect();
+        let segs: Vec<(u64, u32)> = table.iter().map(|(id, s)| (*id, s.device)).collect();
+        // Segments whose every chunk only history references.
+        let hist_only: std::collections::HashSet<u64> = table
+            .iter()
+            .filter(|(_, s)| s.chunks > 0 && s.live_data() == 0)
+            .map(|(id, _)| *id)
             .collect();
         let heat: HashMap<u64, cairn_data::HeatSample> = self
             .pool
@@ -153,12 +165,13 @@ impl Fs {
         let devs = tier_devices(self);
         let rank: HashMap<u32, u8> = devs.iter().map(|d| (d.0, d.1)).collect();
         let slowest = devs.iter().map(|d| d.1).max().unwrap_or(0);
-        // Promotion candidates, hottest first.
+        // Promotion candidates, hottest first (never history-only ones).
         let mut hot: Vec<u64> = segs
             .iter()
             .filter(|(id, d)| {
                 rank.get(d).is_some_and(|&r| devs.iter().any(|x| x.1 < r))
                     && cold(id).0 >= c.tier_promote_hits
+                    && !hist_only.contains(id)
             })
             .map(|(id, _)| *id)
             .collect();
@@ -177,13 +190,17 @@ impl Fs {
             let for_hot = (hot.len() as u64).saturating_sub(room);
             let mut cands: Vec<u64> = segs
                 .iter()
-                .filter(|(id, d)| *d == dev && cold(id).0 < c.tier_promote_hits)
+                .filter(|(id, d)| {
+                    *d == dev && (hist_only.contains(id) || cold(id).0 < c.tier_promote_hits)
+                })
                 .map(|(id, _)| *id)
                 .collect();
-            // Fewest reads first; among equals, the longest idle first.
+            // History-only segments first; then fewest reads first; among
+            // equals, the longest idle first.
             cands.sort_by(|a, b| {
                 let (x, y) = (cold(a), cold(b));
-                x.0.total_cmp(&y.0).then(y.1.cmp(&x.1))
+                let (ha, hb) = (hist_only.contains(a), hist_only.contains(b));
+                hb.cmp(&ha).then(x.0.total_cmp(&y.0)).then(y.1.cmp(&x.1))
             });
             // Over the cap: the coldest go, however recently read (new
             // writes need the room). Room for hot segments: only those idle
@@ -191,7 +208,7 @@ impl Fs {
             let (forced, rest) = cands.split_at((over as usize).min(cands.len()));
             let idle = rest
                 .iter()
-                .filter(|id| cold(id).1 >= c.tier_demote_idle_secs)
+                .filter(|id| hist_only.contains(id) || cold(id).1 >= c.tier_demote_idle_secs)
                 .take(for_hot as usize);
             plan.extend(forced.iter().chain(idle).map(|id| (*id, false)));
         }
@@ -234,6 +251,16 @@ impl Fs {
         }
         progress(total, total);
         Ok(rep)
+    }
+
+    /// True if a tier device with a slower tier below it is fuller than
+    /// tier_fast_full_pct (the mover then runs without waiting).
+    pub fn fast_tier_over_high_water(&self) -> bool {
+        let devs = tier_devices(self);
+        let slowest = devs.iter().map(|d| d.1).max().unwrap_or(0);
+        let full = self.pool.config.tier_fast_full_pct as u64;
+        devs.iter()
+            .any(|&(_, r, t, f)| r < slowest && t > 0 && (t - f) * 100 > t * full)
     }
 
     /// Per device: fill and a heat histogram of its segments.
@@ -279,11 +306,17 @@ impl Fs {
             .name("cairn-mover".into())
             .spawn(move || {
                 let mut last = Instant::now();
+                let mut last_round = Instant::now();
                 while !fs.stopping.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(200));
-                    if last.elapsed() < Duration::from_secs(every) {
+                    // Above the high-water mark: demote now (at most one
+                    // round a second), not at the next interval.
+                    let urgent = last_round.elapsed() >= Duration::from_secs(1)
+                        && fs.fast_tier_over_high_water();
+                    if !urgent && last.elapsed() < Duration::from_secs(every) {
                         continue;
                     }
+                    last_round = Instant::now();
                     fs.decay_heat(last.elapsed());
                     last = Instant::now();
                     match fs.migrate(&|_, _| {}) {

@@ -136,15 +136,20 @@ impl Fs {
         inode.mtime = now;
         inode.ctime = now;
         let time_ns = now.as_nanos() as u64;
+        let mut touched = std::collections::BTreeSet::new();
+        let mut freed = Vec::new();
         self.pool.meta.write(|w| {
             for n in 0..count {
-                clone_block(w, src, from + n, dst, to + n, tid)?;
+                clone_block(self, w, src, from + n, dst, to + n, tid, &mut touched)?;
             }
             put_inode(w, &inode, tid)?;
             w.set_counter("last_tid", tid)?;
             w.log_tid(tid, time_ns)?;
+            self.settle_ended(w, tid, &mut touched, &mut freed)?;
+            self.store_segments(w, &touched)?;
             Ok::<_, FsError>(())
         })?;
+        self.pool.chunks.release_slots(&freed)?;
         *last_tid = tid;
         self.retire_intent(tid);
         let mut st = self.lock();
@@ -164,20 +169,23 @@ impl Fs {
 
 /// One block of the clone: the source's extent (with a new reference to
 /// its chunk) or, for a hole, the end of the target's extent.
+#[allow(clippy::too_many_arguments)]
 fn clone_block(
+    fs: &Fs,
     w: &mut MetaWrite<'_>,
     src: u64,
     sblk: u64,
     dst: u64,
     dblk: u64,
     tid: u64,
+    touched: &mut std::collections::BTreeSet<u64>,
 ) -> Result<()> {
     let skey = ElemKey::new(src, RecordType::Extent, &sblk.to_be_bytes());
     let dkey = ElemKey::new(dst, RecordType::Extent, &dblk.to_be_bytes());
     match w.get(&skey)? {
         Some(e) => {
             let ext = crate::types::Extent::decode(&e.payload)?;
-            crate::writeback::flush::add_ref(w, ext.chunk)?;
+            crate::history::liveness::add_ref(fs, w, ext.chunk, touched)?;
             w.put(&dkey, &e.payload, tid)?;
         }
         None => {

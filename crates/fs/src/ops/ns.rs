@@ -146,6 +146,7 @@ impl Fs {
         }
         let i = Self::new_inode(&mut st, ctx, &p, kind, mode, rdev);
         st.dirty.put_inode(i.clone());
+        self.inherit_nohistory(&mut st, parent, i.ino)?;
         st.dirty.put_dirent(
             parent,
             dirent_subkey(name),
@@ -462,6 +463,9 @@ impl Fs {
         }
         if value.len() > 65536 {
             return Err(FsError::Range);
+        }
+        if !crate::history::nohistory::valid(name, value) {
+            return Err(FsError::Invalid);
         }
         if name.starts_with(b"system.posix_acl_") {
             // POSIX ACLs are not supported: storing them as plain xattrs

@@ -554,6 +554,7 @@ impl Pool {
             (config.meta_cache_mib as usize) << 20,
             meta_pages.clone(),
         )?;
+        crate::history::liveness::convert(&meta)?;
         let r = meta.read()?;
         let mut devices = Vec::new();
         for (_, raw) in r.devices()? {

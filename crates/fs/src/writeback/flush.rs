@@ -6,6 +6,7 @@
 //! the same transaction and the chunks it alone referenced are released.
 
 use crate::error::{FsError, Result};
+use crate::history::liveness::add_ref;
 use crate::types::{Extent, Time};
 use crate::vfs::Fs;
 use crate::writeback::overlay::{Block, Overlay};
@@ -289,8 +290,8 @@ impl Fs {
                         }
                         id
                     }
-                    Stored::Existing(id) => add_ref(w, *id)?,
-                    Stored::Earlier(i) => add_ref(w, ids[*i])?,
+                    Stored::Existing(id) => add_ref(self, w, *id, touched)?,
+                    Stored::Earlier(i) => add_ref(self, w, ids[*i], touched)?,
                 };
                 ids[n] = id;
                 let ext = Extent {
@@ -303,6 +304,8 @@ impl Fs {
             w.set_counter("next_ino", next_ino)?;
             w.set_counter("last_tid", tid)?;
             w.log_tid(tid, now)?;
+            let mut freed = Vec::new();
+            self.settle_ended(w, tid, touched, &mut freed)?;
             // Short of space (under 1/16 free): drop fine-grained history at
             // every commit so that deleted data frees space at once.
             let c = &self.pool.chunks;
@@ -314,7 +317,6 @@ impl Fs {
             } else {
                 w.tid_before_time(from, now.saturating_sub(retention))?
             };
-            let mut freed = Vec::new();
             if let Some(cutoff) = cutoff.filter(|&c| c > from) {
                 self.prune_in(w, from, cutoff, false, touched, &mut freed)?;
                 w.set_counter("pruned_tid", cutoff)?;
@@ -471,17 +473,6 @@ fn indexed_chunk(r: &MetaRead, h: &Hash) -> Result<Option<u64>> {
         return Ok(None);
     };
     Ok((ChunkRec::decode(&raw)?.hash == *h).then_some(id))
-}
-
-/// One more reference to a stored chunk; returns its id.
-pub(crate) fn add_ref(w: &mut MetaWrite<'_>, id: u64) -> Result<u64> {
-    let raw = w
-        .chunk(id)?
-        .ok_or_else(|| FsError::Io(format!("a new reference names missing chunk {id}")))?;
-    let mut rec = ChunkRec::decode(&raw)?;
-    rec.refs += 1;
-    w.put_chunk(id, &rec.encode())?;
-    Ok(id)
 }
 
 /// Writes the namespace part of an overlay: deletions, truncations, inodes,

@@ -1,0 +1,162 @@
+//! Which data only history references. Every chunk record counts, beside
+//! its references (`refs`, live and history elements), its **live**
+//! references (`live`: elements with delete TID infinity). A chunk with
+//! refs > 0 and live = 0 is history-only: the element that named it was
+//! ended (overwritten, truncated, deleted) and is kept only for the
+//! fine-grained window or a snapshot. Each segment record sums the bytes of
+//! its history-only chunks (`hist`), which the tier mover demotes first.
+//!
+//! Kept incrementally, at the cost of one chunk record update per extent
+//! element a commit creates or ends (the same records `refs` already
+//! touches):
+//! - a new live extent adds a live reference (`add_ref`; a new chunk starts
+//!   with refs = live = 1);
+//! - at the end of each transaction that changed extents, `settle_ended`
+//!   takes one live reference per extent element ended at its TID (read
+//!   from the `ends` index: one range, nothing scanned), before
+//!   `nohistory` and prune drop any of that history;
+//! - prune and `nohistory` remove history elements: `refs` drops, `live`
+//!   does not;
+//! - reblock and GC copy `live` with `refs`.
+//!
+//! Pools made before live counts existed (chunk records v1) are converted
+//! once when opened (`convert`): one pass over the live extents and the
+//! chunk records, in one transaction.
+
+use crate::error::{FsError, Result};
+use crate::types::Extent;
+use crate::vfs::Fs;
+use cairn_data::{ChunkRec, SegmentRec};
+use cairn_devices::SlotAddr;
+use cairn_meta::{MetaStore, MetaWrite, RecordType};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Counter set once every chunk record has a live count and every segment
+/// record its history-only bytes.
+const COUNTER: &str = "live_refs";
+
+impl Fs {
+    /// Call once per transaction that created or ended extents, after all
+    /// its element changes at `tid`: takes the live references of the
+    /// extents ended at `tid`, marks the chunks left with none as
+    /// history-only in their segments, then drops what `nohistory` files
+    /// do not keep. `touched` collects the segments whose records changed,
+    /// `freed` the slots of segments left empty.
+    pub(crate) fn settle_ended(
+        &self,
+        w: &mut MetaWrite<'_>,
+        tid: u64,
+        touched: &mut BTreeSet<u64>,
+        freed: &mut Vec<SlotAddr>,
+    ) -> Result<()> {
+        let ended = w.ended_at(tid)?;
+        let mut drops: BTreeMap<u64, u64> = BTreeMap::new();
+        for e in ended
+            .iter()
+            .filter(|e| e.key.rtype() == Some(RecordType::Extent))
+        {
+            *drops.entry(Extent::decode(&e.payload)?.chunk).or_default() += 1;
+        }
+        for (id, n) in drops {
+            let raw = w
+                .chunk(id)?
+                .ok_or_else(|| FsError::Io(format!("an ended extent names missing chunk {id}")))?;
+            let mut rec = ChunkRec::decode(&raw)?;
+            if rec.live < n {
+                return Err(FsError::Io(format!(
+                    "chunk {id}: {n} live references ended, {} counted",
+                    rec.live
+                )));
+            }
+            rec.live -= n;
+            w.put_chunk(id, &rec.encode())?;
+            if rec.live == 0 && self.pool.chunks.set_history_only(&rec, true) {
+                touched.insert(rec.segment);
+            }
+        }
+        self.drop_nohistory(w, tid, &ended, touched, freed)
+    }
+}
+
+/// One more live reference to a stored chunk (dedup, clones); returns its
+/// id. A chunk that history alone referenced is live data again.
+pub(crate) fn add_ref(
+    fs: &Fs,
+    w: &mut MetaWrite<'_>,
+    id: u64,
+    touched: &mut BTreeSet<u64>,
+) -> Result<u64> {
+    let raw = w
+        .chunk(id)?
+        .ok_or_else(|| FsError::Io(format!("a new reference names missing chunk {id}")))?;
+    let mut rec = ChunkRec::decode(&raw)?;
+    if rec.history_only() && fs.pool.chunks.set_history_only(&rec, false) {
+        touched.insert(rec.segment);
+    }
+    rec.refs += 1;
+    rec.live += 1;
+    w.put_chunk(id, &rec.encode())?;
+    Ok(id)
+}
+
+/// Gives a pool made before live counts existed its live counts and
+/// history-only bytes (chunk and segment records v2), in one transaction.
+/// Returns the number of chunk records rewritten. A pool already converted
+/// (or new) costs one counter read.
+pub(crate) fn convert(meta: &MetaStore) -> Result<u64> {
+    let r = meta.read()?;
+    if r.counter(COUNTER)? == 1 {
+        return Ok(0);
+    }
+    let mut live: HashMap<u64, u64> = HashMap::new();
+    let mut bad = None;
+    r.for_each_live(|e| {
+        if e.key.rtype() == Some(RecordType::Extent) {
+            match Extent::decode(&e.payload) {
+                Ok(x) => *live.entry(x.chunk).or_default() += 1,
+                Err(err) => bad = Some(err),
+            }
+        }
+    })?;
+    if let Some(e) = bad {
+        return Err(e);
+    }
+    let mut chunks = Vec::new();
+    let mut failed = None;
+    r.for_each_chunk(|id, raw| match ChunkRec::decode(raw) {
+        Ok(c) => chunks.push((id, c)),
+        Err(e) => failed = Some(e),
+    })?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    let mut segs: BTreeMap<u64, SegmentRec> = crate::pool::segment_table(&r)?
+        .into_iter()
+        .map(|(id, mut s)| {
+            s.hist = 0;
+            (id, s)
+        })
+        .collect();
+    drop(r);
+    let n = chunks.len() as u64;
+    meta.write(|w| {
+        for (id, mut c) in chunks {
+            c.live = live.get(&id).copied().unwrap_or(0).min(c.refs);
+            if c.live == 0 {
+                if let Some(s) = segs.get_mut(&c.segment) {
+                    s.hist += c.len as u64;
+                }
+            }
+            w.put_chunk(id, &c.encode())?;
+        }
+        for (id, s) in &segs {
+            w.put_segment(*id, &s.encode())?;
+        }
+        w.set_counter(COUNTER, 1)?;
+        Ok::<_, FsError>(())
+    })?;
+    if n > 0 {
+        tracing::info!("live reference counts: {n} chunk records converted to version 2");
+    }
+    Ok(n)
+}
