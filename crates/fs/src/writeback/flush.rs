@@ -129,8 +129,8 @@ impl Fs {
     /// on, a block whose hash is already stored (committed, or earlier in
     /// this flush) is not written again. The committed index is read under
     /// the flush lock: only this flush's own commit can drop a chunk, and it
-    /// adds the new references before it prunes. Blocks are hashed one
-    /// window ahead on a second thread while this one seals and dedups.
+    /// adds the new references before it prunes. Blocks are hashed a window
+    /// per core ahead on other threads while this one seals and dedups.
     fn write_blocks(&self, ov: &Overlay) -> Result<(Vec<Written>, BTreeSet<u64>)> {
         let mut blocks: Vec<(u64, u64, Block)> = ov
             .blocks
@@ -147,11 +147,13 @@ impl Fs {
                 let w = windows.get(i).copied()?;
                 Some(sc.spawn(move || w.iter().map(|b| content_hash(b.2)).collect::<Vec<_>>()))
             };
-            let mut ahead = spawn(0);
+            // As many windows hashed ahead as there are cores.
+            let depth = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let mut ahead: std::collections::VecDeque<_> = (0..depth).filter_map(spawn).collect();
             for (i, window) in windows.iter().enumerate() {
-                let hashes = ahead.take().expect("window hashed").join();
+                let hashes = ahead.pop_front().expect("window hashed").join();
                 let hashes = hashes.map_err(|_| FsError::Io("block hashing panicked".into()))?;
-                ahead = spawn(i + 1);
+                ahead.extend(spawn(i + depth));
                 for (&(ino, blk, data), h) in window.iter().zip(hashes) {
                     sink.put(ino, blk, data, h)?;
                 }
