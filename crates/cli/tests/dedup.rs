@@ -1823,6 +1823,8 @@ fn rewrite_after_scrub_does_not_dedup_to_damaged_chunk() {
     let dev = PathBuf::from(fs.dev("ssd0"));
     let data = pattern(41, 4 * BLOCK);
     write_synced(&m.join("file"), &data);
+    // fsync made it durable in the intent log; a commit puts it in segments.
+    sync_tid(&m);
     let hits = find_in_device(&dev, &[needle(&data, 2)]).remove(0);
     assert_eq!(hits.len(), 1, "block 2 stored once: {hits:?}");
     flip_byte(&dev, hits[0] + 3);
