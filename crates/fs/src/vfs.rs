@@ -70,18 +70,6 @@ pub struct Fs {
     pub(crate) flush_wait: crate::contention::Contention,
 }
 
-/// The state of a block in a stack of overlays, newest first.
-fn layered(layers: &[&Overlay], ino: u64, blk: u64) -> BlockState {
-    let Some((top, rest)) = layers.split_first() else {
-        return BlockState::Committed;
-    };
-    match top.block(ino, blk) {
-        Some(BlockState::Patch(p, _)) => BlockState::Patch(p, Box::new(layered(rest, ino, blk))),
-        Some(s) => s,
-        None => layered(rest, ino, blk),
-    }
-}
-
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > MAX_NAME {
         return Err(FsError::NameTooLong);
@@ -318,10 +306,19 @@ impl Fs {
     /// What the overlays say about a block: the dirty one first, then the
     /// flushing one; a patch carries the state below it.
     pub(crate) fn block_state(&self, st: &State, ino: u64, blk: u64) -> BlockState {
-        let layers: Vec<&Overlay> = std::iter::once(&st.dirty)
-            .chain(st.flushing.as_deref())
-            .collect();
-        layered(&layers, ino, blk)
+        // The flushing overlay is the bottom one: a patch there lies over
+        // the committed block, as `Overlay::block` says.
+        let below = || {
+            st.flushing
+                .as_deref()
+                .and_then(|o| o.block(ino, blk))
+                .unwrap_or(BlockState::Committed)
+        };
+        match st.dirty.block(ino, blk) {
+            Some(BlockState::Patch(p, _)) => BlockState::Patch(p, Box::new(below())),
+            Some(s) => s,
+            None => below(),
+        }
     }
 
     /// The whole bytes of a block in `state` (empty for a hole), reading
