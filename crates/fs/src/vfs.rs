@@ -1,7 +1,7 @@
 //! The filesystem object: POSIX semantics over the versioned tree. It holds
 //! the open pool, the write-back overlays and the background flusher. This
 //! file has the state and the lookups shared by the operations, which live
-//! in ops_ns.rs (namespace), ops_data.rs (file data) and readdir.rs.
+//! in ops/ (namespace, file data, listings, references...).
 
 use crate::error::{FsError, Result};
 use crate::pool::Pool;
@@ -10,7 +10,7 @@ use crate::writeback::overlay::{BlockState, Overlay};
 use cairn_data::ChunkRec;
 use cairn_meta::{ElemKey, MetaRead, RecordType};
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +30,14 @@ pub(crate) struct State {
     pub dirty: Overlay,
     pub flushing: Option<Arc<Overlay>>,
     pub next_ino: u64,
+    /// Open handles per inode (`refs.rs`).
     pub open: HashMap<u64, u32>,
+    /// Lookup references the kernel holds per inode (FUSE nlookup; never
+    /// the root); no entry means none (`refs.rs`).
+    pub lookups: HashMap<u64, u64>,
+    /// Inodes without links kept alive by an open handle or a lookup
+    /// reference: deleted when the last of both goes (`refs.rs`).
+    pub unlinked: HashSet<u64>,
     /// Inodes created less inodes deleted since open (`inodes.rs`).
     pub live_delta: i64,
 }
@@ -102,6 +109,8 @@ impl Fs {
                 flushing: None,
                 next_ino,
                 open: HashMap::new(),
+                lookups: HashMap::new(),
+                unlinked: HashSet::new(),
                 live_delta: 0,
             }),
             flush_lock: Mutex::new(last_tid),

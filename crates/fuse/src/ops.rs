@@ -1,5 +1,9 @@
 //! The fuser `Filesystem` implementation: one thin method per request, each
-//! calling into cairn-fs and turning its typed errors into errnos.
+//! calling into cairn-fs and turning its typed errors into errnos. Every
+//! reply that hands the kernel an entry of a live inode counts a lookup
+//! reference in cairn-fs (view inodes are counted in `views.rs`), and
+//! FORGET gives them back: an unlinked inode lives while the kernel may
+//! still open it.
 
 use crate::attr::{file_attr, file_attr_blocks, from_system, time_or_now};
 use crate::views::{Node, Views, SNAPDIR_INO};
@@ -71,7 +75,7 @@ impl CairnFuse {
         match self.views.node(parent)? {
             Node::Real(p) => match self.views.lookup_special(&self.fs, p, name) {
                 Some(r) => r,
-                None => self.fs.lookup(p, name),
+                None => self.fs.lookup_ref(p, name),
             },
             Node::SnapDir => {
                 let name = std::str::from_utf8(name).map_err(|_| FsError::NotFound)?;
@@ -157,6 +161,15 @@ impl CairnFuse {
         }
     }
 
+    /// Counts the lookup reference of a new entry (create, mkdir, mknod,
+    /// symlink, link) about to be sent to the kernel.
+    fn counted(&self, r: Result<Inode, FsError>) -> Result<Inode, FsError> {
+        if let Ok(i) = &r {
+            self.fs.add_lookup_ref(i.ino);
+        }
+        r
+    }
+
     fn entry(&self, reply: ReplyEntry, r: Result<Inode, FsError>) {
         match r {
             Ok(i) => reply.entry(ttl(i.ino), &self.fattr(&i), Generation(0)),
@@ -240,7 +253,22 @@ impl Filesystem for CairnFuse {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         if ino.0 > SNAPDIR_INO {
             self.views.forget(ino.0, nlookup);
+        } else if ino.0 < SNAPDIR_INO {
+            self.fs.forget(ino.0, nlookup);
         }
+    }
+
+    fn batch_forget(&self, _req: &Request, nodes: &[ForgetOne]) {
+        let mut live = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            let (ino, count) = (n.nodeid().0, n.nlookup());
+            if ino > SNAPDIR_INO {
+                self.views.forget(ino, count);
+            } else if ino < SNAPDIR_INO {
+                live.push((ino, count));
+            }
+        }
+        self.fs.forget_many(&live);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -316,8 +344,10 @@ impl Filesystem for CairnFuse {
         }
         self.entry(
             reply,
-            self.fs
-                .mknod(ctx(req), parent.0, name.as_bytes(), mode & !umask, rdev),
+            self.counted(
+                self.fs
+                    .mknod(ctx(req), parent.0, name.as_bytes(), mode & !umask, rdev),
+            ),
         );
     }
 
@@ -335,8 +365,10 @@ impl Filesystem for CairnFuse {
         }
         self.entry(
             reply,
-            self.fs
-                .mkdir(ctx(req), parent.0, name.as_bytes(), mode & !umask),
+            self.counted(
+                self.fs
+                    .mkdir(ctx(req), parent.0, name.as_bytes(), mode & !umask),
+            ),
         );
     }
 
@@ -368,7 +400,7 @@ impl Filesystem for CairnFuse {
         let t = target.as_os_str().as_bytes();
         self.entry(
             reply,
-            self.fs.symlink(ctx(req), parent.0, link_name.as_bytes(), t),
+            self.counted(self.fs.symlink(ctx(req), parent.0, link_name.as_bytes(), t)),
         );
     }
 
@@ -415,7 +447,8 @@ impl Filesystem for CairnFuse {
         if self.in_view(&[ino]) || self.fixed_name(newparent, newname) {
             return reply.error(Errno::EROFS);
         }
-        self.entry(reply, self.fs.link(ino.0, newparent.0, newname.as_bytes()));
+        let r = self.fs.link(ino.0, newparent.0, newname.as_bytes());
+        self.entry(reply, self.counted(r));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -595,7 +628,12 @@ impl Filesystem for CairnFuse {
                                 Err(_) => continue,
                             }
                         }
-                        (None, _) => match self.attr_of(e.ino) {
+                        // The kernel counts a lookup per entry but the dots.
+                        (None, _) if dots => match self.attr_of(e.ino) {
+                            Ok(i) => i,
+                            Err(_) => continue,
+                        },
+                        (None, _) => match self.fs.getattr_ref(e.ino) {
                             Ok(i) => i,
                             Err(_) => continue,
                         },
@@ -612,6 +650,8 @@ impl Filesystem for CairnFuse {
                         // Not sent: the kernel did not count this lookup.
                         if i.ino > SNAPDIR_INO && !dots {
                             self.views.forget(i.ino, 1);
+                        } else if i.ino < SNAPDIR_INO && !dots {
+                            self.fs.forget(i.ino, 1);
                         }
                         break;
                     }
@@ -711,13 +751,16 @@ impl Filesystem for CairnFuse {
             .fs
             .create(ctx(req), parent.0, name.as_bytes(), mode & !umask)
         {
-            Ok(i) => reply.created(
-                &TTL,
-                &file_attr(&i),
-                Generation(0),
-                FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
+            Ok(i) => {
+                self.fs.add_lookup_ref(i.ino);
+                reply.created(
+                    &TTL,
+                    &file_attr(&i),
+                    Generation(0),
+                    FileHandle(0),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                )
+            }
             Err(e) => reply.error(errno(e)),
         }
     }

@@ -1,5 +1,5 @@
 //! Namespace operations: lookup, create, link, unlink, rename, attributes,
-//! symlinks, xattrs, open counts. Each edits the dirty overlay under the
+//! symlinks, xattrs. Each edits the dirty overlay under the
 //! state lock; the flusher commits it.
 
 use crate::error::{FsError, Result};
@@ -36,10 +36,13 @@ pub enum XattrMode {
 
 impl Fs {
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Inode> {
-        let st = self.lock();
-        self.dir_inode(&st, parent)?;
-        let e = self.dirent(&st, parent, name)?.ok_or(FsError::NotFound)?;
-        self.inode(&st, e.ino)
+        self.lookup_locked(&self.lock(), parent, name)
+    }
+
+    pub(crate) fn lookup_locked(&self, st: &State, parent: u64, name: &[u8]) -> Result<Inode> {
+        self.dir_inode(st, parent)?;
+        let e = self.dirent(st, parent, name)?.ok_or(FsError::NotFound)?;
+        self.inode(st, e.ino)
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Inode> {
@@ -216,11 +219,15 @@ impl Fs {
             return Err(FsError::TooManyLinks);
         }
         let mut p = self.dir_inode(&st, parent)?;
+        if p.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
         if self.dirent(&st, parent, name)?.is_some() {
             return Err(FsError::Exists);
         }
         let now = Self::now();
         if i.nlink == 0 {
+            st.unlinked.remove(&ino);
             st.dirty.set_orphan(ino, false);
         }
         i.nlink += 1;
@@ -237,7 +244,8 @@ impl Fs {
         Ok(i)
     }
 
-    /// Drops one link of an inode; deletes it when unlinked and closed.
+    /// Drops one link of an inode; deletes it when it has no links left and
+    /// nothing refers to it (no open handle, no kernel lookup: `refs.rs`).
     fn drop_link(&self, st: &mut State, mut i: Inode, now: Time) {
         i.nlink = if i.kind == FileKind::Dir {
             0
@@ -247,7 +255,8 @@ impl Fs {
         i.ctime = now;
         if i.nlink > 0 {
             st.dirty.put_inode(i);
-        } else if st.open.get(&i.ino).copied().unwrap_or(0) > 0 {
+        } else if Self::referenced(st, i.ino) {
+            st.unlinked.insert(i.ino);
             st.dirty.set_orphan(i.ino, true);
             st.dirty.put_inode(i);
         } else {
@@ -320,7 +329,9 @@ impl Fs {
         let mut st = self.lock();
         let st = &mut *st;
         self.dir_inode(st, p1)?;
-        self.dir_inode(st, p2)?;
+        if self.dir_inode(st, p2)?.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
         let src = self.dirent(st, p1, n1)?.ok_or(FsError::NotFound)?;
         let dst = self.dirent(st, p2, n2)?;
         if src.kind == FileKind::Dir && p1 != p2 && self.is_ancestor(st, src.ino, p2)? {
@@ -426,30 +437,6 @@ impl Fs {
             st.dirty.put_inode(pi);
         }
         Ok(())
-    }
-
-    pub fn open_file(&self, ino: u64) -> Result<Inode> {
-        let mut st = self.lock();
-        let i = self.inode(&st, ino)?;
-        *st.open.entry(ino).or_insert(0) += 1;
-        Ok(i)
-    }
-
-    /// Closes one open of an inode; an unlinked inode goes with its last close.
-    pub fn release(&self, ino: u64) {
-        let mut st = self.lock();
-        let n = st.open.entry(ino).or_insert(1);
-        *n -= 1;
-        if *n > 0 {
-            return;
-        }
-        st.open.remove(&ino);
-        if let Ok(i) = self.inode(&st, ino) {
-            if i.nlink == 0 {
-                st.dirty.delete_inode(ino);
-                st.live_delta -= 1;
-            }
-        }
     }
 
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], mode: XattrMode) -> Result<()> {
