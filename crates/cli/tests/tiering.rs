@@ -181,6 +181,8 @@ fn migrate(target: &Path) -> Pass {
 /// and `tier status` agrees with `info`. Returns the devices.
 #[track_caller]
 fn check_accounting(target: &Path, ctx: &str) -> Vec<Dev> {
+    // Placement is that of committed data: fsync stops at the intent log.
+    common::hist::sync_tid(target);
     let (j, devs) = info(target);
     let mut segs = 0;
     let mut cap = 0;

@@ -139,7 +139,14 @@ impl Fs {
                 logged.len()
             );
             fs.replay_intent(&logged)?;
-            fs.flush()?;
+            // Without room to commit them now (a full host), the changes
+            // stay buffered and logged; the flusher tries again.
+            match fs.flush() {
+                Err(e) if e.is_no_space() => {
+                    tracing::warn!("the intent log's changes wait for space: {e}")
+                }
+                r => r?,
+            }
         }
         let orphans = fs.meta()?.orphans()?;
         if !orphans.is_empty() {

@@ -242,11 +242,7 @@ impl Fs {
     /// before anything is written, spending the reserve if that is what it
     /// takes (see `reserve.rs`).
     fn meta_room(&self, ov: &Overlay) -> Result<()> {
-        let changes = (ov.inodes.len()
-            + ov.dirents.values().map(|m| m.len()).sum::<usize>()
-            + ov.blocks.values().map(|m| m.len()).sum::<usize>()
-            + ov.patches.values().map(|m| m.len()).sum::<usize>()
-            + ov.xattrs.values().map(|m| m.len()).sum::<usize>()) as u64;
+        let changes = change_count(ov);
         let need = self.reserve.headroom(changes);
         match self.pool.meta.ensure_headroom(need) {
             Err(cairn_meta::MetaError::NoRoom(why)) if self.reserve.spend() => {
@@ -394,6 +390,15 @@ impl Fs {
         }
         Ok((chunks, bytes))
     }
+}
+
+/// The elements committing `ov` changes, roughly (for metadata room).
+pub(crate) fn change_count(ov: &Overlay) -> u64 {
+    (ov.inodes.len()
+        + ov.dirents.values().map(|m| m.len()).sum::<usize>()
+        + ov.blocks.values().map(|m| m.len()).sum::<usize>()
+        + ov.patches.values().map(|m| m.len()).sum::<usize>()
+        + ov.xattrs.values().map(|m| m.len()).sum::<usize>()) as u64
 }
 
 /// Blocks hashed per window of the flush's hashing thread.

@@ -49,7 +49,10 @@ impl Fs {
             if st.dirty.unlogged.is_empty() {
                 return Ok(());
             }
-            if st.dirty.unlogged.bytes > MAX_RECORD_DATA {
+            // Large changes, or a host filesystem without room for the
+            // metadata of the commit that must follow: a flush (which
+            // spends the reserve or answers ENOSPC, see `flush.rs`).
+            if st.dirty.unlogged.bytes > MAX_RECORD_DATA || !self.commit_fits(&st.dirty) {
                 drop(st);
                 drop(last);
                 return self.flush();
@@ -67,6 +70,18 @@ impl Fs {
                 self.flush()
             }
         }
+    }
+
+    /// Whether the host filesystem has room for the metadata of committing
+    /// `ov`: the room is allocated now, for the flush that follows.
+    fn commit_fits(&self, ov: &Overlay) -> bool {
+        let need = self
+            .reserve
+            .headroom(crate::writeback::flush::change_count(ov));
+        !matches!(
+            self.pool.meta.ensure_headroom(need),
+            Err(cairn_meta::MetaError::NoRoom(_))
+        )
     }
 
     /// Opens the intent log and applies the records a crash left on top of
