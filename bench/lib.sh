@@ -5,3 +5,17 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.6f", b - a }'; }
 div() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "n/a"; else printf "%.2f", a / b }'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+drop_caches() {
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+}
+
+# Empties every cache between the data and the reader: remount (every target
+# but native; the script defines mount_target and unmount_target) and
+# drop_caches.
+make_cold() {
+    if [ "$1" != native ]; then unmount_target "$1"; fi
+    drop_caches
+    if [ "$1" != native ]; then mount_target "$1"; fi
+}

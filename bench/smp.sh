@@ -233,17 +233,7 @@ unmount_target() {
     esac
 }
 
-drop_caches() {
-    sync
-    echo 3 >/proc/sys/vm/drop_caches
-}
 
-# Empties every cache between the data and the reader: remount + drop_caches.
-make_cold() {
-    if [ "$1" != native ]; then unmount_target "$1"; fi
-    drop_caches
-    if [ "$1" != native ]; then mount_target "$1"; fi
-}
 
 # ------------------------------------------------------- measurements
 # Each bench_STEP TARGET DIR runs one round in the fresh directory DIR and

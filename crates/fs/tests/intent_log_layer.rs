@@ -4,25 +4,14 @@
 //! records before it kept. A seeded model test runs random operations with
 //! random fsync, flush and crash points (CAIRN_INTENT_SEEDS seeds).
 
-use cairn_fs::{mkfs, Ctx, FileKind, Fs, MkfsOptions, Pool, SetAttr, XattrMode, ROOT_INO};
+use cairn_fs::{Ctx, FileKind, Fs, SetAttr, XattrMode, ROOT_INO};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
-fn make(dir: &Path) -> Arc<Fs> {
-    let o = MkfsOptions {
-        sparse: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(&dir.join("pool"), o).unwrap();
-    reopen(dir)
-}
-
-fn reopen(dir: &Path) -> Arc<Fs> {
-    Fs::open(Pool::open(&dir.join("pool"), None).unwrap()).unwrap()
-}
+mod common;
+use common::{make, reopen};
 
 #[test]
 fn fsync_is_durable_without_a_commit() {

@@ -3,22 +3,10 @@
 //! inode number until FORGET, then goes; after a crash nothing of it stays.
 
 use cairn_fs::maintenance::check::check_pool;
-use cairn_fs::{mkfs, Ctx, Fs, FsError, MkfsOptions, Pool, RenameFlags, ROOT_INO};
-use std::path::Path;
-use std::sync::Arc;
+use cairn_fs::{Ctx, Fs, FsError, RenameFlags, ROOT_INO};
 
-fn make(dir: &Path) -> Arc<Fs> {
-    let o = MkfsOptions {
-        sparse: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(&dir.join("pool"), o).unwrap();
-    reopen(dir)
-}
-
-fn reopen(dir: &Path) -> Arc<Fs> {
-    Fs::open(Pool::open(&dir.join("pool"), None).unwrap()).unwrap()
-}
+mod common;
+use common::{make, reopen};
 
 /// A closed file `name` in `dir` holding `data`.
 fn file(fs: &Fs, dir: u64, name: &[u8], data: &[u8]) -> u64 {
