@@ -69,7 +69,7 @@ shopt -s inherit_errexit
 
 RUNS=${RUNS:-3}
 read -r -a TARGETS <<<"${TARGETS:-native bindfs btrfs cairn}"
-[ -n "${BASE_BIN:-}" ] && TARGETS+=(base)
+[ -n "${BASE_BIN:-}" ] && [[ " ${TARGETS[*]} " != *" base "* ]] && TARGETS+=(base)
 STEPS=${STEPS:-blogbench dbench postmark sqlite fio untar}
 BB_WRITERS=${BB_WRITERS:-3}
 BB_REWRITERS=${BB_REWRITERS:-1}
