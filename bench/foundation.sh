@@ -69,7 +69,6 @@ setup_dirs() {
     fi
 }
 
-is_mounted() { grep -q " $1 " /proc/self/mountinfo; }
 
 cleanup() {
     set +eu

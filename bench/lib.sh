@@ -6,6 +6,8 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.6f", b - a }'; }
 div() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "n/a"; else printf "%.2f", a / b }'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
+is_mounted() { grep -q " $1 " /proc/self/mountinfo; }
+
 drop_caches() {
     sync
     echo 3 >/proc/sys/vm/drop_caches

@@ -180,7 +180,6 @@ make_targets() {
     for t in "${TARGETS[@]}"; do mount_target "$t"; done
 }
 
-is_mounted() { grep -q " $1 " /proc/self/mountinfo; }
 
 cleanup() {
     set +eu

@@ -202,18 +202,6 @@ impl Content {
 
 // -------------------------------------------------------- syscalls
 
-fn read_full_at(f: &File, off: u64, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; len];
-    let mut n = 0;
-    while n < len {
-        match f.read_at(&mut buf[n..], off + n as u64)? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    buf.truncate(n);
-    Ok(buf)
-}
 
 fn setxattr(p: &Path, name: &str, val: &[u8]) -> io::Result<()> {
     let (c, n) = (cpath(p), CString::new(name).unwrap());

@@ -46,18 +46,6 @@ struct Side {
     fds: Vec<File>,
 }
 
-fn read_full_at(f: &File, off: u64, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; len];
-    let mut n = 0;
-    while n < len {
-        match f.read_at(&mut buf[n..], off + n as u64)? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    buf.truncate(n);
-    Ok(buf)
-}
 
 impl Side {
     fn apply(&mut self, op: &Op) -> io::Result<Vec<u8>> {

@@ -689,3 +689,18 @@ pub fn write_synced(p: &Path, data: &[u8]) {
     f.sync_all()
         .unwrap_or_else(|e| panic!("fsync {}: {e}", p.display()));
 }
+
+/// Reads up to `len` bytes at `off` (fewer only at the end of the file).
+pub fn read_full_at(f: &std::fs::File, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; len];
+    let mut n = 0;
+    while n < len {
+        match f.read_at(&mut buf[n..], off + n as u64)? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    buf.truncate(n);
+    Ok(buf)
+}
