@@ -202,7 +202,6 @@ impl Content {
 
 // -------------------------------------------------------- syscalls
 
-
 fn setxattr(p: &Path, name: &str, val: &[u8]) -> io::Result<()> {
     let (c, n) = (cpath(p), CString::new(name).unwrap());
     let r = unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), 0) };

@@ -46,7 +46,6 @@ struct Side {
     fds: Vec<File>,
 }
 
-
 impl Side {
     fn apply(&mut self, op: &Op) -> io::Result<Vec<u8>> {
         let p = |s: &str| self.root.join(s);
