@@ -73,15 +73,7 @@ setup_dirs() {
 cleanup() {
     set +eu
     [ -n "${W:-}" ] || return 0
-    if is_mounted "$W/cairnmnt"; then
-        "$BIN" umount "$W/cairnmnt" >/dev/null 2>&1 || fusermount3 -u -z "$W/cairnmnt"
-    fi
-    if is_mounted "$W/basemnt"; then
-        "$BASE_BIN" umount "$W/basemnt" >/dev/null 2>&1 || fusermount3 -u -z "$W/basemnt"
-    fi
-    if is_mounted "$W/bindmnt"; then
-        fusermount3 -u "$W/bindmnt" || fusermount3 -u -z "$W/bindmnt"
-    fi
+    unmount_fuse_targets
     if [ -z "${KEEP:-}" ]; then rm -rf --one-file-system "$W"; else log "kept $W"; fi
 }
 

@@ -8,6 +8,19 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int(
 
 is_mounted() { grep -q " $1 " /proc/self/mountinfo; }
 
+# Unmounts the FUSE targets under $W (cairn, base, bindfs), lazily if busy.
+unmount_fuse_targets() {
+    if is_mounted "$W/cairnmnt"; then
+        "$BIN" umount "$W/cairnmnt" >/dev/null 2>&1 || fusermount3 -u -z "$W/cairnmnt"
+    fi
+    if is_mounted "$W/basemnt"; then
+        "$BASE_BIN" umount "$W/basemnt" >/dev/null 2>&1 || fusermount3 -u -z "$W/basemnt"
+    fi
+    if is_mounted "$W/bindmnt"; then
+        fusermount3 -u "$W/bindmnt" 2>/dev/null || fusermount3 -u -z "$W/bindmnt"
+    fi
+}
+
 drop_caches() {
     sync
     echo 3 >/proc/sys/vm/drop_caches

@@ -184,15 +184,7 @@ make_targets() {
 cleanup() {
     set +eu
     [ -n "${W:-}" ] || return 0
-    if is_mounted "$W/cairnmnt"; then
-        "$BIN" umount "$W/cairnmnt" >/dev/null 2>&1 || fusermount3 -u -z "$W/cairnmnt"
-    fi
-    if is_mounted "$W/basemnt"; then
-        "$BASE_BIN" umount "$W/basemnt" >/dev/null 2>&1 || fusermount3 -u -z "$W/basemnt"
-    fi
-    if is_mounted "$W/bindmnt"; then
-        fusermount3 -u "$W/bindmnt" 2>/dev/null || fusermount3 -u -z "$W/bindmnt"
-    fi
+    unmount_fuse_targets
     if is_mounted "$W/btrfsmnt"; then
         umount "$W/btrfsmnt" 2>/dev/null || umount -l "$W/btrfsmnt"
     fi
