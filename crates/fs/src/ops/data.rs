@@ -1,6 +1,7 @@
-//! File data operations: read, write, truncate, fallocate, fsync, statfs.
-//! Writes go to the dirty overlay as whole blocks (read-modify-write for
-//! partial blocks); space is reserved against the pool's free space so a
+//! File data operations: read, write, truncate, fallocate, statfs (fsync
+//! is in writeback/intent.rs). Writes go to the dirty overlay as whole
+//! blocks, or as patches over committed blocks they cover in part
+//! (writeback/patch.rs); space is reserved against the pool's free space so a
 //! full pool gives ENOSPC to the writer instead of failing a later commit.
 
 use crate::error::{FsError, Result};
@@ -34,15 +35,10 @@ impl Fs {
         if let Some(b) = st.dirty.take_block(ino, blk) {
             return Ok(Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone()));
         }
+        let patch = st.dirty.take_patch(ino, blk);
         let below = self.block_state(st, ino, blk);
-        match st.dirty.take_patch(ino, blk) {
-            Some(p) => {
-                let below = match below {
-                    BlockState::Patch(_, below) => *below,
-                    other => other,
-                };
-                self.resolve(ino, blk, BlockState::Patch(p, Box::new(below)))
-            }
+        match patch {
+            Some(p) => self.resolve(ino, blk, BlockState::Patch(p, Box::new(below))),
             None => self.resolve(ino, blk, below),
         }
     }
@@ -304,6 +300,10 @@ impl Fs {
             Vec::with_capacity(hi)
         } else if let Some(b) = st.dirty.take_block(ino, blk) {
             Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone())
+        } else if st.dirty.has_patch(ino, blk) {
+            // Checked first: `block_state` would copy the patch.
+            st.dirty.put_patch(ino, blk, lo, src, valid);
+            return Ok(());
         } else {
             match self.block_state(st, ino, blk) {
                 BlockState::Committed | BlockState::Patch(..) => {

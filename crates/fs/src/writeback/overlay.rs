@@ -181,6 +181,10 @@ impl Overlay {
         }
     }
 
+    pub fn has_patch(&self, ino: u64, blk: u64) -> bool {
+        self.patches.get(&ino).is_some_and(|m| m.contains_key(&blk))
+    }
+
     /// Removes the patch of a block.
     pub fn take_patch(&mut self, ino: u64, blk: u64) -> Option<Patch> {
         let p = self.patches.get_mut(&ino)?.remove(&blk)?;
