@@ -185,6 +185,7 @@ impl ChunkStore {
                 len: sealed.len() as u32,
                 raw_len: h.raw_len,
                 hash: h.hash,
+                sums: Vec::new(),
                 ..rec.clone()
             };
             if let Some(c) = self.ram_cache.read().as_ref() {
@@ -213,6 +214,7 @@ mod tests {
             hash: [0; 32],
             refs: 1,
             live: 1,
+            sums: Vec::new(),
         }
     }
 

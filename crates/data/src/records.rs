@@ -1,9 +1,12 @@
 //! Chunk and segment records, as stored in the metadata store. Each value
 //! starts with a format version byte and ends with a crc32c of what precedes.
 //!
-//! ChunkRec (v2, 72 bytes): ver u8 | segment u64 | offset u32 | len u32 |
-//!   raw_len u32 | refs u64 | live u64 | hash [32] | crc u32   (len includes
-//!   the header; v1, 64 bytes, had no `live`)
+//! ChunkRec (v3, 73 + 4n bytes): ver u8 | segment u64 | offset u32 |
+//!   len u32 | raw_len u32 | refs u64 | live u64 | hash [32] | n u8 |
+//!   sums [u32; n] | crc u32   (len includes the header; `sums` are the
+//!   crc32c of each 4 KiB of an uncompressed chunk's bytes, n = 0 for a
+//!   compressed one; v2, 72 bytes, had no n and sums; v1, 64 bytes, no
+//!   `live` either)
 //! SegmentRec (v2, 46 bytes): ver u8 | device u32 | slot u64 | used u32 |
 //!   live u64 | chunks u64 | hist u64 | flags u8 | crc u32   (v1, 38 bytes,
 //!   had no `hist`)
@@ -12,6 +15,13 @@ use crate::chunk::Hash;
 use crate::error::{DataError, Result};
 
 const REC_VERSION: u8 = 2;
+const CHUNK_REC_VERSION: u8 = 3;
+
+/// The span of each of a chunk record's `sums`.
+pub const SUM_SPAN: usize = 4096;
+
+/// The most sums a record holds (a chunk of 1 MiB).
+const MAX_SUMS: usize = 256;
 
 fn finish(mut b: Vec<u8>) -> Vec<u8> {
     let crc = crc32c::crc32c(&b);
@@ -59,16 +69,37 @@ pub struct ChunkRec {
     /// with refs > 0 and live == 0 is referenced by history only.
     pub live: u64,
     pub hash: Hash,
+    /// crc32c of each `SUM_SPAN` bytes of an uncompressed chunk's raw
+    /// bytes (the last span may be shorter), so that a part of the chunk
+    /// can be read and verified alone; empty when compressed or written
+    /// by an older version (then only whole-chunk reads verify).
+    pub sums: Vec<u32>,
 }
 
 impl ChunkRec {
-    pub const ENCODED_LEN: usize = 1 + 8 + 4 + 4 + 4 + 8 + 8 + 32 + 4;
+    /// Length of a version 2 record (no sums).
+    pub const V2_LEN: usize = 1 + 8 + 4 + 4 + 4 + 8 + 8 + 32 + 4;
     /// Version 1 records had no `live` count.
-    pub const V1_LEN: usize = Self::ENCODED_LEN - 8;
+    pub const V1_LEN: usize = Self::V2_LEN - 8;
+
+    /// The sums of raw bytes, one per `SUM_SPAN` (empty beyond `MAX_SUMS`).
+    pub fn sums_of(raw: &[u8]) -> Vec<u32> {
+        if raw.len() > MAX_SUMS * SUM_SPAN {
+            return Vec::new();
+        }
+        raw.chunks(SUM_SPAN).map(crc32c::crc32c).collect()
+    }
+
+    /// True if `raw_len` bytes stored raw carry one sum per span: the
+    /// chunk's parts can be read alone.
+    pub fn has_sums(&self) -> bool {
+        !self.sums.is_empty() && self.sums.len() == (self.raw_len as usize).div_ceil(SUM_SPAN)
+    }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(Self::ENCODED_LEN);
-        b.push(REC_VERSION);
+        assert!(self.sums.len() <= MAX_SUMS, "too many chunk sums");
+        let mut b = Vec::with_capacity(Self::V2_LEN + 1 + 4 * self.sums.len());
+        b.push(CHUNK_REC_VERSION);
         b.extend_from_slice(&self.segment.to_le_bytes());
         b.extend_from_slice(&self.offset.to_le_bytes());
         b.extend_from_slice(&self.len.to_le_bytes());
@@ -76,13 +107,21 @@ impl ChunkRec {
         b.extend_from_slice(&self.refs.to_le_bytes());
         b.extend_from_slice(&self.live.to_le_bytes());
         b.extend_from_slice(&self.hash);
+        b.push(self.sums.len() as u8);
+        for s in &self.sums {
+            b.extend_from_slice(&s.to_le_bytes());
+        }
         finish(b)
     }
 
-    /// Decodes v2, or v1 with `live` taken as `refs` (the pool's one-time
-    /// liveness conversion sets the real count, see `is_v1`).
+    /// Decodes v3, v2 (no sums), or v1 with `live` taken as `refs` (the
+    /// pool's one-time liveness conversion sets the real count, see
+    /// `is_v1`).
     pub fn decode(b: &[u8]) -> Result<Self> {
-        let (v, b) = check("chunk", b, [Self::V1_LEN, Self::ENCODED_LEN])?;
+        if b.first() == Some(&CHUNK_REC_VERSION) {
+            return Self::decode_v3(b);
+        }
+        let (v, b) = check("chunk", b, [Self::V1_LEN, Self::V2_LEN])?;
         let o = &mut 0;
         let segment = u64::from_le_bytes(rd(b, o));
         let offset = u32::from_le_bytes(rd(b, o));
@@ -102,7 +141,39 @@ impl ChunkRec {
             refs,
             live,
             hash: rd(b, o),
+            sums: Vec::new(),
         })
+    }
+
+    fn decode_v3(b: &[u8]) -> Result<Self> {
+        let bad = |why: &str| DataError::BadRecord {
+            what: "chunk",
+            why: why.into(),
+        };
+        let n = *b.get(Self::V2_LEN - 4).ok_or_else(|| bad("wrong length"))? as usize;
+        if b.len() != Self::V2_LEN + 1 + 4 * n {
+            return Err(bad("wrong length"));
+        }
+        let (body, crc) = b.split_at(b.len() - 4);
+        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
+            return Err(bad("checksum mismatch"));
+        }
+        let o = &mut 1;
+        let mut rec = ChunkRec {
+            segment: u64::from_le_bytes(rd(body, o)),
+            offset: u32::from_le_bytes(rd(body, o)),
+            len: u32::from_le_bytes(rd(body, o)),
+            raw_len: u32::from_le_bytes(rd(body, o)),
+            refs: u64::from_le_bytes(rd(body, o)),
+            live: u64::from_le_bytes(rd(body, o)),
+            hash: rd(body, o),
+            sums: Vec::with_capacity(n),
+        };
+        *o += 1;
+        for _ in 0..n {
+            rec.sums.push(u32::from_le_bytes(rd(body, o)));
+        }
+        Ok(rec)
     }
 
     /// True if this encoded record is version 1 (no live count).
@@ -189,11 +260,27 @@ mod tests {
             refs: 3,
             live: 1,
             hash: [5; 32],
+            sums: ChunkRec::sums_of(&[7u8; 65536]),
         };
+        assert!(c.has_sums());
         let mut b = c.encode();
+        assert_eq!(b.len(), ChunkRec::V2_LEN + 1 + 16 * 4);
         assert_eq!(ChunkRec::decode(&b).unwrap(), c);
-        b[10] ^= 1;
-        assert!(ChunkRec::decode(&b).is_err());
+        for at in [10, 80, b.len() - 1] {
+            b[at] ^= 1;
+            assert!(ChunkRec::decode(&b).is_err(), "flip at {at}");
+            b[at] ^= 1;
+        }
+        assert!(ChunkRec::decode(&b[..b.len() - 4]).is_err());
+        // Version 2 records (no sums) still decode.
+        let mut v2 = vec![2u8];
+        v2.extend_from_slice(&b[1..ChunkRec::V2_LEN - 4]);
+        let crc = crc32c::crc32c(&v2);
+        v2.extend_from_slice(&crc.to_le_bytes());
+        let old = ChunkRec::decode(&v2).unwrap();
+        assert_eq!(old.sums, Vec::<u32>::new());
+        assert!(!old.has_sums());
+        assert_eq!((old.refs, old.live, old.hash), (c.refs, c.live, c.hash));
         let s = SegmentRec {
             device: 2,
             slot: 77,

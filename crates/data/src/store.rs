@@ -8,7 +8,7 @@ use crate::compress::Compression;
 use crate::error::{DataError, Result};
 use crate::heat::Heat;
 use crate::readahead::Readahead;
-use crate::records::{ChunkRec, SegmentRec};
+use crate::records::{ChunkRec, SegmentRec, SUM_SPAN};
 use crate::writer::{OpenSegment, WriteBatch};
 use cairn_devices::ssdcache::SsdCache;
 use cairn_devices::{Device, DeviceSet, SlotAddr};
@@ -153,12 +153,19 @@ impl ChunkStore {
     }
 
     /// Reads a chunk and returns its raw bytes, verified against its header
-    /// checksums and the expected hash.
+    /// checksums, and with `full_hash` against the expected hash and the
+    /// record's span sums too (scrub).
     pub fn read_chunk(&self, rec: &ChunkRec, full_hash: bool) -> Result<Vec<u8>> {
         let buf = self.read_sealed(rec)?;
         let raw = unseal(&buf, &rec.hash, full_hash).map_err(|why| corrupt(rec, why))?;
         if raw.len() != rec.raw_len as usize {
             return Err(corrupt(rec, "raw length differs from record".into()));
+        }
+        if full_hash && !rec.sums.is_empty() && ChunkRec::sums_of(&raw) != rec.sums {
+            return Err(corrupt(
+                rec,
+                "the record's span sums differ from the chunk".into(),
+            ));
         }
         Ok(raw)
     }
@@ -207,10 +214,8 @@ impl ChunkStore {
         }
         let compressed = rec.len as usize != CHUNK_HEADER_LEN + rec.raw_len as usize;
         if compressed || dst.len() < rec.raw_len as usize {
-            // Compressed, or a part: the checksum covers the whole chunk.
-            let raw = self.read_chunk(rec, false)?;
-            dst.copy_from_slice(&raw[..dst.len()]);
-            return Ok(());
+            // Compressed, or a part: checked by span or whole.
+            return self.read_chunk_part_into(rec, 0, dst);
         }
         let mut head = [0u8; CHUNK_HEADER_LEN];
         {
@@ -222,6 +227,48 @@ impl ChunkStore {
             crate::chunk::verify_split(&head, dst, &rec.hash).map_err(|why| corrupt(rec, why))?;
         if n != rec.raw_len as usize {
             return Err(corrupt(rec, "raw length differs from record".into()));
+        }
+        Ok(())
+    }
+
+    /// Reads raw bytes `from..from + dst.len()` of a chunk into `dst`,
+    /// verified. An uncompressed chunk with sums is read only over the
+    /// 4 KiB spans those bytes touch, each checked against its sum; any
+    /// other chunk is read and checked whole.
+    pub fn read_chunk_part_into(&self, rec: &ChunkRec, from: usize, dst: &mut [u8]) -> Result<()> {
+        let end = from + dst.len();
+        if end > rec.raw_len as usize {
+            return Err(corrupt(rec, "read beyond the chunk's raw length".into()));
+        }
+        let raw = rec.len as usize == CHUNK_HEADER_LEN + rec.raw_len as usize;
+        if !raw || !rec.has_sums() {
+            let whole = self.read_chunk(rec, false)?;
+            dst.copy_from_slice(&whole[from..end]);
+            return Ok(());
+        }
+        let first = from / SUM_SPAN;
+        let lo = first * SUM_SPAN;
+        let hi = (end.div_ceil(SUM_SPAN) * SUM_SPAN).min(rec.raw_len as usize);
+        let mut spare = Vec::new();
+        let buf: &mut [u8] = if (lo, hi) == (from, end) {
+            dst
+        } else {
+            spare.resize(hi - lo, 0);
+            &mut spare
+        };
+        {
+            let _gate = self.io_gate.read();
+            let (dev, at) = self.locate(rec)?;
+            dev.read_at(buf, at + (CHUNK_HEADER_LEN + lo) as u64)?;
+        }
+        for (k, span) in buf.chunks(SUM_SPAN).enumerate() {
+            if crc32c::crc32c(span) != rec.sums[first + k] {
+                let at = (first + k) * SUM_SPAN;
+                return Err(corrupt(rec, format!("data checksum mismatch at byte {at}")));
+            }
+        }
+        if !spare.is_empty() {
+            dst.copy_from_slice(&spare[from - lo..end - lo]);
         }
         Ok(())
     }

@@ -190,6 +190,11 @@ impl<'a> WriteBatch<'a> {
             refs: 1,
             live: 1,
             hash: *hash,
+            sums: if method == crate::compress::RAW {
+                ChunkRec::sums_of(stored)
+            } else {
+                Vec::new()
+            },
         })
     }
 

@@ -113,6 +113,8 @@ pub struct Device {
     throttle: Option<Throttle>,
     /// Device reads issued so far (one per read call, however large).
     read_ops: std::sync::atomic::AtomicU64,
+    /// Bytes those reads asked for.
+    read_bytes: std::sync::atomic::AtomicU64,
     /// A regular file whose blocks are not all allocated: freed slots may
     /// be punched out. An allocated file keeps its blocks (the host space
     /// stays reserved for the pool).
@@ -377,6 +379,7 @@ impl Device {
             direct: std::sync::OnceLock::new(),
             throttle: spec.emulate.map(Throttle::new),
             read_ops: Default::default(),
+            read_bytes: Default::default(),
             sparse,
         })
     }
@@ -434,6 +437,7 @@ impl Device {
             direct: std::sync::OnceLock::new(),
             throttle: emulate.map(Throttle::new),
             read_ops: Default::default(),
+            read_bytes: Default::default(),
             sparse,
         })
     }
@@ -475,9 +479,16 @@ impl Device {
         self.read_ops.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Bytes read from the device since it was opened.
+    pub fn read_bytes(&self) -> u64 {
+        self.read_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn read_op(&self, bytes: usize) {
         self.read_ops
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.read_bytes
+            .fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
         self.throttle(bytes);
     }
 

@@ -394,26 +394,10 @@ impl Fs {
         Ok(data)
     }
 
-    /// Reads the first `dst.len()` bytes of a block (at most its valid
-    /// length) straight into `dst`.
-    pub(crate) fn read_extent_into(
-        &self,
-        r: &MetaRead,
-        ino: u64,
-        blk: u64,
-        ext: &Extent,
-        dst: &mut [u8],
-    ) -> Result<()> {
-        assert!(dst.len() <= ext.len as usize);
-        self.with_chunk(r, ino, blk, ext, |rec| {
-            self.pool.chunks.read_block_into(rec, dst)
-        })
-    }
-
     /// Runs a chunk read; when it fails, reads the chunk's record once more
     /// (reblock may have moved it after `r` was taken) and retries there
     /// before calling the chunk damaged (EIO, logged with file and offset).
-    fn with_chunk<T>(
+    pub(crate) fn with_chunk<T>(
         &self,
         r: &MetaRead,
         ino: u64,

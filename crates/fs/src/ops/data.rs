@@ -176,8 +176,9 @@ impl Fs {
     }
 
     /// Puts the part of a committed block that falls in `out` (which starts
-    /// at file offset `off`) in place: straight from the device when the
-    /// block's start lies in `out`, else through a copy.
+    /// at file offset `off`) in place, straight from the device: only the
+    /// 4 KiB spans of the chunk that part touches are read when the chunk
+    /// has sums, so a small random read reads about that much.
     pub(crate) fn read_extent_part(
         &self,
         r: &cairn_meta::MetaRead,
@@ -188,15 +189,24 @@ impl Fs {
         out: &mut [u8],
     ) -> Result<()> {
         let bstart = blk * self.record;
+        let lo = off.max(bstart);
         let hi = (off + out.len() as u64).min(bstart + ext.len as u64);
-        if bstart >= off && bstart < hi {
-            let dst = &mut out[(bstart - off) as usize..(hi - off) as usize];
-            return self.read_extent_into(r, ino, blk, ext, dst);
+        if lo >= hi {
+            return Ok(());
         }
-        let mut data = self.read_extent(r, ino, blk, ext)?;
-        data.resize(ext.len as usize, 0);
-        copy_block_part(out, off, bstart, &data);
-        Ok(())
+        let dst = &mut out[(lo - off) as usize..(hi - off) as usize];
+        let from = (lo - bstart) as usize;
+        self.with_chunk(r, ino, blk, ext, |rec| {
+            // Bytes past the chunk's end and inside the valid length read
+            // as zeros.
+            let have = (rec.raw_len as usize).saturating_sub(from).min(dst.len());
+            let (data, zeros) = dst.split_at_mut(have);
+            zeros.fill(0);
+            if data.is_empty() {
+                return Ok(());
+            }
+            self.pool.chunks.read_part_into(rec, from, data)
+        })
     }
 
     /// Bytes the dirty data may still grow by before the pool is full.
