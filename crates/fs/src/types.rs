@@ -228,29 +228,105 @@ pub fn split_dirent_subkey(k: &[u8]) -> (u64, &[u8]) {
     (u64::from_be_bytes(k[0..8].try_into().unwrap()), &k[9..])
 }
 
-/// An extent: one file block mapped to a chunk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An extent: one file block mapped to a chunk, and to pieces over it.
+/// A small overwrite of a committed block is stored as a piece (its bytes
+/// as a chunk of their own) instead of a new whole chunk: the flush writes
+/// only the bytes written, and history keeps only those it replaced
+/// (`writeback/pieces.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Extent {
+    /// The chunk below the pieces.
     pub chunk: u64,
-    /// Valid bytes of the block (the rest up to the record size is zero).
+    /// Valid bytes of the block (the rest up to the record size is zero;
+    /// so are bytes past the base chunk's end that no piece covers).
     pub len: u32,
+    /// Sorted by offset, disjoint, inside `len`.
+    pub pieces: Vec<Piece>,
 }
 
+/// Bytes `off..off + len` of a block are bytes `from..from + len` of a
+/// chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub off: u32,
+    pub len: u32,
+    pub chunk: u64,
+    pub from: u32,
+}
+
+/// Extent payload versions: 1 without pieces, 2 with them.
+const EXTENT_PIECES_VERSION: u8 = 2;
+const PIECE_LEN: usize = 4 + 4 + 8 + 4;
+
 impl Extent {
+    pub fn whole(chunk: u64, len: u32) -> Extent {
+        Extent {
+            chunk,
+            len,
+            pieces: Vec::new(),
+        }
+    }
+
+    /// Every chunk reference the extent holds: the base, then one per
+    /// piece (a chunk split into two pieces is named twice, and holds two
+    /// references).
+    pub fn chunks(&self) -> impl Iterator<Item = u64> + '_ {
+        std::iter::once(self.chunk).chain(self.pieces.iter().map(|p| p.chunk))
+    }
+
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![PAYLOAD_VERSION];
+        let ver = match self.pieces.is_empty() {
+            true => PAYLOAD_VERSION,
+            false => EXTENT_PIECES_VERSION,
+        };
+        let mut b = Vec::with_capacity(15 + PIECE_LEN * self.pieces.len());
+        b.push(ver);
         b.extend_from_slice(&self.chunk.to_le_bytes());
         b.extend_from_slice(&self.len.to_le_bytes());
+        if !self.pieces.is_empty() {
+            b.extend_from_slice(&(self.pieces.len() as u16).to_le_bytes());
+            for p in &self.pieces {
+                b.extend_from_slice(&p.off.to_le_bytes());
+                b.extend_from_slice(&p.len.to_le_bytes());
+                b.extend_from_slice(&p.chunk.to_le_bytes());
+                b.extend_from_slice(&p.from.to_le_bytes());
+            }
+        }
         b
     }
 
     pub fn decode(b: &[u8]) -> Result<Extent> {
-        check_version(b, "extent")?;
+        let bad = |why: &str| FsError::Io(format!("extent payload: {why}"));
+        let ver = *b.first().ok_or_else(|| bad("empty"))?;
+        if ver != PAYLOAD_VERSION && ver != EXTENT_PIECES_VERSION {
+            return Err(FsError::Io("unknown extent payload version".into()));
+        }
         let mut c = Cursor(b, 1);
-        Ok(Extent {
-            chunk: c.u64()?,
-            len: c.u32()?,
-        })
+        let mut ext = Extent::whole(c.u64()?, c.u32()?);
+        if ver == EXTENT_PIECES_VERSION {
+            let n = u16::from_le_bytes(c.take()?) as usize;
+            if n == 0 || b.len() != c.1 + n * PIECE_LEN {
+                return Err(bad("wrong length"));
+            }
+            let mut end = 0;
+            for _ in 0..n {
+                let p = Piece {
+                    off: c.u32()?,
+                    len: c.u32()?,
+                    chunk: c.u64()?,
+                    from: c.u32()?,
+                };
+                if p.len == 0 || p.off < end || p.off as u64 + p.len as u64 > ext.len as u64 {
+                    return Err(bad("pieces out of order or out of the block"));
+                }
+                end = p.off + p.len;
+                ext.pieces.push(p);
+            }
+        }
+        if c.1 != b.len() {
+            return Err(bad("trailing bytes"));
+        }
+        Ok(ext)
     }
 }
 
@@ -294,10 +370,33 @@ mod tests {
             kind: FileKind::Symlink,
         };
         assert_eq!(DirEnt::decode(&d.encode()).unwrap(), d);
-        let e = Extent {
-            chunk: 99,
-            len: 65536,
-        };
+        let e = Extent::whole(99, 65536);
+        assert_eq!(
+            e.encode().len(),
+            13,
+            "an extent without pieces keeps version 1"
+        );
         assert_eq!(Extent::decode(&e.encode()).unwrap(), e);
+        let mut p = e.clone();
+        p.pieces = vec![
+            Piece {
+                off: 4096,
+                len: 100,
+                chunk: 5,
+                from: 0,
+            },
+            Piece {
+                off: 8192,
+                len: 4096,
+                chunk: 5,
+                from: 200,
+            },
+        ];
+        assert_eq!(Extent::decode(&p.encode()).unwrap(), p);
+        assert_eq!(p.chunks().collect::<Vec<_>>(), [99, 5, 5]);
+        let b = p.encode();
+        assert!(Extent::decode(&b[..b.len() - 1]).is_err());
+        p.pieces.swap(0, 1);
+        assert!(Extent::decode(&p.encode()).is_err(), "unsorted pieces");
     }
 }

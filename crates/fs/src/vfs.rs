@@ -378,6 +378,8 @@ impl Fs {
         r.get(&key)?.map(|e| Extent::decode(&e.payload)).transpose()
     }
 
+    /// The whole valid bytes of a committed block: its base chunk with its
+    /// pieces laid over it.
     pub(crate) fn read_extent(
         &self,
         r: &MetaRead,
@@ -385,13 +387,45 @@ impl Fs {
         blk: u64,
         ext: &Extent,
     ) -> Result<Vec<u8>> {
-        let mut data =
-            self.with_chunk(r, ino, blk, ext, |rec| match self.recent.get(&rec.hash) {
+        let mut data = self.with_chunk(r, ino, blk, ext.chunk, |rec| {
+            match self.recent.get(&rec.hash) {
                 Some(b) if b.len() == rec.raw_len as usize => Ok((*b).clone()),
                 _ => self.pool.chunks.read_block(rec),
-            })?;
+            }
+        })?;
         data.truncate(ext.len as usize);
+        if !ext.pieces.is_empty() {
+            data.resize(ext.len as usize, 0);
+            self.read_pieces(r, ino, blk, ext, 0, &mut data)?;
+        }
         Ok(data)
+    }
+
+    /// Lays the pieces of `ext` that fall in `dst` (bytes `from..` of the
+    /// block) over it, each read from its chunk.
+    pub(crate) fn read_pieces(
+        &self,
+        r: &MetaRead,
+        ino: u64,
+        blk: u64,
+        ext: &Extent,
+        from: usize,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let end = from + dst.len();
+        for p in &ext.pieces {
+            let (lo, hi) = ((p.off as usize).max(from), (p.off + p.len) as usize);
+            let hi = hi.min(end);
+            if lo >= hi {
+                continue;
+            }
+            let at = p.from as usize + (lo - p.off as usize);
+            let part = &mut dst[lo - from..hi - from];
+            self.with_chunk(r, ino, blk, p.chunk, |rec| {
+                self.pool.chunks.read_part_into(rec, at, part)
+            })?;
+        }
+        Ok(())
     }
 
     /// Runs a chunk read; when it fails, reads the chunk's record once more
@@ -402,20 +436,19 @@ impl Fs {
         r: &MetaRead,
         ino: u64,
         blk: u64,
-        ext: &Extent,
+        chunk: u64,
         mut read: impl FnMut(&ChunkRec) -> std::result::Result<T, cairn_data::DataError>,
     ) -> Result<T> {
         let offset = blk * self.record;
-        let raw = r.chunk(ext.chunk)?.ok_or_else(|| {
+        let raw = r.chunk(chunk)?.ok_or_else(|| {
             FsError::Io(format!(
-                "inode {ino} offset {offset}: extent names missing chunk {}",
-                ext.chunk
+                "inode {ino} offset {offset}: extent names missing chunk {chunk}"
             ))
         })?;
         let rec = ChunkRec::decode(&raw)?;
         let mut res = read(&rec);
         if res.is_err() {
-            if let Some(now) = self.meta()?.chunk(ext.chunk)? {
+            if let Some(now) = self.meta()?.chunk(chunk)? {
                 let now = ChunkRec::decode(&now)?;
                 if (now.segment, now.offset) != (rec.segment, rec.offset) {
                     res = read(&now);

@@ -55,7 +55,9 @@ impl Fs {
             .iter()
             .filter(|e| e.key.rtype() == Some(RecordType::Extent))
         {
-            *drops.entry(Extent::decode(&e.payload)?.chunk).or_default() += 1;
+            for id in Extent::decode(&e.payload)?.chunks() {
+                *drops.entry(id).or_default() += 1;
+            }
         }
         for (id, n) in drops {
             let raw = w
@@ -113,7 +115,7 @@ pub(crate) fn convert(meta: &MetaStore) -> Result<u64> {
     r.for_each_live(|e| {
         if e.key.rtype() == Some(RecordType::Extent) {
             match Extent::decode(&e.payload) {
-                Ok(x) => *live.entry(x.chunk).or_default() += 1,
+                Ok(x) => x.chunks().for_each(|id| *live.entry(id).or_default() += 1),
                 Err(err) => bad = Some(err),
             }
         }

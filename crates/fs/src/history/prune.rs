@@ -125,7 +125,9 @@ impl Fs {
                 .iter()
                 .filter(|e| e.key.rtype() == Some(RecordType::Extent))
             {
-                *drops.entry(Extent::decode(&e.payload)?.chunk).or_default() += 1;
+                for id in Extent::decode(&e.payload)?.chunks() {
+                    *drops.entry(id).or_default() += 1;
+                }
             }
             for (id, n) in drops {
                 let raw = w

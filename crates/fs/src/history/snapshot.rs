@@ -222,19 +222,21 @@ impl Fs {
                 [one] => Some(*one),
                 _ => return,
             };
-            let chunk = match Extent::decode(&e.payload) {
-                Ok(x) => x.chunk,
+            let ext = match Extent::decode(&e.payload) {
+                Ok(x) => x,
                 Err(x) => {
                     err = Some(x);
                     return;
                 }
             };
-            let ent = refs.entry(chunk).or_insert((owner, 0, true));
-            ent.1 += 1;
-            if ent.0.is_none() {
-                ent.0 = owner;
-            } else if owner.is_some() && owner != ent.0 {
-                ent.2 = false;
+            for chunk in ext.chunks() {
+                let ent = refs.entry(chunk).or_insert((owner, 0, true));
+                ent.1 += 1;
+                if ent.0.is_none() {
+                    ent.0 = owner;
+                } else if owner.is_some() && owner != ent.0 {
+                    ent.2 = false;
+                }
             }
         })?;
         if let Some(e) = err {

@@ -118,20 +118,25 @@ impl Fs {
             let ext = Extent::decode(&e.payload)?;
             h.update(&blk.to_le_bytes());
             h.update(&ext.len.to_le_bytes());
+            for p in &ext.pieces {
+                for v in [p.off, p.len, p.from] {
+                    h.update(&v.to_le_bytes());
+                }
+            }
             let offset = blk * self.record;
-            let Some(raw) = r.chunk(ext.chunk)? else {
-                sum.damaged.push(format!(
-                    "{} offset {offset}: chunk {} missing",
-                    n.path, ext.chunk
-                ));
-                continue;
-            };
-            let rec = ChunkRec::decode(&raw)?;
-            h.update(&rec.hash);
-            if read_data {
-                if let Err(err) = self.pool.chunks.read_chunk(&rec, true) {
+            for id in ext.chunks() {
+                let Some(raw) = r.chunk(id)? else {
                     sum.damaged
-                        .push(format!("{} offset {offset}: {err}", n.path));
+                        .push(format!("{} offset {offset}: chunk {id} missing", n.path));
+                    continue;
+                };
+                let rec = ChunkRec::decode(&raw)?;
+                h.update(&rec.hash);
+                if read_data {
+                    if let Err(err) = self.pool.chunks.read_chunk(&rec, true) {
+                        sum.damaged
+                            .push(format!("{} offset {offset}: {err}", n.path));
+                    }
                 }
             }
         }

@@ -45,9 +45,11 @@ fn collect(e: Element, s: &mut Scan, problems: &mut Vec<String>) {
         }),
         Some(RecordType::Extent) => Extent::decode(&e.payload).map(|x| {
             let blk = u64::from_be_bytes(e.key.sub().try_into().unwrap_or([0; 8]));
-            *s.refs.entry(x.chunk).or_default() += 1;
-            if live {
-                *s.live_refs.entry(x.chunk).or_default() += 1;
+            for id in x.chunks() {
+                *s.refs.entry(id).or_default() += 1;
+                if live {
+                    *s.live_refs.entry(id).or_default() += 1;
+                }
             }
             s.extents.push((obj, blk, x, live));
         }),
@@ -176,7 +178,9 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
     let mut users: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
     for (ino, blk, x, live) in &s.extents {
         if *live {
-            users.entry(x.chunk).or_default().push((*ino, *blk));
+            for id in x.chunks() {
+                users.entry(id).or_default().push((*ino, *blk));
+            }
             if let Some(i) = s.inodes.get(ino) {
                 if blk * rs >= i.size.max(1) {
                     rep.problems.push(format!(
@@ -206,6 +210,7 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
             ));
         }
     }
+    check_pieces(&s, &chunk_recs, &paths, rs, &mut rep.problems);
     for (id, rec) in chunk_recs {
         rep.chunks += 1;
         let rec = match rec {
@@ -291,4 +296,33 @@ pub(crate) fn damaged_record(paths: &HashMap<u64, String>, obj: u64, why: &str) 
 
 fn where_(paths: &HashMap<u64, String>, ino: u64) -> String {
     paths.get(&ino).cloned().unwrap_or(format!("<inode {ino}>"))
+}
+
+/// Every piece of an extent lies inside its chunk.
+fn check_pieces(
+    s: &Scan,
+    recs: &[(u64, std::result::Result<ChunkRec, cairn_data::DataError>)],
+    paths: &HashMap<u64, String>,
+    rs: u64,
+    problems: &mut Vec<String>,
+) {
+    let raw_len: HashMap<u64, u32> = recs
+        .iter()
+        .filter_map(|(id, r)| r.as_ref().ok().map(|r| (*id, r.raw_len)))
+        .collect();
+    for (ino, blk, x, _) in &s.extents {
+        for p in &x.pieces {
+            let fits = raw_len
+                .get(&p.chunk)
+                .is_some_and(|&n| p.from as u64 + p.len as u64 <= n as u64);
+            if !fits {
+                problems.push(format!(
+                    "{}: the piece at offset {} names bytes chunk {} does not hold",
+                    where_(paths, *ino),
+                    blk * rs + p.off as u64,
+                    p.chunk
+                ));
+            }
+        }
+    }
 }

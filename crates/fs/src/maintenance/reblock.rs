@@ -178,7 +178,7 @@ impl Fs {
         r.for_each_live(|e| {
             if e.key.rtype() == Some(RecordType::Extent) {
                 match Extent::decode(&e.payload) {
-                    Ok(x) => files.entry(e.key.obj()).or_default().push(x.chunk),
+                    Ok(x) => files.entry(e.key.obj()).or_default().extend(x.chunks()),
                     Err(x) => bad = Some(x),
                 }
             }

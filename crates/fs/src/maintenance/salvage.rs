@@ -117,14 +117,16 @@ fn extents(
         if at >= inode.size.max(1) {
             return Err(format!("extent at offset {at} beyond end of file"));
         }
-        match r.chunk(x.chunk) {
-            Ok(Some(raw)) => {
-                ChunkRec::decode(&raw)
-                    .map_err(|err| format!("offset {at}: chunk record {}: {err}", x.chunk))?;
-                rep.chunks += 1;
+        for id in x.chunks() {
+            match r.chunk(id) {
+                Ok(Some(raw)) => {
+                    ChunkRec::decode(&raw)
+                        .map_err(|err| format!("offset {at}: chunk record {id}: {err}"))?;
+                    rep.chunks += 1;
+                }
+                Ok(None) => return Err(format!("offset {at}: chunk record {id} missing")),
+                Err(err) => return Err(format!("offset {at}: chunk record {id}: {err}")),
             }
-            Ok(None) => return Err(format!("offset {at}: chunk record {} missing", x.chunk)),
-            Err(err) => return Err(format!("offset {at}: chunk record {}: {err}", x.chunk)),
         }
     }
     Ok(())

@@ -123,7 +123,8 @@ impl Fs {
             let Ok(x) = Extent::decode(&e.payload) else {
                 return;
             };
-            if bad.contains_key(&x.chunk) {
+            let bad_ones: Vec<u64> = x.chunks().filter(|c| bad.contains_key(c)).collect();
+            for chunk in bad_ones {
                 let blk = u64::from_be_bytes(e.key.sub().try_into().unwrap_or([0; 8]));
                 let ino = e.key.obj();
                 let name = paths.get(&ino).cloned().unwrap_or(format!("<inode {ino}>"));
@@ -133,7 +134,7 @@ impl Fs {
                     format!("tids {:#x}..{:#x}", e.create_tid, e.delete_tid)
                 };
                 users
-                    .entry(x.chunk)
+                    .entry(chunk)
                     .or_default()
                     .push(format!("{name} offset {} ({when})", blk * rs));
             }

@@ -185,7 +185,9 @@ fn clone_block(
     match w.get(&skey)? {
         Some(e) => {
             let ext = crate::types::Extent::decode(&e.payload)?;
-            crate::history::liveness::add_ref(fs, w, ext.chunk, touched)?;
+            for id in ext.chunks() {
+                crate::history::liveness::add_ref(fs, w, id, touched)?;
+            }
             w.put(&dkey, &e.payload, tid)?;
         }
         None => {

@@ -120,7 +120,8 @@ impl Fs {
     }
 
     /// The chunk record of a block that can join a run read: the whole
-    /// chunk is the block's valid bytes and lies inside the read.
+    /// chunk is the block's valid bytes (no pieces over it) and lies
+    /// inside the read.
     fn run_member(
         &self,
         r: &cairn_meta::MetaRead,
@@ -137,7 +138,7 @@ impl Fs {
             return Ok(None);
         };
         let rec = ChunkRec::decode(&raw)?;
-        Ok((rec.raw_len == ext.len).then_some(rec))
+        Ok((rec.raw_len == ext.len && ext.pieces.is_empty()).then_some(rec))
     }
 
     /// Reads the blocks of a run (file-consecutive, stored back to back)
@@ -196,7 +197,7 @@ impl Fs {
         }
         let dst = &mut out[(lo - off) as usize..(hi - off) as usize];
         let from = (lo - bstart) as usize;
-        self.with_chunk(r, ino, blk, ext, |rec| {
+        self.with_chunk(r, ino, blk, ext.chunk, |rec| {
             // Bytes past the chunk's end and inside the valid length read
             // as zeros.
             let have = (rec.raw_len as usize).saturating_sub(from).min(dst.len());
@@ -206,7 +207,8 @@ impl Fs {
                 return Ok(());
             }
             self.pool.chunks.read_part_into(rec, from, data)
-        })
+        })?;
+        self.read_pieces(r, ino, blk, ext, from, dst)
     }
 
     /// Bytes the dirty data may still grow by before the pool is full.

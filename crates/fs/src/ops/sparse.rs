@@ -312,9 +312,12 @@ fn stored_of(r: &MetaRead, ino: u64, blk: u64) -> Result<u64> {
     }
 }
 
+/// The base chunk's stored size, and each piece's bytes.
 fn chunk_blocks(r: &MetaRead, ext: &Extent) -> Result<u64> {
-    Ok(match r.chunk(ext.chunk)? {
-        Some(raw) => (ChunkRec::decode(&raw)?.len as u64).div_ceil(512),
-        None => (ext.len as u64).div_ceil(512),
-    })
+    let pieces: u64 = ext.pieces.iter().map(|p| p.len as u64).sum();
+    Ok(pieces.div_ceil(512)
+        + match r.chunk(ext.chunk)? {
+            Some(raw) => (ChunkRec::decode(&raw)?.len as u64).div_ceil(512),
+            None => (ext.len as u64).div_ceil(512),
+        })
 }

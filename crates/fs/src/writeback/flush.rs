@@ -27,6 +27,27 @@ enum Stored {
     /// Same content as the new chunk of an earlier block of this flush
     /// (index into the written list).
     Earlier(usize),
+    /// Same content as new piece `k` of the pieced block at index `i` of
+    /// the written list.
+    EarlierPiece(usize, usize),
+    /// Pieces over the committed extent (`pieces.rs`): the planned extent
+    /// and where the bytes of its `NEW_PIECE` pieces went, in order (New,
+    /// Existing, Earlier or EarlierPiece).
+    Pieced(Extent, Vec<Stored>),
+}
+
+/// Whole blocks to write: (inode, block, bytes).
+type Wholes = Vec<(u64, u64, Block)>;
+
+/// Patched blocks planned as pieces: (inode, block, planned extent, the
+/// patch whose ranges are the new pieces).
+type Pieced<'o> = Vec<(u64, u64, Extent, &'o crate::writeback::patch::Patch)>;
+
+/// Which written block a pieced extent is, and the chunk ids of the
+/// written blocks before it.
+struct PieceAt<'a> {
+    n: usize,
+    ids: &'a [u64],
 }
 
 /// A block ready to commit.
@@ -137,7 +158,8 @@ impl Fs {
             .iter()
             .flat_map(|(&ino, m)| m.iter().map(move |(&b, d)| (ino, b, d.clone())))
             .collect();
-        blocks.extend(self.resolve_patches(ov)?);
+        let (whole, pieced) = self.resolve_patches(ov)?;
+        blocks.extend(whole);
         blocks.sort_unstable_by_key(|&(ino, blk, _)| (ino, blk));
         let blocks: Vec<(u64, u64, &Block)> = blocks.iter().map(|(i, b, d)| (*i, *b, d)).collect();
         let windows: Vec<_> = blocks.chunks(HASH_WINDOW).collect();
@@ -160,18 +182,31 @@ impl Fs {
             }
             Ok::<_, FsError>(())
         })?;
+        for (ino, blk, ext, patch) in pieced {
+            sink.put_pieces(ino, blk, ext, patch)?;
+        }
         sink.finish(self)
     }
 
-    /// The whole blocks of the overlay's patches: each committed block is
-    /// read once, in device order (see `patch.rs`), by as many threads as
-    /// there are cores.
-    fn resolve_patches(&self, ov: &Overlay) -> Result<Vec<(u64, u64, Block)>> {
+    /// What the flush writes for the overlay's patches: a patch over a
+    /// committed block that fits as pieces is planned as such (nothing is
+    /// read, `pieces.rs`); every other patched block is made whole, each
+    /// committed block read once, in device order (see `patch.rs`), by as
+    /// many threads as there are cores.
+    fn resolve_patches<'o>(&self, ov: &'o Overlay) -> Result<(Wholes, Pieced<'o>)> {
         let r = self.meta()?;
         let mut todo = Vec::new();
+        let mut pieced = Vec::new();
         for (&ino, m) in &ov.patches {
             for (&blk, p) in m {
                 let ext = self.committed_extent(&r, ino, blk)?;
+                let plan = ext
+                    .as_ref()
+                    .and_then(|e| crate::writeback::pieces::plan(e, p, self.record));
+                if let Some(x) = plan {
+                    pieced.push((ino, blk, x, p));
+                    continue;
+                }
                 let at = match &ext {
                     Some(e) => r
                         .chunk(e.chunk)?
@@ -183,10 +218,11 @@ impl Fs {
                 todo.push((at, ino, blk, ext, p));
             }
         }
+        pieced.sort_unstable_by_key(|t| (t.0, t.1));
         todo.sort_unstable_by_key(|t| t.0);
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
         let per = todo.len().div_ceil(threads).max(1);
-        std::thread::scope(|sc| {
+        let whole = std::thread::scope(|sc| {
             let parts: Vec<_> = todo
                 .chunks(per)
                 .map(|part| {
@@ -212,8 +248,9 @@ impl Fs {
                     .map_err(|_| FsError::Io("patch resolution panicked".into()))?;
                 out.extend(part?);
             }
-            Ok(out)
-        })
+            Ok::<_, FsError>(out)
+        })?;
+        Ok((whole, pieced))
     }
 
     fn commit(
@@ -272,6 +309,7 @@ impl Fs {
             apply_overlay(w, ov, tid)?;
             let mut next_chunk = w.counter("next_chunk")?;
             let mut ids = vec![0u64; written.len()];
+            let mut piece_ids: HashMap<(usize, usize), u64> = HashMap::new();
             for (n, wb) in written.iter().enumerate() {
                 let key = ElemKey::new(wb.ino, RecordType::Extent, &wb.blk.to_be_bytes());
                 let id = match &wb.stored {
@@ -290,13 +328,24 @@ impl Fs {
                     }
                     Stored::Existing(id) => add_ref(self, w, *id, touched)?,
                     Stored::Earlier(i) => add_ref(self, w, ids[*i], touched)?,
+                    Stored::Pieced(planned, news) => {
+                        let at = PieceAt { n, ids: &ids };
+                        let ext = self.commit_pieces(
+                            w,
+                            at,
+                            planned,
+                            news,
+                            &mut piece_ids,
+                            &mut next_chunk,
+                            touched,
+                        )?;
+                        w.put(&key, &ext.encode(), tid)?;
+                        continue;
+                    }
+                    Stored::EarlierPiece(..) => unreachable!("a piece's"),
                 };
                 ids[n] = id;
-                let ext = Extent {
-                    chunk: id,
-                    len: wb.len,
-                };
-                w.put(&key, &ext.encode(), tid)?;
+                w.put(&key, &Extent::whole(id, wb.len).encode(), tid)?;
             }
             w.set_counter("next_chunk", next_chunk)?;
             w.set_counter("next_ino", next_ino)?;
@@ -322,6 +371,50 @@ impl Fs {
             self.store_segments(w, touched)?;
             Ok::<_, FsError>(freed)
         })
+    }
+
+    /// The extent of pieced block `at.n` as committed: each `NEW_PIECE`
+    /// piece names the chunk its bytes went to (stored now, or referenced),
+    /// and every chunk kept from the committed extent gains a reference.
+    #[allow(clippy::too_many_arguments)]
+    fn commit_pieces(
+        &self,
+        w: &mut MetaWrite<'_>,
+        at: PieceAt<'_>,
+        planned: &Extent,
+        news: &[Stored],
+        piece_ids: &mut HashMap<(usize, usize), u64>,
+        next_chunk: &mut u64,
+        touched: &mut BTreeSet<u64>,
+    ) -> Result<Extent> {
+        let mut ext = planned.clone();
+        add_ref(self, w, ext.chunk, touched)?;
+        let mut news = news.iter().enumerate();
+        for p in &mut ext.pieces {
+            if p.chunk != crate::writeback::pieces::NEW_PIECE {
+                p.chunk = add_ref(self, w, p.chunk, touched)?;
+                continue;
+            }
+            let (k, s) = news.next().expect("a chunk per new piece");
+            p.chunk = match s {
+                Stored::New(rec) => {
+                    let id = *next_chunk;
+                    *next_chunk += 1;
+                    w.put_chunk(id, &rec.encode())?;
+                    if self.pool.config.dedup {
+                        w.put_dedup(&rec.hash, id)?;
+                    }
+                    piece_ids.insert((at.n, k), id);
+                    id
+                }
+                Stored::Existing(id) => add_ref(self, w, *id, touched)?,
+                Stored::Earlier(i) => add_ref(self, w, at.ids[*i], touched)?,
+                Stored::EarlierPiece(i, k) => add_ref(self, w, piece_ids[&(*i, *k)], touched)?,
+                Stored::Hole | Stored::Pieced(..) => unreachable!("not where a piece goes"),
+            };
+        }
+        assert!(news.next().is_none(), "a new piece per chunk");
+        Ok(ext)
     }
 
     /// Writes the records of the segments a transaction changed.
@@ -351,30 +444,26 @@ impl Fs {
         freed: &mut Vec<SlotAddr>,
     ) -> Result<(u64, u64)> {
         let (mut chunks, mut bytes) = (0, 0);
+        let mut ids = Vec::new();
         for e in removed
             .iter()
             .filter(|e| e.key.rtype() == Some(RecordType::Extent))
         {
-            let ext = Extent::decode(&e.payload)?;
-            let Some(raw) = w.chunk(ext.chunk)? else {
-                return Err(FsError::Io(format!(
-                    "{}: chunk {} already gone",
-                    e.key, ext.chunk
-                )));
+            ids.extend(Extent::decode(&e.payload)?.chunks().map(|id| (id, &e.key)));
+        }
+        for (id, key) in ids {
+            let Some(raw) = w.chunk(id)? else {
+                return Err(FsError::Io(format!("{key}: chunk {id} already gone")));
             };
             let mut rec = ChunkRec::decode(&raw)?;
-            assert!(
-                rec.refs > 0,
-                "chunk {} with zero refs still stored",
-                ext.chunk
-            );
+            assert!(rec.refs > 0, "chunk {id} with zero refs still stored");
             rec.refs -= 1;
             if rec.refs > 0 {
-                w.put_chunk(ext.chunk, &rec.encode())?;
+                w.put_chunk(id, &rec.encode())?;
                 continue;
             }
-            w.remove_chunk(ext.chunk)?;
-            w.remove_dedup(&rec.hash, ext.chunk)?;
+            w.remove_chunk(id)?;
+            w.remove_dedup(&rec.hash, id)?;
             chunks += 1;
             bytes += rec.len as u64;
             let seg = self.pool.chunks.segment(rec.segment);
@@ -414,6 +503,8 @@ struct BlockSink<'a> {
     dedup: bool,
     meta: MetaRead,
     seen: HashMap<Hash, usize>,
+    /// New pieces of this flush by content: (written index, piece).
+    piece_seen: HashMap<Hash, (usize, usize)>,
     out: Vec<Written>,
     batch: cairn_data::WriteBatch<'a>,
     recent: &'a crate::writeback::recent::RecentBlocks,
@@ -425,6 +516,7 @@ impl<'a> BlockSink<'a> {
             dedup: fs.pool.config.dedup,
             meta: fs.meta()?,
             seen: HashMap::new(),
+            piece_seen: HashMap::new(),
             out: Vec::new(),
             batch: fs.pool.chunks.batch(),
             recent: &fs.recent,
@@ -454,6 +546,44 @@ impl<'a> BlockSink<'a> {
             blk,
             len: data.len() as u32,
             stored,
+        });
+        Ok(())
+    }
+
+    /// Writes the ranges of `patch` as the new pieces of `ext`, with dedup
+    /// like whole blocks (a piece can name a committed chunk, a block or a
+    /// piece written earlier in this flush).
+    fn put_pieces(
+        &mut self,
+        ino: u64,
+        blk: u64,
+        ext: Extent,
+        patch: &crate::writeback::patch::Patch,
+    ) -> Result<()> {
+        let mut news = Vec::new();
+        for (k, (_, b)) in patch.ranges().enumerate() {
+            let h = cairn_data::chunk::hash_block(b);
+            let found = match self.dedup {
+                false => None,
+                true => match (self.seen.get(&h), self.piece_seen.get(&h)) {
+                    (Some(&i), _) => Some(Stored::Earlier(i)),
+                    (None, Some(&(i, k))) => Some(Stored::EarlierPiece(i, k)),
+                    (None, None) => indexed_chunk(&self.meta, &h)?.map(Stored::Existing),
+                },
+            };
+            news.push(match found {
+                Some(s) => s,
+                None => {
+                    self.piece_seen.insert(h, (self.out.len(), k));
+                    Stored::New(self.batch.append(b, &h)?)
+                }
+            });
+        }
+        self.out.push(Written {
+            ino,
+            blk,
+            len: ext.len,
+            stored: Stored::Pieced(ext, news),
         });
         Ok(())
     }

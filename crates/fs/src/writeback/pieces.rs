@@ -1,0 +1,173 @@
+//! Pieces: how the flush stores a small overwrite of a committed block.
+//! The bytes written (a patch, `patch.rs`) become chunks of their own, laid
+//! as pieces over the block's committed extent, instead of a new whole
+//! chunk read, patched and rewritten. The flush then writes only the bytes
+//! written and reads nothing, and the version the overwrite replaced keeps
+//! only the bytes it covered: history grows with the bytes overwritten,
+//! not by a whole chunk per small write.
+//!
+//! A block gathers pieces until they are too many or hold too much of it
+//! (`MAX_PIECES`, half the record); the next patch of that block is then
+//! written as a whole chunk again, and the old base goes to history with
+//! the pieces. So each whole chunk history keeps stands for at least half
+//! a block overwritten (writes of 2 KiB or more: at most three times the
+//! bytes overwritten) or `MAX_PIECES` overwrites (512-byte writes: at most
+//! five times), where a whole chunk per write was kept before.
+
+use crate::types::{Extent, Piece};
+use crate::writeback::patch::Patch;
+
+/// Pieces one extent holds at most: a cold read of the block reads at most
+/// this many chunks besides its base.
+pub const MAX_PIECES: usize = 32;
+
+/// The chunk of a piece the flush has yet to write (`plan`).
+pub const NEW_PIECE: u64 = u64::MAX;
+
+/// The extent that puts `patch` over the committed extent `ext` as pieces:
+/// the old pieces the patch leaves visible (cut where it covers them) and
+/// one new piece per range of the patch, in order, with chunk `NEW_PIECE`
+/// (filled in when the flush has written them). None when the block is
+/// better written whole: the patch reaches past the valid bytes, or the
+/// pieces would be more than `MAX_PIECES` or hold more than half of a
+/// block of `record` bytes.
+pub fn plan(ext: &Extent, patch: &Patch, record: u64) -> Option<Extent> {
+    if patch.end() > ext.len as usize {
+        return None;
+    }
+    let ranges: Vec<(u32, u32)> = patch
+        .ranges()
+        .map(|(off, b)| (off as u32, (off + b.len()) as u32))
+        .collect();
+    let mut pieces: Vec<Piece> = ext
+        .pieces
+        .iter()
+        .flat_map(|p| uncovered(p, &ranges))
+        .collect();
+    pieces.extend(ranges.iter().map(|&(lo, hi)| Piece {
+        off: lo,
+        len: hi - lo,
+        chunk: NEW_PIECE,
+        from: 0,
+    }));
+    pieces.sort_unstable_by_key(|p| p.off);
+    let bytes: u64 = pieces.iter().map(|p| p.len as u64).sum();
+    if pieces.len() > MAX_PIECES || bytes > record / 2 {
+        return None;
+    }
+    Some(Extent {
+        chunk: ext.chunk,
+        len: ext.len,
+        pieces,
+    })
+}
+
+/// The parts of `p` that none of `ranges` (sorted, disjoint, [lo, hi))
+/// covers.
+fn uncovered(p: &Piece, ranges: &[(u32, u32)]) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let (mut at, end) = (p.off, p.off + p.len);
+    for &(lo, hi) in ranges {
+        if hi <= at || lo >= end {
+            continue;
+        }
+        if lo > at {
+            out.push(part(p, at, lo));
+        }
+        at = at.max(hi);
+    }
+    if at < end {
+        out.push(part(p, at, end));
+    }
+    out
+}
+
+/// Bytes `lo..hi` of the block that piece `p` holds.
+fn part(p: &Piece, lo: u32, hi: u32) -> Piece {
+    Piece {
+        off: lo,
+        len: hi - lo,
+        chunk: p.chunk,
+        from: p.from + (lo - p.off),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// Reads a block from an extent as the read path does, with chunk
+    /// contents from `store` (the base at index `ext.chunk`).
+    fn read(ext: &Extent, store: &[Vec<u8>]) -> Vec<u8> {
+        let mut b = store[ext.chunk as usize].clone();
+        b.resize(ext.len as usize, 0);
+        for p in &ext.pieces {
+            let src = &store[p.chunk as usize][p.from as usize..(p.from + p.len) as usize];
+            b[p.off as usize..(p.off + p.len) as usize].copy_from_slice(src);
+        }
+        b
+    }
+
+    /// Random patches laid as pieces read back as the patched block, and
+    /// the plan gives up exactly when the limits say.
+    #[test]
+    fn pieces_read_as_the_patched_block() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(14);
+        let record = 4096u64;
+        for _ in 0..500 {
+            let base: Vec<u8> = (0..record).map(|_| rng.gen()).collect();
+            let mut store = vec![base.clone()];
+            let mut ext = Extent::whole(0, record as u32);
+            let mut want = base;
+            for _ in 0..30 {
+                let mut patch = Patch::default();
+                for _ in 0..rng.gen_range(1..4) {
+                    let off = rng.gen_range(0..record as usize - 1);
+                    let n = rng.gen_range(1..200).min(record as usize - off);
+                    let data: Vec<u8> = (0..n).map(|_| rng.gen()).collect();
+                    patch.write(off, &data);
+                    want[off..off + n].copy_from_slice(&data);
+                }
+                let Some(mut next) = plan(&ext, &patch, record) else {
+                    let mut b = read(&ext, &store);
+                    patch.apply(&mut b);
+                    assert_eq!(b, want);
+                    store.push(b);
+                    ext = Extent::whole(store.len() as u64 - 1, record as u32);
+                    continue;
+                };
+                assert!(next.pieces.len() <= MAX_PIECES);
+                let bytes: u32 = next.pieces.iter().map(|p| p.len).sum();
+                assert!(bytes as u64 <= record / 2);
+                let mut news = patch.ranges();
+                for p in next.pieces.iter_mut().filter(|p| p.chunk == NEW_PIECE) {
+                    let (off, b) = news.next().expect("a range per new piece");
+                    assert_eq!(off, p.off as usize);
+                    store.push(b.to_vec());
+                    p.chunk = store.len() as u64 - 1;
+                }
+                assert!(news.next().is_none());
+                assert_eq!(Extent::decode(&next.encode()).unwrap(), next);
+                ext = next;
+                assert_eq!(read(&ext, &store), want);
+            }
+        }
+    }
+
+    #[test]
+    fn a_patch_past_the_valid_bytes_is_written_whole() {
+        let ext = Extent::whole(0, 1000);
+        let mut p = Patch::default();
+        p.write(990, &[1; 20]);
+        assert!(plan(&ext, &p, 65536).is_none());
+        let mut p = Patch::default();
+        p.write(0, &[1; 1000]);
+        assert!(plan(&ext, &p, 65536).is_none(), "more than half the block");
+        let mut p = Patch::default();
+        p.write(100, &[1; 100]);
+        let x = plan(&ext, &p, 65536).expect("a small patch is a piece");
+        assert_eq!(x.pieces.len(), 1);
+        assert_eq!((x.pieces[0].off, x.pieces[0].len), (100, 100));
+    }
+}
