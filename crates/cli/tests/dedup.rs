@@ -697,8 +697,11 @@ fn run_model(label: &str, config: &[(&str, &str)]) {
              (otherwise equal content is stored twice): {s:?}"
         );
         let need = model.full_blocks() as u64;
+        // Each distinct block needs a chunk of its own (a block overwritten
+        // in part is its old chunk with pieces over it, so distinct blocks
+        // can share bytes: unique bytes may be below need * B).
         assert!(
-            s.chunks >= need && s.unique >= need * B,
+            s.chunks >= need,
             "{ctx}: the live tree and snapshots hold {need} distinct full blocks, \
              but info shows {s:?}"
         );

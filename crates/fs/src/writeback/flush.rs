@@ -27,6 +27,9 @@ enum Stored {
     /// Same content as the new chunk of an earlier block of this flush
     /// (index into the written list).
     Earlier(usize),
+    /// New bytes with this hash, stored by `BlockSink::store_new` (which
+    /// makes it New) before the flush commits.
+    Pending(Hash),
     /// Same content as new piece `k` of the pieced block at index `i` of
     /// the written list.
     EarlierPiece(usize, usize),
@@ -176,9 +179,13 @@ impl Fs {
                 let hashes = ahead.pop_front().expect("window hashed").join();
                 let hashes = hashes.map_err(|_| FsError::Io("block hashing panicked".into()))?;
                 ahead.extend(spawn(i + depth));
+                let mut news = Vec::new();
                 for (&(ino, blk, data), h) in window.iter().zip(hashes) {
-                    sink.put(ino, blk, data, h)?;
+                    if let Some(at) = sink.put(ino, blk, data, h)? {
+                        news.push((at, data.as_slice()));
+                    }
                 }
+                sink.store_new(&news)?;
             }
             Ok::<_, FsError>(())
         })?;
@@ -343,6 +350,7 @@ impl Fs {
                         continue;
                     }
                     Stored::EarlierPiece(..) => unreachable!("a piece's"),
+                    Stored::Pending(_) => unreachable!("stored before the commit"),
                 };
                 ids[n] = id;
                 w.put(&key, &Extent::whole(id, wb.len).encode(), tid)?;
@@ -410,7 +418,9 @@ impl Fs {
                 Stored::Existing(id) => add_ref(self, w, *id, touched)?,
                 Stored::Earlier(i) => add_ref(self, w, at.ids[*i], touched)?,
                 Stored::EarlierPiece(i, k) => add_ref(self, w, piece_ids[&(*i, *k)], touched)?,
-                Stored::Hole | Stored::Pieced(..) => unreachable!("not where a piece goes"),
+                Stored::Hole | Stored::Pieced(..) | Stored::Pending(_) => {
+                    unreachable!("not where a piece goes")
+                }
             };
         }
         assert!(news.next().is_none(), "a new piece per chunk");
@@ -503,6 +513,7 @@ struct BlockSink<'a> {
     dedup: bool,
     meta: MetaRead,
     seen: HashMap<Hash, usize>,
+    compression: cairn_data::Compression,
     /// New pieces of this flush by content: (written index, piece).
     piece_seen: HashMap<Hash, (usize, usize)>,
     out: Vec<Written>,
@@ -516,6 +527,7 @@ impl<'a> BlockSink<'a> {
             dedup: fs.pool.config.dedup,
             meta: fs.meta()?,
             seen: HashMap::new(),
+            compression: fs.pool.chunks.compression(),
             piece_seen: HashMap::new(),
             out: Vec::new(),
             batch: fs.pool.chunks.batch(),
@@ -523,10 +535,19 @@ impl<'a> BlockSink<'a> {
         })
     }
 
-    fn put(&mut self, ino: u64, blk: u64, data: &Block, hash: Option<Hash>) -> Result<()> {
+    /// Notes a hashed block: a hole, or a duplicate (dedup), or new bytes
+    /// to store. For new bytes returns the index `store_new` fills in.
+    fn put(
+        &mut self,
+        ino: u64,
+        blk: u64,
+        data: &Block,
+        hash: Option<Hash>,
+    ) -> Result<Option<usize>> {
         if let Some(h) = hash {
             self.recent.insert(h, data);
         }
+        let at = self.out.len();
         let stored = match hash {
             None => Stored::Hole,
             Some(h) => match (self.dedup, self.seen.get(&h)) {
@@ -534,19 +555,40 @@ impl<'a> BlockSink<'a> {
                 (true, None) => match indexed_chunk(&self.meta, &h)? {
                     Some(id) => Stored::Existing(id),
                     None => {
-                        self.seen.insert(h, self.out.len());
-                        Stored::New(self.batch.append(data, &h)?)
+                        self.seen.insert(h, at);
+                        Stored::Pending(h)
                     }
                 },
-                (false, _) => Stored::New(self.batch.append(data, &h)?),
+                (false, _) => Stored::Pending(h),
             },
         };
+        let new = matches!(stored, Stored::Pending(_));
         self.out.push(Written {
             ino,
             blk,
             len: data.len() as u32,
             stored,
         });
+        Ok(new.then_some(at))
+    }
+
+    /// Stores the new blocks of a window, in order, compressed (when the
+    /// pool compresses) on every core first.
+    fn store_new(&mut self, news: &[(usize, &[u8])]) -> Result<()> {
+        let packed = compress_all(self.compression, news.iter().map(|n| n.1));
+        for (&(at, raw), z) in news.iter().zip(packed) {
+            let Stored::Pending(h) = self.out[at].stored else {
+                unreachable!("a new block is pending");
+            };
+            let n = raw.len() as u32;
+            let rec = match z {
+                Some((method, z)) => self.batch.append_stored(method, n, &z, &h)?,
+                None => self
+                    .batch
+                    .append_stored(cairn_data::compress::RAW, n, raw, &h)?,
+            };
+            self.out[at].stored = Stored::New(rec);
+        }
         Ok(())
     }
 
@@ -598,6 +640,36 @@ impl<'a> BlockSink<'a> {
         }
         Ok((self.out, segs.into_iter().map(|(id, _)| id).collect()))
     }
+}
+
+/// Each block compressed with `c` (None where that does not pay or `c` is
+/// none), split across the cores.
+fn compress_all<'b>(
+    c: cairn_data::Compression,
+    blocks: impl Iterator<Item = &'b [u8]>,
+) -> Vec<Option<(u8, Vec<u8>)>> {
+    let blocks: Vec<&[u8]> = blocks.collect();
+    if c == cairn_data::Compression::None {
+        return vec![None; blocks.len()];
+    }
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let per = blocks.len().div_ceil(cores).max(1);
+    std::thread::scope(|sc| {
+        let parts: Vec<_> = blocks
+            .chunks(per)
+            .map(|part| {
+                sc.spawn(move || {
+                    part.iter()
+                        .map(|b| cairn_data::compress::compress(c, b))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().expect("compression does not panic"))
+            .collect()
+    })
 }
 
 /// The stored chunk with content hash `h`: the index gives a candidate by
