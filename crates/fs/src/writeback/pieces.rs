@@ -163,7 +163,7 @@ mod tests {
         assert!(plan(&ext, &p, 65536).is_none());
         let mut p = Patch::default();
         p.write(0, &[1; 1000]);
-        assert!(plan(&ext, &p, 65536).is_none(), "more than half the block");
+        assert!(plan(&ext, &p, 1024).is_none(), "more than half the block");
         let mut p = Patch::default();
         p.write(100, &[1; 100]);
         let x = plan(&ext, &p, 65536).expect("a small patch is a piece");
