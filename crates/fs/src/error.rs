@@ -56,6 +56,11 @@ pub enum FsError {
     Failed(String),
     #[error("no snapshot named {0:?}")]
     NoSnapshot(String),
+    /// Internal: an operation found inode {0}, whose state shard it does
+    /// not hold; `Fs::with_inos` runs it again with that shard locked
+    /// (`state.rs`). Never returned to callers.
+    #[error("internal: inode {0} used without its state lock")]
+    Relock(u64),
     #[error("a snapshot named {0:?} already exists")]
     SnapshotExists(String),
     #[error(

@@ -6,7 +6,8 @@
 //!
 //! The folders say where each mechanism lives:
 //! - `pool/`: the pool on disk (superblock, config, modes, metadata reserve);
-//! - `vfs.rs`: the `Fs` object, its state and the lookups shared by all;
+//! - `vfs.rs`: the `Fs` object and the lookups shared by all;
+//! - `state.rs`: the write-back state split by inode, and its locking;
 //! - `writeback/`: the dirty overlay, flush groups, commits and the intent log;
 //! - `ops/`: POSIX operations (namespace, data, readdir, clones, sparse files);
 //! - `history/`: versions, `@@` views, snapshots, prune, tree hashes;
@@ -18,6 +19,7 @@ pub mod history;
 pub mod maintenance;
 pub mod ops;
 pub mod pool;
+mod state;
 pub mod timefmt;
 pub mod types;
 pub mod vfs;

@@ -10,7 +10,6 @@ use crate::writeback::overlay::{BlockState, Overlay};
 use cairn_data::ChunkRec;
 use cairn_meta::{ElemKey, MetaRead, RecordType};
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,25 +25,20 @@ impl Ctx {
     pub const ROOT: Ctx = Ctx { uid: 0, gid: 0 };
 }
 
-pub(crate) struct State {
-    pub dirty: Overlay,
-    pub flushing: Option<Arc<Overlay>>,
-    pub next_ino: u64,
-    /// Open handles per inode (`refs.rs`).
-    pub open: HashMap<u64, u32>,
-    /// Lookup references the kernel holds per inode (FUSE nlookup; never
-    /// the root); no entry means none (`refs.rs`).
-    pub lookups: HashMap<u64, u64>,
-    /// Inodes without links kept alive by an open handle or a lookup
-    /// reference: deleted when the last of both goes (`refs.rs`).
-    pub unlinked: HashSet<u64>,
-    /// Inodes created less inodes deleted since open (`inodes.rs`).
-    pub live_delta: i64,
-}
+pub(crate) use crate::state::State;
 
 pub struct Fs {
     pub(crate) pool: Pool,
-    pub(crate) st: Mutex<State>,
+    /// The write-back state, split by inode (`state.rs`).
+    pub(crate) shards: Box<[Mutex<crate::state::Shard>]>,
+    /// The overlay a flush is committing; changed only with every shard
+    /// locked.
+    pub(crate) flushing: parking_lot::RwLock<Option<Arc<Overlay>>>,
+    /// Totals of the dirty overlays (`state.rs`).
+    pub(crate) load: crate::state::DirtyLoad,
+    pub(crate) next_ino: std::sync::atomic::AtomicU64,
+    /// Inodes created less inodes deleted since open (`inodes.rs`).
+    pub(crate) live_delta: std::sync::atomic::AtomicI64,
     /// One flush at a time; holds the last committed TID.
     pub(crate) flush_lock: Mutex<u64>,
     pub(crate) failed: Mutex<Option<String>>,
@@ -104,15 +98,13 @@ impl Fs {
             crate::pool::reserve::Reserve::open(&crate::pool::PoolPaths::meta(&pool.path));
         let mut fs = Fs {
             pool,
-            st: Mutex::new(State {
-                dirty: Overlay::default(),
-                flushing: None,
-                next_ino,
-                open: HashMap::new(),
-                lookups: HashMap::new(),
-                unlinked: HashSet::new(),
-                live_delta: 0,
-            }),
+            shards: (0..crate::state::SHARDS)
+                .map(|_| Mutex::new(Default::default()))
+                .collect(),
+            flushing: Default::default(),
+            load: Default::default(),
+            next_ino: next_ino.into(),
+            live_delta: Default::default(),
             flush_lock: Mutex::new(last_tid),
             failed: Mutex::new(None),
             kick: Condvar::new(),
@@ -154,9 +146,9 @@ impl Fs {
                 "removing {} orphaned inode(s) left by a crash",
                 orphans.len()
             );
-            let mut st = fs.lock();
+            let mut st = fs.lock_all();
             for ino in orphans {
-                st.dirty.delete_inode(ino);
+                st.dirty(ino).delete_inode(ino);
             }
             drop(st);
             fs.flush()?;
@@ -172,10 +164,6 @@ impl Fs {
         self.record
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.st_wait.lock(&self.st)
-    }
-
     /// Takes the flush lock (one flush, clone or maintenance commit at a
     /// time; it holds the last committed TID).
     pub(crate) fn flush_guard(&self) -> MutexGuard<'_, u64> {
@@ -184,7 +172,10 @@ impl Fs {
 
     /// How often and how long operations waited for the shared locks.
     pub fn lock_stats(&self) -> Vec<crate::contention::LockStats> {
-        vec![self.st_wait.stats("state"), self.flush_wait.stats("flush")]
+        vec![
+            self.st_wait.stats("state shards"),
+            self.flush_wait.stats("flush"),
+        ]
     }
 
     /// For operations that add data: ENOSPC while the pool is short of
@@ -232,8 +223,9 @@ impl Fs {
 
     /// The current inode: overlays first, then committed metadata.
     pub(crate) fn inode(&self, st: &State, ino: u64) -> Result<Inode> {
+        st.need(ino)?;
         let from = |o: &Overlay| o.inodes.get(&ino).cloned();
-        let found = from(&st.dirty).or_else(|| st.flushing.as_deref().and_then(from));
+        let found = from(st.dirty_of(ino)).or_else(|| st.flushing.as_deref().and_then(from));
         match found {
             Some(Some(i)) => Ok(i),
             Some(None) => Err(FsError::NotFound),
@@ -261,9 +253,10 @@ impl Fs {
         if name.len() > MAX_NAME {
             return Err(FsError::NameTooLong);
         }
+        st.need(dir)?;
         let sk = dirent_subkey(name);
         let from = |o: &Overlay| o.dirents.get(&dir).and_then(|m| m.get(&sk)).cloned();
-        if let Some(e) = from(&st.dirty).or_else(|| st.flushing.as_deref().and_then(from)) {
+        if let Some(e) = from(st.dirty_of(dir)).or_else(|| st.flushing.as_deref().and_then(from)) {
             return Ok(e);
         }
         let e = self
@@ -273,8 +266,9 @@ impl Fs {
     }
 
     pub(crate) fn symlink_target(&self, st: &State, ino: u64) -> Result<Vec<u8>> {
+        st.need(ino)?;
         let from = |o: &Overlay| o.symlinks.get(&ino).cloned();
-        if let Some(t) = from(&st.dirty).or_else(|| st.flushing.as_deref().and_then(from)) {
+        if let Some(t) = from(st.dirty_of(ino)).or_else(|| st.flushing.as_deref().and_then(from)) {
             return Ok(t);
         }
         let e = self
@@ -284,8 +278,9 @@ impl Fs {
     }
 
     pub(crate) fn xattr(&self, st: &State, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        st.need(ino)?;
         let from = |o: &Overlay| o.xattrs.get(&ino).and_then(|m| m.get(name)).cloned();
-        if let Some(v) = from(&st.dirty).or_else(|| st.flushing.as_deref().and_then(from)) {
+        if let Some(v) = from(st.dirty_of(ino)).or_else(|| st.flushing.as_deref().and_then(from)) {
             return Ok(v);
         }
         let e = self
@@ -296,6 +291,7 @@ impl Fs {
 
     /// Names of all xattrs of an inode (committed merged with overlays).
     pub(crate) fn xattr_names(&self, st: &State, ino: u64) -> Result<Vec<Vec<u8>>> {
+        st.need(ino)?;
         let prefix = ElemKey::prefix(ino, RecordType::Xattr);
         let mut m: std::collections::BTreeMap<Vec<u8>, bool> = self
             .ns_meta(st)?
@@ -307,7 +303,7 @@ impl Fs {
             .flushing
             .as_deref()
             .into_iter()
-            .chain(std::iter::once(&st.dirty))
+            .chain(std::iter::once(st.dirty_of(ino)))
         {
             for (k, v) in o.xattrs.get(&ino).into_iter().flatten() {
                 m.insert(k.clone(), v.is_some());
@@ -330,7 +326,7 @@ impl Fs {
                 .and_then(|o| o.block(ino, blk))
                 .unwrap_or(BlockState::Committed)
         };
-        match st.dirty.block(ino, blk) {
+        match st.dirty_of(ino).block(ino, blk) {
             Some(BlockState::Patch(p, _)) => BlockState::Patch(p, Box::new(below())),
             Some(s) => s,
             None => below(),
@@ -459,13 +455,6 @@ impl Fs {
             tracing::error!("read error: inode {ino} offset {offset}: {e}");
             FsError::Io(format!("inode {ino} offset {offset}: {e}"))
         })
-    }
-
-    pub(crate) fn alloc_ino(st: &mut State) -> u64 {
-        let ino = st.next_ino;
-        st.next_ino += 1;
-        st.live_delta += 1;
-        ino
     }
 
     /// Background flusher: commits every interval, or sooner when kicked.

@@ -42,7 +42,7 @@ impl Fs {
     /// has it (call with the new inode in the dirty overlay).
     pub(crate) fn inherit_nohistory(&self, st: &mut State, parent: u64, ino: u64) -> Result<()> {
         if let Some(v) = self.xattr(st, parent, XATTR)?.filter(|v| is_on(v)) {
-            st.dirty.put_xattr(ino, XATTR.to_vec(), Some(v));
+            st.dirty(ino).put_xattr(ino, XATTR.to_vec(), Some(v));
         }
         Ok(())
     }

@@ -114,11 +114,12 @@ impl Fs {
             self.flush()?;
             let g = self.flush_guard();
             let log_empty = self.intent_empty();
-            let st = self.lock();
+            let st = self.lock_inos(&[src, dst]);
             let clean = [src, dst].iter().all(|i| {
-                st.dirty.blocks.get(i).is_none_or(|m| m.is_empty())
-                    && st.dirty.patches.get(i).is_none_or(|m| m.is_empty())
-                    && !st.dirty.truncs.contains_key(i)
+                let d = st.dirty_of(*i);
+                d.blocks.get(i).is_none_or(|m| m.is_empty())
+                    && d.patches.get(i).is_none_or(|m| m.is_empty())
+                    && !d.truncs.contains_key(i)
             });
             if clean && st.flushing.is_none() && log_empty {
                 drop(st);
@@ -129,7 +130,7 @@ impl Fs {
         let tid = *last_tid + 1;
         let now = Self::now();
         let mut inode = {
-            let st = self.lock();
+            let st = self.lock_inos(&[dst]);
             self.inode(&st, dst)?
         };
         inode.size = inode.size.max(size);
@@ -152,14 +153,15 @@ impl Fs {
         self.pool.chunks.release_slots(&freed)?;
         *last_tid = tid;
         self.retire_intent(tid);
-        let mut st = self.lock();
+        // Every shard: no lookup holds the view the commit made stale.
+        let mut st = self.lock_all();
         self.drop_ns_meta();
-        if let Some(Some(i)) = st.dirty.inodes.get(&dst).cloned() {
+        if let Some(Some(i)) = st.dirty_of(dst).inodes.get(&dst).cloned() {
             let mut i = i;
             i.size = i.size.max(size);
             i.mtime = now;
             i.ctime = now;
-            st.dirty.put_inode(i);
+            st.put_inode(i);
         }
         drop(st);
         self.forget_stored(dst);

@@ -32,10 +32,10 @@ impl Fs {
     /// (a patch there is put over the block below it), else a copy of the
     /// current bytes.
     pub(crate) fn editable_block(&self, st: &mut State, ino: u64, blk: u64) -> Result<Vec<u8>> {
-        if let Some(b) = st.dirty.take_block(ino, blk) {
+        if let Some(b) = st.dirty(ino).take_block(ino, blk) {
             return Ok(Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone()));
         }
-        let patch = st.dirty.take_patch(ino, blk);
+        let patch = st.dirty(ino).take_patch(ino, blk);
         let below = self.block_state(st, ino, blk);
         match patch {
             Some(p) => self.resolve(ino, blk, BlockState::Patch(p, Box::new(below))),
@@ -57,7 +57,7 @@ impl Fs {
     pub fn read_into(&self, ino: u64, off: u64, dst: &mut [u8]) -> Result<usize> {
         let rs = self.record;
         let (end, parts) = {
-            let st = self.lock();
+            let st = self.lock_inos(&[ino]);
             let i = self.inode(&st, ino)?;
             if i.kind == FileKind::Dir {
                 return Err(FsError::IsDir);
@@ -212,14 +212,13 @@ impl Fs {
     }
 
     /// Bytes the dirty data may still grow by before the pool is full.
-    fn space_available(&self, st: &State) -> u64 {
+    fn space_available(&self, flushing: Option<&crate::writeback::overlay::Overlay>) -> u64 {
         let c = &self.pool.chunks;
         let free = c.free_bytes();
         let seg = c.segment_size();
         let waste = seg + (free / seg) * (self.record + CHUNK_HEADER_LEN as u64);
         let rs = self.record;
-        let pending =
-            st.dirty.flush_bytes(rs) + st.flushing.as_ref().map_or(0, |f| f.flush_bytes(rs));
+        let pending = self.load.flush_bytes(rs) + flushing.map_or(0, |f| f.flush_bytes(rs));
         let pending = pending + pending / 64;
         free.saturating_sub(waste).saturating_sub(pending)
     }
@@ -233,18 +232,19 @@ impl Fs {
         let mut reclaimed = 0;
         loop {
             self.check_ok()?;
-            let mut st = self.lock();
-            if self.space_available(&st) < data.len() as u64 + self.record {
+            let mut st = self.lock_inos(&[ino]);
+            if self.space_available(st.flushing.as_deref()) < data.len() as u64 + self.record {
                 drop(st);
                 self.reclaim(reclaimed)?;
                 reclaimed += 1;
                 continue;
             }
             self.write_locked(&mut st, ino, off, data)?;
-            st.dirty.written += data.len() as u64;
-            let (dirty, written) = (st.dirty.bytes, st.dirty.written);
-            let whole = dirty - st.dirty.patched;
+            st.dirty(ino).written += data.len() as u64;
             drop(st);
+            let l = &self.load;
+            let (dirty, written) = (l.bytes(), l.written());
+            let whole = dirty.saturating_sub(l.patched());
             self.throttle(dirty, whole, written)?;
             return Ok(data.len() as u32);
         }
@@ -289,7 +289,7 @@ impl Fs {
         i.size = i.size.max(end);
         i.mtime = now;
         i.ctime = now;
-        st.dirty.put_inode(i);
+        st.put_inode(i);
         Ok(())
     }
 
@@ -307,26 +307,26 @@ impl Fs {
     ) -> Result<()> {
         let hi = lo + src.len();
         let mut buf = if lo == 0 && hi >= valid {
-            st.dirty.take_block(ino, blk);
-            st.dirty.take_patch(ino, blk);
+            st.dirty(ino).take_block(ino, blk);
+            st.dirty(ino).take_patch(ino, blk);
             Vec::with_capacity(hi)
-        } else if let Some(b) = st.dirty.take_block(ino, blk) {
+        } else if let Some(b) = st.dirty(ino).take_block(ino, blk) {
             Arc::try_unwrap(b).unwrap_or_else(|b| (*b).clone())
-        } else if st.dirty.has_patch(ino, blk) {
+        } else if st.dirty(ino).has_patch(ino, blk) {
             // Checked first: `block_state` would copy the patch.
-            st.dirty.put_patch(ino, blk, lo, src, valid);
+            st.dirty(ino).put_patch(ino, blk, lo, src, valid);
             return Ok(());
         } else {
             match self.block_state(st, ino, blk) {
                 BlockState::Committed | BlockState::Patch(..) => {
-                    st.dirty.put_patch(ino, blk, lo, src, valid);
+                    st.dirty(ino).put_patch(ino, blk, lo, src, valid);
                     return Ok(());
                 }
                 below => self.resolve(ino, blk, below)?,
             }
         };
         put_part(&mut buf, lo, src);
-        st.dirty.put_block(ino, blk, Arc::new(buf), lo, hi);
+        st.dirty(ino).put_block(ino, blk, Arc::new(buf), lo, hi);
         Ok(())
     }
 
@@ -349,7 +349,7 @@ impl Fs {
 
     pub(crate) fn truncate(&self, ino: u64, size: u64) -> Result<()> {
         let rs = self.record;
-        let mut st = self.lock();
+        let mut st = self.lock_inos(&[ino]);
         let i = self.inode(&st, ino)?;
         match i.kind {
             FileKind::File => {}
@@ -361,9 +361,10 @@ impl Fs {
             if tail != 0 {
                 let mut b = self.editable_block(&mut st, ino, size / rs)?;
                 b.truncate(tail);
-                st.dirty.put_block(ino, size / rs, Arc::new(b), tail, tail);
+                st.dirty(ino)
+                    .put_block(ino, size / rs, Arc::new(b), tail, tail);
             }
-            st.dirty.truncate_blocks(ino, size.div_ceil(rs));
+            st.dirty(ino).truncate_blocks(ino, size.div_ceil(rs));
         }
         self.set_size(&mut st, i, size);
         Ok(())
@@ -374,7 +375,7 @@ impl Fs {
         i.size = size;
         i.mtime = now;
         i.ctime = now;
-        st.dirty.put_inode(i);
+        st.put_inode(i);
     }
 
     pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: i32) -> Result<()> {
@@ -390,7 +391,7 @@ impl Fs {
         {
             return Err(FsError::NotSupported);
         }
-        let mut st = self.lock();
+        let mut st = self.lock_inos(&[ino]);
         let i = self.inode(&st, ino)?;
         if i.kind != FileKind::File {
             return Err(if i.kind == FileKind::Dir {
@@ -429,7 +430,7 @@ impl Fs {
                 let h = hi.min(b.len());
                 b[lo..h].fill(0);
             }
-            st.dirty.put_block(ino, blk, Arc::new(b), lo, hi);
+            st.dirty(ino).put_block(ino, blk, Arc::new(b), lo, hi);
         }
         Ok(())
     }
@@ -439,10 +440,11 @@ impl Fs {
         let (total, _) = self.pool.chunks.devices().slot_totals();
         let seg = self.pool.chunks.segment_size();
         let host = self.pool.chunks.devices().host_free_limit();
-        let st = self.lock();
-        let avail_bytes = self.space_available(&st).min(host.unwrap_or(u64::MAX));
+        let flushing = self.flushing.read().clone();
+        let avail_bytes = self
+            .space_available(flushing.as_deref())
+            .min(host.unwrap_or(u64::MAX));
         let avail = avail_bytes / bsize;
-        drop(st);
         let ffree = avail_bytes / crate::ops::inodes::BYTES_PER_INODE;
         Statfs {
             blocks: total * seg / bsize,

@@ -23,7 +23,7 @@ impl Fs {
         if c.is_some() {
             return Ok(());
         }
-        let balance = self.lock().live_delta;
+        let balance = self.live_delta().load(std::sync::atomic::Ordering::Relaxed);
         let mut n = 0u64;
         self.meta()?.for_each_live(|e| {
             if e.key.rtype() == Some(RecordType::Inode) {
@@ -41,7 +41,7 @@ impl Fs {
             tracing::debug!("counting inodes: {e}");
         }
         let base = *self.inode_count.0.lock();
-        let now = self.lock().live_delta;
+        let now = self.live_delta().load(std::sync::atomic::Ordering::Relaxed);
         let (n, then) = base.unwrap_or((0, 0));
         (n as i64 + now - then).max(1) as u64
     }

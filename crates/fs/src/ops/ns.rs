@@ -5,6 +5,7 @@
 use crate::error::{FsError, Result};
 use crate::types::{dirent_subkey, DirEnt, FileKind, Inode, Time};
 use crate::vfs::{check_name, Ctx, Fs, State};
+use std::sync::atomic::Ordering;
 
 /// Attribute changes of setattr; None leaves a field as it is.
 #[derive(Debug, Default, Clone)]
@@ -36,7 +37,7 @@ pub enum XattrMode {
 
 impl Fs {
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Inode> {
-        self.lookup_locked(&self.lock(), parent, name)
+        self.with_inos(&[parent], |st| self.lookup_locked(st, parent, name))
     }
 
     pub(crate) fn lookup_locked(&self, st: &State, parent: u64, name: &[u8]) -> Result<Inode> {
@@ -46,8 +47,7 @@ impl Fs {
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Inode> {
-        let st = self.lock();
-        self.inode(&st, ino)
+        self.inode(&self.lock_inos(&[ino]), ino)
     }
 
     pub fn setattr(&self, ino: u64, a: &SetAttr) -> Result<Inode> {
@@ -55,7 +55,7 @@ impl Fs {
         if let Some(size) = a.size {
             self.truncate(ino, size)?;
         }
-        let mut st = self.lock();
+        let mut st = self.lock_inos(&[ino]);
         let mut i = self.inode(&st, ino)?;
         let now = Self::now();
         if let Some(m) = a.mode {
@@ -76,7 +76,7 @@ impl Fs {
             i.mtime = t;
         }
         i.ctime = a.ctime.unwrap_or(now);
-        st.dirty.put_inode(i.clone());
+        st.put_inode(i.clone());
         Ok(i)
     }
 
@@ -84,19 +84,19 @@ impl Fs {
     /// CAP_FSETID does (FUSE_WRITE_KILL_SUIDGID; see `SetAttr::kill_setid`).
     pub fn kill_setid(&self, ino: u64) -> Result<()> {
         self.check_ok()?;
-        let mut st = self.lock();
+        let mut st = self.lock_inos(&[ino]);
         let mut i = self.inode(&st, ino)?;
         let perm = drop_setid(i.perm);
         if perm != i.perm && i.kind == FileKind::File {
             i.perm = perm;
             i.ctime = Self::now();
-            st.dirty.put_inode(i);
+            st.put_inode(i);
         }
         Ok(())
     }
 
     fn new_inode(
-        st: &mut State,
+        ino: u64,
         ctx: Ctx,
         parent: &Inode,
         kind: FileKind,
@@ -111,7 +111,7 @@ impl Fs {
             perm |= libc::S_ISGID as u16;
         }
         Inode {
-            ino: Self::alloc_ino(st),
+            ino,
             kind,
             perm,
             uid: ctx.uid,
@@ -139,29 +139,32 @@ impl Fs {
     ) -> Result<Inode> {
         self.check_ok()?;
         check_name(name)?;
-        let mut st = self.lock();
-        let mut p = self.dir_inode(&st, parent)?;
-        if p.nlink == 0 {
-            return Err(FsError::NotFound);
-        }
-        if self.dirent(&st, parent, name)?.is_some() {
-            return Err(FsError::Exists);
-        }
-        let i = Self::new_inode(&mut st, ctx, &p, kind, mode, rdev);
-        st.dirty.put_inode(i.clone());
-        self.inherit_nohistory(&mut st, parent, i.ino)?;
-        st.dirty.put_dirent(
-            parent,
-            dirent_subkey(name),
-            Some(DirEnt { ino: i.ino, kind }),
-        );
-        p.mtime = i.mtime;
-        p.ctime = i.mtime;
-        if kind == FileKind::Dir {
-            p.nlink += 1;
-        }
-        st.dirty.put_inode(p);
-        Ok(i)
+        let ino = self.alloc_ino();
+        self.with_inos(&[parent, ino], |st| {
+            let mut p = self.dir_inode(st, parent)?;
+            if p.nlink == 0 {
+                return Err(FsError::NotFound);
+            }
+            if self.dirent(st, parent, name)?.is_some() {
+                return Err(FsError::Exists);
+            }
+            self.inherit_nohistory(st, parent, ino)?;
+            let i = Self::new_inode(ino, ctx, &p, kind, mode, rdev);
+            st.put_inode(i.clone());
+            st.dirty(parent).put_dirent(
+                parent,
+                dirent_subkey(name),
+                Some(DirEnt { ino: i.ino, kind }),
+            );
+            p.mtime = i.mtime;
+            p.ctime = i.mtime;
+            if kind == FileKind::Dir {
+                p.nlink += 1;
+            }
+            st.put_inode(p);
+            self.live_delta().fetch_add(1, Ordering::Relaxed);
+            Ok(i)
+        })
     }
 
     pub fn mknod(&self, ctx: Ctx, parent: u64, name: &[u8], mode: u32, rdev: u32) -> Result<Inode> {
@@ -179,7 +182,8 @@ impl Fs {
     /// Creates and opens a regular file.
     pub fn create(&self, ctx: Ctx, parent: u64, name: &[u8], mode: u32) -> Result<Inode> {
         let i = self.create_node(ctx, parent, name, FileKind::File, mode, 0)?;
-        *self.lock().open.entry(i.ino).or_insert(0) += 1;
+        let mut st = self.lock_inos(&[i.ino]);
+        *st.sh_mut(i.ino).open.entry(i.ino).or_insert(0) += 1;
         Ok(i)
     }
 
@@ -192,15 +196,15 @@ impl Fs {
             });
         }
         let mut i = self.create_node(ctx, parent, name, FileKind::Symlink, 0o777, 0)?;
-        let mut st = self.lock();
+        let mut st = self.lock_inos(&[i.ino]);
         i.size = target.len() as u64;
-        st.dirty.put_inode(i.clone());
-        st.dirty.put_symlink(i.ino, target.to_vec());
+        st.put_inode(i.clone());
+        st.dirty(i.ino).put_symlink(i.ino, target.to_vec());
         Ok(i)
     }
 
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
-        let st = self.lock();
+        let st = self.lock_inos(&[ino]);
         if self.inode(&st, ino)?.kind != FileKind::Symlink {
             return Err(FsError::Invalid);
         }
@@ -210,37 +214,40 @@ impl Fs {
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Inode> {
         self.check_ok()?;
         check_name(name)?;
-        let mut st = self.lock();
-        let mut i = self.inode(&st, ino)?;
+        self.with_inos(&[ino, parent], |st| self.link_locked(st, ino, parent, name))
+    }
+
+    fn link_locked(&self, st: &mut State, ino: u64, parent: u64, name: &[u8]) -> Result<Inode> {
+        let mut i = self.inode(st, ino)?;
         if i.kind == FileKind::Dir {
             return Err(FsError::NotPermitted);
         }
         if i.nlink >= 65000 {
             return Err(FsError::TooManyLinks);
         }
-        let mut p = self.dir_inode(&st, parent)?;
+        let mut p = self.dir_inode(st, parent)?;
         if p.nlink == 0 {
             return Err(FsError::NotFound);
         }
-        if self.dirent(&st, parent, name)?.is_some() {
+        if self.dirent(st, parent, name)?.is_some() {
             return Err(FsError::Exists);
         }
         let now = Self::now();
         if i.nlink == 0 {
-            st.unlinked.remove(&ino);
-            st.dirty.set_orphan(ino, false);
+            st.sh_mut(ino).unlinked.remove(&ino);
+            st.dirty(ino).set_orphan(ino, false);
         }
         i.nlink += 1;
         i.ctime = now;
         p.mtime = now;
         p.ctime = now;
-        st.dirty.put_dirent(
+        st.dirty(parent).put_dirent(
             parent,
             dirent_subkey(name),
             Some(DirEnt { ino, kind: i.kind }),
         );
-        st.dirty.put_inode(i.clone());
-        st.dirty.put_inode(p);
+        st.put_inode(i.clone());
+        st.put_inode(p);
         Ok(i)
     }
 
@@ -254,14 +261,14 @@ impl Fs {
         };
         i.ctime = now;
         if i.nlink > 0 {
-            st.dirty.put_inode(i);
+            st.put_inode(i);
         } else if Self::referenced(st, i.ino) {
-            st.unlinked.insert(i.ino);
-            st.dirty.set_orphan(i.ino, true);
-            st.dirty.put_inode(i);
+            st.sh_mut(i.ino).unlinked.insert(i.ino);
+            st.dirty(i.ino).set_orphan(i.ino, true);
+            st.put_inode(i);
         } else {
-            st.dirty.delete_inode(i.ino);
-            st.live_delta -= 1;
+            st.dirty(i.ino).delete_inode(i.ino);
+            self.live_delta().fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -281,25 +288,29 @@ impl Fs {
 
     fn remove_entry(&self, parent: u64, name: &[u8], dir: bool) -> Result<()> {
         self.check_ok()?;
-        let mut st = self.lock();
-        let mut p = self.dir_inode(&st, parent)?;
-        let e = self.dirent(&st, parent, name)?.ok_or(FsError::NotFound)?;
-        let i = self.inode(&st, e.ino)?;
+        self.with_inos(&[parent], |st| self.remove_locked(st, parent, name, dir))
+    }
+
+    fn remove_locked(&self, st: &mut State, parent: u64, name: &[u8], dir: bool) -> Result<()> {
+        let mut p = self.dir_inode(st, parent)?;
+        let e = self.dirent(st, parent, name)?.ok_or(FsError::NotFound)?;
+        let i = self.inode(st, e.ino)?;
         match (dir, i.kind == FileKind::Dir) {
             (true, false) => return Err(FsError::NotDir),
             (false, true) => return Err(FsError::IsDir),
-            (true, true) if !self.dir_is_empty(&st, i.ino)? => return Err(FsError::NotEmpty),
+            (true, true) if !self.dir_is_empty(st, i.ino)? => return Err(FsError::NotEmpty),
             _ => {}
         }
         let now = Self::now();
-        st.dirty.put_dirent(parent, dirent_subkey(name), None);
+        st.dirty(parent)
+            .put_dirent(parent, dirent_subkey(name), None);
         if dir {
             p.nlink -= 1;
         }
         p.mtime = now;
         p.ctime = now;
-        st.dirty.put_inode(p);
-        self.drop_link(&mut st, i, now);
+        st.put_inode(p);
+        self.drop_link(st, i, now);
         Ok(())
     }
 
@@ -326,14 +337,29 @@ impl Fs {
         if flags.noreplace && flags.exchange {
             return Err(FsError::Invalid);
         }
-        let mut st = self.lock();
-        let st = &mut *st;
+        self.with_inos(&[p1, p2], |st| self.rename_locked(st, p1, n1, p2, n2, flags))
+    }
+
+    fn rename_locked(
+        &self,
+        st: &mut State,
+        p1: u64,
+        n1: &[u8],
+        p2: u64,
+        n2: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
         self.dir_inode(st, p1)?;
         if self.dir_inode(st, p2)?.nlink == 0 {
             return Err(FsError::NotFound);
         }
         let src = self.dirent(st, p1, n1)?.ok_or(FsError::NotFound)?;
         let dst = self.dirent(st, p2, n2)?;
+        // Every inode the rename changes, before it changes anything.
+        st.need(src.ino)?;
+        if let Some(d) = dst {
+            st.need(d.ino)?;
+        }
         if src.kind == FileKind::Dir && p1 != p2 && self.is_ancestor(st, src.ino, p2)? {
             return Err(FsError::Invalid);
         }
@@ -361,7 +387,7 @@ impl Fs {
             if di.kind == FileKind::Dir {
                 let mut pp = self.inode(st, p2)?;
                 pp.nlink -= 1;
-                st.dirty.put_inode(pp);
+                st.put_inode(pp);
             }
             self.drop_link(st, di, Self::now());
         }
@@ -378,29 +404,29 @@ impl Fs {
         src: DirEnt,
     ) -> Result<()> {
         let now = Self::now();
-        st.dirty.put_dirent(p1, dirent_subkey(n1), None);
-        st.dirty.put_dirent(p2, dirent_subkey(n2), Some(src));
+        st.dirty(p1).put_dirent(p1, dirent_subkey(n1), None);
+        st.dirty(p2).put_dirent(p2, dirent_subkey(n2), Some(src));
         let mut i = self.inode(st, src.ino)?;
         i.ctime = now;
         let is_dir = i.kind == FileKind::Dir;
         if is_dir {
             i.parent = p2;
         }
-        st.dirty.put_inode(i);
+        st.put_inode(i);
         let mut a = self.inode(st, p1)?;
         a.mtime = now;
         a.ctime = now;
         if is_dir && p1 != p2 {
             a.nlink -= 1;
         }
-        st.dirty.put_inode(a);
+        st.put_inode(a);
         let mut b = self.inode(st, p2)?;
         b.mtime = now;
         b.ctime = now;
         if is_dir && p1 != p2 {
             b.nlink += 1;
         }
-        st.dirty.put_inode(b);
+        st.put_inode(b);
         Ok(())
     }
 
@@ -411,15 +437,15 @@ impl Fs {
         b: (u64, &[u8], DirEnt),
     ) -> Result<()> {
         let now = Self::now();
-        st.dirty.put_dirent(a.0, dirent_subkey(a.1), Some(b.2));
-        st.dirty.put_dirent(b.0, dirent_subkey(b.1), Some(a.2));
+        st.dirty(a.0).put_dirent(a.0, dirent_subkey(a.1), Some(b.2));
+        st.dirty(b.0).put_dirent(b.0, dirent_subkey(b.1), Some(a.2));
         for (ent, new_parent) in [(a.2, b.0), (b.2, a.0)] {
             let mut i = self.inode(st, ent.ino)?;
             i.ctime = now;
             if i.kind == FileKind::Dir {
                 i.parent = new_parent;
             }
-            st.dirty.put_inode(i);
+            st.put_inode(i);
         }
         if a.0 != b.0 {
             let delta = (a.2.kind == FileKind::Dir) as i64 - (b.2.kind == FileKind::Dir) as i64;
@@ -428,13 +454,13 @@ impl Fs {
                 pi.nlink = (pi.nlink as i64 + d) as u32;
                 pi.mtime = now;
                 pi.ctime = now;
-                st.dirty.put_inode(pi);
+                st.put_inode(pi);
             }
         } else {
             let mut pi = self.inode(st, a.0)?;
             pi.mtime = now;
             pi.ctime = now;
-            st.dirty.put_inode(pi);
+            st.put_inode(pi);
         }
         Ok(())
     }
@@ -459,7 +485,7 @@ impl Fs {
             // would show an ACL whose rights the kernel never applies.
             return Err(FsError::NotSupported);
         }
-        let mut st = self.lock();
+        let mut st = self.lock_inos(&[ino]);
         let mut i = self.inode(&st, ino)?;
         let exists = self.xattr(&st, ino, name)?.is_some();
         match mode {
@@ -467,21 +493,22 @@ impl Fs {
             XattrMode::Replace if !exists => return Err(FsError::NoAttr),
             _ => {}
         }
-        st.dirty.put_xattr(ino, name.to_vec(), Some(value.to_vec()));
+        st.dirty(ino)
+            .put_xattr(ino, name.to_vec(), Some(value.to_vec()));
         i.ctime = Self::now();
-        st.dirty.put_inode(i);
+        st.put_inode(i);
         Ok(())
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
-        let st = self.lock();
+        let st = self.lock_inos(&[ino]);
         self.inode(&st, ino)?;
         self.xattr(&st, ino, name)?.ok_or(FsError::NoAttr)
     }
 
     /// Names, each followed by a NUL, as listxattr(2) returns them.
     pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
-        let st = self.lock();
+        let st = self.lock_inos(&[ino]);
         self.inode(&st, ino)?;
         let mut out = Vec::new();
         for n in self.xattr_names(&st, ino)? {
@@ -493,14 +520,14 @@ impl Fs {
 
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
         self.check_ok()?;
-        let mut st = self.lock();
+        let mut st = self.lock_inos(&[ino]);
         let mut i = self.inode(&st, ino)?;
         if self.xattr(&st, ino, name)?.is_none() {
             return Err(FsError::NoAttr);
         }
-        st.dirty.put_xattr(ino, name.to_vec(), None);
+        st.dirty(ino).put_xattr(ino, name.to_vec(), None);
         i.ctime = Self::now();
-        st.dirty.put_inode(i);
+        st.put_inode(i);
         Ok(())
     }
 }

@@ -23,6 +23,7 @@ pub struct DirEntry {
 impl Fs {
     /// Up to `max` entries with a name hash above `after`.
     fn entries_after(&self, st: &State, dir: u64, after: u64, max: usize) -> Result<Vec<DirEntry>> {
+        st.need(dir)?;
         let prefix = ElemKey::prefix(dir, RecordType::DirEntry);
         let from = ElemKey::new(dir, RecordType::DirEntry, &(after + 1).to_be_bytes());
         let mut limit = max + 8;
@@ -37,7 +38,7 @@ impl Fs {
                 merged.insert(e.key.sub().to_vec(), Some(DirEnt::decode(&e.payload)?));
             }
             let lo = (after + 1).to_be_bytes().to_vec();
-            let overlays: [Option<&Overlay>; 2] = [st.flushing.as_deref(), Some(&st.dirty)];
+            let overlays: [Option<&Overlay>; 2] = [st.flushing.as_deref(), Some(st.dirty_of(dir))];
             for o in overlays.into_iter().flatten() {
                 if let Some(m) = o.dirents.get(&dir) {
                     for (k, v) in m.range(lo.clone()..) {
@@ -76,7 +77,7 @@ impl Fs {
 
     /// Lists a directory from a cookie (0 = start), with "." and "..".
     pub fn readdir(&self, dir: u64, cookie: u64, max: usize) -> Result<Vec<DirEntry>> {
-        let st = self.lock();
+        let st = self.lock_inos(&[dir]);
         let d = self.dir_inode(&st, dir)?;
         let mut out = dot_entries(dir, d.parent, cookie);
         let rest = max.saturating_sub(out.len()).max(1);

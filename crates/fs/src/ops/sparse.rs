@@ -83,9 +83,9 @@ fn layer(o: &Overlay, ino: u64) -> (BTreeMap<u64, bool>, Option<u64>) {
 impl Fs {
     /// The overlays' view of a file's blocks plus its size and kind.
     fn overlay_view(&self, ino: u64) -> Result<(OverlayView, u64, FileKind)> {
-        let st = self.lock();
+        let st = self.lock_inos(&[ino]);
         let i = self.inode(&st, ino)?;
-        let mut layers = vec![layer(&st.dirty, ino)];
+        let mut layers = vec![layer(st.dirty_of(ino), ino)];
         if let Some(f) = st.flushing.as_deref() {
             layers.push(layer(f, ino));
         }
@@ -185,7 +185,7 @@ impl Fs {
 
     fn try_stored_blocks(&self, ino: u64) -> Result<u64> {
         let (buffered, trunc, tid, size, kind, r) = {
-            let st = self.lock();
+            let st = self.lock_inos(&[ino]);
             let i = self.inode(&st, ino)?;
             // The shared namespace view: a chunk's stored length does not
             // change when reblock or GC moves it, and the view is dropped
@@ -196,7 +196,7 @@ impl Fs {
                 .map_or(0, |e| e.create_tid);
             let mut buffered: BTreeMap<u64, u64> = BTreeMap::new();
             let mut trunc: Option<u64> = None;
-            for o in st.flushing.as_deref().into_iter().chain([&st.dirty]) {
+            for o in st.flushing.as_deref().into_iter().chain([st.dirty_of(ino)]) {
                 if let Some(&t) = o.truncs.get(&ino) {
                     trunc = Some(trunc.map_or(t, |x: u64| x.min(t)));
                     buffered.retain(|&b, _| b < t);

@@ -73,22 +73,24 @@ impl Fs {
         self.check_ok()?;
         let mut last_tid = self.flush_guard();
         let (ov, next_ino) = {
-            let mut st = self.lock();
-            if st.dirty.is_empty() && !prune_all {
+            // Every shard: a consistent cut of all changes.
+            let mut st = self.lock_all();
+            if st.shards().all(|s| s.dirty.is_empty()) && !prune_all {
                 return Ok(());
             }
-            let ov = Arc::new(std::mem::take(&mut st.dirty));
-            st.flushing = Some(ov.clone());
-            (ov, st.next_ino)
+            let parts = st.shards_mut().map(|s| std::mem::take(&mut s.dirty));
+            let ov = Arc::new(Overlay::merge_disjoint(parts.collect::<Vec<_>>()));
+            *self.flushing.write() = Some(ov.clone());
+            (ov, self.next_ino())
         };
         let tid = *last_tid + 1;
         match self.commit(&ov, tid, next_ino, prune_all) {
             Ok(freed) => {
                 *last_tid = tid;
                 self.retire_intent(tid);
-                let mut st = self.lock();
+                let st = self.lock_all();
                 self.drop_ns_meta();
-                st.flushing = None;
+                *self.flushing.write() = None;
                 drop(st);
                 self.pool.chunks.release_slots(&freed)?;
                 self.reserve.recover();
@@ -130,11 +132,16 @@ impl Fs {
     /// is opened again if its file write failed (redb fails such a handle
     /// from then on). The next flush tries again.
     fn keep_uncommitted(&self, ov: Arc<Overlay>, meta_failed: bool) -> Result<()> {
-        let mut st = self.lock();
-        let flushing = st.flushing.take().expect("the failed overlay is flushing");
+        let mut st = self.lock_all();
+        let flushing = self.flushing.write().take();
+        let flushing = flushing.expect("the failed overlay is flushing");
+        st.flushing = None;
         drop(ov);
         let older = Arc::try_unwrap(flushing).unwrap_or_else(|shared| (*shared).clone());
-        st.dirty.absorb_older(older);
+        let parts = older.split(crate::state::SHARDS, crate::state::shard_of);
+        for (sh, part) in st.shards_mut().zip(parts) {
+            sh.dirty.absorb_older(part);
+        }
         drop(st);
         self.drop_ns_meta();
         if meta_failed {

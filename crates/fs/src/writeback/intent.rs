@@ -45,19 +45,31 @@ impl Fs {
         // not committed is in `dirty`, and none can start meanwhile.
         let last = self.flush_guard();
         let (payload, next_ino) = {
-            let mut st = self.lock();
-            if st.dirty.unlogged.is_empty() {
+            // Every shard: the record is a consistent cut of all changes.
+            let mut st = self.lock_all();
+            if st.shards().all(|s| s.dirty.unlogged.is_empty()) {
                 return Ok(());
             }
             // Large changes, or a host filesystem without room for the
             // metadata of the commit that must follow: a flush (which
             // spends the reserve or answers ENOSPC, see `flush.rs`).
-            if st.dirty.unlogged.bytes > MAX_RECORD_DATA || !self.commit_fits(&st.dirty) {
+            let bytes: u64 = st.shards().map(|s| s.dirty.unlogged.bytes).sum();
+            let changes = st
+                .shards()
+                .map(|s| crate::writeback::flush::change_count(&s.dirty))
+                .sum();
+            if bytes > MAX_RECORD_DATA || !self.commit_fits(changes) {
                 drop(st);
                 drop(last);
                 return self.flush();
             }
-            (encode_record(&mut st.dirty), st.next_ino)
+            let mut payload = Vec::new();
+            for sh in st.shards_mut() {
+                if !sh.dirty.unlogged.is_empty() {
+                    payload.extend(encode_record(&mut sh.dirty));
+                }
+            }
+            (payload, self.next_ino())
         };
         let r = log.lock().append(*last, next_ino, &payload);
         match r {
@@ -73,11 +85,10 @@ impl Fs {
     }
 
     /// Whether the host filesystem has room for the metadata of committing
-    /// `ov`: the room is allocated now, for the flush that follows.
-    fn commit_fits(&self, ov: &Overlay) -> bool {
-        let need = self
-            .reserve
-            .headroom(crate::writeback::flush::change_count(ov));
+    /// `changes` elements: the room is allocated now, for the flush that
+    /// follows.
+    fn commit_fits(&self, changes: u64) -> bool {
+        let need = self.reserve.headroom(changes);
         !matches!(
             self.pool.meta.ensure_headroom(need),
             Err(cairn_meta::MetaError::NoRoom(_))
@@ -93,9 +104,9 @@ impl Fs {
         match LogFile::open(&path, self.pool.sb.uuid, last) {
             Ok((log, recs)) => {
                 self.intent = Some(parking_lot::Mutex::new(log));
-                let st = self.st.get_mut();
+                let next = self.next_ino.get_mut();
                 for (h, _) in &recs {
-                    st.next_ino = st.next_ino.max(h.next_ino);
+                    *next = (*next).max(h.next_ino);
                 }
                 Ok(recs.into_iter().map(|(_, p)| p).collect())
             }
@@ -108,7 +119,7 @@ impl Fs {
 
     /// Applies intent records (in order) to the dirty overlay.
     pub(crate) fn replay_intent(&self, records: &[Vec<u8>]) -> Result<()> {
-        let mut st = self.lock();
+        let mut st = self.lock_all();
         for rec in records {
             self.apply_record(&mut st, rec)?;
         }
@@ -134,34 +145,34 @@ impl Fs {
             match r.u8()? {
                 T_DELETE => {
                     let ino = r.u64()?;
-                    st.dirty.delete_inode(ino);
+                    st.dirty(ino).delete_inode(ino);
                 }
                 T_TRUNC => {
                     let (ino, first) = (r.u64()?, r.u64()?);
-                    st.dirty.truncate_blocks(ino, first);
+                    st.dirty(ino).truncate_blocks(ino, first);
                 }
                 T_INODE => {
                     let ino = r.u64()?;
                     let i = Inode::decode(ino, r.bytes()?)?;
-                    st.dirty.put_inode(i);
+                    st.put_inode(i);
                 }
                 T_DIRENT => {
                     let (dir, sk) = (r.u64()?, r.bytes()?.to_vec());
                     let ent = r.opt_bytes()?.map(DirEnt::decode).transpose()?;
-                    st.dirty.put_dirent(dir, sk, ent);
+                    st.dirty(dir).put_dirent(dir, sk, ent);
                 }
                 T_SYMLINK => {
                     let ino = r.u64()?;
-                    st.dirty.put_symlink(ino, r.bytes()?.to_vec());
+                    st.dirty(ino).put_symlink(ino, r.bytes()?.to_vec());
                 }
                 T_XATTR => {
                     let (ino, name) = (r.u64()?, r.bytes()?.to_vec());
                     let v = r.opt_bytes()?.map(<[u8]>::to_vec);
-                    st.dirty.put_xattr(ino, name, v);
+                    st.dirty(ino).put_xattr(ino, name, v);
                 }
                 T_ORPHAN => {
                     let (ino, open) = (r.u64()?, r.u8()? != 0);
-                    st.dirty.set_orphan(ino, open);
+                    st.dirty(ino).set_orphan(ino, open);
                 }
                 T_BLOCK => {
                     let (ino, blk) = (r.u64()?, r.u64()?);
@@ -200,7 +211,7 @@ impl Fs {
         let mut buf = self.editable_block(st, ino, blk)?;
         buf.resize(len, 0);
         buf[lo..lo + bytes.len()].copy_from_slice(bytes);
-        st.dirty
+        st.dirty(ino)
             .put_block(ino, blk, Arc::new(buf), lo, lo + bytes.len());
         Ok(())
     }

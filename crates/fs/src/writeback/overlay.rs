@@ -391,3 +391,134 @@ fn merge_maps<V>(
         }
     }
 }
+
+/// Overlays of disjoint inode sets (the state's shards, `state.rs`) as one
+/// and back: a flush commits the union of all shards, and a commit that
+/// failed goes back to the shards it came from.
+impl Overlay {
+    /// The union of overlays that touch disjoint inodes.
+    pub fn merge_disjoint(parts: impl IntoIterator<Item = Overlay>) -> Overlay {
+        let mut m = Overlay::default();
+        for p in parts {
+            m.inodes.extend(p.inodes);
+            m.dirents.extend(p.dirents);
+            m.blocks.extend(p.blocks);
+            m.patches.extend(p.patches);
+            m.truncs.extend(p.truncs);
+            m.symlinks.extend(p.symlinks);
+            m.xattrs.extend(p.xattrs);
+            m.orphans_add.extend(p.orphans_add);
+            m.orphans_del.extend(p.orphans_del);
+            m.bytes += p.bytes;
+            m.patched += p.patched;
+            m.patch_count += p.patch_count;
+            m.written += p.written;
+            m.changed |= p.changed;
+            m.unlogged.merge(p.unlogged);
+        }
+        m
+    }
+
+    /// This overlay cut in `n` by the shard `shard(ino)` of each inode (the
+    /// counters recomputed per part; `written` and `changed` go to part 0,
+    /// which matters only for throttling).
+    pub fn split(self, n: usize, shard: impl Fn(u64) -> usize) -> Vec<Overlay> {
+        let mut parts: Vec<Overlay> = (0..n).map(|_| Overlay::default()).collect();
+        for (ino, v) in self.inodes {
+            parts[shard(ino)].inodes.insert(ino, v);
+        }
+        for (ino, v) in self.dirents {
+            parts[shard(ino)].dirents.insert(ino, v);
+        }
+        for (ino, v) in self.blocks {
+            let p = &mut parts[shard(ino)];
+            p.bytes += v.values().map(|b| b.len() as u64).sum::<u64>();
+            p.blocks.insert(ino, v);
+        }
+        for (ino, v) in self.patches {
+            let p = &mut parts[shard(ino)];
+            let bytes: u64 = v.values().map(|x| x.bytes() as u64).sum();
+            p.bytes += bytes;
+            p.patched += bytes;
+            p.patch_count += v.len() as u64;
+            p.patches.insert(ino, v);
+        }
+        for (ino, v) in self.truncs {
+            parts[shard(ino)].truncs.insert(ino, v);
+        }
+        for (ino, v) in self.symlinks {
+            parts[shard(ino)].symlinks.insert(ino, v);
+        }
+        for (ino, v) in self.xattrs {
+            parts[shard(ino)].xattrs.insert(ino, v);
+        }
+        for ino in self.orphans_add {
+            parts[shard(ino)].orphans_add.insert(ino);
+        }
+        for ino in self.orphans_del {
+            parts[shard(ino)].orphans_del.insert(ino);
+        }
+        for (k, u) in self.unlogged.split(n, &shard).into_iter().enumerate() {
+            let p = &mut parts[k];
+            p.unlogged = u;
+            p.changed = self.changed && (p.holds_any() || !p.unlogged.is_empty());
+        }
+        parts[0].written = self.written;
+        parts
+    }
+}
+
+impl Overlay {
+    fn holds_any(&self) -> bool {
+        !(self.inodes.is_empty()
+            && self.dirents.is_empty()
+            && self.blocks.is_empty()
+            && self.patches.is_empty()
+            && self.truncs.is_empty()
+            && self.symlinks.is_empty()
+            && self.xattrs.is_empty()
+            && self.orphans_add.is_empty()
+            && self.orphans_del.is_empty())
+    }
+}
+
+impl Unlogged {
+    fn merge(&mut self, o: Unlogged) {
+        self.inodes.extend(o.inodes);
+        self.dirents.extend(o.dirents);
+        self.symlinks.extend(o.symlinks);
+        self.xattrs.extend(o.xattrs);
+        self.orphans.extend(o.orphans);
+        self.truncs.extend(o.truncs);
+        self.blocks.extend(o.blocks);
+        self.bytes += o.bytes;
+    }
+
+    fn split(self, n: usize, shard: &impl Fn(u64) -> usize) -> Vec<Unlogged> {
+        let mut parts: Vec<Unlogged> = (0..n).map(|_| Unlogged::default()).collect();
+        for ino in self.inodes {
+            parts[shard(ino)].inodes.insert(ino);
+        }
+        for k in self.dirents {
+            parts[shard(k.0)].dirents.insert(k);
+        }
+        for ino in self.symlinks {
+            parts[shard(ino)].symlinks.insert(ino);
+        }
+        for k in self.xattrs {
+            parts[shard(k.0)].xattrs.insert(k);
+        }
+        for ino in self.orphans {
+            parts[shard(ino)].orphans.insert(ino);
+        }
+        for t in self.truncs {
+            parts[shard(t.0)].truncs.push(t);
+        }
+        for (k, r) in self.blocks {
+            let p = &mut parts[shard(k.0)];
+            p.bytes += (r.1 - r.0) as u64;
+            p.blocks.insert(k, r);
+        }
+        parts
+    }
+}
