@@ -4,6 +4,12 @@
 //! device slot) is the only way to find a segment, so a segment can move by
 //! changing one entry. Chunk and segment records are encoded here; the
 //! filesystem layer stores them in the metadata store.
+//!
+//! Modules form layers, bottom to top; each refers only to modules below
+//! it (tests/layering.rs checks this):
+//! aligned, compress, error -> chunk -> records -> heat, cache, wpipe ->
+//! open_segment -> segments -> writer -> readahead -> store -> read,
+//! relocate.
 
 mod aligned;
 pub mod cache;
@@ -11,10 +17,12 @@ pub mod chunk;
 pub mod compress;
 pub mod error;
 pub mod heat;
+mod open_segment;
 pub mod read;
 pub mod readahead;
 pub mod records;
 pub mod relocate;
+mod segments;
 pub mod store;
 mod wpipe;
 pub mod writer;

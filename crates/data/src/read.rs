@@ -4,15 +4,17 @@
 //! slower tier or a hard disk is looked up in the RAM cache, then the SSD
 //! cache (if its home is slower than the cache device), then read from home
 //! and offered to both; from a hard disk, a read that continues a
-//! sequential stream fetches the chunks after it too (`readahead.rs`).
+//! sequential stream fetches the chunks after it too (planned by
+//! `readahead.rs`, read here: `read_sealed_ahead`).
 //! Verification, scrub and moves use the plain reads of store.rs, which
 //! bypass all of this.
 
 use crate::aligned::AlignedBuf;
 use crate::chunk::{unseal, verify_split, CHUNK_HEADER_LEN};
 use crate::error::Result;
-use crate::records::ChunkRec;
-use crate::store::{corrupt, ChunkStore};
+use crate::readahead::{chunks_in, Plan, Readahead};
+use crate::records::{corrupt, ChunkRec};
+use crate::store::ChunkStore;
 use cairn_devices::{DeviceClass, SsdCache, DIRECT_ALIGN};
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -63,8 +65,8 @@ impl ChunkStore {
         }
         let mut heads = vec![[0u8; CHUNK_HEADER_LEN]; run.len()];
         {
-            let _gate = self.io_gate.read();
-            let (dev, at) = self.locate(&run[0].0)?;
+            let _gate = self.segs.io_gate.read();
+            let (dev, at) = self.segs.locate(&run[0].0)?;
             let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(run.len() * 2);
             for (h, (_, dst)) in heads.iter_mut().zip(run.iter_mut()) {
                 bufs.push(h);
@@ -99,8 +101,8 @@ impl ChunkStore {
         }
         let total: usize = run.iter().map(|(r, _)| r.len as usize).sum();
         BOUNCE.with_borrow_mut(|bounce| {
-            let _gate = self.io_gate.read();
-            let (dev, at) = self.locate(&run[0].0)?;
+            let _gate = self.segs.io_gate.read();
+            let (dev, at) = self.segs.locate(&run[0].0)?;
             let start = at - at % DIRECT_ALIGN as u64;
             let skip = (at - start) as usize;
             let len = (skip + total).next_multiple_of(DIRECT_ALIGN);
@@ -160,7 +162,7 @@ impl ChunkStore {
         let Some(rank) = self.home_rank(rec) else {
             return false;
         };
-        let fastest = self.devices.fastest_tier_rank().unwrap_or(0);
+        let fastest = self.segs.devices.fastest_tier_rank().unwrap_or(0);
         (ram && (rank > fastest || rank == DeviceClass::Hdd.rank()))
             || ssd.is_some_and(|c| rank > c)
     }
@@ -168,7 +170,8 @@ impl ChunkStore {
     /// Class rank of the device a chunk lives on.
     fn home_rank(&self, rec: &ChunkRec) -> Option<u8> {
         let seg = self.segment(rec.segment)?;
-        self.devices
+        self.segs
+            .devices
             .device(seg.device)
             .ok()
             .map(|d| d.class().rank())
@@ -215,18 +218,96 @@ impl ChunkStore {
         };
         let ahead = match home == Some(DeviceClass::Hdd.rank()) {
             true => self.read_sealed_ahead(rec, &offer)?,
-            false => Some(self.read_sealed(rec)?),
+            false => Some(self.segs.read_sealed(rec)?),
         };
         let sealed = match ahead {
             Some(sealed) => sealed,
             None => match self.in_ram(rec) {
                 Some(raw) => return Ok(raw),
-                None => self.read_sealed(rec)?,
+                None => self.segs.read_sealed(rec)?,
             },
         };
         let raw = unseal(&sealed, &rec.hash, false).map_err(|why| corrupt(rec, why))?;
         offer(rec, &sealed);
         Ok(raw.into())
+    }
+}
+
+/// Read-ahead from hard disks (the planner is `readahead.rs`).
+impl ChunkStore {
+    /// Sets the read-ahead window for sequential reads from hard disks.
+    pub fn set_readahead(&self, bytes: u32) {
+        *self.readahead.write() = Arc::new(Readahead::new(bytes));
+    }
+
+    /// Reads `rec` from a hard disk home, with the chunks after it when it
+    /// continues a sequential stream (see readahead.rs). Returns the
+    /// sealed chunk of `rec`, unverified (the caller verifies it against
+    /// the record); the others are in the RAM cache and offered to `offer`.
+    /// None: a window that covered `rec` was just read by another thread;
+    /// look in the RAM cache again.
+    pub(crate) fn read_sealed_ahead(
+        &self,
+        rec: &ChunkRec,
+        offer: &dyn Fn(&ChunkRec, &[u8]),
+    ) -> Result<Option<Vec<u8>>> {
+        let ra = self.readahead.read().clone();
+        if self.ram_cache.read().is_none() {
+            return self.segs.read_sealed(rec).map(Some);
+        }
+        let window = match ra.plan(rec) {
+            Plan::Single => return self.segs.read_sealed(rec).map(Some),
+            Plan::Wait => {
+                ra.wait(rec.segment);
+                return Ok(None);
+            }
+            Plan::Window(w) => w,
+        };
+        let got = self.read_window(rec, window, offer);
+        let end = got.as_ref().map_or(rec.offset, |(_, end)| *end);
+        ra.done(rec.segment, end);
+        got.map(|(sealed, _)| Some(sealed))
+    }
+
+    /// Reads up to `window` bytes of `rec`'s segment from `rec` on, caches
+    /// and offers the chunks after it; returns `rec`'s sealed bytes and
+    /// where the last whole chunk read ends.
+    fn read_window(
+        &self,
+        rec: &ChunkRec,
+        window: u32,
+        offer: &dyn Fn(&ChunkRec, &[u8]),
+    ) -> Result<(Vec<u8>, u32)> {
+        let used = self.segment(rec.segment).map_or(0, |s| s.used);
+        let len = window.min(used.saturating_sub(rec.offset)).max(rec.len);
+        let mut buf = vec![0u8; len as usize];
+        {
+            let _gate = self.segs.io_gate.read();
+            let (dev, at) = self.segs.locate(rec)?;
+            dev.read_at(&mut buf, at)?;
+        }
+        let mut end = rec.offset + rec.len;
+        for (pos, h) in chunks_in(&buf).into_iter().skip(1) {
+            let sealed = &buf[pos..pos + CHUNK_HEADER_LEN + h.stored_len as usize];
+            let Ok(raw) = unseal(sealed, &h.hash, false) else {
+                break;
+            };
+            let next = ChunkRec {
+                offset: rec.offset + pos as u32,
+                len: sealed.len() as u32,
+                raw_len: h.raw_len,
+                hash: h.hash,
+                sums: Vec::new(),
+                ..rec.clone()
+            };
+            if let Some(c) = self.ram_cache.read().as_ref() {
+                c.insert((next.segment, next.offset), h.hash, raw.into());
+            }
+            offer(&next, sealed);
+            end = next.offset + next.len;
+        }
+        buf.truncate(rec.len as usize);
+        Ok((buf, end))
     }
 }
 
@@ -318,5 +399,93 @@ mod tests {
         }
         assert!(s.read_block(&r).is_err(), "the whole chunk fails too");
         assert!(part(&s, &r, 60000, 6000).is_err(), "beyond the chunk");
+    }
+}
+
+#[cfg(test)]
+mod readahead_tests {
+    use crate::chunk::hash_block;
+    use crate::compress::Compression;
+    use crate::records::ChunkRec;
+    use crate::ChunkStore;
+    use cairn_devices::{Device, DeviceClass, DeviceSet, DeviceSpec};
+    use std::sync::Arc;
+
+    /// A store on one hard disk (4 MiB segments) with a RAM cache and
+    /// 1 MiB read-ahead, holding 48 blocks of 64 KiB written in order (every
+    /// third one compressible); returns the store, blocks and records.
+    fn disk_store(dir: &std::path::Path) -> (ChunkStore, Vec<Vec<u8>>, Vec<ChunkRec>) {
+        let spec = DeviceSpec::tier(DeviceClass::Hdd, dir.join("d"), Some(33 << 20));
+        let d = Device::create(&spec, 0, [0; 16], 4 << 20).unwrap();
+        let s = ChunkStore::new(Arc::new(DeviceSet::new(vec![d]).unwrap()), vec![], 1).unwrap();
+        s.set_compression(Compression::Lz4);
+        let blocks: Vec<Vec<u8>> = (0..48u32)
+            .map(|i| {
+                (0..65536u32)
+                    .map(|j| {
+                        if i % 3 == 0 {
+                            (j / 512) as u8
+                        } else {
+                            (j.wrapping_mul(2654435761) ^ i) as u8
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut b = s.batch();
+        let recs = blocks
+            .iter()
+            .map(|x| b.append(x, &hash_block(x)).unwrap())
+            .collect();
+        b.finish().unwrap();
+        s.set_ram_cache(64 << 20);
+        s.set_readahead(1 << 20);
+        (s, blocks, recs)
+    }
+
+    fn reads(s: &ChunkStore) -> u64 {
+        s.devices().devices().iter().map(|d| d.read_ops()).sum()
+    }
+
+    #[test]
+    fn sequential_reads_fetch_windows_random_reads_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, blocks, recs) = disk_store(dir.path());
+        let before = reads(&s);
+        for (x, r) in blocks.iter().zip(&recs) {
+            assert_eq!(&s.read_block(r).unwrap(), x);
+        }
+        let seq = reads(&s) - before;
+        // 48 x 64 KiB over 1 MiB windows: one read to start each segment's
+        // stream, then about one per 16 chunks.
+        assert!(seq <= 10, "{seq} device reads for a sequential pass");
+
+        s.set_ram_cache(64 << 20);
+        let before = reads(&s);
+        for (x, r) in blocks.iter().zip(&recs).rev() {
+            assert_eq!(&s.read_block(r).unwrap(), x);
+        }
+        assert_eq!(
+            reads(&s) - before,
+            48,
+            "a backward pass reads chunk by chunk"
+        );
+    }
+
+    #[test]
+    fn a_bad_chunk_inside_a_window_is_not_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, blocks, recs) = disk_store(dir.path());
+        let bad = &recs[5];
+        let seg = s.segment(bad.segment).unwrap();
+        let dev = s.devices().device(seg.device).unwrap();
+        let at = dev.slot_offset(seg.slot) + bad.offset as u64 + 200;
+        dev.write_at(&[0x5a], at).unwrap();
+        for (i, (x, r)) in blocks.iter().zip(&recs).enumerate() {
+            match s.read_block(r) {
+                Ok(got) => assert!(i != 5 && &got == x, "block {i}"),
+                Err(e) => assert!(i == 5 && matches!(e, crate::DataError::Corrupt { .. })),
+            }
+        }
     }
 }

@@ -187,6 +187,15 @@ impl ChunkRec {
     }
 }
 
+/// A chunk whose bytes or record do not check out.
+pub(crate) fn corrupt(rec: &ChunkRec, why: String) -> DataError {
+    DataError::Corrupt {
+        segment: rec.segment,
+        offset: rec.offset,
+        why,
+    }
+}
+
 /// A segment table entry: where the segment is and how much of it is live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentRec {

@@ -37,10 +37,10 @@ impl ChunkStore {
             device: rec.device,
             slot: rec.slot,
         };
-        let to = self.devices.allocate_where(pick)?;
+        let to = self.segs.devices.allocate_where(pick)?;
         let copied = self.copy_slot(from, to, rec.used as usize);
         if let Err(e) = copied {
-            self.devices.release(to)?;
+            self.segs.devices.release(to)?;
             return Err(e);
         }
         Ok(Relocation {
@@ -51,8 +51,8 @@ impl ChunkStore {
     }
 
     fn copy_slot(&self, from: SlotAddr, to: SlotAddr, used: usize) -> Result<()> {
-        let src = self.devices.device(from.device)?;
-        let dst = self.devices.device(to.device)?;
+        let src = self.segs.devices.device(from.device)?;
+        let dst = self.segs.devices.device(to.device)?;
         let (a, b) = (src.slot_offset(from.slot), dst.slot_offset(to.slot));
         let mut buf = vec![0u8; COPY_STEP];
         let mut done = 0;
@@ -82,14 +82,14 @@ impl ChunkStore {
 
     /// Frees the copy of a move that will not be switched.
     pub fn abandon(&self, r: &Relocation) -> Result<()> {
-        Ok(self.devices.release(r.to)?)
+        Ok(self.segs.devices.release(r.to)?)
     }
 
     /// After the transaction with the new record committed: points reads at
     /// the copy, waits for reads in flight at the old slot, frees it.
     pub fn switch(&self, r: &Relocation) -> Result<()> {
         {
-            let mut segs = self.segments.write();
+            let mut segs = self.segs.table.write();
             let s = segs
                 .get_mut(&r.segment)
                 .ok_or(DataError::NoSegment(r.segment))?;

@@ -1,0 +1,254 @@
+//! The segments: the in-memory segment table over the device set, the open
+//! segments that chunks are appended to (`open_segment.rs`, filled by
+//! `writer.rs`), the segment id counter and the I/O gate, with the table's
+//! accounting (chunks unreferenced, history-only bytes, rollback, freed
+//! slots). The chunk store (`store.rs`) holds one and delegates to it.
+
+use crate::chunk::CHUNK_HEADER_LEN;
+use crate::error::{DataError, Result};
+use crate::open_segment::OpenSegment;
+use crate::records::{corrupt, ChunkRec, SegmentRec};
+use cairn_devices::{Device, DeviceSet, SlotAddr};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub(crate) struct Segments {
+    pub(crate) devices: Arc<DeviceSet>,
+    /// The segment table: segment id -> record.
+    pub(crate) table: RwLock<HashMap<u64, SegmentRec>>,
+    pub(crate) open: Mutex<Option<OpenSegment>>,
+    /// The segment that reblock and GC append moved chunks to, kept on the
+    /// tier the chunks come from (see `ChunkStore::batch_on`).
+    pub(crate) open_reloc: Mutex<Option<OpenSegment>>,
+    pub(crate) next_segment: AtomicU64,
+    pub(crate) segment_size: u64,
+    /// Free bytes at the end of the open segment, readable while a batch
+    /// holds the open segment (writers check space without waiting).
+    pub(crate) open_tail: AtomicU64,
+    /// Held shared by every device read of a chunk, from locating its
+    /// segment to the end of the I/O; taken exclusively before a moved or
+    /// dropped segment's old slot is released, so no read in flight can see
+    /// the slot reused.
+    pub(crate) io_gate: RwLock<()>,
+}
+
+impl Segments {
+    /// The segments of the committed segment table. Every segment's slot is
+    /// claimed; a slot claimed twice means a corrupt table.
+    pub(crate) fn new(
+        devices: Arc<DeviceSet>,
+        table: Vec<(u64, SegmentRec)>,
+        next_segment: u64,
+    ) -> Result<Self> {
+        let mut segments = HashMap::with_capacity(table.len());
+        for (id, rec) in table {
+            claim(&devices, id, &rec, next_segment)?;
+            segments.insert(id, rec);
+        }
+        let segment_size = devices.segment_size();
+        Ok(Segments {
+            devices,
+            table: RwLock::new(segments),
+            open: Mutex::new(None),
+            open_reloc: Mutex::new(None),
+            next_segment: AtomicU64::new(next_segment),
+            segment_size,
+            open_tail: AtomicU64::new(0),
+            io_gate: RwLock::new(()),
+        })
+    }
+
+    pub(crate) fn get(&self, id: u64) -> Option<SegmentRec> {
+        self.table.read().get(&id).cloned()
+    }
+
+    /// The table, sorted by segment id.
+    pub(crate) fn sorted(&self) -> Vec<(u64, SegmentRec)> {
+        let mut v: Vec<_> = self
+            .table
+            .read()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        v.sort_by_key(|(k, _)| *k);
+        v
+    }
+
+    /// The segment new chunks are appended to, if one is open.
+    pub(crate) fn open_id(&self) -> Option<u64> {
+        self.open.lock().as_ref().map(|o| o.id)
+    }
+
+    /// True if chunks may still be appended to this segment (it is the open
+    /// segment of new writes or of moved chunks).
+    pub(crate) fn is_open(&self, id: u64) -> bool {
+        let open = |m: &Mutex<Option<OpenSegment>>| m.lock().as_ref().map(|o| o.id);
+        open(&self.open) == Some(id) || open(&self.open_reloc) == Some(id)
+    }
+
+    /// The device and device offset of a chunk, its record checked against
+    /// the segment bounds.
+    pub(crate) fn locate(&self, rec: &ChunkRec) -> Result<(Arc<Device>, u64)> {
+        let seg = self
+            .get(rec.segment)
+            .ok_or(DataError::NoSegment(rec.segment))?;
+        if rec.offset as u64 + rec.len as u64 > self.segment_size
+            || (rec.len as usize) < CHUNK_HEADER_LEN
+        {
+            return Err(corrupt(rec, "chunk record out of segment bounds".into()));
+        }
+        let dev = self.devices.device(seg.device)?;
+        let at = dev.slot_offset(seg.slot) + rec.offset as u64;
+        Ok((dev, at))
+    }
+
+    /// The bytes of a chunk on disk (header + stored), unverified.
+    pub(crate) fn read_sealed(&self, rec: &ChunkRec) -> Result<Vec<u8>> {
+        let _gate = self.io_gate.read();
+        let (dev, at) = self.locate(rec)?;
+        let mut buf = vec![0u8; rec.len as usize];
+        dev.read_at(&mut buf, at)?;
+        Ok(buf)
+    }
+
+    /// Closes the open segments so that the next batches open new ones.
+    /// Call between batches only.
+    pub(crate) fn close_open(&self) {
+        for m in [&self.open, &self.open_reloc] {
+            let mut open = m.lock();
+            if let Some(o) = open.as_ref() {
+                assert!(
+                    o.is_flushed(),
+                    "closing segment {} with buffered data",
+                    o.id
+                );
+            }
+            *open = None;
+        }
+        self.open_tail.store(0, Ordering::Relaxed);
+    }
+
+    /// A chunk lost its last reference: see `ChunkStore::unref_chunk`.
+    pub(crate) fn unref_chunk(&self, rec: &ChunkRec) -> Option<SegmentRec> {
+        let open = self.is_open(rec.segment);
+        let mut segs = self.table.write();
+        let s = segs.get_mut(&rec.segment)?;
+        s.live = s.live.saturating_sub(rec.len as u64);
+        s.chunks = s.chunks.saturating_sub(1);
+        if rec.live == 0 {
+            s.hist = s.hist.saturating_sub(rec.len as u64);
+        }
+        if s.chunks == 0 && !open {
+            segs.remove(&rec.segment);
+            return None;
+        }
+        Some(s.clone())
+    }
+
+    /// Moves a chunk's bytes into or out of its segment's `hist`: see
+    /// `ChunkStore::set_history_only`.
+    pub(crate) fn set_history_only(&self, rec: &ChunkRec, to_history: bool) -> bool {
+        let mut segs = self.table.write();
+        let Some(s) = segs.get_mut(&rec.segment) else {
+            return false;
+        };
+        let n = rec.len as u64;
+        s.hist = if to_history {
+            (s.hist + n).min(s.live)
+        } else {
+            s.hist.saturating_sub(n)
+        };
+        true
+    }
+
+    /// What `unref_chunk` of each of these chunks would leave: see
+    /// `ChunkStore::preview_unref`.
+    pub(crate) fn preview_unref(&self, recs: &[ChunkRec]) -> HashMap<u64, Option<SegmentRec>> {
+        let open: Vec<u64> = recs
+            .iter()
+            .map(|r| r.segment)
+            .filter(|&s| self.is_open(s))
+            .collect();
+        let segs = self.table.read();
+        let mut out: HashMap<u64, Option<SegmentRec>> = HashMap::new();
+        for rec in recs {
+            let Some(cur) = segs.get(&rec.segment) else {
+                continue;
+            };
+            let e = out.entry(rec.segment).or_insert_with(|| Some(cur.clone()));
+            if let Some(s) = e {
+                s.live = s.live.saturating_sub(rec.len as u64);
+                s.chunks = s.chunks.saturating_sub(1);
+                if rec.live == 0 {
+                    s.hist = s.hist.saturating_sub(rec.len as u64);
+                }
+                if s.chunks == 0 && !open.contains(&rec.segment) {
+                    *e = None;
+                }
+            }
+        }
+        out
+    }
+
+    /// Goes back to the committed table: see `ChunkStore::rollback`.
+    pub(crate) fn rollback(&self, committed: Vec<(u64, SegmentRec)>) -> Result<()> {
+        for m in [&self.open, &self.open_reloc] {
+            *m.lock() = None;
+        }
+        self.open_tail.store(0, Ordering::Relaxed);
+        let committed: HashMap<u64, SegmentRec> = committed.into_iter().collect();
+        let mut segs = self.table.write();
+        let orphans: Vec<SlotAddr> = segs
+            .iter()
+            .filter(|(id, _)| !committed.contains_key(id))
+            .map(|(_, r)| SlotAddr {
+                device: r.device,
+                slot: r.slot,
+            })
+            .collect();
+        *segs = committed;
+        drop(segs);
+        self.release_slots(&orphans)
+    }
+
+    /// Gives the slots of dropped segments back to their devices, after
+    /// waiting for reads in flight (the I/O gate).
+    pub(crate) fn release_slots(&self, freed: &[SlotAddr]) -> Result<()> {
+        if freed.is_empty() {
+            return Ok(());
+        }
+        drop(self.io_gate.write());
+        freed.iter().try_for_each(|a| Ok(self.devices.release(*a)?))
+    }
+
+    /// Bytes that new chunks can still use: free slots plus the open
+    /// segment's tail.
+    pub(crate) fn free_bytes(&self) -> u64 {
+        let (_, free_slots) = self.devices.slot_totals();
+        free_slots * self.segment_size + self.open_tail.load(Ordering::Relaxed)
+    }
+}
+
+/// Claims the slot of segment `id` of the committed table.
+fn claim(devices: &DeviceSet, id: u64, rec: &SegmentRec, next_segment: u64) -> Result<()> {
+    let addr = SlotAddr {
+        device: rec.device,
+        slot: rec.slot,
+    };
+    if !devices.claim(addr)? {
+        return Err(DataError::BadRecord {
+            what: "segment",
+            why: format!(
+                "segment {id} claims slot {} of device {} twice or out of range",
+                rec.slot, rec.device
+            ),
+        });
+    }
+    assert!(
+        id < next_segment,
+        "segment id {id} >= next id {next_segment}"
+    );
+    Ok(())
+}
