@@ -337,7 +337,9 @@ impl Fs {
         if flags.noreplace && flags.exchange {
             return Err(FsError::Invalid);
         }
-        self.with_inos(&[p1, p2], |st| self.rename_locked(st, p1, n1, p2, n2, flags))
+        self.with_inos(&[p1, p2], |st| {
+            self.rename_locked(st, p1, n1, p2, n2, flags)
+        })
     }
 
     fn rename_locked(
