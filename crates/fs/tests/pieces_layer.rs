@@ -2,7 +2,8 @@
 //! (`writeback/pieces.rs`): random small writes across flushes, crashes
 //! and history reads give back exactly what was written; `check` stays
 //! clean; the history they leave grows with the bytes overwritten, not by a
-//! whole chunk per write; a flush of pieces reads nothing from the devices.
+//! whole chunk per write; a flush of pieces reads nothing from the devices;
+//! a small read of a pieced block reads only the chunk bytes it returns.
 
 use cairn_fs::maintenance::{check::check_pool, info::pool_info};
 use cairn_fs::{Ctx, Fs, ROOT_INO};
@@ -128,4 +129,28 @@ fn history_grows_with_the_bytes_overwritten() {
         "{read} bytes read by flushes of {overwritten} bytes of overwrites"
     );
     assert_clean(&fs);
+}
+
+#[test]
+fn a_small_read_of_a_pieced_block_reads_only_its_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(5);
+    let (fs, ino, mut model) = setup(d.path(), &mut rng);
+    let at = 3 * 65536 + 8192;
+    let piece = random_bytes(&mut rng, 4096);
+    fs.write(ino, at as u64, &piece).unwrap();
+    model[at..at + 4096].copy_from_slice(&piece);
+    fs.flush().unwrap();
+    // Warm the metadata: only chunk bytes should reach the devices below.
+    fs.read(ino, 0, 1).unwrap();
+    for (off, what) in [(at, "inside the piece"), (3 * 65536 + 32768, "beside it")] {
+        let before = device_reads(&fs);
+        assert_eq!(
+            fs.read(ino, off as u64, 4096).unwrap(),
+            model[off..off + 4096]
+        );
+        let read = device_reads(&fs) - before;
+        // A whole piece chunk is read with its 56-byte header.
+        assert!(read <= 4096 + 56, "{read} bytes read for 4 KiB {what}");
+    }
 }

@@ -197,17 +197,21 @@ impl Fs {
         }
         let dst = &mut out[(lo - off) as usize..(hi - off) as usize];
         let from = (lo - bstart) as usize;
-        self.with_chunk(r, ino, blk, ext.chunk, |rec| {
-            // Bytes past the chunk's end and inside the valid length read
-            // as zeros.
-            let have = (rec.raw_len as usize).saturating_sub(from).min(dst.len());
-            let (data, zeros) = dst.split_at_mut(have);
-            zeros.fill(0);
-            if data.is_empty() {
-                return Ok(());
-            }
-            self.pool.chunks.read_part_into(rec, from, data)
-        })?;
+        // The base chunk is read only where no piece lies over it.
+        for (a, b) in uncovered(ext, from, from + dst.len()) {
+            let part = &mut dst[a - from..b - from];
+            self.with_chunk(r, ino, blk, ext.chunk, |rec| {
+                // Bytes past the chunk's end and inside the valid length
+                // read as zeros.
+                let have = (rec.raw_len as usize).saturating_sub(a).min(part.len());
+                let (data, zeros) = part.split_at_mut(have);
+                zeros.fill(0);
+                if data.is_empty() {
+                    return Ok(());
+                }
+                self.pool.chunks.read_part_into(rec, a, data)
+            })?;
+        }
         self.read_pieces(r, ino, blk, ext, from, dst)
     }
 
@@ -456,6 +460,30 @@ impl Fs {
             namelen: crate::types::MAX_NAME as u32,
         }
     }
+}
+
+/// The ranges of bytes `from..end` of a block that no piece of `ext`
+/// covers (its pieces are sorted and disjoint).
+fn uncovered(ext: &Extent, from: usize, end: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    for p in &ext.pieces {
+        let (lo, hi) = (p.off as usize, (p.off + p.len) as usize);
+        if hi <= at {
+            continue;
+        }
+        if lo >= end {
+            break;
+        }
+        if lo > at {
+            out.push((at, lo));
+        }
+        at = hi;
+    }
+    if at < end {
+        out.push((at, end));
+    }
+    out
 }
 
 /// Puts `part` at offset `lo` of a block buffer, zero-filling any gap; an

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod perms;
+pub(crate) mod prefetch;
 pub mod reserve;
 pub mod superblock;
 
