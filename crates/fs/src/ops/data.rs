@@ -8,6 +8,7 @@ use crate::error::{FsError, Result};
 use crate::types::{Extent, FileKind, Inode};
 use crate::vfs::{Fs, State};
 use crate::writeback::overlay::{Block, BlockState};
+use crate::writeback::pieces::gaps;
 use cairn_data::{ChunkRec, CHUNK_HEADER_LEN};
 use cairn_meta::{ElemKey, RecordType};
 use std::sync::Arc;
@@ -198,7 +199,9 @@ impl Fs {
         let dst = &mut out[(lo - off) as usize..(hi - off) as usize];
         let from = (lo - bstart) as usize;
         // The base chunk is read only where no piece lies over it.
-        for (a, b) in uncovered(ext, from, from + dst.len()) {
+        let pieces = ext.pieces.iter().map(|p| (p.off, p.off + p.len));
+        for (a, b) in gaps(from as u32, (from + dst.len()) as u32, pieces) {
+            let (a, b) = (a as usize, b as usize);
             let part = &mut dst[a - from..b - from];
             self.with_chunk(r, ino, blk, ext.chunk, |rec| {
                 // Bytes past the chunk's end and inside the valid length
@@ -460,30 +463,6 @@ impl Fs {
             namelen: crate::types::MAX_NAME as u32,
         }
     }
-}
-
-/// The ranges of bytes `from..end` of a block that no piece of `ext`
-/// covers (its pieces are sorted and disjoint).
-fn uncovered(ext: &Extent, from: usize, end: usize) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut at = from;
-    for p in &ext.pieces {
-        let (lo, hi) = (p.off as usize, (p.off + p.len) as usize);
-        if hi <= at {
-            continue;
-        }
-        if lo >= end {
-            break;
-        }
-        if lo > at {
-            out.push((at, lo));
-        }
-        at = hi;
-    }
-    if at < end {
-        out.push((at, end));
-    }
-    out
 }
 
 /// Puts `part` at offset `lo` of a block buffer, zero-filling any gap; an

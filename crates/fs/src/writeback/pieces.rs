@@ -65,19 +65,28 @@ pub fn plan(ext: &Extent, patch: &Patch, record: u64) -> Option<Extent> {
 /// The parts of `p` that none of `ranges` (sorted, disjoint, [lo, hi))
 /// covers.
 fn uncovered(p: &Piece, ranges: &[(u32, u32)]) -> Vec<Piece> {
+    gaps(p.off, p.off + p.len, ranges.iter().copied())
+        .into_iter()
+        .map(|(lo, hi)| part(p, lo, hi))
+        .collect()
+}
+
+/// The ranges of `lo..hi` that none of `covered` (sorted, disjoint,
+/// [lo, hi)) covers.
+pub fn gaps(lo: u32, hi: u32, covered: impl IntoIterator<Item = (u32, u32)>) -> Vec<(u32, u32)> {
     let mut out = Vec::new();
-    let (mut at, end) = (p.off, p.off + p.len);
-    for &(lo, hi) in ranges {
-        if hi <= at || lo >= end {
+    let mut at = lo;
+    for (a, b) in covered {
+        if b <= at || a >= hi {
             continue;
         }
-        if lo > at {
-            out.push(part(p, at, lo));
+        if a > at {
+            out.push((at, a));
         }
-        at = at.max(hi);
+        at = at.max(b);
     }
-    if at < end {
-        out.push(part(p, at, end));
+    if at < hi {
+        out.push((at, hi));
     }
     out
 }
