@@ -123,7 +123,6 @@ impl Fs {
             flush_wait: Default::default(),
         };
         let logged = fs.open_intent_log()?;
-        crate::pool::prefetch::prefetch_metadata(crate::pool::PoolPaths::meta(&fs.pool.path));
         let fs = Arc::new(fs);
         fs.refresh_retained()?;
         if !logged.is_empty() {

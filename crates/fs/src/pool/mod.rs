@@ -4,7 +4,6 @@
 
 pub mod config;
 pub mod perms;
-pub(crate) mod prefetch;
 pub mod reserve;
 pub mod superblock;
 
