@@ -542,6 +542,21 @@ impl<'a> BlockSink<'a> {
         })
     }
 
+    /// Where content `h` is stored already, with dedup on: a block or a
+    /// piece written earlier in this flush, or a committed chunk. None
+    /// when it is new (or dedup is off). Blocks are put before pieces, so
+    /// a block never finds a piece.
+    fn duplicate(&self, h: &Hash) -> Result<Option<Stored>> {
+        if !self.dedup {
+            return Ok(None);
+        }
+        Ok(match (self.seen.get(h), self.piece_seen.get(h)) {
+            (Some(&i), _) => Some(Stored::Earlier(i)),
+            (None, Some(&(i, k))) => Some(Stored::EarlierPiece(i, k)),
+            (None, None) => indexed_chunk(&self.meta, h)?.map(Stored::Existing),
+        })
+    }
+
     /// Notes a hashed block: a hole, or a duplicate (dedup), or new bytes
     /// to store. For new bytes returns the index `store_new` fills in.
     fn put(
@@ -557,16 +572,12 @@ impl<'a> BlockSink<'a> {
         let at = self.out.len();
         let stored = match hash {
             None => Stored::Hole,
-            Some(h) => match (self.dedup, self.seen.get(&h)) {
-                (true, Some(&i)) => Stored::Earlier(i),
-                (true, None) => match indexed_chunk(&self.meta, &h)? {
-                    Some(id) => Stored::Existing(id),
-                    None => {
-                        self.seen.insert(h, at);
-                        Stored::Pending(h)
-                    }
-                },
-                (false, _) => Stored::Pending(h),
+            Some(h) => match self.duplicate(&h)? {
+                Some(s) => s,
+                None => {
+                    self.seen.insert(h, at);
+                    Stored::Pending(h)
+                }
             },
         };
         let new = matches!(stored, Stored::Pending(_));
@@ -612,15 +623,7 @@ impl<'a> BlockSink<'a> {
         let mut news = Vec::new();
         for (k, (_, b)) in patch.ranges().enumerate() {
             let h = cairn_data::chunk::hash_block(b);
-            let found = match self.dedup {
-                false => None,
-                true => match (self.seen.get(&h), self.piece_seen.get(&h)) {
-                    (Some(&i), _) => Some(Stored::Earlier(i)),
-                    (None, Some(&(i, k))) => Some(Stored::EarlierPiece(i, k)),
-                    (None, None) => indexed_chunk(&self.meta, &h)?.map(Stored::Existing),
-                },
-            };
-            news.push(match found {
+            news.push(match self.duplicate(&h)? {
                 Some(s) => s,
                 None => {
                     self.piece_seen.insert(h, (self.out.len(), k));
