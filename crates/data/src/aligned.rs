@@ -1,10 +1,13 @@
 //! A heap buffer whose start is aligned for direct I/O, used for segment
 //! writes (`writer.rs`, which seals chunks straight into it) and as the
-//! bounce buffer of run reads (`read.rs`): filling or emptying it is a plain
-//! memcpy, far cheaper than the kernel's copy through the page cache it
-//! replaces.
+//! bounce buffer of direct reads (`read_direct`, for run reads and span
+//! reads): filling or emptying it is a plain memcpy, far cheaper than the
+//! kernel's copy through the page cache it replaces.
 
+use crate::error::Result;
+use cairn_devices::{Device, DIRECT_ALIGN};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::cell::RefCell;
 
 pub struct AlignedBuf {
     ptr: *mut u8,
@@ -74,6 +77,36 @@ impl Drop for AlignedBuf {
             unsafe { dealloc(self.ptr, self.layout) }
         }
     }
+}
+
+/// Reads the device's bytes `at..at + len` past the host's page cache: one
+/// direct read of the aligned range around them into this thread's bounce
+/// buffer, handed to `f`. None, having read nothing, when the device
+/// cannot do direct I/O (the caller reads buffered). Direct reads keep a
+/// second copy of what the FUSE page cache holds out of the host's page
+/// cache, and a small read costs the device blocks it touches only.
+pub fn read_direct<R>(
+    dev: &Device,
+    at: u64,
+    len: usize,
+    f: impl FnOnce(&[u8]) -> Result<R>,
+) -> Result<Option<R>> {
+    thread_local! {
+        static BOUNCE: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
+    }
+    BOUNCE.with_borrow_mut(|bounce| {
+        let start = at - at % DIRECT_ALIGN as u64;
+        let skip = (at - start) as usize;
+        let span = (skip + len).next_multiple_of(DIRECT_ALIGN);
+        if bounce.as_ref().is_none_or(|b| b.capacity() < span) {
+            *bounce = Some(AlignedBuf::huge(span));
+        }
+        let buf = bounce.as_mut().expect("bounce buffer").slice_mut(span);
+        if !dev.read_direct_at(buf, start, skip + len)? {
+            return Ok(None);
+        }
+        f(&buf[skip..skip + len]).map(Some)
+    })
 }
 
 /// Maps `size` (a multiple of 2 MiB) zeroed bytes at a 2 MiB boundary,

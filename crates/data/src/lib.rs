@@ -7,7 +7,7 @@
 //!
 //! Modules form layers, bottom to top; each refers only to modules below
 //! it (tests/layering.rs checks this):
-//! aligned, compress, error -> chunk -> records -> heat, cache, wpipe ->
+//! compress, error -> aligned -> chunk -> records -> heat, cache, wpipe ->
 //! open_segment -> segments -> writer -> readahead -> store -> read,
 //! relocate.
 

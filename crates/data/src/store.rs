@@ -4,6 +4,7 @@
 //! setting, the read caches and read-ahead settings (used by read.rs), and
 //! segment heat.
 
+use crate::aligned::read_direct;
 use crate::cache::RamCache;
 use crate::chunk::{unseal, CHUNK_HEADER_LEN};
 use crate::compress::Compression;
@@ -146,24 +147,35 @@ impl ChunkStore {
             // Compressed, or a part: checked by span or whole.
             return self.read_chunk_part_into(rec, 0, dst);
         }
-        let mut head = [0u8; CHUNK_HEADER_LEN];
-        {
-            let _gate = self.segs.io_gate.read();
-            let (dev, at) = self.segs.locate(rec)?;
+        let _gate = self.segs.io_gate.read();
+        let (dev, at) = self.segs.locate(rec)?;
+        let check = |head: &[u8], raw: &[u8]| {
+            let n = crate::chunk::verify_split(head, raw, &rec.hash)
+                .map_err(|why| corrupt(rec, why))?;
+            if n != rec.raw_len as usize {
+                return Err(corrupt(rec, "raw length differs from record".into()));
+            }
+            Ok(())
+        };
+        let direct = read_direct(&dev, at, rec.len as usize, |buf| {
+            let (head, raw) = buf.split_at(CHUNK_HEADER_LEN);
+            check(head, raw)?;
+            dst.copy_from_slice(raw);
+            Ok(())
+        })?;
+        if direct.is_none() {
+            let mut head = [0u8; CHUNK_HEADER_LEN];
             dev.read_split_at(&mut head, dst, at)?;
-        }
-        let n =
-            crate::chunk::verify_split(&head, dst, &rec.hash).map_err(|why| corrupt(rec, why))?;
-        if n != rec.raw_len as usize {
-            return Err(corrupt(rec, "raw length differs from record".into()));
+            check(&head, dst)?;
         }
         Ok(())
     }
 
     /// Reads raw bytes `from..from + dst.len()` of a chunk into `dst`,
     /// verified. An uncompressed chunk with sums is read only over the
-    /// 4 KiB spans those bytes touch, each checked against its sum; any
-    /// other chunk is read and checked whole.
+    /// 4 KiB spans those bytes touch (directly where the device allows),
+    /// each checked against its sum; any other chunk is read and checked
+    /// whole.
     pub fn read_chunk_part_into(&self, rec: &ChunkRec, from: usize, dst: &mut [u8]) -> Result<()> {
         let end = from + dst.len();
         if end > rec.raw_len as usize {
@@ -178,6 +190,26 @@ impl ChunkStore {
         let first = from / SUM_SPAN;
         let lo = first * SUM_SPAN;
         let hi = (end.div_ceil(SUM_SPAN) * SUM_SPAN).min(rec.raw_len as usize);
+        let check = |spans: &[u8]| {
+            for (k, span) in spans.chunks(SUM_SPAN).enumerate() {
+                if crc32c::crc32c(span) != rec.sums[first + k] {
+                    let at = (first + k) * SUM_SPAN;
+                    return Err(corrupt(rec, format!("data checksum mismatch at byte {at}")));
+                }
+            }
+            Ok(())
+        };
+        let _gate = self.segs.io_gate.read();
+        let (dev, at) = self.segs.locate(rec)?;
+        let at = at + (CHUNK_HEADER_LEN + lo) as u64;
+        let direct = read_direct(&dev, at, hi - lo, |spans| {
+            check(spans)?;
+            dst.copy_from_slice(&spans[from - lo..end - lo]);
+            Ok(())
+        })?;
+        if direct.is_some() {
+            return Ok(());
+        }
         let mut spare = Vec::new();
         let buf: &mut [u8] = if (lo, hi) == (from, end) {
             dst
@@ -185,17 +217,8 @@ impl ChunkStore {
             spare.resize(hi - lo, 0);
             &mut spare
         };
-        {
-            let _gate = self.segs.io_gate.read();
-            let (dev, at) = self.segs.locate(rec)?;
-            dev.read_at(buf, at + (CHUNK_HEADER_LEN + lo) as u64)?;
-        }
-        for (k, span) in buf.chunks(SUM_SPAN).enumerate() {
-            if crc32c::crc32c(span) != rec.sums[first + k] {
-                let at = (first + k) * SUM_SPAN;
-                return Err(corrupt(rec, format!("data checksum mismatch at byte {at}")));
-            }
-        }
+        dev.read_at(buf, at)?;
+        check(buf)?;
         if !spare.is_empty() {
             dst.copy_from_slice(&spare[from - lo..end - lo]);
         }

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 
 /// The layers, bottom to top (keep in step with the comment in lib.rs).
 const ORDER: &[&str] = &[
-    "aligned",
     "compress",
     "error",
+    "aligned",
     "chunk",
     "records",
     "heat",
