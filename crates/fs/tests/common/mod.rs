@@ -2,6 +2,8 @@
 //! (sparse devices: tests share the host) and reopening it, which after a
 //! drop without `shutdown` is what a restart after a crash sees.
 
+#![allow(dead_code)]
+
 use cairn_fs::{mkfs, Fs, MkfsOptions, Pool};
 use std::path::Path;
 use std::sync::Arc;
@@ -20,3 +22,4 @@ pub fn make(dir: &Path) -> Arc<Fs> {
 pub fn reopen(dir: &Path) -> Arc<Fs> {
     Fs::open(Pool::open(&dir.join("pool"), None).unwrap()).unwrap()
 }
+pub mod workload;
