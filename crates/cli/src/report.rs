@@ -139,6 +139,14 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         if d.draining {
             notes.push_str(" [draining]");
         }
+        if d.failing {
+            notes.push_str(&format!(
+                " [FAILING: {} write errors, no new data]",
+                d.write_errors
+            ));
+        } else if d.write_errors > 0 {
+            notes.push_str(&format!(" [{} write errors]", d.write_errors));
+        }
         if let Some(e) = &d.emulated {
             notes.push_str(&format!(" [emulated slow: {e}]"));
         }

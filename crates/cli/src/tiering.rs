@@ -112,6 +112,9 @@ fn status(t: &TargetArgs) -> Result<()> {
         if d["draining"].as_bool() == Some(true) {
             notes.push_str(" [draining]");
         }
+        if d["failing"].as_bool() == Some(true) {
+            notes.push_str(" [FAILING]");
+        }
         if let Some(e) = d["emulated"].as_str() {
             notes.push_str(&format!(" [emulated slow: {e}]"));
         }

@@ -22,6 +22,14 @@ pub enum DataError {
     Busy(String),
     #[error("segment writer: {0}")]
     Writer(&'static str),
+    /// A write or sync of a device failed (other than for lack of space):
+    /// what was written since its last sync is not trusted.
+    #[error("write to device {device} failed: {source}")]
+    WriteFailed {
+        device: u32,
+        #[source]
+        source: DeviceError,
+    },
 }
 
 impl DataError {
@@ -38,6 +46,27 @@ impl DataError {
             }
             _ => false,
         }
+    }
+
+    /// The device whose write failed, for an I/O error of a write or sync.
+    pub fn failed_device(&self) -> Option<u32> {
+        match self {
+            DataError::WriteFailed { device, .. } => Some(*device),
+            _ => None,
+        }
+    }
+
+    /// Wraps a device's write or sync error: lack of space stays what it
+    /// is, anything else names the device.
+    pub fn of_write(device: u32, e: DeviceError) -> DataError {
+        let e = DataError::Device(e);
+        if e.is_no_space() {
+            return e;
+        }
+        let DataError::Device(source) = e else {
+            unreachable!()
+        };
+        DataError::WriteFailed { device, source }
     }
 }
 

@@ -59,10 +59,11 @@ impl ChunkStore {
         while done < used {
             let n = COPY_STEP.min(used - done);
             src.read_at(&mut buf[..n], a + done as u64)?;
-            dst.write_at(&buf[..n], b + done as u64)?;
+            dst.write_at(&buf[..n], b + done as u64)
+                .map_err(|e| DataError::of_write(to.device, e))?;
             done += n;
         }
-        dst.sync()?;
+        dst.sync().map_err(|e| DataError::of_write(to.device, e))?;
         Ok(())
     }
 

@@ -24,7 +24,8 @@ pub(crate) trait WriteTarget: Send + Sync {
 
 impl WriteTarget for Device {
     fn write(&self, buf: &[u8], at: u64) -> Result<()> {
-        self.write_direct_at(buf, at)?;
+        self.write_direct_at(buf, at)
+            .map_err(|e| DataError::of_write(self.id(), e))?;
         self.start_writeback(at, buf.len() as u64);
         Ok(())
     }

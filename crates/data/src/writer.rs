@@ -218,7 +218,8 @@ impl<'a> WriteBatch<'a> {
         self.write_buffer()?;
         self.pipe.drain()?;
         for d in &self.devices {
-            self.segs.devices.device(*d)?.sync()?;
+            let dev = self.segs.devices.device(*d)?;
+            dev.sync().map_err(|e| DataError::of_write(*d, e))?;
         }
         let segs = self.segs.table.read();
         Ok(self

@@ -1,6 +1,9 @@
 //! The set of devices of a pool and placement of new segments: the fastest
 //! class with a free slot wins, so a full fast device spills to slower ones
-//! and ENOSPC only comes when every device is full.
+//! and ENOSPC only comes when every device is full. A device that failed a
+//! write is placed last (after every device without errors, whatever their
+//! speed), and after `FAILING_AFTER` failed writes it is *failing*: no new
+//! segments go to it at all.
 
 use crate::class::DeviceRole;
 use crate::device::Device;
@@ -16,13 +19,18 @@ pub struct SlotAddr {
     pub slot: u64,
 }
 
-/// One member of the set: the device, its slot map and whether it is being
-/// drained (no new segments; `cairn device remove` empties it).
+/// Failed writes after which a device gets no new segments.
+pub const FAILING_AFTER: u32 = 3;
+
+/// One member of the set: the device, its slot map, whether it is being
+/// drained (no new segments; `cairn device remove` empties it) and how many
+/// of its writes failed since the pool was opened.
 #[derive(Debug)]
 struct Member {
     dev: Arc<Device>,
     map: SpaceMap,
     draining: bool,
+    write_errors: u32,
 }
 
 /// The devices of a pool. Devices can be added and removed while the pool
@@ -69,6 +77,7 @@ impl DeviceSet {
             map: SpaceMap::new(dev.header.slot_count()),
             dev: dev.clone(),
             draining: false,
+            write_errors: 0,
         });
         m.sort_by_key(|x| x.dev.id());
         Ok(dev)
@@ -98,6 +107,32 @@ impl DeviceSet {
         index(&m, id).is_ok_and(|i| m[i].draining)
     }
 
+    /// Counts a failed write (or sync) of a device; returns its count.
+    pub fn note_write_error(&self, id: u32) -> u32 {
+        let mut m = self.members.write();
+        let Ok(i) = index(&m, id) else { return 0 };
+        m[i].write_errors += 1;
+        let n = m[i].write_errors;
+        if n == FAILING_AFTER {
+            tracing::error!(
+                "device {id} ({}) failed {n} writes: no new data goes to it",
+                m[i].dev.path.display()
+            );
+        }
+        n
+    }
+
+    /// Failed writes of a device since the pool was opened.
+    pub fn write_errors(&self, id: u32) -> u32 {
+        let m = self.members.read();
+        index(&m, id).map_or(0, |i| m[i].write_errors)
+    }
+
+    /// Failed `FAILING_AFTER` writes or more: out of placement.
+    pub fn is_failing(&self, id: u32) -> bool {
+        self.write_errors(id) >= FAILING_AFTER
+    }
+
     /// Every device, in id order.
     pub fn devices(&self) -> Vec<Arc<Device>> {
         self.members.read().iter().map(|x| x.dev.clone()).collect()
@@ -124,10 +159,11 @@ impl DeviceSet {
         self.allocate_where(|_, _, _| true)
     }
 
-    /// Allocates a slot on the fastest tier device, not draining, for which
-    /// `pick(device, total slots, free slots)` is true (the mover uses it to
-    /// choose a tier). `pick` runs under the set's lock: it must not call
-    /// back into the set.
+    /// Allocates a slot on the fastest tier device, not draining nor
+    /// failing, for which `pick(device, total slots, free slots)` is true
+    /// (the mover uses it to choose a tier); devices that failed a write
+    /// come after all others. `pick` runs under the set's lock: it must not
+    /// call back into the set.
     pub fn allocate_where(&self, pick: impl Fn(&Device, u64, u64) -> bool) -> Result<SlotAddr> {
         let mut m = self.members.write();
         let mut order: Vec<usize> = (0..m.len())
@@ -135,10 +171,17 @@ impl DeviceSet {
                 let x = &m[i];
                 x.dev.role == DeviceRole::Tier
                     && !x.draining
+                    && x.write_errors < FAILING_AFTER
                     && pick(&x.dev, x.map.slots(), x.map.free_slots())
             })
             .collect();
-        order.sort_by_key(|&i| (m[i].dev.class().rank(), m[i].dev.id()));
+        order.sort_by_key(|&i| {
+            (
+                m[i].write_errors > 0,
+                m[i].dev.class().rank(),
+                m[i].dev.id(),
+            )
+        });
         for i in order {
             if let Some(slot) = m[i].map.allocate() {
                 return Ok(SlotAddr {
@@ -275,5 +318,41 @@ mod tests {
         set.release(SlotAddr { device: 1, slot: 0 }).unwrap();
         set.remove(1).unwrap();
         assert_eq!(set.devices().len(), 1);
+    }
+
+    #[test]
+    fn a_device_that_failed_a_write_goes_last_and_failing_gets_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mk = |id: u32, class, name: &str| {
+            let spec = DeviceSpec::tier(class, dir.path().join(name), Some(8 << 20));
+            Device::create(&spec, id, [0; 16], 1 << 20).unwrap()
+        };
+        let set = DeviceSet::new(vec![
+            mk(0, DeviceClass::Hdd, "a"),
+            mk(1, DeviceClass::Nvme, "b"),
+        ])
+        .unwrap();
+        assert_eq!(set.allocate().unwrap().device, 1);
+        assert_eq!(set.note_write_error(1), 1);
+        assert!(!set.is_failing(1));
+        assert_eq!(
+            set.allocate().unwrap().device,
+            0,
+            "the slower clean device first"
+        );
+        let (_, _, free) = set.per_device_slots()[0];
+        for _ in 0..free {
+            assert_eq!(set.allocate().unwrap().device, 0);
+        }
+        assert_eq!(
+            set.allocate().unwrap().device,
+            1,
+            "then the one with an error"
+        );
+        set.note_write_error(1);
+        set.note_write_error(1);
+        assert!(set.is_failing(1));
+        assert_eq!(set.write_errors(1), FAILING_AFTER);
+        assert!(matches!(set.allocate(), Err(DeviceError::NoSpace)));
     }
 }

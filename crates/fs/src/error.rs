@@ -84,6 +84,14 @@ impl FsError {
         self.errno() == libc::ENOSPC
     }
 
+    /// The data device whose write failed, when that is what failed.
+    pub fn failed_device(&self) -> Option<u32> {
+        match self {
+            FsError::Data(e) => e.failed_device(),
+            _ => None,
+        }
+    }
+
     /// Why the metadata store was refused at open, if it failed its
     /// integrity check (see `salvage`).
     pub fn meta_damage(&self) -> Option<&str> {

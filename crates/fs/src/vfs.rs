@@ -42,6 +42,10 @@ pub struct Fs {
     /// One flush at a time; holds the last committed TID.
     pub(crate) flush_lock: Mutex<u64>,
     pub(crate) failed: Mutex<Option<String>>,
+    /// A commit failed and its changes went back into the overlay, where
+    /// the intent log no longer sees them as unlogged: until a commit
+    /// succeeds, fsync commits instead of logging.
+    pub(crate) must_commit: AtomicBool,
     pub(crate) kick: Condvar,
     pub(crate) kick_lock: Mutex<bool>,
     pub(crate) stopping: AtomicBool,
@@ -107,6 +111,7 @@ impl Fs {
             live_delta: Default::default(),
             flush_lock: Mutex::new(last_tid),
             failed: Mutex::new(None),
+            must_commit: AtomicBool::new(false),
             kick: Condvar::new(),
             kick_lock: Mutex::new(false),
             stopping: AtomicBool::new(false),

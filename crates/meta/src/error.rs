@@ -15,6 +15,10 @@ pub enum MetaError {
     /// must be reopened).
     #[error("no space left for the metadata store: {0}")]
     NoSpace(String),
+    /// A read or write of the store's file failed (the handle must be
+    /// reopened).
+    #[error("metadata store I/O error: {0}")]
+    Io(String),
     /// Room for a commit could not be allocated; nothing was written.
     #[error("no room on the host filesystem: {0}")]
     NoRoom(String),
@@ -49,6 +53,7 @@ impl From<redb::StorageError> for MetaError {
     fn from(e: redb::StorageError) -> Self {
         match e {
             redb::StorageError::Io(io) if no_space(&io) => MetaError::NoSpace(io.to_string()),
+            redb::StorageError::Io(io) => MetaError::Io(io.to_string()),
             e => MetaError::Db(e.to_string()),
         }
     }
@@ -67,6 +72,7 @@ impl From<redb::Error> for MetaError {
     fn from(e: redb::Error) -> Self {
         match e {
             redb::Error::Io(io) if no_space(&io) => MetaError::NoSpace(io.to_string()),
+            redb::Error::Io(io) => MetaError::Io(io.to_string()),
             e => MetaError::Db(e.to_string()),
         }
     }

@@ -18,6 +18,12 @@ pub struct DeviceInfo {
     pub used: u64,
     /// Being emptied by `cairn device remove`.
     pub draining: bool,
+    /// Writes (or syncs) of it that failed since the pool was opened.
+    #[serde(default)]
+    pub write_errors: u32,
+    /// Failed so many writes that no new data goes to it.
+    #[serde(default)]
+    pub failing: bool,
     /// The slow-device emulation it runs with ("latency 8000 us, 100 MiB/s").
     pub emulated: Option<String>,
     /// Segments on it, and how many of them are hot (at least
@@ -108,6 +114,8 @@ pub fn device_infos(
                 size: slots * seg,
                 used: (slots - free) * seg,
                 draining: set.is_draining(d.id()),
+                write_errors: set.write_errors(d.id()),
+                failing: set.is_failing(d.id()),
                 emulated: d.emulation().map(|e| e.to_string()),
                 segments,
                 hot_segments: hot,

@@ -12,8 +12,9 @@ use crate::vfs::Fs;
 use crate::writeback::overlay::{Block, Overlay};
 use cairn_data::{ChunkRec, Hash};
 use cairn_devices::SlotAddr;
-use cairn_meta::{ElemKey, Element, MetaRead, MetaWrite, RecordType};
+use cairn_meta::{ElemKey, Element, MetaError, MetaRead, MetaWrite, RecordType};
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Where a block's bytes went.
@@ -70,6 +71,12 @@ impl Fs {
     /// Like `flush`, and also prunes all fine-grained history when `prune_all`
     /// (used when the pool runs short of space).
     pub(crate) fn flush_with(&self, prune_all: bool) -> Result<()> {
+        self.flush_try(prune_all, true)
+    }
+
+    /// One flush; after a failed device write, `retry` tries once more
+    /// (placement then prefers the devices without errors).
+    fn flush_try(&self, prune_all: bool, retry: bool) -> Result<()> {
         self.check_ok()?;
         let mut last_tid = self.flush_guard();
         let (ov, next_ino) = {
@@ -84,9 +91,10 @@ impl Fs {
             (ov, self.next_ino())
         };
         let tid = *last_tid + 1;
-        match self.commit(&ov, tid, next_ino, prune_all) {
+        let e = match self.commit(&ov, tid, next_ino, prune_all) {
             Ok(freed) => {
                 *last_tid = tid;
+                self.must_commit.store(false, Ordering::SeqCst);
                 self.retire_intent(tid);
                 let st = self.lock_all();
                 self.drop_ns_meta();
@@ -94,27 +102,38 @@ impl Fs {
                 drop(st);
                 self.pool.chunks.release_slots(&freed)?;
                 self.reserve.recover();
-                Ok(())
+                return Ok(());
             }
-            Err(e) if e.is_no_space() => {
-                tracing::warn!(
-                    "commit of tid {tid} found no space: {e}; its changes stay buffered"
-                );
-                let redb_failed = matches!(&e, FsError::Meta(cairn_meta::MetaError::NoSpace(_)));
-                if let Err(e2) = self.keep_uncommitted(ov, redb_failed) {
-                    return Err(self.stop(e2));
-                }
-                if self.reserve.spend() {
-                    // The reserve gave the metadata room: try once more.
-                    drop(last_tid);
-                    return self.flush_with(prune_all);
-                }
-                Err(FsError::NoSpace)
-            }
-            Err(e) => {
-                tracing::error!("commit of tid {tid} failed");
-                Err(self.stop(e))
-            }
+            Err(e) => e,
+        };
+        // Each failure below that the filesystem survives keeps the
+        // overlay's changes for the next flush.
+        let meta_failed = matches!(&e, FsError::Meta(MetaError::NoSpace(_) | MetaError::Io(_)));
+        let device = e.failed_device();
+        if !e.is_no_space() && !meta_failed && device.is_none() {
+            tracing::error!("commit of tid {tid} failed");
+            return Err(self.stop(e));
+        }
+        tracing::warn!("commit of tid {tid} failed: {e}; its changes stay buffered");
+        if let Err(e2) = self.keep_uncommitted(ov, meta_failed) {
+            return Err(self.stop(e2));
+        }
+        drop(last_tid);
+        if let Some(dev) = device {
+            let n = self.pool.chunks.devices().note_write_error(dev);
+            tracing::error!("device {dev}: {n} failed writes");
+            return match retry {
+                true => self.flush_try(prune_all, false),
+                false => Err(e),
+            };
+        }
+        if e.is_no_space() && self.reserve.spend() {
+            // The reserve gave the metadata room: try once more.
+            return self.flush_try(prune_all, retry);
+        }
+        match e.is_no_space() {
+            true => Err(FsError::NoSpace),
+            false => Err(e),
         }
     }
 
@@ -132,6 +151,7 @@ impl Fs {
     /// is opened again if its file write failed (redb fails such a handle
     /// from then on). The next flush tries again.
     fn keep_uncommitted(&self, ov: Arc<Overlay>, meta_failed: bool) -> Result<()> {
+        self.must_commit.store(true, Ordering::SeqCst);
         let mut st = self.lock_all();
         let flushing = self.flushing.write().take();
         let flushing = flushing.expect("the failed overlay is flushing");

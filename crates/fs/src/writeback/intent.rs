@@ -41,6 +41,9 @@ impl Fs {
         let Some(log) = &self.intent else {
             return self.flush();
         };
+        if self.must_commit.load(std::sync::atomic::Ordering::SeqCst) {
+            return self.flush();
+        }
         // Holding the flush lock: no flush is under way, so every change
         // not committed is in `dirty`, and none can start meanwhile.
         let last = self.flush_guard();
