@@ -200,6 +200,21 @@ fn errno(e: FsError) -> Errno {
     Errno::from_i32(e.errno())
 }
 
+/// The errno of a failed read. An I/O error (a device that failed the
+/// read, or a chunk whose checksum does not match) is logged with the file
+/// and the range it hit, rate-limited; `cairn scrub` lists damaged chunks
+/// with the files that use them.
+fn read_failed(ino: u64, offset: u64, size: u32, e: FsError) -> Errno {
+    if e.errno() != libc::EIO {
+        return errno(e);
+    }
+    let end = offset.saturating_add(size as u64);
+    crate::ratelimit::warn(format!(
+        "read of inode {ino} bytes {offset}..{end} failed: {e}"
+    ));
+    Errno::from_i32(libc::EIO)
+}
+
 fn ctx(req: &Request) -> Ctx {
     Ctx {
         uid: req.uid(),
@@ -484,14 +499,15 @@ impl Filesystem for CairnFuse {
             Ok(Node::Real(i)) => {
                 let fs = &self.fs;
                 return reply.data_with(size as usize, |buf| {
-                    fs.read_into(i, offset, buf).map_err(errno)
+                    fs.read_into(i, offset, buf)
+                        .map_err(|e| read_failed(i, offset, size, e))
                 });
             }
             Err(e) => Err(e),
         };
         match r {
             Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(read_failed(ino.0, offset, size, e)),
         }
     }
 
