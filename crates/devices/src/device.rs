@@ -1,14 +1,17 @@
 //! One device: a regular file, a file inside a directory, or a block device.
 //! Offers positioned reads and writes (large aligned ones may bypass the
-//! page cache: `write_direct_at`) and durability (fdatasync).
+//! page cache: `write_direct_at`) and durability (fdatasync), through the
+//! device's backend (`backend/`: the host file, or a test backend).
 
+use crate::backend::{Backend, Emulated, HostStorage, OpenHow, Storage};
 use crate::class::{DeviceClass, DeviceRole};
 use crate::emulate::{parse_duration_us, Emulation, Throttle};
 use crate::error::{io_err, DeviceError, Result};
 use crate::header::{DeviceHeader, DATA_OFFSET, HEADER_LEN};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What the user asked for: `CLASS:PATH[:SIZE][:role=tier|cache]
 /// [:latency=DUR][:bw=SIZE]` (latency and bw emulate a slow device).
@@ -106,11 +109,11 @@ pub struct Device {
     pub header: DeviceHeader,
     pub path: PathBuf,
     pub role: DeviceRole,
-    file: File,
-    /// The same file opened with O_DIRECT for reads and writes (on first
-    /// use; None if the host filesystem refuses it).
-    direct: std::sync::OnceLock<Option<File>>,
-    throttle: Option<Throttle>,
+    /// Where the device's bytes go: the host file (or a test backend),
+    /// wrapped in the slow-device emulation when there is one.
+    io: Arc<dyn Backend>,
+    /// The emulation's throttle, also charged with the metadata file's I/O.
+    throttle: Option<Arc<Throttle>>,
     /// Device reads issued so far (one per read call, however large).
     read_ops: std::sync::atomic::AtomicU64,
     /// Bytes those reads asked for.
@@ -185,18 +188,23 @@ pub fn min_device_size(segment_size: u64) -> u64 {
     DATA_OFFSET + 4 * segment_size
 }
 
-/// Fewer blocks allocated than the file's size.
-fn is_sparse(file: &File) -> bool {
+/// Fewer blocks allocated than the file's size (a host file only).
+fn is_sparse(io: &dyn Backend) -> bool {
     use std::os::unix::fs::MetadataExt;
-    file.metadata()
-        .is_ok_and(|m| m.is_file() && m.blocks() * 512 < m.len())
+    io.host_file()
+        .and_then(|f| f.metadata().ok())
+        .is_some_and(|m| m.is_file() && m.blocks() * 512 < m.len())
 }
 
 /// Sizes the file to `size` bytes and allocates all its blocks, refusing
-/// (before writing anything) when its filesystem lacks the space.
-fn allocate(file: &File, path: &Path, size: u64) -> Result<()> {
+/// (before writing anything) when its filesystem lacks the space. A
+/// backend without a host file is only sized.
+fn allocate(io: &dyn Backend, path: &Path, size: u64) -> Result<()> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::MetadataExt;
+    let Some(file) = io.host_file() else {
+        return io.set_len(size).map_err(io_err(path));
+    };
     let have = file.metadata().map_or(0, |m| m.blocks() * 512);
     let free = free_space_of(host_dir(path)).unwrap_or(u64::MAX);
     let no_space = || DeviceError::HostNoSpace {
@@ -207,7 +215,7 @@ fn allocate(file: &File, path: &Path, size: u64) -> Result<()> {
     if size > have.saturating_add(free) {
         return Err(no_space());
     }
-    file.set_len(size).map_err(io_err(path))?;
+    io.set_len(size).map_err(io_err(path))?;
     // SAFETY: posix_fallocate on an fd we own.
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
     match rc {
@@ -217,9 +225,13 @@ fn allocate(file: &File, path: &Path, size: u64) -> Result<()> {
     }
 }
 
-/// Takes a shared flock on an open device: held while a pool has it open.
-fn lock_shared(file: &File, path: &Path) -> Result<()> {
+/// Takes a shared flock on an open device: held while a pool has it open
+/// (backends without a host file have no lock).
+fn lock_shared(io: &dyn Backend, path: &Path) -> Result<()> {
     use std::os::fd::AsRawFd;
+    let Some(file) = io.host_file() else {
+        return Ok(());
+    };
     // SAFETY: flock on an fd we own; released when the file is closed.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
         return Err(DeviceError::Locked {
@@ -227,6 +239,21 @@ fn lock_shared(file: &File, path: &Path) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The backend as I/O goes through it: under the emulation's throttle
+/// when the device is emulated.
+fn emulated(
+    io: Arc<dyn Backend>,
+    emulate: Option<Emulation>,
+) -> (Arc<dyn Backend>, Option<Arc<Throttle>>) {
+    match emulate {
+        None => (io, None),
+        Some(e) => {
+            let t = Arc::new(Throttle::new(e));
+            (Arc::new(Emulated::new(io, t.clone())), Some(t))
+        }
+    }
 }
 
 /// What a device path holds before it is formatted.
@@ -309,37 +336,42 @@ fn follow_dangling(path: &Path) -> PathBuf {
     p
 }
 
-fn block_device_size(file: &File, path: &Path) -> Result<u64> {
-    use std::io::{Seek, SeekFrom};
-    let mut f = file;
-    f.seek(SeekFrom::End(0)).map_err(io_err(path))
-}
-
 impl Device {
-    /// Creates (formats) a device. A regular file is created (mode 0600)
-    /// with the given size, or 90% of the free space of its filesystem by
-    /// default, and its blocks are allocated unless the spec says sparse.
+    /// Creates (formats) a device on the host (`create_with`).
     pub fn create(
         spec: &DeviceSpec,
         device_id: u32,
         pool_uuid: [u8; 16],
         segment_size: u64,
     ) -> Result<Device> {
+        Self::create_with(spec, device_id, pool_uuid, segment_size, &HostStorage)
+    }
+
+    /// Creates (formats) a device, opening its file through `storage`. A
+    /// regular file is created (mode 0600) with the given size, or 90% of
+    /// the free space of its filesystem by default, and its blocks are
+    /// allocated unless the spec says sparse.
+    pub fn create_with(
+        spec: &DeviceSpec,
+        device_id: u32,
+        pool_uuid: [u8; 16],
+        segment_size: u64,
+        storage: &dyn Storage,
+    ) -> Result<Device> {
         let path = device_file_path(&spec.path, device_id);
         let is_block = std::fs::metadata(&path)
             .map(|m| m.file_type().is_block_device())
             .unwrap_or(false);
-        let file = crate::private::private_options()
-            .read(true)
-            .write(true)
-            .create(!is_block)
-            .truncate(false)
-            .open(&path)
-            .map_err(io_err(&path))?;
-        lock_shared(&file, &path)?;
+        let how = if is_block {
+            OpenHow::EXISTING
+        } else {
+            OpenHow::CREATE
+        };
+        let io = storage.open(&path, &how).map_err(io_err(&path))?;
+        lock_shared(&*io, &path)?;
         let min = min_device_size(segment_size);
         let size = if is_block {
-            let real = block_device_size(&file, &path)?;
+            let real = io.len().map_err(io_err(&path))?;
             spec.size.map_or(real, |s| s.min(real))
         } else {
             let size = spec
@@ -349,9 +381,9 @@ impl Device {
                 return Err(DeviceError::TooSmall { path, size, min });
             }
             if spec.sparse {
-                file.set_len(size).map_err(io_err(&path))?;
+                io.set_len(size).map_err(io_err(&path))?;
             } else {
-                allocate(&file, &path, size)?;
+                allocate(&*io, &path, size)?;
             }
             size
         };
@@ -367,60 +399,61 @@ impl Device {
             segment_size,
             data_offset: DATA_OFFSET,
         };
-        file.write_all_at(&header.encode(), 0)
-            .map_err(io_err(&path))?;
-        file.sync_all().map_err(io_err(&path))?;
-        let sparse = !is_block && is_sparse(&file);
+        io.write_at(&header.encode(), 0).map_err(io_err(&path))?;
+        io.sync_data().map_err(io_err(&path))?;
+        let sparse = !is_block && is_sparse(&*io);
+        let (io, throttle) = emulated(io, spec.emulate);
         Ok(Device {
             header,
             path,
             role: spec.role,
-            file,
-            direct: std::sync::OnceLock::new(),
-            throttle: spec.emulate.map(Throttle::new),
+            io,
+            throttle,
             read_ops: Default::default(),
             read_bytes: Default::default(),
             sparse,
         })
     }
 
-    /// Opens an existing device and checks that it belongs to the pool and
-    /// is as large as its header says. Role and emulation come from the
-    /// pool's device record. The device stays flock'ed (shared) while open,
-    /// so `mkfs` can tell it is in use.
+    /// Opens an existing device on the host (`open_with`).
     pub fn open(
         path: &Path,
         pool_uuid: [u8; 16],
         role: DeviceRole,
         emulate: Option<Emulation>,
     ) -> Result<Device> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
+        Self::open_with(path, pool_uuid, role, emulate, &HostStorage)
+    }
+
+    /// Opens an existing device through `storage` and checks that it
+    /// belongs to the pool and is as large as its header says. Role and
+    /// emulation come from the pool's device record. The device stays
+    /// flock'ed (shared) while open, so `mkfs` can tell it is in use.
+    pub fn open_with(
+        path: &Path,
+        pool_uuid: [u8; 16],
+        role: DeviceRole,
+        emulate: Option<Emulation>,
+        storage: &dyn Storage,
+    ) -> Result<Device> {
+        let io = storage
+            .open(path, &OpenHow::EXISTING)
             .map_err(io_err(path))?;
-        lock_shared(&file, path)?;
+        lock_shared(&*io, path)?;
         let mut buf = vec![0u8; HEADER_LEN];
-        file.read_exact_at(&mut buf, 0)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => DeviceError::NotADevice {
-                    path: path.to_path_buf(),
-                },
-                _ => io_err(path)(e),
-            })?;
+        io.read_at(&mut buf, 0).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => DeviceError::NotADevice {
+                path: path.to_path_buf(),
+            },
+            _ => io_err(path)(e),
+        })?;
         let header = DeviceHeader::decode(&buf, path)?;
         if header.pool_uuid != pool_uuid {
             return Err(DeviceError::WrongPool {
                 path: path.to_path_buf(),
             });
         }
-        let meta = file.metadata().map_err(io_err(path))?;
-        let is_block = meta.file_type().is_block_device();
-        let actual = if is_block {
-            block_device_size(&file, path)?
-        } else {
-            meta.len()
-        };
+        let actual = io.len().map_err(io_err(path))?;
         if actual < header.size {
             return Err(DeviceError::Truncated {
                 path: path.to_path_buf(),
@@ -428,18 +461,23 @@ impl Device {
                 actual,
             });
         }
-        let sparse = !is_block && is_sparse(&file);
+        let sparse = is_sparse(&*io);
+        let (io, throttle) = emulated(io, emulate);
         Ok(Device {
             header,
             path: path.to_path_buf(),
             role,
-            file,
-            direct: std::sync::OnceLock::new(),
-            throttle: emulate.map(Throttle::new),
+            io,
+            throttle,
             read_ops: Default::default(),
             read_bytes: Default::default(),
             sparse,
         })
+    }
+
+    /// The backend the device's I/O goes through.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.io
     }
 
     /// A regular device file whose blocks are not all allocated.
@@ -452,10 +490,11 @@ impl Device {
     pub fn host_free(&self) -> Option<(u64, u64)> {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
-        let dev = self.file.metadata().ok()?.dev();
+        let file = self.io.host_file()?;
+        let dev = file.metadata().ok()?.dev();
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: fstatvfs on an fd we own into a valid out pointer.
-        let rc = unsafe { libc::fstatvfs(self.file.as_raw_fd(), &mut st) };
+        let rc = unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) };
         (rc == 0).then(|| (dev, st.f_bavail as u64 * st.f_frsize as u64))
     }
 
@@ -471,7 +510,9 @@ impl Device {
     /// Charges an I/O of `bytes` done on this device's file system outside
     /// this handle (the metadata store beside it) to its emulation, if any.
     pub fn charge_emulated(&self, bytes: usize) {
-        self.throttle(bytes);
+        if let Some(t) = &self.throttle {
+            t.io(bytes);
+        }
     }
 
     /// Device reads issued since the device was opened.
@@ -489,13 +530,6 @@ impl Device {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.read_bytes
             .fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
-        self.throttle(bytes);
-    }
-
-    fn throttle(&self, bytes: usize) {
-        if let Some(t) = &self.throttle {
-            t.io(bytes);
-        }
     }
 
     pub fn class(&self) -> DeviceClass {
@@ -513,36 +547,16 @@ impl Device {
 
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.read_op(buf.len());
-        self.file
-            .read_exact_at(buf, offset)
-            .map_err(io_err(&self.path))
+        self.io.read_at(buf, offset).map_err(io_err(&self.path))
     }
 
     /// Reads `head` then `body` from consecutive bytes at `offset` with one
     /// system call (two on a short read), so data lands where the caller
     /// wants it without a copy.
     pub fn read_split_at(&self, head: &mut [u8], body: &mut [u8], offset: u64) -> Result<()> {
-        use std::os::fd::AsRawFd;
         self.read_op(head.len() + body.len());
-        let iov = [
-            libc::iovec {
-                iov_base: head.as_mut_ptr().cast(),
-                iov_len: head.len(),
-            },
-            libc::iovec {
-                iov_base: body.as_mut_ptr().cast(),
-                iov_len: body.len(),
-            },
-        ];
-        // SAFETY: both iovecs point into live, exclusively borrowed buffers
-        // of the given lengths.
-        let n = unsafe { libc::preadv(self.file.as_raw_fd(), iov.as_ptr(), 2, offset as i64) };
-        if n >= 0 && n as usize == head.len() + body.len() {
-            return Ok(());
-        }
-        let f = &self.file;
-        f.read_exact_at(head, offset).map_err(io_err(&self.path))?;
-        f.read_exact_at(body, offset + head.len() as u64)
+        self.io
+            .read_vectored_at(&mut [head, body], offset)
             .map_err(io_err(&self.path))
     }
 
@@ -550,39 +564,10 @@ impl Device {
     /// one system call per IOV_MAX buffers (a short read is retried
     /// buffer by buffer).
     pub fn read_iov_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> Result<()> {
-        use std::os::fd::AsRawFd;
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        self.read_op(total);
-        let mut at = offset;
-        for group in bufs.chunks_mut(1024) {
-            let iov: Vec<libc::iovec> = group
-                .iter_mut()
-                .map(|b| libc::iovec {
-                    iov_base: b.as_mut_ptr().cast(),
-                    iov_len: b.len(),
-                })
-                .collect();
-            let want: usize = group.iter().map(|b| b.len()).sum();
-            // SAFETY: every iovec points into a live, exclusively borrowed
-            // buffer of the given length.
-            let n = unsafe {
-                libc::preadv(
-                    self.file.as_raw_fd(),
-                    iov.as_ptr(),
-                    iov.len() as i32,
-                    at as i64,
-                )
-            };
-            if n < 0 || n as usize != want {
-                let mut o = at;
-                for b in group.iter_mut() {
-                    self.file.read_exact_at(b, o).map_err(io_err(&self.path))?;
-                    o += b.len() as u64;
-                }
-            }
-            at += want as u64;
-        }
-        Ok(())
+        self.read_op(bufs.iter().map(|b| b.len()).sum());
+        self.io
+            .read_vectored_at(bufs, offset)
+            .map_err(io_err(&self.path))
     }
 
     /// Reads into `buf` at `offset` past the page cache (O_DIRECT) when the
@@ -594,36 +579,19 @@ impl Device {
     /// caller reads buffered). A read may end early at the end of the file;
     /// `Ok(true)` means at least `need` bytes arrived.
     pub fn read_direct_at(&self, buf: &mut [u8], offset: u64, need: usize) -> Result<bool> {
-        let aligned =
-            (buf.as_ptr() as usize | offset as usize | buf.len()).is_multiple_of(DIRECT_ALIGN);
-        let Some(direct) = self.direct_file().filter(|_| aligned) else {
-            return Ok(false);
-        };
-        assert!(need <= buf.len());
-        self.read_op(buf.len());
-        let mut got = 0;
-        while got < need {
-            match direct.read_at(&mut buf[got..], offset + got as u64) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && got == 0 => return Ok(false),
-                Err(e) => return Err(io_err(&self.path)(e)),
-            }
+        let r = self.io.read_direct_at(buf, offset, need);
+        if !matches!(r, Ok(false)) {
+            self.read_op(buf.len());
         }
-        if got < need {
-            return Err(io_err(&self.path)(std::io::Error::from(
-                std::io::ErrorKind::UnexpectedEof,
-            )));
-        }
-        Ok(true)
+        r.map_err(io_err(&self.path))
     }
 
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         debug_assert!(offset >= self.header.data_offset);
         debug_assert!(offset + buf.len() as u64 <= self.header.size);
-        self.throttle(buf.len());
-        self.write_with(&self.file, buf, offset)
+        self.io
+            .write_at(buf, offset)
+            .map_err(|e| self.write_error(e))
     }
 
     /// Writes like `write_at`, but past the page cache (O_DIRECT) when the
@@ -632,37 +600,13 @@ impl Device {
     /// page cache, which costs more CPU than the rest of a flush. Durable
     /// only after `sync`, like any write. Falls back to `write_at`.
     pub fn write_direct_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        let aligned =
-            (buf.as_ptr() as usize | offset as usize | buf.len()).is_multiple_of(DIRECT_ALIGN);
-        let Some(direct) = self.direct_file().filter(|_| aligned) else {
-            return self.write_at(buf, offset);
-        };
         debug_assert!(offset >= self.header.data_offset);
         debug_assert!(offset + buf.len() as u64 <= self.header.size);
-        self.throttle(buf.len());
-        match direct.write_all_at(buf, offset) {
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                self.write_with(&self.file, buf, offset)
-            }
-            r => r.map_err(|e| self.write_error(e)),
+        match self.io.write_direct_at(buf, offset) {
+            Ok(true) => Ok(()),
+            Ok(false) => self.write_at(buf, offset),
+            Err(e) => Err(self.write_error(e)),
         }
-    }
-
-    fn direct_file(&self) -> Option<&File> {
-        self.direct
-            .get_or_init(|| {
-                OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&self.path)
-                    .ok()
-            })
-            .as_ref()
-    }
-
-    fn write_with(&self, f: &File, buf: &[u8], offset: u64) -> Result<()> {
-        f.write_all_at(buf, offset).map_err(|e| self.write_error(e))
     }
 
     fn write_error(&self, e: std::io::Error) -> DeviceError {
@@ -678,42 +622,23 @@ impl Device {
     /// prepares the next buffer and the final `sync` finds most of it done.
     /// Best effort: a failure here shows up at `sync`.
     pub fn start_writeback(&self, offset: u64, len: u64) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: plain sync_file_range on an fd we own.
-        unsafe {
-            libc::sync_file_range(
-                self.file.as_raw_fd(),
-                offset as libc::off64_t,
-                len as libc::off64_t,
-                libc::SYNC_FILE_RANGE_WRITE,
-            );
-        }
+        self.io.start_writeback(offset, len);
     }
 
     pub fn sync(&self) -> Result<()> {
-        self.throttle(0);
-        self.file.sync_data().map_err(io_err(&self.path))
+        self.io.sync_data().map_err(io_err(&self.path))
     }
 
     /// Gives a freed slot's blocks back to the host filesystem (best
     /// effort), unless the device file was allocated: its blocks stay
     /// reserved so that the host cannot run out of space under the pool.
     pub fn discard_slot(&self, slot: u64) {
-        use std::os::fd::AsRawFd;
-        if !self.sparse && self.file.metadata().is_ok_and(|m| m.is_file()) {
+        let host_file = self.io.host_file().and_then(|f| f.metadata().ok());
+        if !self.sparse && host_file.is_some_and(|m| m.is_file()) {
             return;
         }
-        let off = self.slot_offset(slot) as libc::off_t;
-        let len = self.header.segment_size as libc::off_t;
-        // SAFETY: plain fallocate on an fd we own; failure is harmless.
-        unsafe {
-            libc::fallocate(
-                self.file.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                off,
-                len,
-            );
-        }
+        let off = self.slot_offset(slot);
+        let _ = self.io.punch_hole(off, self.header.segment_size);
     }
 }
 

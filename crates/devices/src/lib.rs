@@ -1,10 +1,13 @@
 //! Devices layer: the bottom of Cairn. A pool stores its data on devices
 //! (regular files, directories or block devices), each with a speed class.
-//! This crate owns the per-device header, positioned I/O on a device, the
+//! This crate owns the device backend trait (how bytes reach a file: the
+//! host, an emulated slow device, the crash-recording and fault-injecting
+//! test backends), the per-device header, positioned I/O on a device, the
 //! map of segment slots in use, placement (which device gets the next
 //! segment), slow-device emulation and the SSD cache ring. It knows nothing
 //! about chunks, files or metadata.
 
+pub mod backend;
 pub mod class;
 pub mod device;
 pub mod emulate;
@@ -16,6 +19,7 @@ pub mod size;
 pub mod spacemap;
 pub mod ssdcache;
 
+pub use backend::{Backend, HostStorage, OpenHow, Storage};
 pub use class::{DeviceClass, DeviceRole};
 pub use device::{Device, DeviceSpec, DIRECT_ALIGN};
 pub use emulate::Emulation;
