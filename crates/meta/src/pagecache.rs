@@ -16,9 +16,16 @@
 //! The backend also charges the home device's slow-device emulation (if
 //! any) for every read and write, so an emulated slow pool has slow
 //! metadata too.
+//!
+//! The file's bytes go through a `cairn_devices::Backend` (the host file,
+//! or a test backend from the pool's storage). redb's range locks (which
+//! keep a second process out of the file) are taken on the host file under
+//! it with redb's own file backend over a duplicate descriptor (same open
+//! file description, so the same locks); a backend without a host file has
+//! none, which redb allows in its default single-writer mode.
 
 use cairn_devices::ssdcache::meta_key;
-use cairn_devices::{Device, SsdCache};
+use cairn_devices::{Backend, Device, SsdCache};
 use parking_lot::{Mutex, RwLock};
 use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
@@ -146,7 +153,9 @@ impl PageCache {
 /// redb's storage backend: the metadata file, read through the page cache.
 #[derive(Debug)]
 pub struct CachedFile {
-    file: FileBackend,
+    file: Arc<dyn Backend>,
+    /// redb's file backend on the host file, for its range locks only.
+    locks: Option<FileBackend>,
     pages: Arc<PageCache>,
 }
 
@@ -157,10 +166,19 @@ impl std::fmt::Debug for PageCache {
 }
 
 impl CachedFile {
-    pub fn new(file: std::fs::File, pages: Arc<PageCache>) -> Self {
-        #[allow(clippy::unnecessary_fallible_conversions)]
-        let file = FileBackend::new(file).expect("FileBackend::new does not fail on 4.x");
-        CachedFile { file, pages }
+    pub fn new(file: Arc<dyn Backend>, pages: Arc<PageCache>) -> std::io::Result<Self> {
+        let locks = match file.host_file() {
+            #[allow(clippy::unnecessary_fallible_conversions)]
+            Some(f) => Some(
+                FileBackend::new(f.try_clone()?).expect("FileBackend::new does not fail on 4.x"),
+            ),
+            None => None,
+        };
+        Ok(CachedFile { file, locks, pages })
+    }
+
+    fn locks(&self) -> Result<&FileBackend, BackendError> {
+        self.locks.as_ref().ok_or(BackendError::Unsupported)
     }
 }
 
@@ -172,14 +190,14 @@ impl StorageBackend for CachedFile {
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), BackendIoError> {
         let Some(cache) = self.pages.cache() else {
             self.pages.charge(out.len());
-            return self.file.read(offset, out);
+            return self.file.read_at(out, offset);
         };
         if self.pages.lookup(&cache, offset, out) {
             return Ok(());
         }
         let writes = self.pages.writes();
         self.pages.charge(out.len());
-        self.file.read(offset, out)?;
+        self.file.read_at(out, offset)?;
         self.pages.fill(&cache, offset, out, writes);
         Ok(())
     }
@@ -197,34 +215,34 @@ impl StorageBackend for CachedFile {
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), BackendIoError> {
         self.pages.invalidate(offset, offset + data.len() as u64);
         self.pages.charge(data.len());
-        self.file.write(offset, data)
+        self.file.write_at(data, offset)
     }
 
     fn close(&self) -> Result<(), BackendIoError> {
-        self.file.close()
+        self.locks.as_ref().map_or(Ok(()), |l| l.close())
     }
 
     fn try_lock_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<bool, BackendError> {
-        self.file.try_lock_range(s, e)
+        self.locks()?.try_lock_range(s, e)
     }
 
     fn try_lock_shared_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<bool, BackendError> {
-        self.file.try_lock_shared_range(s, e)
+        self.locks()?.try_lock_shared_range(s, e)
     }
 
     fn lock_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<(), BackendError> {
-        self.file.lock_range(s, e)
+        self.locks()?.lock_range(s, e)
     }
 
     fn lock_shared_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<(), BackendError> {
-        self.file.lock_shared_range(s, e)
+        self.locks()?.lock_shared_range(s, e)
     }
 
     fn unlock_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<(), BackendError> {
-        self.file.unlock_range(s, e)
+        self.locks()?.unlock_range(s, e)
     }
 
     fn query_lock_range(&self, s: Bound<u64>, e: Bound<u64>) -> Result<bool, BackendError> {
-        self.file.query_lock_range(s, e)
+        self.locks()?.query_lock_range(s, e)
     }
 }

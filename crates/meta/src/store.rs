@@ -10,6 +10,7 @@ use crate::key::{prefix_end, ElemKey};
 use crate::pagecache::{CachedFile, PageCache};
 use crate::tables::*;
 use crate::TID_MAX;
+use cairn_devices::{Backend, HostStorage, OpenHow, Storage};
 use redb::{
     Database, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable,
     ReadableTableMetadata, Table,
@@ -31,8 +32,9 @@ struct ReopenWith {
     path: std::path::PathBuf,
     cache_bytes: usize,
     pages: Arc<PageCache>,
+    storage: Arc<dyn Storage>,
     /// For allocating room ahead of the file's end (`ensure_headroom`).
-    file: std::fs::File,
+    file: Arc<dyn Backend>,
 }
 
 /// Decodes a stored live element.
@@ -122,13 +124,16 @@ impl MetaStore {
     /// Creates a store in a new file of mode 0600 (only its owner may
     /// read the pool's metadata).
     pub fn create(path: &Path) -> Result<Self> {
-        cairn_devices::private::private_options()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
+        Self::create_with(path, &HostStorage)
+    }
+
+    /// Creates a store (see `create`) in a file opened through `storage`.
+    pub fn create_with(path: &Path, storage: &dyn Storage) -> Result<Self> {
+        let file = storage
+            .open(path, &OpenHow::REPLACE)
             .map_err(io_err(path))?;
-        let db = Database::builder().create(path)?;
+        let backend = CachedFile::new(file, PageCache::new()).map_err(io_err(path))?;
+        let db = Database::builder().create_with_backend(backend)?;
         let s = MetaStore {
             db: parking_lot::RwLock::new(Some(db)),
             reopen: None,
@@ -143,23 +148,40 @@ impl MetaStore {
     /// Opens an existing store; redb reads its pages through `pages` (the
     /// SSD cache for metadata, when the pool has one).
     pub fn open(path: &Path, cache_bytes: usize, pages: Arc<PageCache>) -> Result<Self> {
-        // Every step that reads the file runs guarded: a damaged page that
-        // the integrity check did not cover must give an error, not a panic.
-        guarded(|| Self::open_unguarded(path, cache_bytes, pages))
+        Self::open_with(path, cache_bytes, pages, HostStorage::shared())
     }
 
-    fn open_unguarded(path: &Path, cache_bytes: usize, pages: Arc<PageCache>) -> Result<Self> {
-        let db = open_db(path, cache_bytes, pages.clone())?;
+    /// Opens an existing store (see `open`) whose file is opened through
+    /// `storage`, now and at every `reopen`.
+    pub fn open_with(
+        path: &Path,
+        cache_bytes: usize,
+        pages: Arc<PageCache>,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Self> {
+        // Every step that reads the file runs guarded: a damaged page that
+        // the integrity check did not cover must give an error, not a panic.
+        guarded(|| Self::open_unguarded(path, cache_bytes, pages, storage))
+    }
+
+    fn open_unguarded(
+        path: &Path,
+        cache_bytes: usize,
+        pages: Arc<PageCache>,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Self> {
+        let db = open_db(path, cache_bytes, pages.clone(), &*storage)?;
+        let file = storage
+            .open(path, &OpenHow::EXISTING)
+            .map_err(io_err(path))?;
         let s = MetaStore {
             db: parking_lot::RwLock::new(Some(db)),
             reopen: Some(ReopenWith {
                 path: path.to_path_buf(),
                 cache_bytes,
                 pages,
-                file: std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(io_err(path))?,
+                storage,
+                file,
             }),
         };
         // Converts tables of an older format, then creates the tables a
@@ -185,7 +207,12 @@ impl MetaStore {
         let mut db = self.db.write();
         // The old handle must let go of the file (and its lock) first.
         drop(db.take());
-        *db = Some(open_db(&w.path, w.cache_bytes, w.pages.clone())?);
+        *db = Some(open_db(
+            &w.path,
+            w.cache_bytes,
+            w.pages.clone(),
+            &*w.storage,
+        )?);
         Ok(())
     }
 
@@ -193,14 +220,15 @@ impl MetaStore {
     /// on the host filesystem (without changing its size), so that the
     /// next commit's writes cannot fail for lack of space there: redb fails
     /// a handle for good once a write to its file failed. `NoRoom` when
-    /// the host cannot give them; filesystems without fallocate pass.
+    /// the host cannot give them; filesystems without fallocate, and
+    /// backends without a host file, pass.
     pub fn ensure_headroom(&self, bytes: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
-        let Some(w) = &self.reopen else {
+        let Some((w, file)) = (self.reopen.as_ref()).and_then(|w| Some((w, w.file.host_file()?)))
+        else {
             return Ok(());
         };
-        let len = w
-            .file
+        let len = file
             .metadata()
             .map_err(|e| MetaError::Db(e.to_string()))?
             .len();
@@ -208,7 +236,7 @@ impl MetaStore {
         // file's length to redb.
         let r = unsafe {
             libc::fallocate(
-                w.file.as_raw_fd(),
+                file.as_raw_fd(),
                 libc::FALLOC_FL_KEEP_SIZE,
                 len as libc::off_t,
                 bytes as libc::off_t,
@@ -246,29 +274,29 @@ impl Drop for MetaStore {
     }
 }
 
-/// Opens the store's file through the page cache, verifying every page.
-fn open_db(path: &Path, cache_bytes: usize, pages: Arc<PageCache>) -> Result<Database> {
-    {
-        let io = io_err(path);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(io)?;
-        if file.metadata().map_err(io)?.len() == 0 {
-            return Err(MetaError::Db(format!("{}: empty file", path.display())));
-        }
-        // Every page of the committed trees is checked against the checksum
-        // its parent holds before the pool is used: a file damaged while the
-        // pool was closed is refused here, instead of answering lookups from
-        // damaged pages (which can lose elements silently or panic).
-        let db = Database::builder()
-            .set_cache_size(cache_bytes)
-            .set_check_integrity_on_open(true)
-            .create_with_backend(CachedFile::new(file, pages))
-            .map_err(|e| damaged_or(path, e))?;
-        Ok(db)
+/// Opens the store's file through `storage` and the page cache, verifying
+/// every page.
+fn open_db(
+    path: &Path,
+    cache_bytes: usize,
+    pages: Arc<PageCache>,
+    storage: &dyn Storage,
+) -> Result<Database> {
+    let io = io_err(path);
+    let file = storage.open(path, &OpenHow::EXISTING).map_err(io)?;
+    if file.len().map_err(io)? == 0 {
+        return Err(MetaError::Db(format!("{}: empty file", path.display())));
     }
+    // Every page of the committed trees is checked against the checksum
+    // its parent holds before the pool is used: a file damaged while the
+    // pool was closed is refused here, instead of answering lookups from
+    // damaged pages (which can lose elements silently or panic).
+    let db = Database::builder()
+        .set_cache_size(cache_bytes)
+        .set_check_integrity_on_open(true)
+        .create_with_backend(CachedFile::new(file, pages).map_err(io)?)
+        .map_err(|e| damaged_or(path, e))?;
+    Ok(db)
 }
 
 impl MetaStore {

@@ -63,8 +63,9 @@ impl Fs {
             );
         }
         let existed = std::fs::symlink_metadata(&file).is_ok();
-        let dev = Device::create(spec, id, self.pool.sb.uuid, self.pool.sb.segment_size)
-            .inspect_err(|_| {
+        let (uuid, seg) = (self.pool.sb.uuid, self.pool.sb.segment_size);
+        let dev =
+            Device::create_with(spec, id, uuid, seg, &*self.pool.storage).inspect_err(|_| {
                 if !existed {
                     let _ = std::fs::remove_file(&file);
                 }

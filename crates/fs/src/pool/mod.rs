@@ -1,6 +1,11 @@
 //! A pool on disk: the directory with its superblock, config, metadata store
 //! and devices. `mkfs` creates one; `Pool::open` opens one for exclusive use
-//! (a lock file keeps a second process out).
+//! (a lock file keeps a second process out). The superblock, the metadata
+//! store, the intent log and the devices are opened through the pool's
+//! `Storage` (the host's files unless a test chose a trace or fault
+//! storage: `mkfs_with`, `Pool::open_with`). Files whose loss is harmless
+//! (heat, the SSD cache index, the metadata reserve, the config, the lock)
+//! stay on std::fs.
 
 pub mod config;
 pub mod perms;
@@ -13,9 +18,10 @@ use crate::pool::superblock::{Superblock, SUPERBLOCK_LEN};
 use crate::types::{FileKind, Inode, Time, ROOT_INO};
 use cairn_data::{ChunkStore, SegmentRec};
 use cairn_devices::device::{device_file_path, file_id, in_use, occupant, Occupant};
-use cairn_devices::private::{private_options, write_private, DIR_MODE};
+use cairn_devices::private::{private_options, DIR_MODE};
 use cairn_devices::{
-    Device, DeviceClass, DeviceError, DeviceRole, DeviceSet, DeviceSpec, Emulation, SsdCache,
+    Device, DeviceClass, DeviceError, DeviceRole, DeviceSet, DeviceSpec, Emulation, HostStorage,
+    OpenHow, SsdCache, Storage,
 };
 use cairn_meta::{ElemKey, MetaStore, PageCache, RecordType};
 use serde::{Deserialize, Serialize};
@@ -81,14 +87,14 @@ impl DeviceDesc {
         }
     }
 
-    /// Opens the device this record names.
-    pub fn open(&self, pool: &Path, uuid: [u8; 16]) -> Result<Device> {
+    /// Opens the device this record names, through `storage`.
+    pub fn open(&self, pool: &Path, uuid: [u8; 16], storage: &dyn Storage) -> Result<Device> {
         let p = if self.path.is_absolute() {
             self.path.clone()
         } else {
             pool.join(&self.path)
         };
-        let dev = Device::open(&p, uuid, self.role, self.emulate)?;
+        let dev = Device::open_with(&p, uuid, self.role, self.emulate, storage)?;
         if dev.id() != self.id {
             return Err(FsError::Io(format!(
                 "{}: device record {} names a device whose header says id {}",
@@ -189,6 +195,11 @@ pub fn mkfs(pool: &Path, opts: MkfsOptions) -> Result<Superblock> {
     mkfs_report(pool, opts).map(|(sb, _)| sb)
 }
 
+/// `mkfs` writing the pool's files through `storage`.
+pub fn mkfs_with(pool: &Path, opts: MkfsOptions, storage: &dyn Storage) -> Result<Superblock> {
+    mkfs_report_with(pool, opts, storage).map(|(sb, _)| sb)
+}
+
 /// Creates a pool (see `mkfs`) and returns warnings for the administrator
 /// (devices other users can read, devices left sparse). Refuses, whatever
 /// `force` says, a pool that is open (its lock is held) and a device that
@@ -196,12 +207,21 @@ pub fn mkfs(pool: &Path, opts: MkfsOptions) -> Result<Superblock> {
 /// holds a Cairn header or any data in its first MiB. A failed mkfs removes
 /// exactly what it created.
 pub fn mkfs_report(pool: &Path, opts: MkfsOptions) -> Result<(Superblock, Vec<String>)> {
+    mkfs_report_with(pool, opts, &HostStorage)
+}
+
+/// `mkfs_report` writing the pool's files through `storage`.
+pub fn mkfs_report_with(
+    pool: &Path,
+    opts: MkfsOptions,
+    storage: &dyn Storage,
+) -> Result<(Superblock, Vec<String>)> {
     validate(&opts)?;
     // A relative pool path ("pool") has an empty parent: work on the
     // absolute one, so every check below names a real directory.
     let pool = &std::path::absolute(pool).map_err(io(pool))?;
     let mut made = Created::default();
-    let r = mkfs_in(pool, opts, &mut made);
+    let r = mkfs_in(pool, opts, storage, &mut made);
     if r.is_err() {
         made.undo();
     }
@@ -251,6 +271,7 @@ impl Created {
 fn mkfs_in(
     pool: &Path,
     mut opts: MkfsOptions,
+    storage: &dyn Storage,
     made: &mut Created,
 ) -> Result<(Superblock, Vec<String>)> {
     made.create_dirs(pool)?;
@@ -293,13 +314,13 @@ fn mkfs_in(
     made.will_create(&PoolPaths::meta(pool));
     let home = meta_home(pool, &opts.devices)?;
     made.will_create(&home);
-    let meta = MetaStore::create(&home)?;
+    let meta = MetaStore::create_with(&home, storage)?;
     let now = Time::now();
     let mut descs = Vec::new();
     let mut warnings = Vec::new();
     for (id, spec) in opts.devices.iter().enumerate() {
         made.will_create(&files[id]);
-        let dev = Device::create(spec, id as u32, uuid, opts.segment_size)?;
+        let dev = Device::create_with(spec, id as u32, uuid, opts.segment_size, storage)?;
         warnings.extend(crate::pool::perms::exposed_device(pool, &dev.path));
         if spec.sparse {
             warnings.push(format!(
@@ -339,14 +360,21 @@ fn mkfs_in(
     crate::pool::perms::tighten(pool);
     let sbp = PoolPaths::superblock(pool);
     made.will_create(&sbp);
-    write_private(&sbp, &sb.encode()).map_err(io(&sbp))?;
-    File::open(&sbp)
-        .and_then(|f| f.sync_all())
-        .map_err(io(&sbp))?;
+    write_superblock(&sbp, &sb, storage).map_err(io(&sbp))?;
     File::open(pool)
         .and_then(|f| f.sync_all())
         .map_err(io(pool))?;
     Ok((sb, warnings))
+}
+
+/// Writes the superblock file (mode 0600) and syncs it.
+fn write_superblock(path: &Path, sb: &Superblock, storage: &dyn Storage) -> std::io::Result<()> {
+    let f = storage.open(path, &OpenHow::REPLACE)?;
+    if let Some(host) = f.host_file() {
+        cairn_devices::private::tighten_file(host)?;
+    }
+    f.write_at(&sb.encode(), 0)?;
+    f.sync_data()
 }
 
 /// Checks every device of a mkfs before anything is written; returns the
@@ -512,6 +540,8 @@ pub struct Pool {
     /// Modes tightened at open and devices other users can read (shown by
     /// `cairn check` and `cairn info`).
     pub mode_warnings: Vec<String>,
+    /// How the pool's files are opened (the host's, or a test storage).
+    pub storage: Arc<dyn Storage>,
     _lock: File,
 }
 
@@ -541,6 +571,16 @@ pub(crate) fn segment_table(r: &cairn_meta::MetaRead) -> Result<Vec<(u64, Segmen
 
 impl Pool {
     pub fn open(path: &Path, config: Option<PoolConfig>) -> Result<Pool> {
+        Self::open_with(path, config, HostStorage::shared())
+    }
+
+    /// Opens the pool with its files (metadata store, devices, intent
+    /// log) opened through `storage`.
+    pub fn open_with(
+        path: &Path,
+        config: Option<PoolConfig>,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Pool> {
         let sb = read_superblock(path)?;
         let mut mode_warnings = crate::pool::perms::tighten(path);
         let lock = take_lock(path)?;
@@ -549,16 +589,17 @@ impl Pool {
             None => PoolConfig::load(&PoolPaths::config(path))?,
         };
         let meta_pages = PageCache::new();
-        let meta = MetaStore::open(
+        let meta = MetaStore::open_with(
             &PoolPaths::meta(path),
             (config.meta_cache_mib as usize) << 20,
             meta_pages.clone(),
+            storage.clone(),
         )?;
         crate::history::liveness::convert(&meta)?;
         let r = meta.read()?;
         let mut devices = Vec::new();
         for (_, raw) in r.devices()? {
-            let dev = DeviceDesc::decode(&raw)?.open(path, sb.uuid)?;
+            let dev = DeviceDesc::decode(&raw)?.open(path, sb.uuid, &*storage)?;
             mode_warnings.extend(crate::pool::perms::exposed_device(path, &dev.path));
             devices.push(dev);
         }
@@ -594,6 +635,7 @@ impl Pool {
             meta_home,
             chunks,
             mode_warnings,
+            storage,
             _lock: lock,
         };
         pool.set_ssd_cache(cache);

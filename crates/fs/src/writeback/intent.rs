@@ -104,7 +104,7 @@ impl Fs {
     pub(crate) fn open_intent_log(&mut self) -> Result<Vec<Vec<u8>>> {
         let path = crate::pool::PoolPaths::intent(&self.pool.path);
         let last = *self.flush_lock.get_mut();
-        match LogFile::open(&path, self.pool.sb.uuid, last) {
+        match LogFile::open(&path, self.pool.sb.uuid, last, &*self.pool.storage) {
             Ok((log, recs)) => {
                 self.intent = Some(parking_lot::Mutex::new(log));
                 let next = self.next_ino.get_mut();

@@ -4,13 +4,13 @@
 //! said. Each record names the pool, the TID it applies on top of and its
 //! place in the sequence, and carries a checksum, so a torn record, a stale
 //! one from before the last commit and one of another pool are all ignored.
-//! Layout in docs/FORMAT.md ("Intent log").
+//! Layout in docs/FORMAT.md ("Intent log"). The file is opened through the
+//! pool's storage (`cairn_devices::Storage`).
 
-use cairn_devices::private::private_options;
-use std::fs::File;
+use cairn_devices::{Backend, OpenHow, Storage};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"CAIRNIL\0";
 pub const VERSION: u16 = 1;
@@ -44,7 +44,7 @@ pub enum LogError {
 /// The open log, where the next record goes.
 pub struct LogFile {
     path: PathBuf,
-    file: File,
+    file: Arc<dyn Backend>,
     uuid: [u8; 16],
     base_tid: u64,
     pos: u64,
@@ -59,19 +59,14 @@ impl LogFile {
         path: &Path,
         uuid: [u8; 16],
         last_tid: u64,
+        storage: &dyn Storage,
     ) -> Result<(Self, Vec<Record>), LogError> {
         let err = |e| LogError::Io(path.to_path_buf(), e);
-        let file = private_options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(err)?;
-        if file.metadata().map_err(err)?.len() < LOG_SIZE {
+        let file = storage.open(path, &OpenHow::CREATE).map_err(err)?;
+        if file.len().map_err(err)? < LOG_SIZE {
             // Written once, so that appends overwrite allocated blocks and
             // fdatasync has no file metadata to commit.
-            if let Err(e) = zero_fill(&file) {
+            if let Err(e) = zero_fill(&*file) {
                 let _ = std::fs::remove_file(path);
                 return Err(err(e));
             }
@@ -98,7 +93,7 @@ impl LogFile {
             if self.pos + HEADER_LEN as u64 > LOG_SIZE {
                 break;
             }
-            self.file.read_exact_at(&mut h, self.pos)?;
+            self.file.read_at(&mut h, self.pos)?;
             let Some((head, len)) = parse_head(&h) else {
                 break;
             };
@@ -111,7 +106,7 @@ impl LogFile {
             }
             let mut payload = vec![0u8; len];
             self.file
-                .read_exact_at(&mut payload, self.pos + HEADER_LEN as u64)?;
+                .read_at(&mut payload, self.pos + HEADER_LEN as u64)?;
             if checksum(&h, &payload) != u32::from_le_bytes(h[56..60].try_into().unwrap()) {
                 break;
             }
@@ -148,7 +143,7 @@ impl LogFile {
         rec[56..60].copy_from_slice(&sum.to_le_bytes());
         rec.extend_from_slice(payload);
         let err = |e| LogError::Io(self.path.clone(), e);
-        self.file.write_all_at(&rec, self.pos).map_err(err)?;
+        self.file.write_at(&rec, self.pos).map_err(err)?;
         self.file.sync_data().map_err(err)?;
         self.pos += len;
         self.seq += 1;
@@ -165,14 +160,14 @@ impl LogFile {
     }
 }
 
-fn zero_fill(f: &File) -> io::Result<()> {
+fn zero_fill(f: &dyn Backend) -> io::Result<()> {
     let zeros = vec![0u8; 1 << 20];
     let mut at = 0;
     while at < LOG_SIZE {
-        f.write_all_at(&zeros, at)?;
+        f.write_at(&zeros, at)?;
         at += zeros.len() as u64;
     }
-    f.sync_all()
+    f.sync_data()
 }
 
 fn encode_head(h: &RecordHead, len: usize) -> Vec<u8> {
@@ -216,18 +211,20 @@ fn checksum(head: &[u8], payload: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cairn_devices::HostStorage;
+    use std::os::unix::fs::FileExt;
 
     #[test]
     fn records_survive_reopen_until_reset_and_torn_ones_are_dropped() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("log");
         let uuid = [7u8; 16];
-        let (mut log, recs) = LogFile::open(&p, uuid, 5).unwrap();
+        let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage).unwrap();
         assert!(recs.is_empty());
         log.append(5, 100, b"first").unwrap();
         log.append(5, 101, b"second").unwrap();
         drop(log);
-        let (mut log, recs) = LogFile::open(&p, uuid, 5).unwrap();
+        let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage).unwrap();
         let got: Vec<_> = recs
             .iter()
             .map(|(h, p)| (h.seq, h.next_ino, p.clone()))
@@ -241,27 +238,36 @@ mod tests {
         let end = log.pos;
         drop(log);
         // Another pool, or a later TID, sees none of them.
-        assert!(LogFile::open(&p, [8u8; 16], 5).unwrap().1.is_empty());
-        assert!(LogFile::open(&p, uuid, 6).unwrap().1.is_empty());
+        assert!(LogFile::open(&p, [8u8; 16], 5, &HostStorage)
+            .unwrap()
+            .1
+            .is_empty());
+        assert!(LogFile::open(&p, uuid, 6, &HostStorage)
+            .unwrap()
+            .1
+            .is_empty());
         // A torn last record: the ones before it stay.
         let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
         f.write_all_at(b"X", end - 2).unwrap();
-        let (mut log, recs) = LogFile::open(&p, uuid, 5).unwrap();
+        let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage).unwrap();
         assert_eq!(recs.len(), 2);
         // After a reset on TID 6, the old records are stale.
         log.reset(6);
         log.append(6, 103, b"new").unwrap();
         drop(log);
-        let recs = LogFile::open(&p, uuid, 6).unwrap().1;
+        let recs = LogFile::open(&p, uuid, 6, &HostStorage).unwrap().1;
         assert_eq!(recs.len(), 1);
         assert_eq!(recs[0].1, b"new");
-        assert!(LogFile::open(&p, uuid, 5).unwrap().1.is_empty());
+        assert!(LogFile::open(&p, uuid, 5, &HostStorage)
+            .unwrap()
+            .1
+            .is_empty());
     }
 
     #[test]
     fn a_record_that_does_not_fit_is_refused() {
         let d = tempfile::tempdir().unwrap();
-        let (mut log, _) = LogFile::open(&d.path().join("log"), [1; 16], 1).unwrap();
+        let (mut log, _) = LogFile::open(&d.path().join("log"), [1; 16], 1, &HostStorage).unwrap();
         let big = vec![1u8; LOG_SIZE as usize];
         assert!(matches!(log.append(1, 1, &big), Err(LogError::Full)));
         assert!(log.is_empty());
