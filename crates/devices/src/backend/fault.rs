@@ -81,6 +81,9 @@ pub struct Fault {
     pub range: Option<Range<u64>>,
     pub when: When,
     pub effect: Effect,
+    /// Only writes and length changes that grow the file (a full host
+    /// refuses new blocks, not overwrites of allocated ones).
+    pub growth_only: bool,
 }
 
 impl Fault {
@@ -96,12 +99,23 @@ impl Fault {
             range: None,
             when: When::Always,
             effect: Effect::Fail(errno),
+            growth_only: false,
         }
     }
 
-    /// Writes fail with ENOSPC (a full device).
+    /// Every write fails with ENOSPC (a thin or copy-on-write device
+    /// that ran out of room).
     pub fn no_space() -> Fault {
         Fault::fail(Ops::WRITE | Ops::SET_LEN, libc::ENOSPC)
+    }
+
+    /// Writes and length changes that grow the file fail with ENOSPC (a
+    /// full host filesystem: overwrites still work).
+    pub fn full() -> Fault {
+        Fault {
+            growth_only: true,
+            ..Fault::no_space()
+        }
     }
 
     /// `ops` wait `d` before they proceed.
@@ -131,15 +145,16 @@ impl Fault {
         self
     }
 
-    fn matches(&self, op: Ops, span: Option<Range<u64>>) -> bool {
+    fn matches(&self, op: Ops, span: Option<Range<u64>>, grows: &dyn Fn() -> bool) -> bool {
         if !self.ops.contains(op) {
             return false;
         }
-        match (&self.range, span) {
+        let here = match (&self.range, span) {
             (None, _) => true,
             (Some(r), Some(s)) => r.start < s.end && s.start < r.end,
             (Some(_), None) => false,
-        }
+        };
+        here && (!self.growth_only || grows())
     }
 }
 
@@ -234,7 +249,9 @@ impl FaultControl {
         s.rules.iter().find(|r| r.id == id).map_or(0, |r| r.hits)
     }
 
-    fn decide(&self, op: Ops, span: Option<Range<u64>>) -> Decision {
+    /// `grows` tells whether the call grows the file (asked only of
+    /// growth-only faults).
+    fn decide(&self, op: Ops, span: Option<Range<u64>>, grows: &dyn Fn() -> bool) -> Decision {
         let mut d = Decision::default();
         if !self.active.load(Ordering::Relaxed) {
             return d;
@@ -242,7 +259,7 @@ impl FaultControl {
         let mut s = self.state.lock();
         let State { rules, rng, .. } = &mut *s;
         for r in rules.iter_mut() {
-            if !r.fault.matches(op, span.clone()) {
+            if !r.fault.matches(op, span.clone(), grows) {
                 continue;
             }
             r.seen += 1;
@@ -273,7 +290,16 @@ impl FaultControl {
 
     /// Decides a call, waits out its hang, and returns its failure.
     fn enter(&self, op: Ops, span: Option<Range<u64>>) -> io::Result<Decision> {
-        let d = self.decide(op, span);
+        self.enter_growing(op, span, &|| false)
+    }
+
+    fn enter_growing(
+        &self,
+        op: Ops,
+        span: Option<Range<u64>>,
+        grows: &dyn Fn() -> bool,
+    ) -> io::Result<Decision> {
+        let d = self.decide(op, span, grows);
         if !d.hang.is_zero() {
             std::thread::sleep(d.hang);
         }
@@ -339,7 +365,9 @@ impl Backend for FaultBackend {
     }
 
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
-        self.control.enter(Ops::WRITE, span(off, buf.len()))?;
+        let end = off + buf.len() as u64;
+        let grows = || self.inner.len().is_ok_and(|l| end > l);
+        (self.control).enter_growing(Ops::WRITE, span(off, buf.len()), &grows)?;
         self.inner.write_at(buf, off)
     }
 
@@ -353,7 +381,8 @@ impl Backend for FaultBackend {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.control.enter(Ops::SET_LEN, Some(len..len + 1))?;
+        let grows = || self.inner.len().is_ok_and(|l| len > l);
+        (self.control).enter_growing(Ops::SET_LEN, Some(len..len + 1), &grows)?;
         self.inner.set_len(len)
     }
 
@@ -372,10 +401,12 @@ impl Backend for FaultBackend {
     }
 
     fn write_direct_at(&self, buf: &[u8], off: u64) -> io::Result<bool> {
+        let end = off + buf.len() as u64;
+        let grew = self.inner.len().is_ok_and(|l| end > l);
         if !self.inner.write_direct_at(buf, off)? {
             return Ok(false);
         }
-        self.control.enter(Ops::WRITE, span(off, buf.len()))?;
+        (self.control).enter_growing(Ops::WRITE, span(off, buf.len()), &|| grew)?;
         Ok(true)
     }
 
@@ -474,6 +505,13 @@ mod tests {
         c.add(Fault::eio(Ops::SYNC).when(When::Times(1)));
         assert!(f.sync_data().is_err() && f.sync_data().is_ok());
         assert_eq!(c.injected(), 4);
+        c.clear();
+        c.add(Fault::full());
+        f.write_at(b"overwrite", 8000).unwrap();
+        assert!(f.write_at(b"grow", 8190).is_err());
+        assert!(f.set_len(8193).is_err());
+        f.set_len(100).unwrap();
+        assert_eq!(f.len().unwrap(), 100);
     }
 
     #[test]

@@ -1,0 +1,158 @@
+//! Faults injected under a mounted pool (a fault storage wraps its files):
+//! a read error or corrupted bytes on the data device give EIO for that
+//! read through the Fs API, never wrong bytes, and reads work again once
+//! the fault is gone; a full host under the metadata file (writes that grow
+//! it get ENOSPC) makes the commit fail with the changes kept, and the next
+//! flush after the fault is cleared commits them; an EIO on the metadata
+//! file stops the filesystem, and a remount finds the last commit, what
+//! was fsynced since, and a clean pool.
+
+use cairn_data::chunk::CHUNK_MAGIC;
+use cairn_data::CHUNK_HEADER_LEN;
+use cairn_devices::backend::{Fault, FaultStorage, Ops};
+use cairn_devices::{DeviceClass, DeviceSpec, HostStorage};
+use cairn_fs::maintenance::check::check_pool;
+use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, ROOT_INO};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn make_pool(dir: &Path) -> PathBuf {
+    let pool = dir.join("pool");
+    let spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), Some(64 << 20));
+    let o = MkfsOptions {
+        devices: vec![spec],
+        sparse: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(&pool, o).unwrap();
+    pool
+}
+
+fn open_faulty(pool: &Path) -> (Arc<Fs>, Arc<FaultStorage>) {
+    let st = Arc::new(FaultStorage::per_file(Arc::new(HostStorage), 7));
+    let fs = Fs::open(Pool::open_with(pool, None, st.clone()).unwrap()).unwrap();
+    (fs, st)
+}
+
+/// Where the first chunk lies in a device file (its header's magic).
+fn first_chunk(dev: &Path) -> u64 {
+    let raw = std::fs::read(dev).unwrap();
+    let from = cairn_devices::header::DATA_OFFSET as usize;
+    let i = raw[from..]
+        .windows(4)
+        .position(|w| w == CHUNK_MAGIC)
+        .unwrap();
+    (from + i) as u64
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + i / 4096) as u8).collect()
+}
+
+#[test]
+fn device_read_faults_give_eio_not_wrong_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path());
+    let data = pattern(1 << 20);
+    {
+        let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
+        let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+        fs.write(f.ino, 0, &data).unwrap();
+        fs.shutdown().unwrap();
+    }
+    let (fs, st) = open_faulty(&pool);
+    let dev = st.control(&pool.join("data.0"));
+    let ino = fs.lookup(ROOT_INO, b"f").unwrap().ino;
+    // One byte of a chunk's data flipped (its header left intact).
+    let at = first_chunk(&pool.join("data.0")) + CHUNK_HEADER_LEN as u64 + 1000;
+    let corrupt = dev.add(Fault::corrupt_reads().in_range(at..at + 1));
+    let e = fs.read(ino, 0, 100_000).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "corrupted bytes: {e}");
+    assert!(dev.hits(corrupt) > 0);
+    dev.clear();
+    // Every byte of every read flipped.
+    dev.add(Fault::corrupt_reads());
+    let e = fs.read(ino, 500_000, 100_000).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "corrupted bytes: {e}");
+    dev.clear();
+    let eio = dev.add(Fault::eio(Ops::READ));
+    let e = fs.read(ino, 300_000, 4096).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert!(dev.hits(eio) > 0);
+    dev.clear();
+    assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), data);
+}
+
+#[test]
+fn metadata_write_faults_fail_the_commit_and_the_pool_recovers() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path());
+    let (fs, st) = open_faulty(&pool);
+    let meta = st.control(&pool.join("meta.redb"));
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"a", 0o644).unwrap();
+    fs.write(f.ino, 0, b"first").unwrap();
+    fs.flush().unwrap();
+    // The host holding the metadata file is full: a commit that must grow
+    // the file fails (the reserve's retry too), its changes stay buffered.
+    let full = meta.add(Fault::full());
+    fs.write(f.ino, 0, b"second").unwrap();
+    let dir = fs.mkdir(Ctx::ROOT, ROOT_INO, b"many", 0o755).unwrap();
+    for i in 0..20_000 {
+        let name = format!("file-with-a-long-name-{i:06}");
+        fs.create(Ctx::ROOT, dir.ino, name.as_bytes(), 0o644)
+            .unwrap();
+    }
+    let e = fs.flush().unwrap_err();
+    assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+    assert!(meta.hits(full) > 0);
+    assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"second");
+    meta.clear();
+    fs.flush().unwrap();
+    fs.write(f.ino, 6, b"+third").unwrap();
+    fs.flush().unwrap();
+    assert!(fs.lookup(dir.ino, b"file-with-a-long-name-019999").is_ok());
+    // An I/O error: the commit fails and the filesystem stops; what was
+    // fsynced before is in the intent log (another file) and survives.
+    fs.write(f.ino, 0, b"SECOND").unwrap();
+    fs.fsync(f.ino).unwrap();
+    meta.add(Fault::eio(Ops::WRITE));
+    fs.write(f.ino, 0, b"lost").unwrap();
+    let e = fs.flush().unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert!(
+        fs.write(f.ino, 0, b"x").is_err(),
+        "a stopped fs takes writes"
+    );
+    meta.clear();
+    drop(fs);
+    let p = Pool::open(&pool, None).unwrap();
+    let rep = check_pool(&p).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    let fs = Fs::open(p).unwrap();
+    let f = fs.lookup(ROOT_INO, b"a").unwrap();
+    assert_eq!(fs.read(f.ino, 0, 20).unwrap(), b"SECOND+third");
+    let many = fs.lookup(ROOT_INO, b"many").unwrap();
+    assert!(fs.lookup(many.ino, b"file-with-a-long-name-000000").is_ok());
+}
+
+#[test]
+fn a_device_refusing_every_metadata_write_fails_the_commit_and_a_remount_recovers() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path());
+    let (fs, st) = open_faulty(&pool);
+    let meta = st.control(&pool.join("meta.redb"));
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"a", 0o644).unwrap();
+    fs.write(f.ino, 0, b"kept").unwrap();
+    fs.flush().unwrap();
+    // Thin or copy-on-write storage out of room: overwrites fail too.
+    meta.add(Fault::no_space());
+    fs.write(f.ino, 0, b"gone").unwrap();
+    assert!(fs.flush().is_err());
+    meta.clear();
+    drop(fs);
+    let p = Pool::open(&pool, None).unwrap();
+    assert!(check_pool(&p).unwrap().problems.is_empty());
+    let fs = Fs::open(p).unwrap();
+    let f = fs.lookup(ROOT_INO, b"a").unwrap();
+    assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"kept");
+}
