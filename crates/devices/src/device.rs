@@ -707,4 +707,26 @@ mod tests {
             Err(DeviceError::WrongPool { .. })
         ));
     }
+
+    #[test]
+    fn emulated_device_io_waits_and_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = DeviceSpec::tier(DeviceClass::Hdd, dir.path().join("d"), Some(8 << 20));
+        spec.emulate = Some(Emulation {
+            latency_us: 20_000,
+            bytes_per_sec: 0,
+        });
+        let d = Device::create(&spec, 0, [1; 16], 1 << 20).unwrap();
+        assert_eq!(d.emulation(), spec.emulate);
+        let off = d.slot_offset(0);
+        let t = std::time::Instant::now();
+        d.write_at(b"slow", off).unwrap();
+        d.sync().unwrap();
+        let mut b = [0u8; 4];
+        let (head, body) = b.split_at_mut(1);
+        d.read_split_at(head, body, off).unwrap();
+        assert_eq!(&b, b"slow");
+        assert!(t.elapsed() >= std::time::Duration::from_millis(60));
+        assert_eq!((d.read_ops(), d.read_bytes()), (1, 4));
+    }
 }

@@ -37,6 +37,6 @@ pub use ops::data::Statfs;
 pub use ops::ns::{RenameFlags, SetAttr, XattrMode};
 pub use ops::readdir::DirEntry;
 pub use pool::config::PoolConfig;
-pub use pool::{mkfs, MkfsOptions, Pool};
+pub use pool::{mkfs, mkfs_with, MkfsOptions, Pool};
 pub use types::{FileKind, Inode, Time, ROOT_INO};
 pub use vfs::{Ctx, Fs};
