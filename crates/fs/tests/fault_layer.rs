@@ -3,13 +3,14 @@
 //! read through the Fs API, never wrong bytes, and reads work again once
 //! the fault is gone; a full host under the metadata file (writes that grow
 //! it get ENOSPC) makes the commit fail with the changes kept, and the next
-//! flush after the fault is cleared commits them; an EIO on the metadata
-//! file stops the filesystem, and a remount finds the last commit, what
-//! was fsynced since, and a clean pool.
+//! flush after the fault is cleared commits them, and so does the flush
+//! after a single EIO; a lasting EIO on the metadata file stops the
+//! filesystem, and a remount finds the last commit, what was fsynced
+//! since, and a clean pool.
 
 use cairn_data::chunk::CHUNK_MAGIC;
 use cairn_data::CHUNK_HEADER_LEN;
-use cairn_devices::backend::{Fault, FaultStorage, Ops};
+use cairn_devices::backend::{Fault, FaultStorage, Ops, When};
 use cairn_devices::{DeviceClass, DeviceSpec, HostStorage};
 use cairn_fs::maintenance::check::check_pool;
 use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, ROOT_INO};
@@ -111,8 +112,18 @@ fn metadata_write_faults_fail_the_commit_and_the_pool_recovers() {
     fs.write(f.ino, 6, b"+third").unwrap();
     fs.flush().unwrap();
     assert!(fs.lookup(dir.ino, b"file-with-a-long-name-019999").is_ok());
-    // An I/O error: the commit fails and the filesystem stops; what was
-    // fsynced before is in the intent log (another file) and survives.
+    // One write of the commit fails with EIO: the store is reopened, the
+    // changes stay buffered and the next flush commits them.
+    let once = meta.add(Fault::eio(Ops::WRITE).when(When::Times(1)));
+    fs.write(f.ino, 0, b"Second").unwrap();
+    let e = fs.flush().unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert_eq!(meta.hits(once), 1);
+    fs.flush().unwrap();
+    meta.clear();
+    // A lasting I/O error: the store cannot even be reopened, so the
+    // filesystem stops; what was fsynced before is in the intent log
+    // (another file) and survives a remount.
     fs.write(f.ino, 0, b"SECOND").unwrap();
     fs.fsync(f.ino).unwrap();
     meta.add(Fault::eio(Ops::WRITE));
@@ -155,4 +166,24 @@ fn a_device_refusing_every_metadata_write_fails_the_commit_and_a_remount_recover
     let fs = Fs::open(p).unwrap();
     let f = fs.lookup(ROOT_INO, b"a").unwrap();
     assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"kept");
+}
+
+#[test]
+fn a_failed_data_device_write_is_counted_and_the_flush_retried() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path());
+    let (fs, st) = open_faulty(&pool);
+    let dev = st.control(&pool.join("data.0"));
+    let once = dev.add(Fault::eio(Ops::WRITE).when(When::Times(1)));
+    let data = pattern(3 << 20);
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, &data).unwrap();
+    fs.flush().unwrap();
+    assert_eq!(dev.hits(once), 1);
+    assert_eq!(fs.pool().chunks.devices().write_errors(0), 1);
+    drop(fs);
+    let p = Pool::open(&pool, None).unwrap();
+    assert!(check_pool(&p).unwrap().problems.is_empty());
+    let fs = Fs::open(p).unwrap();
+    assert_eq!(fs.read(f.ino, 0, 3 << 20).unwrap(), data);
 }
