@@ -153,6 +153,80 @@ pub fn crash_images(
     images
 }
 
+/// Crash images for a series of increasing crash points of one trace,
+/// without replaying it from the start for each: the changes a sync made
+/// durable are applied once, as the cursor passes the sync. `images`
+/// gives exactly what `crash_images` gives for the same point, mode and
+/// seed (a crash-point sweep asks for thousands).
+pub struct Replay<'t> {
+    trace: &'t [Event],
+    /// Events passed so far.
+    pos: usize,
+    /// Every file with the changes a sync before `pos` covered.
+    durable: Images,
+    /// Per file, the changes since its last sync (trace indices, in order).
+    pending: HashMap<PathBuf, Vec<usize>>,
+}
+
+impl<'t> Replay<'t> {
+    pub fn new(base: Images, trace: &'t [Event]) -> Self {
+        Replay {
+            trace,
+            pos: 0,
+            durable: base,
+            pending: HashMap::new(),
+        }
+    }
+
+    /// Moves the crash point to `k` events (never backwards).
+    pub fn advance(&mut self, k: usize) {
+        let k = k.min(self.trace.len());
+        assert!(k >= self.pos, "a replay only moves forward");
+        for i in self.pos..k {
+            let e = &self.trace[i];
+            let file = e.file().to_path_buf();
+            if matches!(e, Event::Sync { .. }) {
+                for j in self.pending.remove(&file).unwrap_or_default() {
+                    apply(&mut self.durable, &self.trace[j]);
+                }
+            } else {
+                self.durable.entry(file.clone()).or_default();
+                self.pending.entry(file).or_default().push(i);
+            }
+        }
+        self.pos = k;
+    }
+
+    /// The files after a crash at the current point.
+    pub fn images(&self, mode: CrashMode, seed: u64) -> Images {
+        let mut out = self.durable.clone();
+        let mut unsynced: Vec<usize> = self.pending.values().flatten().copied().collect();
+        unsynced.sort_unstable();
+        let torn = match mode {
+            CrashMode::TearLast => unsynced
+                .iter()
+                .rev()
+                .find(|&&i| matches!(self.trace[i], Event::Write { .. }))
+                .copied(),
+            _ => None,
+        };
+        let mut rng = SplitMix64::new(seed);
+        for i in unsynced {
+            let e = &self.trace[i];
+            let kept = match mode {
+                CrashMode::DropUnsynced => None,
+                CrashMode::KeepRandomSubset => rng.chance(0.5).then(|| e.clone()),
+                CrashMode::TearLast if Some(i) == torn => tear(e, &mut rng),
+                CrashMode::TearLast => Some(e.clone()),
+            };
+            if let Some(e) = kept {
+                apply(&mut out, &e);
+            }
+        }
+        out
+    }
+}
+
 /// Largest file `read_images` takes into memory.
 pub const MAX_IMAGE: u64 = 1 << 30;
 
@@ -370,5 +444,37 @@ mod tests {
         assert!(m.blocks() * 512 < 64 << 10, "zero blocks left as holes");
         let abs = Images::from([(PathBuf::from("/abs"), vec![1])]);
         assert!(write_images(d.path(), &abs).is_err());
+    }
+
+    #[test]
+    fn replay_gives_what_crash_images_gives() {
+        let mut rng = SplitMix64::new(7);
+        let files = ["a", "b", "c"];
+        let mut t = Vec::new();
+        for _ in 0..300 {
+            let f = files[rng.below(3) as usize];
+            t.push(match rng.below(6) {
+                0 => Event::sync(f),
+                1 => Event::set_len(f, rng.below(3000)),
+                2 => Event::punch(f, rng.below(2000), rng.below(700)),
+                _ => {
+                    let n = 1 + rng.below(1500) as usize;
+                    let data: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
+                    Event::write(f, rng.below(2500), &data)
+                }
+            });
+        }
+        let mut replay = Replay::new(base(), &t);
+        for k in (0..=t.len()).step_by(7) {
+            replay.advance(k);
+            for mode in [
+                CrashMode::DropUnsynced,
+                CrashMode::KeepRandomSubset,
+                CrashMode::TearLast,
+            ] {
+                let want = crash_images(&base(), &t, k, mode, k as u64);
+                assert!(replay.images(mode, k as u64) == want, "{mode:?} at {k}");
+            }
+        }
     }
 }

@@ -17,7 +17,7 @@ pub mod file;
 pub mod rng;
 pub mod trace;
 
-pub use crash::{crash_images, read_images, surviving, write_images, CrashMode, Images};
+pub use crash::{crash_images, read_images, surviving, write_images, CrashMode, Images, Replay};
 pub use emulated::Emulated;
 pub use fault::{Fault, FaultBackend, FaultControl, FaultStorage, Ops, When};
 pub use file::FileBackend;

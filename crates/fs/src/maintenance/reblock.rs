@@ -260,13 +260,16 @@ impl Fs {
             for (id, _, new) in &moves {
                 w.put_chunk(*id, &new.encode())?;
             }
+            // The segments written to first: one that also loses chunks
+            // (the open segment, moved from and appended to) gets the
+            // record `after` gives it, which counts both.
+            self.store_segments(w, &new_segs)?;
             for (seg, rec) in &after {
                 match rec {
                     Some(r) => w.put_segment(*seg, &r.encode())?,
                     None => w.remove_segment(*seg)?,
                 }
             }
-            self.store_segments(w, &new_segs)?;
             Ok::<_, crate::FsError>(())
         })?;
         let heat = &self.pool.chunks.heat;

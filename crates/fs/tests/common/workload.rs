@@ -102,21 +102,22 @@ fn ino_of(fs: &Fs, path: &str) -> u64 {
 
 /// Runs `ops` seeded operations on `fs` (a fresh pool), calling `trace`
 /// for the current length of the device trace, and returns the
-/// durability points in order (the first is the empty tree, committed by
-/// mkfs).
+/// durability points in order (the first is the empty workload tree,
+/// committed before the operations start).
 pub fn run(fs: &Fs, seed: u64, ops: usize, trace: &dyn Fn() -> usize) -> Vec<Point> {
     let mut rng = Rng::new(seed);
     let mut m = Model::default();
-    let mut points = vec![Point {
-        started: 0,
-        acked: 0,
-        what: "mkfs",
-        state: Tree::new(),
-        snapshot: None,
-    }];
     for d in DIRS {
         fs.mkdir(Ctx::ROOT, ROOT_INO, d.as_bytes(), 0o755).unwrap();
     }
+    fs.flush().unwrap();
+    let mut points = vec![Point {
+        started: trace(),
+        acked: trace(),
+        what: "setup",
+        state: Tree::new(),
+        snapshot: None,
+    }];
     let mut snaps = 0;
     for _ in 0..ops {
         let path = format!(
@@ -213,7 +214,14 @@ pub fn run(fs: &Fs, seed: u64, ops: usize, trace: &dyn Fn() -> usize) -> Vec<Poi
                 durable("snapshot", &mut f, Some(name.clone()));
             }
             90..=91 => durable("prune", &mut || prune(fs), None),
-            92..=93 => durable("gc", &mut || drop(fs.gc(90, 0, &|_, _| {}).unwrap()), None),
+            92..=93 => {
+                // gc commits only when it finds something to move.
+                let mut f = || {
+                    fs.flush().unwrap();
+                    drop(fs.gc(90, 0, &|_, _| {}).unwrap());
+                };
+                durable("gc", &mut f, None);
+            }
             94..=95 => {
                 let o = ReblockOptions {
                     max_live_pct: 90,
