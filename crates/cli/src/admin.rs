@@ -292,6 +292,16 @@ pub fn scrub(t: &TargetArgs) -> Result<()> {
             num(&v, "chunks"),
             human(num(&v, "bytes"))
         );
+        let copies = num(&v, "meta_copies");
+        let (open, read, now) = (
+            num(&v, "meta_repaired_at_open"),
+            num(&v, "meta_repaired_on_read"),
+            num(&v, "meta_repaired_now"),
+        );
+        println!(
+            "metadata: {copies} cop{}; pages repaired from the other copy: {open} when the pool was opened, {read} on reads, {now} by this scrub",
+            if copies == 1 { "y" } else { "ies" }
+        );
     }
     if damaged > 0 {
         std::process::exit(3);

@@ -13,6 +13,7 @@ pub mod dedup;
 pub mod element;
 pub mod error;
 pub mod key;
+pub mod mirror;
 pub mod pagecache;
 pub mod store;
 pub mod tables;
@@ -20,6 +21,7 @@ pub mod tables;
 pub use element::Element;
 pub use error::MetaError;
 pub use key::{ElemKey, RecordType};
+pub use mirror::MirrorStats;
 pub use pagecache::PageCache;
 pub use store::{MetaRead, MetaStore, MetaWrite};
 

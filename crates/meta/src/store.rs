@@ -7,6 +7,7 @@ use crate::dedup;
 use crate::element::{decode_value, encode_value, hist_key, split_hist_key, Element};
 use crate::error::{MetaError, Result};
 use crate::key::{prefix_end, ElemKey};
+use crate::mirror::{Mirror, MirrorStats};
 use crate::pagecache::{CachedFile, PageCache};
 use crate::tables::*;
 use crate::TID_MAX;
@@ -26,10 +27,14 @@ pub struct MetaStore {
     db: parking_lot::RwLock<Option<Database>>,
     /// How to open the file again (None for stores not opened from a file).
     reopen: Option<ReopenWith>,
+    /// The two copies, when the metadata is mirrored (`mirror.rs`).
+    mirror: parking_lot::Mutex<Option<Arc<Mirror>>>,
 }
 
 struct ReopenWith {
     path: std::path::PathBuf,
+    /// The second copy's file, when mirrored.
+    mirror: Option<std::path::PathBuf>,
     cache_bytes: usize,
     pages: Arc<PageCache>,
     storage: Arc<dyn Storage>,
@@ -137,6 +142,7 @@ impl MetaStore {
         let s = MetaStore {
             db: parking_lot::RwLock::new(Some(db)),
             reopen: None,
+            mirror: parking_lot::Mutex::new(None),
         };
         s.write(|w| {
             w.set_counter("last_tid", 0)?;
@@ -161,28 +167,41 @@ impl MetaStore {
     ) -> Result<Self> {
         // Every step that reads the file runs guarded: a damaged page that
         // the integrity check did not cover must give an error, not a panic.
-        guarded(|| Self::open_unguarded(path, cache_bytes, pages, storage))
+        Self::open_mirrored(path, None, cache_bytes, pages, storage)
     }
 
-    fn open_unguarded(
+    /// Opens an existing store (see `open_with`) kept as two copies: the
+    /// file at `path` and the one at `mirror` (created from it when
+    /// missing). Where they differ, the copy that passes the integrity
+    /// check wins (the first when both do) and the other is repaired.
+    pub fn open_mirrored(
         path: &Path,
+        mirror: Option<&Path>,
         cache_bytes: usize,
         pages: Arc<PageCache>,
         storage: Arc<dyn Storage>,
     ) -> Result<Self> {
-        let db = open_db(path, cache_bytes, pages.clone(), &*storage)?;
-        let file = storage
-            .open(path, &OpenHow::EXISTING)
-            .map_err(io_err(path))?;
+        // Every step that reads the file runs guarded: a damaged page that
+        // the integrity check did not cover must give an error, not a panic.
+        let how = ReopenWith {
+            path: path.to_path_buf(),
+            mirror: mirror.map(Path::to_path_buf),
+            cache_bytes,
+            pages,
+            file: storage
+                .open(path, &OpenHow::EXISTING)
+                .map_err(io_err(path))?,
+            storage,
+        };
+        guarded(|| Self::open_unguarded(how))
+    }
+
+    fn open_unguarded(how: ReopenWith) -> Result<Self> {
+        let (db, mirror) = open_db(&how)?;
         let s = MetaStore {
             db: parking_lot::RwLock::new(Some(db)),
-            reopen: Some(ReopenWith {
-                path: path.to_path_buf(),
-                cache_bytes,
-                pages,
-                storage,
-                file,
-            }),
+            reopen: Some(how),
+            mirror: parking_lot::Mutex::new(mirror),
         };
         // Converts tables of an older format, then creates the tables a
         // newer release added (opening them in a write transaction).
@@ -207,13 +226,26 @@ impl MetaStore {
         let mut db = self.db.write();
         // The old handle must let go of the file (and its lock) first.
         drop(db.take());
-        *db = Some(open_db(
-            &w.path,
-            w.cache_bytes,
-            w.pages.clone(),
-            &*w.storage,
-        )?);
+        let (new, mirror) = open_db(w)?;
+        *db = Some(new);
+        *self.mirror.lock() = mirror;
         Ok(())
+    }
+
+    /// What the mirror did so far (None: the metadata has one copy).
+    pub fn mirror_stats(&self) -> Option<MirrorStats> {
+        self.mirror.lock().as_ref().map(|m| m.stats())
+    }
+
+    /// Verifies every page of both metadata copies, repairing bad pages
+    /// from the good copy; returns the pages repaired (None: one copy).
+    pub fn scrub_mirror(&self) -> Result<Option<u64>> {
+        let Some(m) = self.mirror.lock().clone() else {
+            return Ok(None);
+        };
+        m.scrub()
+            .map(Some)
+            .map_err(|e| MetaError::Io(e.to_string()))
     }
 
     /// Makes sure `bytes` past the end of the store's file are allocated
@@ -274,29 +306,138 @@ impl Drop for MetaStore {
     }
 }
 
-/// Opens the store's file through `storage` and the page cache, verifying
-/// every page.
-fn open_db(
-    path: &Path,
-    cache_bytes: usize,
-    pages: Arc<PageCache>,
-    storage: &dyn Storage,
-) -> Result<Database> {
+/// Opens the store's file (and its mirror) through the storage and the
+/// page cache, verifying every page.
+fn open_db(w: &ReopenWith) -> Result<(Database, Option<Arc<Mirror>>)> {
+    let (path, storage) = (&w.path, &*w.storage);
     let io = io_err(path);
     let file = storage.open(path, &OpenHow::EXISTING).map_err(io)?;
-    if file.len().map_err(io)? == 0 {
+    if file.len().map_err(io_err(path))? == 0 {
         return Err(MetaError::Db(format!("{}: empty file", path.display())));
     }
+    let (backend, mirror): (Arc<dyn Backend>, _) = match &w.mirror {
+        None => (file, None),
+        Some(mp) => {
+            let copy = match storage.open(mp, &OpenHow::CREATE) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(
+                        "metadata mirror {}: {e}; going on with one copy of the metadata",
+                        mp.display()
+                    );
+                    return open_db(&ReopenWith {
+                        mirror: None,
+                        ..w.clone_parts()
+                    });
+                }
+            };
+            let copies = [file, copy];
+            let good = good_copy(&copies, path, mp)?;
+            let m = Arc::new(Mirror::open(copies, good).map_err(io_err(path))?);
+            let fixed = m.stats().repaired_at_open;
+            if fixed > 0 {
+                tracing::warn!(
+                    "metadata: {fixed} pages of the copies differed; repaired from copy {good}"
+                );
+            }
+            (m.clone(), Some(m))
+        }
+    };
     // Every page of the committed trees is checked against the checksum
     // its parent holds before the pool is used: a file damaged while the
     // pool was closed is refused here, instead of answering lookups from
     // damaged pages (which can lose elements silently or panic).
     let db = Database::builder()
-        .set_cache_size(cache_bytes)
+        .set_cache_size(w.cache_bytes)
         .set_check_integrity_on_open(true)
-        .create_with_backend(CachedFile::new(file, pages).map_err(io)?)
+        .create_with_backend(CachedFile::new(backend, w.pages.clone()).map_err(io_err(path))?)
         .map_err(|e| damaged_or(path, e))?;
-    Ok(db)
+    Ok((db, mirror))
+}
+
+impl ReopenWith {
+    fn clone_parts(&self) -> ReopenWith {
+        ReopenWith {
+            path: self.path.clone(),
+            mirror: self.mirror.clone(),
+            cache_bytes: self.cache_bytes,
+            pages: self.pages.clone(),
+            storage: self.storage.clone(),
+            file: self.file.clone(),
+        }
+    }
+}
+
+/// Which of two metadata copies to keep where they differ: the first one
+/// that passes the integrity check (opened from a copy in RAM, so that a
+/// damaged file is not changed), the first when they are equal or when
+/// neither passes (its open then fails with the damage found).
+fn good_copy(copies: &[Arc<dyn Backend>; 2], path: &Path, mirror: &Path) -> Result<usize> {
+    let [a, b] = copies;
+    if same_bytes(&**a, &**b).map_err(io_err(mirror))? {
+        return Ok(0);
+    }
+    for (i, c) in copies.iter().enumerate() {
+        if checks_out(&**c) {
+            if i == 1 {
+                tracing::error!(
+                    "metadata {} failed its check; its mirror {} passes and repairs it",
+                    path.display(),
+                    mirror.display()
+                );
+            }
+            return Ok(i);
+        }
+    }
+    Ok(0)
+}
+
+/// True when both objects hold the same bytes.
+fn same_bytes(a: &dyn Backend, b: &dyn Backend) -> std::io::Result<bool> {
+    let len = a.len()?;
+    if b.len()? != len {
+        return Ok(false);
+    }
+    let step = 1u64 << 20;
+    let (mut x, mut y) = (vec![0u8; step as usize], vec![0u8; step as usize]);
+    let mut at = 0;
+    while at < len {
+        let n = step.min(len - at) as usize;
+        a.read_at(&mut x[..n], at)?;
+        b.read_at(&mut y[..n], at)?;
+        if x[..n] != y[..n] {
+            return Ok(false);
+        }
+        at += n as u64;
+    }
+    Ok(true)
+}
+
+/// True when a copy of the store passes redb's integrity check (every
+/// committed page against its parent's checksum), checked in RAM.
+fn checks_out(c: &dyn Backend) -> bool {
+    use redb::StorageBackend;
+    let Ok(len) = c.len() else { return false };
+    if len == 0 {
+        return false;
+    }
+    let mut bytes = vec![0u8; len as usize];
+    if c.read_at(&mut bytes, 0).is_err() {
+        return false;
+    }
+    let mem = redb::backends::InMemoryBackend::new();
+    if mem.set_len(len).is_err() || mem.write(0, &bytes).is_err() {
+        return false;
+    }
+    drop(bytes);
+    guarded(|| {
+        Database::builder()
+            .set_check_integrity_on_open(true)
+            .create_with_backend(mem)
+            .map(drop)
+            .map_err(|e| MetaError::Db(e.to_string()))
+    })
+    .is_ok()
 }
 
 impl MetaStore {
@@ -316,6 +457,7 @@ impl MetaStore {
         Ok(MetaStore {
             db: parking_lot::RwLock::new(Some(db)),
             reopen: None,
+            mirror: parking_lot::Mutex::new(None),
         })
     }
 

@@ -18,6 +18,13 @@ pub struct ScrubReport {
     pub bytes: u64,
     /// One line per damaged chunk: what is wrong and who uses it.
     pub damaged: Vec<String>,
+    /// Copies of the metadata (2 when mirrored, 1 after a copy failed).
+    pub meta_copies: u32,
+    /// Metadata pages found bad in one copy and rewritten from the other:
+    /// when the pool was opened, by reads since, and by this scrub.
+    pub meta_repaired_at_open: u64,
+    pub meta_repaired_on_read: u64,
+    pub meta_repaired_now: u64,
 }
 
 impl Fs {
@@ -70,7 +77,28 @@ impl Fs {
             self.forget_damaged(&bad_hashes)?;
         }
         rep.damaged.extend(self.damaged_records()?);
+        self.scrub_meta(&mut rep)?;
         Ok(rep)
+    }
+
+    /// Verifies both metadata copies page by page, when mirrored,
+    /// repairing one from the other.
+    fn scrub_meta(&self, rep: &mut ScrubReport) -> Result<()> {
+        rep.meta_copies = 1;
+        let fixed = match self.pool.meta.scrub_mirror() {
+            Ok(fixed) => fixed,
+            Err(e) => {
+                rep.damaged.push(format!("metadata: {e}"));
+                return Ok(());
+            }
+        };
+        if let (Some(fixed), Some(st)) = (fixed, self.pool.meta.mirror_stats()) {
+            rep.meta_copies = st.copies;
+            rep.meta_repaired_at_open = st.repaired_at_open;
+            rep.meta_repaired_on_read = st.repaired_on_read;
+            rep.meta_repaired_now = fixed;
+        }
+        Ok(())
     }
 
     /// Metadata records that fail their checksum, each named by the file

@@ -124,6 +124,11 @@ impl PoolPaths {
     pub fn meta(p: &Path) -> PathBuf {
         p.join("meta.redb")
     }
+    /// The second copy of the metadata (a link to it beside another
+    /// device), when the pool keeps one (`mirror_home`).
+    pub fn meta_mirror(p: &Path) -> PathBuf {
+        p.join("meta.mirror")
+    }
     pub fn config(p: &Path) -> PathBuf {
         p.join("cairn.toml")
     }
@@ -347,6 +352,11 @@ fn mkfs_in(
         Ok::<_, FsError>(())
     })?;
     drop(meta);
+    if let Some(target) = mirror_home(pool, &opts.devices, &home)? {
+        made.will_create(&PoolPaths::meta_mirror(pool));
+        made.will_create(&target);
+        copy_file(&home, &target, storage).map_err(io(&target))?;
+    }
     made.will_create(&PoolPaths::config(pool));
     if opts.force || !PoolPaths::config(pool).exists() {
         PoolConfig::default().save(&PoolPaths::config(pool))?;
@@ -446,6 +456,64 @@ fn meta_home(pool: &Path, specs: &[DeviceSpec]) -> Result<PathBuf> {
     let _ = std::fs::remove_file(&target);
     std::os::unix::fs::symlink(&target, &link).map_err(io(&link))?;
     Ok(target)
+}
+
+/// Where the second copy of the metadata goes (linked from
+/// `PoolPaths::meta_mirror`), for a pool of two or more tier devices:
+/// beside the fastest tier device other than the one the metadata lives
+/// beside (`meta_home`), in its directory (a directory device) or the
+/// directory of its file. None (one copy) with a single tier device, or
+/// when that device is a block device (no file can live beside it).
+fn mirror_home(pool: &Path, specs: &[DeviceSpec], home: &Path) -> Result<Option<PathBuf>> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut tiers: Vec<&DeviceSpec> = specs
+        .iter()
+        .filter(|d| d.role == DeviceRole::Tier)
+        .collect();
+    if tiers.len() < 2 {
+        return Ok(None);
+    }
+    tiers.sort_by_key(|d| d.class.rank());
+    let home_dir = home.parent().unwrap_or(pool);
+    let other = tiers
+        .iter()
+        .find(|d| dir_of(d) != home_dir)
+        .unwrap_or(&tiers[1]);
+    let is_block = std::fs::metadata(&other.path).is_ok_and(|m| m.file_type().is_block_device());
+    if is_block {
+        return Ok(None);
+    }
+    let target = dir_of(other).join("cairn-meta-mirror.redb");
+    let link = PoolPaths::meta_mirror(pool);
+    let _ = std::fs::remove_file(&link);
+    let _ = std::fs::remove_file(&target);
+    std::os::unix::fs::symlink(&target, &link).map_err(io(&link))?;
+    Ok(Some(target))
+}
+
+/// The directory a device's files live in: itself for a directory, else
+/// its file's directory.
+fn dir_of(d: &DeviceSpec) -> PathBuf {
+    match d.path.is_dir() {
+        true => d.path.clone(),
+        false => d.path.parent().unwrap_or(Path::new("/")).to_path_buf(),
+    }
+}
+
+/// Copies a file through the storage and syncs the copy.
+fn copy_file(from: &Path, to: &Path, storage: &dyn Storage) -> std::io::Result<()> {
+    let src = storage.open(from, &OpenHow::EXISTING)?;
+    let dst = storage.open(to, &OpenHow::REPLACE)?;
+    let len = src.len()?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < len {
+        let n = (buf.len() as u64).min(len - at) as usize;
+        src.read_at(&mut buf[..n], at)?;
+        dst.write_at(&buf[..n], at)?;
+        at += n as u64;
+    }
+    dst.sync_data()
 }
 
 /// `DIR/cairn-meta.redb` when the fastest tier device is a directory DIR
@@ -589,8 +657,11 @@ impl Pool {
             None => PoolConfig::load(&PoolPaths::config(path))?,
         };
         let meta_pages = PageCache::new();
-        let meta = MetaStore::open_with(
+        let mirror = PoolPaths::meta_mirror(path);
+        let mirrored = std::fs::symlink_metadata(&mirror).is_ok();
+        let meta = MetaStore::open_mirrored(
             &PoolPaths::meta(path),
+            mirrored.then_some(mirror.as_path()),
             (config.meta_cache_mib as usize) << 20,
             meta_pages.clone(),
             storage.clone(),

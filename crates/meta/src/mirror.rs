@@ -1,0 +1,340 @@
+//! Redundant metadata: the store's file kept as two copies on different
+//! devices, each page (4 KiB) checked on every read against a crc32c held
+//! in RAM. A read whose page does not match is served from the other copy
+//! (if that one matches) and the bad page is rewritten from it. Writes,
+//! length changes and syncs go to both copies, so each has every commit
+//! that was acknowledged. A copy whose write fails is dropped (logged, and
+//! counted in `MirrorStats`): the pool goes on with one copy rather than
+//! stopping.
+//!
+//! The checksums are not stored: `Mirror::open` reads both copies and
+//! makes them equal first. Where they differ, the store's own integrity
+//! check (every committed page against its parent's checksum) says which
+//! copy is right (`store.rs`), and the other is repaired from it.
+
+use cairn_devices::Backend;
+use parking_lot::{Mutex, RwLock};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The unit of checking and repair.
+pub const PAGE: u64 = 4096;
+
+/// Counts of what the mirror did since the pool was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MirrorStats {
+    /// Pages rewritten from the other copy when the pool was opened.
+    pub repaired_at_open: u64,
+    /// Pages rewritten from the other copy when a read found them bad.
+    pub repaired_on_read: u64,
+    /// Pages rewritten by `scrub`.
+    pub repaired_by_scrub: u64,
+    /// Copies in use (2, or 1 after a copy failed a write).
+    pub copies: u32,
+}
+
+/// Two copies of one file, with a checksum per page.
+#[derive(Debug)]
+pub struct Mirror {
+    copies: [Arc<dyn Backend>; 2],
+    /// A copy dropped after a failed write (never read or written again).
+    dropped: [AtomicBool; 2],
+    /// crc32c of each page of the file (the last one zero-padded).
+    sums: RwLock<Vec<u32>>,
+    /// Held by writes and length changes, and by a read that found a
+    /// page bad, so that it does not mistake a page being written for a
+    /// damaged one.
+    writing: Mutex<()>,
+    repaired_at_open: AtomicU64,
+    repaired_on_read: AtomicU64,
+    repaired_by_scrub: AtomicU64,
+}
+
+fn crc_page(b: &[u8]) -> u32 {
+    let mut page = [0u8; PAGE as usize];
+    page[..b.len()].copy_from_slice(b);
+    crc32c::crc32c(&page)
+}
+
+fn damaged(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+impl Mirror {
+    /// The two copies, made equal to `good` (0 or 1) where they differ,
+    /// with the checksums of every page. Returns the mirror and the pages
+    /// repaired.
+    pub fn open(copies: [Arc<dyn Backend>; 2], good: usize) -> io::Result<Mirror> {
+        let m = Mirror {
+            copies,
+            dropped: [AtomicBool::new(false), AtomicBool::new(false)],
+            sums: RwLock::new(Vec::new()),
+            writing: Mutex::new(()),
+            repaired_at_open: AtomicU64::new(0),
+            repaired_on_read: AtomicU64::new(0),
+            repaired_by_scrub: AtomicU64::new(0),
+        };
+        let n = m.sync_copies(good)?;
+        m.repaired_at_open.store(n, Ordering::Relaxed);
+        Ok(m)
+    }
+
+    /// Makes the other copy equal to copy `good` and rebuilds the
+    /// checksums; returns how many pages differed.
+    fn sync_copies(&self, good: usize) -> io::Result<u64> {
+        let (src, dst) = (&self.copies[good], &self.copies[1 - good]);
+        let len = src.len()?;
+        if dst.len()? != len {
+            dst.set_len(len)?;
+        }
+        let mut sums = Vec::with_capacity(len.div_ceil(PAGE) as usize);
+        let mut differ = 0;
+        let step = 256 * PAGE;
+        let (mut a, mut b) = (vec![0u8; step as usize], vec![0u8; step as usize]);
+        let mut at = 0;
+        while at < len {
+            let n = step.min(len - at) as usize;
+            src.read_at(&mut a[..n], at)?;
+            dst.read_at(&mut b[..n], at)?;
+            for (k, (pa, pb)) in a[..n]
+                .chunks(PAGE as usize)
+                .zip(b[..n].chunks(PAGE as usize))
+                .enumerate()
+            {
+                sums.push(crc_page(pa));
+                if pa != pb {
+                    dst.write_at(pa, at + k as u64 * PAGE)?;
+                    differ += 1;
+                }
+            }
+            at += n as u64;
+        }
+        if differ > 0 {
+            dst.sync_data()?;
+        }
+        *self.sums.write() = sums;
+        Ok(differ)
+    }
+
+    pub fn stats(&self) -> MirrorStats {
+        MirrorStats {
+            repaired_at_open: self.repaired_at_open.load(Ordering::Relaxed),
+            repaired_on_read: self.repaired_on_read.load(Ordering::Relaxed),
+            repaired_by_scrub: self.repaired_by_scrub.load(Ordering::Relaxed),
+            copies: self.live().count() as u32,
+        }
+    }
+
+    /// The copies still in use, in order.
+    fn live(&self) -> impl Iterator<Item = (usize, &Arc<dyn Backend>)> {
+        self.copies
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.dropped[*i].load(Ordering::Relaxed))
+    }
+
+    /// Drops copy `i` after a failed write, unless it is the last one (the
+    /// error is then the caller's).
+    fn drop_copy(&self, i: usize, e: &io::Error) -> bool {
+        if self.live().count() < 2 {
+            return false;
+        }
+        self.dropped[i].store(true, Ordering::Relaxed);
+        tracing::error!(
+            "metadata copy {i} failed a write ({e}): going on with the other copy only"
+        );
+        true
+    }
+
+    /// Runs `f` on every live copy; a copy that fails is dropped while
+    /// another remains.
+    fn each(&self, f: impl Fn(&dyn Backend) -> io::Result<()>) -> io::Result<()> {
+        for (i, c) in self.live().collect::<Vec<_>>() {
+            if let Err(e) = f(&**c) {
+                if !self.drop_copy(i, &e) {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the whole pages covering `off..off + len` from copy `i`.
+    fn read_pages(&self, i: usize, off: u64, len: usize) -> io::Result<(u64, Vec<u8>)> {
+        let first = off / PAGE;
+        let end = (off + len as u64).div_ceil(PAGE) * PAGE;
+        let file_len = self.copies[i].len()?;
+        let mut buf = vec![0u8; (end.min(file_len) - first * PAGE) as usize];
+        self.copies[i].read_at(&mut buf, first * PAGE)?;
+        Ok((first, buf))
+    }
+
+    /// The first page of `pages` (page `first` on) whose checksum is wrong.
+    fn bad_page(&self, first: u64, pages: &[u8]) -> Option<u64> {
+        let sums = self.sums.read();
+        pages
+            .chunks(PAGE as usize)
+            .enumerate()
+            .find(|(k, p)| sums.get(first as usize + k) != Some(&crc_page(p)))
+            .map(|(k, _)| first + k as u64)
+    }
+
+    /// Checks page `page` of every live copy; a bad one is rewritten from
+    /// a good one. Returns the pages rewritten; an error if no copy holds
+    /// it right.
+    fn repair_page(&self, page: u64) -> io::Result<u64> {
+        let copies: Vec<(usize, Vec<u8>, bool)> = self
+            .live()
+            .map(|(i, _)| {
+                let (_, b) = self.read_pages(i, page * PAGE, 1)?;
+                let ok = self.bad_page(page, &b).is_none();
+                Ok((i, b, ok))
+            })
+            .collect::<io::Result<_>>()?;
+        let Some((_, good, _)) = copies.iter().find(|c| c.2) else {
+            return Err(damaged(format!(
+                "metadata page {page} is damaged in every copy"
+            )));
+        };
+        let mut fixed = 0;
+        for (i, _, _) in copies.iter().filter(|c| !c.2) {
+            tracing::warn!(
+                "metadata copy {i}: page {page} was damaged; rewritten from the other copy"
+            );
+            self.copies[*i].write_at(good, page * PAGE)?;
+            self.copies[*i].sync_data()?;
+            fixed += 1;
+        }
+        Ok(fixed)
+    }
+
+    /// Verifies every page of every copy, repairing bad ones from a good
+    /// copy; returns the pages repaired. An error names a page no copy
+    /// holds right.
+    pub fn scrub(&self) -> io::Result<u64> {
+        let _w = self.writing.lock();
+        let pages = self.sums.read().len() as u64;
+        let mut fixed = 0;
+        for (i, _) in self.live().collect::<Vec<_>>() {
+            let step = 256;
+            let mut p = 0;
+            while p < pages {
+                let n = step.min(pages - p);
+                let (_, b) = self.read_pages(i, p * PAGE, (n * PAGE) as usize)?;
+                for (k, pg) in b.chunks(PAGE as usize).enumerate() {
+                    if self.bad_page(p + k as u64, pg).is_some() {
+                        fixed += self.repair_page(p + k as u64)?;
+                    }
+                }
+                p += n;
+            }
+        }
+        self.repaired_by_scrub.fetch_add(fixed, Ordering::Relaxed);
+        Ok(fixed)
+    }
+
+    /// Recomputes the checksums of the pages covering `off..off + len`
+    /// from the first live copy (after a write there).
+    fn resum(&self, off: u64, len: usize) -> io::Result<()> {
+        let (i, _) = self.live().next().expect("a live copy");
+        let (first, b) = self.read_pages(i, off, len)?;
+        let mut sums = self.sums.write();
+        let pages = (self.copies[i].len()?).div_ceil(PAGE) as usize;
+        sums.resize(pages, crc_page(&[]));
+        for (k, p) in b.chunks(PAGE as usize).enumerate() {
+            sums[first as usize + k] = crc_page(p);
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Mirror {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        let (i, _) = self.live().next().expect("a live copy");
+        let (first, pages) = self.read_pages(i, off, buf.len())?;
+        let skip = (off - first * PAGE) as usize;
+        if pages.len() < skip + buf.len() {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        if let Some(bad) = self.bad_page(first, &pages) {
+            // Either damaged, or being written this instant: look again
+            // with writes held off, and repair what is really damaged.
+            let _w = self.writing.lock();
+            let (_, again) = self.read_pages(i, off, buf.len())?;
+            if self.bad_page(first, &again).is_some() {
+                let mut fixed = 0;
+                let last = first + (again.len() as u64).div_ceil(PAGE);
+                for p in bad..last {
+                    fixed += self.repair_page(p)?;
+                }
+                self.repaired_on_read.fetch_add(fixed, Ordering::Relaxed);
+            }
+            let (_, good) = self.read_pages(i, off, buf.len())?;
+            buf.copy_from_slice(&good[skip..skip + buf.len()]);
+            return Ok(());
+        }
+        buf.copy_from_slice(&pages[skip..skip + buf.len()]);
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        let _w = self.writing.lock();
+        self.each(|c| c.write_at(buf, off))?;
+        self.resum(off, buf.len())
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        let live: Vec<(usize, Arc<dyn Backend>)> =
+            self.live().map(|(i, c)| (i, c.clone())).collect();
+        // Both copies' cache flushes at once: a commit waits for the slower
+        // one, not for the sum of both.
+        let results: Vec<(usize, io::Result<()>)> = std::thread::scope(|s| {
+            let hs: Vec<_> = live
+                .iter()
+                .map(|(i, c)| (*i, s.spawn(move || c.sync_data())))
+                .collect();
+            hs.into_iter()
+                .map(|(i, h)| {
+                    (
+                        i,
+                        h.join()
+                            .unwrap_or_else(|_| Err(io::Error::other("sync panicked"))),
+                    )
+                })
+                .collect()
+        });
+        for (i, r) in results {
+            if let Err(e) = r {
+                if !self.drop_copy(i, &e) {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        let (_, c) = self.live().next().expect("a live copy");
+        c.len()
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let _w = self.writing.lock();
+        self.each(|c| c.set_len(len))?;
+        let mut sums = self.sums.write();
+        let pages = len.div_ceil(PAGE) as usize;
+        sums.truncate(pages);
+        sums.resize(pages, crc_page(&[]));
+        drop(sums);
+        if len % PAGE != 0 {
+            // The last page's tail is cut off (or zeros added).
+            self.resum(len - len % PAGE, (len % PAGE) as usize)?;
+        }
+        Ok(())
+    }
+
+    fn host_file(&self) -> Option<&std::fs::File> {
+        self.copies[0].host_file()
+    }
+}
