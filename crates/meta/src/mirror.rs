@@ -327,7 +327,7 @@ impl Backend for Mirror {
         sums.truncate(pages);
         sums.resize(pages, crc_page(&[]));
         drop(sums);
-        if len % PAGE != 0 {
+        if !len.is_multiple_of(PAGE) {
             // The last page's tail is cut off (or zeros added).
             self.resum(len - len % PAGE, (len % PAGE) as usize)?;
         }
