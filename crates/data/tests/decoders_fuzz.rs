@@ -77,7 +77,7 @@ fn check_chunk(b: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(3000))]
+    #![proptest_config(config(5000))]
 
     #[test]
     fn fuzz_chunk_random_bytes(b in bytes(300)) {
@@ -207,7 +207,7 @@ fn check_records(b: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(5000))]
+    #![proptest_config(config(20000))]
 
     #[test]
     fn fuzz_records_random_bytes(b in bytes(1200)) {
@@ -313,7 +313,7 @@ fn check_heat(b: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(3000))]
+    #![proptest_config(config(10000))]
 
     #[test]
     fn fuzz_heat_random_bytes(b in bytes(300)) {

@@ -60,7 +60,7 @@ fn check(b: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(20000))]
+    #![proptest_config(config(50000))]
 
     #[test]
     fn fuzz_device_header_random_bytes(b in bytes(256)) {

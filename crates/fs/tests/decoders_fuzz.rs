@@ -61,7 +61,7 @@ fn check_superblock(b: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(10000))]
+    #![proptest_config(config(30000))]
 
     #[test]
     fn fuzz_superblock_random_bytes(b in bytes(100)) {
@@ -145,7 +145,7 @@ fn check_device_desc(b: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(3000))]
+    #![proptest_config(config(5000))]
 
     #[test]
     fn fuzz_device_desc_random_bytes(b in bytes(200)) {
@@ -339,7 +339,7 @@ fn check_snapshot(b: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(10000))]
+    #![proptest_config(config(20000))]
 
     #[test]
     fn fuzz_snapshot_random_bytes(b in bytes(120)) {

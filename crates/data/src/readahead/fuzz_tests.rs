@@ -61,7 +61,7 @@ fn check_scan(b: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(2000))]
+    #![proptest_config(config(5000))]
 
     #[test]
     fn fuzz_segment_scan_random_bytes(b in bytes(400)) {

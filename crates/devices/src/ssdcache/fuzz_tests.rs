@@ -65,7 +65,7 @@ fn check(b: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(3000))]
+    #![proptest_config(config(10000))]
 
     #[test]
     fn fuzz_ssd_cache_index_random_bytes(b in bytes(300)) {

@@ -33,7 +33,7 @@ fn check_v1(hash: &[u8], b: &[u8]) -> std::result::Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(5000))]
+    #![proptest_config(config(20000))]
 
     #[test]
     fn fuzz_dedup_entry(v in any::<[u8; 6]>(), id in 0..MAX_INDEXED_CHUNK) {

@@ -51,7 +51,7 @@ fn check(key: &[u8], v: &[u8]) -> std::result::Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(5000))]
+    #![proptest_config(config(20000))]
 
     #[test]
     fn fuzz_element_value_random_bytes(key in bytes(40), v in bytes(100)) {

@@ -126,7 +126,7 @@ fn lines(stream: &[u8], max: usize) -> Result<Vec<Vec<u8>>, TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(3000))]
+    #![proptest_config(config(5000))]
 
     #[test]
     fn fuzz_control_line_random_bytes(b in bytes(200)) {

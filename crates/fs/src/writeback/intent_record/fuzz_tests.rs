@@ -195,7 +195,7 @@ fn check(b: &[u8]) -> std::result::Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(3000))]
+    #![proptest_config(config(10000))]
 
     #[test]
     fn fuzz_intent_record_random_bytes(b in bytes(300)) {

@@ -66,7 +66,7 @@ fn check_head(b: &[u8; HEADER_LEN]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(config(10000))]
+    #![proptest_config(config(50000))]
 
     #[test]
     fn fuzz_intent_log_head_random_bytes(b in any::<[u8; HEADER_LEN]>()) {
@@ -111,7 +111,7 @@ fn scan_of(p: &Path, b: &[u8]) -> Vec<Record> {
 }
 
 proptest! {
-    #![proptest_config(config(500))]
+    #![proptest_config(config(1000))]
 
     #[test]
     fn fuzz_intent_log_scan_mutated(
