@@ -22,6 +22,40 @@ pub const CHUNK_HEADER_LEN: usize = 56;
 
 pub type Hash = [u8; 32];
 
+/// The most raw bytes a chunk holds: one block of the largest record size.
+/// A compressed chunk claiming more is damaged (its raw length sizes the
+/// buffer it is expanded into).
+pub const MAX_RAW_LEN: u32 = 1 << 20;
+
+/// Why a sealed chunk does not check out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChunkError {
+    #[error("short header")]
+    ShortHeader,
+    #[error("bad magic")]
+    BadMagic,
+    #[error("header checksum mismatch")]
+    HeaderChecksum,
+    #[error("unknown chunk version {0}")]
+    UnknownVersion(u8),
+    #[error("chunk holds other content than the metadata expects")]
+    OtherContent,
+    #[error("stored length beyond chunk")]
+    StoredBeyondChunk,
+    #[error("data checksum mismatch")]
+    DataChecksum,
+    #[error("raw length differs from stored length")]
+    RawLenMismatch,
+    #[error("raw length {0} is more than a chunk holds")]
+    RawTooLong(u32),
+    #[error("{0}")]
+    Decompress(String),
+    #[error("content hash mismatch")]
+    ContentHash,
+    #[error("chunk is compressed, expected raw")]
+    NotRaw,
+}
+
 pub fn hash_block(data: &[u8]) -> Hash {
     *blake3::hash(data).as_bytes()
 }
@@ -51,19 +85,19 @@ impl ChunkHeader {
         debug_assert_eq!(out.len() - start, CHUNK_HEADER_LEN);
     }
 
-    pub fn decode(b: &[u8]) -> Result<Self, String> {
+    pub fn decode(b: &[u8]) -> Result<Self, ChunkError> {
         if b.len() < CHUNK_HEADER_LEN {
-            return Err("short header".into());
+            return Err(ChunkError::ShortHeader);
         }
         if &b[0..4] != CHUNK_MAGIC {
-            return Err("bad magic".into());
+            return Err(ChunkError::BadMagic);
         }
         let crc = u32::from_le_bytes(b[52..56].try_into().unwrap());
         if crc != crc32c::crc32c(&b[0..52]) {
-            return Err("header checksum mismatch".into());
+            return Err(ChunkError::HeaderChecksum);
         }
         if b[4] != CHUNK_VERSION {
-            return Err(format!("unknown chunk version {}", b[4]));
+            return Err(ChunkError::UnknownVersion(b[4]));
         }
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         Ok(ChunkHeader {
@@ -112,47 +146,50 @@ pub fn header_of(method: u8, raw_len: usize, stored: &[u8], hash: &Hash) -> Chun
 }
 
 /// Verifies a sealed chunk and returns its raw (decompressed) bytes.
-pub fn unseal(buf: &[u8], expected: &Hash, full_hash: bool) -> Result<Vec<u8>, String> {
+pub fn unseal(buf: &[u8], expected: &Hash, full_hash: bool) -> Result<Vec<u8>, ChunkError> {
     let (head, data) = buf.split_at(CHUNK_HEADER_LEN.min(buf.len()));
     let h = check_stored(head, data, expected)?;
     let stored = &data[..h.stored_len as usize];
     let raw = if h.compression == crate::compress::RAW {
         if h.raw_len != h.stored_len {
-            return Err("raw length differs from stored length".into());
+            return Err(ChunkError::RawLenMismatch);
         }
         stored.to_vec()
     } else {
+        if h.raw_len > MAX_RAW_LEN {
+            return Err(ChunkError::RawTooLong(h.raw_len));
+        }
         let mut raw = vec![0u8; h.raw_len as usize];
-        decompress(h.compression, stored, &mut raw)?;
+        decompress(h.compression, stored, &mut raw).map_err(ChunkError::Decompress)?;
         raw
     };
     if full_hash && &hash_block(&raw) != expected {
-        return Err("content hash mismatch".into());
+        return Err(ChunkError::ContentHash);
     }
     Ok(raw)
 }
 
 /// Checks the header and the stored bytes' checksum.
-fn check_stored(head: &[u8], data: &[u8], expected: &Hash) -> Result<ChunkHeader, String> {
+fn check_stored(head: &[u8], data: &[u8], expected: &Hash) -> Result<ChunkHeader, ChunkError> {
     let h = ChunkHeader::decode(head)?;
     if &h.hash != expected {
-        return Err("chunk holds other content than the metadata expects".into());
+        return Err(ChunkError::OtherContent);
     }
     let Some(stored) = data.get(..h.stored_len as usize) else {
-        return Err("stored length beyond chunk".into());
+        return Err(ChunkError::StoredBeyondChunk);
     };
     if crc32c::crc32c(stored) != h.data_crc {
-        return Err("data checksum mismatch".into());
+        return Err(ChunkError::DataChecksum);
     }
     Ok(h)
 }
 
 /// Checks an uncompressed chunk read as header + data in place; returns
 /// the raw length.
-pub fn verify_split(head: &[u8], data: &[u8], expected: &Hash) -> Result<usize, String> {
+pub fn verify_split(head: &[u8], data: &[u8], expected: &Hash) -> Result<usize, ChunkError> {
     let h = check_stored(head, data, expected)?;
     if h.compression != crate::compress::RAW || h.raw_len != h.stored_len {
-        return Err("chunk is compressed, expected raw".into());
+        return Err(ChunkError::NotRaw);
     }
     Ok(h.stored_len as usize)
 }

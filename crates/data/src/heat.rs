@@ -11,6 +11,7 @@
 //! once counts 1 whatever the block size, so "hot" means re-read, not
 //! merely read sequentially once.
 
+use crate::error::{DataError, Result};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::path::Path;
@@ -141,10 +142,16 @@ impl Heat {
         m.iter().map(|(&s, h)| sample(s, Some(h), now)).collect()
     }
 
-    /// Saves the table (magic, entries of segment u64 | hits u64 (1/65536
-    /// units) | last read u32 unix secs, crc32c), replacing the file
-    /// atomically.
+    /// Saves the table (`encode`), replacing the file atomically.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        cairn_devices::private::write_private(&tmp, &self.encode())?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// The saved table: magic, entries of segment u64 | hits u64 (1/65536
+    /// units) | last read u32 unix secs, crc32c.
+    pub fn encode(&self) -> Vec<u8> {
         let mut b = MAGIC.to_vec();
         for (&s, h) in self.map.read().iter() {
             b.extend_from_slice(&s.to_le_bytes());
@@ -153,27 +160,36 @@ impl Heat {
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
-        let tmp = path.with_extension("tmp");
-        cairn_devices::private::write_private(&tmp, &b)?;
-        std::fs::rename(&tmp, path)
+        b
     }
 
     /// Loads a saved table; a missing or damaged file gives an empty one.
     pub fn load(path: &Path, segment_size: u64) -> Heat {
-        let heat = Heat::new(segment_size);
         let Ok(b) = std::fs::read(path) else {
-            return heat;
+            return Heat::new(segment_size);
         };
-        let ok = b.len() >= 12
-            && &b[..8] == MAGIC
-            && (b.len() - 12) % ENTRY == 0
-            && crc32c::crc32c(&b[..b.len() - 4]).to_le_bytes() == b[b.len() - 4..];
-        if !ok {
-            tracing::warn!("{}: damaged heat table ignored", path.display());
-            return heat;
+        Heat::decode(&b, segment_size).unwrap_or_else(|e| {
+            tracing::warn!("{}: ignored: {e}", path.display());
+            Heat::new(segment_size)
+        })
+    }
+
+    /// Decodes a table `encode` wrote.
+    pub fn decode(b: &[u8], segment_size: u64) -> Result<Heat> {
+        let bad = |why: &str| DataError::BadRecord {
+            what: "heat table",
+            why: why.into(),
+        };
+        if b.len() < 12 || &b[..8] != MAGIC || !(b.len() - 12).is_multiple_of(ENTRY) {
+            return Err(bad("not a heat table, or a torn one"));
         }
+        let (body, crc) = b.split_at(b.len() - 4);
+        if crc32c::crc32c(body).to_le_bytes() != crc {
+            return Err(bad("checksum mismatch"));
+        }
+        let heat = Heat::new(segment_size);
         let mut m = heat.map.write();
-        for e in b[8..b.len() - 4].chunks_exact(ENTRY) {
+        for e in body[8..].chunks_exact(ENTRY) {
             let seg = u64::from_le_bytes(e[..8].try_into().unwrap());
             let h = SegHeat::default();
             h.hits.store(
@@ -187,7 +203,7 @@ impl Heat {
             m.insert(seg, h);
         }
         drop(m);
-        heat
+        Ok(heat)
     }
 }
 

@@ -27,7 +27,7 @@ pub mod store;
 mod wpipe;
 pub mod writer;
 
-pub use chunk::{ChunkHeader, Hash, CHUNK_HEADER_LEN};
+pub use chunk::{ChunkError, ChunkHeader, Hash, CHUNK_HEADER_LEN};
 pub use compress::Compression;
 pub use error::DataError;
 pub use heat::{Heat, HeatSample};

@@ -82,7 +82,7 @@ impl ChunkStore {
     /// Checks one chunk of a run read (its header and raw bytes) against
     /// its record, and counts the read as heat.
     fn check_run_member(&self, rec: &ChunkRec, head: &[u8], raw: &[u8]) -> Result<()> {
-        let n = verify_split(head, raw, &rec.hash).map_err(|why| corrupt(rec, why))?;
+        let n = verify_split(head, raw, &rec.hash).map_err(|why| corrupt(rec, why.to_string()))?;
         if n != rec.raw_len as usize {
             return Err(corrupt(rec, "raw length differs from record".into()));
         }
@@ -214,7 +214,7 @@ impl ChunkStore {
                 None => self.segs.read_sealed(rec)?,
             },
         };
-        let raw = unseal(&sealed, &rec.hash, false).map_err(|why| corrupt(rec, why))?;
+        let raw = unseal(&sealed, &rec.hash, false).map_err(|why| corrupt(rec, why.to_string()))?;
         offer(rec, &sealed);
         Ok(raw.into())
     }

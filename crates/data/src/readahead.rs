@@ -123,6 +123,9 @@ pub(crate) fn chunks_in(buf: &[u8]) -> Vec<(usize, ChunkHeader)> {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::chunk::{hash_block, seal};

@@ -4,9 +4,10 @@
 //! ChunkRec (v3, 73 + 4n bytes): ver u8 | segment u64 | offset u32 |
 //!   len u32 | raw_len u32 | refs u64 | live u64 | hash [32] | n u8 |
 //!   sums [u32; n] | crc u32   (len includes the header; `sums` are the
-//!   crc32c of each 4 KiB of an uncompressed chunk's bytes, n = 0 for a
-//!   compressed one; v2, 72 bytes, had no n and sums; v1, 64 bytes, no
-//!   `live` either)
+//!   crc32c of each 4 KiB of an uncompressed chunk's bytes, none for a
+//!   compressed one; n is their count modulo 256, a 1 MiB chunk's 256
+//!   sums count 0, and the record's length gives the count; v2, 72 bytes,
+//!   had no n and sums; v1, 64 bytes, no `live` either)
 //! SegmentRec (v2, 46 bytes): ver u8 | device u32 | slot u64 | used u32 |
 //!   live u64 | chunks u64 | hist u64 | flags u8 | crc u32   (v1, 38 bytes,
 //!   had no `hist`)
@@ -150,8 +151,14 @@ impl ChunkRec {
             what: "chunk",
             why: why.into(),
         };
-        let n = *b.get(Self::V2_LEN - 4).ok_or_else(|| bad("wrong length"))? as usize;
-        if b.len() != Self::V2_LEN + 1 + 4 * n {
+        // The count byte is the number of sums modulo 256 (a 1 MiB chunk
+        // has 256, stored as 0): the length says how many there are.
+        let n_mod = *b.get(Self::V2_LEN - 4).ok_or_else(|| bad("wrong length"))?;
+        let sums_len = b.len().checked_sub(Self::V2_LEN + 1);
+        let n = sums_len
+            .filter(|l| l % 4 == 0)
+            .map_or(usize::MAX, |l| l / 4);
+        if n > MAX_SUMS || n as u8 != n_mod {
             return Err(bad("wrong length"));
         }
         let (body, crc) = b.split_at(b.len() - 4);

@@ -112,7 +112,8 @@ impl ChunkStore {
     /// record's span sums too (scrub).
     pub fn read_chunk(&self, rec: &ChunkRec, full_hash: bool) -> Result<Vec<u8>> {
         let buf = self.segs.read_sealed(rec)?;
-        let raw = unseal(&buf, &rec.hash, full_hash).map_err(|why| corrupt(rec, why))?;
+        let raw =
+            unseal(&buf, &rec.hash, full_hash).map_err(|why| corrupt(rec, why.to_string()))?;
         if raw.len() != rec.raw_len as usize {
             return Err(corrupt(rec, "raw length differs from record".into()));
         }
@@ -129,8 +130,9 @@ impl ChunkStore {
     /// its raw bytes): returns (compression method, stored bytes).
     pub fn read_stored(&self, rec: &ChunkRec) -> Result<(u8, Vec<u8>)> {
         let buf = self.segs.read_sealed(rec)?;
-        unseal(&buf, &rec.hash, true).map_err(|why| corrupt(rec, why))?;
-        let h = crate::chunk::ChunkHeader::decode(&buf).map_err(|why| corrupt(rec, why))?;
+        unseal(&buf, &rec.hash, true).map_err(|why| corrupt(rec, why.to_string()))?;
+        let h =
+            crate::chunk::ChunkHeader::decode(&buf).map_err(|why| corrupt(rec, why.to_string()))?;
         let end = CHUNK_HEADER_LEN + h.stored_len as usize;
         Ok((h.compression, buf[CHUNK_HEADER_LEN..end].to_vec()))
     }
@@ -151,7 +153,7 @@ impl ChunkStore {
         let (dev, at) = self.segs.locate(rec)?;
         let check = |head: &[u8], raw: &[u8]| {
             let n = crate::chunk::verify_split(head, raw, &rec.hash)
-                .map_err(|why| corrupt(rec, why))?;
+                .map_err(|why| corrupt(rec, why.to_string()))?;
             if n != rec.raw_len as usize {
                 return Err(corrupt(rec, "raw length differs from record".into()));
             }

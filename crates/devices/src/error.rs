@@ -20,6 +20,10 @@ pub enum DeviceError {
         found: u32,
         known: u32,
     },
+    #[error("{path}: invalid device header: {why}")]
+    BadHeader { path: PathBuf, why: &'static str },
+    #[error("SSD cache index: {0}")]
+    BadCacheIndex(&'static str),
     #[error("{path}: device belongs to another pool")]
     WrongPool { path: PathBuf },
     #[error("invalid device spec '{spec}': {why}")]

@@ -23,6 +23,10 @@ pub const DEVICE_FORMAT_VERSION: u32 = 1;
 pub const HEADER_LEN: usize = 4096;
 /// Slot 0 starts here: leaves room for the header and keeps slots aligned.
 pub const DATA_OFFSET: u64 = 1 << 20;
+/// The segment sizes a header may name (a pool asks for more: at least 4
+/// records).
+pub const MIN_SEGMENT_SIZE: u64 = 4096;
+pub const MAX_SEGMENT_SIZE: u64 = 1 << 30;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceHeader {
@@ -68,14 +72,31 @@ impl DeviceHeader {
             });
         }
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-        Ok(DeviceHeader {
+        let bad = |why| DeviceError::BadHeader { path: p(), why };
+        let h = DeviceHeader {
             device_id: u32::from_le_bytes(b[12..16].try_into().unwrap()),
             pool_uuid: b[16..32].try_into().unwrap(),
-            class: DeviceClass::from_rank(b[32]).ok_or(DeviceError::BadChecksum { path: p() })?,
+            class: DeviceClass::from_rank(b[32]).ok_or_else(|| bad("unknown device class"))?,
             size: u64_at(40),
             segment_size: u64_at(48),
             data_offset: u64_at(56),
-        })
+        };
+        h.check_geometry().map_err(bad)?;
+        Ok(h)
+    }
+
+    /// The geometry `slot_count` and slot offsets rely on: a segment size
+    /// that a pool can have (a power of two, 4 KiB to 1 GiB) and slot 0
+    /// after the header and inside the device.
+    fn check_geometry(&self) -> std::result::Result<(), &'static str> {
+        let seg = self.segment_size;
+        if !seg.is_power_of_two() || !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&seg) {
+            return Err("segment size is not a power of two from 4 KiB to 1 GiB");
+        }
+        if self.data_offset < HEADER_LEN as u64 || self.data_offset > self.size {
+            return Err("data offset is inside the header or past the device end");
+        }
+        Ok(())
     }
 
     /// Number of whole segment slots that fit on the device.

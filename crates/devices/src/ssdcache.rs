@@ -26,6 +26,7 @@
 //! data either: every copy is verified when read.
 
 use crate::device::Device;
+use crate::error::DeviceError;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -259,27 +260,30 @@ impl SsdCache {
 }
 
 const INDEX_MAGIC: &[u8; 8] = b"CAIRNSC1";
+const INDEX_HEAD_LEN: usize = 8 + 16 + 4 + 8;
+const INDEX_ENTRY_LEN: usize = 8 + 4 + 8 + 4;
+
+/// A copy in a saved index: its key, device offset and length.
+type SavedCopy = (CacheKey, u64, u32);
+
+/// A saved index, decoded: the ring's head and the data copies, by offset.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct SavedIndex {
+    head: u64,
+    copies: Vec<SavedCopy>,
+}
 
 impl SsdCache {
-    /// Saves the index of the data chunks: magic, pool uuid, device id u32,
-    /// head u64, then per copy segment u64 | offset u32 | device offset u64
-    /// | length u32, then crc32c of all before. Metadata pages are not saved:
-    /// their checksums live in RAM only, so they start cold at every mount.
+    /// Saves the index of the data chunks (see `encode_index`). Metadata
+    /// pages are not saved: their checksums live in RAM only, so they
+    /// start cold at every mount.
     pub fn save(&self, path: &std::path::Path) -> std::io::Result<()> {
         let r = self.ring.lock();
-        let mut b = INDEX_MAGIC.to_vec();
-        b.extend_from_slice(&self.dev.header.pool_uuid);
-        b.extend_from_slice(&self.dev.id().to_le_bytes());
-        b.extend_from_slice(&r.head.to_le_bytes());
-        for (&(seg, off), &(at, len)) in r.index.iter().filter(|(k, _)| !is_meta_key(k)) {
-            b.extend_from_slice(&seg.to_le_bytes());
-            b.extend_from_slice(&off.to_le_bytes());
-            b.extend_from_slice(&at.to_le_bytes());
-            b.extend_from_slice(&len.to_le_bytes());
-        }
+        let copies = r.index.iter().filter(|(k, _)| !is_meta_key(k));
+        let copies = copies.map(|(&key, &(at, len))| (key, at, len));
+        let h = &self.dev.header;
+        let b = encode_index(&h.pool_uuid, h.device_id, r.head, copies);
         drop(r);
-        let crc = crc32c::crc32c(&b);
-        b.extend_from_slice(&crc.to_le_bytes());
         let tmp = path.with_extension("tmp");
         crate::private::write_private(&tmp, &b)?;
         std::fs::rename(&tmp, path)
@@ -292,33 +296,96 @@ impl SsdCache {
             return 0;
         };
         let _ = std::fs::remove_file(path);
-        let head_len = 8 + 16 + 4 + 8;
-        let ok = b.len() >= head_len + 4
-            && &b[..8] == INDEX_MAGIC
-            && b[8..24] == self.dev.header.pool_uuid
-            && b[24..28] == self.dev.id().to_le_bytes()
-            && (b.len() - head_len - 4) % 24 == 0
-            && crc32c::crc32c(&b[..b.len() - 4]).to_le_bytes() == b[b.len() - 4..];
-        if !ok {
-            tracing::warn!(
-                "{}: SSD cache index ignored (damaged or another device)",
-                path.display()
-            );
-            return 0;
-        }
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-        let mut r = self.ring.lock();
-        r.head = u64_at(28).clamp(self.start, self.end);
-        for e in (head_len..b.len() - 4).step_by(24) {
-            let (key, at, len) = ((u64_at(e), u32_at(e + 8)), u64_at(e + 12), u32_at(e + 20));
-            if at >= self.start && at + len as u64 <= self.end && !is_meta_key(&key) {
-                r.index.insert(key, (at, len));
-                r.by_off.insert(at, key);
+        let h = &self.dev.header;
+        let saved = match decode_index(&b, &h.pool_uuid, h.device_id, self.start, self.end) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("{}: ignored: {e}", path.display());
+                return 0;
             }
+        };
+        let mut r = self.ring.lock();
+        r.head = saved.head;
+        for (key, at, len) in saved.copies {
+            r.index.insert(key, (at, len));
+            r.by_off.insert(at, key);
         }
         r.index.len() as u64
     }
+}
+
+/// The index file: magic, pool uuid, device id u32, head u64, then per
+/// copy segment u64 | offset u32 | device offset u64 | length u32, then
+/// crc32c of all before.
+fn encode_index(
+    uuid: &[u8; 16],
+    device_id: u32,
+    head: u64,
+    copies: impl Iterator<Item = SavedCopy>,
+) -> Vec<u8> {
+    let mut b = INDEX_MAGIC.to_vec();
+    b.extend_from_slice(uuid);
+    b.extend_from_slice(&device_id.to_le_bytes());
+    b.extend_from_slice(&head.to_le_bytes());
+    for ((seg, off), at, len) in copies {
+        b.extend_from_slice(&seg.to_le_bytes());
+        b.extend_from_slice(&off.to_le_bytes());
+        b.extend_from_slice(&at.to_le_bytes());
+        b.extend_from_slice(&len.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Decodes an index file of the device `(uuid, device_id)` whose ring is
+/// `start..end`. Each copy is a hint (a read verifies it), so one that
+/// could not be in the ring (outside it, empty or longer than `offer` takes, over
+/// the one before it, or a key seen before) is left out, not the file.
+fn decode_index(
+    b: &[u8],
+    uuid: &[u8; 16],
+    device_id: u32,
+    start: u64,
+    end: u64,
+) -> Result<SavedIndex, DeviceError> {
+    let bad = DeviceError::BadCacheIndex;
+    if b.len() < INDEX_HEAD_LEN + 4 || &b[..8] != INDEX_MAGIC {
+        return Err(bad("not an index file"));
+    }
+    let (body, crc) = b.split_at(b.len() - 4);
+    if crc32c::crc32c(body).to_le_bytes() != crc {
+        return Err(bad("checksum mismatch"));
+    }
+    if body[8..24] != uuid[..] || body[24..28] != device_id.to_le_bytes() {
+        return Err(bad("the index of another device"));
+    }
+    if !(body.len() - INDEX_HEAD_LEN).is_multiple_of(INDEX_ENTRY_LEN) {
+        return Err(bad("wrong length"));
+    }
+    let u64_at = |e: &[u8], i: usize| u64::from_le_bytes(e[i..i + 8].try_into().unwrap());
+    let u32_at = |e: &[u8], i: usize| u32::from_le_bytes(e[i..i + 4].try_into().unwrap());
+    let max_len = end.saturating_sub(start) / 4;
+    let fits = |&(key, at, len): &SavedCopy| {
+        let end_ok = at.checked_add(len as u64).is_some_and(|e| e <= end);
+        !is_meta_key(&key) && at >= start && len > 0 && len as u64 <= max_len && end_ok
+    };
+    let mut copies: Vec<SavedCopy> = body[INDEX_HEAD_LEN..]
+        .chunks_exact(INDEX_ENTRY_LEN)
+        .map(|e| ((u64_at(e, 0), u32_at(e, 8)), u64_at(e, 12), u32_at(e, 20)))
+        .filter(fits)
+        .collect();
+    copies.sort_by_key(|&(_, at, _)| at);
+    let (mut free_from, mut seen) = (start, std::collections::HashSet::new());
+    copies.retain(|&(key, at, len)| {
+        let keep = at >= free_from && seen.insert(key);
+        if keep {
+            free_from = at + len as u64;
+        }
+        keep
+    });
+    let head = u64_at(body, 28).clamp(start, end);
+    Ok(SavedIndex { head, copies })
 }
 
 /// Appends one copy at the ring head, recycling what it overwrites.
@@ -368,6 +435,9 @@ fn write_copy(
     r.by_off.insert(off, key);
     true
 }
+
+#[cfg(test)]
+mod fuzz_tests;
 
 #[cfg(test)]
 mod tests {

@@ -223,9 +223,15 @@ pub fn dirent_subkey(name: &[u8]) -> Vec<u8> {
     k
 }
 
-/// (hash, name) of a directory entry subkey.
-pub fn split_dirent_subkey(k: &[u8]) -> (u64, &[u8]) {
-    (u64::from_be_bytes(k[0..8].try_into().unwrap()), &k[9..])
+/// (hash, name) of a directory entry subkey; one whose length byte does
+/// not match the name it holds (only damage makes one) is an error.
+pub fn split_dirent_subkey(k: &[u8]) -> Result<(u64, &[u8])> {
+    match k.get(9..) {
+        Some(name) if name.len() == k[8] as usize => {
+            Ok((u64::from_be_bytes(k[0..8].try_into().unwrap()), name))
+        }
+        _ => Err(FsError::Io(format!("damaged directory entry key {k:02x?}"))),
+    }
 }
 
 /// An extent: one file block mapped to a chunk, and to pieces over it.
@@ -361,7 +367,7 @@ mod tests {
     #[test]
     fn dirent_keys_group_by_hash() {
         let k = dirent_subkey(b"hello");
-        let (h, n) = split_dirent_subkey(&k);
+        let (h, n) = split_dirent_subkey(&k).unwrap();
         assert_eq!(n, b"hello");
         assert_eq!(h, name_hash(b"hello"));
         assert!(h >= 3);

@@ -83,6 +83,9 @@ pub fn convert_v1(txn: &WriteTransaction) -> Result<u64> {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -77,13 +77,24 @@ pub(crate) fn hist_key(key: &[u8], create_tid: u64) -> Vec<u8> {
     k
 }
 
-pub(crate) fn split_hist_key(k: &[u8]) -> (ElemKey, u64) {
-    let (key, tid) = k.split_at(k.len() - 8);
-    (
+/// (element key, create_tid) of a history key; one too short to hold a
+/// TID (only damage makes one) is an error.
+pub(crate) fn split_hist_key(k: &[u8]) -> Result<(ElemKey, u64)> {
+    let Some(at) = k.len().checked_sub(8) else {
+        return Err(MetaError::Corrupt {
+            key: format!("{k:02x?}"),
+            why: "history key too short".into(),
+        });
+    };
+    let (key, tid) = k.split_at(at);
+    Ok((
         ElemKey(key.to_vec()),
         u64::from_be_bytes(tid.try_into().unwrap()),
-    )
+    ))
 }
+
+#[cfg(test)]
+mod fuzz_tests;
 
 #[cfg(test)]
 mod tests {

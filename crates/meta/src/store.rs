@@ -73,13 +73,7 @@ fn tid_before_time(
 
 /// Decodes a stored history element.
 fn hist_element(k: &[u8], v: &[u8]) -> Result<Element> {
-    if k.len() < 8 {
-        return Err(MetaError::Corrupt {
-            key: format!("{k:02x?}"),
-            why: "history key too short".into(),
-        });
-    }
-    let (key, create_tid) = split_hist_key(k);
+    let (key, create_tid) = split_hist_key(k)?;
     let (delete_tid, payload) = decode_value(k, v)?;
     Ok(Element {
         key,
@@ -862,7 +856,7 @@ impl MetaWrite<'_> {
         for r in self.ends.range(lo..=(cutoff, &[0xffu8; 64][..]))? {
             let (k, _) = r?;
             let (delete_tid, hk) = k.value();
-            let (key, create_tid) = split_hist_key(hk);
+            let (key, create_tid) = split_hist_key(hk)?;
             let i = retained.partition_point(|&t| t < create_tid);
             let seen = i < retained.len() && retained[i] < delete_tid;
             if !seen {
@@ -914,7 +908,7 @@ impl MetaWrite<'_> {
         for r in self.ends.range((tid, &[][..])..=(tid, &[0xffu8; 64][..]))? {
             let (k, _) = r?;
             let (delete_tid, hk) = k.value();
-            let (key, create_tid) = split_hist_key(hk);
+            let (key, create_tid) = split_hist_key(hk)?;
             let v = self.hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
                 key: key.to_string(),
                 why: "ends index names a missing history element".into(),

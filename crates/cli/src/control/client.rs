@@ -3,14 +3,14 @@
 //! the mount daemon, or runs it here when the pool is not mounted.
 
 use super::exec::execute;
-use super::protocol::{Reply, Request};
+use super::protocol::{decode_reply, read_line, Reply, Request, MAX_REPLY_LINE};
 use crate::daemon::{cairn_mounts, pool_locked};
 use anyhow::{anyhow, bail, Context, Result};
 use cairn_fs::pool::PoolPaths;
 use cairn_fs::{Fs, Pool};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -132,8 +132,9 @@ fn remote(pool: &Path, req: &Request, progress: &dyn Fn(u64, u64)) -> Result<Val
     let mut line = serde_json::to_vec(req)?;
     line.push(b'\n');
     s.write_all(&line)?;
-    for l in BufReader::new(s).lines() {
-        match serde_json::from_str::<Reply>(&l?)? {
+    let mut r = BufReader::new(s);
+    while let Some(l) = read_line(&mut r, MAX_REPLY_LINE)? {
+        match decode_reply(&l)? {
             Reply::Progress(d, t) => progress(d, t),
             Reply::Ok(v) => return Ok(v),
             Reply::Err(e) => return Err(anyhow!(e)),

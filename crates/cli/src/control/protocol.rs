@@ -1,8 +1,52 @@
 //! The control protocol: a request is one JSON line; the answer is zero or
 //! more progress lines `{"progress":[done,total]}` and one final line,
-//! `{"ok":<value>}` or `{"err":"message"}`.
+//! `{"ok":<value>}` or `{"err":"message"}`. Lines are read with a bound
+//! (`read_line`), so a peer that never sends a newline cannot make the
+//! other side buffer without end.
 
 use serde::{Deserialize, Serialize};
+use std::io::{BufRead, Read};
+
+/// The longest request line the daemon reads: requests carry names and
+/// device specs, never data.
+pub const MAX_REQUEST_LINE: usize = 64 << 10;
+/// The longest reply line a command reads (a history or a report naming
+/// many files is long, but not this long).
+pub const MAX_REPLY_LINE: usize = 256 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("control socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("line longer than {0} bytes")]
+    TooLong(usize),
+    #[error("malformed message: {0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+/// Reads one line (without its newline) of at most `max` bytes; a last
+/// line without a newline counts. None at the end of the stream.
+pub fn read_line(r: &mut impl BufRead, max: usize) -> Result<Option<Vec<u8>>, ProtocolError> {
+    let mut line = Vec::new();
+    let n = r.take(max as u64 + 1).read_until(b'\n', &mut line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    } else if line.len() > max {
+        return Err(ProtocolError::TooLong(max));
+    }
+    Ok(Some(line))
+}
+
+pub fn decode_request(line: &[u8]) -> Result<Request, ProtocolError> {
+    Ok(serde_json::from_slice(line)?)
+}
+
+pub fn decode_reply(line: &[u8]) -> Result<Reply, ProtocolError> {
+    Ok(serde_json::from_slice(line)?)
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -60,3 +104,6 @@ pub enum Reply {
     Ok(serde_json::Value),
     Err(String),
 }
+
+#[cfg(test)]
+mod fuzz_tests;

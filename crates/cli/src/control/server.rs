@@ -2,9 +2,10 @@
 //! per connection, each running one request against the mounted filesystem.
 
 use super::exec::execute;
-use super::protocol::{Reply, Request};
+use super::protocol::MAX_REQUEST_LINE;
+use super::protocol::{decode_request, read_line, ProtocolError, Reply, Request};
 use cairn_fs::Fs;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -35,12 +36,16 @@ fn send(w: &mut UnixStream, r: &Reply) -> std::io::Result<()> {
 }
 
 fn serve_one(fs: &Arc<Fs>, conn: UnixStream) {
-    let mut line = String::new();
     let Ok(mut w) = conn.try_clone() else { return };
-    if BufReader::new(conn).read_line(&mut line).is_err() {
-        return;
-    }
-    let req: Request = match serde_json::from_str(&line) {
+    let line = match read_line(&mut BufReader::new(conn), MAX_REQUEST_LINE) {
+        Ok(Some(l)) => l,
+        Ok(None) | Err(ProtocolError::Io(_)) => return,
+        Err(e) => {
+            let _ = send(&mut w, &Reply::Err(format!("malformed request: {e}")));
+            return;
+        }
+    };
+    let req = match decode_request(&line) {
         Ok(r) => r,
         Err(e) => {
             let _ = send(&mut w, &Reply::Err(format!("malformed request: {e}")));

@@ -63,7 +63,7 @@ impl Fs {
         let mut out = crate::ops::readdir::dot_entries(dir, d.parent, cookie);
         let all = r.scan_asof(&ElemKey::prefix(dir, RecordType::DirEntry), tid)?;
         for e in all {
-            let (hash, name) = split_dirent_subkey(e.key.sub());
+            let (hash, name) = split_dirent_subkey(e.key.sub())?;
             if hash <= cookie.max(2) {
                 continue;
             }

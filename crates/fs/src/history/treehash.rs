@@ -153,7 +153,7 @@ fn hash_bytes(h: &mut blake3::Hasher, b: &[u8]) {
 fn push_children(r: &MetaRead, n: &Node, tid: u64, stack: &mut Vec<Node>) -> Result<()> {
     let mut kids = Vec::new();
     for e in r.scan_asof(&ElemKey::prefix(n.ino, RecordType::DirEntry), tid)? {
-        let (_, name) = split_dirent_subkey(e.key.sub());
+        let (_, name) = split_dirent_subkey(e.key.sub())?;
         kids.push((name.to_vec(), DirEnt::decode(&e.payload)?.ino));
     }
     kids.sort();

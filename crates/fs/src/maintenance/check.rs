@@ -39,9 +39,10 @@ fn collect(e: Element, s: &mut Scan, problems: &mut Vec<String>) {
         Some(RecordType::Inode) if live => Inode::decode(obj, &e.payload).map(|i| {
             s.inodes.insert(obj, i);
         }),
-        Some(RecordType::DirEntry) if live => DirEnt::decode(&e.payload).map(|d| {
-            let (_, name) = split_dirent_subkey(e.key.sub());
+        Some(RecordType::DirEntry) if live => DirEnt::decode(&e.payload).and_then(|d| {
+            let (_, name) = split_dirent_subkey(e.key.sub())?;
             s.dirents.entry(obj).or_default().push((name.to_vec(), d));
+            Ok(())
         }),
         Some(RecordType::Extent) => Extent::decode(&e.payload).map(|x| {
             let blk = u64::from_be_bytes(e.key.sub().try_into().unwrap_or([0; 8]));

@@ -88,7 +88,7 @@ fn entries(
         .scan(&prefix, None, usize::MAX)
         .map_err(|e| format!("directory entries: {e}"))?;
     for e in ents {
-        let (_, name) = split_dirent_subkey(e.key.sub());
+        let (_, name) = split_dirent_subkey(e.key.sub()).map_err(|e| e.to_string())?;
         let name = String::from_utf8_lossy(name).into_owned();
         let d = DirEnt::decode(&e.payload).map_err(|err| format!("entry {name:?}: {err}"))?;
         let base = if path == "/" { "" } else { path };

@@ -52,7 +52,7 @@ impl Fs {
                     break;
                 }
                 if let Some(d) = v {
-                    let (hash, name) = split_dirent_subkey(&k);
+                    let (hash, name) = split_dirent_subkey(&k)?;
                     out.push(DirEntry {
                         name: name.to_vec(),
                         ino: d.ino,

@@ -54,13 +54,34 @@ impl Superblock {
                 known: POOL_FORMAT_VERSION,
             });
         }
-        Ok(Superblock {
+        let sb = Superblock {
             record_size: u32::from_le_bytes(b[12..16].try_into().unwrap()),
             uuid: b[16..32].try_into().unwrap(),
             segment_size: u64::from_le_bytes(b[32..40].try_into().unwrap()),
             created: u64::from_le_bytes(b[40..48].try_into().unwrap()),
-        })
+        };
+        check_geometry(sb.record_size as u64, sb.segment_size)
+            .map_err(|why| FsError::NotAPool(format!("{what}: {why}")))?;
+        Ok(sb)
     }
+}
+
+/// The sizes mkfs accepts, that the layers above divide and size buffers
+/// by: a record size that is a power of two from 4 KiB to 1 MiB and a
+/// segment size that is a power of two, at least 4 records and at most
+/// 1 GiB.
+pub fn check_geometry(
+    record_size: u64,
+    segment_size: u64,
+) -> std::result::Result<(), &'static str> {
+    if !record_size.is_power_of_two() || !(4096..=(1 << 20)).contains(&record_size) {
+        return Err("record size must be a power of two between 4K and 1M");
+    }
+    let seg = segment_size;
+    if !seg.is_power_of_two() || seg < 4 * record_size || seg > (1 << 30) {
+        return Err("segment size must be a power of two, >= 4 records and <= 1G");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

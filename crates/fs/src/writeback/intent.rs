@@ -11,9 +11,12 @@
 //! (a record holds all that changed, not only the file's). Concurrent
 //! fsyncs share records (group commit): each drains everything pending.
 
-use crate::error::{FsError, Result};
-use crate::types::{DirEnt, Inode};
+use crate::error::Result;
+use crate::types::DirEnt;
 use crate::vfs::{Fs, State};
+use crate::writeback::intent_record::{self as rec, put_bytes, put_opt, put_u32, put_u64};
+use crate::writeback::intent_record::{Entry, T_BLOCK, T_DELETE, T_DIRENT, T_INODE, T_ORPHAN};
+use crate::writeback::intent_record::{T_PATCH, T_SYMLINK, T_TRUNC, T_XATTR};
 use crate::writeback::log_file::{LogError, LogFile};
 use crate::writeback::overlay::{Overlay, Unlogged};
 use std::sync::Arc;
@@ -21,17 +24,6 @@ use std::sync::Arc;
 /// Changes beyond this many block bytes are committed by a flush instead:
 /// logging them would write the data twice for no gain.
 const MAX_RECORD_DATA: u64 = 8 << 20;
-
-// Entry tags of a record's payload (docs/FORMAT.md, "Intent log").
-const T_DELETE: u8 = 1;
-const T_TRUNC: u8 = 2;
-const T_INODE: u8 = 3;
-const T_DIRENT: u8 = 4;
-const T_SYMLINK: u8 = 5;
-const T_XATTR: u8 = 6;
-const T_ORPHAN: u8 = 7;
-const T_BLOCK: u8 = 8;
-const T_PATCH: u8 = 9;
 
 impl Fs {
     /// Makes every change made so far durable: through the intent log when
@@ -142,55 +134,35 @@ impl Fs {
         self.intent.as_ref().is_none_or(|l| l.lock().is_empty())
     }
 
-    fn apply_record(&self, st: &mut State, rec: &[u8]) -> Result<()> {
-        let mut r = Reader { b: rec, at: 0 };
-        while !r.done() {
-            match r.u8()? {
-                T_DELETE => {
-                    let ino = r.u64()?;
-                    st.dirty(ino).delete_inode(ino);
+    /// Applies one record, decoded and checked whole first (a damaged one
+    /// changes nothing).
+    fn apply_record(&self, st: &mut State, record: &[u8]) -> Result<()> {
+        for e in rec::decode(record, self.record)? {
+            match e {
+                Entry::Delete(ino) => st.dirty(ino).delete_inode(ino),
+                Entry::Trunc { ino, first } => st.dirty(ino).truncate_blocks(ino, first),
+                Entry::Inode(i) => st.put_inode(i),
+                Entry::Dirent { dir, subkey, ent } => {
+                    st.dirty(dir).put_dirent(dir, subkey.to_vec(), ent)
                 }
-                T_TRUNC => {
-                    let (ino, first) = (r.u64()?, r.u64()?);
-                    st.dirty(ino).truncate_blocks(ino, first);
+                Entry::Symlink { ino, target } => st.dirty(ino).put_symlink(ino, target.to_vec()),
+                Entry::Xattr { ino, name, value } => {
+                    let v = value.map(<[u8]>::to_vec);
+                    st.dirty(ino).put_xattr(ino, name.to_vec(), v)
                 }
-                T_INODE => {
-                    let ino = r.u64()?;
-                    let i = Inode::decode(ino, r.bytes()?)?;
-                    st.put_inode(i);
-                }
-                T_DIRENT => {
-                    let (dir, sk) = (r.u64()?, r.bytes()?.to_vec());
-                    let ent = r.opt_bytes()?.map(DirEnt::decode).transpose()?;
-                    st.dirty(dir).put_dirent(dir, sk, ent);
-                }
-                T_SYMLINK => {
-                    let ino = r.u64()?;
-                    st.dirty(ino).put_symlink(ino, r.bytes()?.to_vec());
-                }
-                T_XATTR => {
-                    let (ino, name) = (r.u64()?, r.bytes()?.to_vec());
-                    let v = r.opt_bytes()?.map(<[u8]>::to_vec);
-                    st.dirty(ino).put_xattr(ino, name, v);
-                }
-                T_ORPHAN => {
-                    let (ino, open) = (r.u64()?, r.u8()? != 0);
-                    st.dirty(ino).set_orphan(ino, open);
-                }
-                T_BLOCK => {
-                    let (ino, blk) = (r.u64()?, r.u64()?);
-                    let (len, lo) = (r.u32()? as usize, r.u32()? as usize);
-                    let bytes = r.bytes()?;
-                    self.replay_block(st, ino, blk, len, lo, bytes)?;
-                }
-                T_PATCH => {
-                    let (ino, blk) = (r.u64()?, r.u64()?);
-                    for _ in 0..r.u32()? {
-                        let (off, bytes) = (r.u32()? as usize, r.bytes()?);
+                Entry::Orphan { ino, open } => st.dirty(ino).set_orphan(ino, open),
+                Entry::Block {
+                    ino,
+                    blk,
+                    len,
+                    lo,
+                    bytes,
+                } => self.replay_block(st, ino, blk, len, lo, bytes)?,
+                Entry::Patch { ino, blk, ranges } => {
+                    for (off, bytes) in ranges {
                         self.replay_patch(st, ino, blk, off, bytes)?;
                     }
                 }
-                t => return Err(corrupt(&format!("unknown entry tag {t}"))),
             }
         }
         Ok(())
@@ -198,7 +170,7 @@ impl Fs {
 
     /// A logged block change: the block is `len` bytes long and holds
     /// `bytes` at `lo`; the rest is what it held before (in the overlay, or
-    /// committed).
+    /// committed). The decoder checked the range against the record size.
     fn replay_block(
         &self,
         st: &mut State,
@@ -208,9 +180,6 @@ impl Fs {
         lo: usize,
         bytes: &[u8],
     ) -> Result<()> {
-        if len > self.record as usize || lo + bytes.len() > len {
-            return Err(corrupt("block entry out of range"));
-        }
         let mut buf = self.editable_block(st, ino, blk)?;
         buf.resize(len, 0);
         buf[lo..lo + bytes.len()].copy_from_slice(bytes);
@@ -231,17 +200,10 @@ impl Fs {
         bytes: &[u8],
     ) -> Result<()> {
         let rs = self.record;
-        if off + bytes.len() > rs as usize {
-            return Err(corrupt("patch entry out of range"));
-        }
         let size = self.inode(st, ino)?.size;
         let valid = size.saturating_sub(blk * rs).min(rs) as usize;
         self.write_part(st, ino, blk, off, bytes, valid)
     }
-}
-
-fn corrupt(why: &str) -> FsError {
-    FsError::Io(format!("intent log record is damaged: {why}"))
 }
 
 /// Writes the unlogged changes of `ov` as a record payload and clears them.
@@ -327,74 +289,6 @@ fn encode_values(ov: &Overlay, u: &Unlogged, w: &mut Vec<u8>) {
             w.push(T_ORPHAN);
             put_u64(w, ino);
             w.push(open as u8);
-        }
-    }
-}
-
-fn put_u64(w: &mut Vec<u8>, v: u64) {
-    w.extend_from_slice(&v.to_le_bytes());
-}
-
-fn put_u32(w: &mut Vec<u8>, v: u32) {
-    w.extend_from_slice(&v.to_le_bytes());
-}
-
-fn put_bytes(w: &mut Vec<u8>, b: &[u8]) {
-    put_u32(w, b.len() as u32);
-    w.extend_from_slice(b);
-}
-
-fn put_opt(w: &mut Vec<u8>, b: Option<&[u8]>) {
-    match b {
-        Some(b) => {
-            w.push(1);
-            put_bytes(w, b);
-        }
-        None => w.push(0),
-    }
-}
-
-/// Reads a payload; every read is bounds-checked (a damaged record gives
-/// an error, never a panic).
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn done(&self) -> bool {
-        self.at >= self.b.len()
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
-        let end = end.ok_or_else(|| corrupt("truncated entry"))?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
-    }
-
-    fn bytes(&mut self) -> Result<&'a [u8]> {
-        let n = self.u32()? as usize;
-        self.take(n)
-    }
-
-    fn opt_bytes(&mut self) -> Result<Option<&'a [u8]>> {
-        match self.u8()? {
-            0 => Ok(None),
-            _ => self.bytes().map(Some),
         }
     }
 }

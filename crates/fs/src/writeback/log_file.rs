@@ -39,6 +39,9 @@ pub enum LogError {
     Io(PathBuf, io::Error),
     #[error("intent log full")]
     Full,
+    /// Where the valid records end: what follows is not one.
+    #[error("no intent record here: {0}")]
+    NoRecord(&'static str),
 }
 
 /// The open log, where the next record goes.
@@ -94,7 +97,7 @@ impl LogFile {
                 break;
             }
             self.file.read_at(&mut h, self.pos)?;
-            let Some((head, len)) = parse_head(&h) else {
+            let Ok((head, len)) = parse_head(&h) else {
                 break;
             };
             if head.uuid != self.uuid || head.base_tid != self.base_tid || head.seq != self.seq {
@@ -185,19 +188,24 @@ fn encode_head(h: &RecordHead, len: usize) -> Vec<u8> {
     b
 }
 
-fn parse_head(b: &[u8; HEADER_LEN]) -> Option<(RecordHead, usize)> {
+/// A record's header fields and payload length (at most what the log
+/// can hold after the header).
+fn parse_head(b: &[u8; HEADER_LEN]) -> Result<(RecordHead, usize), LogError> {
     let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
     if b[..8] != MAGIC || u16::from_le_bytes([b[8], b[9]]) != VERSION {
-        return None;
+        return Err(LogError::NoRecord("no record magic or version"));
     }
     let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+    if len as u64 > LOG_SIZE - HEADER_LEN as u64 {
+        return Err(LogError::NoRecord("payload longer than the log"));
+    }
     let head = RecordHead {
         uuid: b[16..32].try_into().unwrap(),
         base_tid: u64_at(32),
         seq: u64_at(40),
         next_ino: u64_at(48),
     };
-    Some((head, len))
+    Ok((head, len))
 }
 
 /// crc32c of the header (checksum field as zeros) and the payload.
@@ -207,6 +215,9 @@ fn checksum(head: &[u8], payload: &[u8]) -> u32 {
     h[56..60].fill(0);
     crc32c::crc32c_append(crc32c::crc32c(&h), payload)
 }
+
+#[cfg(test)]
+mod fuzz_tests;
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,7 @@
 
 pub mod flush;
 pub(crate) mod intent;
+pub(crate) mod intent_record;
 pub mod log_file;
 pub mod overlay;
 pub mod patch;
