@@ -20,6 +20,11 @@
 #   KEEP=1           keep the work dir
 #   STEPS="files untar"  run only these measurements (of seq_write cold_read
 #                    warm_read fio files untar; the reads need seq_write)
+#   MIRROR=1         give cairn's pool a second tier device, so that its
+#                    metadata is kept as two copies (ARCHITECTURE, "Redundant
+#                    metadata"); with BASE_BIN=$BIN and no MIRROR for the
+#                    base pool this measures the cost of the second copy:
+#                    MIRROR=1 BASE_BIN=target/release/cairn STEPS="files untar"
 # Quick run: SIZE_GB=1 FILES=10000 RUNS=1 FIO_SECONDS=5 bench/foundation.sh
 set -euo pipefail
 
@@ -63,7 +68,13 @@ setup_dirs() {
     W=$(mktemp -d "$BENCH_DIR/cairn-bench.XXXXXX")
     mkdir -p "$W/native" "$W/bindsrc" "$W/bindmnt" "$W/cairnmnt" "$W/basemnt"
     log "work dir $W on $(findmnt -n -o SOURCE,FSTYPE -T "$W" | tr -s ' ')"
-    "$BIN" mkfs "$W/pool" --device "ssd:$W/pool/data.0:${POOL_DEV_GB}G" >&2
+    local second=()
+    if [ "${MIRROR:-0}" = 1 ]; then
+        mkdir -p "$W/dev1"
+        second=(--device "ssd:$W/dev1/data.1:${POOL_DEV_GB}G")
+    fi
+    "$BIN" mkfs "$W/pool" --device "ssd:$W/pool/data.0:${POOL_DEV_GB}G" "${second[@]}" >&2
+    [ "${MIRROR:-0}" != 1 ] || [ -L "$W/pool/meta.mirror" ] || die "MIRROR=1 but the pool has no metadata mirror"
     if [ -n "${BASE_BIN:-}" ]; then
         "$BASE_BIN" mkfs "$W/basepool" --device "ssd:$W/basepool/data.0:${POOL_DEV_GB}G" >&2
     fi
