@@ -1,9 +1,10 @@
 //! The set of devices of a pool and placement of new segments: the fastest
 //! class with a free slot wins, so a full fast device spills to slower ones
 //! and ENOSPC only comes when every device is full. A device that failed a
-//! write is placed last (after every device without errors, whatever their
-//! speed), and after `FAILING_AFTER` failed writes it is *failing*: no new
-//! segments go to it at all.
+//! write is placed after every device without errors (whatever their
+//! speed), and after `FAILING_AFTER` failed writes it is *failing*: it gets
+//! new segments only when no other device has a free slot (a pool of one
+//! device keeps trying it rather than refusing every write).
 
 use crate::class::DeviceRole;
 use crate::device::Device;
@@ -159,10 +160,10 @@ impl DeviceSet {
         self.allocate_where(|_, _, _| true)
     }
 
-    /// Allocates a slot on the fastest tier device, not draining nor
-    /// failing, for which `pick(device, total slots, free slots)` is true
-    /// (the mover uses it to choose a tier); devices that failed a write
-    /// come after all others. `pick` runs under the set's lock: it must not
+    /// Allocates a slot on the fastest tier device, not draining, for which
+    /// `pick(device, total slots, free slots)` is true (the mover uses it to
+    /// choose a tier); devices that failed a write come after all others,
+    /// failing ones last. `pick` runs under the set's lock: it must not
     /// call back into the set.
     pub fn allocate_where(&self, pick: impl Fn(&Device, u64, u64) -> bool) -> Result<SlotAddr> {
         let mut m = self.members.write();
@@ -171,16 +172,13 @@ impl DeviceSet {
                 let x = &m[i];
                 x.dev.role == DeviceRole::Tier
                     && !x.draining
-                    && x.write_errors < FAILING_AFTER
                     && pick(&x.dev, x.map.slots(), x.map.free_slots())
             })
             .collect();
         order.sort_by_key(|&i| {
-            (
-                m[i].write_errors > 0,
-                m[i].dev.class().rank(),
-                m[i].dev.id(),
-            )
+            let errors = m[i].write_errors;
+            let health = (errors >= FAILING_AFTER) as u8 + (errors > 0) as u8;
+            (health, m[i].dev.class().rank(), m[i].dev.id())
         });
         for i in order {
             if let Some(slot) = m[i].map.allocate() {
@@ -321,7 +319,7 @@ mod tests {
     }
 
     #[test]
-    fn a_device_that_failed_a_write_goes_last_and_failing_gets_nothing() {
+    fn a_device_that_failed_a_write_goes_after_clean_ones_and_failing_last() {
         let dir = tempfile::tempdir().unwrap();
         let mk = |id: u32, class, name: &str| {
             let spec = DeviceSpec::tier(class, dir.path().join(name), Some(8 << 20));
@@ -353,6 +351,17 @@ mod tests {
         set.note_write_error(1);
         assert!(set.is_failing(1));
         assert_eq!(set.write_errors(1), FAILING_AFTER);
-        assert!(matches!(set.allocate(), Err(DeviceError::NoSpace)));
+        set.release(SlotAddr { device: 0, slot: 0 }).unwrap();
+        set.release(SlotAddr { device: 1, slot: 0 }).unwrap();
+        assert_eq!(
+            set.allocate().unwrap().device,
+            0,
+            "a failing device comes last"
+        );
+        assert_eq!(
+            set.allocate().unwrap().device,
+            1,
+            "but is used when nothing else is left"
+        );
     }
 }

@@ -187,3 +187,83 @@ fn a_failed_data_device_write_is_counted_and_the_flush_retried() {
     let fs = Fs::open(p).unwrap();
     assert_eq!(fs.read(f.ino, 0, 3 << 20).unwrap(), data);
 }
+
+/// A pool of two tier devices in directories `a` (nvme) and `b` (ssd).
+fn make_two(dir: &Path) -> PathBuf {
+    let pool = dir.join("pool");
+    let mut devices = Vec::new();
+    for (class, name) in [(DeviceClass::Nvme, "a"), (DeviceClass::Ssd, "b")] {
+        std::fs::create_dir_all(dir.join(name)).unwrap();
+        devices.push(DeviceSpec::tier(class, dir.join(name), Some(64 << 20)));
+    }
+    let o = MkfsOptions {
+        devices,
+        sparse: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(&pool, o).unwrap();
+    pool
+}
+
+#[test]
+fn a_device_failing_every_write_gets_no_data_and_is_marked_failing() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_two(d.path());
+    let (fs, st) = open_faulty(&pool);
+    let fast = st.control(&d.path().join("a/cairn-dev-0.img"));
+    fast.add(Fault::eio(Ops::WRITE));
+    let mut files = Vec::new();
+    for i in 0..4u8 {
+        let name = format!("f{i}");
+        let data: Vec<u8> = pattern(1 << 20).iter().map(|b| b ^ i).collect();
+        let f = fs
+            .create(Ctx::ROOT, ROOT_INO, name.as_bytes(), 0o644)
+            .unwrap();
+        fs.write(f.ino, 0, &data).unwrap();
+        // Every flush succeeds: the one that met the error is retried on
+        // the other device, and later ones avoid the failing device.
+        fs.flush().unwrap();
+        files.push((f.ino, data));
+    }
+    let set = fs.pool().chunks.devices();
+    assert!(set.write_errors(0) >= 1, "the fault was not hit");
+    set.note_write_error(0);
+    set.note_write_error(0);
+    assert!(set.is_failing(0));
+    let info = cairn_fs::maintenance::info::device_infos(fs.pool(), &[], |_, _| {});
+    assert!(info.iter().any(|d| d.id == 0 && d.failing), "{info:?}");
+    for (ino, data) in &files {
+        assert_eq!(&fs.read(*ino, 0, 1 << 20).unwrap(), data);
+    }
+    drop(fs);
+    let p = Pool::open(&pool, None).unwrap();
+    assert!(check_pool(&p).unwrap().problems.is_empty());
+    let fs = Fs::open(p).unwrap();
+    for (ino, data) in &files {
+        assert_eq!(&fs.read(*ino, 0, 1 << 20).unwrap(), data);
+    }
+}
+
+#[test]
+fn with_no_device_left_the_commit_fails_and_its_changes_wait() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path());
+    let (fs, st) = open_faulty(&pool);
+    let dev = st.control(&pool.join("data.0"));
+    let fault = dev.add(Fault::eio(Ops::WRITE));
+    let data = pattern(1 << 20);
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, &data).unwrap();
+    let e = fs.flush().unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    let e = fs.fsync(f.ino).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "fsync after a failed commit: {e}");
+    // The filesystem did not stop: the data is still there and readable.
+    assert_eq!(fs.read(f.ino, 0, 1 << 20).unwrap(), data);
+    dev.remove(fault);
+    fs.fsync(f.ino).unwrap();
+    drop(fs);
+    let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
+    assert_eq!(fs.read(f.ino, 0, 1 << 20).unwrap(), data);
+    assert!(check_pool(fs.pool()).unwrap().problems.is_empty());
+}
