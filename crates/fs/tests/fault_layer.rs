@@ -267,3 +267,35 @@ fn with_no_device_left_the_commit_fails_and_its_changes_wait() {
     assert_eq!(fs.read(f.ino, 0, 1 << 20).unwrap(), data);
     assert!(check_pool(fs.pool()).unwrap().problems.is_empty());
 }
+
+#[test]
+fn a_device_that_stops_answering_for_a_while_delays_but_loses_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path());
+    let (fs, st) = open_faulty(&pool);
+    let dev = st.control(&pool.join("data.0"));
+    let meta = st.control(&std::fs::canonicalize(pool.join("meta.redb")).unwrap());
+    let data = pattern(2 << 20);
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, &data).unwrap();
+    // Writes and syncs of the data device, and the metadata commit, each
+    // stall for 300 ms (a disk resetting, a path failing over).
+    let stall = std::time::Duration::from_millis(300);
+    dev.add(Fault::hang(Ops::WRITE, stall).when(When::Times(2)));
+    dev.add(Fault::hang(Ops::SYNC, stall).when(When::Times(1)));
+    meta.add(Fault::hang(Ops::SYNC, stall).when(When::Times(1)));
+    let t = std::time::Instant::now();
+    fs.flush().unwrap();
+    assert!(t.elapsed() >= stall, "the stall was not hit");
+    // Reads stall too (a fresh mount: nothing cached), then return the
+    // right bytes.
+    drop(fs);
+    let (fs, st) = open_faulty(&pool);
+    let dev = st.control(&pool.join("data.0"));
+    let slow = dev.add(Fault::hang(Ops::READ, stall).when(When::Times(1)));
+    let t = std::time::Instant::now();
+    assert_eq!(fs.read(f.ino, 0, 2 << 20).unwrap(), data);
+    assert_eq!(dev.hits(slow), 1);
+    assert!(t.elapsed() >= stall);
+    assert!(check_pool(fs.pool()).unwrap().problems.is_empty());
+}
