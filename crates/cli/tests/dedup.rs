@@ -23,7 +23,7 @@ use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -1755,6 +1755,18 @@ fn scrub_finds_corruption_reads_give_eio() {
     // Reads through the mount: EIO exactly where the damage is.
     let vp = m.join("dir/victim");
     expect_errno(read_uncached(&vp), libc::EIO, "read all of dir/victim");
+    // The daemon's log names the file (by inode) and the range that failed.
+    let ino = std::fs::metadata(&vp).map(|md| md.ino()).unwrap();
+    let want = format!("read of inode {ino} bytes ");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fs.diagnostics().contains(&want) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no '{want}...' line in the daemon's log:\n{}",
+            fs.diagnostics()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     // The damaged byte is at BLOCK / 2 + 7 in block 1: a read of the block
     // stops short before the damaged 4 KiB span (the spans before it
     // verify on their own) or fails; a read inside that span fails; a
