@@ -352,7 +352,7 @@ fn mkfs_in(
         Ok::<_, FsError>(())
     })?;
     drop(meta);
-    if let Some(target) = mirror_home(pool, &opts.devices, &home)? {
+    if let Some(target) = mirror_home(pool, &opts.devices, &home, uuid)? {
         made.will_create(&PoolPaths::meta_mirror(pool));
         made.will_create(&target);
         copy_file(&home, &target, storage).map_err(io(&target))?;
@@ -462,9 +462,15 @@ fn meta_home(pool: &Path, specs: &[DeviceSpec]) -> Result<PathBuf> {
 /// `PoolPaths::meta_mirror`), for a pool of two or more tier devices:
 /// beside the fastest tier device other than the one the metadata lives
 /// beside (`meta_home`), in its directory (a directory device) or the
-/// directory of its file. None (one copy) with a single tier device, or
-/// when that device is a block device (no file can live beside it).
-fn mirror_home(pool: &Path, specs: &[DeviceSpec], home: &Path) -> Result<Option<PathBuf>> {
+/// directory of its file (`cairn-meta-mirror-UUID.redb`). None (one copy)
+/// with a single tier device, or when that device is a block device (no
+/// file can live beside it).
+fn mirror_home(
+    pool: &Path,
+    specs: &[DeviceSpec],
+    home: &Path,
+    uuid: [u8; 16],
+) -> Result<Option<PathBuf>> {
     use std::os::unix::fs::FileTypeExt;
     let mut tiers: Vec<&DeviceSpec> = specs
         .iter()
@@ -483,10 +489,15 @@ fn mirror_home(pool: &Path, specs: &[DeviceSpec], home: &Path) -> Result<Option<
     if is_block {
         return Ok(None);
     }
-    let target = dir_of(other).join("cairn-meta-mirror.redb");
+    // Named by the pool's uuid: pools whose devices share a directory
+    // never share (or overwrite) a mirror.
+    let name = format!(
+        "cairn-meta-mirror-{}.redb",
+        uuid::Uuid::from_bytes(uuid).simple()
+    );
+    let target = dir_of(other).join(name);
     let link = PoolPaths::meta_mirror(pool);
     let _ = std::fs::remove_file(&link);
-    let _ = std::fs::remove_file(&target);
     std::os::unix::fs::symlink(&target, &link).map_err(io(&link))?;
     Ok(Some(target))
 }
