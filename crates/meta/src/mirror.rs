@@ -62,10 +62,13 @@ fn damaged(what: String) -> io::Error {
 }
 
 impl Mirror {
-    /// The two copies, made equal to `good` (0 or 1) where they differ,
-    /// with the checksums of every page. Returns the mirror and the pages
-    /// repaired.
-    pub fn open(copies: [Arc<dyn Backend>; 2], good: usize) -> io::Result<Mirror> {
+    /// The two copies, with the checksums of every page. Both are read
+    /// once; only when they differ does `pick` choose the good one (0 or
+    /// 1), and the other is made equal to it where it differs.
+    pub fn open(
+        copies: [Arc<dyn Backend>; 2],
+        pick: impl FnOnce(&[Arc<dyn Backend>; 2]) -> io::Result<usize>,
+    ) -> io::Result<Mirror> {
         let m = Mirror {
             copies,
             dropped: [AtomicBool::new(false), AtomicBool::new(false)],
@@ -75,17 +78,25 @@ impl Mirror {
             repaired_on_read: AtomicU64::new(0),
             repaired_by_scrub: AtomicU64::new(0),
         };
-        let n = m.sync_copies(good)?;
+        let mut n = m.sync_copies(0, false)?;
+        if n > 0 {
+            let good = pick(&m.copies)?;
+            n = m.sync_copies(good, true)?;
+        }
         m.repaired_at_open.store(n, Ordering::Relaxed);
         Ok(m)
     }
 
-    /// Makes the other copy equal to copy `good` and rebuilds the
-    /// checksums; returns how many pages differed.
-    fn sync_copies(&self, good: usize) -> io::Result<u64> {
+    /// Compares the other copy with copy `good` page by page and rebuilds
+    /// the checksums from `good`; with `repair`, rewrites the pages that
+    /// differ. Returns how many differed (at least 1 when the lengths do).
+    fn sync_copies(&self, good: usize, repair: bool) -> io::Result<u64> {
         let (src, dst) = (&self.copies[good], &self.copies[1 - good]);
         let len = src.len()?;
         if dst.len()? != len {
+            if !repair {
+                return Ok(1);
+            }
             dst.set_len(len)?;
         }
         let mut sums = Vec::with_capacity(len.div_ceil(PAGE) as usize);
@@ -104,13 +115,15 @@ impl Mirror {
             {
                 sums.push(crc_page(pa));
                 if pa != pb {
-                    dst.write_at(pa, at + k as u64 * PAGE)?;
+                    if repair {
+                        dst.write_at(pa, at + k as u64 * PAGE)?;
+                    }
                     differ += 1;
                 }
             }
             at += n as u64;
         }
-        if differ > 0 {
+        if repair && differ > 0 {
             dst.sync_data()?;
         }
         *self.sums.write() = sums;

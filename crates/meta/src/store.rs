@@ -326,12 +326,12 @@ fn open_db(w: &ReopenWith) -> Result<(Database, Option<Arc<Mirror>>)> {
                 }
             };
             let copies = [file, copy];
-            let good = good_copy(&copies, path, mp)?;
-            let m = Arc::new(Mirror::open(copies, good).map_err(io_err(path))?);
+            let pick = |c: &[Arc<dyn Backend>; 2]| Ok(good_copy(c, path, mp));
+            let m = Arc::new(Mirror::open(copies, pick).map_err(io_err(path))?);
             let fixed = m.stats().repaired_at_open;
             if fixed > 0 {
                 tracing::warn!(
-                    "metadata: {fixed} pages of the copies differed; repaired from copy {good}"
+                    "metadata: {fixed} pages of the copies differed; repaired from the good copy"
                 );
             }
             (m.clone(), Some(m))
@@ -362,15 +362,11 @@ impl ReopenWith {
     }
 }
 
-/// Which of two metadata copies to keep where they differ: the first one
-/// that passes the integrity check (opened from a copy in RAM, so that a
-/// damaged file is not changed), the first when they are equal or when
-/// neither passes (its open then fails with the damage found).
-fn good_copy(copies: &[Arc<dyn Backend>; 2], path: &Path, mirror: &Path) -> Result<usize> {
-    let [a, b] = copies;
-    if same_bytes(&**a, &**b).map_err(io_err(mirror))? {
-        return Ok(0);
-    }
+/// Which of two differing metadata copies to keep: the first one that
+/// passes the integrity check (opened from a copy in RAM, so that a
+/// damaged file is not changed), the first when neither passes (its open
+/// then fails with the damage found).
+fn good_copy(copies: &[Arc<dyn Backend>; 2], path: &Path, mirror: &Path) -> usize {
     for (i, c) in copies.iter().enumerate() {
         if checks_out(&**c) {
             if i == 1 {
@@ -380,31 +376,10 @@ fn good_copy(copies: &[Arc<dyn Backend>; 2], path: &Path, mirror: &Path) -> Resu
                     mirror.display()
                 );
             }
-            return Ok(i);
+            return i;
         }
     }
-    Ok(0)
-}
-
-/// True when both objects hold the same bytes.
-fn same_bytes(a: &dyn Backend, b: &dyn Backend) -> std::io::Result<bool> {
-    let len = a.len()?;
-    if b.len()? != len {
-        return Ok(false);
-    }
-    let step = 1u64 << 20;
-    let (mut x, mut y) = (vec![0u8; step as usize], vec![0u8; step as usize]);
-    let mut at = 0;
-    while at < len {
-        let n = step.min(len - at) as usize;
-        a.read_at(&mut x[..n], at)?;
-        b.read_at(&mut y[..n], at)?;
-        if x[..n] != y[..n] {
-            return Ok(false);
-        }
-        at += n as u64;
-    }
-    Ok(true)
+    0
 }
 
 /// True when a copy of the store passes redb's integrity check (every
