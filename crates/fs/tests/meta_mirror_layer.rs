@@ -94,6 +94,9 @@ fn copies(dir: &Path) -> (PathBuf, PathBuf) {
         mirror.parent(),
         "the copies share a device"
     );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&mirror).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the mirror is readable by other users");
     (primary, mirror)
 }
 
