@@ -4,6 +4,8 @@
 
 use crate::args::MountArgs;
 use anyhow::{bail, Context, Result};
+use cairn_devices::backend::PlanStorage;
+use cairn_devices::HostStorage;
 use cairn_fs::pool::PoolPaths;
 use cairn_fs::{Fs, Pool, PoolConfig};
 use std::path::{Path, PathBuf};
@@ -104,9 +106,25 @@ fn init_logging() {
     }
 }
 
+/// Opens the pool; through a fault plan's storage when CAIRN_FAULT_PLAN
+/// names one (tests of a real mount with injected faults: the plan's
+/// format is in cairn_devices::backend::plan).
+fn open_pool(pool: &Path, config: PoolConfig) -> Result<Pool> {
+    let Some(plan) = std::env::var_os("CAIRN_FAULT_PLAN") else {
+        return Ok(Pool::open(pool, Some(config))?);
+    };
+    let storage = PlanStorage::new(HostStorage::shared(), Path::new(&plan))?;
+    tracing::warn!(
+        "FAULT INJECTION: faults from {} (CAIRN_FAULT_PLAN) are applied to the pool's files",
+        Path::new(&plan).display()
+    );
+    storage.watch(Duration::from_millis(50));
+    Ok(Pool::open_with(pool, Some(config), storage)?)
+}
+
 fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> {
     init_logging();
-    let p = Pool::open(pool, Some(config_for(a)?))?;
+    let p = open_pool(pool, config_for(a)?)?;
     let fs = Fs::open(p)?;
     let flusher = fs.spawn_flusher();
     let sock = PoolPaths::control(pool);

@@ -51,6 +51,15 @@ pub struct Mirror {
     repaired_by_scrub: AtomicU64,
 }
 
+/// Copies `buf.len()` bytes at `off` out of `pages` (which start at page
+/// `first`); UnexpectedEof when they end before.
+fn copy_out(buf: &mut [u8], off: u64, first: u64, pages: &[u8]) -> io::Result<()> {
+    let skip = (off - first * PAGE) as usize;
+    let src = pages.get(skip..skip + buf.len());
+    buf.copy_from_slice(src.ok_or(io::ErrorKind::UnexpectedEof)?);
+    Ok(())
+}
+
 fn crc_page(b: &[u8]) -> u32 {
     let mut page = [0u8; PAGE as usize];
     page[..b.len()].copy_from_slice(b);
@@ -147,16 +156,15 @@ impl Mirror {
             .filter(|(i, _)| !self.dropped[*i].load(Ordering::Relaxed))
     }
 
-    /// Drops copy `i` after a failed write, unless it is the last one (the
-    /// error is then the caller's).
+    /// Drops copy `i` after a failed write, or when it reads wrong
+    /// bytes even after a repair, unless it is the last one (the error is
+    /// then the caller's).
     fn drop_copy(&self, i: usize, e: &io::Error) -> bool {
         if self.live().count() < 2 {
             return false;
         }
         self.dropped[i].store(true, Ordering::Relaxed);
-        tracing::error!(
-            "metadata copy {i} failed a write ({e}): going on with the other copy only"
-        );
+        tracing::error!("metadata copy {i}: {e}: going on with the other copy only");
         true
     }
 
@@ -193,33 +201,68 @@ impl Mirror {
             .map(|(k, _)| first + k as u64)
     }
 
+    /// The pages covering `off..off + len` of copy `i` (from page
+    /// `first`), if every one matches its checksum.
+    fn read_checked(&self, i: usize, off: u64, len: usize) -> io::Result<Option<(u64, Vec<u8>)>> {
+        let (first, pages) = self.read_pages(i, off, len)?;
+        Ok(self
+            .bad_page(first, &pages)
+            .is_none()
+            .then_some((first, pages)))
+    }
+
+    /// Makes copy `j`'s pages from `first` on equal to `good` where they
+    /// differ (or cannot be read), then reads them back: a copy that still
+    /// reads wrong (or fails) is dropped. Returns the pages rewritten.
+    fn rewrite_from(&self, j: usize, first: u64, good: &[u8]) -> u64 {
+        let theirs = self.read_pages(j, first * PAGE, good.len());
+        let theirs = theirs.map(|(_, b)| b).unwrap_or_default();
+        let mut fixed = 0;
+        let mut fix = || -> io::Result<()> {
+            for (k, page) in good.chunks(PAGE as usize).enumerate() {
+                let at = k * PAGE as usize;
+                if theirs.get(at..at + page.len()) != Some(page) {
+                    let p = first + k as u64;
+                    tracing::warn!(
+                        "metadata copy {j}: page {p} was damaged; rewritten from the other copy"
+                    );
+                    self.copies[j].write_at(page, p * PAGE)?;
+                    fixed += 1;
+                }
+            }
+            if fixed > 0 {
+                self.copies[j].sync_data()?;
+                let (_, again) = self.read_pages(j, first * PAGE, good.len())?;
+                if again != good {
+                    return Err(damaged("still reads wrong bytes after a repair".into()));
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = fix() {
+            self.drop_copy(j, &e);
+        }
+        fixed
+    }
+
     /// Checks page `page` of every live copy; a bad one is rewritten from
     /// a good one. Returns the pages rewritten; an error if no copy holds
     /// it right.
     fn repair_page(&self, page: u64) -> io::Result<u64> {
-        let copies: Vec<(usize, Vec<u8>, bool)> = self
-            .live()
-            .map(|(i, _)| {
-                let (_, b) = self.read_pages(i, page * PAGE, 1)?;
-                let ok = self.bad_page(page, &b).is_none();
-                Ok((i, b, ok))
-            })
-            .collect::<io::Result<_>>()?;
-        let Some((_, good, _)) = copies.iter().find(|c| c.2) else {
+        let good = self.live().find_map(|(i, _)| {
+            let checked = self.read_checked(i, page * PAGE, 1).ok().flatten();
+            checked.map(|(_, b)| (i, b))
+        });
+        let Some((g, good)) = good else {
             return Err(damaged(format!(
                 "metadata page {page} is damaged in every copy"
             )));
         };
-        let mut fixed = 0;
-        for (i, _, _) in copies.iter().filter(|c| !c.2) {
-            tracing::warn!(
-                "metadata copy {i}: page {page} was damaged; rewritten from the other copy"
-            );
-            self.copies[*i].write_at(good, page * PAGE)?;
-            self.copies[*i].sync_data()?;
-            fixed += 1;
-        }
-        Ok(fixed)
+        let others: Vec<usize> = self.live().map(|(j, _)| j).filter(|j| *j != g).collect();
+        Ok(others
+            .into_iter()
+            .map(|j| self.rewrite_from(j, page, &good))
+            .sum())
     }
 
     /// Verifies every page of every copy, repairing bad ones from a good
@@ -234,7 +277,12 @@ impl Mirror {
             let mut p = 0;
             while p < pages {
                 let n = step.min(pages - p);
-                let (_, b) = self.read_pages(i, p * PAGE, (n * PAGE) as usize)?;
+                if self.dropped[i].load(Ordering::Relaxed) {
+                    break;
+                }
+                // A range the copy cannot read is checked page by page.
+                let b = (self.read_pages(i, p * PAGE, (n * PAGE) as usize))
+                    .map_or_else(|_| vec![0xa5; (n * PAGE) as usize], |(_, b)| b);
                 for (k, pg) in b.chunks(PAGE as usize).enumerate() {
                     if self.bad_page(p + k as u64, pg).is_some() {
                         fixed += self.repair_page(p + k as u64)?;
@@ -248,15 +296,22 @@ impl Mirror {
     }
 
     /// Recomputes the checksums of the pages covering `off..off + len`
-    /// from the first live copy (after a write there).
-    fn resum(&self, off: u64, len: usize) -> io::Result<()> {
-        let (i, _) = self.live().next().expect("a live copy");
-        let (first, b) = self.read_pages(i, off, len)?;
+    /// after `buf` was written there (None: a length change): whole pages
+    /// from the bytes written, partial ones read back from the first live
+    /// copy.
+    fn resum(&self, off: u64, len: usize, buf: Option<&[u8]>) -> io::Result<()> {
+        let (i, c) = self.live().next().expect("a live copy");
+        let file_len = c.len()?;
+        let (first, end) = (off / PAGE, (off + len as u64).div_ceil(PAGE));
         let mut sums = self.sums.write();
-        let pages = (self.copies[i].len()?).div_ceil(PAGE) as usize;
-        sums.resize(pages, crc_page(&[]));
-        for (k, p) in b.chunks(PAGE as usize).enumerate() {
-            sums[first as usize + k] = crc_page(p);
+        sums.resize(file_len.div_ceil(PAGE) as usize, crc_page(&[]));
+        for p in first..end.min(sums.len() as u64) {
+            let (a, b) = (p * PAGE, ((p + 1) * PAGE).min(file_len));
+            let whole = buf.filter(|_| a >= off && b <= off + len as u64 && b - a == PAGE);
+            sums[p as usize] = match whole {
+                Some(w) => crc_page(&w[(a - off) as usize..(b - off) as usize]),
+                None => crc_page(&self.read_pages(i, a, (b - a) as usize)?.1),
+            };
         }
         Ok(())
     }
@@ -265,36 +320,42 @@ impl Mirror {
 impl Backend for Mirror {
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
         let (i, _) = self.live().next().expect("a live copy");
-        let (first, pages) = self.read_pages(i, off, buf.len())?;
-        let skip = (off - first * PAGE) as usize;
-        if pages.len() < skip + buf.len() {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+        if let Ok(Some((first, pages))) = self.read_checked(i, off, buf.len()) {
+            return copy_out(buf, off, first, &pages);
         }
-        if let Some(bad) = self.bad_page(first, &pages) {
-            // Either damaged, or being written this instant: look again
-            // with writes held off, and repair what is really damaged.
-            let _w = self.writing.lock();
-            let (_, again) = self.read_pages(i, off, buf.len())?;
-            if self.bad_page(first, &again).is_some() {
-                let mut fixed = 0;
-                let last = first + (again.len() as u64).div_ceil(PAGE);
-                for p in bad..last {
-                    fixed += self.repair_page(p)?;
+        // Damaged, unreadable, or being written this instant: look in
+        // every copy with writes held off; repair the others from the
+        // first that checks out.
+        let _w = self.writing.lock();
+        let mut failed = None;
+        for (i, _) in self.live().collect::<Vec<_>>() {
+            match self.read_checked(i, off, buf.len()) {
+                Ok(Some((first, pages))) => {
+                    let others: Vec<usize> =
+                        self.live().map(|(j, _)| j).filter(|j| *j != i).collect();
+                    let fixed: u64 = others
+                        .into_iter()
+                        .map(|j| self.rewrite_from(j, first, &pages))
+                        .sum();
+                    self.repaired_on_read.fetch_add(fixed, Ordering::Relaxed);
+                    return copy_out(buf, off, first, &pages);
                 }
-                self.repaired_on_read.fetch_add(fixed, Ordering::Relaxed);
+                Ok(None) => {}
+                Err(e) => failed = Some(e),
             }
-            let (_, good) = self.read_pages(i, off, buf.len())?;
-            buf.copy_from_slice(&good[skip..skip + buf.len()]);
-            return Ok(());
         }
-        buf.copy_from_slice(&pages[skip..skip + buf.len()]);
-        Ok(())
+        let end = off + buf.len() as u64;
+        Err(failed.unwrap_or_else(|| {
+            damaged(format!(
+                "metadata bytes {off}..{end} are damaged in every copy"
+            ))
+        }))
     }
 
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         let _w = self.writing.lock();
         self.each(|c| c.write_at(buf, off))?;
-        self.resum(off, buf.len())
+        self.resum(off, buf.len(), Some(buf))
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -342,7 +403,7 @@ impl Backend for Mirror {
         drop(sums);
         if !len.is_multiple_of(PAGE) {
             // The last page's tail is cut off (or zeros added).
-            self.resum(len - len % PAGE, (len % PAGE) as usize)?;
+            self.resum(len - len % PAGE, (len % PAGE) as usize, None)?;
         }
         Ok(())
     }

@@ -362,51 +362,56 @@ impl ReopenWith {
     }
 }
 
-/// Which of two differing metadata copies to keep: the first one that
-/// passes the integrity check (opened from a copy in RAM, so that a
-/// damaged file is not changed), the first when neither passes (its open
-/// then fails with the damage found).
+/// Which of two differing metadata copies to keep: of those that pass
+/// the integrity check (opened from a copy in RAM, so that a damaged file
+/// is not changed), the one with more write transactions (a copy dropped
+/// after a failed write is behind), the first of equals; the first when
+/// neither passes (its open then fails with the damage found).
 fn good_copy(copies: &[Arc<dyn Backend>; 2], path: &Path, mirror: &Path) -> usize {
-    for (i, c) in copies.iter().enumerate() {
-        if checks_out(&**c) {
-            if i == 1 {
-                tracing::error!(
-                    "metadata {} failed its check; its mirror {} passes and repairs it",
-                    path.display(),
-                    mirror.display()
-                );
-            }
-            return i;
-        }
+    let writes: Vec<Option<u64>> = copies.iter().map(|c| writes_if_sound(&**c)).collect();
+    let pick = match (writes[0], writes[1]) {
+        (Some(a), Some(b)) if b > a => 1,
+        (None, Some(_)) => 1,
+        _ => 0,
+    };
+    if pick == 1 {
+        let why = match writes[0] {
+            Some(_) => "is older than",
+            None => "failed its check;",
+        };
+        tracing::error!(
+            "metadata {} {why} its mirror {}, which repairs it",
+            path.display(),
+            mirror.display()
+        );
+    } else if writes[1].is_some_and(|b| Some(b) < writes[0]) {
+        tracing::warn!("metadata mirror {} is older; repaired", mirror.display());
     }
-    0
+    pick
 }
 
-/// True when a copy of the store passes redb's integrity check (every
-/// committed page against its parent's checksum), checked in RAM.
-fn checks_out(c: &dyn Backend) -> bool {
+/// The count of write transactions of a copy of the store, if it passes
+/// redb's integrity check (every committed page against its parent's
+/// checksum), checked in RAM.
+fn writes_if_sound(c: &dyn Backend) -> Option<u64> {
     use redb::StorageBackend;
-    let Ok(len) = c.len() else { return false };
-    if len == 0 {
-        return false;
-    }
+    let len = c.len().ok().filter(|l| *l > 0)?;
     let mut bytes = vec![0u8; len as usize];
-    if c.read_at(&mut bytes, 0).is_err() {
-        return false;
-    }
+    c.read_at(&mut bytes, 0).ok()?;
     let mem = redb::backends::InMemoryBackend::new();
-    if mem.set_len(len).is_err() || mem.write(0, &bytes).is_err() {
-        return false;
-    }
+    mem.set_len(len).ok()?;
+    mem.write(0, &bytes).ok()?;
     drop(bytes);
     guarded(|| {
-        Database::builder()
+        let db = Database::builder()
             .set_check_integrity_on_open(true)
             .create_with_backend(mem)
-            .map(drop)
-            .map_err(|e| MetaError::Db(e.to_string()))
+            .map_err(|e| MetaError::Db(e.to_string()))?;
+        let r = db.begin_read()?;
+        let t = r.open_table(COUNTERS)?;
+        Ok(t.get(WRITES)?.map_or(0, |v| v.value()))
     })
-    .is_ok()
+    .ok()
 }
 
 impl MetaStore {
@@ -469,7 +474,12 @@ impl MetaStore {
                     snapshots: txn.open_table(SNAPSHOTS).map_err(MetaError::from)?,
                     dedup: txn.open_table(DEDUP).map_err(MetaError::from)?,
                 };
-                f(&mut w)?
+                let r = f(&mut w)?;
+                // Counts write transactions: of two metadata copies that
+                // both check out, the one with more is the newer.
+                let n = w.counter(WRITES)?;
+                w.set_counter(WRITES, n + 1)?;
+                r
             };
             txn.commit().map_err(MetaError::from)?;
             Ok(r)

@@ -31,3 +31,7 @@ pub const DEDUP: TableDefinition<[u8; 6], [u8; 6]> = TableDefinition::new("dedup
 /// The first dedup index (full hash -> ver | chunk id | crc), converted to
 /// dedup_v2 when a pool is opened.
 pub const DEDUP_V1: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup_v1");
+
+/// The counter of write transactions (in COUNTERS): of two metadata
+/// copies that both pass their check, the one with more is the newer.
+pub const WRITES: &str = "writes";

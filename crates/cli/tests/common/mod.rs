@@ -213,6 +213,8 @@ pub struct Fs {
     pub mnt: PathBuf,
     /// Extra arguments passed to every `cairn mount`.
     pub mount_args: Vec<String>,
+    /// Extra environment variables of every `cairn mount`.
+    pub mount_env: Vec<(String, PathBuf)>,
     child: Option<Child>,
     mounts: u32,
     tmp: Option<tempfile::TempDir>,
@@ -235,6 +237,7 @@ impl Fs {
             pool,
             mnt,
             mount_args,
+            mount_env: Vec::new(),
             child: None,
             mounts: 0,
             tmp: Some(tmp),
@@ -357,6 +360,7 @@ impl Fs {
             .arg(&self.mnt)
             .arg("--foreground")
             .args(&self.mount_args)
+            .envs(self.mount_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -368,6 +372,11 @@ impl Fs {
 
     fn out_file(&self) -> PathBuf {
         self.dir.join(format!("mount-{}.out", self.mounts))
+    }
+
+    /// What the current (or last) foreground daemon wrote: its log.
+    pub fn daemon_output(&self) -> String {
+        fs::read_to_string(self.out_file()).unwrap_or_default()
     }
 
     fn wait_mounted(&mut self) {

@@ -14,6 +14,7 @@ pub mod crash;
 pub mod emulated;
 pub mod fault;
 pub mod file;
+pub mod plan;
 pub mod rng;
 pub mod trace;
 
@@ -21,6 +22,7 @@ pub use crash::{crash_images, read_images, surviving, write_images, CrashMode, I
 pub use emulated::Emulated;
 pub use fault::{Fault, FaultBackend, FaultControl, FaultStorage, Ops, When};
 pub use file::FileBackend;
+pub use plan::{parse_plan, PlanError, PlanRule, PlanStorage};
 pub use trace::{Event, Recorder, TraceBackend, TraceStorage};
 
 use std::fs::File;
