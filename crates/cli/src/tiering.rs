@@ -50,6 +50,9 @@ pub fn device(c: DeviceCmd) -> Result<()> {
                     spec.role,
                     spec.path.display()
                 );
+                if v["meta_mirror_at_next_mount"] == true {
+                    println!("the metadata gets its second copy, beside another device, at the next mount");
+                }
             }
             Ok(())
         }

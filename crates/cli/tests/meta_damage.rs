@@ -324,15 +324,42 @@ fn a_damaged_record_in_a_sound_store_gives_eio_and_is_named() {
 /// scrub` reports the pages repaired, `cairn check` is clean.
 #[test]
 fn a_damaged_metadata_copy_is_repaired_from_the_other() {
-    for which in ["meta.redb", "meta.mirror"] {
+    // The third case: the second device is added to a mounted one-device
+    // pool, and the next mount makes the second copy.
+    for (which, added) in [
+        ("meta.redb", false),
+        ("meta.mirror", false),
+        ("meta.redb", true),
+    ] {
         let mut fs_ = Fs::create();
         for name in ["fast", "slow"] {
             fs::create_dir(fs_.dir.join(name)).unwrap();
         }
         let fast = format!("nvme:{}:256M", fs_.dir.join("fast").display());
         let slow = format!("hdd:{}:256M", fs_.dir.join("slow").display());
-        fs_.mkfs(&["--device", &fast, "--device", &slow, "--sparse"]);
+        match added {
+            false => fs_.mkfs(&["--device", &fast, "--device", &slow, "--sparse"]),
+            true => fs_.mkfs(&["--device", &fast, "--sparse"]),
+        }
         fs_.mount();
+        if added {
+            assert!(fs::symlink_metadata(fs_.pool.join("meta.mirror")).is_err());
+            let add = [
+                os("device"),
+                os("add"),
+                fs_.mnt.as_os_str(),
+                os(&slow),
+                os("--sparse"),
+            ];
+            let out = cairn_ok(&add);
+            assert!(out.contains("second copy"), "{out}");
+            fs_.remount();
+            assert!(
+                fs_.daemon_output().contains("second copy made"),
+                "{}",
+                fs_.diagnostics()
+            );
+        }
         // Enough files for a metadata file of several MiB.
         let mut tree = Tree::new();
         for d in 0..6 {

@@ -502,6 +502,45 @@ fn mirror_home(
     Ok(Some(target))
 }
 
+/// Gives a pool of two or more tier devices that has one metadata copy (a
+/// device was added since, or the pool predates mirrors) its second copy,
+/// made from the first while the store is closed. A crash during the copy
+/// leaves a partial mirror, which the next open finds unsound and
+/// rewrites from the primary. Returns whether it made one.
+fn add_missing_mirror(pool: &Path, sb: &Superblock, devs: &[DeviceDesc], st: &dyn Storage) -> bool {
+    // A link to a mirror that is gone (its directory removed) is remade.
+    if std::fs::metadata(PoolPaths::meta_mirror(pool)).is_ok() {
+        return false;
+    }
+    let specs: Vec<DeviceSpec> = devs
+        .iter()
+        .map(|d| DeviceSpec {
+            role: d.role,
+            ..DeviceSpec::tier(d.class, pool.join(&d.path), None)
+        })
+        .collect();
+    let made = std::fs::canonicalize(PoolPaths::meta(pool))
+        .map_err(io(pool))
+        .and_then(|home| {
+            let target = mirror_home(pool, &specs, &home, sb.uuid)?;
+            target
+                .map(|t| copy_file(&home, &t, st).map_err(io(&t)).map(|_| t))
+                .transpose()
+        });
+    match made {
+        Ok(Some(t)) => {
+            tracing::info!("metadata: second copy made at {}", t.display());
+            true
+        }
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!("metadata: no second copy ({e}); the pool goes on with one");
+            let _ = std::fs::remove_file(PoolPaths::meta_mirror(pool));
+            false
+        }
+    }
+}
+
 /// The directory a device's files live in: itself for a directory, else
 /// its file's directory.
 fn dir_of(d: &DeviceSpec) -> PathBuf {
@@ -668,20 +707,30 @@ impl Pool {
             None => PoolConfig::load(&PoolPaths::config(path))?,
         };
         let meta_pages = PageCache::new();
-        let mirror = PoolPaths::meta_mirror(path);
-        let mirrored = std::fs::symlink_metadata(&mirror).is_ok();
-        let meta = MetaStore::open_mirrored(
-            &PoolPaths::meta(path),
-            mirrored.then_some(mirror.as_path()),
-            (config.meta_cache_mib as usize) << 20,
-            meta_pages.clone(),
-            storage.clone(),
-        )?;
+        let open_meta = || {
+            let mirror = PoolPaths::meta_mirror(path);
+            let mirrored = std::fs::symlink_metadata(&mirror).is_ok();
+            MetaStore::open_mirrored(
+                &PoolPaths::meta(path),
+                mirrored.then_some(mirror.as_path()),
+                (config.meta_cache_mib as usize) << 20,
+                meta_pages.clone(),
+                storage.clone(),
+            )
+        };
+        let mut meta = open_meta()?;
         crate::history::liveness::convert(&meta)?;
+        let descs: Vec<DeviceDesc> = (meta.read()?.devices()?.iter())
+            .map(|(_, raw)| DeviceDesc::decode(raw))
+            .collect::<Result<_>>()?;
+        if add_missing_mirror(path, &sb, &descs, &*storage) {
+            drop(meta);
+            meta = open_meta()?;
+        }
         let r = meta.read()?;
         let mut devices = Vec::new();
-        for (_, raw) in r.devices()? {
-            let dev = DeviceDesc::decode(&raw)?.open(path, sb.uuid, &*storage)?;
+        for desc in descs {
+            let dev = desc.open(path, sb.uuid, &*storage)?;
             mode_warnings.extend(crate::pool::perms::exposed_device(path, &dev.path));
             devices.push(dev);
         }
