@@ -263,3 +263,30 @@ fn a_metadata_copy_returning_corrupt_bytes_is_outvoted_by_the_other() {
     );
     fs.finish();
 }
+
+#[test]
+fn an_intent_log_that_fails_its_syncs_makes_fsync_commit_instead() {
+    let (mut fs, plan) = mounted(&[("ssd", "data", "256M")]);
+    // The log's writes land but its syncs fail (the record may or may not
+    // be durable): fsync must make the data durable another way.
+    set_plan(&fs, &plan, "intent.log sync eio\n");
+    let files: Vec<(String, Vec<u8>)> = (0..4)
+        .map(|i| (format!("f{i}"), pattern(40 + i, 3000 + 5000 * i as usize)))
+        .collect();
+    for (name, data) in &files {
+        write_synced(&fs.p(name), data);
+    }
+    assert!(
+        fs.daemon_output().contains("committing instead"),
+        "the fault was not hit\n{}",
+        fs.diagnostics()
+    );
+    // The daemon dies: no unmount, no flush.
+    fs.kill9();
+    fs::write(&plan, "").unwrap();
+    fs.mount();
+    for (name, data) in &files {
+        assert_file(&fs.p(name), data, name);
+    }
+    fs.finish();
+}
