@@ -274,6 +274,11 @@ pub struct MkfsArgs {
     /// the pool config; change it there at any time).
     #[arg(long, value_parser = compression_arg)]
     pub compression: Option<String>,
+    /// A directory on another disk for the second copy of the metadata
+    /// (default: beside another tier device than the first, when there is
+    /// one that is not a block device).
+    #[arg(long, value_name = "DIR")]
+    pub meta_mirror: Option<PathBuf>,
 }
 
 fn compression_arg(s: &str) -> Result<String, String> {
@@ -293,6 +298,7 @@ impl MkfsArgs {
             segment_size: self.segment_size,
             force: self.force,
             sparse: self.sparse,
+            meta_mirror: self.meta_mirror.clone(),
         })
     }
 }

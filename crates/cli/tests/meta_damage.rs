@@ -324,25 +324,33 @@ fn a_damaged_record_in_a_sound_store_gives_eio_and_is_named() {
 /// scrub` reports the pages repaired, `cairn check` is clean.
 #[test]
 fn a_damaged_metadata_copy_is_repaired_from_the_other() {
-    // The third case: the second device is added to a mounted one-device
-    // pool, and the next mount makes the second copy.
-    for (which, added) in [
-        ("meta.redb", false),
-        ("meta.mirror", false),
-        ("meta.redb", true),
+    // "added": the second device is added to a mounted one-device pool,
+    // and the next mount makes the second copy; "chosen": one device, the
+    // second copy in a directory given to mkfs (--meta-mirror).
+    for (which, how) in [
+        ("meta.redb", "two"),
+        ("meta.mirror", "two"),
+        ("meta.redb", "added"),
+        ("meta.redb", "chosen"),
     ] {
         let mut fs_ = Fs::create();
-        for name in ["fast", "slow"] {
+        for name in ["fast", "slow", "other-disk"] {
             fs::create_dir(fs_.dir.join(name)).unwrap();
         }
         let fast = format!("nvme:{}:256M", fs_.dir.join("fast").display());
         let slow = format!("hdd:{}:256M", fs_.dir.join("slow").display());
-        match added {
-            false => fs_.mkfs(&["--device", &fast, "--device", &slow, "--sparse"]),
-            true => fs_.mkfs(&["--device", &fast, "--sparse"]),
+        let chosen = fs_.dir.join("other-disk");
+        match how {
+            "two" => fs_.mkfs(&["--device", &fast, "--device", &slow, "--sparse"]),
+            "added" => fs_.mkfs(&["--device", &fast, "--sparse"]),
+            _ => fs_.mkfs(&["--device", &fast, "--meta-mirror", chosen.to_str().unwrap()]),
         }
         fs_.mount();
-        if added {
+        if how == "chosen" {
+            let target = fs::read_link(fs_.pool.join("meta.mirror")).unwrap();
+            assert_eq!(target.parent(), Some(chosen.as_path()));
+        }
+        if how == "added" {
             assert!(fs::symlink_metadata(fs_.pool.join("meta.mirror")).is_err());
             let add = [
                 os("device"),
@@ -390,7 +398,7 @@ fn a_damaged_metadata_copy_is_repaired_from_the_other() {
         let repaired = out
             .lines()
             .find(|l| l.starts_with("metadata: 2 copies"))
-            .unwrap_or_else(|| panic!("{which}: scrub says\n{out}"));
+            .unwrap_or_else(|| panic!("{which} ({how}): scrub says\n{out}"));
         let at_open: u64 = repaired
             .split(": ")
             .nth(2)

@@ -303,6 +303,62 @@ fn block_devices_are_checked_like_files() {
     drop(lo);
 }
 
+/// The second metadata copy goes beside a tier device that is not a block
+/// device; with none, mkfs says the metadata has one copy and how to give
+/// it a second (--meta-mirror), which then works.
+#[test]
+fn the_metadata_mirror_avoids_block_devices() {
+    let fs = Fs::create();
+    let lo = LoopDev::new(&fs.dir.join("lo.img"), 64 * MIB);
+    let dir = fs.dir.join("slow");
+    fs::create_dir(&dir).unwrap();
+    let (block, in_dir) = (
+        format!("nvme:{}", lo.0),
+        format!("hdd:{}:64M", dir.display()),
+    );
+    let out = cairn(&mkfs_args(
+        &fs.pool,
+        &["--device", &block, "--device", &in_dir, "--sparse"],
+    ));
+    assert!(out.status.success(), "{}", describe(&out));
+    let target = fs::read_link(fs.pool.join("meta.mirror")).expect("a mirror");
+    assert_eq!(target.parent(), Some(dir.as_path()));
+    // The block device is the slower one: nowhere beside it for a file.
+    let p2 = fs.dir.join("p2");
+    let (fast, slow) = (
+        format!("nvme:{}:64M", dir.display()),
+        format!("hdd:{}", lo.0),
+    );
+    let out = cairn(&mkfs_args(
+        &p2,
+        &["--force", "--device", &fast, "--device", &slow, "--sparse"],
+    ));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(stderr(&out).contains("--meta-mirror"), "{}", describe(&out));
+    assert!(fs::symlink_metadata(p2.join("meta.mirror")).is_err());
+    let other = fs.dir.join("other-disk");
+    fs::create_dir(&other).unwrap();
+    let rest = [
+        "--force",
+        "--device",
+        &fast,
+        "--device",
+        &slow,
+        "--sparse",
+        "--meta-mirror",
+    ];
+    let mut args = mkfs_args(&p2, &rest);
+    args.push(other.as_os_str());
+    let out = cairn(&args);
+    assert!(out.status.success(), "{}", describe(&out));
+    let target = fs::read_link(p2.join("meta.mirror")).expect("a mirror");
+    assert_eq!(target.parent(), Some(other.as_path()));
+    assert!(target.exists());
+    let out = cairn(&[os("check"), p2.as_os_str()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    drop(lo);
+}
+
 // ------------------------------------------------------------ items 6, 7
 
 /// Every path of the pool (dir and files) has a private mode.

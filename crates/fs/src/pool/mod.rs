@@ -39,6 +39,9 @@ pub struct MkfsOptions {
     pub force: bool,
     /// Leave every device file sparse (no blocks reserved on the host).
     pub sparse: bool,
+    /// A directory (on another disk) for the second copy of the metadata;
+    /// by default it goes beside another tier device than the first.
+    pub meta_mirror: Option<PathBuf>,
 }
 
 impl Default for MkfsOptions {
@@ -49,6 +52,7 @@ impl Default for MkfsOptions {
             segment_size: DEFAULT_SEGMENT_SIZE,
             force: false,
             sparse: false,
+            meta_mirror: None,
         }
     }
 }
@@ -352,7 +356,22 @@ fn mkfs_in(
         Ok::<_, FsError>(())
     })?;
     drop(meta);
-    if let Some(target) = mirror_home(pool, &opts.devices, &home, uuid)? {
+    let explicit = opts.meta_mirror.as_ref().map(|d| cwd.join(d));
+    let target = match &explicit {
+        Some(dir) => Some(explicit_mirror(pool, dir, &home, uuid, &mut warnings)?),
+        None => mirror_home(pool, &opts.devices, &home, uuid)?,
+    };
+    let tiers = opts
+        .devices
+        .iter()
+        .filter(|d| d.role == DeviceRole::Tier)
+        .count();
+    if target.is_none() && tiers >= 2 {
+        warnings.push(
+            "the metadata has one copy: no tier device other than the first has a directory to hold a second (block devices); give --meta-mirror DIR on another disk".into(),
+        );
+    }
+    if let Some(target) = target {
         made.will_create(&PoolPaths::meta_mirror(pool));
         made.will_create(&target);
         copy_file(&home, &target, storage).map_err(io(&target))?;
@@ -481,25 +500,59 @@ fn mirror_home(
     }
     tiers.sort_by_key(|d| d.class.rank());
     let home_dir = home.parent().unwrap_or(pool);
-    let other = tiers
-        .iter()
-        .find(|d| dir_of(d) != home_dir)
-        .unwrap_or(&tiers[1]);
-    let is_block = std::fs::metadata(&other.path).is_ok_and(|m| m.file_type().is_block_device());
-    if is_block {
-        return Ok(None);
+    let is_block = |d: &&&DeviceSpec| {
+        std::fs::metadata(&d.path).is_ok_and(|m| m.file_type().is_block_device())
+    };
+    let files: Vec<&DeviceSpec> = tiers.iter().filter(|d| !is_block(d)).copied().collect();
+    let other = (files.iter().find(|d| dir_of(d) != home_dir))
+        .or_else(|| files.iter().find(|d| !std::ptr::eq(**d, tiers[0])));
+    match other {
+        Some(d) => link_mirror(pool, &dir_of(d), uuid).map(Some),
+        None => Ok(None),
     }
-    // Named by the pool's uuid: pools whose devices share a directory
-    // never share (or overwrite) a mirror.
+}
+
+/// The mirror file in `dir`, linked from `PoolPaths::meta_mirror`. Named
+/// by the pool's uuid: pools whose devices share a directory never share
+/// (or overwrite) a mirror.
+fn link_mirror(pool: &Path, dir: &Path, uuid: [u8; 16]) -> Result<PathBuf> {
     let name = format!(
         "cairn-meta-mirror-{}.redb",
         uuid::Uuid::from_bytes(uuid).simple()
     );
-    let target = dir_of(other).join(name);
+    let target = dir.join(name);
     let link = PoolPaths::meta_mirror(pool);
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(&target, &link).map_err(io(&link))?;
-    Ok(Some(target))
+    Ok(target)
+}
+
+/// The mirror in a directory the admin chose (`--meta-mirror`), which must
+/// exist; a warning when it shares the first copy's filesystem (it then
+/// guards against damage, not against the disk's loss).
+fn explicit_mirror(
+    pool: &Path,
+    dir: &Path,
+    home: &Path,
+    uuid: [u8; 16],
+    warnings: &mut Vec<String>,
+) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dir).map_err(io(dir))?;
+    if !m.is_dir() {
+        return Err(FsError::BadRequest(format!(
+            "--meta-mirror {}: not a directory",
+            dir.display()
+        )));
+    }
+    let home_dev = std::fs::metadata(home.parent().unwrap_or(pool)).map(|h| h.dev());
+    if home_dev.is_ok_and(|d| d == m.dev()) {
+        warnings.push(format!(
+            "--meta-mirror {} is on the same filesystem as the metadata: its copy guards against damage, not against losing that disk",
+            dir.display()
+        ));
+    }
+    link_mirror(pool, dir, uuid)
 }
 
 /// Gives a pool of two or more tier devices that has one metadata copy (a
