@@ -53,6 +53,50 @@ pub enum Cmd {
     /// Tiering: per-device fill and heat, and running the mover.
     #[command(subcommand)]
     Tier(TierCmd),
+    /// Mirror streams: incremental copies of a pool with its history.
+    #[command(subcommand)]
+    Mirror(MirrorCmd),
+}
+
+#[derive(Subcommand)]
+pub enum MirrorCmd {
+    /// Write a stream of everything committed after a TID (default: all)
+    /// to FILE or stdout.
+    Read {
+        #[command(flatten)]
+        t: TargetArgs,
+        /// Only the changes after this TID (0x<hex> or decimal).
+        #[arg(long, value_parser = tid_arg, default_value = "0")]
+        since: u64,
+        /// Write the stream here instead of stdout.
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+    },
+    /// Apply a stream (FILE or stdin) to a mirror pool; the whole stream is
+    /// checked before anything is applied.
+    Write {
+        #[command(flatten)]
+        t: TargetArgs,
+        /// Read the stream from here instead of stdin.
+        #[arg(short = 'i', long)]
+        input: Option<PathBuf>,
+        /// Take a stream into a promoted mirror (its own changes are lost).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Bring a mirror up to date with its source (read + write).
+    Copy {
+        /// The source pool (directory or mount point).
+        src: PathBuf,
+        /// The mirror pool.
+        dst: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A pool's mirror role, TID, and for a mirror its source.
+    Status(TargetArgs),
+    /// Make a mirror a normal writable pool (failover).
+    Promote(TargetArgs),
 }
 
 #[derive(Subcommand)]
@@ -279,6 +323,9 @@ pub struct MkfsArgs {
     /// one that is not a block device).
     #[arg(long, value_name = "DIR")]
     pub meta_mirror: Option<PathBuf>,
+    /// Make a mirror pool: read-only, filled by `cairn mirror write|copy`.
+    #[arg(long)]
+    pub mirror: bool,
 }
 
 fn compression_arg(s: &str) -> Result<String, String> {
@@ -299,6 +346,7 @@ impl MkfsArgs {
             force: self.force,
             sparse: self.sparse,
             meta_mirror: self.meta_mirror.clone(),
+            mirror: self.mirror,
         })
     }
 }

@@ -6,6 +6,7 @@ mod args;
 mod control;
 mod daemon;
 mod logging;
+mod mirror;
 mod ready;
 mod report;
 mod tiering;
@@ -62,5 +63,6 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Scrub(t) => admin::scrub(&t),
         Cmd::Device(c) => tiering::device(c),
         Cmd::Tier(c) => tiering::tier(c),
+        Cmd::Mirror(c) => mirror::run(c),
     }
 }

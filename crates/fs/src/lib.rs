@@ -19,6 +19,7 @@ pub mod history;
 pub mod maintenance;
 pub mod ops;
 pub mod pool;
+pub mod replica;
 mod state;
 pub mod timefmt;
 pub mod types;

@@ -22,6 +22,16 @@ pub use transport::Transport;
 
 /// Mount options for a pool.
 pub fn config(threads: usize, fsname: &str, uring: Option<fuser::UringConfig>) -> Config {
+    config_ro(threads, fsname, uring, false)
+}
+
+/// `config`, read-only (EROFS for every change) when `ro`: a mirror pool.
+pub fn config_ro(
+    threads: usize,
+    fsname: &str,
+    uring: Option<fuser::UringConfig>,
+    ro: bool,
+) -> Config {
     let mut c = Config::default();
     c.mount_options = vec![
         MountOption::FSName(fsname.into()),
@@ -31,6 +41,9 @@ pub fn config(threads: usize, fsname: &str, uring: Option<fuser::UringConfig>) -
         MountOption::Dev,
         MountOption::Suid,
     ];
+    if ro {
+        c.mount_options.push(MountOption::RO);
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         c.acl = SessionACL::All;
@@ -48,7 +61,7 @@ pub fn serve(
     threads: usize,
     transport: Transport,
 ) -> std::io::Result<()> {
-    let cfg = config(threads, &fsname(&fs), prepare(transport)?);
+    let cfg = config_ro(threads, &fsname(&fs), prepare(transport)?, is_mirror(&fs));
     let session = fuser::Session::new(CairnFuse::new(fs), mountpoint, &cfg)?;
     bdi::tune(mountpoint);
     session.run()
@@ -61,10 +74,15 @@ pub fn spawn(
     threads: usize,
     transport: Transport,
 ) -> std::io::Result<fuser::BackgroundSession> {
-    let cfg = config(threads, &fsname(&fs), prepare(transport)?);
+    let cfg = config_ro(threads, &fsname(&fs), prepare(transport)?, is_mirror(&fs));
     let session = fuser::spawn_mount(CairnFuse::new(fs), mountpoint, &cfg)?;
     bdi::tune(mountpoint);
     Ok(session)
+}
+
+/// A mirror pool is mounted read-only: it changes only by streams.
+fn is_mirror(fs: &Fs) -> bool {
+    fs.mirror_role().is_ok_and(|r| r.is_mirror())
 }
 
 /// The mount's source name: the pool path, so tools can find the pool.

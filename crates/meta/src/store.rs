@@ -754,6 +754,19 @@ impl MetaRead {
         })
     }
 
+    /// (tid, commit time ns) of every commit after `since`, in order.
+    pub fn tids_after(&self, since: u64) -> Result<Vec<(u64, u64)>> {
+        guarded(|| {
+            let t = self.txn.open_table(TIDS)?;
+            let mut out = Vec::new();
+            for r in t.range(since.saturating_add(1)..)? {
+                let (k, v) = r?;
+                out.push((k.value(), v.value()));
+            }
+            Ok(out)
+        })
+    }
+
     /// Numbers of live elements, ended elements and chunks.
     pub fn sizes(&self) -> Result<(u64, u64, u64)> {
         guarded(|| Ok((self.live.len()?, self.hist.len()?, self.chunks.len()?)))
@@ -805,6 +818,12 @@ impl MetaWrite<'_> {
             delete_tid: tid,
             payload,
         }))
+    }
+
+    /// Removes the live element under `key` without keeping it in history
+    /// (a mirror replacing its own first elements with its source's).
+    pub fn remove_live(&mut self, key: &ElemKey) -> Result<bool> {
+        Ok(self.live.remove(key.as_bytes())?.is_some())
     }
 
     /// Adds a new live element created at `tid`, ending the current one.

@@ -108,6 +108,10 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             let r = fs.device_remove(std::path::Path::new(&device), progress)?;
             Ok(serde_json::to_value(r).expect("report serializes"))
         }
+        Request::MirrorRead { since, path } => crate::mirror::read_to(fs, since, &path),
+        Request::MirrorWrite { path, force } => crate::mirror::write_from(fs, &path, force),
+        Request::MirrorStatus => crate::mirror::status(fs),
+        Request::MirrorPromote => crate::mirror::promote(fs),
         Request::TierStatus => {
             Ok(serde_json::to_value(fs.tier_status()).expect("status serializes"))
         }

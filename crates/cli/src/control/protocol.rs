@@ -95,6 +95,19 @@ pub enum Request {
     Migrate,
     /// Per-device fill and heat histogram.
     TierStatus,
+    /// Write the changes after `since` as a mirror stream into the file
+    /// (or FIFO) at `path`.
+    MirrorRead {
+        since: u64,
+        path: String,
+    },
+    /// Apply the mirror stream in the file at `path` (checked first).
+    MirrorWrite {
+        path: String,
+        force: bool,
+    },
+    MirrorStatus,
+    MirrorPromote,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

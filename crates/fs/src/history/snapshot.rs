@@ -148,6 +148,7 @@ impl Fs {
     /// Commits what is buffered, then names the new TID. O(1) in the size
     /// of the tree. The content hash is filled in by `hash_pending_snapshots`.
     pub fn snapshot_create(&self, name: &str, kind: SnapshotKind) -> Result<Snapshot> {
+        self.refuse_on_mirror()?;
         check_snapshot_name(name)?;
         self.flush()?;
         let last = self.flush_guard();
@@ -186,6 +187,7 @@ impl Fs {
     /// Forgets a snapshot; the space it alone held comes back at the next
     /// prune (`prune` runs one at once unless `defer_prune`).
     pub fn snapshot_delete(&self, name: &str) -> Result<()> {
+        self.refuse_on_mirror()?;
         let _last = self.flush_guard();
         let found = self.pool.meta.write(|w| {
             let found = w.remove_snapshot(name)?;

@@ -42,6 +42,8 @@ pub struct MkfsOptions {
     /// A directory (on another disk) for the second copy of the metadata;
     /// by default it goes beside another tier device than the first.
     pub meta_mirror: Option<PathBuf>,
+    /// Make a mirror pool: read-only, filled by mirror streams.
+    pub mirror: bool,
 }
 
 impl Default for MkfsOptions {
@@ -53,6 +55,7 @@ impl Default for MkfsOptions {
             force: false,
             sparse: false,
             meta_mirror: None,
+            mirror: false,
         }
     }
 }
@@ -353,6 +356,9 @@ fn mkfs_in(
         w.set_counter("next_chunk", 1)?;
         w.set_counter("next_segment", 1)?;
         w.log_tid(1, now.as_nanos() as u64)?;
+        if opts.mirror {
+            crate::replica::Role::Unbound.write(w)?;
+        }
         Ok::<_, FsError>(())
     })?;
     drop(meta);

@@ -1,0 +1,261 @@
+//! `cairn mirror`: reading streams out of a pool, applying them to a
+//! mirror pool, copying between the two, status and promotion. The work
+//! runs where the pool is open (the daemon of a mounted pool, or this
+//! process: `control::client::call`); streams pass through files or FIFOs
+//! in a private temporary directory.
+
+use crate::args::MirrorCmd;
+use crate::control::client::call;
+use crate::control::protocol::Request;
+use anyhow::{Context, Result};
+use cairn_fs::replica::Role;
+use cairn_fs::{Fs, FsError};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub fn run(c: MirrorCmd) -> Result<()> {
+    match c {
+        MirrorCmd::Read { t, since, output } => {
+            let v = match output {
+                Some(p) => call(&t.target, read_req(since, &absolute(&p)?))?,
+                None => read_to_stdout(&t.target, since)?,
+            };
+            eprintln!("{}", describe_read(&v));
+            Ok(())
+        }
+        MirrorCmd::Write { t, input, force } => {
+            let dir = private_dir()?;
+            let path = match input {
+                Some(p) => absolute(&p)?,
+                None => spool_stdin(dir.path())?,
+            };
+            let v = call(
+                &t.target,
+                Request::MirrorWrite {
+                    path: text(&path),
+                    force,
+                },
+            )?;
+            print(&v, t.json, describe_write);
+            Ok(())
+        }
+        MirrorCmd::Copy { src, dst, json } => {
+            let at = call(&dst, Request::MirrorStatus)?;
+            let from = call(&src, Request::MirrorStatus)?;
+            if at["source"].is_string() && at["source"] != from["uuid"] {
+                anyhow::bail!(
+                    "{} comes from pool {}, and {} mirrors pool {}",
+                    src.display(),
+                    from["uuid"].as_str().unwrap_or("?"),
+                    dst.display(),
+                    at["source"].as_str().unwrap_or("?")
+                );
+            }
+            if at["role"] == "promoted" || at["role"] == "pool" {
+                anyhow::bail!(
+                    "{} is not a mirror (role: {}): a promoted mirror has changes of its own that a copy would overwrite",
+                    dst.display(),
+                    at["role"].as_str().unwrap_or("?")
+                );
+            }
+            let since = at["tid"].as_u64().unwrap_or(0);
+            let since = if at["role"] == "unbound" { 0 } else { since };
+            let dir = private_dir()?;
+            let file = dir.path().join("stream");
+            let r = call(&src, read_req(since, &file))?;
+            let w = call(
+                &dst,
+                Request::MirrorWrite {
+                    path: text(&file),
+                    force: false,
+                },
+            )?;
+            let v = json!({ "read": r, "write": w });
+            print(&v, json, |v| {
+                format!(
+                    "{}\n{}",
+                    describe_read(&v["read"]),
+                    describe_write(&v["write"])
+                )
+            });
+            Ok(())
+        }
+        MirrorCmd::Status(t) => {
+            let v = call(&t.target, Request::MirrorStatus)?;
+            print(&v, t.json, |v| {
+                let src = v["source"]
+                    .as_str()
+                    .map(|s| format!(", source pool {s}"))
+                    .unwrap_or_default();
+                format!(
+                    "role: {}, TID {:#x}{src}",
+                    v["role"].as_str().unwrap_or("?"),
+                    v["tid"].as_u64().unwrap_or(0)
+                )
+            });
+            Ok(())
+        }
+        MirrorCmd::Promote(t) => {
+            let v = call(&t.target, Request::MirrorPromote)?;
+            print(&v, t.json, |v| {
+                format!(
+                    "promoted: a writable pool at TID {:#x} (mount it again to write)",
+                    v["tid"].as_u64().unwrap_or(0)
+                )
+            });
+            Ok(())
+        }
+    }
+}
+
+fn read_req(since: u64, path: &Path) -> Request {
+    Request::MirrorRead {
+        since,
+        path: text(path),
+    }
+}
+
+/// Reads a stream through a FIFO, copying it to stdout as it comes.
+fn read_to_stdout(target: &Path, since: u64) -> Result<Value> {
+    let dir = private_dir()?;
+    let fifo = dir.path().join("stream");
+    let c = std::ffi::CString::new(text(&fifo))?;
+    // SAFETY: mkfifo on a NUL-terminated path we own.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("mkfifo");
+    }
+    let f2 = fifo.clone();
+    let copier = std::thread::spawn(move || -> std::io::Result<u64> {
+        let mut f = std::fs::File::open(&f2)?;
+        std::io::copy(&mut f, &mut std::io::stdout().lock())
+    });
+    let r = call(target, read_req(since, &fifo));
+    if r.is_err() {
+        // Unblock the copier if the writer never opened the FIFO.
+        let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+    }
+    let copied = copier
+        .join()
+        .map_err(|_| anyhow::anyhow!("copier panicked"))?;
+    let v = r?;
+    copied.context("writing the stream to stdout")?;
+    Ok(v)
+}
+
+fn spool_stdin(dir: &Path) -> Result<PathBuf> {
+    let p = dir.join("stream");
+    let mut f = std::fs::File::create(&p)?;
+    std::io::copy(&mut std::io::stdin().lock(), &mut f).context("reading the stream from stdin")?;
+    Ok(p)
+}
+
+/// A temporary directory only we can enter (0700), for streams.
+fn private_dir() -> Result<tempfile::TempDir> {
+    Ok(tempfile::Builder::new().prefix("cairn-mirror-").tempdir()?)
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    Ok(std::path::absolute(p)?)
+}
+
+fn text(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn print(v: &Value, json: bool, human: impl Fn(&Value) -> String) {
+    match json {
+        true => println!("{v}"),
+        false => println!("{}", human(v)),
+    }
+}
+
+fn describe_read(v: &Value) -> String {
+    format!(
+        "stream: TIDs {:#x}..{:#x}, {} changes, {} chunks sent ({} bytes), {} chunks the mirror holds, {} bytes",
+        v["since"].as_u64().unwrap_or(0),
+        v["upto"].as_u64().unwrap_or(0),
+        v["events"], v["chunks_sent"], v["chunk_bytes"], v["chunks_skipped"], v["bytes"]
+    )
+}
+
+fn describe_write(v: &Value) -> String {
+    format!(
+        "mirror: TID {:#x} -> {:#x}: {} changes, {} new chunks, in {} batches",
+        v["since"].as_u64().unwrap_or(0),
+        v["upto"].as_u64().unwrap_or(0),
+        v["events"],
+        v["chunks"],
+        v["batches"]
+    )
+}
+
+fn refused(e: cairn_mirror::StreamError) -> FsError {
+    match e {
+        cairn_mirror::StreamError::Fs(e) => e,
+        e => FsError::BadRequest(e.to_string()),
+    }
+}
+
+/// Writes the stream of changes after `since` into `path` (created 0600).
+pub fn read_to(fs: &Arc<Fs>, since: u64, path: &str) -> Result<Value, FsError> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode_private()
+        .open(path)
+        .map_err(|e| FsError::BadRequest(format!("{path}: {e}")))?;
+    let out = std::io::BufWriter::with_capacity(1 << 20, f);
+    let r = cairn_mirror::read_stream(fs, since, out, &|_| false).map_err(refused)?;
+    Ok(
+        json!({ "since": r.since, "upto": r.upto, "events": r.events, "chunks_sent": r.chunks_sent,
+        "chunks_skipped": r.chunks_skipped, "chunk_bytes": r.chunk_bytes, "batches": r.batches, "bytes": r.bytes }),
+    )
+}
+
+/// Checks the whole stream in `path`, then applies it.
+pub fn write_from(fs: &Arc<Fs>, path: &str, force: bool) -> Result<Value, FsError> {
+    let open = || {
+        let f =
+            std::fs::File::open(path).map_err(|e| FsError::BadRequest(format!("{path}: {e}")))?;
+        Ok::<_, FsError>(std::io::BufReader::with_capacity(1 << 20, f))
+    };
+    cairn_mirror::check_stream(open()?).map_err(refused)?;
+    let opts = cairn_mirror::ApplyOptions { force };
+    let r = cairn_mirror::apply_stream(fs, open()?, opts).map_err(refused)?;
+    Ok(
+        json!({ "since": r.since, "upto": r.upto, "events": r.events, "chunks": r.chunks, "batches": r.batches }),
+    )
+}
+
+pub fn status(fs: &Arc<Fs>) -> Result<Value, FsError> {
+    let tid = fs.last_tid();
+    let hex = |s: &[u8; 16]| cairn_mirror::apply::uuid(s);
+    let uuid = hex(&fs.pool().sb.uuid);
+    let (role, source) = match fs.mirror_role()? {
+        Role::Normal => ("pool", None),
+        Role::Unbound => ("unbound", None),
+        Role::Mirror { source } => ("mirror", Some(hex(&source))),
+        Role::Promoted { source } => ("promoted", Some(hex(&source))),
+    };
+    Ok(json!({ "role": role, "tid": tid, "uuid": uuid, "source": source }))
+}
+
+pub fn promote(fs: &Arc<Fs>) -> Result<Value, FsError> {
+    match fs.mirror_role()? {
+        Role::Mirror { source } => fs.set_mirror_role(Role::Promoted { source })?,
+        r => return Err(FsError::BadRequest(format!("not a mirror ({r:?})"))),
+    }
+    Ok(json!({ "tid": fs.last_tid() }))
+}
+
+trait Private {
+    fn mode_private(&mut self) -> &mut Self;
+}
+
+impl Private for std::fs::OpenOptions {
+    fn mode_private(&mut self) -> &mut Self {
+        std::os::unix::fs::OpenOptionsExt::mode(self, 0o600)
+    }
+}

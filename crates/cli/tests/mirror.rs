@@ -1,0 +1,179 @@
+//! Mirror streams through real mounts and the `cairn mirror` commands: a
+//! mounted source with files of every kind (hard links, symlinks, xattrs,
+//! sparse files, a renamed directory) and snapshots; `cairn mirror copy`
+//! into a fresh mirror (`mkfs --mirror`), which mounts read-only (EROFS)
+//! and shows the same tree, the same snapshots (same hashes) and the same
+//! `@@0x<tid>` views; more changes, and an incremental stream through a
+//! pipe (`mirror read | mirror write`); a stream applied twice or into
+//! the wrong pool is refused; `promote` makes the mirror writable, and a
+//! later copy from the old source is refused.
+
+mod common;
+
+use common::hist::*;
+use common::*;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+fn mirror_copy(src: &Path, dst: &Path) -> std::process::Output {
+    cairn(&[os("mirror"), os("copy"), src.as_os_str(), dst.as_os_str()])
+}
+
+fn first_tree(s: &Fs) {
+    fs::create_dir_all(s.p("docs/deep")).unwrap();
+    fs::write(s.p("docs/a.txt"), b"alpha\n").unwrap();
+    fs::write(s.p("docs/deep/big"), pattern(1, 3 << 20)).unwrap();
+    fs::hard_link(s.p("docs/a.txt"), s.p("hard")).unwrap();
+    std::os::unix::fs::symlink("docs/a.txt", s.p("sym")).unwrap();
+    let sparse = fs::File::create(s.p("sparse")).unwrap();
+    sparse.set_len(10 << 20).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(s.p("sparse"))
+        .unwrap();
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(5 << 20)).unwrap();
+    f.write_all(b"in the middle").unwrap();
+    sh(&s.mnt, "setfattr -n user.color -v blue docs/a.txt");
+}
+
+fn second_changes(s: &Fs) {
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(s.p("docs/a.txt"))
+        .unwrap();
+    f.write_all(b"appended\n").unwrap();
+    fs::write(s.p("docs/deep/big"), pattern(2, 1 << 20)).unwrap();
+    fs::rename(s.p("docs/deep"), s.p("moved")).unwrap();
+    fs::remove_file(s.p("sym")).unwrap();
+    // Content the mirror already holds: no new chunk needed.
+    fs::write(s.p("again"), pattern(1, 3 << 20)).unwrap();
+}
+
+fn xattr(p: &Path) -> String {
+    sh(
+        p.parent().unwrap(),
+        &format!("getfattr --only-values -n user.color {}", p.display()),
+    )
+}
+
+#[test]
+fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
+    let mut src = Fs::new();
+    first_tree(&src);
+    sync_tid(&src.mnt);
+    snapshot_create(&src.mnt, "one");
+    let mut dst = Fs::create();
+    dst.mkfs(&["--mirror"]);
+    let out = mirror_copy(&src.mnt, &dst.pool);
+    assert!(out.status.success(), "{}", describe(&out));
+    let tid1 = sync_tid(&src.mnt);
+    dst.mount();
+    let want = capture(&src.mnt).unwrap();
+    assert_tree_at(&dst.mnt, &want, "after the full copy");
+    assert_eq!(xattr(&dst.p("docs/a.txt")), "blue");
+    let e = fs::write(dst.p("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    assert_tree_at(
+        &root_at(&dst.mnt, tid1),
+        &capture(&root_at(&src.mnt, tid1)).unwrap(),
+        "@@ view",
+    );
+    let (a, b) = (
+        snapshot_verify(&src.mnt, "one").1,
+        snapshot_verify(&dst.mnt, "one").1,
+    );
+    assert_eq!(
+        field_str(&a, "computed"),
+        field_str(&b, "computed"),
+        "snapshot hash"
+    );
+    dst.unmount();
+    // Incremental, through a pipe.
+    second_changes(&src);
+    snapshot_create(&src.mnt, "two");
+    let at = field_u64(
+        &cairn_json(&[
+            os("mirror"),
+            os("status"),
+            dst.pool.as_os_str(),
+            os("--json"),
+        ]),
+        "tid",
+    );
+    let cairn_bin = env!("CARGO_BIN_EXE_cairn");
+    let pipe = format!(
+        "{cairn_bin} mirror read {} --since {at} | {cairn_bin} mirror write {}",
+        src.mnt.display(),
+        dst.pool.display()
+    );
+    sh(&dst.dir, &pipe);
+    // The same stream again: refused, it does not start at the mirror's TID.
+    let again = dst.dir.join("again.stream");
+    let out = cairn(&[
+        os("mirror"),
+        os("read"),
+        src.mnt.as_os_str(),
+        os("--since"),
+        os(&at.to_string()),
+        os("-o"),
+        again.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let (code, err) = cairn_fails(&[
+        os("mirror"),
+        os("write"),
+        dst.pool.as_os_str(),
+        os("-i"),
+        again.as_os_str(),
+    ]);
+    assert!(code != 0 && err.contains("mirror is at TID"), "{err}");
+    dst.mount();
+    assert_tree_at(
+        &dst.mnt,
+        &capture(&src.mnt).unwrap(),
+        "after the incremental stream",
+    );
+    for name in ["one", "two"] {
+        let (a, b) = (
+            snapshot_verify(&src.mnt, name).1,
+            snapshot_verify(&dst.mnt, name).1,
+        );
+        assert_eq!(
+            field_str(&a, "computed"),
+            field_str(&b, "computed"),
+            "snapshot {name}"
+        );
+    }
+    dst.unmount();
+    // Another pool's stream: refused.
+    let other = Fs::new();
+    let (code, err) = cairn_fails(&[
+        os("mirror"),
+        os("copy"),
+        other.mnt.as_os_str(),
+        dst.pool.as_os_str(),
+    ]);
+    assert!(code != 0 && err.contains("comes from pool"), "{err}");
+    other.finish();
+    // Failover: the mirror becomes a pool of its own.
+    cairn_ok(&[os("mirror"), os("promote"), dst.pool.as_os_str()]);
+    dst.mount();
+    fs::write(dst.p("after-promotion"), b"writable").unwrap();
+    dst.unmount();
+    let out = mirror_copy(&src.mnt, &dst.pool);
+    assert!(!out.status.success(), "a copy into a promoted mirror");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("promoted"),
+        "{}",
+        describe(&out)
+    );
+    src.unmount();
+    src.check();
+    dst.check();
+}

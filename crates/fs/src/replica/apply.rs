@@ -1,0 +1,240 @@
+//! Applying a batch of a source's changes to a mirror: the chunks it
+//! lacks are verified (checksums and content hash) and written as stored,
+//! then every event is applied at its own TID in one metadata transaction,
+//! with the chunk reference counts, history-only bytes and commit log kept
+//! as a commit of the source would keep them. A batch that fails leaves
+//! the mirror at its previous TID.
+
+use super::changes::{is_extent, Change, Event, StoredChunk};
+use crate::error::{FsError, Result};
+use crate::history::liveness::add_ref;
+use crate::types::Extent;
+use crate::vfs::Fs;
+use cairn_data::chunk::{header_of, unseal};
+use cairn_data::{ChunkRec, Hash};
+use cairn_meta::{ElemKey, MetaWrite};
+use std::collections::{BTreeSet, HashMap};
+
+/// A chunk a batch names: its id on the source, its hash, and its bytes
+/// when the mirror may not hold it.
+#[derive(Debug, Clone)]
+pub struct ChunkIn {
+    pub src: u64,
+    pub hash: Hash,
+    pub data: Option<StoredChunk>,
+}
+
+/// The changes of the source's commits up to `upto`.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub upto: u64,
+    pub events: Vec<Event>,
+    pub chunks: Vec<ChunkIn>,
+    pub tids: Vec<(u64, u64)>,
+    pub next_ino: u64,
+    /// The source's snapshots, replacing the mirror's (the last batch).
+    pub snapshots: Option<Vec<(String, Vec<u8>)>>,
+}
+
+/// Source chunk ids and where each is on the mirror.
+type Locals = Vec<(u64, Local)>;
+
+/// Where a source chunk is on the mirror: already held, or written now.
+enum Local {
+    Held(u64),
+    New(ChunkRec),
+}
+
+impl Fs {
+    /// Applies `b` on top of the mirror's last TID, with `ids` mapping the
+    /// source's chunk ids to the mirror's (kept across the batches of one
+    /// stream). Returns the mirror's new TID.
+    pub fn apply_batch(&self, b: &Batch, ids: &mut HashMap<u64, u64>) -> Result<u64> {
+        let mut last = self.flush_guard();
+        if let Some(e) = b.events.iter().find(|e| e.tid <= *last) {
+            return Err(FsError::BadRequest(format!(
+                "a change at TID {:#x} does not follow the mirror's TID {:#x}",
+                e.tid, *last
+            )));
+        }
+        let (locals, mut touched) = self.store_chunks(b)?;
+        let mut freed = Vec::new();
+        let r = self.pool.meta.write(|w| {
+            self.map_chunks(w, locals, ids)?;
+            let ended = apply_events(self, w, &b.events, ids, &mut touched)?;
+            for tid in ended {
+                self.settle_ended(w, tid, &mut touched, &mut freed)?;
+            }
+            for (tid, time) in &b.tids {
+                w.log_tid(*tid, *time)?;
+            }
+            let next_ino = w.counter("next_ino")?.max(b.next_ino);
+            w.set_counter("next_ino", next_ino)?;
+            w.set_counter("last_tid", b.upto)?;
+            if let Some(snaps) = &b.snapshots {
+                replace_snapshots(w, snaps)?;
+            }
+            self.store_segments(w, &touched)
+        });
+        if let Err(e) = r {
+            let table = crate::pool::segment_table(&self.meta()?)?;
+            self.pool.chunks.rollback(table)?;
+            return Err(e);
+        }
+        self.pool.chunks.release_slots(&freed)?;
+        *last = b.upto;
+        // What the filesystem keeps of the committed state in RAM.
+        self.drop_ns_meta();
+        (self.next_ino).fetch_max(b.next_ino, std::sync::atomic::Ordering::SeqCst);
+        if b.snapshots.is_some() {
+            self.refresh_retained()?;
+        }
+        Ok(b.upto)
+    }
+
+    /// Finds each chunk of the batch on the mirror by hash, or verifies
+    /// and writes it (as stored: compressed chunks stay compressed).
+    fn store_chunks(&self, b: &Batch) -> Result<(Locals, BTreeSet<u64>)> {
+        let mut out = Vec::new();
+        let mut batch = self.pool.chunks.batch();
+        for c in &b.chunks {
+            if let Some(id) = self.chunk_by_hash(&c.hash)? {
+                out.push((c.src, Local::Held(id)));
+                continue;
+            }
+            let Some(d) = &c.data else {
+                return Err(FsError::BadRequest(format!(
+                    "the stream expects the mirror to hold chunk {} (source id {}), and it does not: the mirror needs a full resync",
+                    hex(&c.hash),
+                    c.src
+                )));
+            };
+            verify_chunk(d, &c.hash)?;
+            let rec = batch.append_stored(d.method, d.raw_len, &d.stored, &c.hash)?;
+            out.push((c.src, Local::New(rec)));
+        }
+        let segs = batch.finish()?;
+        for (id, _) in &segs {
+            self.pool.chunks.heat.written(*id);
+        }
+        Ok((out, segs.into_iter().map(|(id, _)| id).collect()))
+    }
+
+    /// Records the batch's new chunks (their references are counted as the
+    /// events name them) and maps every source id to a mirror id.
+    fn map_chunks(
+        &self,
+        w: &mut MetaWrite<'_>,
+        locals: Locals,
+        ids: &mut HashMap<u64, u64>,
+    ) -> Result<()> {
+        let mut next = w.counter("next_chunk")?;
+        for (src, local) in locals {
+            let id = match local {
+                Local::Held(id) => id,
+                Local::New(mut rec) => {
+                    (rec.refs, rec.live) = (0, 0);
+                    w.put_chunk(next, &rec.encode())?;
+                    w.put_dedup(&rec.hash, next)?;
+                    next += 1;
+                    next - 1
+                }
+            };
+            ids.insert(src, id);
+        }
+        w.set_counter("next_chunk", next)?;
+        Ok(())
+    }
+}
+
+/// Applies the events in order; returns the TIDs at which extents ended
+/// (their live references are settled after).
+fn apply_events(
+    fs: &Fs,
+    w: &mut MetaWrite<'_>,
+    events: &[Event],
+    ids: &HashMap<u64, u64>,
+    touched: &mut BTreeSet<u64>,
+) -> Result<BTreeSet<u64>> {
+    let mut ended = BTreeSet::new();
+    for e in events {
+        let key = ElemKey(e.key.clone());
+        match &e.change {
+            Change::End => {
+                let old = w.end(&key, e.tid)?;
+                if old.as_ref().map(|o| o.create_tid) != Some(e.create_tid) {
+                    return Err(FsError::BadRequest(format!(
+                        "the stream ends element {key} (created at TID {:#x}) at TID {:#x}, and the mirror does not hold it live",
+                        e.create_tid, e.tid
+                    )));
+                }
+                if is_extent(&e.key) {
+                    ended.insert(e.tid);
+                }
+            }
+            Change::Create(payload) => {
+                let payload = match is_extent(&e.key) {
+                    true => remap_extent(fs, w, payload, ids, touched)?,
+                    false => payload.clone(),
+                };
+                w.put(&key, &payload, e.tid)?;
+            }
+        }
+    }
+    Ok(ended)
+}
+
+/// The extent with the mirror's chunk ids, each gaining a reference.
+fn remap_extent(
+    fs: &Fs,
+    w: &mut MetaWrite<'_>,
+    payload: &[u8],
+    ids: &HashMap<u64, u64>,
+    touched: &mut BTreeSet<u64>,
+) -> Result<Vec<u8>> {
+    let mut ext = Extent::decode(payload)?;
+    let map = |src: u64| {
+        ids.get(&src).copied().ok_or_else(|| {
+            FsError::BadRequest(format!("the stream names chunk {src} without sending it"))
+        })
+    };
+    ext.chunk = map(ext.chunk)?;
+    for p in &mut ext.pieces {
+        p.chunk = map(p.chunk)?;
+    }
+    for id in ext.chunks().collect::<Vec<_>>() {
+        add_ref(fs, w, id, touched)?;
+    }
+    Ok(ext.encode())
+}
+
+fn replace_snapshots(w: &mut MetaWrite<'_>, snaps: &[(String, Vec<u8>)]) -> Result<()> {
+    for (name, _) in w.snapshots()? {
+        if !snaps.iter().any(|(n, _)| *n == name) {
+            w.remove_snapshot(&name)?;
+        }
+    }
+    for (name, rec) in snaps {
+        w.put_snapshot(name, rec)?;
+    }
+    Ok(())
+}
+
+/// Checks stored bytes against their checksum and the content hash.
+fn verify_chunk(d: &StoredChunk, hash: &Hash) -> Result<()> {
+    if d.hash != *hash {
+        return Err(FsError::BadRequest(
+            "a chunk's hash does not match its frame".into(),
+        ));
+    }
+    let mut buf = Vec::with_capacity(cairn_data::CHUNK_HEADER_LEN + d.stored.len());
+    header_of(d.method, d.raw_len as usize, &d.stored, hash).encode(&mut buf);
+    buf.extend_from_slice(&d.stored);
+    unseal(&buf, hash, true)
+        .map(drop)
+        .map_err(|e| FsError::BadRequest(format!("chunk {}: {e}", hex(hash))))
+}
+
+fn hex(h: &[u8]) -> String {
+    h.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}

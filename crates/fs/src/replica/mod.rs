@@ -1,0 +1,15 @@
+//! What mirror streams need from the filesystem (HAMMER's mirror-read and
+//! mirror-write): the element changes committed after a TID, as events in
+//! TID order (`changes`); chunks as stored; and applying a batch of such
+//! changes to a mirror pool at the source's own TIDs, in one transaction
+//! (`apply`). A pool's role (source, mirror, promoted mirror) is kept in
+//! its metadata (`role`). The stream format and its checks live in the
+//! `cairn-mirror` crate, which drives these.
+
+pub mod apply;
+pub mod changes;
+pub mod role;
+
+pub use apply::{Batch, ChunkIn};
+pub use changes::{Change, Changes, Event, StoredChunk};
+pub use role::Role;

@@ -1,0 +1,172 @@
+//! Applying a stream to a mirror pool (HAMMER's mirror-write). The header
+//! must name the mirror's source (or bind a fresh mirror to it) and start
+//! at the mirror's TID; each batch is applied in one transaction when its
+//! commit frame arrives, so an interrupted stream leaves the mirror at the
+//! TID of its last complete batch, where the next stream resumes.
+//! `check_stream` reads a whole stream without applying anything, so that
+//! a stream from a file or a pipe is refused before it changes the mirror.
+
+use crate::error::{Result, StreamError};
+use crate::frame::{FrameReader, Kind};
+use crate::records::*;
+use cairn_fs::replica::{Batch, Role};
+use cairn_fs::Fs;
+use std::collections::HashMap;
+use std::io::Read;
+
+/// What applying a stream did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub since: u64,
+    pub upto: u64,
+    pub batches: u64,
+    pub events: u64,
+    pub chunks: u64,
+}
+
+/// How a mirror takes a stream.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ApplyOptions {
+    /// Take a stream from the old source of a promoted mirror.
+    pub force: bool,
+}
+
+/// Reads every frame of a stream and checks its structure (numbering,
+/// checksums, record syntax, TID order, the end frame); returns its
+/// header.
+pub fn check_stream(input: impl Read) -> Result<Header> {
+    let mut r = FrameReader::new(input);
+    let header = read_header(&mut r)?;
+    let mut last = header.since;
+    loop {
+        let (kind, body) = r.read_frame()?;
+        match kind {
+            Kind::Tids => drop(decode_tids(&body)?),
+            Kind::Chunk => drop(decode_chunk(&body)?),
+            Kind::Event => {
+                let e = decode_event(&body)?;
+                if e.tid <= last {
+                    return Err(out_of_order(e.tid, last));
+                }
+            }
+            Kind::Snapshots => drop(decode_snapshots(&body)?),
+            Kind::Commit => last = check_commit(&body, last, &header)?,
+            Kind::End => return check_end(&body, &header, last, r.count() - 1).map(|_| header),
+            Kind::Header => return Err(StreamError::Damaged("a second header".into())),
+        }
+    }
+}
+
+/// Applies a stream to `fs`, a mirror pool.
+pub fn apply_stream(fs: &Fs, input: impl Read, opts: ApplyOptions) -> Result<ApplyReport> {
+    let mut r = FrameReader::new(input);
+    let header = read_header(&mut r)?;
+    bind(fs, &header, opts)?;
+    let mut rep = ApplyReport {
+        since: header.since,
+        upto: header.since,
+        ..ApplyReport::default()
+    };
+    let mut ids = HashMap::new();
+    let mut batch = Batch::default();
+    loop {
+        let (kind, body) = r.read_frame()?;
+        match kind {
+            Kind::Tids => batch.tids.extend(decode_tids(&body)?),
+            Kind::Chunk => batch.chunks.push(decode_chunk(&body)?),
+            Kind::Event => batch.events.push(decode_event(&body)?),
+            Kind::Snapshots => batch.snapshots = Some(decode_snapshots(&body)?),
+            Kind::Commit => {
+                batch.upto = check_commit(&body, rep.upto, &header)?;
+                batch.next_ino = decode_commit(&body)?.1;
+                rep.events += batch.events.len() as u64;
+                rep.chunks += batch.chunks.iter().filter(|c| c.data.is_some()).count() as u64;
+                rep.upto = fs.apply_batch(&std::mem::take(&mut batch), &mut ids)?;
+                rep.batches += 1;
+            }
+            Kind::End => {
+                check_end(&body, &header, rep.upto, r.count() - 1)?;
+                return Ok(rep);
+            }
+            Kind::Header => return Err(StreamError::Damaged("a second header".into())),
+        }
+    }
+}
+
+fn read_header<R: Read>(r: &mut FrameReader<R>) -> Result<Header> {
+    match r.read_frame()? {
+        (Kind::Header, body) => Header::decode(&body),
+        (k, _) => Err(StreamError::Damaged(format!(
+            "starts with a {k:?} frame, not a header"
+        ))),
+    }
+}
+
+/// Checks that the stream is for this mirror and starts where it ends;
+/// binds a fresh mirror to the stream's source.
+fn bind(fs: &Fs, h: &Header, opts: ApplyOptions) -> Result<()> {
+    let at = fs.last_tid();
+    let refuse = |why: String| Err(StreamError::Refused(why));
+    let role = fs.mirror_role()?;
+    match role {
+        Role::Normal => {
+            return refuse("the target is not a mirror pool (make one with `cairn mkfs --mirror`)".into())
+        }
+        Role::Mirror { source } | Role::Promoted { source } if source != h.source => {
+            return refuse(format!(
+                "the stream comes from pool {}, and the target mirrors pool {}",
+                uuid(&h.source),
+                uuid(&source)
+            ))
+        }
+        Role::Promoted { .. } if !opts.force => {
+            return refuse("the target was promoted from a mirror of this source to a pool of its own; a stream would overwrite its own changes (--force to allow)".into())
+        }
+        Role::Unbound if h.since != 0 => {
+            return refuse("a fresh mirror takes a full stream first (--since 0)".into())
+        }
+        Role::Unbound => fs.clear_fresh_mirror()?,
+        _ if h.since != at => {
+            return refuse(format!(
+                "the stream holds the changes after TID {:#x}, and the mirror is at TID {at:#x}: read one with --since {at:#x}",
+                h.since
+            ))
+        }
+        _ => {}
+    }
+    if role != (Role::Mirror { source: h.source }) {
+        fs.set_mirror_role(Role::Mirror { source: h.source })?;
+    }
+    Ok(())
+}
+
+fn check_commit(body: &[u8], last: u64, h: &Header) -> Result<u64> {
+    let (upto, _) = decode_commit(body)?;
+    if upto < last || upto > h.upto {
+        return Err(StreamError::Damaged(format!(
+            "a batch ends at TID {upto:#x}, after TID {last:#x}, in a stream up to {:#x}",
+            h.upto
+        )));
+    }
+    Ok(upto)
+}
+
+fn check_end(body: &[u8], h: &Header, last: u64, frames: u64) -> Result<()> {
+    let (upto, n) = decode_end(body)?;
+    if upto != h.upto || last != h.upto || n != frames {
+        return Err(StreamError::Damaged(format!(
+            "the end frame says TID {upto:#x} after {n} frames; the stream reached TID {last:#x} after {frames}"
+        )));
+    }
+    Ok(())
+}
+
+fn out_of_order(tid: u64, last: u64) -> StreamError {
+    StreamError::Damaged(format!(
+        "a change at TID {tid:#x} after a batch up to {last:#x}"
+    ))
+}
+
+pub fn uuid(b: &[u8; 16]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

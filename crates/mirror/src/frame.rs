@@ -1,0 +1,209 @@
+//! The stream's framing: every frame is `kind u8 | seq u64 | len u32 |
+//! body | crc32c u32` (little-endian; the crc covers everything before
+//! it). Frames are numbered from 0: a frame out of order, repeated or
+//! missing is refused by its number, a damaged one by its crc, and a body
+//! longer than `MAX_BODY` before anything is allocated for it.
+
+use crate::error::{Result, StreamError};
+use std::io::{Read, Write};
+
+/// The largest frame body (a chunk of at most 1 MiB and its header).
+pub const MAX_BODY: u32 = 2 << 20;
+const HEAD: usize = 1 + 8 + 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Header = 1,
+    Tids = 2,
+    Chunk = 3,
+    Event = 4,
+    Commit = 5,
+    Snapshots = 6,
+    End = 7,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        use Kind::*;
+        [Header, Tids, Chunk, Event, Commit, Snapshots, End]
+            .into_iter()
+            .find(|k| *k as u8 == b)
+    }
+}
+
+/// Writes numbered frames.
+pub struct FrameWriter<W: Write> {
+    out: W,
+    seq: u64,
+    /// Bytes written so far.
+    pub bytes: u64,
+}
+
+impl<W: Write> FrameWriter<W> {
+    pub fn new(out: W) -> Self {
+        FrameWriter {
+            out,
+            seq: 0,
+            bytes: 0,
+        }
+    }
+
+    pub fn frame(&mut self, kind: Kind, body: &[u8]) -> Result<()> {
+        assert!(body.len() <= MAX_BODY as usize, "frame body too long");
+        let mut head = Vec::with_capacity(HEAD);
+        head.push(kind as u8);
+        head.extend_from_slice(&self.seq.to_le_bytes());
+        head.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&head), body);
+        self.out.write_all(&head)?;
+        self.out.write_all(body)?;
+        self.out.write_all(&crc.to_le_bytes())?;
+        self.seq += 1;
+        self.bytes += (HEAD + body.len() + 4) as u64;
+        Ok(())
+    }
+
+    /// Frames written so far.
+    pub fn count(&self) -> u64 {
+        self.seq
+    }
+
+    pub fn flush(&mut self) -> Result<()> {
+        Ok(self.out.flush()?)
+    }
+}
+
+/// Reads numbered frames, checking each.
+pub struct FrameReader<R: Read> {
+    input: R,
+    seq: u64,
+}
+
+impl<R: Read> FrameReader<R> {
+    pub fn new(input: R) -> Self {
+        FrameReader { input, seq: 0 }
+    }
+
+    /// Frames read so far.
+    pub fn count(&self) -> u64 {
+        self.seq
+    }
+
+    /// The next frame; `Truncated` when the input ends (at or inside a
+    /// frame: a stream ends with its End frame, never by itself).
+    pub fn read_frame(&mut self) -> Result<(Kind, Vec<u8>)> {
+        let mut head = [0u8; HEAD];
+        self.fill(&mut head)?;
+        let seq = u64::from_le_bytes(head[1..9].try_into().unwrap());
+        let len = u32::from_le_bytes(head[9..13].try_into().unwrap());
+        if len > MAX_BODY {
+            return Err(StreamError::Damaged(format!(
+                "frame {} claims {len} bytes (at most {MAX_BODY})",
+                self.seq
+            )));
+        }
+        let mut body = vec![0u8; len as usize];
+        self.fill(&mut body)?;
+        let mut crc = [0u8; 4];
+        self.fill(&mut crc)?;
+        if crc32c::crc32c_append(crc32c::crc32c(&head), &body) != u32::from_le_bytes(crc) {
+            return Err(StreamError::Damaged(format!(
+                "frame {}: checksum mismatch",
+                self.seq
+            )));
+        }
+        if seq != self.seq {
+            return Err(StreamError::Damaged(format!(
+                "frame {seq} where frame {} was due (frames reordered, repeated or missing)",
+                self.seq
+            )));
+        }
+        let kind = Kind::from_u8(head[0]).ok_or_else(|| {
+            StreamError::Damaged(format!("frame {seq}: unknown kind {}", head[0]))
+        })?;
+        self.seq += 1;
+        Ok((kind, body))
+    }
+
+    fn fill(&mut self, buf: &mut [u8]) -> Result<()> {
+        let mut at = 0;
+        while at < buf.len() {
+            match self.input.read(&mut buf[at..]) {
+                Ok(0) => return Err(StreamError::Truncated(self.seq)),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A cursor over a frame body that refuses to read past its end.
+pub struct Body<'a> {
+    b: &'a [u8],
+    what: &'static str,
+}
+
+impl<'a> Body<'a> {
+    pub fn new(b: &'a [u8], what: &'static str) -> Self {
+        Body { b, what }
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
+        if n > self.b.len() {
+            return Err(StreamError::Damaged(format!(
+                "{} frame too short",
+                self.what
+            )));
+        }
+        let (a, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(a)
+    }
+
+    pub fn u8(&mut self) -> Result<u8> {
+        Ok(self.bytes(1)?[0])
+    }
+
+    pub fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.bytes(2)?.try_into().unwrap()))
+    }
+
+    pub fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
+    }
+
+    pub fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
+    }
+
+    /// A count of items each at least `min` bytes long, checked against
+    /// what is left (no allocation beyond what the body can hold).
+    pub fn count(&mut self, min: usize) -> Result<usize> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min) > self.b.len() {
+            return Err(StreamError::Damaged(format!(
+                "{} frame: bad count {n}",
+                self.what
+            )));
+        }
+        Ok(n)
+    }
+
+    pub fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.b)
+    }
+
+    /// Fails if bytes are left over.
+    pub fn done(&self) -> Result<()> {
+        match self.b.is_empty() {
+            true => Ok(()),
+            false => Err(StreamError::Damaged(format!(
+                "{} frame too long",
+                self.what
+            ))),
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Mirror streams (HAMMER's mirror-read / mirror-write): a pool's changes
+//! after a TID, read as a versioned, framed and checksummed stream bound
+//! to the source pool and its TID range, and applied to a mirror pool at
+//! the source's own TIDs, batch by batch. The filesystem layer gives the
+//! changes and applies them (`cairn_fs::replica`); this crate is the
+//! stream: its format (`frame`, `records`), reading it out of a source
+//! (`read`) and applying it to a mirror (`apply`).
+
+pub mod apply;
+pub mod error;
+pub mod frame;
+pub mod read;
+pub mod records;
+
+pub use apply::{apply_stream, check_stream, ApplyOptions, ApplyReport};
+pub use error::{Result, StreamError};
+pub use read::{read_stream, read_stream_limited, Limits, ReadReport};

@@ -1,0 +1,201 @@
+//! The bodies of the stream's frames (docs/FORMAT.md, "Mirror streams"),
+//! each with its encoder and a decoder that checks every length.
+
+use crate::error::{Result, StreamError};
+use crate::frame::Body;
+use cairn_fs::replica::{Change, ChunkIn, Event, StoredChunk};
+
+/// Format version of streams written now.
+pub const VERSION: u16 = 1;
+const MAGIC: &[u8; 8] = b"cairn-ms";
+
+/// What the stream is: whose changes, after and up to which TID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub source: [u8; 16],
+    pub since: u64,
+    pub upto: u64,
+}
+
+impl Header {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(42);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&self.source);
+        b.extend_from_slice(&self.since.to_le_bytes());
+        b.extend_from_slice(&self.upto.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Header> {
+        let mut c = Body::new(b, "header");
+        if c.bytes(8)? != MAGIC {
+            return Err(StreamError::Damaged("not a Cairn mirror stream".into()));
+        }
+        let v = c.u16()?;
+        if v != VERSION {
+            return Err(StreamError::Refused(format!(
+                "stream format version {v}; this cairn reads version {VERSION}"
+            )));
+        }
+        let source = c.bytes(16)?.try_into().unwrap();
+        let (since, upto) = (c.u64()?, c.u64()?);
+        c.done()?;
+        if since > upto {
+            return Err(StreamError::Damaged(format!(
+                "TID range {since:#x}..{upto:#x}"
+            )));
+        }
+        Ok(Header {
+            source,
+            since,
+            upto,
+        })
+    }
+}
+
+pub fn encode_tids(tids: &[(u64, u64)]) -> Vec<u8> {
+    let mut b = (tids.len() as u32).to_le_bytes().to_vec();
+    for (t, time) in tids {
+        b.extend_from_slice(&t.to_le_bytes());
+        b.extend_from_slice(&time.to_le_bytes());
+    }
+    b
+}
+
+pub fn decode_tids(b: &[u8]) -> Result<Vec<(u64, u64)>> {
+    let mut c = Body::new(b, "tids");
+    let n = c.count(16)?;
+    let v = (0..n)
+        .map(|_| Ok((c.u64()?, c.u64()?)))
+        .collect::<Result<_>>()?;
+    c.done()?;
+    Ok(v)
+}
+
+pub fn encode_chunk(c: &ChunkIn) -> Vec<u8> {
+    let data = c.data.as_ref();
+    let mut b = Vec::with_capacity(46 + data.map_or(0, |d| d.stored.len()));
+    b.extend_from_slice(&c.src.to_le_bytes());
+    b.extend_from_slice(&c.hash);
+    b.push(data.is_some() as u8);
+    if let Some(d) = data {
+        b.push(d.method);
+        b.extend_from_slice(&d.raw_len.to_le_bytes());
+        b.extend_from_slice(&d.stored);
+    }
+    b
+}
+
+pub fn decode_chunk(b: &[u8]) -> Result<ChunkIn> {
+    let mut c = Body::new(b, "chunk");
+    let src = c.u64()?;
+    let hash: [u8; 32] = c.bytes(32)?.try_into().unwrap();
+    let data = match c.u8()? {
+        0 => None,
+        1 => Some(StoredChunk {
+            hash,
+            method: c.u8()?,
+            raw_len: c.u32()?,
+            stored: c.rest().to_vec(),
+        }),
+        n => return Err(StreamError::Damaged(format!("chunk frame: flag {n}"))),
+    };
+    c.done()?;
+    Ok(ChunkIn { src, hash, data })
+}
+
+pub fn encode_event(e: &Event) -> Vec<u8> {
+    let payload: &[u8] = match &e.change {
+        Change::Create(p) => p,
+        Change::End => &[],
+    };
+    let mut b = Vec::with_capacity(19 + e.key.len() + payload.len());
+    b.extend_from_slice(&e.tid.to_le_bytes());
+    b.extend_from_slice(&e.create_tid.to_le_bytes());
+    b.push(matches!(e.change, Change::Create(_)) as u8);
+    b.extend_from_slice(&(e.key.len() as u16).to_le_bytes());
+    b.extend_from_slice(&e.key);
+    b.extend_from_slice(payload);
+    b
+}
+
+pub fn decode_event(b: &[u8]) -> Result<Event> {
+    let mut c = Body::new(b, "event");
+    let (tid, create_tid) = (c.u64()?, c.u64()?);
+    let create = c.u8()?;
+    let key_len = c.u16()? as usize;
+    let key = c.bytes(key_len)?.to_vec();
+    let change = match create {
+        0 => Change::End,
+        1 => Change::Create(c.rest().to_vec()),
+        n => return Err(StreamError::Damaged(format!("event frame: change {n}"))),
+    };
+    c.done()?;
+    let ordered = match change {
+        Change::End => create_tid < tid,
+        Change::Create(_) => create_tid == tid,
+    };
+    if !ordered || key.is_empty() {
+        return Err(StreamError::Damaged(format!(
+            "event at TID {tid:#x} for an element created at {create_tid:#x}"
+        )));
+    }
+    Ok(Event {
+        tid,
+        key,
+        create_tid,
+        change,
+    })
+}
+
+/// A batch ends: the mirror's TID becomes `upto`.
+pub fn encode_commit(upto: u64, next_ino: u64) -> Vec<u8> {
+    [upto.to_le_bytes(), next_ino.to_le_bytes()].concat()
+}
+
+pub fn decode_commit(b: &[u8]) -> Result<(u64, u64)> {
+    let mut c = Body::new(b, "commit");
+    let v = (c.u64()?, c.u64()?);
+    c.done()?;
+    Ok(v)
+}
+
+pub fn encode_snapshots(snaps: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut b = (snaps.len() as u32).to_le_bytes().to_vec();
+    for (name, rec) in snaps {
+        b.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        b.extend_from_slice(name.as_bytes());
+        b.extend_from_slice(&(rec.len() as u32).to_le_bytes());
+        b.extend_from_slice(rec);
+    }
+    b
+}
+
+pub fn decode_snapshots(b: &[u8]) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut c = Body::new(b, "snapshots");
+    let n = c.count(6)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = c.u16()? as usize;
+        let name = String::from_utf8(c.bytes(len)?.to_vec())
+            .map_err(|_| StreamError::Damaged("snapshot name is not UTF-8".into()))?;
+        let len = c.u32()? as usize;
+        v.push((name, c.bytes(len)?.to_vec()));
+    }
+    c.done()?;
+    Ok(v)
+}
+
+/// The stream's last frame: its final TID and the number of frames before.
+pub fn encode_end(upto: u64, frames: u64) -> Vec<u8> {
+    [upto.to_le_bytes(), frames.to_le_bytes()].concat()
+}
+
+pub fn decode_end(b: &[u8]) -> Result<(u64, u64)> {
+    let mut c = Body::new(b, "end");
+    let v = (c.u64()?, c.u64()?);
+    c.done()?;
+    Ok(v)
+}

@@ -1,0 +1,221 @@
+//! Mirror streams through the Fs API: the crash sweep's seeded workload
+//! (creates, overwrites, truncates, renames, links, unlinks, snapshots,
+//! prune, gc, reblock, dedup hits) on a source, a full stream to a fresh
+//! mirror, then more changes and an incremental stream; after each, the
+//! mirror's tree, every snapshot's tree and hash, and the tree at every
+//! TID both still hold are the source's. Bad streams (truncated at every
+//! frame boundary and inside frames, a flipped byte, another pool's, one
+//! applied twice, one that does not start at the mirror's TID) are refused;
+//! a truncated one leaves the mirror at its last complete batch, from
+//! which the next stream resumes.
+
+#[path = "../../fs/tests/common/workload.rs"]
+mod workload;
+
+use cairn_fs::replica::Role;
+use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, SnapshotKind, ROOT_INO};
+use cairn_mirror::{apply_stream, check_stream, read_stream, ApplyOptions, StreamError};
+use std::path::Path;
+use std::sync::Arc;
+
+fn pool(dir: &Path, name: &str, mirror: bool) -> Arc<Fs> {
+    let p = dir.join(name);
+    let o = MkfsOptions {
+        sparse: true,
+        mirror,
+        ..MkfsOptions::default()
+    };
+    mkfs(&p, o).unwrap();
+    Fs::open(Pool::open(&p, None).unwrap()).unwrap()
+}
+
+fn stream(src: &Fs, since: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    read_stream(src, since, &mut out, &|_| false).unwrap();
+    out
+}
+
+/// The mirror equals the source now, at every snapshot, and at every TID
+/// after `from` that both can show.
+fn assert_mirrors(src: &Fs, dst: &Fs, from: u64) {
+    assert_eq!(dst.last_tid(), src.last_tid());
+    let (want, got) = (workload::read_tree(src), workload::read_tree(dst));
+    assert!(
+        workload::same(&want, &got),
+        "{}",
+        workload::diff(&want, &got)
+    );
+    let names = |fs: &Fs| -> Vec<(String, u64)> {
+        fs.snapshots()
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.name, s.tid))
+            .collect()
+    };
+    assert_eq!(names(src), names(dst));
+    for (name, tid) in names(src) {
+        let (a, b) = (
+            src.snapshot_verify(&name).unwrap(),
+            dst.snapshot_verify(&name).unwrap(),
+        );
+        assert!(a.matches && b.matches, "{name}");
+        assert_eq!(a.computed, b.computed, "snapshot {name} hash");
+        let (want, got) = (
+            workload::read_tree_at(src, tid),
+            workload::read_tree_at(dst, tid),
+        );
+        assert!(
+            workload::same(&want, &got),
+            "{name}: {}",
+            workload::diff(&want, &got)
+        );
+    }
+    for tid in from..=src.last_tid() {
+        if src.asof_lookup(ROOT_INO, tid, b"a").is_err() {
+            continue;
+        }
+        let (want, got) = (
+            workload::read_tree_at(src, tid),
+            workload::read_tree_at(dst, tid),
+        );
+        assert!(
+            workload::same(&want, &got),
+            "TID {tid}: {}",
+            workload::diff(&want, &got)
+        );
+    }
+}
+
+/// Changes of every kind after the workload, committed in several TIDs.
+fn more_changes(fs: &Fs, round: u8) {
+    let a = fs.lookup(ROOT_INO, b"a").unwrap().ino;
+    let b = fs.lookup(ROOT_INO, b"b").unwrap().ino;
+    let f = fs
+        .create(Ctx::ROOT, a, format!("new{round}").as_bytes(), 0o644)
+        .unwrap();
+    fs.write(f.ino, 0, &vec![round; 200_000]).unwrap();
+    fs.flush().unwrap();
+    fs.write(f.ino, 70_000, b"patched in place").unwrap();
+    fs.link(f.ino, b, format!("link{round}").as_bytes())
+        .unwrap();
+    fs.flush().unwrap();
+    for e in fs
+        .readdir(b, 0, 100)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name.starts_with(b"f"))
+        .take(1)
+    {
+        fs.unlink(b, &e.name).unwrap();
+    }
+    fs.snapshot_create(&format!("round{round}"), SnapshotKind::Named)
+        .unwrap();
+    fs.flush().unwrap();
+}
+
+#[test]
+fn full_and_incremental_streams_reproduce_the_source_and_its_history() {
+    let d = tempfile::tempdir().unwrap();
+    let src = pool(d.path(), "src", false);
+    workload::run(&src, 11, 150, &|| 0);
+    src.flush().unwrap();
+    let dst = pool(d.path(), "dst", true);
+    let full = stream(&src, 0);
+    check_stream(&full[..]).unwrap();
+    let rep = apply_stream(&dst, &full[..], ApplyOptions::default()).unwrap();
+    assert!(rep.events > 0 && rep.chunks > 0, "{rep:?}");
+    assert_eq!(
+        dst.mirror_role().unwrap(),
+        Role::Mirror {
+            source: src.pool().sb.uuid
+        }
+    );
+    assert_mirrors(&src, &dst, 1);
+    for round in 1..=3 {
+        let since = dst.last_tid();
+        more_changes(&src, round);
+        let inc = stream(&src, since);
+        assert!(
+            inc.len() < full.len(),
+            "incremental {} >= full {}",
+            inc.len(),
+            full.len()
+        );
+        apply_stream(&dst, &inc[..], ApplyOptions::default()).unwrap();
+        assert_mirrors(&src, &dst, since);
+        // The same stream again does not start where the mirror is now.
+        let e = apply_stream(&dst, &inc[..], ApplyOptions::default()).unwrap_err();
+        assert!(matches!(e, StreamError::Refused(_)), "{e}");
+    }
+    // An unchanged source gives an empty stream that changes nothing.
+    let none = stream(&src, dst.last_tid());
+    apply_stream(&dst, &none[..], ApplyOptions::default()).unwrap();
+    assert_mirrors(&src, &dst, 1);
+    drop(dst);
+    let dst = Fs::open(Pool::open(&d.path().join("dst"), None).unwrap()).unwrap();
+    assert!(cairn_fs::maintenance::check::check_pool(dst.pool())
+        .unwrap()
+        .problems
+        .is_empty());
+}
+
+#[test]
+fn bad_streams_are_refused_and_a_cut_one_resumes() {
+    let d = tempfile::tempdir().unwrap();
+    let src = pool(d.path(), "src", false);
+    workload::run(&src, 5, 80, &|| 0);
+    src.flush().unwrap();
+    let full = stream(&src, 0);
+    // Cut anywhere: the check refuses it.
+    for cut in (0..full.len()).step_by(full.len() / 97 + 1) {
+        assert!(check_stream(&full[..cut]).is_err(), "cut at {cut}");
+    }
+    // A flipped byte anywhere: refused.
+    for at in (0..full.len()).step_by(full.len() / 53 + 1) {
+        let mut bad = full.clone();
+        bad[at] ^= 0x40;
+        assert!(check_stream(&bad[..]).is_err(), "flipped byte {at}");
+    }
+    // Another pool's stream into a mirror of this one: refused, unchanged.
+    let other = pool(d.path(), "other", false);
+    let f = other.create(Ctx::ROOT, ROOT_INO, b"x", 0o644).unwrap();
+    other.write(f.ino, 0, b"other pool").unwrap();
+    other.flush().unwrap();
+    let dst = pool(d.path(), "dst", true);
+    apply_stream(&dst, &full[..], ApplyOptions::default()).unwrap();
+    let at = dst.last_tid();
+    let foreign = stream(&other, at.min(other.last_tid()));
+    let e = apply_stream(&dst, &foreign[..], ApplyOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("comes from pool"), "{e}");
+    assert_eq!(dst.last_tid(), at);
+    // A normal pool takes no stream.
+    let e = apply_stream(&other, &full[..], ApplyOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("not a mirror"), "{e}");
+    // An incremental stream cut inside: the mirror stops at a complete
+    // batch, consistent, and the next stream from there completes it.
+    more_changes(&src, 1);
+    more_changes(&src, 2);
+    let mut inc = Vec::new();
+    let small = cairn_mirror::Limits {
+        bytes: 1 << 20,
+        events: 4,
+    };
+    let rep = cairn_mirror::read_stream_limited(&src, at, &mut inc, &|_| false, small).unwrap();
+    assert!(rep.batches >= 3, "{rep:?}");
+    let cut = &inc[..inc.len() * 2 / 3];
+    assert!(matches!(
+        apply_stream(&dst, cut, ApplyOptions::default()),
+        Err(StreamError::Truncated(_))
+    ));
+    let mid = dst.last_tid();
+    assert!(mid > at && mid < src.last_tid(), "{at} {mid}");
+    let (want, got) = (workload::read_tree_at(&src, mid), workload::read_tree(&dst));
+    assert!(
+        workload::same(&want, &got),
+        "{}",
+        workload::diff(&want, &got)
+    );
+    let rest = stream(&src, mid);
+    apply_stream(&dst, &rest[..], ApplyOptions::default()).unwrap();
+    assert_mirrors(&src, &dst, at);
+}
