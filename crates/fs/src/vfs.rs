@@ -146,7 +146,9 @@ impl Fs {
             }
         }
         let orphans = fs.meta()?.orphans()?;
-        if !orphans.is_empty() {
+        // A mirror's orphans are its source's (still open there): they go
+        // when the source's stream ends them, never by a commit here.
+        if !orphans.is_empty() && !fs.mirror_role()?.is_mirror() {
             tracing::info!(
                 "removing {} orphaned inode(s) left by a crash",
                 orphans.len()

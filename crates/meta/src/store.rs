@@ -473,6 +473,7 @@ impl MetaStore {
                     devices: txn.open_table(DEVICES).map_err(MetaError::from)?,
                     snapshots: txn.open_table(SNAPSHOTS).map_err(MetaError::from)?,
                     dedup: txn.open_table(DEDUP).map_err(MetaError::from)?,
+                    gone: txn.open_table(GONE).map_err(MetaError::from)?,
                 };
                 let r = f(&mut w)?;
                 // Counts write transactions: of two metadata copies that
@@ -754,6 +755,22 @@ impl MetaRead {
         })
     }
 
+    /// (delete_tid, key, create_tid) of the ended elements removed without
+    /// history (`note_gone`) that ended after `since`.
+    pub fn gone_after(&self, since: u64) -> Result<Vec<(u64, Vec<u8>, u64)>> {
+        guarded(|| {
+            let t = self.txn.open_table(GONE)?;
+            let mut out = Vec::new();
+            for r in t.range((since.saturating_add(1), &[][..])..)? {
+                let (k, _) = r?;
+                let (tid, hk) = k.value();
+                let (key, create) = split_hist_key(hk)?;
+                out.push((tid, key.0, create));
+            }
+            Ok(out)
+        })
+    }
+
     /// (tid, commit time ns) of every commit after `since`, in order.
     pub fn tids_after(&self, since: u64) -> Result<Vec<(u64, u64)>> {
         guarded(|| {
@@ -786,6 +803,7 @@ pub struct MetaWrite<'t> {
     devices: Table<'t, u32, &'static [u8]>,
     snapshots: Table<'t, &'static str, &'static [u8]>,
     dedup: Table<'t, [u8; 6], [u8; 6]>,
+    gone: Table<'t, (u64, &'static [u8]), ()>,
 }
 
 impl MetaWrite<'_> {
@@ -934,6 +952,28 @@ impl MetaWrite<'_> {
         let hk = hist_key(e.key.as_bytes(), e.create_tid);
         self.ends.remove((e.delete_tid, hk.as_slice()))?;
         Ok(self.hist.remove(hk.as_slice())?.is_some())
+    }
+
+    /// Notes that ended element `e` was removed before the prune horizon
+    /// (no history kept for it): mirror streams still send its end.
+    pub fn note_gone(&mut self, e: &Element) -> Result<()> {
+        let hk = hist_key(e.key.as_bytes(), e.create_tid);
+        self.gone.insert((e.delete_tid, hk.as_slice()), ())?;
+        Ok(())
+    }
+
+    /// Forgets the notes of elements that ended at or before `cutoff`
+    /// (streams from before it are refused anyway: the prune horizon).
+    pub fn forget_gone(&mut self, cutoff: u64) -> Result<()> {
+        let old: Vec<(u64, Vec<u8>)> = self
+            .gone
+            .range((0, &[][..])..=(cutoff, &[0xffu8; 64][..]))?
+            .map(|r| r.map(|(k, _)| (k.value().0, k.value().1.to_vec())))
+            .collect::<std::result::Result<_, _>>()?;
+        for (t, k) in old {
+            self.gone.remove((t, k.as_slice()))?;
+        }
+        Ok(())
     }
 
     /// Live elements with this prefix (for deleting a whole object).

@@ -16,6 +16,9 @@ pub const SEGMENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("segments
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters_v1");
 /// Commit log: tid -> unix time of the commit in nanoseconds.
 pub const TIDS: TableDefinition<u64, u64> = TableDefinition::new("tids_v1");
+/// Ended elements removed without history (nohistory objects): (delete
+/// TID, history key), so that mirror streams still send their ends.
+pub const GONE: TableDefinition<(u64, &[u8]), ()> = TableDefinition::new("gone_v1");
 /// Inodes with no links that were still open: removed at next mount.
 pub const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans_v1");
 /// Devices of the pool: device id -> JSON description (versioned).

@@ -50,6 +50,7 @@ pub fn check_stream(input: impl Read) -> Result<Header> {
                 }
             }
             Kind::Snapshots => drop(decode_snapshots(&body)?),
+            Kind::Orphans => drop(decode_orphans(&body)?),
             Kind::Commit => last = check_commit(&body, last, &header)?,
             Kind::End => return check_end(&body, &header, last, r.count() - 1).map(|_| header),
             Kind::Header => return Err(StreamError::Damaged("a second header".into())),
@@ -76,6 +77,7 @@ pub fn apply_stream(fs: &Fs, input: impl Read, opts: ApplyOptions) -> Result<App
             Kind::Chunk => batch.chunks.push(decode_chunk(&body)?),
             Kind::Event => batch.events.push(decode_event(&body)?),
             Kind::Snapshots => batch.snapshots = Some(decode_snapshots(&body)?),
+            Kind::Orphans => batch.orphans = Some(decode_orphans(&body)?),
             Kind::Commit => {
                 batch.upto = check_commit(&body, rep.upto, &header)?;
                 batch.next_ino = decode_commit(&body)?.1;

@@ -21,12 +21,13 @@ pub enum Kind {
     Commit = 5,
     Snapshots = 6,
     End = 7,
+    Orphans = 8,
 }
 
 impl Kind {
     fn from_u8(b: u8) -> Option<Kind> {
         use Kind::*;
-        [Header, Tids, Chunk, Event, Commit, Snapshots, End]
+        [Header, Tids, Chunk, Event, Commit, Snapshots, End, Orphans]
             .into_iter()
             .find(|k| *k as u8 == b)
     }

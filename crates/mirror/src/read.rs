@@ -98,6 +98,7 @@ pub fn read_stream_limited(
         }
         if end == c.events.len() {
             w.frame(Kind::Snapshots, &encode_snapshots(&c.snapshots))?;
+            w.frame(Kind::Orphans, &encode_orphans(&c.orphans))?;
         }
         w.frame(Kind::Commit, &encode_commit(upto, c.next_ino))?;
         rep.events += (end - i) as u64;

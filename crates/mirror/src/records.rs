@@ -199,3 +199,20 @@ pub fn decode_end(b: &[u8]) -> Result<(u64, u64)> {
     c.done()?;
     Ok(v)
 }
+
+/// Inodes unlinked while still open on the source.
+pub fn encode_orphans(inos: &[u64]) -> Vec<u8> {
+    let mut b = (inos.len() as u32).to_le_bytes().to_vec();
+    for i in inos {
+        b.extend_from_slice(&i.to_le_bytes());
+    }
+    b
+}
+
+pub fn decode_orphans(b: &[u8]) -> Result<Vec<u64>> {
+    let mut c = Body::new(b, "orphans");
+    let n = c.count(8)?;
+    let v = (0..n).map(|_| c.u64()).collect::<Result<_>>()?;
+    c.done()?;
+    Ok(v)
+}

@@ -219,3 +219,50 @@ fn bad_streams_are_refused_and_a_cut_one_resumes() {
     apply_stream(&dst, &rest[..], ApplyOptions::default()).unwrap();
     assert_mirrors(&src, &dst, at);
 }
+
+#[test]
+fn ends_of_objects_without_history_reach_the_mirror() {
+    let d = tempfile::tempdir().unwrap();
+    let src = pool(d.path(), "src", false);
+    let dir = src.mkdir(Ctx::ROOT, ROOT_INO, b"db", 0o755).unwrap();
+    let nohist = cairn_fs::history::nohistory::XATTR;
+    src.setxattr(dir.ino, nohist, b"1", cairn_fs::XattrMode::Any)
+        .unwrap();
+    let f = src.create(Ctx::ROOT, dir.ino, b"table", 0o644).unwrap();
+    src.write(f.ino, 0, &[7u8; 300_000]).unwrap();
+    let g = src.create(Ctx::ROOT, dir.ino, b"log", 0o644).unwrap();
+    src.write(g.ino, 0, b"first").unwrap();
+    src.flush().unwrap();
+    let dst = pool(d.path(), "dst", true);
+    apply_stream(&dst, &stream(&src, 0)[..], ApplyOptions::default()).unwrap();
+    // Overwrite one file, delete the other: their old elements are
+    // removed from the source at once (no history).
+    let since = dst.last_tid();
+    src.write(f.ino, 65_536, &[9u8; 70_000]).unwrap();
+    src.unlink(dir.ino, b"log").unwrap();
+    src.flush().unwrap();
+    apply_stream(&dst, &stream(&src, since)[..], ApplyOptions::default()).unwrap();
+    let mdir = dst.lookup(ROOT_INO, b"db").unwrap().ino;
+    assert!(
+        dst.lookup(mdir, b"log").is_err(),
+        "a deleted file stayed on the mirror"
+    );
+    let mf = dst.lookup(mdir, b"table").unwrap().ino;
+    assert_eq!(
+        dst.read(mf, 0, 400_000).unwrap(),
+        src.read(f.ino, 0, 400_000).unwrap()
+    );
+    let names: Vec<Vec<u8>> = dst
+        .readdir(mdir, 0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    drop(dst);
+    let dst = Fs::open(Pool::open(&d.path().join("dst"), None).unwrap()).unwrap();
+    let problems = cairn_fs::maintenance::check::check_pool(dst.pool())
+        .unwrap()
+        .problems;
+    assert!(problems.is_empty(), "{problems:?}");
+}

@@ -101,6 +101,7 @@ impl Fs {
         }
         for v in &victims {
             w.remove_ended(v)?;
+            w.note_gone(v)?;
         }
         self.release_elements(w, &victims, touched, freed)?;
         Ok(())

@@ -115,6 +115,9 @@ impl Fs {
             .collect::<Result<Vec<u64>>>()?;
         retained.sort_unstable();
         let removed = w.prune(from, cutoff, &retained, dry_run)?;
+        if !dry_run {
+            w.forget_gone(cutoff)?;
+        }
         let mut out = Pruned {
             elements: removed.len() as u64,
             ..Pruned::default()

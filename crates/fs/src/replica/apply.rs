@@ -34,6 +34,9 @@ pub struct Batch {
     pub next_ino: u64,
     /// The source's snapshots, replacing the mirror's (the last batch).
     pub snapshots: Option<Vec<(String, Vec<u8>)>>,
+    /// The source's orphans (inodes unlinked while open), replacing the
+    /// mirror's (the last batch).
+    pub orphans: Option<Vec<u64>>,
 }
 
 /// Source chunk ids and where each is on the mirror.
@@ -59,6 +62,7 @@ impl Fs {
         }
         let (locals, mut touched) = self.store_chunks(b)?;
         let mut freed = Vec::new();
+        let old_orphans = self.meta()?.orphans()?;
         let r = self.pool.meta.write(|w| {
             self.map_chunks(w, locals, ids)?;
             let ended = apply_events(self, w, &b.events, ids, &mut touched)?;
@@ -73,6 +77,14 @@ impl Fs {
             w.set_counter("last_tid", b.upto)?;
             if let Some(snaps) = &b.snapshots {
                 replace_snapshots(w, snaps)?;
+            }
+            if let Some(orphans) = &b.orphans {
+                for ino in old_orphans.iter().filter(|i| !orphans.contains(i)) {
+                    w.remove_orphan(*ino)?;
+                }
+                for ino in orphans {
+                    w.add_orphan(*ino)?;
+                }
             }
             self.store_segments(w, &touched)
         });

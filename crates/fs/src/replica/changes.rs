@@ -50,6 +50,8 @@ pub struct Changes {
     /// (tid, commit time ns) of the commits after `since`.
     pub tids: Vec<(u64, u64)>,
     pub snapshots: Vec<(String, Vec<u8>)>,
+    /// Inodes unlinked while open (their elements stay live until closed).
+    pub orphans: Vec<u64>,
     pub next_ino: u64,
     /// Chunks that elements visible at `since` name: a mirror at `since`
     /// holds them, so a stream need not carry their bytes.
@@ -88,6 +90,7 @@ impl Fs {
             upto,
             tids: r.tids_after(since)?,
             snapshots: r.snapshots()?,
+            orphans: r.orphans()?,
             next_ino: r.counter("next_ino")?,
             ..Changes::default()
         };
@@ -101,6 +104,17 @@ impl Fs {
         r.for_each_hist(&mut each)?;
         if let Some(e) = fail {
             return Err(e);
+        }
+        // Ends of nohistory objects' elements, removed at their commit.
+        for (tid, key, create_tid) in r.gone_after(since)? {
+            if create_tid <= since {
+                c.events.push(Event {
+                    tid,
+                    key,
+                    create_tid,
+                    change: Change::End,
+                });
+            }
         }
         let end_first = |e: &Event| matches!(e.change, Change::Create(_));
         c.events.sort_by_key(|e| (e.tid, end_first(e)));
