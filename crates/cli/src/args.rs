@@ -93,6 +93,16 @@ pub enum MirrorCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Keep a mirror following its source: copy each new commit as it
+    /// comes, retrying after errors (a source or mirror gone for a while),
+    /// with a line per step showing the mirror's lag. Stops on a signal.
+    Stream {
+        src: PathBuf,
+        dst: PathBuf,
+        /// Seconds between looks at the source's TID.
+        #[arg(long, default_value = "0.5")]
+        interval: f64,
+    },
     /// A pool's mirror role, TID, and for a mirror its source.
     Status(TargetArgs),
     /// Make a mirror a normal writable pool (failover).

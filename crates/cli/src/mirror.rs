@@ -41,37 +41,7 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             Ok(())
         }
         MirrorCmd::Copy { src, dst, json } => {
-            let at = call(&dst, Request::MirrorStatus)?;
-            let from = call(&src, Request::MirrorStatus)?;
-            if at["source"].is_string() && at["source"] != from["uuid"] {
-                anyhow::bail!(
-                    "{} comes from pool {}, and {} mirrors pool {}",
-                    src.display(),
-                    from["uuid"].as_str().unwrap_or("?"),
-                    dst.display(),
-                    at["source"].as_str().unwrap_or("?")
-                );
-            }
-            if at["role"] == "promoted" || at["role"] == "pool" {
-                anyhow::bail!(
-                    "{} is not a mirror (role: {}): a promoted mirror has changes of its own that a copy would overwrite",
-                    dst.display(),
-                    at["role"].as_str().unwrap_or("?")
-                );
-            }
-            let since = at["tid"].as_u64().unwrap_or(0);
-            let since = if at["role"] == "unbound" { 0 } else { since };
-            let dir = private_dir()?;
-            let file = dir.path().join("stream");
-            let r = call(&src, read_req(since, &file))?;
-            let w = call(
-                &dst,
-                Request::MirrorWrite {
-                    path: text(&file),
-                    force: false,
-                },
-            )?;
-            let v = json!({ "read": r, "write": w });
+            let v = copy(&src, &dst)?;
             print(&v, json, |v| {
                 format!(
                     "{}\n{}",
@@ -81,6 +51,7 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             });
             Ok(())
         }
+        MirrorCmd::Stream { src, dst, interval } => follow(&src, &dst, interval),
         MirrorCmd::Status(t) => {
             let v = call(&t.target, Request::MirrorStatus)?;
             print(&v, t.json, |v| {
@@ -107,6 +78,88 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Brings the mirror `dst` up to date with `src`: the changes after the
+/// mirror's TID, through a file in a private directory.
+fn copy(src: &Path, dst: &Path) -> Result<Value> {
+    let at = call(dst, Request::MirrorStatus)?;
+    let from = call(src, Request::MirrorStatus)?;
+    if at["role"] == "promoted" || at["role"] == "pool" {
+        anyhow::bail!(
+            "{} is not a mirror (role: {}): a promoted mirror has changes of its own that a copy would overwrite",
+            dst.display(),
+            at["role"].as_str().unwrap_or("?")
+        );
+    }
+    if at["source"].is_string() && at["source"] != from["uuid"] {
+        anyhow::bail!(
+            "{} comes from pool {}, and {} mirrors pool {}",
+            src.display(),
+            from["uuid"].as_str().unwrap_or("?"),
+            dst.display(),
+            at["source"].as_str().unwrap_or("?")
+        );
+    }
+    let since = match at["role"] == "unbound" {
+        true => 0,
+        false => at["tid"].as_u64().unwrap_or(0),
+    };
+    let dir = private_dir()?;
+    let file = dir.path().join("stream");
+    let r = call(src, read_req(since, &file))?;
+    let w = call(
+        dst,
+        Request::MirrorWrite {
+            path: text(&file),
+            force: false,
+        },
+    )?;
+    Ok(json!({ "read": r, "write": w }))
+}
+
+/// `mirror stream`: copies whenever the source's TID moves; an error is
+/// shown and retried at the next look (a pool being remounted, a mirror
+/// disk gone for a while), so the mirror resumes at its own TID.
+fn follow(src: &Path, dst: &Path, interval: f64) -> Result<()> {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let pause = std::time::Duration::from_secs_f64(interval.max(0.05));
+    let mut failing = false;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let tids = || -> Result<(u64, u64)> {
+            let s = call(src, Request::MirrorStatus)?;
+            let d = call(dst, Request::MirrorStatus)?;
+            Ok((
+                s["tid"].as_u64().unwrap_or(0),
+                d["tid"].as_u64().unwrap_or(0),
+            ))
+        };
+        let step = tids().and_then(|(s, d)| match s != d {
+            true => copy(src, dst).map(|v| Some((s, v))),
+            false => Ok(None),
+        });
+        match step {
+            Ok(Some((s, v))) => {
+                failing = false;
+                eprintln!(
+                    "mirror at TID {:#x} (source {s:#x}): {}",
+                    v["write"]["upto"].as_u64().unwrap_or(0),
+                    describe_write(&v["write"])
+                );
+            }
+            Ok(None) => failing = false,
+            Err(e) if !failing => {
+                failing = true;
+                eprintln!("cairn: mirror stream: {e:#}; retrying");
+            }
+            Err(_) => {}
+        }
+        std::thread::sleep(pause);
+    }
+    Ok(())
 }
 
 fn read_req(since: u64, path: &Path) -> Request {

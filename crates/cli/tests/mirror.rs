@@ -177,3 +177,55 @@ fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
     src.check();
     dst.check();
 }
+
+/// `cairn mirror stream` keeps a mounted mirror following a mounted
+/// source: each commit shows on the mirror's mount within seconds, and a
+/// mirror remounted meanwhile (the stream's copies fail for a moment)
+/// catches up after.
+#[test]
+fn a_stream_keeps_a_mounted_mirror_following_its_source() {
+    let src = Fs::new();
+    let mut dst = Fs::create();
+    dst.mkfs(&["--mirror"]);
+    dst.mount();
+    let (mut child, _out, err) = spawn_cairn(&[
+        os("mirror"),
+        os("stream"),
+        src.mnt.as_os_str(),
+        dst.mnt.as_os_str(),
+        os("--interval"),
+        os("0.2"),
+    ]);
+    for round in 0..4u64 {
+        let name = format!("f{round}");
+        let data = pattern(round + 7, 100_000 * round as usize + 10);
+        fs::write(src.p(&name), &data).unwrap();
+        if round == 2 {
+            fs::remove_file(src.p("f0")).unwrap();
+        }
+        sync_tid(&src.mnt);
+        let seen = eventually(std::time::Duration::from_secs(5), || {
+            fs::read(dst.p(&name)).is_ok_and(|d| d == data)
+        });
+        assert!(seen, "round {round}: not on the mirror\n{}", dst.diagnostics());
+        if round == 1 {
+            dst.remount();
+        }
+    }
+    assert!(eventually(std::time::Duration::from_secs(5), || !dst.p("f0").exists()));
+    // A file the mirror's kernel has cached, overwritten on the source.
+    let _cached = fs::read(dst.p("f1")).unwrap();
+    let new = pattern(99, 100_010);
+    fs::write(src.p("f1"), &new).unwrap();
+    sync_tid(&src.mnt);
+    let seen = eventually(std::time::Duration::from_secs(5), || {
+        fs::read(dst.p("f1")).is_ok_and(|d| d == new)
+    });
+    assert!(seen, "an overwrite did not show on the mirror");
+    assert_tree_at(&dst.mnt, &capture(&src.mnt).unwrap(), "followed");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    assert!(st.success(), "stream exited {st}: {}", read_back(err));
+    dst.finish();
+    src.finish();
+}

@@ -26,25 +26,39 @@ const TTL: Duration = Duration::from_secs(60);
 /// (`cairn snapshot create/delete`, prune): they are cached briefly.
 const VIEW_TTL: Duration = Duration::from_secs(1);
 
-/// How long the kernel may cache the attributes and entry of `ino`.
-fn ttl(ino: u64) -> &'static Duration {
-    if ino >= SNAPDIR_INO {
-        &VIEW_TTL
-    } else {
-        &TTL
-    }
-}
-
 pub struct CairnFuse {
     fs: Arc<Fs>,
     views: Views,
+    /// A mirror pool: its tree changes behind the kernel's back (streams),
+    /// so everything is cached as briefly as the views, and file pages are
+    /// dropped at each open.
+    mirror: bool,
 }
 
 impl CairnFuse {
     pub fn new(fs: Arc<Fs>) -> Self {
+        let mirror = fs.mirror_role().is_ok_and(|r| r.is_mirror());
         CairnFuse {
             fs,
             views: Views::default(),
+            mirror,
+        }
+    }
+
+    /// How long the kernel may cache the attributes and entry of `ino`.
+    fn ttl(&self, ino: u64) -> &'static Duration {
+        if ino >= SNAPDIR_INO || self.mirror {
+            &VIEW_TTL
+        } else {
+            &TTL
+        }
+    }
+
+    /// How an open file's cached pages are treated.
+    fn open_flags(&self) -> FopenFlags {
+        match self.mirror {
+            true => FopenFlags::empty(),
+            false => FopenFlags::FOPEN_KEEP_CACHE,
         }
     }
 
@@ -172,7 +186,7 @@ impl CairnFuse {
 
     fn entry(&self, reply: ReplyEntry, r: Result<Inode, FsError>) {
         match r {
-            Ok(i) => reply.entry(ttl(i.ino), &self.fattr(&i), Generation(0)),
+            Ok(i) => reply.entry(self.ttl(i.ino), &self.fattr(&i), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -288,7 +302,7 @@ impl Filesystem for CairnFuse {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.attr_of(ino.0) {
-            Ok(i) => reply.attr(ttl(i.ino), &self.fattr(&i)),
+            Ok(i) => reply.attr(self.ttl(i.ino), &self.fattr(&i)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -327,7 +341,7 @@ impl Filesystem for CairnFuse {
             kill_setid: size.is_some() && req.uid() != 0,
         };
         match self.fs.setattr(ino.0, &a) {
-            Ok(i) => reply.attr(ttl(i.ino), &self.fattr(&i)),
+            Ok(i) => reply.attr(self.ttl(i.ino), &self.fattr(&i)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -476,7 +490,7 @@ impl Filesystem for CairnFuse {
             };
         }
         match self.fs.open_file(ino.0) {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(_) => reply.opened(FileHandle(0), self.open_flags()),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -659,7 +673,7 @@ impl Filesystem for CairnFuse {
                         INodeNo(i.ino),
                         e.cookie,
                         name,
-                        ttl(i.ino),
+                        self.ttl(i.ino),
                         &self.fattr(&i),
                         Generation(0),
                     ) {
