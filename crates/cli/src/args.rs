@@ -107,6 +107,13 @@ pub enum MirrorCmd {
     Status(TargetArgs),
     /// Make a mirror a normal writable pool (failover).
     Promote(TargetArgs),
+    /// Stop keeping a source's history for a mirror given up.
+    Release {
+        #[command(flatten)]
+        t: TargetArgs,
+        /// The mirror pool's uuid (as `cairn mirror status` lists it).
+        mirror: String,
+    },
 }
 
 #[derive(Subcommand)]

@@ -54,16 +54,14 @@ pub fn run(c: MirrorCmd) -> Result<()> {
         MirrorCmd::Stream { src, dst, interval } => follow(&src, &dst, interval),
         MirrorCmd::Status(t) => {
             let v = call(&t.target, Request::MirrorStatus)?;
-            print(&v, t.json, |v| {
-                let src = v["source"]
-                    .as_str()
-                    .map(|s| format!(", source pool {s}"))
-                    .unwrap_or_default();
-                format!(
-                    "role: {}, TID {:#x}{src}",
-                    v["role"].as_str().unwrap_or("?"),
-                    v["tid"].as_u64().unwrap_or(0)
-                )
+            print(&v, t.json, describe_status);
+            Ok(())
+        }
+        MirrorCmd::Release { t, mirror } => {
+            let v = call(&t.target, Request::MirrorRelease { mirror })?;
+            print(&v, t.json, |v| match v["released"] == true {
+                true => "released: prune no longer keeps history for that mirror".into(),
+                false => "that mirror had no hold on this pool".into(),
             });
             Ok(())
         }
@@ -115,6 +113,14 @@ fn copy(src: &Path, dst: &Path) -> Result<Value> {
             force: false,
         },
     )?;
+    // The source keeps the history after the mirror's TID until the next
+    // copy moves the hold (`cairn mirror release` drops it).
+    let hold = Request::MirrorHold {
+        mirror: at["uuid"].as_str().unwrap_or_default().to_string(),
+        at: text(&absolute(dst)?),
+        tid: w["upto"].as_u64().unwrap_or(0),
+    };
+    call(src, hold)?;
     Ok(json!({ "read": r, "write": w }))
 }
 
@@ -223,6 +229,35 @@ fn print(v: &Value, json: bool, human: impl Fn(&Value) -> String) {
     }
 }
 
+fn describe_status(v: &Value) -> String {
+    let src = v["source"]
+        .as_str()
+        .map(|s| format!(", source pool {s}"))
+        .unwrap_or_default();
+    let mut out = format!(
+        "pool {}: {}, TID {:#x} ({}){src}",
+        v["uuid"].as_str().unwrap_or("?"),
+        v["role"].as_str().unwrap_or("?"),
+        v["tid"].as_u64().unwrap_or(0),
+        v["time_ns"]
+            .as_u64()
+            .map_or("-".into(), cairn_fs::timefmt::format_utc)
+    );
+    for m in v["mirrors"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "\nmirror {} at {}: TID {:#x}, {} commits behind, last copy {}",
+            m["mirror"].as_str().unwrap_or("?"),
+            m["at"].as_str().unwrap_or("?"),
+            m["tid"].as_u64().unwrap_or(0),
+            m["lag_tids"],
+            m["time_ns"]
+                .as_u64()
+                .map_or("-".into(), cairn_fs::timefmt::format_utc)
+        ));
+    }
+    out
+}
+
 fn describe_read(v: &Value) -> String {
     format!(
         "stream: TIDs {:#x}..{:#x}, {} changes, {} chunks sent ({} bytes), {} chunks the mirror holds, {} bytes",
@@ -292,7 +327,14 @@ pub fn status(fs: &Arc<Fs>) -> Result<Value, FsError> {
         Role::Mirror { source } => ("mirror", Some(hex(&source))),
         Role::Promoted { source } => ("promoted", Some(hex(&source))),
     };
-    Ok(json!({ "role": role, "tid": tid, "uuid": uuid, "source": source }))
+    let mirrors: Vec<Value> = (fs.mirror_holds().into_iter())
+        .map(|h| json!({ "mirror": h.mirror, "at": h.at, "tid": h.tid, "time_ns": h.time_ns, "lag_tids": tid.saturating_sub(h.tid) }))
+        .collect();
+    let r = fs.pool().meta.read().map_err(FsError::from)?;
+    let time_ns = r.tid_time(tid).map_err(FsError::from)?.map(|(_, ns)| ns);
+    Ok(
+        json!({ "role": role, "tid": tid, "uuid": uuid, "source": source, "time_ns": time_ns, "mirrors": mirrors }),
+    )
 }
 
 pub fn promote(fs: &Arc<Fs>) -> Result<Value, FsError> {

@@ -73,6 +73,23 @@ fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
     let out = mirror_copy(&src.mnt, &dst.pool);
     assert!(out.status.success(), "{}", describe(&out));
     let tid1 = sync_tid(&src.mnt);
+    // The source holds history for its mirror, and lists it.
+    let st = cairn_json(&[
+        os("mirror"),
+        os("status"),
+        src.mnt.as_os_str(),
+        os("--json"),
+    ]);
+    let mirrors = field_arr(&st, "mirrors");
+    let dst_st = cairn_json(&[
+        os("mirror"),
+        os("status"),
+        dst.pool.as_os_str(),
+        os("--json"),
+    ]);
+    assert_eq!(mirrors.len(), 1, "{st:?}");
+    assert_eq!(field_str(&mirrors[0], "mirror"), field_str(&dst_st, "uuid"));
+    assert_eq!(field_u64(&mirrors[0], "tid"), field_u64(&dst_st, "tid"));
     dst.mount();
     let want = capture(&src.mnt).unwrap();
     assert_tree_at(&dst.mnt, &want, "after the full copy");
@@ -207,12 +224,18 @@ fn a_stream_keeps_a_mounted_mirror_following_its_source() {
         let seen = eventually(std::time::Duration::from_secs(5), || {
             fs::read(dst.p(&name)).is_ok_and(|d| d == data)
         });
-        assert!(seen, "round {round}: not on the mirror\n{}", dst.diagnostics());
+        assert!(
+            seen,
+            "round {round}: not on the mirror\n{}",
+            dst.diagnostics()
+        );
         if round == 1 {
             dst.remount();
         }
     }
-    assert!(eventually(std::time::Duration::from_secs(5), || !dst.p("f0").exists()));
+    assert!(eventually(std::time::Duration::from_secs(5), || !dst
+        .p("f0")
+        .exists()));
     // A file the mirror's kernel has cached, overwritten on the source.
     let _cached = fs::read(dst.p("f1")).unwrap();
     let new = pattern(99, 100_010);

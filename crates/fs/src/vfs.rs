@@ -73,6 +73,8 @@ pub struct Fs {
     /// Waits for the state lock and the flush lock (`contention.rs`).
     pub(crate) st_wait: crate::contention::Contention,
     pub(crate) flush_wait: crate::contention::Contention,
+    /// History kept for mirrors (`replica/holds.rs`).
+    pub(crate) holds: crate::replica::holds::Holds,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -100,6 +102,7 @@ impl Fs {
         );
         let reserve =
             crate::pool::reserve::Reserve::open(&crate::pool::PoolPaths::meta(&pool.path));
+        let holds = crate::replica::holds::Holds::load(&pool.path);
         let mut fs = Fs {
             pool,
             shards: (0..crate::state::SHARDS)
@@ -126,6 +129,7 @@ impl Fs {
             intent: None,
             st_wait: Default::default(),
             flush_wait: Default::default(),
+            holds,
         };
         let logged = fs.open_intent_log()?;
         let fs = Arc::new(fs);

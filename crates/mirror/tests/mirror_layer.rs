@@ -266,3 +266,49 @@ fn ends_of_objects_without_history_reach_the_mirror() {
         .problems;
     assert!(problems.is_empty(), "{problems:?}");
 }
+
+#[test]
+fn a_hold_keeps_the_history_an_incremental_stream_needs() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("src");
+    let o = MkfsOptions {
+        sparse: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(&p, o).unwrap();
+    // No fine-grained history: every commit prunes what came before it.
+    let mut config = cairn_fs::PoolConfig::default();
+    config.history_retention_secs = 0;
+    let src = Fs::open(Pool::open(&p, Some(config)).unwrap()).unwrap();
+    for name in [&b"a"[..], b"b", b"c"] {
+        let f = src.create(Ctx::ROOT, ROOT_INO, name, 0o644).unwrap();
+        src.write(f.ino, 0, name).unwrap();
+    }
+    src.flush().unwrap();
+    let (dst, held) = (pool(d.path(), "dst", true), pool(d.path(), "held", true));
+    for m in [&dst, &held] {
+        apply_stream(m, &stream(&src, 0)[..], ApplyOptions::default()).unwrap();
+    }
+    let hold = cairn_fs::replica::Hold {
+        mirror: "held".into(),
+        at: String::new(),
+        tid: held.last_tid(),
+        time_ns: 0,
+    };
+    src.mirror_hold(hold).unwrap();
+    let since = dst.last_tid();
+    src.unlink(ROOT_INO, b"a").unwrap();
+    src.flush().unwrap();
+    let f = src.create(Ctx::ROOT, ROOT_INO, b"d", 0o644).unwrap();
+    src.write(f.ino, 0, b"d").unwrap();
+    src.flush().unwrap();
+    // The held mirror gets its increment, deletion included.
+    apply_stream(&held, &stream(&src, since)[..], ApplyOptions::default()).unwrap();
+    assert!(held.lookup(ROOT_INO, b"a").is_err() && held.lookup(ROOT_INO, b"d").is_ok());
+    // Once released, prune goes on, and a mirror left behind is told so.
+    assert!(src.mirror_release("held").unwrap());
+    src.write(f.ino, 0, b"e").unwrap();
+    src.flush().unwrap();
+    let e = read_stream(&src, since, &mut Vec::new(), &|_| false).unwrap_err();
+    assert!(e.to_string().contains("full resync"), "{e}");
+}

@@ -112,6 +112,18 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
         Request::MirrorWrite { path, force } => crate::mirror::write_from(fs, &path, force),
         Request::MirrorStatus => crate::mirror::status(fs),
         Request::MirrorPromote => crate::mirror::promote(fs),
+        Request::MirrorHold { mirror, at, tid } => {
+            let time_ns = cairn_fs::Time::now().as_nanos() as u64;
+            let h = cairn_fs::replica::Hold {
+                mirror,
+                at,
+                tid,
+                time_ns,
+            };
+            fs.mirror_hold(h)?;
+            Ok(json!({}))
+        }
+        Request::MirrorRelease { mirror } => Ok(json!({ "released": fs.mirror_release(&mirror)? })),
         Request::TierStatus => {
             Ok(serde_json::to_value(fs.tier_status()).expect("status serializes"))
         }

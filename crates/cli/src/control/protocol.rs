@@ -108,6 +108,16 @@ pub enum Request {
     },
     MirrorStatus,
     MirrorPromote,
+    /// Record that mirror `mirror` (uuid hex, reached at `at`) is at `tid`.
+    MirrorHold {
+        mirror: String,
+        at: String,
+        tid: u64,
+    },
+    /// Forget a mirror's hold.
+    MirrorRelease {
+        mirror: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -160,6 +160,7 @@ impl Fs {
         let snaps = read_snapshots(&r)?;
         let keep = policy.retention_secs.saturating_mul(1_000_000_000);
         let cutoff = r.tid_before_time(now.saturating_sub(keep))?.unwrap_or(0);
+        let cutoff = self.held_cutoff(cutoff);
         drop(r);
         let expired = expired_autos(&snaps, policy);
         let mut touched = BTreeSet::new();

@@ -8,8 +8,10 @@
 
 pub mod apply;
 pub mod changes;
+pub mod holds;
 pub mod role;
 
 pub use apply::{Batch, ChunkIn};
 pub use changes::{Change, Changes, Event, StoredChunk};
+pub use holds::Hold;
 pub use role::Role;

@@ -397,7 +397,8 @@ impl Fs {
             let cutoff = if prune_all || pressure {
                 Some(tid)
             } else {
-                w.tid_before_time(from, now.saturating_sub(retention))?
+                let c = w.tid_before_time(from, now.saturating_sub(retention))?;
+                c.map(|c| self.held_cutoff(c))
             };
             if let Some(cutoff) = cutoff.filter(|&c| c > from) {
                 self.prune_in(w, from, cutoff, false, touched, &mut freed)?;
