@@ -277,8 +277,10 @@ fn a_hold_keeps_the_history_an_incremental_stream_needs() {
     };
     mkfs(&p, o).unwrap();
     // No fine-grained history: every commit prunes what came before it.
-    let mut config = cairn_fs::PoolConfig::default();
-    config.history_retention_secs = 0;
+    let config = cairn_fs::PoolConfig {
+        history_retention_secs: 0,
+        ..Default::default()
+    };
     let src = Fs::open(Pool::open(&p, Some(config)).unwrap()).unwrap();
     for name in [&b"a"[..], b"b", b"c"] {
         let f = src.create(Ctx::ROOT, ROOT_INO, name, 0o644).unwrap();
