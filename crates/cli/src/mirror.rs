@@ -78,15 +78,106 @@ pub fn run(c: MirrorCmd) -> Result<()> {
     }
 }
 
+/// Where a mirror is: a pool here (directory or mount point), or one
+/// reached over ssh (`ssh:[user@]host:POOL`, where `cairn mirror write`
+/// runs; no daemon needed there).
+enum Dest {
+    Local(PathBuf),
+    Ssh { host: String, pool: String },
+}
+
+impl Dest {
+    fn parse(p: &Path) -> Result<Dest> {
+        let s = text(p);
+        let Some(rest) = s.strip_prefix("ssh:") else {
+            return Ok(Dest::Local(p.to_path_buf()));
+        };
+        match rest.split_once(':') {
+            Some((host, pool)) if !host.is_empty() && !pool.is_empty() => Ok(Dest::Ssh {
+                host: host.into(),
+                pool: pool.into(),
+            }),
+            _ => anyhow::bail!("{s}: expected ssh:[user@]host:POOL"),
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Dest::Local(p) => absolute(p).map_or(text(p), |p| text(&p)),
+            Dest::Ssh { host, pool } => format!("ssh:{host}:{pool}"),
+        }
+    }
+
+    fn status(&self) -> Result<Value> {
+        match self {
+            Dest::Local(p) => call(p, Request::MirrorStatus),
+            Dest::Ssh { .. } => self.remote(&["status"], None),
+        }
+    }
+
+    fn write(&self, stream: &Path) -> Result<Value> {
+        match self {
+            Dest::Local(p) => call(
+                p,
+                Request::MirrorWrite {
+                    path: text(stream),
+                    force: false,
+                },
+            ),
+            Dest::Ssh { .. } => self.remote(&["write"], Some(stream)),
+        }
+    }
+
+    /// Runs `cairn mirror ARGS POOL --json` on the host over ssh
+    /// (CAIRN_SSH: the ssh command, default `ssh`; CAIRN_REMOTE: the
+    /// remote cairn, default `cairn`), with `input` on its stdin.
+    fn remote(&self, args: &[&str], input: Option<&Path>) -> Result<Value> {
+        let Dest::Ssh { host, pool } = self else {
+            unreachable!("a remote mirror")
+        };
+        let ssh = std::env::var("CAIRN_SSH").unwrap_or_else(|_| "ssh".into());
+        let cairn = std::env::var("CAIRN_REMOTE").unwrap_or_else(|_| "cairn".into());
+        let mut words = ssh.split_whitespace();
+        let mut cmd = std::process::Command::new(words.next().unwrap_or("ssh"));
+        cmd.args(words).arg(host).arg("--");
+        let remote = format!(
+            "{} mirror {} {} --json",
+            quote(&cairn),
+            args.join(" "),
+            quote(pool)
+        );
+        cmd.arg(remote).stderr(std::process::Stdio::inherit());
+        cmd.stdin(match input {
+            Some(f) => std::process::Stdio::from(std::fs::File::open(f)?),
+            None => std::process::Stdio::null(),
+        });
+        let out = cmd.output().with_context(|| format!("running {ssh}"))?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "cairn mirror {} on {host} failed ({})",
+                args.join(" "),
+                out.status
+            );
+        }
+        serde_json::from_slice(&out.stdout).context("the remote cairn's answer")
+    }
+}
+
+/// `s` quoted for a POSIX shell.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
 /// Brings the mirror `dst` up to date with `src`: the changes after the
 /// mirror's TID, through a file in a private directory.
 fn copy(src: &Path, dst: &Path) -> Result<Value> {
-    let at = call(dst, Request::MirrorStatus)?;
+    let dest = Dest::parse(dst)?;
+    let at = dest.status()?;
     let from = call(src, Request::MirrorStatus)?;
     if at["role"] == "promoted" || at["role"] == "pool" {
         anyhow::bail!(
             "{} is not a mirror (role: {}): a promoted mirror has changes of its own that a copy would overwrite",
-            dst.display(),
+            dest.name(),
             at["role"].as_str().unwrap_or("?")
         );
     }
@@ -95,7 +186,7 @@ fn copy(src: &Path, dst: &Path) -> Result<Value> {
             "{} comes from pool {}, and {} mirrors pool {}",
             src.display(),
             from["uuid"].as_str().unwrap_or("?"),
-            dst.display(),
+            dest.name(),
             at["source"].as_str().unwrap_or("?")
         );
     }
@@ -106,18 +197,12 @@ fn copy(src: &Path, dst: &Path) -> Result<Value> {
     let dir = private_dir()?;
     let file = dir.path().join("stream");
     let r = call(src, read_req(since, &file))?;
-    let w = call(
-        dst,
-        Request::MirrorWrite {
-            path: text(&file),
-            force: false,
-        },
-    )?;
+    let w = dest.write(&file)?;
     // The source keeps the history after the mirror's TID until the next
     // copy moves the hold (`cairn mirror release` drops it).
     let hold = Request::MirrorHold {
         mirror: at["uuid"].as_str().unwrap_or_default().to_string(),
-        at: text(&absolute(dst)?),
+        at: dest.name(),
         tid: w["upto"].as_u64().unwrap_or(0),
     };
     call(src, hold)?;
@@ -137,7 +222,7 @@ fn follow(src: &Path, dst: &Path, interval: f64) -> Result<()> {
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let tids = || -> Result<(u64, u64)> {
             let s = call(src, Request::MirrorStatus)?;
-            let d = call(dst, Request::MirrorStatus)?;
+            let d = Dest::parse(dst)?.status()?;
             Ok((
                 s["tid"].as_u64().unwrap_or(0),
                 d["tid"].as_u64().unwrap_or(0),

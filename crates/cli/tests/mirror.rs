@@ -252,3 +252,44 @@ fn a_stream_keeps_a_mounted_mirror_following_its_source() {
     dst.finish();
     src.finish();
 }
+
+/// `mirror copy SRC ssh:host:POOL` runs `cairn mirror write` on the other
+/// side over ssh (here a stand-in for ssh that runs the command locally
+/// and notes the host it was asked for).
+#[test]
+fn copy_over_ssh_runs_mirror_write_on_the_far_side() {
+    let src = Fs::new();
+    fs::write(src.p("a"), pattern(3, 500_000)).unwrap();
+    sync_tid(&src.mnt);
+    let mut dst = Fs::create();
+    dst.mkfs(&["--mirror"]);
+    let fake = dst.dir.join("fake-ssh");
+    let hosts = dst.dir.join("hosts");
+    let script = format!(
+        "#!/bin/sh\necho \"$1\" >> {}\nshift\n[ \"$1\" = -- ] && shift\nexec sh -c \"$*\"\n",
+        hosts.display()
+    );
+    fs::write(&fake, script).unwrap();
+    sh(&dst.dir, &format!("chmod 755 {}", fake.display()));
+    let target = format!("ssh:backup@box:{}", dst.pool.display());
+    let copy = || {
+        let out = std::process::Command::new(CAIRN)
+            .args([os("mirror"), os("copy"), src.mnt.as_os_str(), os(&target)])
+            .env("CAIRN_SSH", &fake)
+            .env("CAIRN_REMOTE", CAIRN)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+    };
+    copy();
+    fs::write(src.p("b"), b"second day").unwrap();
+    sync_tid(&src.mnt);
+    copy();
+    assert!(fs::read_to_string(&hosts).unwrap().lines().all(|h| h == "backup@box"));
+    let st = cairn_json(&[os("mirror"), os("status"), src.mnt.as_os_str(), os("--json")]);
+    assert_eq!(field_str(&field_arr(&st, "mirrors")[0], "at"), target);
+    dst.mount();
+    assert_tree_at(&dst.mnt, &capture(&src.mnt).unwrap(), "over ssh");
+    dst.finish();
+    src.finish();
+}
