@@ -285,11 +285,87 @@ fn copy_over_ssh_runs_mirror_write_on_the_far_side() {
     fs::write(src.p("b"), b"second day").unwrap();
     sync_tid(&src.mnt);
     copy();
-    assert!(fs::read_to_string(&hosts).unwrap().lines().all(|h| h == "backup@box"));
-    let st = cairn_json(&[os("mirror"), os("status"), src.mnt.as_os_str(), os("--json")]);
+    assert!(fs::read_to_string(&hosts)
+        .unwrap()
+        .lines()
+        .all(|h| h == "backup@box"));
+    let st = cairn_json(&[
+        os("mirror"),
+        os("status"),
+        src.mnt.as_os_str(),
+        os("--json"),
+    ]);
     assert_eq!(field_str(&field_arr(&st, "mirrors")[0], "at"), target);
     dst.mount();
     assert_tree_at(&dst.mnt, &capture(&src.mnt).unwrap(), "over ssh");
+    dst.finish();
+    src.finish();
+}
+
+/// The backup box: ten "days" of changes to a source, each ending with a
+/// snapshot and a mirror copy; at the end every snapshot has the same
+/// hash on both sides, and every day's snapshot reads the same.
+#[test]
+fn ten_days_of_backups_keep_every_snapshot_equal() {
+    let src = Fs::new();
+    let mut dst = Fs::create();
+    dst.mkfs(&["--mirror"]);
+    fs::create_dir(src.p("home")).unwrap();
+    for day in 0..10u64 {
+        for i in 0..5 {
+            let name = format!("home/d{day}-f{i}");
+            fs::write(
+                src.p(&name),
+                pattern(day * 10 + i, 20_000 * (i as usize + 1)),
+            )
+            .unwrap();
+        }
+        if day > 0 {
+            let prev = format!("home/d{}-f0", day - 1);
+            let mut f = fs::OpenOptions::new()
+                .append(true)
+                .open(src.p(&prev))
+                .unwrap();
+            f.write_all(&pattern(day, 3000)).unwrap();
+            fs::rename(
+                src.p(&format!("home/d{}-f1", day - 1)),
+                src.p(&format!("home/renamed-{day}")),
+            )
+            .unwrap();
+            fs::remove_file(src.p(&format!("home/d{}-f2", day - 1))).unwrap();
+        }
+        snapshot_create(&src.mnt, &format!("day-{day}"));
+        let out = mirror_copy(&src.mnt, &dst.pool);
+        assert!(out.status.success(), "day {day}: {}", describe(&out));
+        let s = cairn_json(&[
+            os("mirror"),
+            os("status"),
+            src.mnt.as_os_str(),
+            os("--json"),
+        ]);
+        let d = cairn_json(&[
+            os("mirror"),
+            os("status"),
+            dst.pool.as_os_str(),
+            os("--json"),
+        ]);
+        assert_eq!(field_u64(&s, "tid"), field_u64(&d, "tid"), "day {day}");
+    }
+    dst.mount();
+    for day in 0..10 {
+        let name = format!("day-{day}");
+        let (a, b) = (
+            snapshot_verify(&src.mnt, &name).1,
+            snapshot_verify(&dst.mnt, &name).1,
+        );
+        assert_eq!(
+            field_str(&a, "computed"),
+            field_str(&b, "computed"),
+            "{name}"
+        );
+        let want = capture(&snap_root(&src.mnt, &name)).unwrap();
+        assert_tree_at(&snap_root(&dst.mnt, &name), &want, &name);
+    }
     dst.finish();
     src.finish();
 }
