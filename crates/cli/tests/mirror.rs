@@ -369,3 +369,153 @@ fn ten_days_of_backups_keep_every_snapshot_equal() {
     dst.finish();
     src.finish();
 }
+
+/// The frames of a stream, as byte ranges (13-byte head, body, crc).
+fn frames(b: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 13 <= b.len() {
+        let len = u32::from_le_bytes(b[at + 9..at + 13].try_into().unwrap()) as usize;
+        out.push(at..at + 13 + len + 4);
+        at += 13 + len + 4;
+    }
+    out
+}
+
+/// Every kind of bad stream given to `cairn mirror write`: refused with a
+/// message saying why, and the mirror unchanged (same TID, same tree).
+#[test]
+fn bad_streams_are_refused_and_change_nothing() {
+    let src = Fs::new();
+    fs::write(src.p("a"), pattern(1, 300_000)).unwrap();
+    sync_tid(&src.mnt);
+    let mut dst = Fs::create();
+    dst.mkfs(&["--mirror"]);
+    assert!(mirror_copy(&src.mnt, &dst.pool).status.success());
+    let at = field_u64(
+        &cairn_json(&[
+            os("mirror"),
+            os("status"),
+            dst.pool.as_os_str(),
+            os("--json"),
+        ]),
+        "tid",
+    );
+    for i in 0..3 {
+        fs::write(src.p(&format!("n{i}")), pattern(10 + i, 100_000)).unwrap();
+        sync_tid(&src.mnt);
+    }
+    let dir = dst.dir.clone();
+    let file = |name: &str| dir.join(name);
+    let read = |since: u64, to: &Path| {
+        let since = since.to_string();
+        let args = [
+            os("mirror"),
+            os("read"),
+            src.mnt.as_os_str(),
+            os("--since"),
+            os(&since),
+            os("-o"),
+            to.as_os_str(),
+        ];
+        assert!(cairn(&args).status.success());
+    };
+    read(at, &file("good"));
+    read(0, &file("full"));
+    read(at + 1, &file("late"));
+    let good = fs::read(file("good")).unwrap();
+    let f = frames(&good);
+    assert!(f.len() >= 6, "{} frames", f.len());
+    let mut flipped = good.clone();
+    flipped[f[3].start + 20] ^= 1;
+    let mut reordered = good[..f[2].start].to_vec();
+    reordered.extend_from_slice(&good[f[3].clone()]);
+    reordered.extend_from_slice(&good[f[2].clone()]);
+    reordered.extend_from_slice(&good[f[3].end..]);
+    let mut dropped = good[..f[2].start].to_vec();
+    dropped.extend_from_slice(&good[f[3].start..]);
+    let other = Fs::new();
+    fs::write(other.p("x"), b"another pool").unwrap();
+    let other_tid = sync_tid(&other.mnt);
+    let since = at.min(other_tid).to_string();
+    let foreign = file("foreign");
+    let args = [
+        os("mirror"),
+        os("read"),
+        other.mnt.as_os_str(),
+        os("--since"),
+        os(&since),
+        os("-o"),
+        foreign.as_os_str(),
+    ];
+    assert!(cairn(&args).status.success());
+    other.finish();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("truncated", good[..good.len() - 30].to_vec(), "truncated"),
+        ("flipped byte", flipped, "checksum"),
+        ("reordered", reordered, "reordered"),
+        ("frame missing", dropped, "missing"),
+        ("empty", Vec::new(), "truncated"),
+        (
+            "full stream again",
+            fs::read(file("full")).unwrap(),
+            "mirror is at TID",
+        ),
+        (
+            "starts after the mirror",
+            fs::read(file("late")).unwrap(),
+            "mirror is at TID",
+        ),
+        (
+            "another pool's",
+            fs::read(file("foreign")).unwrap(),
+            "comes from pool",
+        ),
+    ];
+    dst.mount();
+    let before = capture(&dst.mnt).unwrap();
+    dst.unmount();
+    for (what, bytes, says) in cases {
+        fs::write(file("bad"), &bytes).unwrap();
+        let (code, err) = cairn_fails(&[
+            os("mirror"),
+            os("write"),
+            dst.pool.as_os_str(),
+            os("-i"),
+            file("bad").as_os_str(),
+        ]);
+        assert!(
+            code != 0 && err.contains(says),
+            "{what}: exit {code}: {err}"
+        );
+        let now = field_u64(
+            &cairn_json(&[
+                os("mirror"),
+                os("status"),
+                dst.pool.as_os_str(),
+                os("--json"),
+            ]),
+            "tid",
+        );
+        assert_eq!(now, at, "{what} changed the mirror");
+    }
+    dst.mount();
+    assert_tree_at(&dst.mnt, &before, "after the bad streams");
+    dst.unmount();
+    // The good one still applies.
+    cairn_ok(&[
+        os("mirror"),
+        os("write"),
+        dst.pool.as_os_str(),
+        os("-i"),
+        file("good").as_os_str(),
+    ]);
+    dst.mount();
+    assert_tree_at(
+        &dst.mnt,
+        &capture(&src.mnt).unwrap(),
+        "after the good stream",
+    );
+    dst.finish();
+    src.finish();
+}

@@ -104,8 +104,13 @@ impl<R: Read> FrameReader<R> {
                 self.seq
             )));
         }
-        let mut body = vec![0u8; len as usize];
-        self.fill(&mut body)?;
+        // Read as it comes: a length the input does not hold allocates
+        // no more than what the input had.
+        let mut body = Vec::new();
+        (&mut self.input).take(len as u64).read_to_end(&mut body)?;
+        if body.len() < len as usize {
+            return Err(StreamError::Truncated(self.seq));
+        }
         let mut crc = [0u8; 4];
         self.fill(&mut crc)?;
         if crc32c::crc32c_append(crc32c::crc32c(&head), &body) != u32::from_le_bytes(crc) {

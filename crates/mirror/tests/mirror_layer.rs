@@ -202,6 +202,26 @@ fn bad_streams_are_refused_and_a_cut_one_resumes() {
     };
     let rep = cairn_mirror::read_stream_limited(&src, at, &mut inc, &|_| false, small).unwrap();
     assert!(rep.batches >= 3, "{rep:?}");
+    // Cut at several points, each into a copy of the mirror as it was.
+    for (k, frac) in [0.2, 0.45, 0.7, 0.93].into_iter().enumerate() {
+        let m = pool(d.path(), &format!("cut{k}"), true);
+        apply_stream(&m, &full[..], ApplyOptions::default()).unwrap();
+        let cut = &inc[..(inc.len() as f64 * frac) as usize];
+        let r = apply_stream(&m, cut, ApplyOptions::default());
+        assert!(
+            matches!(r, Err(StreamError::Truncated(_))),
+            "cut {frac}: {r:?}"
+        );
+        let mid = m.last_tid();
+        let (want, got) = (workload::read_tree_at(&src, mid), workload::read_tree(&m));
+        assert!(
+            workload::same(&want, &got),
+            "cut {frac}: {}",
+            workload::diff(&want, &got)
+        );
+        apply_stream(&m, &stream(&src, mid)[..], ApplyOptions::default()).unwrap();
+        assert_mirrors(&src, &m, at);
+    }
     let cut = &inc[..inc.len() * 2 / 3];
     assert!(matches!(
         apply_stream(&dst, cut, ApplyOptions::default()),
