@@ -107,6 +107,10 @@ pub enum MirrorCmd {
     Status(TargetArgs),
     /// Make a mirror a normal writable pool (failover).
     Promote(TargetArgs),
+    /// (for copies over ssh) Read content hashes on stdin, print those the
+    /// pool lacks.
+    #[command(hide = true)]
+    Lacking(TargetArgs),
     /// Stop keeping a source's history for a mirror given up.
     Release {
         #[command(flatten)]

@@ -65,6 +65,24 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             });
             Ok(())
         }
+        MirrorCmd::Lacking(t) => {
+            // Hashes on stdin; those the pool lacks as hex JSON (for ssh).
+            let dir = private_dir()?;
+            let (wanted, out) = (spool_stdin(dir.path())?, dir.path().join("lacking"));
+            call(
+                &t.target,
+                Request::MirrorLacking {
+                    path: text(&wanted),
+                    out: text(&out),
+                },
+            )?;
+            let hex: String = std::fs::read(&out)?
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            println!("{}", json!({ "lacking": hex }));
+            Ok(())
+        }
         MirrorCmd::Promote(t) => {
             let v = call(&t.target, Request::MirrorPromote)?;
             print(&v, t.json, |v| {
@@ -128,6 +146,27 @@ impl Dest {
         }
     }
 
+    /// Writes into `out` which of the hashes in `wanted` the mirror lacks.
+    fn lacking(&self, wanted: &Path, out: &Path) -> Result<()> {
+        match self {
+            Dest::Local(p) => {
+                call(
+                    p,
+                    Request::MirrorLacking {
+                        path: text(wanted),
+                        out: text(out),
+                    },
+                )?;
+            }
+            Dest::Ssh { .. } => {
+                let v = self.remote(&["lacking"], Some(wanted))?;
+                let hex = v["lacking"].as_str().unwrap_or_default();
+                std::fs::write(out, decode_hex(hex)?)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs `cairn mirror ARGS POOL --json` on the host over ssh
     /// (CAIRN_SSH: the ssh command, default `ssh`; CAIRN_REMOTE: the
     /// remote cairn, default `cairn`), with `input` on its stdin.
@@ -163,6 +202,17 @@ impl Dest {
     }
 }
 
+fn decode_hex(s: &str) -> Result<Vec<u8>> {
+    let bad = || anyhow::anyhow!("a bad hash list from the mirror");
+    if !s.len().is_multiple_of(2) {
+        return Err(bad());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| bad()))
+        .collect()
+}
+
 /// `s` quoted for a POSIX shell.
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
@@ -196,7 +246,22 @@ fn copy(src: &Path, dst: &Path) -> Result<Value> {
     };
     let dir = private_dir()?;
     let file = dir.path().join("stream");
-    let r = call(src, read_req(since, &file))?;
+    // Ask the mirror which of the chunks the stream would carry it lacks.
+    let (wanted, lacking) = (dir.path().join("wanted"), dir.path().join("lacking"));
+    call(
+        src,
+        Request::MirrorCandidates {
+            since,
+            path: text(&wanted),
+        },
+    )?;
+    dest.lacking(&wanted, &lacking)?;
+    let read = Request::MirrorRead {
+        since,
+        path: text(&file),
+        lacking: Some(text(&lacking)),
+    };
+    let r = call(src, read)?;
     let w = dest.write(&file)?;
     // The source keeps the history after the mirror's TID until the next
     // copy moves the hold (`cairn mirror release` drops it).
@@ -256,6 +321,7 @@ fn follow(src: &Path, dst: &Path, interval: f64) -> Result<()> {
 fn read_req(since: u64, path: &Path) -> Request {
     Request::MirrorRead {
         since,
+        lacking: None,
         path: text(path),
     }
 }
@@ -370,21 +436,59 @@ fn refused(e: cairn_mirror::StreamError) -> FsError {
     }
 }
 
-/// Writes the stream of changes after `since` into `path` (created 0600).
-pub fn read_to(fs: &Arc<Fs>, since: u64, path: &str) -> Result<Value, FsError> {
-    let f = std::fs::OpenOptions::new()
+/// Creates `path` (mode 0600) for writing.
+fn create_private(path: &str) -> Result<std::fs::File, FsError> {
+    std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode_private()
         .open(path)
-        .map_err(|e| FsError::BadRequest(format!("{path}: {e}")))?;
-    let out = std::io::BufWriter::with_capacity(1 << 20, f);
-    let r = cairn_mirror::read_stream(fs, since, out, &|_| false).map_err(refused)?;
+        .map_err(|e| FsError::BadRequest(format!("{path}: {e}")))
+}
+
+fn read_hashes(path: &str) -> Result<Vec<cairn_data::Hash>, FsError> {
+    let b = std::fs::read(path).map_err(|e| FsError::BadRequest(format!("{path}: {e}")))?;
+    cairn_mirror::negotiate::decode(&b).map_err(refused)
+}
+
+/// Writes the stream of changes after `since` into `path` (created 0600);
+/// with `lacking`, only the chunks listed there travel with their bytes.
+pub fn read_to(
+    fs: &Arc<Fs>,
+    since: u64,
+    path: &str,
+    lacking: Option<&str>,
+) -> Result<Value, FsError> {
+    let lacking: Option<std::collections::HashSet<cairn_data::Hash>> = lacking
+        .map(read_hashes)
+        .transpose()?
+        .map(|v| v.into_iter().collect());
+    let held = |h: &cairn_data::Hash| lacking.as_ref().is_some_and(|l| !l.contains(h));
+    let out = std::io::BufWriter::with_capacity(1 << 20, create_private(path)?);
+    let r = cairn_mirror::read_stream(fs, since, out, &held).map_err(refused)?;
     Ok(
         json!({ "since": r.since, "upto": r.upto, "events": r.events, "chunks_sent": r.chunks_sent,
         "chunks_skipped": r.chunks_skipped, "chunk_bytes": r.chunk_bytes, "batches": r.batches, "bytes": r.bytes }),
     )
+}
+
+/// The hashes a stream after `since` would send bytes for, into `path`.
+pub fn candidates_to(fs: &Arc<Fs>, since: u64, path: &str) -> Result<Value, FsError> {
+    let c = cairn_mirror::negotiate::candidates(fs, since).map_err(refused)?;
+    let mut f = create_private(path)?;
+    std::io::Write::write_all(&mut f, &cairn_mirror::negotiate::encode(&c))
+        .map_err(|e| FsError::Io(format!("{path}: {e}")))?;
+    Ok(json!({ "hashes": c.len() }))
+}
+
+/// Of the hashes in `path`, those this pool lacks, into `out`.
+pub fn lacking_to(fs: &Arc<Fs>, path: &str, out: &str) -> Result<Value, FsError> {
+    let l = cairn_mirror::negotiate::lacking(fs, &read_hashes(path)?).map_err(refused)?;
+    let mut f = create_private(out)?;
+    std::io::Write::write_all(&mut f, &cairn_mirror::negotiate::encode(&l))
+        .map_err(|e| FsError::Io(format!("{out}: {e}")))?;
+    Ok(json!({ "lacking": l.len() }))
 }
 
 /// Checks the whole stream in `path`, then applies it.

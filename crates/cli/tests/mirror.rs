@@ -519,3 +519,67 @@ fn bad_streams_are_refused_and_change_nothing() {
     dst.finish();
     src.finish();
 }
+
+/// A two-way copy asks the mirror which chunks it lacks: a file brought
+/// back from history (`cairn undo`) sends no chunk bytes by `copy`, where a
+/// one-way stream of the same change carries them.
+#[test]
+fn a_copy_sends_only_the_chunks_the_mirror_lacks() {
+    let src = Fs::new();
+    let data = pattern(5, 1 << 20);
+    fs::write(src.p("f"), &data).unwrap();
+    let old = sync_tid(&src.mnt);
+    let mut dst = Fs::create();
+    dst.mkfs(&["--mirror"]);
+    assert!(mirror_copy(&src.mnt, &dst.pool).status.success());
+    fs::remove_file(src.p("f")).unwrap();
+    sync_tid(&src.mnt);
+    assert!(mirror_copy(&src.mnt, &dst.pool).status.success());
+    // Back from history: its chunks are on the mirror, in its history.
+    cairn_ok(&[
+        os("undo"),
+        src.p("f").as_os_str(),
+        os("--tid"),
+        os(&old.to_string()),
+    ]);
+    sync_tid(&src.mnt);
+    assert_eq!(fs::read(src.p("f")).unwrap(), data);
+    let at = field_u64(
+        &cairn_json(&[
+            os("mirror"),
+            os("status"),
+            dst.pool.as_os_str(),
+            os("--json"),
+        ]),
+        "tid",
+    );
+    let one_way = dst.dir.join("one-way");
+    let since = at.to_string();
+    let out = cairn(&[
+        os("mirror"),
+        os("read"),
+        src.mnt.as_os_str(),
+        os("--since"),
+        os(&since),
+        os("-o"),
+        one_way.as_os_str(),
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success() && !said.contains("(0 bytes)"),
+        "one-way: {said}"
+    );
+    let v = cairn_json(&[
+        os("mirror"),
+        os("copy"),
+        src.mnt.as_os_str(),
+        dst.pool.as_os_str(),
+        os("--json"),
+    ]);
+    assert_eq!(field_u64(field(&v, "read"), "chunk_bytes"), 0, "{v:?}");
+    assert!(field_u64(field(&v, "read"), "chunks_skipped") > 0, "{v:?}");
+    dst.mount();
+    assert_eq!(fs::read(dst.p("f")).unwrap(), data);
+    dst.finish();
+    src.finish();
+}

@@ -9,6 +9,7 @@
 pub mod apply;
 pub mod error;
 pub mod frame;
+pub mod negotiate;
 pub mod read;
 pub mod records;
 

@@ -108,7 +108,13 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             let r = fs.device_remove(std::path::Path::new(&device), progress)?;
             Ok(serde_json::to_value(r).expect("report serializes"))
         }
-        Request::MirrorRead { since, path } => crate::mirror::read_to(fs, since, &path),
+        Request::MirrorRead {
+            since,
+            path,
+            lacking,
+        } => crate::mirror::read_to(fs, since, &path, lacking.as_deref()),
+        Request::MirrorCandidates { since, path } => crate::mirror::candidates_to(fs, since, &path),
+        Request::MirrorLacking { path, out } => crate::mirror::lacking_to(fs, &path, &out),
         Request::MirrorWrite { path, force } => crate::mirror::write_from(fs, &path, force),
         Request::MirrorStatus => crate::mirror::status(fs),
         Request::MirrorPromote => crate::mirror::promote(fs),

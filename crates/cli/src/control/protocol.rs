@@ -100,6 +100,21 @@ pub enum Request {
     MirrorRead {
         since: u64,
         path: String,
+        /// A file of the hashes the mirror lacks (two-way copies): only
+        /// their chunks travel with bytes.
+        #[serde(default)]
+        lacking: Option<String>,
+    },
+    /// Write the hashes of the chunks a stream after `since` would send
+    /// into `path`.
+    MirrorCandidates {
+        since: u64,
+        path: String,
+    },
+    /// Of the hashes in `path`, write those this pool lacks into `out`.
+    MirrorLacking {
+        path: String,
+        out: String,
     },
     /// Apply the mirror stream in the file at `path` (checked first).
     MirrorWrite {
