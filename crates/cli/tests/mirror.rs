@@ -21,6 +21,22 @@ fn os(s: &str) -> &OsStr {
     OsStr::new(s)
 }
 
+/// `cairn mirror status TARGET --json`.
+fn status(target: &OsStr) -> common::json::Json {
+    cairn_json(&[os("mirror"), os("status"), target, os("--json")])
+}
+
+fn mirror_tid(target: &OsStr) -> u64 {
+    field_u64(&status(target), "tid")
+}
+
+/// A mounted source and an unmounted fresh mirror pool.
+fn source_and_mirror() -> (Fs, Fs) {
+    let mut dst = Fs::create();
+    dst.mkfs(&["--mirror"]);
+    (Fs::new(), dst)
+}
+
 fn mirror_copy(src: &Path, dst: &Path) -> std::process::Output {
     cairn(&[os("mirror"), os("copy"), src.as_os_str(), dst.as_os_str()])
 }
@@ -64,29 +80,17 @@ fn xattr(p: &Path) -> String {
 
 #[test]
 fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
-    let mut src = Fs::new();
+    let (mut src, mut dst) = source_and_mirror();
     first_tree(&src);
     sync_tid(&src.mnt);
     snapshot_create(&src.mnt, "one");
-    let mut dst = Fs::create();
-    dst.mkfs(&["--mirror"]);
     let out = mirror_copy(&src.mnt, &dst.pool);
     assert!(out.status.success(), "{}", describe(&out));
     let tid1 = sync_tid(&src.mnt);
     // The source holds history for its mirror, and lists it.
-    let st = cairn_json(&[
-        os("mirror"),
-        os("status"),
-        src.mnt.as_os_str(),
-        os("--json"),
-    ]);
+    let st = status(src.mnt.as_os_str());
     let mirrors = field_arr(&st, "mirrors");
-    let dst_st = cairn_json(&[
-        os("mirror"),
-        os("status"),
-        dst.pool.as_os_str(),
-        os("--json"),
-    ]);
+    let dst_st = status(dst.pool.as_os_str());
     assert_eq!(mirrors.len(), 1, "{st:?}");
     assert_eq!(field_str(&mirrors[0], "mirror"), field_str(&dst_st, "uuid"));
     assert_eq!(field_u64(&mirrors[0], "tid"), field_u64(&dst_st, "tid"));
@@ -114,15 +118,7 @@ fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
     // Incremental, through a pipe.
     second_changes(&src);
     snapshot_create(&src.mnt, "two");
-    let at = field_u64(
-        &cairn_json(&[
-            os("mirror"),
-            os("status"),
-            dst.pool.as_os_str(),
-            os("--json"),
-        ]),
-        "tid",
-    );
+    let at = field_u64(&status(dst.pool.as_os_str()), "tid");
     let cairn_bin = env!("CARGO_BIN_EXE_cairn");
     let pipe = format!(
         "{cairn_bin} mirror read {} --since {at} | {cairn_bin} mirror write {}",
@@ -201,9 +197,7 @@ fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
 /// catches up after.
 #[test]
 fn a_stream_keeps_a_mounted_mirror_following_its_source() {
-    let src = Fs::new();
-    let mut dst = Fs::create();
-    dst.mkfs(&["--mirror"]);
+    let (src, mut dst) = source_and_mirror();
     dst.mount();
     let (mut child, _out, err) = spawn_cairn(&[
         os("mirror"),
@@ -258,11 +252,9 @@ fn a_stream_keeps_a_mounted_mirror_following_its_source() {
 /// and notes the host it was asked for).
 #[test]
 fn copy_over_ssh_runs_mirror_write_on_the_far_side() {
-    let src = Fs::new();
+    let (src, mut dst) = source_and_mirror();
     fs::write(src.p("a"), pattern(3, 500_000)).unwrap();
     sync_tid(&src.mnt);
-    let mut dst = Fs::create();
-    dst.mkfs(&["--mirror"]);
     let fake = dst.dir.join("fake-ssh");
     let hosts = dst.dir.join("hosts");
     let script = format!(
@@ -289,12 +281,7 @@ fn copy_over_ssh_runs_mirror_write_on_the_far_side() {
         .unwrap()
         .lines()
         .all(|h| h == "backup@box"));
-    let st = cairn_json(&[
-        os("mirror"),
-        os("status"),
-        src.mnt.as_os_str(),
-        os("--json"),
-    ]);
+    let st = status(src.mnt.as_os_str());
     assert_eq!(field_str(&field_arr(&st, "mirrors")[0], "at"), target);
     dst.mount();
     assert_tree_at(&dst.mnt, &capture(&src.mnt).unwrap(), "over ssh");
@@ -307,9 +294,7 @@ fn copy_over_ssh_runs_mirror_write_on_the_far_side() {
 /// hash on both sides, and every day's snapshot reads the same.
 #[test]
 fn ten_days_of_backups_keep_every_snapshot_equal() {
-    let src = Fs::new();
-    let mut dst = Fs::create();
-    dst.mkfs(&["--mirror"]);
+    let (src, mut dst) = source_and_mirror();
     fs::create_dir(src.p("home")).unwrap();
     for day in 0..10u64 {
         for i in 0..5 {
@@ -337,18 +322,8 @@ fn ten_days_of_backups_keep_every_snapshot_equal() {
         snapshot_create(&src.mnt, &format!("day-{day}"));
         let out = mirror_copy(&src.mnt, &dst.pool);
         assert!(out.status.success(), "day {day}: {}", describe(&out));
-        let s = cairn_json(&[
-            os("mirror"),
-            os("status"),
-            src.mnt.as_os_str(),
-            os("--json"),
-        ]);
-        let d = cairn_json(&[
-            os("mirror"),
-            os("status"),
-            dst.pool.as_os_str(),
-            os("--json"),
-        ]);
+        let s = status(src.mnt.as_os_str());
+        let d = status(dst.pool.as_os_str());
         assert_eq!(field_u64(&s, "tid"), field_u64(&d, "tid"), "day {day}");
     }
     dst.mount();
@@ -386,21 +361,11 @@ fn frames(b: &[u8]) -> Vec<std::ops::Range<usize>> {
 /// message saying why, and the mirror unchanged (same TID, same tree).
 #[test]
 fn bad_streams_are_refused_and_change_nothing() {
-    let src = Fs::new();
+    let (src, mut dst) = source_and_mirror();
     fs::write(src.p("a"), pattern(1, 300_000)).unwrap();
     sync_tid(&src.mnt);
-    let mut dst = Fs::create();
-    dst.mkfs(&["--mirror"]);
     assert!(mirror_copy(&src.mnt, &dst.pool).status.success());
-    let at = field_u64(
-        &cairn_json(&[
-            os("mirror"),
-            os("status"),
-            dst.pool.as_os_str(),
-            os("--json"),
-        ]),
-        "tid",
-    );
+    let at = field_u64(&status(dst.pool.as_os_str()), "tid");
     for i in 0..3 {
         fs::write(src.p(&format!("n{i}")), pattern(10 + i, 100_000)).unwrap();
         sync_tid(&src.mnt);
@@ -488,15 +453,7 @@ fn bad_streams_are_refused_and_change_nothing() {
             code != 0 && err.contains(says),
             "{what}: exit {code}: {err}"
         );
-        let now = field_u64(
-            &cairn_json(&[
-                os("mirror"),
-                os("status"),
-                dst.pool.as_os_str(),
-                os("--json"),
-            ]),
-            "tid",
-        );
+        let now = field_u64(&status(dst.pool.as_os_str()), "tid");
         assert_eq!(now, at, "{what} changed the mirror");
     }
     dst.mount();
@@ -525,12 +482,10 @@ fn bad_streams_are_refused_and_change_nothing() {
 /// one-way stream of the same change carries them.
 #[test]
 fn a_copy_sends_only_the_chunks_the_mirror_lacks() {
-    let src = Fs::new();
+    let (src, mut dst) = source_and_mirror();
     let data = pattern(5, 1 << 20);
     fs::write(src.p("f"), &data).unwrap();
     let old = sync_tid(&src.mnt);
-    let mut dst = Fs::create();
-    dst.mkfs(&["--mirror"]);
     assert!(mirror_copy(&src.mnt, &dst.pool).status.success());
     fs::remove_file(src.p("f")).unwrap();
     sync_tid(&src.mnt);
@@ -544,15 +499,7 @@ fn a_copy_sends_only_the_chunks_the_mirror_lacks() {
     ]);
     sync_tid(&src.mnt);
     assert_eq!(fs::read(src.p("f")).unwrap(), data);
-    let at = field_u64(
-        &cairn_json(&[
-            os("mirror"),
-            os("status"),
-            dst.pool.as_os_str(),
-            os("--json"),
-        ]),
-        "tid",
-    );
+    let at = field_u64(&status(dst.pool.as_os_str()), "tid");
     let one_way = dst.dir.join("one-way");
     let since = at.to_string();
     let out = cairn(&[
