@@ -32,9 +32,25 @@ fn mirror_tid(target: &OsStr) -> u64 {
 
 /// A mounted source and an unmounted fresh mirror pool.
 fn source_and_mirror() -> (Fs, Fs) {
-    let mut dst = Fs::create();
+    let dst = Fs::create();
     dst.mkfs(&["--mirror"]);
     (Fs::new(), dst)
+}
+
+/// `cairn mirror read SRC --since SINCE -o TO`, which must succeed.
+fn read_into(src: &Path, since: u64, to: &Path) {
+    let since = since.to_string();
+    let args = [
+        os("mirror"),
+        os("read"),
+        src.as_os_str(),
+        os("--since"),
+        os(&since),
+        os("-o"),
+        to.as_os_str(),
+    ];
+    let out = cairn(&args);
+    assert!(out.status.success(), "{}", describe(&out));
 }
 
 fn mirror_copy(src: &Path, dst: &Path) -> std::process::Output {
@@ -118,7 +134,7 @@ fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
     // Incremental, through a pipe.
     second_changes(&src);
     snapshot_create(&src.mnt, "two");
-    let at = field_u64(&status(dst.pool.as_os_str()), "tid");
+    let at = mirror_tid(dst.pool.as_os_str());
     let cairn_bin = env!("CARGO_BIN_EXE_cairn");
     let pipe = format!(
         "{cairn_bin} mirror read {} --since {at} | {cairn_bin} mirror write {}",
@@ -365,26 +381,14 @@ fn bad_streams_are_refused_and_change_nothing() {
     fs::write(src.p("a"), pattern(1, 300_000)).unwrap();
     sync_tid(&src.mnt);
     assert!(mirror_copy(&src.mnt, &dst.pool).status.success());
-    let at = field_u64(&status(dst.pool.as_os_str()), "tid");
+    let at = mirror_tid(dst.pool.as_os_str());
     for i in 0..3 {
         fs::write(src.p(&format!("n{i}")), pattern(10 + i, 100_000)).unwrap();
         sync_tid(&src.mnt);
     }
     let dir = dst.dir.clone();
     let file = |name: &str| dir.join(name);
-    let read = |since: u64, to: &Path| {
-        let since = since.to_string();
-        let args = [
-            os("mirror"),
-            os("read"),
-            src.mnt.as_os_str(),
-            os("--since"),
-            os(&since),
-            os("-o"),
-            to.as_os_str(),
-        ];
-        assert!(cairn(&args).status.success());
-    };
+    let read = |since: u64, to: &Path| read_into(&src.mnt, since, to);
     read(at, &file("good"));
     read(0, &file("full"));
     read(at + 1, &file("late"));
@@ -402,18 +406,7 @@ fn bad_streams_are_refused_and_change_nothing() {
     let other = Fs::new();
     fs::write(other.p("x"), b"another pool").unwrap();
     let other_tid = sync_tid(&other.mnt);
-    let since = at.min(other_tid).to_string();
-    let foreign = file("foreign");
-    let args = [
-        os("mirror"),
-        os("read"),
-        other.mnt.as_os_str(),
-        os("--since"),
-        os(&since),
-        os("-o"),
-        foreign.as_os_str(),
-    ];
-    assert!(cairn(&args).status.success());
+    read_into(&other.mnt, at.min(other_tid), &file("foreign"));
     other.finish();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("truncated", good[..good.len() - 30].to_vec(), "truncated"),
@@ -453,7 +446,7 @@ fn bad_streams_are_refused_and_change_nothing() {
             code != 0 && err.contains(says),
             "{what}: exit {code}: {err}"
         );
-        let now = field_u64(&status(dst.pool.as_os_str()), "tid");
+        let now = mirror_tid(dst.pool.as_os_str());
         assert_eq!(now, at, "{what} changed the mirror");
     }
     dst.mount();
@@ -499,7 +492,7 @@ fn a_copy_sends_only_the_chunks_the_mirror_lacks() {
     ]);
     sync_tid(&src.mnt);
     assert_eq!(fs::read(src.p("f")).unwrap(), data);
-    let at = field_u64(&status(dst.pool.as_os_str()), "tid");
+    let at = mirror_tid(dst.pool.as_os_str());
     let one_way = dst.dir.join("one-way");
     let since = at.to_string();
     let out = cairn(&[
