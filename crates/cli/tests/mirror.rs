@@ -100,6 +100,7 @@ fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
     first_tree(&src);
     sync_tid(&src.mnt);
     snapshot_create(&src.mnt, "one");
+    snapshot_create(&src.mnt, "short-lived");
     let out = mirror_copy(&src.mnt, &dst.pool);
     assert!(out.status.success(), "{}", describe(&out));
     let tid1 = sync_tid(&src.mnt);
@@ -114,6 +115,7 @@ fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
     let want = capture(&src.mnt).unwrap();
     assert_tree_at(&dst.mnt, &want, "after the full copy");
     assert_eq!(xattr(&dst.p("docs/a.txt")), "blue");
+    assert_eq!(snapshot_list(&dst.mnt).len(), 2, "one and short-lived");
     let e = fs::write(dst.p("new"), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
     assert_tree_at(
@@ -134,6 +136,12 @@ fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
     // Incremental, through a pipe.
     second_changes(&src);
     snapshot_create(&src.mnt, "two");
+    cairn_ok(&[
+        os("snapshot"),
+        os("delete"),
+        src.mnt.as_os_str(),
+        os("short-lived"),
+    ]);
     let at = mirror_tid(dst.pool.as_os_str());
     let cairn_bin = env!("CARGO_BIN_EXE_cairn");
     let pipe = format!(
@@ -168,6 +176,13 @@ fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
         &capture(&src.mnt).unwrap(),
         "after the incremental stream",
     );
+    let names = |t: &Path| -> Vec<String> {
+        snapshot_list(t)
+            .iter()
+            .map(|j| field_str(j, "name").to_string())
+            .collect()
+    };
+    assert_eq!(names(&dst.mnt), ["one", "two"], "snapshots on the mirror");
     for name in ["one", "two"] {
         let (a, b) = (
             snapshot_verify(&src.mnt, name).1,
