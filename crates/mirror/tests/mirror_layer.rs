@@ -147,10 +147,24 @@ fn full_and_incremental_streams_reproduce_the_source_and_its_history() {
         let e = apply_stream(&dst, &inc[..], ApplyOptions::default()).unwrap_err();
         assert!(matches!(e, StreamError::Refused(_)), "{e}");
     }
+    // The mirror keeps its own retention: pruning it does not stop it
+    // from taking the next increment.
+    let policy = cairn_fs::PrunePolicy {
+        retention_secs: 0,
+        keep_daily: 0,
+        keep_weekly: 0,
+        keep_monthly: 0,
+    };
+    dst.prune(&policy, false).unwrap();
+    let since = dst.last_tid();
+    more_changes(&src, 9);
+    apply_stream(&dst, &stream(&src, since)[..], ApplyOptions::default()).unwrap();
+    let (want, got) = (workload::read_tree(&src), workload::read_tree(&dst));
+    assert!(workload::same(&want, &got), "{}", workload::diff(&want, &got));
     // An unchanged source gives an empty stream that changes nothing.
     let none = stream(&src, dst.last_tid());
     apply_stream(&dst, &none[..], ApplyOptions::default()).unwrap();
-    assert_mirrors(&src, &dst, 1);
+    assert_eq!(dst.last_tid(), src.last_tid());
     drop(dst);
     let dst = Fs::open(Pool::open(&d.path().join("dst"), None).unwrap()).unwrap();
     assert!(cairn_fs::maintenance::check::check_pool(dst.pool())
