@@ -160,7 +160,11 @@ fn full_and_incremental_streams_reproduce_the_source_and_its_history() {
     more_changes(&src, 9);
     apply_stream(&dst, &stream(&src, since)[..], ApplyOptions::default()).unwrap();
     let (want, got) = (workload::read_tree(&src), workload::read_tree(&dst));
-    assert!(workload::same(&want, &got), "{}", workload::diff(&want, &got));
+    assert!(
+        workload::same(&want, &got),
+        "{}",
+        workload::diff(&want, &got)
+    );
     // An unchanged source gives an empty stream that changes nothing.
     let none = stream(&src, dst.last_tid());
     apply_stream(&dst, &none[..], ApplyOptions::default()).unwrap();

@@ -27,12 +27,15 @@ pub const NEW_PIECE: u64 = u64::MAX;
 /// The extent that puts `patch` over the committed extent `ext` as pieces:
 /// the old pieces the patch leaves visible (cut where it covers them) and
 /// one new piece per range of the patch, in order, with chunk `NEW_PIECE`
-/// (filled in when the flush has written them). None when the block is
-/// better written whole: the patch reaches past the valid bytes, or the
-/// pieces would be more than `MAX_PIECES` or hold more than half of a
-/// block of `record` bytes.
+/// (filled in when the flush has written them). An append (the patch's
+/// bytes past the valid ones run on from them, no gap) grows the extent:
+/// its new bytes are all pieces, so nothing of the base past the old
+/// length shows. None when the block is better written whole: the patch
+/// leaves a gap past the valid bytes, or the pieces would be more than
+/// `MAX_PIECES` or hold more than half of a block of `record` bytes.
 pub fn plan(ext: &Extent, patch: &Patch, record: u64) -> Option<Extent> {
-    if patch.end() > ext.len as usize {
+    let old = ext.len as usize;
+    if patch.end() > old && !appends(patch, old) {
         return None;
     }
     let ranges: Vec<(u32, u32)> = patch
@@ -57,9 +60,25 @@ pub fn plan(ext: &Extent, patch: &Patch, record: u64) -> Option<Extent> {
     }
     Some(Extent {
         chunk: ext.chunk,
-        len: ext.len,
+        len: ext.len.max(patch.end() as u32),
         pieces,
     })
+}
+
+/// True when the patch's bytes past `old` form one run starting at `old`.
+fn appends(patch: &Patch, old: usize) -> bool {
+    let mut at = old;
+    for (off, b) in patch.ranges() {
+        let end = off + b.len();
+        if end <= old {
+            continue;
+        }
+        if off > at {
+            return false;
+        }
+        at = at.max(end);
+    }
+    at == patch.end()
 }
 
 /// The parts of `p` that none of `ranges` (sorted, disjoint, [lo, hi))
@@ -127,8 +146,11 @@ mod tests {
         for _ in 0..500 {
             let base: Vec<u8> = (0..record).map(|_| rng.gen()).collect();
             let mut store = vec![base.clone()];
-            let mut ext = Extent::whole(0, record as u32);
+            // A valid length below the base's: appends grow it.
+            let len = rng.gen_range(record as usize / 2..=record as usize);
+            let mut ext = Extent::whole(0, len as u32);
             let mut want = base;
+            want.truncate(len);
             for _ in 0..30 {
                 let mut patch = Patch::default();
                 for _ in 0..rng.gen_range(1..4) {
@@ -136,14 +158,19 @@ mod tests {
                     let n = rng.gen_range(1..200).min(record as usize - off);
                     let data: Vec<u8> = (0..n).map(|_| rng.gen()).collect();
                     patch.write(off, &data);
+                    if want.len() < off + n {
+                        want.resize(off + n, 0);
+                    }
                     want[off..off + n].copy_from_slice(&data);
                 }
                 let Some(mut next) = plan(&ext, &patch, record) else {
                     let mut b = read(&ext, &store);
+                    b.resize(b.len().max(patch.end()), 0);
                     patch.apply(&mut b);
                     assert_eq!(b, want);
+                    let n = b.len() as u32;
                     store.push(b);
-                    ext = Extent::whole(store.len() as u64 - 1, record as u32);
+                    ext = Extent::whole(store.len() as u64 - 1, n);
                     continue;
                 };
                 assert!(next.pieces.len() <= MAX_PIECES);
@@ -165,11 +192,28 @@ mod tests {
     }
 
     #[test]
-    fn a_patch_past_the_valid_bytes_is_written_whole() {
+    fn a_patch_past_the_valid_bytes_is_written_whole_unless_it_appends() {
         let ext = Extent::whole(0, 1000);
         let mut p = Patch::default();
+        p.write(1005, &[1; 20]);
+        assert!(
+            plan(&ext, &p, 65536).is_none(),
+            "a gap past the valid bytes"
+        );
+        let mut p = Patch::default();
         p.write(990, &[1; 20]);
-        assert!(plan(&ext, &p, 65536).is_none());
+        p.write(1010, &[2; 30]);
+        let x = plan(&ext, &p, 65536).expect("an append");
+        assert_eq!(x.len, 1040);
+        // Over a base longer than the valid bytes (a block truncated in
+        // place), the appended bytes are pieces, not the stale base.
+        let store = vec![vec![7u8; 4096], vec![1; 50]];
+        let mut x = x;
+        for piece in x.pieces.iter_mut() {
+            piece.chunk = 1;
+        }
+        let b = read(&x, &store);
+        assert!(b[1000..1040].iter().all(|&v| v == 1), "stale base bytes");
         let mut p = Patch::default();
         p.write(0, &[1; 1000]);
         assert!(plan(&ext, &p, 1024).is_none(), "more than half the block");
