@@ -285,24 +285,28 @@ fn follow(src: &Path, dst: &Path, interval: f64) -> Result<()> {
     let pause = std::time::Duration::from_secs_f64(interval.max(0.05));
     let mut failing = false;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let tids = || -> Result<(u64, u64)> {
+        let tids = || -> Result<(Value, u64)> {
             let s = call(src, Request::MirrorStatus)?;
             let d = Dest::parse(dst)?.status()?;
-            Ok((
-                s["tid"].as_u64().unwrap_or(0),
-                d["tid"].as_u64().unwrap_or(0),
-            ))
+            Ok((s, d["tid"].as_u64().unwrap_or(0)))
         };
-        let step = tids().and_then(|(s, d)| match s != d {
+        let step = tids().and_then(|(s, d)| match s["tid"].as_u64() != Some(d) {
             true => copy(src, dst).map(|v| Some((s, v))),
             false => Ok(None),
         });
         match step {
             Ok(Some((s, v))) => {
                 failing = false;
+                // The lag: from the source's commit to the mirror having it.
+                let now = cairn_fs::Time::now().as_nanos() as u64;
+                let lag = s["time_ns"]
+                    .as_u64()
+                    .map(|t| now.saturating_sub(t) as f64 / 1e9);
                 eprintln!(
-                    "mirror at TID {:#x} (source {s:#x}): {}",
+                    "{} mirror at TID {:#x}, lag {}: {}",
+                    cairn_fs::timefmt::format_utc(now),
                     v["write"]["upto"].as_u64().unwrap_or(0),
+                    lag.map_or("-".into(), |l| format!("{l:.2} s")),
                     describe_write(&v["write"])
                 );
             }

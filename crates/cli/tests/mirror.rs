@@ -273,7 +273,15 @@ fn a_stream_keeps_a_mounted_mirror_following_its_source() {
     assert_tree_at(&dst.mnt, &capture(&src.mnt).unwrap(), "followed");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let st = child.wait().unwrap();
-    assert!(st.success(), "stream exited {st}: {}", read_back(err));
+    let said = read_back(err);
+    assert!(st.success(), "stream exited {st}: {said}");
+    // A line per copy, with the mirror's lag behind the source's commit.
+    let lags: Vec<f64> = said
+        .lines()
+        .filter_map(|l| l.split("lag ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(lags.len() >= 4, "{said}");
+    assert!(lags.iter().all(|l| *l < 10.0), "{said}");
     dst.finish();
     src.finish();
 }
