@@ -88,7 +88,8 @@ pub enum MirrorCmd {
     Copy {
         /// The source pool (directory or mount point).
         src: PathBuf,
-        /// The mirror pool.
+        /// The mirror pool: a directory or mount point here, or
+        /// ssh:[user@]host:POOL (runs `cairn mirror write` there).
         dst: PathBuf,
         #[arg(long)]
         json: bool,
@@ -97,7 +98,9 @@ pub enum MirrorCmd {
     /// comes, retrying after errors (a source or mirror gone for a while),
     /// with a line per step showing the mirror's lag. Stops on a signal.
     Stream {
+        /// The source pool (directory or mount point).
         src: PathBuf,
+        /// The mirror, as for `copy`.
         dst: PathBuf,
         /// Seconds between looks at the source's TID.
         #[arg(long, default_value = "0.5")]
