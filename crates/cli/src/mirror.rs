@@ -178,7 +178,8 @@ impl Dest {
         let cairn = std::env::var("CAIRN_REMOTE").unwrap_or_else(|_| "cairn".into());
         let mut words = ssh.split_whitespace();
         let mut cmd = std::process::Command::new(words.next().unwrap_or("ssh"));
-        cmd.args(words).arg(host).arg("--");
+        // `--` ends ssh's options: a host is never taken for one.
+        cmd.args(words).arg("--").arg(host);
         let remote = format!(
             "{} mirror {} {} --json",
             quote(&cairn),

@@ -287,8 +287,9 @@ fn a_stream_keeps_a_mounted_mirror_following_its_source() {
 }
 
 /// `mirror copy SRC ssh:host:POOL` runs `cairn mirror write` on the other
-/// side over ssh (here a stand-in for ssh that runs the command locally
-/// and notes the host it was asked for).
+/// side over ssh (here a stand-in that parses its arguments as OpenSSH
+/// does: options, `--`, the host, then the command; it runs the command
+/// locally and notes the host).
 #[test]
 fn copy_over_ssh_runs_mirror_write_on_the_far_side() {
     let (src, mut dst) = source_and_mirror();
@@ -297,7 +298,7 @@ fn copy_over_ssh_runs_mirror_write_on_the_far_side() {
     let fake = dst.dir.join("fake-ssh");
     let hosts = dst.dir.join("hosts");
     let script = format!(
-        "#!/bin/sh\necho \"$1\" >> {}\nshift\n[ \"$1\" = -- ] && shift\nexec sh -c \"$*\"\n",
+        "#!/bin/sh\n[ \"$1\" = -- ] && shift\necho \"$1\" >> {}\nshift\nexec sh -c \"$*\"\n",
         hosts.display()
     );
     fs::write(&fake, script).unwrap();
