@@ -182,3 +182,17 @@ fn fuzz_regression_control_line_without_newline() {
         "{used:?}"
     );
 }
+
+#[test]
+fn fuzz_regression_control_reply_float_round_trips() {
+    // Found by fuzz_control_reply_mutated: serde_json's fast float parser
+    // read 1.6834289071541465e22 back as ...463e22, so a reply did not
+    // decode to what was sent; parsing is now exact (float_roundtrip).
+    let line = br#"{"ok":{"_aa___":{"a":1.6834289071541465e22}}}"#;
+    let a = decode_reply(line).unwrap();
+    assert_eq!(json(&decode_reply(&json(&a)).unwrap()), json(&a));
+    let Reply::Ok(v) = a else {
+        panic!("not an ok reply")
+    };
+    assert_eq!(v["_aa___"]["a"].as_f64(), Some(1.6834289071541465e22));
+}
