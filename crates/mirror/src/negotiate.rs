@@ -22,7 +22,7 @@ pub fn candidates(fs: &Fs, since: u64) -> Result<Vec<Hash>> {
     for e in &c.events {
         for id in e.chunks()? {
             if !c.held_at_since.contains(&id) && seen.insert(id) {
-                out.push(fs.chunk_hash(id)?);
+                out.push(fs.chunk_record(id)?.hash);
             }
         }
     }

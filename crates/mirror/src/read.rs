@@ -149,10 +149,11 @@ fn send_chunks<W: Write>(
         if !sent.insert(id) {
             continue;
         }
-        let hash = fs.chunk_hash(id)?;
+        let rec = fs.chunk_record(id)?;
+        let hash = rec.hash;
         let data = match held_at_since.contains(&id) || held(&hash) {
             true => None,
-            false => Some(fs.stored_chunk(id)?),
+            false => Some(fs.stored_chunk(&rec)?),
         };
         match &data {
             Some(d) => {

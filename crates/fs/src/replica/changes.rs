@@ -121,12 +121,9 @@ impl Fs {
         Ok(c)
     }
 
-    /// The chunk `id` as stored, fully verified.
-    pub fn stored_chunk(&self, id: u64) -> Result<StoredChunk> {
-        let raw = self.meta()?.chunk(id)?;
-        let raw = raw.ok_or_else(|| FsError::Io(format!("chunk {id} has no record")))?;
-        let rec = ChunkRec::decode(&raw)?;
-        let (method, stored) = self.pool.chunks.read_stored(&rec)?;
+    /// The chunk of record `rec` as stored, fully verified.
+    pub fn stored_chunk(&self, rec: &ChunkRec) -> Result<StoredChunk> {
+        let (method, stored) = self.pool.chunks.read_stored(rec)?;
         Ok(StoredChunk {
             hash: rec.hash,
             method,
@@ -176,10 +173,10 @@ impl Changes {
 }
 
 impl Fs {
-    /// The content hash of chunk `id` (from its record).
-    pub fn chunk_hash(&self, id: u64) -> Result<Hash> {
+    /// The record of chunk `id`.
+    pub fn chunk_record(&self, id: u64) -> Result<ChunkRec> {
         let raw = self.meta()?.chunk(id)?;
         let raw = raw.ok_or_else(|| FsError::Io(format!("chunk {id} has no record")))?;
-        Ok(ChunkRec::decode(&raw)?.hash)
+        Ok(ChunkRec::decode(&raw)?)
     }
 }
