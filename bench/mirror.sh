@@ -5,8 +5,9 @@
 #   1. a source tree of FILES files (deterministic random data, log-normal
 #      sizes, about TOTAL_MB in all) in a Cairn mount, in a plain directory
 #      and in a btrfs subvolume (all three identical);
-#   2. full copy: `cairn mirror copy SRC_MNT MIRROR_POOL` into a fresh mirror
-#      pool (bytes = the stream's size from --json), `cp -a` into a fresh
+#   2. full copy: `cairn mirror copy SRC_MNT MIRROR_MNT` into a fresh mirror
+#      pool, mounted (read-only) as the baselines' destinations are (bytes =
+#      the stream's size from --json), `cp -a` into a fresh
 #      Cairn mount (+ cairn sync), `rsync -a --delete` into an empty plain
 #      directory (bytes = "Total bytes sent"), `btrfs send SNAP | btrfs
 #      receive` between two loop-mounted btrfs filesystems (bytes = the send
@@ -123,7 +124,7 @@ setup_dirs() {
         "$W/mnt/mirror" "$W/mnt/bta" "$W/mnt/btb" "$W/btrfs" "$W/tmp"
     # `cairn mirror copy` keeps its stream in a file under TMPDIR.
     export TMPDIR="$W/tmp"
-    SRC_POOL=$W/pools/src SRC_MNT=$W/mnt/src MIRROR=$W/pools/mirror
+    SRC_POOL=$W/pools/src SRC_MNT=$W/mnt/src MIRROR=$W/pools/mirror MIRROR_MNT=$W/mnt/mirror
     CP_POOL=$W/pools/cp CP_MNT=$W/mnt/cp
     BTA=$W/mnt/bta BTB=$W/mnt/btb
     POOL_GB=$(((TOTAL_MB * 3 >> 10) + 2))
@@ -250,7 +251,7 @@ cold() {
 # cairn_copy KEY: times `cairn mirror copy` from the source mount into the
 # mirror pool; records KEY_time, KEY_bytes, KEY_chunk.
 cairn_copy() {
-    local t0 t out cmd=("$BIN" mirror copy "$SRC_MNT" "$MIRROR" --json)
+    local t0 t out cmd=("$BIN" mirror copy "$SRC_MNT" "$MIRROR_MNT" --json)
     cold
     t0=$(now)
     out=$("${cmd[@]}" 2>"$W/err") || {
@@ -324,7 +325,9 @@ bench_full() {
     local r
     for r in $(seq "$ROUNDS"); do
         log "full copy, round $r of $ROUNDS"
+        is_mounted "$MIRROR_MNT" && quiet "$BIN" umount "$MIRROR_MNT"
         new_pool "$MIRROR" --mirror
+        quiet "$BIN" mount "$MIRROR" "$MIRROR_MNT"
         cairn_copy full
         cp_full
         rm -rf "$W/plain/dst" && mkdir "$W/plain/dst"
@@ -387,12 +390,11 @@ bench_held() {
 # Cairn source (names, sizes, modes, mtimes).
 verify() {
     [ "$VERIFY" = 1 ] || return 0
-    local m=$W/mnt/mirror st
+    local m=$MIRROR_MNT st
     log "verifying the mirror"
     st=$("$BIN" mirror status "$MIRROR" --json)
     [ "$(json tid <<<"$st")" = "$("$BIN" mirror status "$SRC_MNT" --json | json tid)" ] ||
         die "mirror at TID $(json tid <<<"$st"), source elsewhere"
-    quiet "$BIN" mount "$MIRROR" "$m"
     diff -r -q "$W/plain/src" "$m" >"$W/diff.out" 2>&1 || {
         head -20 "$W/diff.out" >&2
         die "the mirror's content differs from the source tree"

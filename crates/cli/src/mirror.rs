@@ -5,7 +5,7 @@
 //! in a private temporary directory.
 
 use crate::args::MirrorCmd;
-use crate::control::client::call;
+use crate::control::client::{call, Session};
 use crate::control::protocol::Request;
 use anyhow::{Context, Result};
 use cairn_fs::replica::Role;
@@ -41,7 +41,9 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             Ok(())
         }
         MirrorCmd::Copy { src, dst, json } => {
-            let v = copy(&src, &dst)?;
+            let dest = Dest::parse(&dst)?;
+            let v = copy(&src, &dest)?;
+            dest.close()?;
             print(&v, json, |v| {
                 format!(
                     "{}\n{}",
@@ -96,19 +98,27 @@ pub fn run(c: MirrorCmd) -> Result<()> {
     }
 }
 
-/// Where a mirror is: a pool here (directory or mount point), or one
-/// reached over ssh (`ssh:[user@]host:POOL`, where `cairn mirror write`
-/// runs; no daemon needed there).
+/// Where a mirror is: a pool here (directory or mount point; opened once
+/// for all the steps of a copy when not mounted), or one reached over ssh
+/// (`ssh:[user@]host:POOL`, where `cairn mirror write` runs; no daemon
+/// needed there).
 enum Dest {
-    Local(PathBuf),
+    Local(PathBuf, Session),
     Ssh { host: String, pool: String },
 }
 
 impl Dest {
+    fn close(self) -> Result<()> {
+        match self {
+            Dest::Local(_, s) => s.close(),
+            Dest::Ssh { .. } => Ok(()),
+        }
+    }
+
     fn parse(p: &Path) -> Result<Dest> {
         let s = text(p);
         let Some(rest) = s.strip_prefix("ssh:") else {
-            return Ok(Dest::Local(p.to_path_buf()));
+            return Ok(Dest::Local(p.to_path_buf(), Session::open(p)?));
         };
         match rest.split_once(':') {
             Some((host, pool)) if !host.is_empty() && !pool.is_empty() => Ok(Dest::Ssh {
@@ -121,27 +131,24 @@ impl Dest {
 
     fn name(&self) -> String {
         match self {
-            Dest::Local(p) => absolute(p).map_or(text(p), |p| text(&p)),
+            Dest::Local(p, _) => absolute(p).map_or(text(p), |p| text(&p)),
             Dest::Ssh { host, pool } => format!("ssh:{host}:{pool}"),
         }
     }
 
     fn status(&self) -> Result<Value> {
         match self {
-            Dest::Local(p) => call(p, Request::MirrorStatus),
+            Dest::Local(_, s) => s.call(Request::MirrorStatus),
             Dest::Ssh { .. } => self.remote(&["status"], None),
         }
     }
 
     fn write(&self, stream: &Path) -> Result<Value> {
         match self {
-            Dest::Local(p) => call(
-                p,
-                Request::MirrorWrite {
-                    path: text(stream),
-                    force: false,
-                },
-            ),
+            Dest::Local(_, s) => s.call(Request::MirrorWrite {
+                path: text(stream),
+                force: false,
+            }),
             Dest::Ssh { .. } => self.remote(&["write"], Some(stream)),
         }
     }
@@ -149,14 +156,11 @@ impl Dest {
     /// Writes into `out` which of the hashes in `wanted` the mirror lacks.
     fn lacking(&self, wanted: &Path, out: &Path) -> Result<()> {
         match self {
-            Dest::Local(p) => {
-                call(
-                    p,
-                    Request::MirrorLacking {
-                        path: text(wanted),
-                        out: text(out),
-                    },
-                )?;
+            Dest::Local(_, s) => {
+                s.call(Request::MirrorLacking {
+                    path: text(wanted),
+                    out: text(out),
+                })?;
             }
             Dest::Ssh { .. } => {
                 let v = self.remote(&["lacking"], Some(wanted))?;
@@ -221,8 +225,7 @@ fn quote(s: &str) -> String {
 
 /// Brings the mirror `dst` up to date with `src`: the changes after the
 /// mirror's TID, through a file in a private directory.
-fn copy(src: &Path, dst: &Path) -> Result<Value> {
-    let dest = Dest::parse(dst)?;
+fn copy(src: &Path, dest: &Dest) -> Result<Value> {
     let at = dest.status()?;
     let from = call(src, Request::MirrorStatus)?;
     if at["role"] == "promoted" || at["role"] == "pool" {
@@ -284,17 +287,12 @@ fn follow(src: &Path, dst: &Path, interval: f64) -> Result<()> {
         signal_hook::flag::register(sig, stop.clone())?;
     }
     let pause = std::time::Duration::from_secs_f64(interval.max(0.05));
-    let mut failing = false;
+    let (mut failing, mut known) = (false, None);
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let tids = || -> Result<(Value, u64)> {
-            let s = call(src, Request::MirrorStatus)?;
-            let d = Dest::parse(dst)?.status()?;
-            Ok((s, d["tid"].as_u64().unwrap_or(0)))
-        };
-        let step = tids().and_then(|(s, d)| match s["tid"].as_u64() != Some(d) {
-            true => copy(src, dst).map(|v| Some((s, v))),
-            false => Ok(None),
-        });
+        let step = follow_step(src, dst, &mut known);
+        if step.is_err() {
+            known = None;
+        }
         match step {
             Ok(Some((s, v))) => {
                 failing = false;
@@ -321,6 +319,29 @@ fn follow(src: &Path, dst: &Path, interval: f64) -> Result<()> {
         std::thread::sleep(pause);
     }
     Ok(())
+}
+
+/// One look of `mirror stream`: a copy when the source's TID moved past
+/// `known` (the mirror's TID after the last copy; None: ask the mirror).
+/// The mirror is opened only then, and closed after (so that it can be
+/// mounted between copies).
+fn follow_step(src: &Path, dst: &Path, known: &mut Option<u64>) -> Result<Option<(Value, Value)>> {
+    let s = call(src, Request::MirrorStatus)?;
+    if known.is_some() && s["tid"].as_u64() == *known {
+        return Ok(None);
+    }
+    let dest = Dest::parse(dst)?;
+    let at = dest.status()?["tid"].as_u64();
+    let v = match s["tid"].as_u64() == at {
+        true => None,
+        false => Some(copy(src, &dest)?),
+    };
+    dest.close()?;
+    *known = match &v {
+        Some(v) => v["write"]["upto"].as_u64(),
+        None => at,
+    };
+    Ok(v.map(|v| (s, v)))
 }
 
 fn read_req(since: u64, path: &Path) -> Request {
@@ -469,9 +490,13 @@ pub fn read_to(
         .map(read_hashes)
         .transpose()?
         .map(|v| v.into_iter().collect());
-    let held = |h: &cairn_data::Hash| lacking.as_ref().is_some_and(|l| !l.contains(h));
+    let answered = |h: &cairn_data::Hash| lacking.as_ref().is_some_and(|l| !l.contains(h));
+    let held = match lacking.is_some() {
+        true => cairn_mirror::Held::Answered(&answered),
+        false => cairn_mirror::Held::AtSince,
+    };
     let out = std::io::BufWriter::with_capacity(1 << 20, create_private(path)?);
-    let r = cairn_mirror::read_stream(fs, since, out, &held).map_err(refused)?;
+    let r = cairn_mirror::read_stream(fs, since, out, held).map_err(refused)?;
     Ok(
         json!({ "since": r.since, "upto": r.upto, "events": r.events, "chunks_sent": r.chunks_sent,
         "chunks_skipped": r.chunks_skipped, "chunk_bytes": r.chunk_bytes, "batches": r.batches, "bytes": r.bytes }),

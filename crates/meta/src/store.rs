@@ -205,7 +205,10 @@ impl MetaStore {
         if moved > 0 {
             tracing::info!("converted {moved} dedup index entries to dedup_v2");
         }
-        s.write(|_| Ok::<_, MetaError>(()))?;
+        let born = s.write(|w| w.ensure_born_index())?;
+        if born > 0 {
+            tracing::info!("indexed {born} live elements by create TID (born_v1)");
+        }
         Ok(s)
     }
 
@@ -474,8 +477,12 @@ impl MetaStore {
                     snapshots: txn.open_table(SNAPSHOTS).map_err(MetaError::from)?,
                     dedup: txn.open_table(DEDUP).map_err(MetaError::from)?,
                     gone: txn.open_table(GONE).map_err(MetaError::from)?,
+                    born: txn.open_table(BORN).map_err(MetaError::from)?,
                 };
                 let r = f(&mut w)?;
+                // The creation index is complete up to the last TID.
+                let last = w.counter("last_tid")?;
+                w.set_counter(BORN_TID, last)?;
                 // Counts write transactions: of two metadata copies that
                 // both check out, the one with more is the newer.
                 let n = w.counter(WRITES)?;
@@ -771,6 +778,50 @@ impl MetaRead {
         })
     }
 
+    /// The live elements created after `since` (the `born_v1` index).
+    pub fn born_after(&self, since: u64) -> Result<Vec<Element>> {
+        guarded(|| {
+            let t = self.txn.open_table(BORN)?;
+            let mut out = Vec::new();
+            for r in t.range((since.saturating_add(1), &[][..])..)? {
+                let (k, _) = r?;
+                let (tid, key) = k.value();
+                let e = self.live.get(key)?.ok_or_else(|| MetaError::Corrupt {
+                    key: ElemKey(key.to_vec()).to_string(),
+                    why: "the creation index names a missing live element".into(),
+                })?;
+                let e = live_element(key, e.value())?;
+                if e.create_tid != tid {
+                    return Err(MetaError::Corrupt {
+                        key: e.key.to_string(),
+                        why: format!("indexed as created at {tid}, created at {}", e.create_tid),
+                    });
+                }
+                out.push(e);
+            }
+            Ok(out)
+        })
+    }
+
+    /// The elements kept in history that ended after `since` (the `ends_v1`
+    /// index).
+    pub fn ended_after(&self, since: u64) -> Result<Vec<Element>> {
+        guarded(|| {
+            let t = self.txn.open_table(ENDS)?;
+            let mut out = Vec::new();
+            for r in t.range((since.saturating_add(1), &[][..])..)? {
+                let (k, _) = r?;
+                let hk = k.value().1;
+                let v = self.hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
+                    key: format!("{hk:02x?}"),
+                    why: "ends index names a missing history element".into(),
+                })?;
+                out.push(hist_element(hk, v.value())?);
+            }
+            Ok(out)
+        })
+    }
+
     /// (tid, commit time ns) of every commit after `since`, in order.
     pub fn tids_after(&self, since: u64) -> Result<Vec<(u64, u64)>> {
         guarded(|| {
@@ -804,6 +855,7 @@ pub struct MetaWrite<'t> {
     snapshots: Table<'t, &'static str, &'static [u8]>,
     dedup: Table<'t, [u8; 6], [u8; 6]>,
     gone: Table<'t, (u64, &'static [u8]), ()>,
+    born: Table<'t, (u64, &'static [u8]), ()>,
 }
 
 impl MetaWrite<'_> {
@@ -822,6 +874,7 @@ impl MetaWrite<'_> {
         };
         let (create_tid, payload) = decode_value(key.as_bytes(), old.value())?;
         drop(old);
+        self.born.remove((create_tid, key.as_bytes()))?;
         assert!(
             create_tid < tid,
             "element {key} created at {create_tid} ended at {tid}"
@@ -841,7 +894,13 @@ impl MetaWrite<'_> {
     /// Removes the live element under `key` without keeping it in history
     /// (a mirror replacing its own first elements with its source's).
     pub fn remove_live(&mut self, key: &ElemKey) -> Result<bool> {
-        Ok(self.live.remove(key.as_bytes())?.is_some())
+        let Some(old) = self.live.remove(key.as_bytes())? else {
+            return Ok(false);
+        };
+        let (create_tid, _) = decode_value(key.as_bytes(), old.value())?;
+        drop(old);
+        self.born.remove((create_tid, key.as_bytes()))?;
+        Ok(true)
     }
 
     /// Adds a new live element created at `tid`, ending the current one.
@@ -852,7 +911,28 @@ impl MetaWrite<'_> {
             key.as_bytes(),
             encode_value(key.as_bytes(), tid, payload).as_slice(),
         )?;
+        self.born.insert((tid, key.as_bytes()), ())?;
         Ok(old)
+    }
+
+    /// Rebuilds the index of live elements by create TID unless the last
+    /// write transaction kept it (a release without it wrote the pool, or
+    /// the pool predates it). Returns the entries written (0: it was kept).
+    pub fn ensure_born_index(&mut self) -> Result<u64> {
+        let last = self.counter("last_tid")?;
+        let kept = self.counters.get(BORN_TID)?.map(|v| v.value());
+        if kept == Some(last) {
+            return Ok(0);
+        }
+        self.born.retain(|_, _| false)?;
+        let mut n = 0;
+        for r in self.live.iter()? {
+            let (k, v) = r?;
+            let (create_tid, _) = decode_value(k.value(), v.value())?;
+            self.born.insert((create_tid, k.value()), ())?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// Physically removes ended elements that no retained TID can see: an
@@ -1249,6 +1329,87 @@ mod tests {
             .unwrap()
             .len(),
             3
+        );
+    }
+}
+
+#[cfg(test)]
+mod born_tests {
+    //! The index of live elements by create TID (`born_v1`).
+    use super::*;
+    use crate::key::RecordType;
+
+    fn born(s: &MetaStore, since: u64) -> Vec<(u64, Vec<u8>)> {
+        let r = s.read().unwrap();
+        let v = r.born_after(since).unwrap();
+        v.into_iter().map(|e| (e.create_tid, e.payload)).collect()
+    }
+
+    #[test]
+    fn the_index_follows_puts_ends_and_removals() {
+        let d = tempfile::tempdir().unwrap();
+        let s = MetaStore::create(&d.path().join("m.redb")).unwrap();
+        let k = |i: u64| ElemKey::new(i, RecordType::Inode, &[]);
+        s.write(|w| {
+            w.put(&k(1), b"a1", 1)?;
+            w.put(&k(2), b"b1", 1)?;
+            w.set_counter("last_tid", 1)
+        })
+        .unwrap();
+        s.write(|w| {
+            w.put(&k(1), b"a2", 2)?;
+            w.end(&k(2), 2)?;
+            w.put(&k(3), b"c2", 2)?;
+            w.set_counter("last_tid", 2)
+        })
+        .unwrap();
+        assert_eq!(born(&s, 0), vec![(2, b"a2".to_vec()), (2, b"c2".to_vec())]);
+        assert!(born(&s, 2).is_empty());
+        s.write(|w| w.remove_live(&k(3))).unwrap();
+        assert_eq!(born(&s, 1), vec![(2, b"a2".to_vec())]);
+        let ended = s.read().unwrap().ended_after(1).unwrap();
+        let ended: Vec<_> = ended.iter().map(|e| (e.create_tid, e.delete_tid)).collect();
+        assert_eq!(ended, vec![(1, 2), (1, 2)]);
+    }
+
+    #[test]
+    fn a_pool_written_without_the_index_gets_it_rebuilt_at_open() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("m.redb");
+        let s = MetaStore::create(&path).unwrap();
+        let k = ElemKey::new(7, RecordType::Inode, &[]);
+        s.write(|w| {
+            w.put(&k, b"old", 1)?;
+            w.set_counter("last_tid", 1)
+        })
+        .unwrap();
+        // A release without the index writes a new element and a new TID.
+        {
+            let db = s.db().unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut live = txn.open_table(LIVE).unwrap();
+                let k2 = ElemKey::new(8, RecordType::Inode, &[]);
+                live.insert(
+                    k2.as_bytes(),
+                    encode_value(k2.as_bytes(), 5, b"new").as_slice(),
+                )
+                .unwrap();
+                live.insert(
+                    k.as_bytes(),
+                    encode_value(k.as_bytes(), 5, b"mod").as_slice(),
+                )
+                .unwrap();
+                let mut c = txn.open_table(COUNTERS).unwrap();
+                c.insert("last_tid", 5).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        drop(s);
+        let s = MetaStore::open(&path, 1 << 20, PageCache::new()).unwrap();
+        assert_eq!(
+            born(&s, 0),
+            vec![(5, b"mod".to_vec()), (5, b"new".to_vec())]
         );
     }
 }

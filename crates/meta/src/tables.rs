@@ -19,6 +19,11 @@ pub const TIDS: TableDefinition<u64, u64> = TableDefinition::new("tids_v1");
 /// Ended elements removed without history (nohistory objects): (delete
 /// TID, history key), so that mirror streams still send their ends.
 pub const GONE: TableDefinition<(u64, &[u8]), ()> = TableDefinition::new("gone_v1");
+/// Index of live elements by create TID: (create_tid, element key) -> ().
+/// Exactly the live table's elements, so that "created after TID t" is a
+/// range (mirror streams); rebuilt at open when `BORN_TID` is not the last
+/// TID (a release without it wrote the pool).
+pub const BORN: TableDefinition<(u64, &[u8]), ()> = TableDefinition::new("born_v1");
 /// Inodes with no links that were still open: removed at next mount.
 pub const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans_v1");
 /// Devices of the pool: device id -> JSON description (versioned).
@@ -38,3 +43,7 @@ pub const DEDUP_V1: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup_
 /// The counter of write transactions (in COUNTERS): of two metadata
 /// copies that both pass their check, the one with more is the newer.
 pub const WRITES: &str = "writes";
+
+/// The counter (in COUNTERS) holding the last TID at the end of the last
+/// write transaction that kept `BORN` up to date.
+pub const BORN_TID: &str = "born_tid";

@@ -15,4 +15,4 @@ pub mod records;
 
 pub use apply::{apply_stream, check_stream, ApplyOptions, ApplyReport};
 pub use error::{Result, StreamError};
-pub use read::{read_stream, read_stream_limited, Limits, ReadReport};
+pub use read::{read_stream, read_stream_limited, Held, Limits, ReadReport};

@@ -2,7 +2,7 @@
 //! read, the source lists the content hashes of the chunks it would send
 //! (`candidates`), the mirror answers with those it lacks (`lacking`), and
 //! the stream then carries only their bytes. A one-way stream (a file, a
-//! pipe) skips only the chunks the mirror held at its TID. The lists are
+//! pipe) skips only the chunks the mirror held at its TID (`Held::AtSince`). The lists are
 //! files of 32-byte hashes (at most `MAX_HASHES`).
 
 use crate::error::{Result, StreamError};
@@ -14,14 +14,14 @@ use std::collections::HashSet;
 pub const MAX_HASHES: usize = 1 << 24;
 
 /// The hashes of the chunks a stream after `since` would send the bytes
-/// of (named by its new extents, not held by a mirror at `since`).
+/// of (named by its new extents; the mirror's answer decides).
 pub fn candidates(fs: &Fs, since: u64) -> Result<Vec<Hash>> {
     let c = fs.changes_since(since)?;
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for e in &c.events {
         for id in e.chunks()? {
-            if !c.held_at_since.contains(&id) && seen.insert(id) {
+            if seen.insert(id) {
                 out.push(fs.chunk_record(id)?.hash);
             }
         }

@@ -43,15 +43,19 @@ pub struct ReadReport {
     pub bytes: u64,
 }
 
-/// Writes the changes of `fs` after `since` to `out`. `held` says whether
-/// the mirror holds a chunk (a two-way channel asks it; a one-way one
-/// cannot); chunks that the mirror held at `since` are never sent.
-pub fn read_stream(
-    fs: &Fs,
-    since: u64,
-    out: impl Write,
-    held: &dyn Fn(&Hash) -> bool,
-) -> Result<ReadReport> {
+/// Which chunks the mirror holds, so that their bytes are not sent.
+#[derive(Clone, Copy)]
+pub enum Held<'a> {
+    /// A one-way stream: those that elements visible at `since` name (one
+    /// pass over the source's elements).
+    AtSince,
+    /// A two-way channel: the mirror's answer (`negotiate::lacking`).
+    Answered(&'a dyn Fn(&Hash) -> bool),
+}
+
+/// Writes the changes of `fs` after `since` to `out`, with the bytes of
+/// the chunks the mirror may lack (`held`).
+pub fn read_stream(fs: &Fs, since: u64, out: impl Write, held: Held) -> Result<ReadReport> {
     read_stream_limited(fs, since, out, held, Limits::default())
 }
 
@@ -60,10 +64,15 @@ pub fn read_stream_limited(
     fs: &Fs,
     since: u64,
     out: impl Write,
-    held: &dyn Fn(&Hash) -> bool,
+    held: Held,
     limits: Limits,
 ) -> Result<ReadReport> {
     let c = fs.changes_since(since)?;
+    let at_since = match held {
+        Held::AtSince => fs.held_at(since)?,
+        Held::Answered(_) => HashSet::new(),
+    };
+    let held = |h: &Hash| matches!(held, Held::Answered(f) if f(h));
     let mut w = FrameWriter::new(out);
     let header = Header {
         source: fs.pool().sb.uuid,
@@ -93,7 +102,7 @@ pub fn read_stream_limited(
             .collect();
         w.frame(Kind::Tids, &encode_tids(&tids))?;
         for e in &c.events[i..end] {
-            send_chunks(fs, e, &c.held_at_since, held, &mut sent, &mut w, &mut rep)?;
+            send_chunks(fs, e, &at_since, &held, &mut sent, &mut w, &mut rep)?;
             w.frame(Kind::Event, &encode_event(e))?;
         }
         if end == c.events.len() {

@@ -31,7 +31,7 @@ fn pool(dir: &Path, name: &str, mirror: bool) -> Arc<Fs> {
 
 fn stream(src: &Fs, since: u64) -> Vec<u8> {
     let mut out = Vec::new();
-    read_stream(src, since, &mut out, &|_| false).unwrap();
+    read_stream(src, since, &mut out, cairn_mirror::Held::AtSince).unwrap();
     out
 }
 
@@ -218,7 +218,9 @@ fn bad_streams_are_refused_and_a_cut_one_resumes() {
         bytes: 1 << 20,
         events: 4,
     };
-    let rep = cairn_mirror::read_stream_limited(&src, at, &mut inc, &|_| false, small).unwrap();
+    let rep =
+        cairn_mirror::read_stream_limited(&src, at, &mut inc, cairn_mirror::Held::AtSince, small)
+            .unwrap();
     assert!(rep.batches >= 3, "{rep:?}");
     // Cut at several points, each into a copy of the mirror as it was.
     for (k, frac) in [0.2, 0.45, 0.7, 0.93].into_iter().enumerate() {
@@ -349,6 +351,83 @@ fn a_hold_keeps_the_history_an_incremental_stream_needs() {
     assert!(src.mirror_release("held").unwrap());
     src.write(f.ino, 0, b"e").unwrap();
     src.flush().unwrap();
-    let e = read_stream(&src, since, &mut Vec::new(), &|_| false).unwrap_err();
+    let e = read_stream(&src, since, &mut Vec::new(), cairn_mirror::Held::AtSince).unwrap_err();
     assert!(e.to_string().contains("full resync"), "{e}");
+}
+
+/// The events of the changes after `since` found by reading every element
+/// (what the creation and ends indexes must reproduce), sorted.
+fn changes_by_scan(fs: &Fs, since: u64) -> Vec<(u64, Vec<u8>, u64, bool)> {
+    let r = fs.pool().meta.read().unwrap();
+    let mut out = Vec::new();
+    let mut each = |e: cairn_meta::Element| {
+        let key = e.key.as_bytes().to_vec();
+        if e.create_tid > since {
+            out.push((e.create_tid, key.clone(), e.create_tid, true));
+        }
+        if e.delete_tid != cairn_meta::TID_MAX && e.delete_tid > since {
+            out.push((e.delete_tid, key, e.create_tid, false));
+        }
+    };
+    r.for_each_live(&mut each).unwrap();
+    r.for_each_hist(&mut each).unwrap();
+    for (tid, key, create_tid) in r.gone_after(since).unwrap() {
+        if create_tid <= since {
+            out.push((tid, key, create_tid, false));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn the_changes_after_every_tid_are_those_a_scan_of_all_elements_finds() {
+    let d = tempfile::tempdir().unwrap();
+    let src = pool(d.path(), "src", false);
+    workload::run(&src, 5, 120, &|| 0);
+    for round in 1..=2 {
+        more_changes(&src, round);
+    }
+    let policy = cairn_fs::PrunePolicy {
+        retention_secs: 0,
+        keep_daily: 0,
+        keep_weekly: 0,
+        keep_monthly: 0,
+    };
+    src.prune(&policy, false).unwrap();
+    more_changes(&src, 3);
+    let pruned = src
+        .pool()
+        .meta
+        .read()
+        .unwrap()
+        .counter("pruned_tid")
+        .unwrap();
+    let mut compared = 0;
+    for since in 0..=src.last_tid() {
+        if since > 0 && since < pruned {
+            continue;
+        }
+        let c = src.changes_since(since).unwrap();
+        let mut got: Vec<_> = c
+            .events
+            .into_iter()
+            .map(|e| {
+                let create = matches!(e.change, cairn_fs::replica::Change::Create(_));
+                (e.tid, e.key, e.create_tid, create)
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            changes_by_scan(&src, since),
+            "changes after TID {since}"
+        );
+        compared += 1;
+    }
+    assert!(compared > 3, "compared {compared} TIDs");
+    assert!(cairn_fs::maintenance::check::check_pool(src.pool())
+        .unwrap()
+        .problems
+        .is_empty());
 }

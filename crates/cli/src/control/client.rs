@@ -105,19 +105,61 @@ fn bar() -> ProgressBar {
 
 /// Runs `req` on the pool behind `target` and returns its result.
 pub fn call(target: &Path, req: Request) -> Result<Value> {
-    let (pool, _) = resolve(target)?;
-    let pb = bar();
-    let progress = |d: u64, t: u64| {
-        pb.set_length(t);
-        pb.set_position(d);
-    };
-    let r = if pool_locked(&pool) {
-        remote(&pool, &req, &progress)
-    } else {
-        local(&pool, req, &progress)
-    };
-    pb.finish_and_clear();
-    r
+    let s = Session::open(target)?;
+    let v = s.call(req)?;
+    s.close()?;
+    Ok(v)
+}
+
+/// A pool that several requests go to: its daemon when it is mounted,
+/// else the pool opened once in this process (and closed when done), so
+/// that a command of several steps opens and checks it once.
+pub struct Session {
+    pool: PathBuf,
+    open: Option<std::sync::Arc<Fs>>,
+}
+
+impl Session {
+    pub fn open(target: &Path) -> Result<Session> {
+        let (pool, _) = resolve(target)?;
+        let open = match pool_locked(&pool) {
+            true => None,
+            false => Some(Fs::open(Pool::open(&pool, None)?)?),
+        };
+        Ok(Session { pool, open })
+    }
+
+    pub fn call(&self, req: Request) -> Result<Value> {
+        let pb = bar();
+        let progress = |d: u64, t: u64| {
+            pb.set_length(t);
+            pb.set_position(d);
+        };
+        let r = match &self.open {
+            None => remote(&self.pool, &req, &progress),
+            Some(fs) => here(fs, req, &progress),
+        };
+        pb.finish_and_clear();
+        r
+    }
+
+    /// Closes a pool opened here (committing what it holds).
+    pub fn close(mut self) -> Result<()> {
+        match self.open.take() {
+            Some(fs) => Ok(fs.shutdown()?),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(fs) = self.open.take() {
+            if let Err(e) = fs.shutdown() {
+                eprintln!("cairn: closing {}: {e}", self.pool.display());
+            }
+        }
+    }
 }
 
 fn remote(pool: &Path, req: &Request, progress: &dyn Fn(u64, u64)) -> Result<Value> {
@@ -143,14 +185,11 @@ fn remote(pool: &Path, req: &Request, progress: &dyn Fn(u64, u64)) -> Result<Val
     bail!("the daemon closed the control connection without an answer (see its log)")
 }
 
-fn local(pool: &Path, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Value> {
-    let p = Pool::open(pool, None)?;
-    let fs = Fs::open(p)?;
+fn here(fs: &std::sync::Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Value> {
     let creates = matches!(req, Request::SnapshotCreate { .. });
-    let r = execute(&fs, req, progress);
-    if creates && r.is_ok() {
+    let r = execute(fs, req, progress)?;
+    if creates {
         fs.hash_pending_snapshots()?;
     }
-    fs.shutdown()?;
-    Ok(r?)
+    Ok(r)
 }

@@ -173,6 +173,7 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
     }
     let orphans = r.orphans()?;
     check_namespace(&s, &paths, &orphans, &mut rep.problems);
+    check_born_index(&r, &mut rep.problems);
     rep.inodes = s.inodes.len() as u64;
     rep.extents = s.extents.len() as u64;
     let rs = pool.record_size();
@@ -291,6 +292,20 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
 }
 
 /// "PATH: DAMAGED metadata record: why" for a record of object `obj`.
+/// The index of live elements by create TID names each live element once,
+/// at its create TID (mirror streams read what changed through it).
+fn check_born_index(r: &cairn_meta::MetaRead, problems: &mut Vec<String>) {
+    let live = r.sizes().map(|s| s.0);
+    match (r.born_after(0), live) {
+        (Ok(born), Ok(live)) if born.len() as u64 == live => {}
+        (Ok(born), Ok(live)) => problems.push(format!(
+            "the creation index (born_v1) names {} elements, the live table holds {live}",
+            born.len()
+        )),
+        (Err(e), _) | (_, Err(e)) => problems.push(format!("the creation index (born_v1): {e}")),
+    }
+}
+
 pub(crate) fn damaged_record(paths: &HashMap<u64, String>, obj: u64, why: &str) -> String {
     format!("{}: DAMAGED metadata record: {why}", where_(paths, obj))
 }

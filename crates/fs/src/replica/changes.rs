@@ -1,5 +1,6 @@
 //! The changes committed after a TID: because every element carries its
-//! create and delete TIDs, they are one pass over the elements, not a tree
+//! create and delete TIDs, and the metadata indexes live elements by create
+//! TID and ended ones by delete TID, they are two range reads, not a tree
 //! walk. Each creation and each ending is an event at its TID; events are
 //! sorted by TID, endings first, so that applying them in order passes
 //! through every committed state of the source.
@@ -8,7 +9,7 @@ use crate::error::{FsError, Result};
 use crate::types::Extent;
 use crate::vfs::Fs;
 use cairn_data::{ChunkRec, Hash};
-use cairn_meta::{Element, RecordType, TID_MAX};
+use cairn_meta::{Element, RecordType};
 use std::collections::HashSet;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,9 +54,6 @@ pub struct Changes {
     /// Inodes unlinked while open (their elements stay live until closed).
     pub orphans: Vec<u64>,
     pub next_ino: u64,
-    /// Chunks that elements visible at `since` name: a mirror at `since`
-    /// holds them, so a stream need not carry their bytes.
-    pub held_at_since: HashSet<u64>,
 }
 
 /// A chunk as stored: compressed chunks travel compressed.
@@ -94,16 +92,17 @@ impl Fs {
             next_ino: r.counter("next_ino")?,
             ..Changes::default()
         };
-        let mut fail = None;
-        let mut each = |e: Element| {
-            if let Err(x) = c.add(e) {
-                fail.get_or_insert(x);
+        // Creations of live elements from their index; ended elements (and
+        // their creations, when after `since`) from the ends index: reading
+        // what changed, not the whole tree.
+        for e in r.born_after(since)? {
+            c.push_create(e);
+        }
+        for e in r.ended_after(since)? {
+            c.push_end(&e);
+            if e.create_tid > since {
+                c.push_create(e);
             }
-        };
-        r.for_each_live(&mut each)?;
-        r.for_each_hist(&mut each)?;
-        if let Some(e) = fail {
-            return Err(e);
         }
         // Ends of nohistory objects' elements, removed at their commit.
         for (tid, key, create_tid) in r.gone_after(since)? {
@@ -145,30 +144,50 @@ impl Fs {
 }
 
 impl Changes {
-    fn add(&mut self, e: Element) -> Result<()> {
-        let since = self.since;
-        let key = e.key.as_bytes().to_vec();
-        if e.create_tid <= since && e.delete_tid > since && is_extent(&key) {
-            self.held_at_since
-                .extend(Extent::decode(&e.payload)?.chunks());
+    fn push_create(&mut self, e: Element) {
+        self.events.push(Event {
+            tid: e.create_tid,
+            key: e.key.0,
+            create_tid: e.create_tid,
+            change: Change::Create(e.payload),
+        });
+    }
+
+    fn push_end(&mut self, e: &Element) {
+        self.events.push(Event {
+            tid: e.delete_tid,
+            key: e.key.0.clone(),
+            create_tid: e.create_tid,
+            change: Change::End,
+        });
+    }
+}
+
+impl Fs {
+    /// The chunks that elements visible at `since` name: a mirror at
+    /// `since` holds them, so a one-way stream need not carry their bytes
+    /// (a two-way one asks the mirror instead). One pass over all elements.
+    pub fn held_at(&self, since: u64) -> Result<HashSet<u64>> {
+        let r = self.meta()?;
+        let mut held = HashSet::new();
+        let mut fail = None;
+        let mut each = |e: Element| {
+            let seen = e.create_tid <= since && e.delete_tid > since;
+            if seen && is_extent(e.key.as_bytes()) {
+                match Extent::decode(&e.payload) {
+                    Ok(x) => held.extend(x.chunks()),
+                    Err(x) => {
+                        fail.get_or_insert(x);
+                    }
+                }
+            }
+        };
+        r.for_each_live(&mut each)?;
+        r.for_each_hist(&mut each)?;
+        match fail {
+            Some(e) => Err(e),
+            None => Ok(held),
         }
-        if e.create_tid > since {
-            self.events.push(Event {
-                tid: e.create_tid,
-                key: key.clone(),
-                create_tid: e.create_tid,
-                change: Change::Create(e.payload),
-            });
-        }
-        if e.delete_tid != TID_MAX && e.delete_tid > since {
-            self.events.push(Event {
-                tid: e.delete_tid,
-                key,
-                create_tid: e.create_tid,
-                change: Change::End,
-            });
-        }
-        Ok(())
     }
 }
 
