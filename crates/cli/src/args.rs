@@ -91,6 +91,10 @@ pub enum MirrorCmd {
         /// The mirror pool: a directory or mount point here, or
         /// ssh:[user@]host:POOL (runs `cairn mirror write` there).
         dst: PathBuf,
+        /// When the source pruned past the mirror's TID: roll the mirror
+        /// back to the newest snapshot both hold and copy from there.
+        #[arg(long)]
+        resync: bool,
         #[arg(long)]
         json: bool,
     },
@@ -114,6 +118,15 @@ pub enum MirrorCmd {
     /// pool lacks.
     #[command(hide = true)]
     Lacking(TargetArgs),
+    /// Take a mirror back to one of its snapshots, undoing every change
+    /// after it (before a resync from that snapshot: `mirror read --since`
+    /// its TID on the source).
+    Rollback {
+        #[command(flatten)]
+        t: TargetArgs,
+        /// The snapshot (it and the source must both hold it).
+        snapshot: String,
+    },
     /// Stop keeping a source's history for a mirror given up.
     Release {
         #[command(flatten)]

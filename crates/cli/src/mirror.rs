@@ -40,9 +40,14 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             print(&v, t.json, describe_write);
             Ok(())
         }
-        MirrorCmd::Copy { src, dst, json } => {
+        MirrorCmd::Copy {
+            src,
+            dst,
+            resync,
+            json,
+        } => {
             let dest = Dest::parse(&dst)?;
-            let v = copy(&src, &dest)?;
+            let v = copy(&src, &dest, resync)?;
             dest.close()?;
             print(&v, json, |v| {
                 format!(
@@ -83,6 +88,11 @@ pub fn run(c: MirrorCmd) -> Result<()> {
                 .map(|b| format!("{b:02x}"))
                 .collect();
             println!("{}", json!({ "lacking": hex }));
+            Ok(())
+        }
+        MirrorCmd::Rollback { t, snapshot } => {
+            let v = call(&t.target, Request::MirrorRollback { snapshot })?;
+            print(&v, t.json, describe_rollback);
             Ok(())
         }
         MirrorCmd::Promote(t) => {
@@ -150,6 +160,16 @@ impl Dest {
                 force: false,
             }),
             Dest::Ssh { .. } => self.remote(&["write"], Some(stream)),
+        }
+    }
+
+    fn rollback(&self, snapshot: &str) -> Result<Value> {
+        let req = Request::MirrorRollback {
+            snapshot: snapshot.into(),
+        };
+        match self {
+            Dest::Local(_, s) => s.call(req),
+            Dest::Ssh { .. } => self.remote(&["rollback", &quote(snapshot)], None),
         }
     }
 
@@ -225,7 +245,7 @@ fn quote(s: &str) -> String {
 
 /// Brings the mirror `dst` up to date with `src`: the changes after the
 /// mirror's TID, through a file in a private directory.
-fn copy(src: &Path, dest: &Dest) -> Result<Value> {
+fn copy(src: &Path, dest: &Dest, resync: bool) -> Result<Value> {
     let at = dest.status()?;
     let from = call(src, Request::MirrorStatus)?;
     if at["role"] == "promoted" || at["role"] == "pool" {
@@ -244,10 +264,16 @@ fn copy(src: &Path, dest: &Dest) -> Result<Value> {
             at["source"].as_str().unwrap_or("?")
         );
     }
-    let since = match at["role"] == "unbound" {
+    let mut since = match at["role"] == "unbound" {
         true => 0,
         false => at["tid"].as_u64().unwrap_or(0),
     };
+    let mut rolled = Value::Null;
+    if resync && behind_horizon(&from, since) {
+        let name = common_snapshot(&from, &at, since, &dest.name())?;
+        rolled = dest.rollback(&name)?;
+        since = rolled["to"].as_u64().unwrap_or(0);
+    }
     let dir = private_dir()?;
     let file = dir.path().join("stream");
     // Ask the mirror which of the chunks the stream would carry it lacks.
@@ -275,7 +301,7 @@ fn copy(src: &Path, dest: &Dest) -> Result<Value> {
         tid: w["upto"].as_u64().unwrap_or(0),
     };
     call(src, hold)?;
-    Ok(json!({ "read": r, "write": w }))
+    Ok(json!({ "read": r, "write": w, "rollback": rolled }))
 }
 
 /// `mirror stream`: copies whenever the source's TID moves; an error is
@@ -334,7 +360,7 @@ fn follow_step(src: &Path, dst: &Path, known: &mut Option<u64>) -> Result<Option
     let at = dest.status()?["tid"].as_u64();
     let v = match s["tid"].as_u64() == at {
         true => None,
-        false => Some(copy(src, &dest)?),
+        false => Some(copy(src, &dest, false)?),
     };
     dest.close()?;
     *known = match &v {
@@ -342,6 +368,38 @@ fn follow_step(src: &Path, dst: &Path, known: &mut Option<u64>) -> Result<Option
         None => at,
     };
     Ok(v.map(|v| (s, v)))
+}
+
+/// Whether the source (`from`, its status) pruned past TID `since`, where
+/// it holds no snapshot: it cannot send the changes after it.
+fn behind_horizon(from: &Value, since: u64) -> bool {
+    let pruned = from["pruned_tid"].as_u64().unwrap_or(0);
+    let at_snapshot = snapshot_list(from).iter().any(|(_, t)| *t == since);
+    since > 0 && since < pruned && !at_snapshot
+}
+
+/// The newest snapshot the source (`from`) and the mirror (`at`) both hold
+/// (same name, same TID) at or before the mirror's TID `since`.
+fn common_snapshot(from: &Value, at: &Value, since: u64, mirror: &str) -> Result<String> {
+    let theirs = snapshot_list(at);
+    snapshot_list(from)
+        .into_iter()
+        .filter(|s| s.1 <= since && theirs.contains(s))
+        .max_by_key(|s| s.1)
+        .map(|s| s.0)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{mirror} and its source hold no snapshot in common at or before the mirror's TID {since:#x}: it needs a full resync (cairn mkfs --force --mirror, then a full copy)"
+            )
+        })
+}
+
+/// (name, TID) of the snapshots a `mirror status` lists.
+fn snapshot_list(status: &Value) -> Vec<(String, u64)> {
+    let list = status["snapshots"].as_array().cloned().unwrap_or_default();
+    list.iter()
+        .filter_map(|s| Some((s["name"].as_str()?.to_string(), s["tid"].as_u64()?)))
+        .collect()
 }
 
 fn read_req(since: u64, path: &Path) -> Request {
@@ -441,6 +499,18 @@ fn describe_read(v: &Value) -> String {
         v["since"].as_u64().unwrap_or(0),
         v["upto"].as_u64().unwrap_or(0),
         v["events"], v["chunks_sent"], v["chunk_bytes"], v["chunks_skipped"], v["bytes"]
+    )
+}
+
+fn describe_rollback(v: &Value) -> String {
+    format!(
+        "mirror rolled back from TID {:#x} to TID {:#x}: {} elements removed, {} live again, {} snapshots removed, {} chunks freed",
+        v["from"].as_u64().unwrap_or(0),
+        v["to"].as_u64().unwrap_or(0),
+        v["removed"].as_u64().unwrap_or(0),
+        v["restored"].as_u64().unwrap_or(0),
+        v["snapshots_removed"].as_u64().unwrap_or(0),
+        v["chunks_freed"].as_u64().unwrap_or(0)
     )
 }
 
@@ -551,8 +621,13 @@ pub fn status(fs: &Arc<Fs>) -> Result<Value, FsError> {
         .collect();
     let r = fs.pool().meta.read().map_err(FsError::from)?;
     let time_ns = r.tid_time(tid).map_err(FsError::from)?.map(|(_, ns)| ns);
+    let pruned_tid = r.counter("pruned_tid").map_err(FsError::from)?;
+    let snapshots: Vec<Value> = (fs.snapshots()?.into_iter())
+        .map(|s| json!({ "name": s.name, "tid": s.tid }))
+        .collect();
     Ok(
-        json!({ "role": role, "tid": tid, "uuid": uuid, "source": source, "time_ns": time_ns, "mirrors": mirrors }),
+        json!({ "role": role, "tid": tid, "uuid": uuid, "source": source, "time_ns": time_ns,
+        "mirrors": mirrors, "pruned_tid": pruned_tid, "snapshots": snapshots }),
     )
 }
 

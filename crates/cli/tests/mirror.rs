@@ -547,3 +547,69 @@ fn a_copy_sends_only_the_chunks_the_mirror_lacks() {
     dst.finish();
     src.finish();
 }
+
+/// A mirror whose source pruned past its TID (the source gave up its hold)
+/// is told to resync from the newest snapshot both hold; `copy --resync`
+/// rolls it back to that snapshot and copies from there, and the mirror
+/// then equals the source, the snapshot included.
+#[test]
+fn a_mirror_behind_the_prune_horizon_resyncs_from_a_common_snapshot() {
+    let (src, mut dst) = source_and_mirror();
+    first_tree(&src);
+    snapshot_create(&src.mnt, "base");
+    let out = mirror_copy(&src.mnt, &dst.pool);
+    assert!(out.status.success(), "{}", describe(&out));
+    // The mirror takes changes past the snapshot that the source then
+    // rewrites, deletes and prunes.
+    fs::write(src.p("late"), pattern(5, 200_000)).unwrap();
+    fs::write(src.p("docs/a.txt"), b"rewritten\n").unwrap();
+    fs::remove_file(src.p("hard")).unwrap();
+    cairn_ok(&[os("sync"), src.mnt.as_os_str()]);
+    let out = mirror_copy(&src.mnt, &dst.pool);
+    assert!(out.status.success(), "{}", describe(&out));
+    let behind = mirror_tid(dst.pool.as_os_str());
+    fs::write(src.p("late"), pattern(6, 100_000)).unwrap();
+    fs::remove_file(src.p("docs/deep/big")).unwrap();
+    cairn_ok(&[os("sync"), src.mnt.as_os_str()]);
+    let st = status(dst.pool.as_os_str());
+    let uuid = field_str(&st, "uuid").to_string();
+    cairn_ok(&[os("mirror"), os("release"), src.mnt.as_os_str(), os(&uuid)]);
+    cairn_ok(&[
+        os("prune"),
+        src.mnt.as_os_str(),
+        os("--keep-history"),
+        os("0s"),
+    ]);
+    let out = mirror_copy(&src.mnt, &dst.pool);
+    assert!(!out.status.success(), "a copy past the horizon succeeded");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("resync from snapshot base"), "{err}");
+    assert_eq!(
+        mirror_tid(dst.pool.as_os_str()),
+        behind,
+        "a refused copy changed the mirror"
+    );
+    let out = cairn(&[
+        os("mirror"),
+        os("copy"),
+        src.mnt.as_os_str(),
+        dst.pool.as_os_str(),
+        os("--resync"),
+        os("--json"),
+    ]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("chunks_freed"), "no rollback in {text}");
+    let now = field_u64(&status(src.mnt.as_os_str()), "tid");
+    assert_eq!(mirror_tid(dst.pool.as_os_str()), now);
+    dst.mount();
+    let want = capture(&src.mnt).unwrap();
+    assert_tree_at(&dst.mnt, &want, "the mirror after the resync");
+    let (a, b) = (
+        snapshot_verify(&src.mnt, "base").1,
+        snapshot_verify(&dst.mnt, "base").1,
+    );
+    assert_eq!(field_str(&a, "computed"), field_str(&b, "computed"));
+    dst.finish();
+    src.finish();
+}

@@ -23,7 +23,7 @@ pub use error::MetaError;
 pub use key::{ElemKey, RecordType};
 pub use mirror::MirrorStats;
 pub use pagecache::PageCache;
-pub use store::{MetaRead, MetaStore, MetaWrite};
+pub use store::{MetaRead, MetaStore, MetaWrite, RolledBack};
 
 /// delete_tid of an element that is still live.
 pub const TID_MAX: u64 = u64::MAX;

@@ -11,11 +11,14 @@ use crate::mirror::{Mirror, MirrorStats};
 use crate::pagecache::{CachedFile, PageCache};
 use crate::tables::*;
 use crate::TID_MAX;
+
+mod rollback;
 use cairn_devices::{Backend, HostStorage, OpenHow, Storage};
 use redb::{
     Database, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable,
     ReadableTableMetadata, Table,
 };
+pub use rollback::RolledBack;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;

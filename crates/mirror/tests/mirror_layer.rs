@@ -431,3 +431,75 @@ fn the_changes_after_every_tid_are_those_a_scan_of_all_elements_finds() {
         .problems
         .is_empty());
 }
+
+/// Changes after the last snapshot: a new file, an old file overwritten in
+/// place and another one unlinked, in two commits.
+fn late_changes(fs: &Fs, tag: &[u8]) {
+    let b = fs.lookup(ROOT_INO, b"b").unwrap().ino;
+    let f = fs.create(Ctx::ROOT, ROOT_INO, tag, 0o644).unwrap();
+    fs.write(f.ino, 0, &vec![7u8; 150_000]).unwrap();
+    fs.flush().unwrap();
+    let files = fs.readdir(b, 0, 100).unwrap().into_iter();
+    let regular = |n: &[u8]| {
+        fs.lookup(b, n)
+            .is_ok_and(|a| a.kind == cairn_fs::FileKind::File)
+    };
+    let files: Vec<_> = files.filter(|e| regular(&e.name)).collect();
+    let old = fs.lookup(b, &files[0].name).unwrap().ino;
+    fs.write(old, 0, &tag.repeat(5000)).unwrap();
+    fs.unlink(b, &files[1].name).unwrap();
+    fs.flush().unwrap();
+}
+
+#[test]
+fn a_mirror_behind_the_prune_horizon_resyncs_from_a_snapshot_both_hold() {
+    let d = tempfile::tempdir().unwrap();
+    let src = pool(d.path(), "src", false);
+    workload::run(&src, 7, 120, &|| 0);
+    more_changes(&src, 1);
+    let dst = pool(d.path(), "dst", true);
+    apply_stream(&dst, &stream(&src, 0)[..], ApplyOptions::default()).unwrap();
+    more_changes(&src, 2);
+    let at = src.snapshot("round2").unwrap().tid;
+    late_changes(&src, b"late");
+    let since = dst.last_tid();
+    apply_stream(&dst, &stream(&src, since)[..], ApplyOptions::default()).unwrap();
+    // The source goes on and prunes everything no snapshot sees.
+    late_changes(&src, b"later");
+    let policy = cairn_fs::PrunePolicy {
+        retention_secs: 0,
+        keep_daily: 0,
+        keep_weekly: 0,
+        keep_monthly: 0,
+    };
+    src.prune(&policy, false).unwrap();
+    let behind = dst.last_tid();
+    let e = read_stream(&src, behind, &mut Vec::new(), cairn_mirror::Held::AtSince).unwrap_err();
+    assert!(e.to_string().contains("resync from snapshot round2"), "{e}");
+    // A pool that is not a mirror is never rolled back.
+    let e = src.rollback_mirror("round2").unwrap_err();
+    assert!(e.to_string().contains("only a mirror"), "{e}");
+    let rep = dst.rollback_mirror("round2").unwrap();
+    assert_eq!((rep.from, rep.to), (behind, at));
+    assert!(rep.removed > 0 && rep.restored > 0, "{rep:?}");
+    assert_eq!(dst.last_tid(), at);
+    let (want, got) = (workload::read_tree_at(&src, at), workload::read_tree(&dst));
+    assert!(
+        workload::same(&want, &got),
+        "{}",
+        workload::diff(&want, &got)
+    );
+    let problems = cairn_fs::maintenance::check::check_pool(dst.pool())
+        .unwrap()
+        .problems;
+    assert!(problems.is_empty(), "after the rollback: {problems:?}");
+    // From the snapshot, the source sends all it still has.
+    apply_stream(&dst, &stream(&src, at)[..], ApplyOptions::default()).unwrap();
+    assert_mirrors(&src, &dst, at);
+    drop(dst);
+    let dst = Fs::open(Pool::open(&d.path().join("dst"), None).unwrap()).unwrap();
+    let problems = cairn_fs::maintenance::check::check_pool(dst.pool())
+        .unwrap()
+        .problems;
+    assert!(problems.is_empty(), "after the resync: {problems:?}");
+}

@@ -118,6 +118,13 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
         Request::MirrorWrite { path, force } => crate::mirror::write_from(fs, &path, force),
         Request::MirrorStatus => crate::mirror::status(fs),
         Request::MirrorPromote => crate::mirror::promote(fs),
+        Request::MirrorRollback { snapshot } => {
+            let r = fs.rollback_mirror(&snapshot)?;
+            Ok(
+                json!({ "from": r.from, "to": r.to, "removed": r.removed, "restored": r.restored,
+                "snapshots_removed": r.snapshots_removed, "chunks_freed": r.chunks_freed }),
+            )
+        }
         Request::MirrorHold { mirror, at, tid } => {
             let time_ns = cairn_fs::Time::now().as_nanos() as u64;
             let h = cairn_fs::replica::Hold {

@@ -123,6 +123,10 @@ pub enum Request {
     },
     MirrorStatus,
     MirrorPromote,
+    /// Roll a mirror back to its snapshot `snapshot`.
+    MirrorRollback {
+        snapshot: String,
+    },
     /// Record that mirror `mirror` (uuid hex, reached at `at`) is at `tid`.
     MirrorHold {
         mirror: String,

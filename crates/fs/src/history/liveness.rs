@@ -101,6 +101,39 @@ pub(crate) fn add_ref(
     Ok(id)
 }
 
+/// Adds `delta` (+1 or -1) to the live references of a stored chunk that
+/// keeps its references (an element moved between live and history): with
+/// none live it is history-only data, with some it is live data again.
+pub(crate) fn add_live(
+    fs: &Fs,
+    w: &mut MetaWrite<'_>,
+    id: u64,
+    delta: i64,
+    touched: &mut BTreeSet<u64>,
+) -> Result<()> {
+    let raw = w
+        .chunk(id)?
+        .ok_or_else(|| FsError::Io(format!("an extent names missing chunk {id}")))?;
+    let mut rec = ChunkRec::decode(&raw)?;
+    let was = rec.live;
+    rec.live = rec
+        .live
+        .checked_add_signed(delta as _)
+        .filter(|&l| l <= rec.refs)
+        .ok_or_else(|| {
+            FsError::Io(format!(
+                "chunk {id}: {} live of {} references, changed by {delta}",
+                rec.live, rec.refs
+            ))
+        })?;
+    let flips = (was == 0) != (rec.live == 0);
+    if flips && fs.pool.chunks.set_history_only(&rec, rec.live == 0) {
+        touched.insert(rec.segment);
+    }
+    w.put_chunk(id, &rec.encode())?;
+    Ok(())
+}
+
 /// Gives a pool made before live counts existed its live counts and
 /// history-only bytes (chunk and segment records v2), in one transaction.
 /// Returns the number of chunk records rewritten. A pool already converted

@@ -78,10 +78,24 @@ impl Fs {
             )));
         }
         let pruned = r.counter("pruned_tid")?;
-        if since > 0 && since < pruned {
-            return Err(FsError::BadRequest(format!(
-                "this pool pruned its history up to TID {pruned:#x}, past the mirror's TID {since:#x}: the mirror needs a full resync (a fresh mirror pool and a full stream)"
-            )));
+        let snaps = crate::history::snapshot::read_snapshots(&r)?;
+        // Prune keeps all that a snapshot sees: the changes after a
+        // snapshot's TID are all here, whatever the horizon.
+        let at_snapshot = snaps.iter().any(|s| s.tid == since);
+        if since > 0 && since < pruned && !at_snapshot {
+            let from = snaps
+                .iter()
+                .filter(|s| s.tid <= since)
+                .max_by_key(|s| s.tid);
+            return Err(FsError::BadRequest(match from {
+                Some(s) => format!(
+                    "this pool pruned its history up to TID {pruned:#x}, past the mirror's TID {since:#x}: the mirror needs a resync from snapshot {} (TID {:#x}), the newest at or before its TID (cairn mirror copy --resync)",
+                    s.name, s.tid
+                ),
+                None => format!(
+                    "this pool pruned its history up to TID {pruned:#x}, past the mirror's TID {since:#x}, and holds no snapshot at or before it: the mirror needs a full resync (cairn mkfs --force --mirror, then a full copy)"
+                ),
+            }));
         }
         let mut c = Changes {
             since,

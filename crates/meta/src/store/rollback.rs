@@ -1,0 +1,99 @@
+//! Taking a mirror's elements back to an earlier TID (before a resync from
+//! a snapshot both pools hold): everything created after it is removed,
+//! everything ended after it is live again, and the commit log and the
+//! notes of removed ends after it are dropped. Chunk references are the
+//! caller's (the filesystem layer's) to settle, from what this returns.
+
+use super::MetaWrite;
+use crate::element::{encode_value, Element};
+use crate::error::{MetaError, Result};
+use crate::TID_MAX;
+use redb::ReadableTable;
+
+/// What `rollback_to` changed.
+#[derive(Debug, Default)]
+pub struct RolledBack {
+    /// Live elements created after the TID (removed).
+    pub removed_live: Vec<Element>,
+    /// Ended elements created after the TID (removed from history).
+    pub removed_hist: Vec<Element>,
+    /// Elements created by the TID and ended after it (live again).
+    pub restored: Vec<Element>,
+}
+
+impl MetaWrite<'_> {
+    /// Takes the elements back to their state at `tid`.
+    pub fn rollback_to(&mut self, tid: u64) -> Result<RolledBack> {
+        let mut out = RolledBack::default();
+        for e in self.born_after(tid)? {
+            self.remove_live(&e.key)?;
+            out.removed_live.push(e);
+        }
+        for e in self.ended_after(tid)? {
+            self.remove_ended(&e)?;
+            if e.create_tid > tid {
+                out.removed_hist.push(e);
+                continue;
+            }
+            let k = e.key.as_bytes();
+            self.live
+                .insert(k, encode_value(k, e.create_tid, &e.payload).as_slice())?;
+            self.born.insert((e.create_tid, k), ())?;
+            out.restored.push(Element {
+                delete_tid: TID_MAX,
+                ..e
+            });
+        }
+        let later: Vec<u64> = self
+            .tids
+            .range(tid.saturating_add(1)..)?
+            .map(|r| r.map(|(k, _)| k.value()))
+            .collect::<std::result::Result<_, _>>()?;
+        for t in later {
+            self.tids.remove(t)?;
+        }
+        let gone: Vec<(u64, Vec<u8>)> = self
+            .gone
+            .range((tid.saturating_add(1), &[][..])..)?
+            .map(|r| r.map(|(k, _)| (k.value().0, k.value().1.to_vec())))
+            .collect::<std::result::Result<_, _>>()?;
+        for (t, k) in gone {
+            self.gone.remove((t, k.as_slice()))?;
+        }
+        self.set_counter("last_tid", tid)?;
+        Ok(out)
+    }
+
+    /// The live elements created after `since`.
+    fn born_after(&self, since: u64) -> Result<Vec<Element>> {
+        let mut keys = Vec::new();
+        for r in self.born.range((since.saturating_add(1), &[][..])..)? {
+            keys.push(r?.0.value().1.to_vec());
+        }
+        let mut out = Vec::new();
+        for k in keys {
+            let key = crate::ElemKey(k);
+            let e = self.get(&key)?.ok_or_else(|| MetaError::Corrupt {
+                key: key.to_string(),
+                why: "the creation index names a missing live element".into(),
+            })?;
+            out.push(e);
+        }
+        Ok(out)
+    }
+
+    /// The elements kept in history that ended after `since`.
+    fn ended_after(&self, since: u64) -> Result<Vec<Element>> {
+        let mut out = Vec::new();
+        for r in self.ends.range((since.saturating_add(1), &[][..])..)? {
+            let (k, _) = r?;
+            let hk = k.value().1;
+            let v = self.hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
+                key: format!("{hk:02x?}"),
+                why: "ends index names a missing history element".into(),
+            })?;
+            out.push(super::hist_element(hk, v.value())?);
+        }
+        Ok(out)
+    }
+}
