@@ -51,6 +51,14 @@ fn read_into(src: &Path, since: u64, to: &Path) {
     ];
     let out = cairn(&args);
     assert!(out.status.success(), "{}", describe(&out));
+    assert_private(to);
+}
+
+/// Files the mirror commands write are the owner's alone.
+fn assert_private(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{} has mode {mode:o}", p.display());
 }
 
 fn mirror_copy(src: &Path, dst: &Path) -> std::process::Output {
@@ -567,6 +575,7 @@ fn a_mirror_behind_the_prune_horizon_resyncs_from_a_common_snapshot() {
     cairn_ok(&[os("sync"), src.mnt.as_os_str()]);
     let out = mirror_copy(&src.mnt, &dst.pool);
     assert!(out.status.success(), "{}", describe(&out));
+    assert_private(&src.pool.join("mirror-holds.json"));
     let behind = mirror_tid(dst.pool.as_os_str());
     fs::write(src.p("late"), pattern(6, 100_000)).unwrap();
     fs::remove_file(src.p("docs/deep/big")).unwrap();
