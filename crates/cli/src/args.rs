@@ -95,6 +95,10 @@ pub enum MirrorCmd {
         /// back to the newest snapshot both hold and copy from there.
         #[arg(long)]
         resync: bool,
+        /// Chunk data per batch, in MiB: each batch is one transaction on
+        /// the mirror, where an interrupted copy resumes.
+        #[arg(long, default_value = "64", value_parser = clap::value_parser!(u64).range(1..=4096))]
+        batch_mib: u64,
         #[arg(long)]
         json: bool,
     },

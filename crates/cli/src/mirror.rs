@@ -44,10 +44,11 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             src,
             dst,
             resync,
+            batch_mib,
             json,
         } => {
             let dest = Dest::parse(&dst)?;
-            let v = copy(&src, &dest, resync)?;
+            let v = copy(&src, &dest, resync, batch_mib)?;
             dest.close()?;
             print(&v, json, |v| {
                 format!(
@@ -245,7 +246,7 @@ fn quote(s: &str) -> String {
 
 /// Brings the mirror `dst` up to date with `src`: the changes after the
 /// mirror's TID, through a file in a private directory.
-fn copy(src: &Path, dest: &Dest, resync: bool) -> Result<Value> {
+fn copy(src: &Path, dest: &Dest, resync: bool, batch_mib: u64) -> Result<Value> {
     let at = dest.status()?;
     let from = call(src, Request::MirrorStatus)?;
     if at["role"] == "promoted" || at["role"] == "pool" {
@@ -290,6 +291,7 @@ fn copy(src: &Path, dest: &Dest, resync: bool) -> Result<Value> {
         since,
         path: text(&file),
         lacking: Some(text(&lacking)),
+        batch_mib: Some(batch_mib),
     };
     let r = call(src, read)?;
     let w = dest.write(&file)?;
@@ -360,7 +362,7 @@ fn follow_step(src: &Path, dst: &Path, known: &mut Option<u64>) -> Result<Option
     let at = dest.status()?["tid"].as_u64();
     let v = match s["tid"].as_u64() == at {
         true => None,
-        false => Some(copy(src, &dest, false)?),
+        false => Some(copy(src, &dest, false, 64)?),
     };
     dest.close()?;
     *known = match &v {
@@ -407,6 +409,7 @@ fn read_req(since: u64, path: &Path) -> Request {
         since,
         lacking: None,
         path: text(path),
+        batch_mib: None,
     }
 }
 
@@ -555,6 +558,7 @@ pub fn read_to(
     since: u64,
     path: &str,
     lacking: Option<&str>,
+    batch_mib: Option<u64>,
 ) -> Result<Value, FsError> {
     let lacking: Option<std::collections::HashSet<cairn_data::Hash>> = lacking
         .map(read_hashes)
@@ -566,7 +570,11 @@ pub fn read_to(
         false => cairn_mirror::Held::AtSince,
     };
     let out = std::io::BufWriter::with_capacity(1 << 20, create_private(path)?);
-    let r = cairn_mirror::read_stream(fs, since, out, held).map_err(refused)?;
+    let mut limits = cairn_mirror::Limits::default();
+    if let Some(m) = batch_mib {
+        limits.bytes = m.clamp(1, 4096) << 20;
+    }
+    let r = cairn_mirror::read_stream_limited(fs, since, out, held, limits).map_err(refused)?;
     Ok(
         json!({ "since": r.since, "upto": r.upto, "events": r.events, "chunks_sent": r.chunks_sent,
         "chunks_skipped": r.chunks_skipped, "chunk_bytes": r.chunk_bytes, "batches": r.batches, "bytes": r.bytes }),

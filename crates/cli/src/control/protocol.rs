@@ -104,6 +104,9 @@ pub enum Request {
         /// their chunks travel with bytes.
         #[serde(default)]
         lacking: Option<String>,
+        /// Chunk data per batch in MiB (default 64).
+        #[serde(default)]
+        batch_mib: Option<u64>,
     },
     /// Write the hashes of the chunks a stream after `since` would send
     /// into `path`.
