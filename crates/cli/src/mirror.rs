@@ -599,8 +599,14 @@ pub fn lacking_to(fs: &Arc<Fs>, path: &str, out: &str) -> Result<Value, FsError>
     Ok(json!({ "lacking": l.len() }))
 }
 
-/// Checks the whole stream in `path`, then applies it.
-pub fn write_from(fs: &Arc<Fs>, path: &str, force: bool) -> Result<Value, FsError> {
+/// Checks the whole stream in `path`, then applies it, reporting the
+/// bytes applied so far.
+pub fn write_from(
+    fs: &Arc<Fs>,
+    path: &str,
+    force: bool,
+    progress: &dyn Fn(u64, u64),
+) -> Result<Value, FsError> {
     let open = || {
         let f =
             std::fs::File::open(path).map_err(|e| FsError::BadRequest(format!("{path}: {e}")))?;
@@ -608,10 +614,39 @@ pub fn write_from(fs: &Arc<Fs>, path: &str, force: bool) -> Result<Value, FsErro
     };
     cairn_mirror::check_stream(open()?).map_err(refused)?;
     let opts = cairn_mirror::ApplyOptions { force };
-    let r = cairn_mirror::apply_stream(fs, open()?, opts).map_err(refused)?;
+    let total = std::fs::metadata(path).map_or(0, |m| m.len());
+    let input = Counting {
+        inner: open()?,
+        done: 0,
+        shown: 0,
+        total,
+        progress,
+    };
+    let r = cairn_mirror::apply_stream(fs, input, opts).map_err(refused)?;
     Ok(
         json!({ "since": r.since, "upto": r.upto, "events": r.events, "chunks": r.chunks, "batches": r.batches }),
     )
+}
+
+/// A reader that reports how much of `total` it has read (every MiB).
+struct Counting<'a, R> {
+    inner: R,
+    done: u64,
+    shown: u64,
+    total: u64,
+    progress: &'a dyn Fn(u64, u64),
+}
+
+impl<R: std::io::Read> std::io::Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.done += n as u64;
+        if self.done - self.shown >= 1 << 20 || (n == 0 && self.done > self.shown) {
+            self.shown = self.done;
+            (self.progress)(self.done, self.total.max(self.done));
+        }
+        Ok(n)
+    }
 }
 
 pub fn status(fs: &Arc<Fs>) -> Result<Value, FsError> {

@@ -116,7 +116,9 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
         } => crate::mirror::read_to(fs, since, &path, lacking.as_deref(), batch_mib),
         Request::MirrorCandidates { since, path } => crate::mirror::candidates_to(fs, since, &path),
         Request::MirrorLacking { path, out } => crate::mirror::lacking_to(fs, &path, &out),
-        Request::MirrorWrite { path, force } => crate::mirror::write_from(fs, &path, force),
+        Request::MirrorWrite { path, force } => {
+            crate::mirror::write_from(fs, &path, force, progress)
+        }
         Request::MirrorStatus => crate::mirror::status(fs),
         Request::MirrorPromote => crate::mirror::promote(fs),
         Request::MirrorRollback { snapshot } => {
