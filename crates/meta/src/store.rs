@@ -12,6 +12,7 @@ use crate::pagecache::{CachedFile, PageCache};
 use crate::tables::*;
 use crate::TID_MAX;
 
+mod by_tid;
 mod rollback;
 use cairn_devices::{Backend, HostStorage, OpenHow, Storage};
 use redb::{
@@ -783,46 +784,13 @@ impl MetaRead {
 
     /// The live elements created after `since` (the `born_v1` index).
     pub fn born_after(&self, since: u64) -> Result<Vec<Element>> {
-        guarded(|| {
-            let t = self.txn.open_table(BORN)?;
-            let mut out = Vec::new();
-            for r in t.range((since.saturating_add(1), &[][..])..)? {
-                let (k, _) = r?;
-                let (tid, key) = k.value();
-                let e = self.live.get(key)?.ok_or_else(|| MetaError::Corrupt {
-                    key: ElemKey(key.to_vec()).to_string(),
-                    why: "the creation index names a missing live element".into(),
-                })?;
-                let e = live_element(key, e.value())?;
-                if e.create_tid != tid {
-                    return Err(MetaError::Corrupt {
-                        key: e.key.to_string(),
-                        why: format!("indexed as created at {tid}, created at {}", e.create_tid),
-                    });
-                }
-                out.push(e);
-            }
-            Ok(out)
-        })
+        guarded(|| by_tid::born_after(&self.txn.open_table(BORN)?, &self.live, since))
     }
 
     /// The elements kept in history that ended after `since` (the `ends_v1`
     /// index).
     pub fn ended_after(&self, since: u64) -> Result<Vec<Element>> {
-        guarded(|| {
-            let t = self.txn.open_table(ENDS)?;
-            let mut out = Vec::new();
-            for r in t.range((since.saturating_add(1), &[][..])..)? {
-                let (k, _) = r?;
-                let hk = k.value().1;
-                let v = self.hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
-                    key: format!("{hk:02x?}"),
-                    why: "ends index names a missing history element".into(),
-                })?;
-                out.push(hist_element(hk, v.value())?);
-            }
-            Ok(out)
-        })
+        guarded(|| by_tid::ended_after(&self.txn.open_table(ENDS)?, &self.hist, since))
     }
 
     /// (tid, commit time ns) of every commit after `since`, in order.

@@ -86,6 +86,17 @@ fn assert_mirrors(src: &Fs, dst: &Fs, from: u64) {
     }
 }
 
+/// Prunes all history that no snapshot sees.
+fn prune_all(fs: &Fs) {
+    let policy = cairn_fs::PrunePolicy {
+        retention_secs: 0,
+        keep_daily: 0,
+        keep_weekly: 0,
+        keep_monthly: 0,
+    };
+    fs.prune(&policy, false).unwrap();
+}
+
 /// Changes of every kind after the workload, committed in several TIDs.
 fn more_changes(fs: &Fs, round: u8) {
     let a = fs.lookup(ROOT_INO, b"a").unwrap().ino;
@@ -149,13 +160,7 @@ fn full_and_incremental_streams_reproduce_the_source_and_its_history() {
     }
     // The mirror keeps its own retention: pruning it does not stop it
     // from taking the next increment.
-    let policy = cairn_fs::PrunePolicy {
-        retention_secs: 0,
-        keep_daily: 0,
-        keep_weekly: 0,
-        keep_monthly: 0,
-    };
-    dst.prune(&policy, false).unwrap();
+    prune_all(&dst);
     let since = dst.last_tid();
     more_changes(&src, 9);
     apply_stream(&dst, &stream(&src, since)[..], ApplyOptions::default()).unwrap();
@@ -388,13 +393,7 @@ fn the_changes_after_every_tid_are_those_a_scan_of_all_elements_finds() {
     for round in 1..=2 {
         more_changes(&src, round);
     }
-    let policy = cairn_fs::PrunePolicy {
-        retention_secs: 0,
-        keep_daily: 0,
-        keep_weekly: 0,
-        keep_monthly: 0,
-    };
-    src.prune(&policy, false).unwrap();
+    prune_all(&src);
     more_changes(&src, 3);
     let pruned = src
         .pool()
@@ -466,13 +465,7 @@ fn a_mirror_behind_the_prune_horizon_resyncs_from_a_snapshot_both_hold() {
     apply_stream(&dst, &stream(&src, since)[..], ApplyOptions::default()).unwrap();
     // The source goes on and prunes everything no snapshot sees.
     late_changes(&src, b"later");
-    let policy = cairn_fs::PrunePolicy {
-        retention_secs: 0,
-        keep_daily: 0,
-        keep_weekly: 0,
-        keep_monthly: 0,
-    };
-    src.prune(&policy, false).unwrap();
+    prune_all(&src);
     let behind = dst.last_tid();
     let e = read_stream(&src, behind, &mut Vec::new(), cairn_mirror::Held::AtSince).unwrap_err();
     assert!(e.to_string().contains("resync from snapshot round2"), "{e}");

@@ -12,6 +12,7 @@ use crate::types::Extent;
 use crate::vfs::Fs;
 use cairn_data::chunk::{header_of, unseal};
 use cairn_data::{ChunkRec, Hash};
+use cairn_devices::SlotAddr;
 use cairn_meta::{ElemKey, MetaWrite};
 use std::collections::{BTreeSet, HashMap};
 
@@ -88,12 +89,7 @@ impl Fs {
             }
             self.store_segments(w, &touched)
         });
-        if let Err(e) = r {
-            let table = crate::pool::segment_table(&self.meta()?)?;
-            self.pool.chunks.rollback(table)?;
-            return Err(e);
-        }
-        self.pool.chunks.release_slots(&freed)?;
+        self.settle_write(r, &freed)?;
         *last = b.upto;
         // What the filesystem keeps of the committed state in RAM.
         self.drop_ns_meta();
@@ -102,6 +98,23 @@ impl Fs {
             self.refresh_retained()?;
         }
         Ok(b.upto)
+    }
+
+    /// After a metadata write of a mirror's own (a batch, a rollback): the
+    /// segments it freed are given back, or, when it failed, the chunk
+    /// store's view of the segments is the committed one again.
+    pub(super) fn settle_write<T>(&self, r: Result<T>, freed: &[SlotAddr]) -> Result<T> {
+        match r {
+            Ok(v) => {
+                self.pool.chunks.release_slots(freed)?;
+                Ok(v)
+            }
+            Err(e) => {
+                let table = crate::pool::segment_table(&self.meta()?)?;
+                self.pool.chunks.rollback(table)?;
+                Err(e)
+            }
+        }
     }
 
     /// Finds each chunk of the batch on the mirror by hash, or verifies

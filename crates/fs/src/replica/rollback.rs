@@ -68,12 +68,7 @@ impl Fs {
             }
             self.store_segments(w, &touched)
         });
-        if let Err(e) = r {
-            let table = crate::pool::segment_table(&self.meta()?)?;
-            self.pool.chunks.rollback(table)?;
-            return Err(e);
-        }
-        self.pool.chunks.release_slots(&freed)?;
+        self.settle_write(r, &freed)?;
         *last = snap.tid;
         self.drop_ns_meta();
         self.refresh_retained()?;

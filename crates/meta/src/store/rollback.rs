@@ -6,7 +6,7 @@
 
 use super::MetaWrite;
 use crate::element::{encode_value, Element};
-use crate::error::{MetaError, Result};
+use crate::error::Result;
 use crate::TID_MAX;
 use redb::ReadableTable;
 
@@ -25,11 +25,11 @@ impl MetaWrite<'_> {
     /// Takes the elements back to their state at `tid`.
     pub fn rollback_to(&mut self, tid: u64) -> Result<RolledBack> {
         let mut out = RolledBack::default();
-        for e in self.born_after(tid)? {
+        for e in super::by_tid::born_after(&self.born, &self.live, tid)? {
             self.remove_live(&e.key)?;
             out.removed_live.push(e);
         }
-        for e in self.ended_after(tid)? {
+        for e in super::by_tid::ended_after(&self.ends, &self.hist, tid)? {
             self.remove_ended(&e)?;
             if e.create_tid > tid {
                 out.removed_hist.push(e);
@@ -61,39 +61,6 @@ impl MetaWrite<'_> {
             self.gone.remove((t, k.as_slice()))?;
         }
         self.set_counter("last_tid", tid)?;
-        Ok(out)
-    }
-
-    /// The live elements created after `since`.
-    fn born_after(&self, since: u64) -> Result<Vec<Element>> {
-        let mut keys = Vec::new();
-        for r in self.born.range((since.saturating_add(1), &[][..])..)? {
-            keys.push(r?.0.value().1.to_vec());
-        }
-        let mut out = Vec::new();
-        for k in keys {
-            let key = crate::ElemKey(k);
-            let e = self.get(&key)?.ok_or_else(|| MetaError::Corrupt {
-                key: key.to_string(),
-                why: "the creation index names a missing live element".into(),
-            })?;
-            out.push(e);
-        }
-        Ok(out)
-    }
-
-    /// The elements kept in history that ended after `since`.
-    fn ended_after(&self, since: u64) -> Result<Vec<Element>> {
-        let mut out = Vec::new();
-        for r in self.ends.range((since.saturating_add(1), &[][..])..)? {
-            let (k, _) = r?;
-            let hk = k.value().1;
-            let v = self.hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
-                key: format!("{hk:02x?}"),
-                why: "ends index names a missing history element".into(),
-            })?;
-            out.push(super::hist_element(hk, v.value())?);
-        }
         Ok(out)
     }
 }

@@ -1,0 +1,59 @@
+//! Reading the two TID indexes (see docs/FORMAT.md): `born_v1` (live
+//! elements by create TID) and `ends_v1` (ended elements by delete TID),
+//! each checked against the table it indexes. Shared by read views and
+//! write transactions.
+
+use super::{hist_element, live_element};
+use crate::element::Element;
+use crate::error::{MetaError, Result};
+use crate::key::ElemKey;
+use redb::ReadableTable;
+
+type Index = (u64, &'static [u8]);
+type Bytes = &'static [u8];
+
+/// The live elements created after `since`, in create TID order.
+pub(super) fn born_after(
+    born: &impl ReadableTable<Index, ()>,
+    live: &impl ReadableTable<Bytes, Bytes>,
+    since: u64,
+) -> Result<Vec<Element>> {
+    let mut out = Vec::new();
+    for r in born.range((since.saturating_add(1), &[][..])..)? {
+        let (k, _) = r?;
+        let (tid, key) = k.value();
+        let v = live.get(key)?.ok_or_else(|| MetaError::Corrupt {
+            key: ElemKey(key.to_vec()).to_string(),
+            why: "the creation index names a missing live element".into(),
+        })?;
+        let e = live_element(key, v.value())?;
+        if e.create_tid != tid {
+            return Err(MetaError::Corrupt {
+                key: e.key.to_string(),
+                why: format!("indexed as created at {tid}, created at {}", e.create_tid),
+            });
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
+/// The elements kept in history that ended after `since`, in delete TID
+/// order.
+pub(super) fn ended_after(
+    ends: &impl ReadableTable<Index, ()>,
+    hist: &impl ReadableTable<Bytes, Bytes>,
+    since: u64,
+) -> Result<Vec<Element>> {
+    let mut out = Vec::new();
+    for r in ends.range((since.saturating_add(1), &[][..])..)? {
+        let (k, _) = r?;
+        let hk = k.value().1;
+        let v = hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
+            key: format!("{hk:02x?}"),
+            why: "ends index names a missing history element".into(),
+        })?;
+        out.push(hist_element(hk, v.value())?);
+    }
+    Ok(out)
+}
