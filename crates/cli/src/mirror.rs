@@ -150,7 +150,7 @@ impl Dest {
     fn status(&self) -> Result<Value> {
         match self {
             Dest::Local(_, s) => s.call(Request::MirrorStatus),
-            Dest::Ssh { .. } => self.remote(&["status"], None),
+            Dest::Ssh { .. } => self.remote("status", &[], None),
         }
     }
 
@@ -160,7 +160,7 @@ impl Dest {
                 path: text(stream),
                 force: false,
             }),
-            Dest::Ssh { .. } => self.remote(&["write"], Some(stream)),
+            Dest::Ssh { .. } => self.remote("write", &[], Some(stream)),
         }
     }
 
@@ -170,7 +170,7 @@ impl Dest {
         };
         match self {
             Dest::Local(_, s) => s.call(req),
-            Dest::Ssh { .. } => self.remote(&["rollback", &quote(snapshot)], None),
+            Dest::Ssh { .. } => self.remote("rollback", &[&quote(snapshot)], None),
         }
     }
 
@@ -184,7 +184,7 @@ impl Dest {
                 })?;
             }
             Dest::Ssh { .. } => {
-                let v = self.remote(&["lacking"], Some(wanted))?;
+                let v = self.remote("lacking", &[], Some(wanted))?;
                 let hex = v["lacking"].as_str().unwrap_or_default();
                 std::fs::write(out, decode_hex(hex)?)?;
             }
@@ -192,10 +192,11 @@ impl Dest {
         Ok(())
     }
 
-    /// Runs `cairn mirror ARGS POOL --json` on the host over ssh
+    /// Runs `cairn mirror CMD POOL TAIL --json` on the host over ssh
     /// (CAIRN_SSH: the ssh command, default `ssh`; CAIRN_REMOTE: the
-    /// remote cairn, default `cairn`), with `input` on its stdin.
-    fn remote(&self, args: &[&str], input: Option<&Path>) -> Result<Value> {
+    /// remote cairn, default `cairn`; TAIL words already quoted), with
+    /// `input` on its stdin.
+    fn remote(&self, cmd_name: &str, tail: &[&str], input: Option<&Path>) -> Result<Value> {
         let Dest::Ssh { host, pool } = self else {
             unreachable!("a remote mirror")
         };
@@ -206,10 +207,10 @@ impl Dest {
         // `--` ends ssh's options: a host is never taken for one.
         cmd.args(words).arg("--").arg(host);
         let remote = format!(
-            "{} mirror {} {} --json",
+            "{} mirror {cmd_name} {} {} --json",
             quote(&cairn),
-            args.join(" "),
-            quote(pool)
+            quote(pool),
+            tail.join(" ")
         );
         cmd.arg(remote).stderr(std::process::Stdio::inherit());
         cmd.stdin(match input {
@@ -218,11 +219,7 @@ impl Dest {
         });
         let out = cmd.output().with_context(|| format!("running {ssh}"))?;
         if !out.status.success() {
-            anyhow::bail!(
-                "cairn mirror {} on {host} failed ({})",
-                args.join(" "),
-                out.status
-            );
+            anyhow::bail!("cairn mirror {cmd_name} on {host} failed ({})", out.status);
         }
         serde_json::from_slice(&out.stdout).context("the remote cairn's answer")
     }

@@ -318,19 +318,38 @@ fn copy_over_ssh_runs_mirror_write_on_the_far_side() {
     fs::write(&fake, script).unwrap();
     sh(&dst.dir, &format!("chmod 755 {}", fake.display()));
     let target = format!("ssh:backup@box:{}", dst.pool.display());
-    let copy = || {
+    let copy_with = |extra: &[&str]| {
         let out = std::process::Command::new(CAIRN)
             .args([os("mirror"), os("copy"), src.mnt.as_os_str(), os(&target)])
+            .args(extra)
             .env("CAIRN_SSH", &fake)
             .env("CAIRN_REMOTE", CAIRN)
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", describe(&out));
     };
+    let copy = || copy_with(&[]);
     copy();
     fs::write(src.p("b"), b"second day").unwrap();
+    snapshot_create(&src.mnt, "day two");
+    copy();
+    // Left behind the source's prune horizon, the far mirror is rolled
+    // back to the snapshot both hold (over ssh too) and copied from there.
+    fs::write(src.p("c"), pattern(4, 100_000)).unwrap();
     sync_tid(&src.mnt);
     copy();
+    fs::write(src.p("c"), b"rewritten").unwrap();
+    sync_tid(&src.mnt);
+    let st = status(dst.pool.as_os_str());
+    let uuid = field_str(&st, "uuid").to_string();
+    cairn_ok(&[os("mirror"), os("release"), src.mnt.as_os_str(), os(&uuid)]);
+    cairn_ok(&[
+        os("prune"),
+        src.mnt.as_os_str(),
+        os("--keep-history"),
+        os("0s"),
+    ]);
+    copy_with(&["--resync"]);
     assert!(fs::read_to_string(&hosts)
         .unwrap()
         .lines()
