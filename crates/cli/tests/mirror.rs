@@ -55,6 +55,21 @@ fn read_into(src: &Path, since: u64, to: &Path) {
     assert_private(to);
 }
 
+/// The source gives up its hold for mirror `dst` and prunes all the
+/// history no snapshot sees: the mirror is left behind its horizon.
+fn give_up_and_prune(src: &Fs, dst: &Fs) {
+    let st = status(dst.pool.as_os_str());
+    let uuid = field_str(&st, "uuid").to_string();
+    cairn_ok(&[os("mirror"), os("release"), src.mnt.as_os_str(), os(&uuid)]);
+    let prune = [
+        os("prune"),
+        src.mnt.as_os_str(),
+        os("--keep-history"),
+        os("0s"),
+    ];
+    cairn_ok(&prune);
+}
+
 /// Files the mirror commands write are the owner's alone.
 fn assert_private(p: &Path) {
     use std::os::unix::fs::PermissionsExt;
@@ -340,15 +355,7 @@ fn copy_over_ssh_runs_mirror_write_on_the_far_side() {
     copy();
     fs::write(src.p("c"), b"rewritten").unwrap();
     sync_tid(&src.mnt);
-    let st = status(dst.pool.as_os_str());
-    let uuid = field_str(&st, "uuid").to_string();
-    cairn_ok(&[os("mirror"), os("release"), src.mnt.as_os_str(), os(&uuid)]);
-    cairn_ok(&[
-        os("prune"),
-        src.mnt.as_os_str(),
-        os("--keep-history"),
-        os("0s"),
-    ]);
+    give_up_and_prune(&src, &dst);
     copy_with(&["--resync"]);
     assert!(fs::read_to_string(&hosts)
         .unwrap()
@@ -605,15 +612,7 @@ fn a_mirror_behind_the_prune_horizon_resyncs_from_a_common_snapshot() {
     fs::write(src.p("late"), pattern(6, 100_000)).unwrap();
     fs::remove_file(src.p("docs/deep/big")).unwrap();
     cairn_ok(&[os("sync"), src.mnt.as_os_str()]);
-    let st = status(dst.pool.as_os_str());
-    let uuid = field_str(&st, "uuid").to_string();
-    cairn_ok(&[os("mirror"), os("release"), src.mnt.as_os_str(), os(&uuid)]);
-    cairn_ok(&[
-        os("prune"),
-        src.mnt.as_os_str(),
-        os("--keep-history"),
-        os("0s"),
-    ]);
+    give_up_and_prune(&src, &dst);
     let out = mirror_copy(&src.mnt, &dst.pool);
     assert!(!out.status.success(), "a copy past the horizon succeeded");
     let err = String::from_utf8_lossy(&out.stderr);

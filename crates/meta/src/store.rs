@@ -11,18 +11,18 @@ use crate::mirror::{Mirror, MirrorStats};
 use crate::pagecache::{CachedFile, PageCache};
 use crate::tables::*;
 use crate::TID_MAX;
-
-mod by_tid;
-mod rollback;
 use cairn_devices::{Backend, HostStorage, OpenHow, Storage};
 use redb::{
     Database, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable,
     ReadableTableMetadata, Table,
 };
-pub use rollback::RolledBack;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
+
+mod by_tid;
+mod rollback;
+pub use rollback::RolledBack;
 
 pub struct MetaStore {
     /// Replaced by `reopen` after a failed write (redb refuses every later
@@ -1016,15 +1016,8 @@ impl MetaWrite<'_> {
     /// Forgets the notes of elements that ended at or before `cutoff`
     /// (streams from before it are refused anyway: the prune horizon).
     pub fn forget_gone(&mut self, cutoff: u64) -> Result<()> {
-        let old: Vec<(u64, Vec<u8>)> = self
-            .gone
-            .range((0, &[][..])..=(cutoff, &[0xffu8; 64][..]))?
-            .map(|r| r.map(|(k, _)| (k.value().0, k.value().1.to_vec())))
-            .collect::<std::result::Result<_, _>>()?;
-        for (t, k) in old {
-            self.gone.remove((t, k.as_slice()))?;
-        }
-        Ok(())
+        let upto = (cutoff.saturating_add(1), &[][..]);
+        Ok(self.gone.retain_in(..upto, |_, _| false)?)
     }
 
     /// Live elements with this prefix (for deleting a whole object).

@@ -2,8 +2,9 @@
 //! read, the source lists the content hashes of the chunks it would send
 //! (`candidates`), the mirror answers with those it lacks (`lacking`), and
 //! the stream then carries only their bytes. A one-way stream (a file, a
-//! pipe) skips only the chunks the mirror held at its TID (`Held::AtSince`). The lists are
-//! files of 32-byte hashes (at most `MAX_HASHES`).
+//! pipe) skips only the chunks the mirror held at its TID
+//! (`Held::AtSince`). The lists are files of 32-byte hashes (at most
+//! `MAX_HASHES`).
 
 use crate::error::{Result, StreamError};
 use cairn_data::Hash;

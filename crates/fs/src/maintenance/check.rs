@@ -291,7 +291,6 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
     Ok(rep)
 }
 
-/// "PATH: DAMAGED metadata record: why" for a record of object `obj`.
 /// The index of live elements by create TID names each live element once,
 /// at its create TID (mirror streams read what changed through it).
 fn check_born_index(r: &cairn_meta::MetaRead, problems: &mut Vec<String>) {
@@ -306,6 +305,7 @@ fn check_born_index(r: &cairn_meta::MetaRead, problems: &mut Vec<String>) {
     }
 }
 
+/// "PATH: DAMAGED metadata record: why" for a record of object `obj`.
 pub(crate) fn damaged_record(paths: &HashMap<u64, String>, obj: u64, why: &str) -> String {
     format!("{}: DAMAGED metadata record: {why}", where_(paths, obj))
 }

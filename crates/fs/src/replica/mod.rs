@@ -4,8 +4,8 @@
 //! changes to a mirror pool at the source's own TIDs, in one transaction
 //! (`apply`). A pool's role (source, mirror, promoted mirror) is kept in
 //! its metadata (`role`). A mirror left behind its source's prune horizon
-//! is rolled back to a snapshot both hold (`rollback`). The stream format and its checks live in the
-//! `cairn-mirror` crate, which drives these.
+//! is rolled back to a snapshot both hold (`rollback`). The stream format
+//! and its checks live in the `cairn-mirror` crate, which drives these.
 
 pub mod apply;
 pub mod changes;

@@ -8,7 +8,6 @@ use super::MetaWrite;
 use crate::element::{encode_value, Element};
 use crate::error::Result;
 use crate::TID_MAX;
-use redb::ReadableTable;
 
 /// What `rollback_to` changed.
 #[derive(Debug, Default)]
@@ -44,22 +43,9 @@ impl MetaWrite<'_> {
                 ..e
             });
         }
-        let later: Vec<u64> = self
-            .tids
-            .range(tid.saturating_add(1)..)?
-            .map(|r| r.map(|(k, _)| k.value()))
-            .collect::<std::result::Result<_, _>>()?;
-        for t in later {
-            self.tids.remove(t)?;
-        }
-        let gone: Vec<(u64, Vec<u8>)> = self
-            .gone
-            .range((tid.saturating_add(1), &[][..])..)?
-            .map(|r| r.map(|(k, _)| (k.value().0, k.value().1.to_vec())))
-            .collect::<std::result::Result<_, _>>()?;
-        for (t, k) in gone {
-            self.gone.remove((t, k.as_slice()))?;
-        }
+        let after = tid.saturating_add(1);
+        self.tids.retain_in(after.., |_, _| false)?;
+        self.gone.retain_in((after, &[][..]).., |_, _| false)?;
         self.set_counter("last_tid", tid)?;
         Ok(out)
     }
