@@ -12,6 +12,8 @@
 #[path = "../../fs/tests/common/workload.rs"]
 mod workload;
 
+use cairn_devices::backend::{Fault, FaultStorage, Ops};
+use cairn_devices::HostStorage;
 use cairn_fs::replica::Role;
 use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, SnapshotKind, ROOT_INO};
 use cairn_mirror::{apply_stream, check_stream, read_stream, ApplyOptions, StreamError};
@@ -472,6 +474,34 @@ fn a_mirror_behind_the_prune_horizon_resyncs_from_a_snapshot_both_hold() {
     // A pool that is not a mirror is never rolled back.
     let e = src.rollback_mirror("round2").unwrap_err();
     assert!(e.to_string().contains("only a mirror"), "{e}");
+    // A snapshot the mirror does not hold: refused, nothing changed.
+    let e = dst.rollback_mirror("no such snapshot").unwrap_err();
+    assert!(e.to_string().contains("no such snapshot"), "{e}");
+    assert_eq!(dst.last_tid(), behind);
+    // A rollback whose metadata write fails (an I/O error) changes nothing.
+    let before = workload::read_tree(&dst);
+    drop(dst);
+    let path = d.path().join("dst");
+    let st = Arc::new(FaultStorage::per_file(Arc::new(HostStorage), 3));
+    let dst = Fs::open(Pool::open_with(&path, None, st.clone()).unwrap()).unwrap();
+    let meta = st.control(&path.join("meta.redb"));
+    let eio = meta.add(Fault::eio(Ops::WRITE));
+    assert!(dst.rollback_mirror("round2").is_err());
+    assert!(meta.hits(eio) > 0, "the fault was never met");
+    meta.clear();
+    drop(dst);
+    let dst = Fs::open(Pool::open(&path, None).unwrap()).unwrap();
+    assert_eq!(dst.last_tid(), behind, "a failed rollback moved the mirror");
+    let got = workload::read_tree(&dst);
+    assert!(
+        workload::same(&before, &got),
+        "{}",
+        workload::diff(&before, &got)
+    );
+    let problems = cairn_fs::maintenance::check::check_pool(dst.pool())
+        .unwrap()
+        .problems;
+    assert!(problems.is_empty(), "after a failed rollback: {problems:?}");
     let rep = dst.rollback_mirror("round2").unwrap();
     assert_eq!((rep.from, rep.to), (behind, at));
     assert!(rep.removed > 0 && rep.restored > 0, "{rep:?}");
