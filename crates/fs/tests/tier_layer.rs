@@ -371,3 +371,56 @@ fn history_only_segments_leave_a_full_fast_tier_first() {
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     assert_eq!(fs.pool().chunks.segment(seg_old).unwrap().hist, old.hist);
 }
+
+/// A fast tier filled with history faster than the mover moves it down
+/// (here the mover does not run at all): commits prune the oldest
+/// fine-grained history until the fast tier has room, so that every new
+/// version lands on the fast tier instead of spilling to the slow one, and
+/// the newest versions are still kept.
+#[test]
+fn a_fast_tier_full_of_history_the_mover_cannot_drain_keeps_new_writes_fast() {
+    let d = tempfile::tempdir().unwrap();
+    let mut o = MkfsOptions::default();
+    // Fast: 16 slots, so under 1/16 free means full.
+    for (class, name, size) in [
+        (DeviceClass::Nvme, "fast", 65),
+        (DeviceClass::Hdd, "slow", 129),
+    ] {
+        std::fs::create_dir_all(d.path().join(name)).unwrap();
+        o.devices.push(DeviceSpec::tier(
+            class,
+            d.path().join(name),
+            Some(size * MIB),
+        ));
+    }
+    mkfs(&d.path().join("pool"), o).unwrap();
+    let c = PoolConfig {
+        tier_interval_secs: 0,
+        read_cache_mib: 0,
+        ..PoolConfig::default()
+    };
+    let fs = Fs::open(Pool::open(&d.path().join("pool"), Some(c)).unwrap()).unwrap();
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"db", 0o644).unwrap();
+    let cs = &fs.pool().chunks;
+    let mut last = Vec::new();
+    for round in 0..40u8 {
+        last = pattern(3 << 20, round);
+        let segs = commit_alone(&fs, f.ino, &last);
+        assert_eq!(segs.len(), 1);
+        let dev = cs.segment(segs[0]).unwrap().device;
+        assert_eq!(dev, 0, "version {round} spilled to the slow tier");
+    }
+    // 40 versions of 3 MiB do not fit in 16 slots: history was pruned, but
+    // only the oldest of it.
+    let kept = fs.history(f.ino).unwrap();
+    assert!(kept.len() >= 6, "only {} versions kept", kept.len());
+    assert!(kept.len() < 30, "{} versions kept", kept.len());
+    let then = kept[kept.len() - 2].tid;
+    let got = fs.asof_read(f.ino, then, 0, 3 << 20).unwrap();
+    assert!(got == pattern(3 << 20, 38), "the previous version differs");
+    assert!(
+        on_device(&fs, 1).is_empty(),
+        "nothing was written to the slow tier"
+    );
+    assert_intact(&fs, f.ino, &last);
+}

@@ -16,7 +16,10 @@
 //!  4. promote: hot segments move up, hottest first, while the faster tier
 //!     stays under tier_fast_full_pct.
 //!
-//! Copies are limited to tier_rate_mib MiB/s. Each move is crash-safe by
+//! Copies are limited to tier_rate_mib MiB/s, except the demotions that
+//! bring a device under its cap (new writes are waiting for that room).
+//! When a fast tier is nearly full of history all the same, commits prune
+//! fine-grained history (writeback/flush.rs `prune_cutoff`). Each move is crash-safe by
 //! construction (see cairn_data::relocate). Besides its interval, the
 //! mover thread looks every 200 ms whether a faster tier is above
 //! tier_fast_full_pct (its high-water mark) and then runs a round at once,
@@ -178,7 +181,10 @@ impl Fs {
         hot.sort_by(|a, b| cold(b).0.total_cmp(&cold(a).0));
         // Demotion candidates per faster device, coldest first: enough to
         // bring it under the cap and make room for the hot segments.
-        let mut plan: Vec<(u64, bool)> = Vec::new();
+        // (segment, up, forced): forced moves make room for new writes
+        // and are not held to tier_rate_mib (the slower device's own speed
+        // is then the limit).
+        let mut plan: Vec<(u64, bool, bool)> = Vec::new();
         for &(dev, r, total, free) in &devs {
             if r == slowest || total == 0 {
                 continue;
@@ -210,11 +216,12 @@ impl Fs {
                 .iter()
                 .filter(|id| hist_only.contains(id) || cold(id).1 >= c.tier_demote_idle_secs)
                 .take(for_hot as usize);
-            plan.extend(forced.iter().chain(idle).map(|id| (*id, false)));
+            plan.extend(forced.iter().map(|id| (*id, false, true)));
+            plan.extend(idle.map(|id| (*id, false, false)));
         }
-        plan.extend(hot.into_iter().map(|id| (id, true)));
+        plan.extend(hot.into_iter().map(|id| (id, true, false)));
         let total = plan.len() as u64;
-        for (n, (id, up)) in plan.into_iter().enumerate() {
+        for (n, (id, up, forced)) in plan.into_iter().enumerate() {
             if self.stopping.load(Ordering::SeqCst) {
                 break;
             }
@@ -242,7 +249,9 @@ impl Fs {
                     } else {
                         rep.demoted += 1
                     }
-                    rate.spend(bytes);
+                    if !forced {
+                        rate.spend(bytes);
+                    }
                 }
                 Ok(None) => rep.skipped += 1,
                 Err(FsError::Data(e)) if e.is_no_space() => continue,
@@ -261,6 +270,30 @@ impl Fs {
         let full = self.pool.config.tier_fast_full_pct as u64;
         devs.iter()
             .any(|&(_, r, t, f)| r < slowest && t > 0 && (t - f) * 100 > t * full)
+    }
+
+    /// True if a tier device with a slower tier below it has under 1/16 of
+    /// its slots free and holds at least a segment's worth of history-only
+    /// data: the mover (which demotes that data first) is behind the
+    /// writes, and the commit prunes fine-grained history to make room
+    /// (see `prune_cutoff` in writeback/flush.rs).
+    pub(crate) fn fast_tier_history_pressure(&self) -> bool {
+        let devs = tier_devices(self);
+        let slowest = devs.iter().map(|d| d.1).max().unwrap_or(0);
+        let short: Vec<u32> = devs
+            .iter()
+            .filter(|&&(_, r, t, f)| r < slowest && t > 0 && f < t / 16)
+            .map(|d| d.0)
+            .collect();
+        if short.is_empty() {
+            return false;
+        }
+        let mut hist: HashMap<u32, u64> = HashMap::new();
+        for (_, s) in self.pool.chunks.segment_table() {
+            *hist.entry(s.device).or_default() += s.hist;
+        }
+        let seg = self.pool.chunks.segment_size();
+        short.iter().any(|d| hist.get(d).is_some_and(|&h| h >= seg))
     }
 
     /// Per device: fill and a heat histogram of its segments.

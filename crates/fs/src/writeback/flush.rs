@@ -388,18 +388,9 @@ impl Fs {
             w.log_tid(tid, now)?;
             let mut freed = Vec::new();
             self.settle_ended(w, tid, touched, &mut freed)?;
-            // Short of space (under 1/16 free): drop fine-grained history at
-            // every commit so that deleted data frees space at once.
-            let c = &self.pool.chunks;
-            let (slots, _) = c.devices().slot_totals();
-            let pressure = c.free_bytes() < slots * c.segment_size() / 16;
             let from = w.counter("pruned_tid")?;
-            let cutoff = if prune_all || pressure {
-                Some(tid)
-            } else {
-                let c = w.tid_before_time(from, now.saturating_sub(retention))?;
-                c.map(|c| self.held_cutoff(c))
-            };
+            let aged = w.tid_before_time(from, now.saturating_sub(retention))?;
+            let cutoff = self.prune_cutoff(prune_all, from, tid, aged);
             if let Some(cutoff) = cutoff.filter(|&c| c > from) {
                 self.prune_in(w, from, cutoff, false, touched, &mut freed)?;
                 w.set_counter("pruned_tid", cutoff)?;
@@ -407,6 +398,30 @@ impl Fs {
             self.store_segments(w, touched)?;
             Ok::<_, FsError>(freed)
         })
+    }
+
+    /// How far this commit prunes fine-grained history (None: not at all).
+    /// - Short of space (under 1/16 of the pool free), or `prune_all`: all of
+    ///   it, at every commit, so that deleted data frees space at once.
+    /// - A faster tier short of space with history on it that the mover
+    ///   cannot move down fast enough (see `fast_tier_history_pressure`):
+    ///   the oldest quarter of what is left, at every commit until that tier has
+    ///   room again. New writes then keep landing on the fastest tier,
+    ///   instead of spilling to the slow one at its pace; the pool keeps at
+    ///   least the history a pool of the fast device alone would keep.
+    /// - Otherwise what is older than history_retention_secs (`aged`).
+    ///
+    /// Mirror holds bound the last two (see replica/holds.rs).
+    fn prune_cutoff(&self, prune_all: bool, from: u64, tid: u64, aged: Option<u64>) -> Option<u64> {
+        let c = &self.pool.chunks;
+        let (slots, _) = c.devices().slot_totals();
+        if prune_all || c.free_bytes() < slots * c.segment_size() / 16 {
+            return Some(tid);
+        }
+        let halve = self
+            .fast_tier_history_pressure()
+            .then(|| from + (tid - from).div_ceil(4));
+        aged.max(halve).map(|c| self.held_cutoff(c))
     }
 
     /// The extent of pieced block `at.n` as committed: each `NEW_PIECE`
