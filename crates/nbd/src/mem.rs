@@ -228,7 +228,8 @@ mod tests {
         assert_eq!(m.allocated_pages(), 1);
         m.trim(9000, 100).unwrap();
         m.read(0, &mut b).unwrap();
-        assert!(b[..9000].iter().all(|&x| x == 0));
+        assert!(b[..8192].iter().all(|&x| x == 0));
+        assert!(b[8192..9000].iter().all(|&x| x == 7));
         assert!(b[9000..9100].iter().all(|&x| x == 0));
         assert!(b[9100..10000].iter().all(|&x| x == 7));
         m.write_zeroes(0, 4096, false, false).unwrap();
