@@ -166,6 +166,11 @@ impl Client {
     /// base:allocation, NBD_OPT_GO. Panics unless it succeeds.
     pub fn go(&mut self, name: &str, structured: bool) {
         self.greet();
+        self.open(name, structured);
+    }
+
+    /// `go` after the greeting.
+    pub fn open(&mut self, name: &str, structured: bool) {
         if structured {
             let r = self.option(OPT_STRUCTURED_REPLY, &[]);
             assert_eq!(r.last().unwrap().0, REP_ACK);
