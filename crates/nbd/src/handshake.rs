@@ -52,6 +52,16 @@ pub(crate) fn transmission_flags(e: &dyn Export, structured: bool) -> u16 {
     f
 }
 
+/// Runs the handshake on any byte streams and returns the export the
+/// client chose (for tools and tests; the server uses it internally).
+pub fn negotiate<R: Read, W: Write>(
+    r: &mut R,
+    w: &mut W,
+    exports: &dyn Exports,
+) -> Result<String, NbdError> {
+    handshake(r, w, exports).map(|n| n.name)
+}
+
 /// Runs the handshake on a fresh connection.
 pub(crate) fn handshake<R: Read, W: Write>(
     r: &mut R,

@@ -19,6 +19,7 @@ mod unix;
 pub use conn::FlightLimits;
 pub use error::{errno, wire_errno, NbdError};
 pub use export::{Export, Exports, StaticExports, HOLE, ZERO};
+pub use handshake::negotiate;
 pub use mem::MemExport;
 pub use server::{serve_tcp, serve_unix, Address, Server, ServerConfig, ShutdownHandle};
 pub use stats::{CommandStats, Stats};

@@ -108,6 +108,9 @@ pub enum Address {
     Unix(PathBuf),
 }
 
+/// An open connection: a socket clone to shut it down, and its thread.
+type ConnEntry = (Sock, Option<JoinHandle<()>>);
+
 struct Inner {
     exports: Arc<dyn Exports>,
     pool: Pool,
@@ -117,7 +120,7 @@ struct Inner {
     stop: AtomicBool,
     next_id: AtomicU64,
     /// Open connections: a socket clone (to shut down) and the thread.
-    conns: Mutex<HashMap<u64, (Sock, Option<JoinHandle<()>>)>>,
+    conns: Mutex<HashMap<u64, ConnEntry>>,
 }
 
 /// A running server; dropping it shuts it down.

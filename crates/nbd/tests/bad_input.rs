@@ -66,10 +66,16 @@ fn unknown_and_malformed_options_leave_the_handshake_usable() {
     let (_, s) = server();
     let mut c = Client::tcp(tcp_addr(&s));
     c.greet();
-    assert_eq!(c.option(999, b"whatever"), vec![(REP_ERR_UNSUP, b"option not supported".to_vec())]);
+    assert_eq!(
+        c.option(999, b"whatever"),
+        vec![(REP_ERR_UNSUP, b"option not supported".to_vec())]
+    );
     assert_eq!(c.option(OPT_LIST, b"x")[0].0, REP_ERR_INVALID);
     assert_eq!(c.option(OPT_GO, &[0, 0, 0, 9, b'd'])[0].0, REP_ERR_INVALID);
-    assert_eq!(c.option(OPT_INFO, &info_data("nope", &[]))[0].0, REP_ERR_UNKNOWN);
+    assert_eq!(
+        c.option(OPT_INFO, &info_data("nope", &[]))[0].0,
+        REP_ERR_UNKNOWN
+    );
     // Meta contexts before structured replies: refused.
     let r = c.option(OPT_SET_META_CONTEXT, &meta_data("disk", &[BASE_ALLOCATION]));
     assert_eq!(r[0].0, REP_ERR_INVALID);
@@ -85,7 +91,10 @@ fn info_and_meta_context_replies() {
     let (_, s) = server();
     let mut c = Client::tcp(tcp_addr(&s));
     c.greet();
-    let r = c.option(OPT_INFO, &info_data("disk@snap", &[INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE]));
+    let r = c.option(
+        OPT_INFO,
+        &info_data("disk@snap", &[INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE]),
+    );
     assert_eq!(r.len(), 5, "{r:?}");
     let tflags = u16::from_be_bytes([r[0].1[10], r[0].1[11]]);
     assert_ne!(tflags & TF_READ_ONLY, 0);
@@ -93,8 +102,17 @@ fn info_and_meta_context_replies() {
     assert_eq!(&r[2].1[2..], b"read-only snapshot");
     assert_eq!(&r[3].1[2..], &[0, 0, 0, 1, 0, 0, 0x10, 0, 2, 0, 0, 0]);
     let l = c.option(OPT_LIST_META_CONTEXT, &meta_data("disk", &[]));
-    assert_eq!(l[0], (REP_META_CONTEXT, [&[0, 0, 0, 1][..], b"base:allocation"].concat()));
-    let l = c.option(OPT_LIST_META_CONTEXT, &meta_data("disk", &["qemu:dirty-bitmap:x"]));
+    assert_eq!(
+        l[0],
+        (
+            REP_META_CONTEXT,
+            [&[0, 0, 0, 1][..], b"base:allocation"].concat()
+        )
+    );
+    let l = c.option(
+        OPT_LIST_META_CONTEXT,
+        &meta_data("disk", &["qemu:dirty-bitmap:x"]),
+    );
     assert_eq!(l.len(), 1, "no context matched: just the ACK");
 }
 
@@ -120,11 +138,31 @@ fn bad_requests_get_their_errors() {
     assert_eq!(c.read(SIZE - 512, 1024).0, EINVAL, "read past the end");
     assert_eq!(c.read(u64::MAX - 10, 100).0, EINVAL, "offset overflow");
     assert_eq!(c.read(0, (33 << 20) as u32).0, EINVAL, "33 MiB read");
-    assert_eq!(c.request(CMD_WRITE, 0, SIZE, 2, b"xx").0, ENOSPC, "write past the end");
-    assert_eq!(c.request(CMD_TRIM, 0, SIZE, 2, &[]).0, EINVAL, "trim past the end");
-    assert_eq!(c.request(CMD_READ, CMD_FLAG_FUA, 0, 2, &[]).0, EINVAL, "FUA on a read");
-    assert_eq!(c.request(CMD_FLUSH, 0, 1, 0, &[]).0, EINVAL, "flush with a range");
-    assert_eq!(c.request(CMD_BLOCK_STATUS, 0, 0, 512, &[]).0, EINVAL, "no context");
+    assert_eq!(
+        c.request(CMD_WRITE, 0, SIZE, 2, b"xx").0,
+        ENOSPC,
+        "write past the end"
+    );
+    assert_eq!(
+        c.request(CMD_TRIM, 0, SIZE, 2, &[]).0,
+        EINVAL,
+        "trim past the end"
+    );
+    assert_eq!(
+        c.request(CMD_READ, CMD_FLAG_FUA, 0, 2, &[]).0,
+        EINVAL,
+        "FUA on a read"
+    );
+    assert_eq!(
+        c.request(CMD_FLUSH, 0, 1, 0, &[]).0,
+        EINVAL,
+        "flush with a range"
+    );
+    assert_eq!(
+        c.request(CMD_BLOCK_STATUS, 0, 0, 512, &[]).0,
+        EINVAL,
+        "no context"
+    );
     // The connection is still fine.
     assert_eq!(c.write(0, b"fine"), 0);
     assert_eq!(c.read(0, 4), (0, b"fine".to_vec()));
@@ -167,7 +205,8 @@ fn a_client_vanishing_mid_payload_does_not_disturb_others() {
     drop(c);
     // A bad magic mid-transmission too.
     let mut bad = TcpStream::connect(tcp_addr(&s)).unwrap();
-    bad.write_all(b"garbage that is no greeting reply at all").unwrap();
+    bad.write_all(b"garbage that is no greeting reply at all")
+        .unwrap();
     drop(bad);
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(other.write(8192, &[3; 4096]), 0);
@@ -182,7 +221,10 @@ fn a_client_vanishing_mid_payload_does_not_disturb_others() {
 #[test]
 fn export_io_errors_become_eio() {
     let disk = Arc::new(MemExport::new(1 << 20));
-    let s = start_tcp(StaticExports::new().with("d", "", disk.clone()), ServerConfig::default());
+    let s = start_tcp(
+        StaticExports::new().with("d", "", disk.clone()),
+        ServerConfig::default(),
+    );
     let mut c = Client::tcp(tcp_addr(&s));
     c.go("d", false);
     disk.set_failing(true);
@@ -197,7 +239,10 @@ fn export_io_errors_become_eio() {
     disk.set_failing(true);
     let cookie = c.send(CMD_READ, 0, 0, 512, &[]);
     let (flags, kind, got, payload) = c.chunk();
-    assert_eq!((flags, kind, got), (REPLY_FLAG_DONE, REPLY_TYPE_ERROR, cookie));
+    assert_eq!(
+        (flags, kind, got),
+        (REPLY_FLAG_DONE, REPLY_TYPE_ERROR, cookie)
+    );
     assert_eq!(&payload[..4], &EIO.to_be_bytes());
 }
 
@@ -211,14 +256,23 @@ fn structured_reads_and_block_status() {
     assert_ne!(c.tflags & TF_SEND_DF, 0);
     let cookie = c.send(CMD_READ, 0, 4000, 200, &[]);
     let (flags, kind, got, p) = c.chunk();
-    assert_eq!((flags, kind, got, p.len()), (REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, cookie, 208));
+    assert_eq!(
+        (flags, kind, got, p.len()),
+        (REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, cookie, 208)
+    );
     assert_eq!(&p[..8], &4000u64.to_be_bytes());
     assert_eq!(&p[8..104], &[0; 96][..]);
     assert_eq!(&p[104..], &[5; 104][..]);
     let cookie = c.send(CMD_BLOCK_STATUS, 0, 0, 16384, &[]);
     let (flags, kind, got, p) = c.chunk();
-    assert_eq!((flags, kind, got), (REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, cookie));
-    let words: Vec<u32> = p.chunks(4).map(|w| u32::from_be_bytes(w.try_into().unwrap())).collect();
+    assert_eq!(
+        (flags, kind, got),
+        (REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, cookie)
+    );
+    let words: Vec<u32> = p
+        .chunks(4)
+        .map(|w| u32::from_be_bytes(w.try_into().unwrap()))
+        .collect();
     assert_eq!(words, [BASE_ALLOCATION_ID, 4096, 3, 4096, 0, 8192, 3]);
     c.send(CMD_BLOCK_STATUS, CMD_FLAG_REQ_ONE, 0, 16384, &[]);
     assert_eq!(c.chunk().3.len(), 12, "REQ_ONE: one extent");

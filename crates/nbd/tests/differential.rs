@@ -28,7 +28,13 @@ impl Drop for Nbdkit {
 
 fn start_nbdkit(sock: &Path) -> Nbdkit {
     let child = Command::new("nbdkit")
-        .args(["-f", "-U", sock.to_str().unwrap(), "memory", &SIZE.to_string()])
+        .args([
+            "-f",
+            "-U",
+            sock.to_str().unwrap(),
+            "memory",
+            &SIZE.to_string(),
+        ])
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("nbdkit (package nbdkit) must be installed");
@@ -78,7 +84,10 @@ fn random_request(rng: &mut StdRng) -> (u16, u16, u64, u32) {
 #[test]
 fn replies_match_nbdkit_memory() {
     let dir = tempfile::tempdir().unwrap();
-    let (ksock, csock) = (dir.path().join("nbdkit.sock"), dir.path().join("cairn.sock"));
+    let (ksock, csock) = (
+        dir.path().join("nbdkit.sock"),
+        dir.path().join("cairn.sock"),
+    );
     let _kit = start_nbdkit(&ksock);
     let ex = StaticExports::new().with("", "", Arc::new(MemExport::new(SIZE)));
     let server = serve_unix(&csock, Arc::new(ex), ServerConfig::default()).unwrap();
@@ -86,7 +95,10 @@ fn replies_match_nbdkit_memory() {
     kit.go("", false);
     cairn.go("", false);
     assert_eq!(kit.size, cairn.size);
-    let seed = std::env::var("NBD_DIFF_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(20261125);
+    let seed = std::env::var("NBD_DIFF_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20261125);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut errors = 0;
     for i in 0..3000 {
@@ -98,12 +110,16 @@ fn replies_match_nbdkit_memory() {
         }
         let want = kit.request(kind, flags, off, len, &data);
         let got = cairn.request(kind, flags, off, len, &data);
-        let what = format!("request {i} (seed {seed}): cmd {kind} flags {flags} off {off} len {len}");
+        let what =
+            format!("request {i} (seed {seed}): cmd {kind} flags {flags} off {off} len {len}");
         assert_eq!(got.0, want.0, "error of {what}");
         assert!(got.1 == want.1, "data of {what}");
         errors += u32::from(want.0 != 0);
     }
-    assert!(errors > 50, "the sequence exercised too few errors: {errors}");
+    assert!(
+        errors > 50,
+        "the sequence exercised too few errors: {errors}"
+    );
     for off in (0..SIZE).step_by(4 << 20) {
         let (w, g) = (kit.read(off, 4 << 20), cairn.read(off, 4 << 20));
         assert!(w == g, "final contents differ in the 4 MiB at {off}");
