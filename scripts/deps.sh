@@ -14,6 +14,7 @@ if [ "${1:-}" = test ]; then
   # nbdinfo, nbdcopy and nbdfuse (in libnbd-bin on Debian 12; newer
   # releases may split nbdfuse out), qemu-img and qemu-io, nbdkit.
   pkgs+=(libnbd-bin qemu-utils nbdkit)
+  if apt-cache show nbdfuse >/dev/null 2>&1; then pkgs+=(nbdfuse); fi
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -10,7 +10,7 @@ use cairn_nbd::errno::*;
 use cairn_nbd::proto::*;
 use cairn_nbd::{MemExport, ServerConfig, StaticExports};
 use common::*;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +25,9 @@ fn assert_closed(c: &mut Client) {
     let mut b = [0u8; 1];
     c.s.flush().unwrap();
     match c.s.read(&mut b) {
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            panic!("connection still open after {TIMEOUT:?}")
+        }
         Ok(0) | Err(_) => {}
         Ok(_) => panic!("connection still open"),
     }

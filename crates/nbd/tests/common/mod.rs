@@ -15,6 +15,9 @@ use std::sync::Arc;
 
 pub const SIZE: u64 = 64 << 20;
 
+/// A reply slower than this fails the test instead of hanging it.
+pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// "disk" (writable, 64 MiB) and "disk@snap" (read-only, its snapshot).
 pub fn disk_exports() -> (Arc<MemExport>, StaticExports) {
     let disk = Arc::new(MemExport::new(SIZE));
@@ -84,11 +87,15 @@ pub type OptReply = (u32, Vec<u8>);
 
 impl Client {
     pub fn tcp(a: SocketAddr) -> Client {
-        Client::raw(Box::new(TcpStream::connect(a).unwrap()))
+        let s = TcpStream::connect(a).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        Client::raw(Box::new(s))
     }
 
     pub fn unix(p: &Path) -> Client {
-        Client::raw(Box::new(UnixStream::connect(p).unwrap()))
+        let s = UnixStream::connect(p).unwrap();
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        Client::raw(Box::new(s))
     }
 
     fn raw(s: Box<dyn Stream>) -> Client {
