@@ -8,6 +8,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Binds a listening socket at `path`, mode 0600. A socket file nobody
 /// listens on is replaced; one with a live server is `SocketInUse`.
@@ -25,11 +26,10 @@ pub(crate) fn bind_private(path: &Path) -> Result<UnixListener, NbdError> {
     let name = path
         .file_name()
         .ok_or(io::Error::from(io::ErrorKind::InvalidInput))?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let tmp = format!(".{}.{}.{n}.tmp", name.to_string_lossy(), std::process::id());
+    let tmp = dir.join(tmp);
     fs::DirBuilder::new().mode(0o700).create(&tmp)?;
     let r = bind_in(&tmp, path);
     let _ = fs::remove_dir(&tmp);
