@@ -10,6 +10,11 @@ if [ "${1:-}" = test ]; then
   # setfattr/getfattr (attr), fio, bindfs and sqlite3 for tests and benches,
   # e2fsprogs for the small loop filesystems of the full-host tests.
   pkgs+=(fio bindfs sqlite3 git attr e2fsprogs util-linux)
+  # Real NBD clients and a reference server for the cairn-nbd tests:
+  # nbdinfo, nbdcopy and nbdfuse (in libnbd-bin on Debian 12; newer
+  # releases may split nbdfuse out), qemu-img and qemu-io, nbdkit.
+  pkgs+=(libnbd-bin qemu-utils nbdkit)
+  if apt-cache show nbdfuse >/dev/null 2>&1; then pkgs+=(nbdfuse); fi
 fi
 missing=()
 for p in "${pkgs[@]}"; do

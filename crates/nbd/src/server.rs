@@ -1,0 +1,334 @@
+//! The listener: TCP (loopback unless `allow_remote`) or a Unix socket
+//! created 0600; a thread per connection for the handshake and the
+//! request reader; one adaptive worker pool shared by all connections;
+//! a shutdown handle that closes the listener and every connection.
+
+use crate::conn::{transmission, FlightLimits};
+use crate::error::NbdError;
+use crate::export::Exports;
+use crate::handshake::handshake;
+use crate::stats::{Counters, Stats};
+use cairn_workpool::Pool;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::io::{self, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub pool: cairn_workpool::Config,
+    /// Allows a TCP address that is not loopback (logged as a warning).
+    pub allow_remote: bool,
+    /// A client must finish its handshake within this time.
+    pub handshake_timeout: Duration,
+    pub flight: FlightLimits,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            pool: cairn_workpool::Config {
+                name: "cairn-nbd".into(),
+                ..Default::default()
+            },
+            allow_remote: false,
+            handshake_timeout: Duration::from_secs(30),
+            flight: FlightLimits::default(),
+        }
+    }
+}
+
+/// A connected socket of either kind.
+pub(crate) enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Sock {
+    fn try_clone(&self) -> io::Result<Sock> {
+        Ok(match self {
+            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
+            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
+        })
+    }
+
+    /// Shuts both directions down: blocked reads and writes return.
+    pub(crate) fn shutdown(&self) {
+        let _ = match self {
+            Sock::Tcp(s) => s.shutdown(Shutdown::Both),
+            Sock::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.set_read_timeout(t),
+            Sock::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(b),
+            Sock::Unix(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(b),
+            Sock::Unix(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+/// Where a server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// An open connection: a socket clone to shut it down, and its thread.
+type ConnEntry = (Sock, Option<JoinHandle<()>>);
+
+struct Inner {
+    exports: Arc<dyn Exports>,
+    pool: Pool,
+    counters: Arc<Counters>,
+    config: ServerConfig,
+    address: Address,
+    stop: AtomicBool,
+    next_id: AtomicU64,
+    /// Open connections: a socket clone (to shut down) and the thread.
+    conns: Mutex<HashMap<u64, ConnEntry>>,
+}
+
+/// A running server; dropping it shuts it down.
+pub struct Server {
+    inner: Arc<Inner>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+/// Stops a server from anywhere (a signal handler thread, a test).
+#[derive(Clone)]
+pub struct ShutdownHandle(Arc<Inner>);
+
+/// Serves `exports` on a TCP address; a non-loopback address is refused
+/// unless `config.allow_remote`. Port 0 picks a free port (see
+/// `Server::address`).
+pub fn serve_tcp(
+    addr: SocketAddr,
+    exports: Arc<dyn Exports>,
+    config: ServerConfig,
+) -> Result<Server, NbdError> {
+    if !addr.ip().is_loopback() {
+        if !config.allow_remote {
+            return Err(NbdError::RemoteRefused(addr));
+        }
+        tracing::warn!("NBD server listening on non-loopback {addr}: no authentication, no TLS");
+    }
+    let l = TcpListener::bind(addr)?;
+    let bound = l.local_addr()?;
+    start(Listener::Tcp(l), Address::Tcp(bound), exports, config)
+}
+
+/// Serves `exports` on a Unix socket created with mode 0600. A stale
+/// socket file (nobody listening) is replaced; a live one is an error.
+pub fn serve_unix(
+    path: &Path,
+    exports: Arc<dyn Exports>,
+    config: ServerConfig,
+) -> Result<Server, NbdError> {
+    let l = crate::unix::bind_private(path)?;
+    let a = Address::Unix(path.to_path_buf());
+    start(Listener::Unix(l, path.to_path_buf()), a, exports, config)
+}
+
+fn start(
+    l: Listener,
+    address: Address,
+    exports: Arc<dyn Exports>,
+    config: ServerConfig,
+) -> Result<Server, NbdError> {
+    let inner = Arc::new(Inner {
+        exports,
+        pool: Pool::new(config.pool.clone()),
+        counters: Arc::new(Counters::default()),
+        config,
+        address,
+        stop: AtomicBool::new(false),
+        next_id: AtomicU64::new(0),
+        conns: Mutex::new(HashMap::new()),
+    });
+    let i = inner.clone();
+    let acceptor = std::thread::Builder::new()
+        .name("cairn-nbd-accept".into())
+        .spawn(move || accept_loop(&i, l))?;
+    Ok(Server {
+        inner,
+        acceptor: Some(acceptor),
+    })
+}
+
+fn accept_loop(inner: &Arc<Inner>, l: Listener) {
+    loop {
+        let sock = match &l {
+            Listener::Tcp(t) => t.accept().map(|(s, _)| {
+                let _ = s.set_nodelay(true);
+                Sock::Tcp(s)
+            }),
+            Listener::Unix(u, _) => u.accept().map(|(s, _)| Sock::Unix(s)),
+        };
+        if inner.stop.load(SeqCst) {
+            break;
+        }
+        match sock {
+            Ok(s) => {
+                if let Err(e) = spawn_connection(inner, s) {
+                    tracing::warn!("nbd: cannot start a connection: {e}");
+                }
+            }
+            Err(e) => {
+                tracing::warn!("nbd: accept: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    if let Listener::Unix(_, p) = &l {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+fn spawn_connection(inner: &Arc<Inner>, s: Sock) -> io::Result<()> {
+    let id = inner.next_id.fetch_add(1, SeqCst);
+    let keep = s.try_clone()?;
+    let mut conns = inner.conns.lock();
+    let i = inner.clone();
+    let t = std::thread::Builder::new()
+        .name(format!("cairn-nbd-conn-{id}"))
+        .spawn(move || {
+            connection(&i, s);
+            i.conns.lock().remove(&id);
+        })?;
+    conns.insert(id, (keep, Some(t)));
+    Ok(())
+}
+
+/// One connection, handshake to close.
+fn connection(inner: &Inner, s: Sock) {
+    let c = &inner.counters;
+    c.connections.fetch_add(1, SeqCst);
+    c.open.fetch_add(1, SeqCst);
+    if let Err(e) = handshake_and_serve(inner, s) {
+        tracing::debug!("nbd connection closed: {e}");
+    }
+    c.open.fetch_sub(1, SeqCst);
+}
+
+fn handshake_and_serve(inner: &Inner, s: Sock) -> Result<(), NbdError> {
+    let mut w = s.try_clone()?;
+    let mut r = BufReader::with_capacity(256 << 10, s.try_clone()?);
+    s.set_read_timeout(Some(inner.config.handshake_timeout))?;
+    let neg = handshake(&mut r, &mut w, &*inner.exports).inspect_err(|_| {
+        inner.counters.handshake_failures.fetch_add(1, SeqCst);
+    })?;
+    s.set_read_timeout(None)?;
+    tracing::debug!("nbd client opened export {:?}", neg.name);
+    let counters = inner.counters.clone();
+    let r = transmission(&mut r, w, neg, &inner.pool, counters, inner.config.flight);
+    s.shutdown();
+    r
+}
+
+impl Server {
+    /// The address listened on (the bound port when 0 was asked for).
+    pub fn address(&self) -> &Address {
+        &self.inner.address
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.inner.counters.snapshot(self.inner.pool.stats())
+    }
+
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle(self.inner.clone())
+    }
+
+    /// Stops accepting, closes every connection (after the requests in
+    /// flight finish) and waits for the threads.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        ShutdownHandle(self.inner.clone()).shutdown();
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+        // Connections the acceptor started while the handle shut the
+        // others down are shut down here.
+        let threads: Vec<_> = {
+            let mut conns = self.inner.conns.lock();
+            conns.values().for_each(|(s, _)| s.shutdown());
+            conns.values_mut().filter_map(|(_, t)| t.take()).collect()
+        };
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+impl ShutdownHandle {
+    /// Stops the listener and shuts every connection's socket down;
+    /// `Server::shutdown` (or drop) then joins the threads.
+    pub fn shutdown(&self) {
+        let inner = &self.0;
+        if inner.stop.swap(true, SeqCst) {
+            return;
+        }
+        // Wake the acceptor with a connection of our own.
+        let _ = match &inner.address {
+            Address::Tcp(a) => {
+                let mut a = *a;
+                if a.ip().is_unspecified() {
+                    a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+                }
+                TcpStream::connect_timeout(&a, Duration::from_secs(1)).map(drop)
+            }
+            Address::Unix(p) => UnixStream::connect(p).map(drop),
+        };
+        for (s, _) in inner.conns.lock().values() {
+            s.shutdown();
+        }
+    }
+
+    pub fn is_shut_down(&self) -> bool {
+        self.0.stop.load(SeqCst)
+    }
+}

@@ -1,0 +1,129 @@
+//! The worker pool seen through NBD: many clients against a slow export
+//! (every call sleeps) make the pool grow past its minimum, never past
+//! its maximum, run one connection's requests concurrently, and shrink
+//! back once the load is gone; shutdown with clients connected returns.
+
+mod common;
+
+use cairn_nbd::proto::*;
+use cairn_nbd::{MemExport, ServerConfig, StaticExports};
+use common::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn config(min: usize, max: usize) -> ServerConfig {
+    let mut c = ServerConfig::default();
+    c.pool.min = min;
+    c.pool.max = max;
+    c.pool.grow_after = Duration::from_millis(2);
+    c.pool.idle_exit = Duration::from_millis(200);
+    c
+}
+
+#[test]
+fn slow_export_grows_the_pool_then_it_shrinks() {
+    let slow = Arc::new(MemExport::new(SIZE).with_delay(Duration::from_millis(20)));
+    let ex = StaticExports::new().with("slow", "", slow.clone());
+    let s = start_tcp(ex, config(1, 8));
+    let addr = tcp_addr(&s);
+    let clients: Vec<_> = (0..12)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut c = Client::tcp(addr);
+                c.go("slow", false);
+                for j in 0..10u64 {
+                    let off = (i * 10 + j) * 4096;
+                    assert_eq!(c.write(off, &[i as u8; 4096]), 0);
+                    assert_eq!(c.read(off, 4096), (0, vec![i as u8; 4096]));
+                }
+                c.disconnect();
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let st = s.stats();
+    assert_eq!(st.pool.peak_workers, 8, "{:?}", st.pool);
+    assert!(st.pool.grown >= 7, "{:?}", st.pool);
+    assert!(slow.peak_in_flight() > 1 && slow.peak_in_flight() <= 8);
+    assert_eq!(st.command("write").count, 120);
+    assert_eq!(st.command("read").bytes, 120 * 4096);
+    let until = Instant::now() + Duration::from_secs(10);
+    while s.stats().pool.workers > 1 {
+        assert!(
+            Instant::now() < until,
+            "pool never shrank: {:?}",
+            s.stats().pool
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(s.stats().pool.exited_idle >= 7);
+}
+
+#[test]
+fn one_connection_requests_run_concurrently() {
+    let slow = Arc::new(MemExport::new(SIZE).with_delay(Duration::from_millis(50)));
+    let s = start_tcp(
+        StaticExports::new().with("slow", "", slow.clone()),
+        config(4, 4),
+    );
+    let mut c = Client::tcp(tcp_addr(&s));
+    c.go("slow", false);
+    let t = Instant::now();
+    let cookies: Vec<u64> = (0..4)
+        .map(|i| c.send(CMD_READ, 0, i * 4096, 4096, &[]))
+        .collect();
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        assert_eq!(c.u32(), SIMPLE_REPLY_MAGIC);
+        assert_eq!(c.u32(), 0);
+        seen.push(c.u64());
+        c.bytes(4096);
+    }
+    seen.sort();
+    assert_eq!(seen, cookies);
+    assert!(
+        t.elapsed() < Duration::from_millis(180),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(slow.peak_in_flight(), 4);
+}
+
+#[test]
+fn shutdown_with_clients_connected_returns() {
+    let (_, ex) = disk_exports();
+    let s = start_tcp(ex, config(1, 2));
+    let handle = s.shutdown_handle();
+    let mut idle = Client::tcp(tcp_addr(&s));
+    idle.go("disk", false);
+    let mut mid_handshake = Client::tcp(tcp_addr(&s));
+    mid_handshake.greet();
+    assert_eq!(s.stats().connections_open, 2);
+    let t = Instant::now();
+    handle.shutdown();
+    s.shutdown();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(handle.is_shut_down());
+}
+
+#[test]
+fn remote_addresses_need_allow_remote() {
+    let (_, ex) = disk_exports();
+    let ex: Arc<dyn cairn_nbd::Exports> = Arc::new(ex);
+    let addr = "0.0.0.0:0".parse().unwrap();
+    let r = cairn_nbd::serve_tcp(addr, ex.clone(), ServerConfig::default());
+    assert!(matches!(r, Err(cairn_nbd::NbdError::RemoteRefused(_))));
+    let cfg = ServerConfig {
+        allow_remote: true,
+        ..ServerConfig::default()
+    };
+    let s = cairn_nbd::serve_tcp(addr, ex, cfg).expect("allowed when asked");
+    let port = tcp_addr(&s).port();
+    let mut c = Client::tcp(([127, 0, 0, 1], port).into());
+    c.go("disk", false);
+    let json = serde_json::to_value(s.stats()).unwrap();
+    assert_eq!(json["connections_open"], 1);
+    assert!(json["pool"]["workers"].as_u64().unwrap() >= 1);
+}
