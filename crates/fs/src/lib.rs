@@ -11,7 +11,8 @@
 //! - `writeback/`: the dirty overlay, flush groups, commits and the intent log;
 //! - `ops/`: POSIX operations (namespace, data, readdir, clones, sparse files);
 //! - `history/`: versions, `@@` views, snapshots, prune, tree hashes;
-//! - `maintenance/`: GC, reblock, scrub, check, salvage, tiering, devices, info.
+//! - `maintenance/`: GC, reblock, scrub, check, salvage, tiering, devices, info;
+//! - `volumes/`: block volumes (files outside the POSIX namespace) for NBD.
 
 pub mod contention;
 pub mod error;
@@ -24,6 +25,7 @@ mod state;
 pub mod timefmt;
 pub mod types;
 pub mod vfs;
+pub mod volumes;
 pub mod writeback;
 
 pub use cairn_data::Compression;
@@ -41,3 +43,4 @@ pub use pool::config::PoolConfig;
 pub use pool::{mkfs, mkfs_with, MkfsOptions, Pool};
 pub use types::{FileKind, Inode, Time, ROOT_INO};
 pub use vfs::{Ctx, Fs};
+pub use volumes::{VolumeInfo, VolumeSnapshot};

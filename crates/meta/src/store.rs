@@ -76,6 +76,34 @@ fn tid_before_time(
 }
 
 /// Decodes a stored history element.
+/// The element with this key as it was at `tid`: the live one if it was
+/// created by then, else the newest ended one created by then and deleted
+/// after it. Two B-tree lookups whatever the history length.
+fn get_asof(
+    live: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    hist: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    key: &ElemKey,
+    tid: u64,
+) -> Result<Option<Element>> {
+    if let Some(v) = live.get(key.as_bytes())? {
+        let e = live_element(key.as_bytes(), v.value())?;
+        if e.create_tid <= tid {
+            return Ok(Some(e));
+        }
+    }
+    let lo = hist_key(key.as_bytes(), 0);
+    let hi = hist_key(key.as_bytes(), tid);
+    let mut it = hist.range::<&[u8]>(lo.as_slice()..=hi.as_slice())?;
+    if let Some(r) = it.next_back() {
+        let (k, v) = r?;
+        let e = hist_element(k.value(), v.value())?;
+        if tid < e.delete_tid {
+            return Ok(Some(e));
+        }
+    }
+    Ok(None)
+}
+
 fn hist_element(k: &[u8], v: &[u8]) -> Result<Element> {
     let (key, create_tid) = split_hist_key(k)?;
     let (delete_tid, payload) = decode_value(k, v)?;
@@ -522,24 +550,7 @@ impl MetaRead {
     /// created by then, else the newest ended one created by then and
     /// deleted after it. Two B-tree lookups whatever the history length.
     pub fn get_asof(&self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
-        guarded(|| {
-            if let Some(e) = self.get(key)? {
-                if e.create_tid <= tid {
-                    return Ok(Some(e));
-                }
-            }
-            let lo = hist_key(key.as_bytes(), 0);
-            let hi = hist_key(key.as_bytes(), tid);
-            let mut it = self.hist.range::<&[u8]>(lo.as_slice()..=hi.as_slice())?;
-            if let Some(r) = it.next_back() {
-                let (k, v) = r?;
-                let e = hist_element(k.value(), v.value())?;
-                if tid < e.delete_tid {
-                    return Ok(Some(e));
-                }
-            }
-            Ok(None)
-        })
+        guarded(|| get_asof(&self.live, &self.hist, key, tid))
     }
 
     /// Every element with this prefix that was visible at `tid`, in key
@@ -835,6 +846,12 @@ impl MetaWrite<'_> {
             Some(v) => live_element(key.as_bytes(), v.value()).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The element with this key as it was at `tid` (see
+    /// `MetaRead::get_asof`).
+    pub fn get_asof(&self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
+        get_asof(&self.live, &self.hist, key, tid)
     }
 
     /// Ends the live element with this key at `tid` (moves it to history).

@@ -64,7 +64,7 @@ impl Fs {
         let all = r.scan_asof(&ElemKey::prefix(dir, RecordType::DirEntry), tid)?;
         for e in all {
             let (hash, name) = split_dirent_subkey(e.key.sub())?;
-            if hash <= cookie.max(2) {
+            if hash <= cookie.max(2) || crate::volumes::hidden(dir, name) {
                 continue;
             }
             let de = DirEnt::decode(&e.payload)?;

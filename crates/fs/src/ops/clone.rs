@@ -57,14 +57,14 @@ impl Fs {
             end / rs
         };
         if last > first {
-            self.clone_blocks(
-                src,
+            let from = BlockRange {
+                ino: src,
+                at: None,
                 first,
-                dst,
-                (dst_off + head) / rs,
-                last - first,
-                dst_off + len,
-            )?;
+                count: last - first,
+            };
+            let size = Size::AtLeast(dst_off + len);
+            self.clone_blocks(from, dst, (dst_off + head) / rs, size)?;
         } else {
             return self.copy_bytes(src, src_off, dst, dst_off, len);
         }
@@ -91,20 +91,21 @@ impl Fs {
         Ok(done)
     }
 
-    /// Points `count` blocks of `dst` from block `to` at the chunks of the
-    /// blocks of `src` from block `from` (holes stay holes) and makes `dst`
-    /// at least `size` long, in one commit. Buffered changes are flushed
-    /// first; the commit holds the flush lock, so no flush, GC or prune can
-    /// run between reading the source's extents and adding the references.
-    fn clone_blocks(
+    /// Points `from.count` blocks of `dst` from block `to` at the chunks of
+    /// the blocks of `from` (holes stay holes) and sets `dst`'s size, in one
+    /// commit. Buffered changes are flushed first; the commit holds the
+    /// flush lock, so no flush, GC or prune can run between reading the
+    /// source's extents and adding the references. With `from.at`, the
+    /// source is read as it was at that TID (it must be retained: a
+    /// snapshot's); `dst` may then be the source itself (a rollback).
+    pub(crate) fn clone_blocks(
         &self,
-        src: u64,
-        from: u64,
+        from: BlockRange,
         dst: u64,
         to: u64,
-        count: u64,
-        size: u64,
+        size: Size,
     ) -> Result<()> {
+        let src = from.ino;
         let mut tries = 0;
         let mut last_tid = loop {
             tries += 1;
@@ -133,15 +134,16 @@ impl Fs {
             let st = self.lock_inos(&[dst]);
             self.inode(&st, dst)?
         };
-        inode.size = inode.size.max(size);
+        inode.size = size.apply(inode.size);
         inode.mtime = now;
         inode.ctime = now;
         let time_ns = now.as_nanos() as u64;
         let mut touched = std::collections::BTreeSet::new();
         let mut freed = Vec::new();
         self.pool.meta.write(|w| {
-            for n in 0..count {
-                clone_block(self, w, src, from + n, dst, to + n, tid, &mut touched)?;
+            for n in 0..from.count {
+                let (s, d) = ((from.first + n, from.at), to + n);
+                clone_block(self, w, src, s, dst, d, tid, &mut touched)?;
             }
             put_inode(w, &inode, tid)?;
             w.set_counter("last_tid", tid)?;
@@ -158,7 +160,7 @@ impl Fs {
         self.drop_ns_meta();
         if let Some(Some(i)) = st.dirty_of(dst).inodes.get(&dst).cloned() {
             let mut i = i;
-            i.size = i.size.max(size);
+            i.size = size.apply(i.size);
             i.mtime = now;
             i.ctime = now;
             st.put_inode(i);
@@ -169,14 +171,42 @@ impl Fs {
     }
 }
 
+/// Blocks of a file to clone from: `count` blocks from block `first` of
+/// inode `ino`, as they are now (`at` None) or were at TID `at`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockRange {
+    pub ino: u64,
+    pub at: Option<u64>,
+    pub first: u64,
+    pub count: u64,
+}
+
+/// The size a clone leaves its target with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Size {
+    AtLeast(u64),
+    Exactly(u64),
+}
+
+impl Size {
+    fn apply(self, old: u64) -> u64 {
+        match self {
+            Size::AtLeast(n) => old.max(n),
+            Size::Exactly(n) => n,
+        }
+    }
+}
+
 /// One block of the clone: the source's extent (with a new reference to
-/// its chunk) or, for a hole, the end of the target's extent.
+/// its chunk) or, for a hole, the end of the target's extent. A target
+/// block that already is the source's (a rollback of a block unchanged
+/// since) is left alone.
 #[allow(clippy::too_many_arguments)]
 fn clone_block(
     fs: &Fs,
     w: &mut MetaWrite<'_>,
     src: u64,
-    sblk: u64,
+    (sblk, at): (u64, Option<u64>),
     dst: u64,
     dblk: u64,
     tid: u64,
@@ -184,7 +214,17 @@ fn clone_block(
 ) -> Result<()> {
     let skey = ElemKey::new(src, RecordType::Extent, &sblk.to_be_bytes());
     let dkey = ElemKey::new(dst, RecordType::Extent, &dblk.to_be_bytes());
-    match w.get(&skey)? {
+    let found = match at {
+        Some(t) => w.get_asof(&skey, t)?,
+        None => w.get(&skey)?,
+    };
+    if at.is_some() && skey == dkey {
+        let now = w.get(&dkey)?;
+        if now.as_ref().map(|e| e.create_tid) == found.as_ref().map(|e| e.create_tid) {
+            return Ok(());
+        }
+    }
+    match found {
         Some(e) => {
             let ext = crate::types::Extent::decode(&e.payload)?;
             for id in ext.chunks() {

@@ -137,8 +137,22 @@ impl Fs {
         mode: u32,
         rdev: u32,
     ) -> Result<Inode> {
-        self.check_ok()?;
         check_name(name)?;
+        self.create_node_unchecked(ctx, parent, name, kind, mode, rdev)
+    }
+
+    /// `create_node` for names no POSIX caller can give (the hidden
+    /// directory of volumes, see volumes/mod.rs).
+    pub(crate) fn create_node_unchecked(
+        &self,
+        ctx: Ctx,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<Inode> {
+        self.check_ok()?;
         let ino = self.alloc_ino();
         self.with_inos(&[parent, ino], |st| {
             let mut p = self.dir_inode(st, parent)?;

@@ -53,6 +53,9 @@ impl Fs {
                 }
                 if let Some(d) = v {
                     let (hash, name) = split_dirent_subkey(&k)?;
+                    if crate::volumes::hidden(dir, name) {
+                        continue;
+                    }
                     out.push(DirEntry {
                         name: name.to_vec(),
                         ino: d.ino,
