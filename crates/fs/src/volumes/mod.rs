@@ -310,7 +310,7 @@ fn check_size(size: u64, block_size: u32) -> Result<()> {
             "block size {block_size} is not one of 4096, 16384, 65536"
         )));
     }
-    if size == 0 || size % block_size as u64 != 0 || size > MAX_SIZE {
+    if size == 0 || !size.is_multiple_of(block_size as u64) || size > MAX_SIZE {
         return Err(FsError::BadRequest(format!(
             "volume size {size} must be a nonzero multiple of the block size \
              ({block_size}) and at most 1 EiB"
