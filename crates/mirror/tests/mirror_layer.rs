@@ -526,3 +526,40 @@ fn a_mirror_behind_the_prune_horizon_resyncs_from_a_snapshot_both_hold() {
         .problems;
     assert!(problems.is_empty(), "after the resync: {problems:?}");
 }
+
+/// Volumes (files outside the namespace) and their snapshots travel in the
+/// stream like everything else: the mirror lists them with the same
+/// content, now and at the snapshot.
+#[test]
+fn volumes_and_their_snapshots_reach_the_mirror() {
+    let d = tempfile::tempdir().unwrap();
+    let src = pool(d.path(), "src", false);
+    let v = src.volume_create("vm", 8 << 20, 4096).unwrap();
+    let old: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    src.write(v.ino, 4096, &old).unwrap();
+    src.volume_snapshot("vm", "s1").unwrap();
+    src.write(v.ino, 8192, &[0x5a; 4096]).unwrap();
+    src.flush().unwrap();
+    let dst = pool(d.path(), "dst", true);
+    apply_stream(&dst, &stream(&src, 0)[..], ApplyOptions::default()).unwrap();
+    let (a, b) = (src.volumes().unwrap(), dst.volumes().unwrap());
+    assert_eq!(a, b);
+    let read = |fs: &Fs, tid: Option<u64>| -> Vec<u8> {
+        let ino = fs.volume("vm").unwrap().ino;
+        match tid {
+            None => fs.read(ino, 0, 2 << 20).unwrap(),
+            Some(t) => fs.asof_read(ino, t, 0, 2 << 20).unwrap(),
+        }
+    };
+    assert_eq!(read(&src, None), read(&dst, None));
+    let (_, s) = dst.volume_at("vm", "s1").unwrap();
+    let then = read(&dst, Some(s.tid));
+    assert_eq!(&then[4096..4096 + old.len()], &old[..]);
+    assert_eq!(then, read(&src, Some(s.tid)));
+    let (x, y) = (
+        src.snapshot_verify("vm@s1").unwrap(),
+        dst.snapshot_verify("vm@s1").unwrap(),
+    );
+    assert!(x.matches && y.matches);
+    assert_eq!(x.computed, y.computed, "the snapshot's tree hash");
+}
