@@ -424,3 +424,43 @@ fn a_fast_tier_full_of_history_the_mover_cannot_drain_keeps_new_writes_fast() {
     );
     assert_intact(&fs, f.ino, &last);
 }
+
+/// Hot data on the slow tier while the fast one has room is brought up by
+/// the mover thread within seconds, not at its next interval (an hour
+/// here).
+#[test]
+fn the_mover_brings_hot_data_up_without_waiting_for_its_interval() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    drop(fs);
+    let mut c = PoolConfig {
+        tier_interval_secs: 3600,
+        tier_promote_hits: 2.0,
+        ..PoolConfig::default()
+    };
+    c.read_cache_mib = 0;
+    let fs = Fs::open(Pool::open(&d.path().join("pool"), Some(c)).unwrap()).unwrap();
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"hot", 0o644).unwrap();
+    let data = pattern(3 << 20, 9);
+    let seg = commit_alone(&fs, f.ino, &data)[0];
+    let moved = fs.move_segment(seg, |d, _, _| d.id() == 1);
+    assert!(moved.unwrap().is_some());
+    assert_eq!(fs.pool().chunks.segment(seg).unwrap().device, 1);
+    assert!(!fs.hot_waiting_below(), "not read yet");
+    for _ in 0..3 {
+        assert_eq!(fs.read(f.ino, 0, data.len() as u32).unwrap(), data);
+    }
+    assert!(fs.hot_waiting_below());
+    let mover = fs.spawn_mover().expect("the mover runs");
+    let t0 = std::time::Instant::now();
+    while fs.pool().chunks.segment(seg).unwrap().device != 0 {
+        assert!(
+            t0.elapsed().as_secs() < 15,
+            "hot segment still on the slow tier"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_intact(&fs, f.ino, &data);
+    fs.shutdown().unwrap();
+    mover.join().unwrap();
+}

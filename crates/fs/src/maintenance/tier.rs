@@ -22,8 +22,10 @@
 //! fine-grained history (writeback/flush.rs `prune_cutoff`). Each move is crash-safe by
 //! construction (see cairn_data::relocate). Besides its interval, the
 //! mover thread looks every 200 ms whether a faster tier is above
-//! tier_fast_full_pct (its high-water mark) and then runs a round at once,
-//! so that new writes keep finding room on the fastest tier.
+//! tier_fast_full_pct (its high-water mark), or a hot segment waits on a
+//! slower tier while the fastest has room, and then runs a round at once
+//! (at most one a second), so that new writes keep finding room on the
+//! fastest tier and hot data comes back up soon after it is read.
 
 use crate::error::{FsError, Result};
 use crate::maintenance::info::{device_infos, DeviceInfo};
@@ -272,6 +274,34 @@ impl Fs {
             .any(|&(_, r, t, f)| r < slowest && t > 0 && (t - f) * 100 > t * full)
     }
 
+    /// True if a segment on a slower tier is hot enough to promote and a
+    /// faster tier has room under its cap for it: the mover then runs
+    /// without waiting for its interval (data a burst of writes left on a
+    /// slow tier comes back as soon as it is read).
+    pub fn hot_waiting_below(&self) -> bool {
+        let devs = tier_devices(self);
+        let Some(fastest) = devs.iter().map(|d| d.1).min() else {
+            return false;
+        };
+        let full = self.pool.config.tier_fast_full_pct as u64;
+        let room = devs
+            .iter()
+            .any(|&(_, r, t, f)| r == fastest && t > 0 && (t - f + 1) * 100 <= t * full);
+        if !room {
+            return false;
+        }
+        let slow: std::collections::HashSet<u32> =
+            devs.iter().filter(|d| d.1 > fastest).map(|d| d.0).collect();
+        let c = &self.pool.chunks;
+        let hits = self.pool.config.tier_promote_hits;
+        c.heat.samples().into_iter().any(|h| {
+            h.hits >= hits
+                && !c.is_open(h.segment)
+                && c.segment(h.segment)
+                    .is_some_and(|s| slow.contains(&s.device) && s.live_data() > 0)
+        })
+    }
+
     /// True if a tier device with a slower tier below it has under 1/16 of
     /// its slots free and holds at least a segment's worth of history-only
     /// data: the mover (which demotes that data first) is behind the
@@ -342,10 +372,11 @@ impl Fs {
                 let mut last_round = Instant::now();
                 while !fs.stopping.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(200));
-                    // Above the high-water mark: demote now (at most one
+                    // Above the high-water mark, or hot data waiting on a
+                    // slower tier with room above: move now (at most one
                     // round a second), not at the next interval.
                     let urgent = last_round.elapsed() >= Duration::from_secs(1)
-                        && fs.fast_tier_over_high_water();
+                        && (fs.fast_tier_over_high_water() || fs.hot_waiting_below());
                     if !urgent && last.elapsed() < Duration::from_secs(every) {
                         continue;
                     }
