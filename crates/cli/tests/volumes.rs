@@ -111,9 +111,8 @@ fn nbd_pool(tcp: bool) -> (Fs, PathBuf) {
 fn tcp_address(target: &Path) -> String {
     let v = json(&["info", s(target), "--json"]);
     let list = v["nbd"].as_array().expect("nbd served").clone();
-    let a = list.iter().filter_map(|x| x["address"].as_str());
-    a.filter(|a| !a.starts_with("unix:"))
-        .next()
+    let mut a = list.iter().filter_map(|x| x["address"].as_str());
+    a.find(|a| !a.starts_with("unix:"))
         .expect("a TCP server")
         .to_string()
 }
