@@ -56,6 +56,13 @@ pub enum Cmd {
     /// Mirror streams: incremental copies of a pool with its history.
     #[command(subcommand)]
     Mirror(MirrorCmd),
+    /// Block volumes: create, list, resize, delete, snapshot, clone,
+    /// roll back (served over NBD by `mount --nbd...` or `nbd serve`).
+    #[command(subcommand)]
+    Volume(crate::volume::VolumeCmd),
+    /// Serve an unmounted pool's volumes over NBD (no FUSE mount).
+    #[command(subcommand)]
+    Nbd(crate::volume::NbdCmd),
 }
 
 #[derive(Subcommand)]
@@ -327,7 +334,7 @@ fn parse_device(s: &str) -> Result<DeviceSpec, String> {
         .map_err(|e: cairn_devices::DeviceError| e.to_string())
 }
 
-fn size_arg(s: &str) -> Result<u64, String> {
+pub(crate) fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
 
@@ -418,6 +425,30 @@ pub struct MountArgs {
     /// /dev/fuse only.
     #[arg(long, default_value = "auto", value_parser = transport_arg)]
     pub io_uring: cairn_fuse::Transport,
+    #[command(flatten)]
+    pub nbd: NbdArgs,
+}
+
+/// Where and how the daemon serves volumes over NBD (each overrides the
+/// pool config's nbd_* key).
+#[derive(Args, Clone, Default)]
+pub struct NbdArgs {
+    /// Serve the pool's volumes over NBD on this TCP address, e.g.
+    /// 127.0.0.1:10809 (port 0: any free port; `cairn info` shows it).
+    #[arg(long = "nbd", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Serve the volumes over NBD on this Unix socket (created 0600).
+    #[arg(long = "nbd-socket", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Allow a TCP address that is not loopback (no authentication, no TLS).
+    #[arg(long = "nbd-allow-remote")]
+    pub allow_remote: bool,
+    /// NBD worker threads kept when idle.
+    #[arg(long = "nbd-workers-min", value_name = "N")]
+    pub workers_min: Option<usize>,
+    /// NBD worker threads at most (more start while requests wait).
+    #[arg(long = "nbd-workers-max", value_name = "N")]
+    pub workers_max: Option<usize>,
 }
 
 fn transport_arg(s: &str) -> Result<cairn_fuse::Transport, String> {

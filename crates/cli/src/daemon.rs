@@ -23,6 +23,7 @@ fn config_for(a: &MountArgs) -> Result<PoolConfig> {
     if let Some(z) = &a.compression {
         c.compression = z.clone();
     }
+    crate::nbd::apply(&mut c, &a.nbd)?;
     c.validate()?;
     Ok(c)
 }
@@ -57,6 +58,7 @@ fn mount_checked(a: MountArgs, ready: &crate::ready::Ready) -> Result<()> {
             });
         bail!("pool {} is in use by another process{at}", pool.display());
     }
+    config_for(&a)?;
     if a.foreground {
         return serve(&pool, &a, ready);
     }
@@ -90,7 +92,7 @@ fn mount_at(mnt: &Path) -> Result<Option<(String, String)>> {
 
 /// Logs to stderr (the pool's log when started by `cairn mount`) through
 /// a writer that drops and counts what cannot be written (logging.rs).
-fn init_logging() {
+pub(crate) fn init_logging() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG").unwrap_or_else(|_| "info".into());
     let stderr = std::os::fd::AsFd::as_fd(&std::io::stderr())
@@ -124,7 +126,8 @@ fn open_pool(pool: &Path, config: PoolConfig) -> Result<Pool> {
 
 fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> {
     init_logging();
-    let p = open_pool(pool, config_for(a)?)?;
+    let config = config_for(a)?;
+    let p = open_pool(pool, config.clone())?;
     let fs = Fs::open(p)?;
     let flusher = fs.spawn_flusher();
     let sock = PoolPaths::control(pool);
@@ -135,8 +138,12 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     spawn_inode_count(&fs);
     let mover = fs.spawn_mover();
     let mnt = a.mountpoint.canonicalize()?;
+    if crate::nbd::wanted(&config) {
+        crate::nbd::start(&fs, &config)?;
+    }
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, a.io_uring)
-        .with_context(|| format!("mounting on {}", mnt.display()))?;
+        .with_context(|| format!("mounting on {}", mnt.display()));
+    let session = session.inspect_err(|_| crate::nbd::stop())?;
     tracing::info!("pool {} mounted on {}", pool.display(), mnt.display());
     ready.ok();
     let m2 = mnt.clone();
@@ -148,7 +155,11 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
             let _ = Command::new("fusermount3").arg("-u").arg(&m2).status();
         }
     });
-    session.join()?;
+    let joined = session.join();
+    // Clients stop before the pool closes: what they flushed is durable,
+    // and nothing writes after the final commit.
+    crate::nbd::stop();
+    joined?;
     let _ = std::fs::remove_file(&sock);
     fs.shutdown()?;
     let _ = flusher.join();
@@ -195,6 +206,7 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
     if let Some(z) = &a.compression {
         cmd.arg("--compression").arg(z);
     }
+    nbd_flags(&mut cmd, &a.nbd)?;
     // stdout is not needed (the daemon logs through tracing); stderr keeps
     // panics in the log.
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(out);
@@ -250,6 +262,26 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
         log.display()
     );
     print_warnings(&log, log_start);
+    Ok(())
+}
+
+/// Passes the NBD flags on to the daemon (socket paths made absolute).
+fn nbd_flags(cmd: &mut Command, n: &crate::args::NbdArgs) -> Result<()> {
+    if let Some(l) = &n.listen {
+        cmd.arg("--nbd").arg(l);
+    }
+    if let Some(s) = &n.socket {
+        cmd.arg("--nbd-socket").arg(std::path::absolute(s)?);
+    }
+    if n.allow_remote {
+        cmd.arg("--nbd-allow-remote");
+    }
+    if let Some(m) = n.workers_min {
+        cmd.arg("--nbd-workers-min").arg(m.to_string());
+    }
+    if let Some(m) = n.workers_max {
+        cmd.arg("--nbd-workers-max").arg(m.to_string());
+    }
     Ok(())
 }
 

@@ -7,9 +7,11 @@ mod control;
 mod daemon;
 mod logging;
 mod mirror;
+mod nbd;
 mod ready;
 mod report;
 mod tiering;
+mod volume;
 
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -64,5 +66,7 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Device(c) => tiering::device(c),
         Cmd::Tier(c) => tiering::tier(c),
         Cmd::Mirror(c) => mirror::run(c),
+        Cmd::Volume(c) => volume::run(c),
+        Cmd::Nbd(c) => volume::nbd(c),
     }
 }

@@ -88,6 +88,7 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    let (vols, nbd) = (v["volumes"].clone(), v["nbd"].clone());
     let i: cairn_fs::maintenance::info::PoolInfo = serde_json::from_value(v)?;
     for w in &i.mode_warnings {
         println!("WARNING: {w}");
@@ -178,5 +179,49 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
             c.meta_entries, c.meta_hits, c.meta_misses
         );
     }
+    println!("volumes:");
+    crate::volume::print_volume_table(&vols);
+    print_nbd(&nbd);
     Ok(())
+}
+
+/// The NBD servers of the daemon: address, connections, commands, workers.
+fn print_nbd(nbd: &serde_json::Value) {
+    let Some(list) = nbd.as_array() else {
+        println!("nbd:             not served");
+        return;
+    };
+    let n = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap_or(0);
+    for s in list {
+        let st = &s["stats"];
+        let (c, p) = (&st["commands"], &st["pool"]);
+        println!(
+            "nbd:             {} ({} connections open, {} in all)",
+            s["address"].as_str().unwrap_or(""),
+            n(st, "connections_open"),
+            n(st, "connections_total")
+        );
+        println!(
+            "  requests:      {} reads ({}), {} writes ({}), {} flushes, {} trims, {} errors",
+            n(&c["read"], "count"),
+            human(n(&c["read"], "bytes")),
+            n(&c["write"], "count"),
+            human(n(&c["write"], "bytes")),
+            n(&c["flush"], "count"),
+            n(&c["trim"], "count"),
+            c.as_object()
+                .map_or(0, |m| m.values().map(|x| n(x, "errors")).sum::<u64>())
+        );
+        println!(
+            "  workers:       {} alive ({}..{}), {} busy, {} queued, peak {}; queue wait mean {} us, p99 {} us",
+            n(p, "workers"),
+            n(p, "min"),
+            n(p, "max"),
+            n(p, "busy"),
+            n(p, "queued"),
+            n(p, "peak_workers"),
+            n(s, "queue_wait_mean_us"),
+            n(s, "queue_wait_p99_us")
+        );
+    }
 }

@@ -186,7 +186,7 @@ fn remote(pool: &Path, req: &Request, progress: &dyn Fn(u64, u64)) -> Result<Val
 }
 
 fn here(fs: &std::sync::Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Value> {
-    let creates = matches!(req, Request::SnapshotCreate { .. });
+    let creates = req.creates_snapshot();
     let r = execute(fs, req, progress)?;
     if creates {
         fs.hash_pending_snapshots()?;

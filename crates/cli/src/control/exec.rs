@@ -19,7 +19,10 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
         Request::Info => {
             let mut info = cairn_fs::maintenance::info::pool_info(fs.pool())?;
             info.locks = fs.lock_stats();
-            Ok(serde_json::to_value(info).expect("info serializes"))
+            let mut v = serde_json::to_value(info).expect("info serializes");
+            v["volumes"] = serde_json::to_value(fs.volumes()?).expect("volumes serialize");
+            v["nbd"] = crate::nbd::stats_json();
+            Ok(v)
         }
         Request::SnapshotCreate { name, auto } => {
             let (name, kind) = if auto {
@@ -146,5 +149,37 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
         Request::Migrate => {
             Ok(serde_json::to_value(fs.migrate(progress)?).expect("report serializes"))
         }
+        r => volume(fs, r),
+    }
+}
+
+/// The volume requests.
+fn volume(fs: &Arc<Fs>, req: Request) -> Result<Value, FsError> {
+    let info = |i| Ok(serde_json::to_value(i).expect("volume serializes"));
+    match req {
+        Request::VolumeCreate {
+            name,
+            size,
+            block_size,
+        } => info(fs.volume_create(&name, size, block_size)?),
+        Request::VolumeList => Ok(serde_json::to_value(fs.volumes()?).expect("serializes")),
+        Request::VolumeResize { name, size, shrink } => {
+            info(fs.volume_resize(&name, size, shrink)?)
+        }
+        Request::VolumeDelete {
+            name,
+            with_snapshots,
+        } => {
+            fs.volume_delete(&name, with_snapshots)?;
+            Ok(json!({ "deleted": name }))
+        }
+        Request::VolumeSnapshot { name, snap } => {
+            let s = fs.volume_snapshot(&name, &snap)?;
+            Ok(json!({ "volume": name, "snapshot": snap, "export": s.name,
+                "tid": s.tid, "time_ns": s.time_ns }))
+        }
+        Request::VolumeClone { name, snap, new } => info(fs.volume_clone(&name, &snap, &new)?),
+        Request::VolumeRollback { name, snap } => info(fs.volume_rollback(&name, &snap)?),
+        r => Err(FsError::BadRequest(format!("not a volume request: {r:?}"))),
     }
 }

@@ -140,6 +140,45 @@ pub enum Request {
     MirrorRelease {
         mirror: String,
     },
+    VolumeCreate {
+        name: String,
+        size: u64,
+        block_size: u32,
+    },
+    VolumeList,
+    VolumeResize {
+        name: String,
+        size: u64,
+        shrink: bool,
+    },
+    VolumeDelete {
+        name: String,
+        with_snapshots: bool,
+    },
+    /// The pool snapshot `name@snap`.
+    VolumeSnapshot {
+        name: String,
+        snap: String,
+    },
+    VolumeClone {
+        name: String,
+        snap: String,
+        new: String,
+    },
+    VolumeRollback {
+        name: String,
+        snap: String,
+    },
+}
+
+impl Request {
+    /// Does it create a snapshot (whose content hash is then computed)?
+    pub fn creates_snapshot(&self) -> bool {
+        matches!(
+            self,
+            Request::SnapshotCreate { .. } | Request::VolumeSnapshot { .. }
+        )
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

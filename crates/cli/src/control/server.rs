@@ -53,7 +53,7 @@ fn serve_one(fs: &Arc<Fs>, conn: UnixStream) {
         }
     };
     tracing::info!("control request: {req:?}");
-    let creates = matches!(req, Request::SnapshotCreate { .. });
+    let creates = req.creates_snapshot();
     let progress = |d, t| {
         let _ = send(
             &mut w.try_clone().expect("socket clone"),

@@ -64,6 +64,17 @@ pub struct PoolConfig {
     pub tier_fast_full_pct: u32,
     /// Tier moves copy at most this many MiB/s.
     pub tier_rate_mib: u64,
+    /// The mount daemon serves the pool's volumes over NBD on this TCP
+    /// address ("" : not on TCP), e.g. "127.0.0.1:10809".
+    pub nbd_listen: String,
+    /// ... and/or on this Unix socket, created 0600 ("" : not).
+    pub nbd_socket: String,
+    /// Allows an nbd_listen address that is not loopback (no
+    /// authentication, no TLS: only on a trusted network).
+    pub nbd_allow_remote: bool,
+    /// NBD worker threads: kept when idle, and at most.
+    pub nbd_workers_min: usize,
+    pub nbd_workers_max: usize,
 }
 
 impl Default for PoolConfig {
@@ -92,6 +103,11 @@ impl Default for PoolConfig {
             tier_demote_idle_secs: 600,
             tier_fast_full_pct: 90,
             tier_rate_mib: 64,
+            nbd_listen: String::new(),
+            nbd_socket: String::new(),
+            nbd_allow_remote: false,
+            nbd_workers_min: 2,
+            nbd_workers_max: 128,
         }
     }
 }
@@ -158,7 +174,53 @@ impl PoolConfig {
                 "must be more than 0",
             );
         }
+        self.validate_nbd()
+    }
+
+    /// The NBD keys: an address that parses (and is loopback unless
+    /// allowed), worker bounds with 1 <= max, min <= max <= 4096.
+    fn validate_nbd(&self) -> Result<()> {
+        let bad = |key: &str, val: &dyn std::fmt::Display, want: &str| {
+            Err(FsError::Config(format!("{key} = {val}: {want}")))
+        };
+        if let Some(a) = self.nbd_address()? {
+            if !a.ip().is_loopback() && !self.nbd_allow_remote {
+                return bad(
+                    "nbd_listen",
+                    &format!("{:?}", self.nbd_listen),
+                    "is not a loopback address; NBD has no authentication: allow it \
+                     with --nbd-allow-remote (or nbd_allow_remote = true) on a trusted network",
+                );
+            }
+        }
+        if !(1..=4096).contains(&self.nbd_workers_max) {
+            return bad(
+                "nbd_workers_max",
+                &self.nbd_workers_max,
+                "must be 1 to 4096",
+            );
+        }
+        if self.nbd_workers_min > self.nbd_workers_max {
+            return bad(
+                "nbd_workers_min",
+                &self.nbd_workers_min,
+                &format!("must be at most nbd_workers_max ({})", self.nbd_workers_max),
+            );
+        }
         Ok(())
+    }
+
+    /// The TCP address of nbd_listen, None when empty.
+    pub fn nbd_address(&self) -> Result<Option<std::net::SocketAddr>> {
+        if self.nbd_listen.is_empty() {
+            return Ok(None);
+        }
+        self.nbd_listen.parse().map(Some).map_err(|_| {
+            FsError::Config(format!(
+                "nbd_listen = {:?}: not an IP address and port (e.g. 127.0.0.1:10809 or [::1]:10809)",
+                self.nbd_listen
+            ))
+        })
     }
 
     pub fn compression(&self) -> Result<cairn_data::Compression> {

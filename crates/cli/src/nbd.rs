@@ -1,0 +1,199 @@
+//! Serving a pool's volumes over NBD from this process: the mount daemon
+//! (`mount --nbd ADDR` / `--nbd-socket PATH`, or the pool config's nbd_*
+//! keys) and `cairn nbd serve` on an unmounted pool. The running servers
+//! are kept here so that `cairn info` can report their statistics.
+
+use crate::args::NbdArgs;
+use crate::volume::NbdServeArgs;
+use anyhow::{bail, Context, Result};
+use cairn_fs::pool::PoolPaths;
+use cairn_fs::{Fs, FsError, Pool, PoolConfig};
+use cairn_nbd::{Address, PoolExports, Server, ServerConfig};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The servers running in this process.
+static SERVERS: Mutex<Vec<Server>> = Mutex::new(Vec::new());
+
+/// Applies the command line's NBD settings over the config's.
+pub fn apply(c: &mut PoolConfig, a: &NbdArgs) -> Result<()> {
+    if let Some(l) = &a.listen {
+        c.nbd_listen = l.clone();
+    }
+    if let Some(s) = &a.socket {
+        c.nbd_socket = std::path::absolute(s)?.to_string_lossy().into_owned();
+    }
+    c.nbd_allow_remote |= a.allow_remote;
+    if let Some(n) = a.workers_min {
+        c.nbd_workers_min = n;
+    }
+    if let Some(n) = a.workers_max {
+        c.nbd_workers_max = n;
+    }
+    Ok(())
+}
+
+/// Does the config ask for an NBD server?
+pub fn wanted(c: &PoolConfig) -> bool {
+    !c.nbd_listen.is_empty() || !c.nbd_socket.is_empty()
+}
+
+fn server_config(c: &PoolConfig) -> ServerConfig {
+    let mut s = ServerConfig::default();
+    s.pool.min = c.nbd_workers_min;
+    s.pool.max = c.nbd_workers_max;
+    s.allow_remote = c.nbd_allow_remote;
+    s
+}
+
+/// Starts the servers the (validated) config asks for.
+pub fn start(fs: &Arc<Fs>, c: &PoolConfig) -> Result<()> {
+    let exports = Arc::new(PoolExports::new(fs.clone()));
+    let mut started = Vec::new();
+    if let Some(addr) = c.nbd_address()? {
+        let s = cairn_nbd::serve_tcp(addr, exports.clone(), server_config(c))
+            .with_context(|| format!("NBD server on {addr}"))?;
+        started.push(s);
+    }
+    if !c.nbd_socket.is_empty() {
+        let p = Path::new(&c.nbd_socket);
+        let s = cairn_nbd::serve_unix(p, exports, server_config(c))
+            .with_context(|| format!("NBD server on {}", p.display()))?;
+        started.push(s);
+    }
+    for s in &started {
+        tracing::info!(
+            "NBD: serving volumes on {} ({}..{} workers)",
+            address(s),
+            c.nbd_workers_min,
+            c.nbd_workers_max
+        );
+    }
+    SERVERS.lock().extend(started);
+    Ok(())
+}
+
+fn address(s: &Server) -> String {
+    match s.address() {
+        Address::Tcp(a) => a.to_string(),
+        Address::Unix(p) => format!("unix:{}", p.display()),
+    }
+}
+
+/// Stops every server (closing connections after the requests in flight).
+pub fn stop() {
+    let servers = std::mem::take(&mut *SERVERS.lock());
+    for s in servers {
+        tracing::info!("NBD: stopping the server on {}", address(&s));
+        s.shutdown();
+    }
+}
+
+/// The servers' addresses and statistics, with the worker pool's queue
+/// wait summarized (null when not serving).
+pub fn stats_json() -> Value {
+    let servers = SERVERS.lock();
+    if servers.is_empty() {
+        return Value::Null;
+    }
+    let list: Vec<Value> = servers
+        .iter()
+        .map(|s| {
+            let st = s.stats();
+            let w = &st.pool.queue_wait;
+            json!({
+                "address": address(s),
+                "queue_wait_mean_us": w.mean_us(),
+                "queue_wait_p99_us": w.p99_us(),
+                "stats": st,
+            })
+        })
+        .collect();
+    Value::Array(list)
+}
+
+/// `cairn nbd serve`: open the pool, serve until a signal, close cleanly.
+pub fn serve_unmounted(a: &NbdServeArgs) -> Result<()> {
+    let pool = a
+        .target
+        .canonicalize()
+        .with_context(|| format!("{}", a.target.display()))?;
+    refuse_mounted(&pool)?;
+    let mut c = PoolConfig::load(&PoolPaths::config(&pool))?;
+    apply(&mut c, &a.nbd_args())?;
+    c.validate()?;
+    if !wanted(&c) {
+        bail!("give --listen ADDR and/or --socket PATH (or set nbd_listen / nbd_socket in the pool's cairn.toml)");
+    }
+    let mut signals =
+        signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
+    crate::daemon::init_logging();
+    let p = match Pool::open(&pool, Some(c.clone())) {
+        Err(FsError::Busy) => return Err(in_use(&pool)),
+        r => r?,
+    };
+    let fs = Fs::open(p)?;
+    let flusher = fs.spawn_flusher();
+    let sock = PoolPaths::control(&pool);
+    crate::control::server::spawn(fs.clone(), &sock)
+        .with_context(|| format!("control socket {}", sock.display()))?;
+    fs.spawn_snapshot_hasher();
+    let gc = fs.spawn_gc();
+    let r = start(&fs, &c);
+    if r.is_ok() {
+        for s in SERVERS.lock().iter() {
+            println!(
+                "serving the volumes of {} on {}",
+                pool.display(),
+                address(s)
+            );
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        signals.forever().next();
+        tracing::info!("signal received, stopping");
+    }
+    stop();
+    let _ = std::fs::remove_file(&sock);
+    fs.shutdown()?;
+    let _ = flusher.join();
+    if let Some(h) = gc {
+        let _ = h.join();
+    }
+    r?;
+    println!("stopped; pool {} closed", pool.display());
+    Ok(())
+}
+
+fn in_use(pool: &Path) -> anyhow::Error {
+    let at = crate::daemon::cairn_mounts()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|(_, p)| Path::new(p) == pool)
+        .map_or(String::new(), |(m, _)| {
+            format!(" (mounted on {})", m.display())
+        });
+    anyhow::anyhow!(
+        "pool {} is in use{at}: `cairn nbd serve` needs an unmounted pool; \
+         serve a mounted pool from its daemon instead (`cairn mount POOL MNT --nbd ADDR` \
+         or `--nbd-socket PATH`)",
+        pool.display()
+    )
+}
+
+/// Refuses a mount point, or a pool that its daemon holds.
+fn refuse_mounted(t: &Path) -> Result<()> {
+    if !PoolPaths::superblock(t).exists() {
+        let m = crate::daemon::cairn_mounts()?;
+        if let Some((_, p)) = m.into_iter().find(|(m, _)| m == t) {
+            return Err(in_use(Path::new(&p)));
+        }
+        bail!("{} is not a Cairn pool directory", t.display());
+    }
+    if crate::daemon::pool_locked(t) {
+        return Err(in_use(t));
+    }
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! `cairn volume ...`: block volumes of a pool, mounted (run by the daemon)
+//! or not (run here), through control requests; and `cairn nbd serve`,
+//! which serves an unmounted pool's volumes over NBD without FUSE.
+
+use crate::args::{size_arg, NbdArgs};
+use crate::control::client::call;
+use crate::control::protocol::Request;
+use crate::report::human;
+use anyhow::{bail, Context, Result};
+use cairn_fs::timefmt::format_utc;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct VolTarget {
+    /// A pool directory, or a mount point (or any path in a mount).
+    pub target: PathBuf,
+    /// Machine-readable output (the volume's JSON).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum VolumeCmd {
+    /// Make an empty volume (all zeros; nothing stored until written).
+    #[command(after_help = "Example: cairn volume create /mnt/pool vm1 20G --block-size 4K")]
+    Create {
+        #[command(flatten)]
+        t: VolTarget,
+        name: String,
+        /// Size in bytes, or with a binary suffix K, M, G, T (e.g. 20G).
+        #[arg(value_parser = size_arg)]
+        size: u64,
+        /// The block size NBD clients are told to use: 4K, 16K or 64K.
+        #[arg(long, default_value = "4K", value_parser = block_size_arg)]
+        block_size: u32,
+    },
+    /// List volumes: size, block size, bytes stored, snapshots.
+    #[command(after_help = "Example: cairn volume list /mnt/pool --json")]
+    List {
+        #[command(flatten)]
+        t: VolTarget,
+    },
+    /// Grow a volume, or shrink it with --shrink (the data past the new
+    /// end is lost).
+    #[command(after_help = "Example: cairn volume resize /mnt/pool vm1 40G")]
+    Resize {
+        #[command(flatten)]
+        t: VolTarget,
+        name: String,
+        #[arg(value_parser = size_arg)]
+        size: u64,
+        /// Allow a size smaller than the volume's.
+        #[arg(long)]
+        shrink: bool,
+    },
+    /// Delete a volume (its snapshots too with --with-snapshots).
+    #[command(after_help = "Example: cairn volume delete /mnt/pool vm1 --with-snapshots")]
+    Delete {
+        #[command(flatten)]
+        t: VolTarget,
+        name: String,
+        /// Delete the volume's snapshots with it.
+        #[arg(long)]
+        with_snapshots: bool,
+    },
+    /// Snapshot a volume in O(1): the pool snapshot NAME@SNAP, served
+    /// read-only over NBD as the export NAME@SNAP.
+    #[command(after_help = "Example: cairn volume snapshot /mnt/pool vm1 before-upgrade")]
+    Snapshot {
+        #[command(flatten)]
+        t: VolTarget,
+        name: String,
+        snap: String,
+    },
+    /// Make a new volume from a snapshot, sharing its blocks (no copy).
+    #[command(after_help = "Example: cairn volume clone /mnt/pool vm1@before-upgrade vm2")]
+    Clone {
+        #[command(flatten)]
+        t: VolTarget,
+        /// The snapshot, as NAME@SNAP.
+        source: String,
+        new: String,
+    },
+    /// Put a volume back as it was at one of its snapshots (disconnect
+    /// its NBD clients first: they cache the newer data).
+    #[command(after_help = "Example: cairn volume rollback /mnt/pool vm1 before-upgrade")]
+    Rollback {
+        #[command(flatten)]
+        t: VolTarget,
+        name: String,
+        snap: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum NbdCmd {
+    /// Serve an unmounted pool's volumes (VOL read-write, VOL@SNAP
+    /// read-only) in the foreground until SIGINT or SIGTERM, then flush
+    /// and close the pool. A mounted pool is served by its daemon instead
+    /// (`cairn mount --nbd ADDR` or `--nbd-socket PATH`).
+    #[command(
+        after_help = "Example: cairn nbd serve /srv/pool --socket /run/cairn-nbd.sock\n         nbdinfo --list 'nbd+unix:///?socket=/run/cairn-nbd.sock'"
+    )]
+    Serve(NbdServeArgs),
+}
+
+#[derive(Args)]
+pub struct NbdServeArgs {
+    /// The pool directory (not mounted).
+    pub target: PathBuf,
+    /// TCP address, e.g. 127.0.0.1:10809 (default: the pool's nbd_listen).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Unix socket path (default: the pool's nbd_socket).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Allow a TCP address that is not loopback.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// Worker threads kept when idle.
+    #[arg(long, value_name = "N")]
+    pub workers_min: Option<usize>,
+    /// Worker threads at most.
+    #[arg(long, value_name = "N")]
+    pub workers_max: Option<usize>,
+}
+
+impl NbdServeArgs {
+    pub fn nbd_args(&self) -> NbdArgs {
+        NbdArgs {
+            listen: self.listen.clone(),
+            socket: self.socket.clone(),
+            allow_remote: self.allow_remote,
+            workers_min: self.workers_min,
+            workers_max: self.workers_max,
+        }
+    }
+}
+
+fn block_size_arg(s: &str) -> Result<u32, String> {
+    let n = size_arg(s)?;
+    match n {
+        4096 | 16384 | 65536 => Ok(n as u32),
+        _ => Err(format!("block size {s} is not one of 4K, 16K, 64K")),
+    }
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).expect("json"));
+}
+
+pub fn run(c: VolumeCmd) -> Result<()> {
+    match c {
+        VolumeCmd::Create {
+            t,
+            name,
+            size,
+            block_size,
+        } => {
+            let req = Request::VolumeCreate {
+                name,
+                size,
+                block_size,
+            };
+            one(&t, "created", call(&t.target, req)?)
+        }
+        VolumeCmd::List { t } => list(&t, call(&t.target, Request::VolumeList)?),
+        VolumeCmd::Resize {
+            t,
+            name,
+            size,
+            shrink,
+        } => {
+            let req = Request::VolumeResize { name, size, shrink };
+            one(&t, "resized", call(&t.target, req)?)
+        }
+        VolumeCmd::Delete {
+            t,
+            name,
+            with_snapshots,
+        } => {
+            let req = Request::VolumeDelete {
+                name: name.clone(),
+                with_snapshots,
+            };
+            done(&t, call(&t.target, req)?, &format!("deleted volume {name}"))
+        }
+        VolumeCmd::Snapshot { t, name, snap } => snapshot(&t, name, snap),
+        VolumeCmd::Clone { t, source, new } => {
+            let Some((name, snap)) = source.split_once('@') else {
+                bail!("give the snapshot to clone as NAME@SNAP (got {source:?})");
+            };
+            let req = Request::VolumeClone {
+                name: name.into(),
+                snap: snap.into(),
+                new,
+            };
+            one(&t, "cloned", call(&t.target, req)?)
+        }
+        VolumeCmd::Rollback { t, name, snap } => {
+            let req = Request::VolumeRollback { name, snap };
+            one(&t, "rolled back", call(&t.target, req)?)
+        }
+    }
+}
+
+fn snapshot(t: &VolTarget, name: String, snap: String) -> Result<()> {
+    let v = call(&t.target, Request::VolumeSnapshot { name, snap })?;
+    let line = format!(
+        "created snapshot {} at tid 0x{:016x} (export {})",
+        v["snapshot"].as_str().unwrap_or(""),
+        v["tid"].as_u64().unwrap_or(0),
+        v["export"].as_str().unwrap_or(""),
+    );
+    done(t, v, &line)
+}
+
+fn done(t: &VolTarget, v: Value, line: &str) -> Result<()> {
+    if t.json {
+        print_json(&v);
+    } else {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// One volume's line after a change.
+fn one(t: &VolTarget, what: &str, v: Value) -> Result<()> {
+    let line = format!(
+        "{what} volume {}: {} ({} bytes), block size {}",
+        v["name"].as_str().unwrap_or(""),
+        human(v["size"].as_u64().unwrap_or(0)),
+        v["size"].as_u64().unwrap_or(0),
+        v["block_size"].as_u64().unwrap_or(0)
+    );
+    done(t, v, &line)
+}
+
+fn list(t: &VolTarget, v: Value) -> Result<()> {
+    if t.json {
+        print_json(&v);
+        return Ok(());
+    }
+    print_volume_table(&v);
+    Ok(())
+}
+
+/// The table of `volume list` and `info`: a line per volume, one more
+/// per snapshot.
+pub fn print_volume_table(v: &Value) {
+    let vols = v.as_array().cloned().unwrap_or_default();
+    if vols.is_empty() {
+        println!("no volumes");
+        return;
+    }
+    println!(
+        "{:<24} {:>12} {:>6} {:>12}  SNAPSHOTS",
+        "NAME", "SIZE", "BLOCK", "STORED"
+    );
+    let n = |x: &Value, k: &str| x[k].as_u64().unwrap_or(0);
+    for x in &vols {
+        let snaps = x["snapshots"].as_array().cloned().unwrap_or_default();
+        println!(
+            "{:<24} {:>12} {:>6} {:>12}  {}",
+            x["name"].as_str().unwrap_or(""),
+            human(n(x, "size")),
+            format!("{}K", n(x, "block_size") >> 10),
+            human(n(x, "stored_bytes")),
+            snaps.len()
+        );
+        for s in &snaps {
+            println!(
+                "  @{:<21} {:>12}  tid 0x{:016x} {} UTC",
+                s["name"].as_str().unwrap_or(""),
+                human(n(s, "size")),
+                n(s, "tid"),
+                format_utc(n(s, "time_ns"))
+            );
+        }
+    }
+}
+
+/// `cairn nbd serve`.
+pub fn nbd(c: NbdCmd) -> Result<()> {
+    match c {
+        NbdCmd::Serve(a) => crate::nbd::serve_unmounted(&a).context("nbd serve"),
+    }
+}
