@@ -13,17 +13,23 @@ const MIB: u64 = 1 << 20;
 
 /// A pool of a 16 MiB nvme device and a 64 MiB hdd device.
 fn make(dir: &Path) -> Arc<Fs> {
+    mkfs_tiers(dir, 17, 65);
+    open(dir)
+}
+
+/// Makes (does not open) a pool of an nvme and an hdd device of these
+/// sizes in MiB (one more than the slots they hold).
+fn mkfs_tiers(dir: &Path, fast_mib: u64, slow_mib: u64) {
     let mut o = MkfsOptions::default();
     for (class, name, size) in [
-        (DeviceClass::Nvme, "fast", 17),
-        (DeviceClass::Hdd, "slow", 65),
+        (DeviceClass::Nvme, "fast", fast_mib),
+        (DeviceClass::Hdd, "slow", slow_mib),
     ] {
         std::fs::create_dir_all(dir.join(name)).unwrap();
         o.devices
             .push(DeviceSpec::tier(class, dir.join(name), Some(size * MIB)));
     }
     mkfs(&dir.join("pool"), o).unwrap();
-    open(dir)
 }
 
 fn open(dir: &Path) -> Arc<Fs> {
@@ -290,19 +296,7 @@ fn commit_alone(fs: &Fs, ino: u64, data: &[u8]) -> Vec<u64> {
 #[test]
 fn history_only_segments_leave_a_full_fast_tier_first() {
     let d = tempfile::tempdir().unwrap();
-    let mut o = MkfsOptions::default();
-    for (class, name, size) in [
-        (DeviceClass::Nvme, "fast", 17),
-        (DeviceClass::Hdd, "slow", 65),
-    ] {
-        std::fs::create_dir_all(d.path().join(name)).unwrap();
-        o.devices.push(DeviceSpec::tier(
-            class,
-            d.path().join(name),
-            Some(size * MIB),
-        ));
-    }
-    mkfs(&d.path().join("pool"), o).unwrap();
+    mkfs_tiers(d.path(), 17, 65);
     // Fast device: 4 slots, at most 2 of them used (50%); segments are only
     // demoted to make room, never for being idle.
     let c = PoolConfig {
@@ -380,20 +374,8 @@ fn history_only_segments_leave_a_full_fast_tier_first() {
 #[test]
 fn a_fast_tier_full_of_history_the_mover_cannot_drain_keeps_new_writes_fast() {
     let d = tempfile::tempdir().unwrap();
-    let mut o = MkfsOptions::default();
     // Fast: 16 slots, so under 1/16 free means full.
-    for (class, name, size) in [
-        (DeviceClass::Nvme, "fast", 65),
-        (DeviceClass::Hdd, "slow", 129),
-    ] {
-        std::fs::create_dir_all(d.path().join(name)).unwrap();
-        o.devices.push(DeviceSpec::tier(
-            class,
-            d.path().join(name),
-            Some(size * MIB),
-        ));
-    }
-    mkfs(&d.path().join("pool"), o).unwrap();
+    mkfs_tiers(d.path(), 65, 129);
     let c = PoolConfig {
         tier_interval_secs: 0,
         read_cache_mib: 0,
