@@ -14,6 +14,8 @@ if [ "${1:-}" = test ]; then
   # nbdinfo, nbdcopy and nbdfuse (in libnbd-bin on Debian 12; newer
   # releases may split nbdfuse out), qemu-img and qemu-io, nbdkit.
   pkgs+=(libnbd-bin qemu-utils nbdkit)
+  # gnuplot (no X) for bench/volumes_latency.sh's plot.
+  pkgs+=(gnuplot-nox)
   if apt-cache show nbdfuse >/dev/null 2>&1; then pkgs+=(nbdfuse); fi
 fi
 missing=()
