@@ -172,6 +172,7 @@ setup() {
     start_server "$t"
     FILL[$t]=$(prefill "$t" "$VOL_BYTES")
     log "$t: prefilled $VOL_GB GiB at ${FILL[$t]} MB/s"
+    sync # the host's dirty pages written back before measuring (all targets alike)
     resnap "$t" 0
 }
 # resnap TARGET N: (snapshot targets) takes snapshot sN with the server up
