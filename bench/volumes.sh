@@ -17,8 +17,12 @@
 #     (interleaved, a fresh mount each). Reads wait for the disk; writes are
 #     buffered, so they only wait for a free worker: few workers make the
 #     writes queue behind reads stuck on the disk.
+# (c) Latency at a given rate (the ddsnap seed's method) against raw
+#     nbdkit file and qemu-nbd/qcow2, and snapshot-create time under writes:
+#     bench/volumes_latency.sh, run last (LATENCY=0 skips it; its own
+#     environment variables apply).
 # Environment: ROUNDS=3 WRITE_SECS=10 LOAD_SECS=10 JOBS=64, NO_BUILD=1 (use
-#   target/release/cairn as is), BIN, BENCH_DIR=/var/tmp, KEEP=1.
+#   target/release/cairn as is), BIN, BENCH_DIR=/var/tmp, KEEP=1, LATENCY=1.
 # Needs root (mounts), fio with the nbd engine (`fio --enghelp=nbd`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -141,3 +145,7 @@ for c in $CONFIGS; do
     printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$(col "$name" 1)" "$(col "$name" 2)" \
         "$(col "$name" 3)" "$(col "$name" 4)" "$(col "$name" 5)" "$(col "$name" 6)" "$(div "$(col "$name" 1)" "$base")"
 done
+if [ "${LATENCY:-1}" != 0 ]; then
+    echo
+    NO_BUILD=1 BIN=$BIN bash bench/volumes_latency.sh
+fi
