@@ -39,17 +39,23 @@ pub fn sync(t: &TargetArgs) -> Result<()> {
 
 pub fn snapshot(c: SnapshotCmd) -> Result<()> {
     match c {
-        SnapshotCmd::Create { t, name } => {
+        SnapshotCmd::Create { t, name, no_wait } => {
             if let Some(why) = cairn_fs::history::snapshot::snapshot_name_problem(&name) {
                 bail!("{why}");
             }
-            let v = call(&t.target, Request::SnapshotCreate { name, auto: false })?;
+            let req = Request::SnapshotCreate {
+                name,
+                auto: false,
+                wait: !no_wait,
+            };
+            let v = call(&t.target, req)?;
             created(&t, v)
         }
         SnapshotCmd::Auto { t } => {
             let req = Request::SnapshotCreate {
                 name: String::new(),
                 auto: true,
+                wait: true,
             };
             created(&t, call(&t.target, req)?)
         }

@@ -213,6 +213,12 @@ pub enum SnapshotCmd {
         #[command(flatten)]
         t: TargetArgs,
         name: String,
+        /// Return once the snapshot is cut (every write acknowledged before
+        /// is in it, none after), without waiting for the commit that
+        /// records it; a crash before that commit (started at once) loses
+        /// the snapshot with the writes it holds that were never synced.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Make an automatic snapshot named auto-YYYYMMDD-HHMMSS (UTC), kept by
     /// the daily/weekly/monthly policy (for cron or a systemd timer).

@@ -73,6 +73,12 @@ pub enum VolumeCmd {
         t: VolTarget,
         name: String,
         snap: String,
+        /// Return once the snapshot is cut (every write acknowledged before
+        /// is in it, none after), without waiting for the commit that
+        /// records it; a crash before that commit (started at once) loses
+        /// the snapshot with the writes it holds that were never synced.
+        #[arg(long)]
+        no_wait: bool,
     },
     /// Make a new volume from a snapshot, sharing its blocks (no copy).
     #[command(after_help = "Example: cairn volume clone /mnt/pool vm1@before-upgrade vm2")]
@@ -187,7 +193,12 @@ pub fn run(c: VolumeCmd) -> Result<()> {
             };
             done(&t, call(&t.target, req)?, &format!("deleted volume {name}"))
         }
-        VolumeCmd::Snapshot { t, name, snap } => snapshot(&t, name, snap),
+        VolumeCmd::Snapshot {
+            t,
+            name,
+            snap,
+            no_wait,
+        } => snapshot(&t, name, snap, !no_wait),
         VolumeCmd::Clone { t, source, new } => {
             let Some((name, snap)) = source.split_once('@') else {
                 bail!("give the snapshot to clone as NAME@SNAP (got {source:?})");
@@ -206,8 +217,8 @@ pub fn run(c: VolumeCmd) -> Result<()> {
     }
 }
 
-fn snapshot(t: &VolTarget, name: String, snap: String) -> Result<()> {
-    let v = call(&t.target, Request::VolumeSnapshot { name, snap })?;
+fn snapshot(t: &VolTarget, name: String, snap: String, wait: bool) -> Result<()> {
+    let v = call(&t.target, Request::VolumeSnapshot { name, snap, wait })?;
     let line = format!(
         "created snapshot {} at tid 0x{:016x} (export {})",
         v["snapshot"].as_str().unwrap_or(""),

@@ -302,6 +302,11 @@ fn daemon_serves_nbd_to_real_clients() {
     }
     snapshot_write_refused(&mut nbdc::Client::unix(&sock), "v@s1");
     tool_ok("nbdcopy", &["--flush", s(&other), &v]);
+    // A snapshot only cut (--no-wait) is served at once, with its data.
+    let cut = json(&["volume", "snapshot", &m, "v", "s2", "--no-wait", "--json"]);
+    assert_eq!(cut["export"], "v@s2", "{cut}");
+    tool_ok("nbdcopy", &[&unix_uri(&sock, "v@s2"), s(&out)]);
+    assert_eq!(sha256(&out), sha256(&other), "the cut snapshot's export");
     tool_ok("nbdcopy", &[&unix_uri(&sock, "v@s1"), s(&out)]);
     assert_eq!(
         sha256(&out),

@@ -41,6 +41,10 @@ pub struct Fs {
     pub(crate) live_delta: std::sync::atomic::AtomicI64,
     /// One flush at a time; holds the last committed TID.
     pub(crate) flush_lock: Mutex<u64>,
+    /// Changes a snapshot cut sealed, committed by the next holder of the
+    /// flush lock (`flush_guard`), and why the last such commit failed.
+    pub(crate) sealed: Mutex<Option<crate::writeback::flush::Sealed>>,
+    pub(crate) sealed_error: Mutex<Option<String>>,
     pub(crate) failed: Mutex<Option<String>>,
     /// A commit failed and its changes went back into the overlay, where
     /// the intent log no longer sees them as unlogged: until a commit
@@ -113,6 +117,8 @@ impl Fs {
             next_ino: next_ino.into(),
             live_delta: Default::default(),
             flush_lock: Mutex::new(last_tid),
+            sealed: Mutex::new(None),
+            sealed_error: Mutex::new(None),
             failed: Mutex::new(None),
             must_commit: AtomicBool::new(false),
             kick: Condvar::new(),
@@ -176,9 +182,15 @@ impl Fs {
     }
 
     /// Takes the flush lock (one flush, clone or maintenance commit at a
-    /// time; it holds the last committed TID).
+    /// time; it holds the last committed TID). Changes a snapshot cut
+    /// sealed are committed first, so that the holder finds every change
+    /// not committed in the dirty overlays, as without a cut.
     pub(crate) fn flush_guard(&self) -> MutexGuard<'_, u64> {
-        self.flush_wait.lock(&self.flush_lock)
+        let mut g = self.flush_wait.lock(&self.flush_lock);
+        if self.sealed.lock().is_some() {
+            self.commit_sealed(&mut g);
+        }
+        g
     }
 
     /// How often and how long operations waited for the shared locks.

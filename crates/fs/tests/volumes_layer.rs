@@ -44,7 +44,7 @@ fn volumes_snapshot_clone_rollback_and_stay_hidden() {
     assert!(read(&fs, v.ino, 0, 4096).iter().all(|&b| b == 0));
     fs.write(v.ino, MIB, &a).unwrap();
     fs.fsync(v.ino).unwrap();
-    let s1 = fs.volume_snapshot("vm1", "before").unwrap();
+    let s1 = fs.volume_snapshot("vm1", "before", true).unwrap();
     assert_eq!(s1.name, "vm1@before");
     // Small writes after the snapshot, then a rollback.
     for k in 0..50u64 {
@@ -125,12 +125,12 @@ fn resize_delete_and_bad_requests() {
         read(&fs, v.ino, 3 * MIB, MIB as usize),
         pattern(MIB as usize, 2)
     );
-    fs.volume_snapshot("db", "s1").unwrap();
+    fs.volume_snapshot("db", "s1", false).unwrap();
     assert!(
-        fs.volume_snapshot("db", "s1").is_err(),
+        fs.volume_snapshot("db", "s1", false).is_err(),
         "snapshot names are unique"
     );
-    assert!(bad_request(fs.volume_snapshot("nope", "s")).contains("no volume"));
+    assert!(bad_request(fs.volume_snapshot("nope", "s", true)).contains("no volume"));
     assert!(bad_request(fs.volume_clone("db", "nope", "x")).contains("no snapshot"));
     assert_eq!(fs.volume_resize("db", 2 * MIB, true).unwrap().size, 2 * MIB);
     // The rollback brings the size back with the data.

@@ -537,7 +537,7 @@ fn volumes_and_their_snapshots_reach_the_mirror() {
     let v = src.volume_create("vm", 8 << 20, 4096).unwrap();
     let old: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
     src.write(v.ino, 4096, &old).unwrap();
-    src.volume_snapshot("vm", "s1").unwrap();
+    src.volume_snapshot("vm", "s1", true).unwrap();
     src.write(v.ino, 8192, &[0x5a; 4096]).unwrap();
     src.flush().unwrap();
     let dst = pool(d.path(), "dst", true);

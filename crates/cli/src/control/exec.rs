@@ -24,7 +24,7 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             v["nbd"] = crate::nbd::stats_json();
             Ok(v)
         }
-        Request::SnapshotCreate { name, auto } => {
+        Request::SnapshotCreate { name, auto, wait } => {
             let (name, kind) = if auto {
                 let now = cairn_fs::Time::now().as_nanos() as u64;
                 (
@@ -35,7 +35,10 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
                 (name, SnapshotKind::Named)
             };
             let t0 = Instant::now();
-            let s = fs.snapshot_create(&name, kind)?;
+            let s = match wait {
+                true => fs.snapshot_create(&name, kind)?,
+                false => fs.snapshot_cut(&name, kind)?,
+            };
             let ms = t0.elapsed().as_secs_f64() * 1e3;
             Ok(json!({ "name": s.name, "tid": s.tid, "time_ns": s.time_ns, "create_ms": ms }))
         }
@@ -173,8 +176,8 @@ fn volume(fs: &Arc<Fs>, req: Request) -> Result<Value, FsError> {
             fs.volume_delete(&name, with_snapshots)?;
             Ok(json!({ "deleted": name }))
         }
-        Request::VolumeSnapshot { name, snap } => {
-            let s = fs.volume_snapshot(&name, &snap)?;
+        Request::VolumeSnapshot { name, snap, wait } => {
+            let s = fs.volume_snapshot(&name, &snap, wait)?;
             Ok(json!({ "volume": name, "snapshot": snap, "export": s.name,
                 "tid": s.tid, "time_ns": s.time_ns }))
         }

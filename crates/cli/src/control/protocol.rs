@@ -58,6 +58,9 @@ pub enum Request {
     SnapshotCreate {
         name: String,
         auto: bool,
+        /// Answer once the snapshot is durable (false: once it is cut).
+        #[serde(default = "yes")]
+        wait: bool,
     },
     SnapshotList,
     SnapshotDelete {
@@ -159,6 +162,8 @@ pub enum Request {
     VolumeSnapshot {
         name: String,
         snap: String,
+        #[serde(default = "yes")]
+        wait: bool,
     },
     VolumeClone {
         name: String,
@@ -169,6 +174,10 @@ pub enum Request {
         name: String,
         snap: String,
     },
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Request {

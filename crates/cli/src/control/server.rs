@@ -72,7 +72,12 @@ fn serve_one(fs: &Arc<Fs>, conn: UnixStream) {
         Err(e) => Reply::Err(e.to_string()),
     };
     if creates {
-        fs.spawn_snapshot_hasher();
+        // A cut's snapshot is hashed once its commit is done.
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            fs.commit_cuts();
+            fs.spawn_snapshot_hasher();
+        });
     }
     let _ = send(&mut w, &reply);
 }

@@ -145,14 +145,47 @@ impl Fs {
         Ok(())
     }
 
-    /// Commits what is buffered, then names the new TID. O(1) in the size
-    /// of the tree. The content hash is filled in by `hash_pending_snapshots`.
+    /// Names the pool's current state and returns once that is durable.
+    /// O(1) in the size of the tree: the cut (`snapshot_cut`), then the
+    /// commit of what it sealed. The content hash is filled in by
+    /// `hash_pending_snapshots`.
     pub fn snapshot_create(&self, name: &str, kind: SnapshotKind) -> Result<Snapshot> {
+        let snap = self.snapshot_cut(name, kind)?;
+        let last = self.flush_guard();
+        let taken = self.committed_snapshot(name);
+        drop(last);
+        match taken {
+            Ok(s) if s.tid == snap.tid => Ok(snap),
+            _ => Err(FsError::Io(self.sealed_error.lock().take().unwrap_or_else(
+                || format!("snapshot {name} at tid {} was not committed", snap.tid),
+            ))),
+        }
+    }
+
+    /// Commits what snapshot cuts sealed, if anything (after a commit
+    /// under way).
+    pub fn commit_cuts(&self) {
+        drop(self.flush_guard());
+    }
+
+    /// Cuts a snapshot without waiting for its commit: every change made
+    /// before the call is in it, none made after. With changes buffered,
+    /// they are sealed as the next TID and the snapshot is recorded by
+    /// that TID's commit, which the flusher starts at once and anything
+    /// needing the flush lock (fsync, sync, a flush) finishes first; a
+    /// crash before it loses the snapshot with the changes it sealed, as
+    /// it loses any change not yet synced. Writers do not wait for it.
+    pub fn snapshot_cut(&self, name: &str, kind: SnapshotKind) -> Result<Snapshot> {
         self.refuse_on_mirror()?;
         check_snapshot_name(name)?;
-        self.flush()?;
+        self.check_ok()?;
         let last = self.flush_guard();
-        let snap = Snapshot {
+        match self.committed_snapshot(name) {
+            Ok(_) => return Err(FsError::SnapshotExists(name.to_string())),
+            Err(FsError::NoSnapshot(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let mut snap = Snapshot {
             name: name.to_string(),
             tid: *last,
             time_ns: Time::now().as_nanos() as u64,
@@ -161,24 +194,46 @@ impl Fs {
             files: 0,
             bytes: 0,
         };
-        self.pool.meta.write(|w| {
-            if w.snapshot(name)?.is_some() {
-                return Err(FsError::SnapshotExists(name.to_string()));
-            }
-            w.put_snapshot(name, &snap.encode())?;
-            Ok(())
-        })?;
+        let mut st = self.lock_all();
+        if st.shards().all(|s| s.dirty.is_empty()) {
+            // Nothing buffered: the last commit is the state to name.
+            drop(st);
+            self.pool
+                .meta
+                .write(|w| Ok::<_, FsError>(w.put_snapshot(name, &snap.encode())?))?;
+            drop(last);
+            self.refresh_retained()?;
+            return Ok(snap);
+        }
+        snap.tid = *last + 1;
+        let ov = self.seal(&mut st);
+        *self.sealed_error.lock() = None;
+        *self.sealed.lock() = Some(crate::writeback::flush::Sealed {
+            ov,
+            next_ino: self.next_ino(),
+            snaps: vec![snap.clone()],
+        });
+        drop(st);
         drop(last);
-        self.refresh_retained()?;
+        self.kick_flusher();
         Ok(snap)
     }
 
+    /// Every snapshot, cuts included (their commit is finished first).
     pub fn snapshots(&self) -> Result<Vec<Snapshot>> {
+        self.commit_cuts();
         read_snapshots(&self.meta()?)
     }
 
+    /// The snapshot `name`, a cut included (see `snapshots`).
     pub fn snapshot(&self, name: &str) -> Result<Snapshot> {
-        self.snapshots()?
+        self.commit_cuts();
+        self.committed_snapshot(name)
+    }
+
+    /// The committed snapshot `name` (callable with the flush lock held).
+    fn committed_snapshot(&self, name: &str) -> Result<Snapshot> {
+        read_snapshots(&self.meta()?)?
             .into_iter()
             .find(|s| s.name == name)
             .ok_or_else(|| FsError::NoSnapshot(name.to_string()))

@@ -252,11 +252,16 @@ impl Fs {
         self.flush()
     }
 
-    /// Snapshots a volume: the pool snapshot `VOLUME@SNAP`.
-    pub fn volume_snapshot(&self, name: &str, snap: &str) -> Result<Snapshot> {
+    /// Snapshots a volume: the pool snapshot `VOLUME@SNAP`, durable on
+    /// return, or only cut unless `wait` (see `snapshot_cut`).
+    pub fn volume_snapshot(&self, name: &str, snap: &str, wait: bool) -> Result<Snapshot> {
         self.volume_ino(name)?;
         check_volume_name(snap)?;
-        self.snapshot_create(&format!("{name}@{snap}"), SnapshotKind::Named)
+        let full = format!("{name}@{snap}");
+        match wait {
+            true => self.snapshot_create(&full, SnapshotKind::Named),
+            false => self.snapshot_cut(&full, SnapshotKind::Named),
+        }
     }
 
     /// Resolves `VOLUME@SNAP` to the volume and the snapshot.

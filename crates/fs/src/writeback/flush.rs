@@ -7,6 +7,7 @@
 
 use crate::error::{FsError, Result};
 use crate::history::liveness::add_ref;
+use crate::history::snapshot::Snapshot;
 use crate::types::{Extent, Time};
 use crate::vfs::Fs;
 use crate::writeback::overlay::{Block, Overlay};
@@ -54,6 +55,15 @@ struct PieceAt<'a> {
     ids: &'a [u64],
 }
 
+/// The changes a snapshot cut sealed (`history/snapshot.rs`): the next
+/// holder of the flush lock commits them as its own TID, with the
+/// snapshots, before anything else (`commit_sealed`).
+pub(crate) struct Sealed {
+    pub(crate) ov: Arc<Overlay>,
+    pub(crate) next_ino: u64,
+    pub(crate) snaps: Vec<Snapshot>,
+}
+
 /// A block ready to commit.
 struct Written {
     ino: u64,
@@ -85,43 +95,18 @@ impl Fs {
             if st.shards().all(|s| s.dirty.is_empty()) && !prune_all {
                 return Ok(());
             }
-            let parts = st.shards_mut().map(|s| std::mem::take(&mut s.dirty));
-            let ov = Arc::new(Overlay::merge_disjoint(parts.collect::<Vec<_>>()));
-            *self.flushing.write() = Some(ov.clone());
-            (ov, self.next_ino())
+            (self.seal(&mut st), self.next_ino())
         };
         let tid = *last_tid + 1;
-        let e = match self.commit(&ov, tid, next_ino, prune_all) {
-            Ok(freed) => {
-                *last_tid = tid;
-                self.must_commit.store(false, Ordering::SeqCst);
-                self.retire_intent(tid);
-                let st = self.lock_all();
-                self.drop_ns_meta();
-                *self.flushing.write() = None;
-                drop(st);
-                self.pool.chunks.release_slots(&freed)?;
-                self.reserve.recover();
-                return Ok(());
-            }
+        let e = match self.commit(&ov, tid, next_ino, prune_all, &[]) {
+            Ok(freed) => return self.committed(&mut last_tid, tid, &freed),
             Err(e) => e,
         };
-        // Each failure below that the filesystem survives keeps the
-        // overlay's changes for the next flush.
-        let meta_failed = matches!(&e, FsError::Meta(MetaError::NoSpace(_) | MetaError::Io(_)));
-        let device = e.failed_device();
-        if !e.is_no_space() && !meta_failed && device.is_none() {
-            tracing::error!("commit of tid {tid} failed");
+        if !self.take_back(&e, ov, tid)? {
             return Err(self.stop(e));
         }
-        tracing::warn!("commit of tid {tid} failed: {e}; its changes stay buffered");
-        if let Err(e2) = self.keep_uncommitted(ov, meta_failed) {
-            return Err(self.stop(e2));
-        }
         drop(last_tid);
-        if let Some(dev) = device {
-            let n = self.pool.chunks.devices().note_write_error(dev);
-            tracing::error!("device {dev}: {n} failed writes");
+        if e.failed_device().is_some() {
             return match retry {
                 true => self.flush_try(prune_all, false),
                 false => Err(e),
@@ -134,6 +119,82 @@ impl Fs {
         match e.is_no_space() {
             true => Err(FsError::NoSpace),
             false => Err(e),
+        }
+    }
+
+    /// Takes every shard's dirty overlay as the one being committed (every
+    /// shard locked: a consistent cut); reads find it in `flushing`.
+    pub(crate) fn seal(&self, st: &mut crate::vfs::State) -> Arc<Overlay> {
+        let parts = st.shards_mut().map(|s| std::mem::take(&mut s.dirty));
+        let ov = Arc::new(Overlay::merge_disjoint(parts.collect::<Vec<_>>()));
+        *self.flushing.write() = Some(ov.clone());
+        ov
+    }
+
+    /// After the commit of `tid`: the intent log and the overlay it held
+    /// are retired, the freed slots go back.
+    fn committed(&self, last_tid: &mut u64, tid: u64, freed: &[SlotAddr]) -> Result<()> {
+        *last_tid = tid;
+        self.must_commit.store(false, Ordering::SeqCst);
+        self.retire_intent(tid);
+        let st = self.lock_all();
+        self.drop_ns_meta();
+        *self.flushing.write() = None;
+        drop(st);
+        self.pool.chunks.release_slots(freed)?;
+        self.reserve.recover();
+        Ok(())
+    }
+
+    /// A commit failed: false when the filesystem cannot survive it (the
+    /// caller stops it); otherwise the overlay's changes go back for the
+    /// next flush, and a failed device has the error counted.
+    fn take_back(&self, e: &FsError, ov: Arc<Overlay>, tid: u64) -> Result<bool> {
+        let meta_failed = matches!(e, FsError::Meta(MetaError::NoSpace(_) | MetaError::Io(_)));
+        let device = e.failed_device();
+        if !e.is_no_space() && !meta_failed && device.is_none() {
+            tracing::error!("commit of tid {tid} failed");
+            return Ok(false);
+        }
+        tracing::warn!("commit of tid {tid} failed: {e}; its changes stay buffered");
+        if let Err(e2) = self.keep_uncommitted(ov, meta_failed) {
+            return Err(self.stop(e2));
+        }
+        if let Some(dev) = device {
+            let n = self.pool.chunks.devices().note_write_error(dev);
+            tracing::error!("device {dev}: {n} failed writes");
+        }
+        Ok(true)
+    }
+
+    /// Commits the changes a snapshot cut sealed, with its snapshots, as
+    /// the next TID. Called with the flush lock held, before anything else
+    /// the holder does: no other change may commit before them. A failure
+    /// is kept for `snapshot_create` to report; the changes stay buffered
+    /// (the snapshot is not taken).
+    pub(crate) fn commit_sealed(&self, last_tid: &mut u64) {
+        let Some(s) = self.sealed.lock().take() else {
+            return;
+        };
+        let tid = *last_tid + 1;
+        let names: Vec<&str> = s.snaps.iter().map(|s| s.name.as_str()).collect();
+        let e = match self.commit(&s.ov, tid, s.next_ino, false, &s.snaps) {
+            Ok(freed) => {
+                let r = self.committed(last_tid, tid, &freed);
+                if let Err(e) = r.and_then(|()| self.refresh_retained()) {
+                    tracing::warn!("after the commit of snapshot {names:?} (tid {tid}): {e}");
+                }
+                return;
+            }
+            Err(e) => e,
+        };
+        tracing::error!("snapshot {names:?} at tid {tid} not taken: {e}");
+        *self.sealed_error.lock() = Some(format!("snapshot {names:?} not taken: {e}"));
+        match self.take_back(&e, s.ov, tid) {
+            Ok(true) | Err(_) => {}
+            Ok(false) => {
+                self.stop(e);
+            }
         }
     }
 
@@ -293,12 +354,20 @@ impl Fs {
         tid: u64,
         next_ino: u64,
         prune_all: bool,
+        snaps: &[Snapshot],
     ) -> Result<Vec<SlotAddr>> {
         let t0 = std::time::Instant::now();
         self.meta_room(ov)?;
         let (written, mut touched) = self.write_blocks(ov)?;
         let t1 = t0.elapsed();
-        let r = self.commit_meta(ov, tid, next_ino, prune_all, &written, &mut touched);
+        let r = self.commit_meta(
+            ov,
+            (tid, next_ino),
+            prune_all,
+            snaps,
+            &written,
+            &mut touched,
+        );
         tracing::debug!(
             "tid {tid}: {} blocks ({} bytes) written in {:?}, committed in {:?}",
             written.len(),
@@ -327,9 +396,9 @@ impl Fs {
     fn commit_meta(
         &self,
         ov: &Overlay,
-        tid: u64,
-        next_ino: u64,
+        (tid, next_ino): (u64, u64),
         prune_all: bool,
+        snaps: &[Snapshot],
         written: &[Written],
         touched: &mut BTreeSet<u64>,
     ) -> Result<Vec<SlotAddr>> {
@@ -341,6 +410,10 @@ impl Fs {
             .saturating_mul(1_000_000_000);
         self.pool.meta.write(|w| {
             apply_overlay(w, ov, tid)?;
+            // Names checked free by the cut, under the flush lock.
+            for s in snaps {
+                w.put_snapshot(&s.name, &s.encode())?;
+            }
             let mut next_chunk = w.counter("next_chunk")?;
             let mut ids = vec![0u64; written.len()];
             let mut piece_ids: HashMap<(usize, usize), u64> = HashMap::new();

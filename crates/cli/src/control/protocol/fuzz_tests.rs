@@ -19,7 +19,8 @@ fn arb_request() -> impl Strategy<Value = Request> {
     prop_oneof![
         Just(Request::Sync),
         Just(Request::Info),
-        (arb_name(), any::<bool>()).prop_map(|(name, auto)| Request::SnapshotCreate { name, auto }),
+        (arb_name(), any::<bool>(), any::<bool>())
+            .prop_map(|(name, auto, wait)| Request::SnapshotCreate { name, auto, wait }),
         Just(Request::SnapshotList),
         arb_name().prop_map(|name| Request::SnapshotDelete { name }),
         arb_name().prop_map(|name| Request::SnapshotVerify { name }),

@@ -1,0 +1,172 @@
+//! Snapshot cuts (`Fs::snapshot_cut`): a snapshot names exactly the state
+//! at the call, without waiting for the commit that records it; writes go
+//! on meanwhile; fsync commits the cut first; a crash before that commit
+//! loses the snapshot and only the changes that were never synced.
+
+mod common;
+
+use cairn_fs::{maintenance::check::check_pool, Ctx, Fs, SnapshotKind, ROOT_INO};
+use common::{make, noise, reopen};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+fn file(fs: &Fs, name: &str) -> u64 {
+    fs.create(Ctx::ROOT, ROOT_INO, name.as_bytes(), 0o644)
+        .unwrap()
+        .ino
+}
+
+/// Whether the snapshot is committed (read from the metadata store, which
+/// does not finish a cut's commit as `Fs::snapshots` does).
+fn committed(fs: &Fs, name: &str) -> bool {
+    let r = fs.pool().meta.read().unwrap();
+    r.snapshots().unwrap().iter().any(|(n, _)| n == name)
+}
+
+fn assert_clean(fs: &Fs) {
+    let rep = check_pool(fs.pool()).unwrap();
+    assert!(rep.problems.is_empty(), "check: {:?}", rep.problems);
+}
+
+#[test]
+fn a_cut_names_the_state_at_the_call_and_fsync_commits_it_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = make(dir.path());
+    let ino = file(&fs, "f");
+    let (a, b, c) = (noise(1 << 20, 1), noise(1 << 20, 2), noise(1 << 20, 3));
+    fs.write(ino, 0, &a).unwrap();
+    fs.flush().unwrap();
+    fs.write(ino, 0, &b).unwrap();
+
+    let snap = fs.snapshot_cut("cut", SnapshotKind::Named).unwrap();
+    // Not committed yet: the cut returned without a flush.
+    assert!(!committed(&fs, "cut"));
+    // A second cut of the same name is refused (the first is committed
+    // first, under the flush lock).
+    assert!(fs.snapshot_cut("cut", SnapshotKind::Named).is_err());
+    assert!(committed(&fs, "cut"));
+
+    fs.write(ino, 0, &c).unwrap();
+    assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), c);
+    fs.fsync(ino).unwrap();
+    let s = fs.snapshot("cut").unwrap();
+    assert_eq!(s.tid, snap.tid);
+    // Listing a cut finishes its commit first.
+    fs.write(ino, 0, &b).unwrap();
+    let listed = fs.snapshot_cut("listed", SnapshotKind::Named).unwrap();
+    assert!(!committed(&fs, "listed"));
+    let names: Vec<String> = fs
+        .snapshots()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert!(names.contains(&"listed".to_string()), "{names:?}");
+    assert!(committed(&fs, "listed"));
+    assert_eq!(fs.asof_read(ino, listed.tid, 0, 1 << 20).unwrap(), b);
+    fs.write(ino, 0, &c).unwrap();
+    fs.fsync(ino).unwrap();
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 1 << 20).unwrap(), b);
+    assert_eq!(fs.asof_read(ino, s.tid - 1, 0, 1 << 20).unwrap(), a);
+
+    // A crash now: the snapshot and the fsynced write after it survive.
+    drop(fs);
+    let fs = reopen(dir.path());
+    assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), c);
+    let s = fs.snapshot("cut").unwrap();
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 1 << 20).unwrap(), b);
+    assert_clean(&fs);
+}
+
+#[test]
+fn a_crash_before_the_cut_commits_loses_the_snapshot_and_only_unsynced_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = make(dir.path());
+    let ino = file(&fs, "f");
+    let (a, b) = (noise(300_000, 4), noise(300_000, 5));
+    fs.write(ino, 0, &a).unwrap();
+    fs.fsync(ino).unwrap();
+    fs.write(ino, 0, &b).unwrap();
+    fs.snapshot_cut("lost", SnapshotKind::Named).unwrap();
+    assert!(!committed(&fs, "lost"));
+    drop(fs);
+
+    let fs = reopen(dir.path());
+    assert!(!committed(&fs, "lost"));
+    assert_eq!(fs.read(ino, 0, 300_000).unwrap(), a);
+    assert_clean(&fs);
+    // The name is free again.
+    let s = fs.snapshot_create("lost", SnapshotKind::Named).unwrap();
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 300_000).unwrap(), a);
+}
+
+#[test]
+fn a_cut_with_nothing_buffered_names_the_last_commit_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = make(dir.path());
+    let ino = file(&fs, "f");
+    fs.write(ino, 0, b"committed").unwrap();
+    fs.flush().unwrap();
+    let last = fs.last_tid();
+    let s = fs.snapshot_cut("now", SnapshotKind::Named).unwrap();
+    assert_eq!(s.tid, last);
+    assert!(committed(&fs, "now"));
+}
+
+/// A writer numbers its writes while snapshots are cut: each snapshot
+/// holds a number between the last write finished before its cut began and
+/// the last one started before the cut returned; the flusher commits the
+/// cuts while the writer goes on.
+#[test]
+fn cuts_under_a_running_writer_are_exact_points_in_its_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = make(dir.path());
+    fs.spawn_flusher();
+    let ino = file(&fs, "counter");
+    let started = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (fs, started, done, stop) = (fs.clone(), started.clone(), done.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            let pad = noise(60_000, 9);
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                started.store(n, Ordering::SeqCst);
+                fs.write(ino, 0, &n.to_le_bytes()).unwrap();
+                // More bytes elsewhere, so that commits have work to do.
+                fs.write(ino, 4096 + (n % 64) * 65536, &pad).unwrap();
+                done.store(n, Ordering::SeqCst);
+            }
+        })
+    };
+    let mut cuts = Vec::new();
+    for k in 0..40 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let lo = done.load(Ordering::SeqCst);
+        let s = fs
+            .snapshot_cut(&format!("s{k}"), SnapshotKind::Named)
+            .unwrap();
+        let hi = started.load(Ordering::SeqCst);
+        cuts.push((s.name, lo, hi));
+    }
+    stop.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
+    fs.flush().unwrap();
+    for (name, lo, hi) in &cuts {
+        let s = fs.snapshot(name).unwrap();
+        let v = fs.asof_read(ino, s.tid, 0, 8).unwrap();
+        // Empty: cut before the writer's first write.
+        let v = match v.is_empty() {
+            true => 0,
+            false => u64::from_le_bytes(v.try_into().unwrap()),
+        };
+        assert!(
+            (*lo..=*hi).contains(&v),
+            "snapshot {name} holds write {v}, outside [{lo}, {hi}]"
+        );
+    }
+    assert_clean(&fs);
+    fs.shutdown().unwrap();
+}
