@@ -676,3 +676,56 @@ fn ext4_over_nbdfuse_and_its_snapshot_export() {
     drop(st);
     fs.finish();
 }
+
+/// A volume chunk whose stored bytes come back damaged (a fault plan makes
+/// the device flip bits in its range) answers an NBD READ of that range
+/// with EIO, never with other bytes; the rest of the volume and the
+/// connection keep working, and the range reads exactly once the device
+/// is healthy again.
+#[test]
+fn a_damaged_volume_chunk_gives_nbd_eio_for_its_range_only() {
+    let mut fs = Fs::create();
+    let dev = format!("ssd:{}:256M", fs.dev("data"));
+    fs.mkfs(&["--sparse", "--device", &dev]);
+    let (plan, sock) = (fs.dir.join("faults.plan"), fs.dir.join("nbd.sock"));
+    std::fs::write(&plan, "").unwrap();
+    fs.mount_env.push(("CAIRN_FAULT_PLAN".into(), plan.clone()));
+    fs.mount_args = vec!["--nbd-socket".into(), s(&sock).into()];
+    fs.mount();
+    cairn_ok(&["volume", "create", s(&fs.mnt), "v", "16M"]);
+    let input = fs.dir.join("in.bin");
+    random_file(&input, 8 * MIB, 11);
+    tool_ok("nbdcopy", &["--flush", s(&input), &unix_uri(&sock, "v")]);
+    cairn_ok(&["sync", s(&fs.mnt)]);
+    let data = std::fs::read(&input).unwrap();
+    let raw = std::fs::read(fs.dev("data")).unwrap();
+    let needle = &data[3 * MIB as usize + 1000..3 * MIB as usize + 1064];
+    let at = raw.windows(needle.len()).position(|w| w == needle);
+    let at = at.expect("the volume's bytes on the device") as u64;
+    // A fresh mount (nothing cached) whose device damages that chunk.
+    std::fs::write(
+        &plan,
+        format!("devs/data read corrupt range={at}-{}\n", at + 1),
+    )
+    .unwrap();
+    fs.remount();
+    let mut c = nbdc::Client::unix(&sock);
+    c.go("v", false);
+    let (err, got) = c.read(3 * MIB, 64 * 1024);
+    assert_eq!(
+        err,
+        cairn_nbd::errno::EIO,
+        "damaged range: {} bytes",
+        got.len()
+    );
+    let (err, got) = c.read(5 * MIB, 64 * 1024);
+    assert_eq!(err, 0, "another range on the same connection");
+    assert_eq!(got, &data[5 * MIB as usize..5 * MIB as usize + 65536]);
+    // Healthy again: exact bytes.
+    std::fs::write(&plan, "").unwrap();
+    fs.remount();
+    let out = fs.dir.join("out.bin");
+    tool_ok("nbdcopy", &[&unix_uri(&sock, "v"), s(&out)]);
+    assert_eq!(&std::fs::read(&out).unwrap()[..data.len()], &data[..]);
+    fs.finish();
+}
