@@ -33,6 +33,32 @@ pub struct MetaStore {
     reopen: Option<ReopenWith>,
     /// The two copies, when the metadata is mirrored (`mirror.rs`).
     mirror: parking_lot::Mutex<Option<Arc<Mirror>>>,
+    /// What `ensure_headroom` last made sure of, to skip the stat and
+    /// fallocate while the file cannot have grown since.
+    headroom: Headroom,
+}
+
+/// The file's length changes only inside a write transaction (or a
+/// reopen): `changes` is bumped when one starts and when it ends, and
+/// `ensured` is the (changes, bytes) of the last headroom made sure of.
+#[derive(Default)]
+struct Headroom {
+    changes: std::sync::atomic::AtomicU64,
+    ensured: parking_lot::Mutex<Option<(u64, u64)>>,
+}
+
+impl Headroom {
+    fn bump(&self) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The current change count, and whether `bytes` are known ensured.
+    fn known(&self, bytes: u64) -> (u64, bool) {
+        let now = self.changes.load(std::sync::atomic::Ordering::SeqCst);
+        let ok = matches!(*self.ensured.lock(), Some((c, b)) if c == now && bytes <= b);
+        (now, ok)
+    }
 }
 
 struct ReopenWith {
@@ -44,6 +70,16 @@ struct ReopenWith {
     storage: Arc<dyn Storage>,
     /// For allocating room ahead of the file's end (`ensure_headroom`).
     file: Arc<dyn Backend>,
+}
+
+/// Bumps the headroom's change count when a write transaction ends, however
+/// it ends.
+struct BumpOnDrop<'a>(&'a Headroom);
+
+impl Drop for BumpOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.bump();
+    }
 }
 
 /// Decodes a stored live element.
@@ -169,6 +205,7 @@ impl MetaStore {
             db: parking_lot::RwLock::new(Some(db)),
             reopen: None,
             mirror: parking_lot::Mutex::new(None),
+            headroom: Headroom::default(),
         };
         s.write(|w| {
             w.set_counter("last_tid", 0)?;
@@ -228,6 +265,7 @@ impl MetaStore {
             db: parking_lot::RwLock::new(Some(db)),
             reopen: Some(how),
             mirror: parking_lot::Mutex::new(mirror),
+            headroom: Headroom::default(),
         };
         // Converts tables of an older format, then creates the tables a
         // newer release added (opening them in a write transaction).
@@ -252,6 +290,7 @@ impl MetaStore {
         let Some(w) = &self.reopen else {
             return Ok(());
         };
+        self.headroom.bump();
         let mut db = self.db.write();
         // The old handle must let go of the file (and its lock) first.
         drop(db.take());
@@ -289,6 +328,10 @@ impl MetaStore {
         else {
             return Ok(());
         };
+        let (changes, known) = self.headroom.known(bytes);
+        if known {
+            return Ok(());
+        }
         let len = file
             .metadata()
             .map_err(|e| MetaError::Db(e.to_string()))?
@@ -304,6 +347,7 @@ impl MetaStore {
             )
         };
         if r == 0 {
+            *self.headroom.ensured.lock() = Some((changes, bytes));
             return Ok(());
         }
         let e = std::io::Error::last_os_error();
@@ -467,6 +511,7 @@ impl MetaStore {
             db: parking_lot::RwLock::new(Some(db)),
             reopen: None,
             mirror: parking_lot::Mutex::new(None),
+            headroom: Headroom::default(),
         })
     }
 
@@ -487,6 +532,9 @@ impl MetaStore {
         &self,
         f: impl FnOnce(&mut MetaWrite<'_>) -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
+        // The file may grow from here until the end (`ensure_headroom`).
+        self.headroom.bump();
+        let _grown = BumpOnDrop(&self.headroom);
         // A panic inside redb (a damaged page) aborts the transaction and
         // becomes an error, as in reads.
         let run = std::panic::AssertUnwindSafe(|| {

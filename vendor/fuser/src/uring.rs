@@ -839,8 +839,14 @@ fn serve_request<FS: Filesystem>(
         error!("fuse ring {}: bulk workers gone", ring.qid);
         return ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))]);
     }
-    dispatch(ring, idx, se, bytes, matches!(opcode, OP_READ | OP_WRITE))
+    // Only long reads and writes are worth two sched_setscheduler calls:
+    // a small one is over before idle priority could starve it.
+    let long = matches!(opcode, OP_READ | OP_WRITE) && size >= RAISE_MIN;
+    dispatch(ring, idx, se, bytes, long)
 }
+
+/// Reads and writes at least this large are served at normal priority.
+const RAISE_MIN: u32 = 64 * 1024;
 
 /// Parses and dispatches a rebuilt request, then commits a staged reply.
 /// `bulk`: raise a ring thread at idle priority to normal while it runs.

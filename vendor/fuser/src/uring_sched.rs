@@ -9,7 +9,8 @@
 //!
 //! `SCHED_IDLE` must not starve requests when the CPU is busy with other
 //! work, so:
-//! - reads and writes (long, bulk work) are served at normal priority;
+//! - reads and writes of 64 KiB or more (long, bulk work) are served at
+//!   normal priority;
 //! - a monitor thread samples each ring thread's run-queue wait
 //!   (`/proc/self/task/TID/schedstat`) and raises a thread that waited more
 //!   than `STARVED` in a `PERIOD` to normal priority for `BOOST`.
