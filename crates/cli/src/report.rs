@@ -88,7 +88,11 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    let (vols, nbd) = (v["volumes"].clone(), v["nbd"].clone());
+    let (vols, nbd, fw) = (
+        v["volumes"].clone(),
+        v["nbd"].clone(),
+        v["fuse_workers"].clone(),
+    );
     let i: cairn_fs::maintenance::info::PoolInfo = serde_json::from_value(v)?;
     for w in &i.mode_warnings {
         println!("WARNING: {w}");
@@ -182,7 +186,31 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
     println!("volumes:");
     crate::volume::print_volume_table(&vols);
     print_nbd(&nbd);
+    if fw.is_object() {
+        let wait = &fw["queue_wait"];
+        let mean =
+            wait["total_us"].as_u64().unwrap_or(0) / wait["count"].as_u64().unwrap_or(0).max(1);
+        println!(
+            "fuse workers:    {}",
+            workers_line(&fw, mean, ("max", wait["max_us"].as_u64().unwrap_or(0)))
+        );
+    }
     Ok(())
+}
+
+/// An adaptive worker pool's state (crates/workpool `Stats`), and its
+/// queue wait.
+fn workers_line(p: &serde_json::Value, wait_mean_us: u64, (tail, wait_us): (&str, u64)) -> String {
+    let n = |k: &str| p[k].as_u64().unwrap_or(0);
+    format!(
+        "{} alive ({}..{}), {} busy, {} queued, peak {}; queue wait mean {wait_mean_us} us, {tail} {wait_us} us",
+        n("workers"),
+        n("min"),
+        n("max"),
+        n("busy"),
+        n("queued"),
+        n("peak_workers"),
+    )
 }
 
 /// The NBD servers of the daemon: address, connections, commands, workers.
@@ -212,16 +240,7 @@ fn print_nbd(nbd: &serde_json::Value) {
             c.as_object()
                 .map_or(0, |m| m.values().map(|x| n(x, "errors")).sum::<u64>())
         );
-        println!(
-            "  workers:       {} alive ({}..{}), {} busy, {} queued, peak {}; queue wait mean {} us, p99 {} us",
-            n(p, "workers"),
-            n(p, "min"),
-            n(p, "max"),
-            n(p, "busy"),
-            n(p, "queued"),
-            n(p, "peak_workers"),
-            n(s, "queue_wait_mean_us"),
-            n(s, "queue_wait_p99_us")
-        );
+        let (mean, p99) = (n(s, "queue_wait_mean_us"), n(s, "queue_wait_p99_us"));
+        println!("  workers:       {}", workers_line(p, mean, ("p99", p99)));
     }
 }

@@ -1469,3 +1469,29 @@ fn concurrent_ops_with_fsync_and_kill9() {
         st.stale_nlink.load(SeqCst),
     );
 }
+
+/// Over io_uring, the FUSE requests ring threads hand off (large writes,
+/// fsync) run on the adaptive worker pool, whose counters `cairn info`
+/// shows: jobs completed, the workers kept, and the bound it may grow to.
+#[test]
+fn fuse_handoffs_run_on_the_adaptive_worker_pool() {
+    let mut fs = Fs::create();
+    fs.mkfs(&[]);
+    fs.mount_args = vec!["--io-uring".into(), "on".into()];
+    fs.mount();
+    let path = fs.p("big");
+    let mut f = std::fs::File::create(&path).unwrap();
+    for i in 0..8u8 {
+        std::io::Write::write_all(&mut f, &vec![i; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+    }
+    drop(f);
+    let info = common::hist::pool_info(&fs.mnt);
+    let w = common::hist::field(&info, "fuse_workers");
+    let n = |k: &str| common::hist::field_u64(w, k);
+    assert!(n("completed") >= 8, "handed-off requests: {w:?}");
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    assert_eq!((n("min"), n("max")), ((2 * cpus + 2).min(32), 64), "{w:?}");
+    assert!(n("workers") >= n("min"), "{w:?}");
+    fs.finish();
+}

@@ -11,6 +11,7 @@ mod ops;
 mod ratelimit;
 mod transport;
 mod views;
+pub mod workers;
 
 use cairn_fs::Fs;
 use fuser::{Config, MountOption, SessionACL};

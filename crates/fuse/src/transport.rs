@@ -80,7 +80,10 @@ fn prepare_at(t: Transport, param: &Path) -> Result<Option<fuser::UringConfig>, 
             param.display()
         );
     }
-    Ok(Some(fuser::UringConfig::default()))
+    Ok(Some(fuser::UringConfig {
+        executor: Some(crate::workers::shared()),
+        ..Default::default()
+    }))
 }
 
 #[cfg(test)]

@@ -87,8 +87,15 @@ struct ReqHeader {
     ent: EntInOut,
 }
 
+/// Runs the jobs ring threads hand off (large reads and writes, requests
+/// that may block): a worker pool of the filesystem's choosing.
+pub trait Executor: Send + Sync + std::fmt::Debug {
+    /// Runs `job` on some other thread, soon.
+    fn execute(&self, job: Box<dyn FnOnce() + Send>);
+}
+
 /// How the rings are set up; see `Config::io_uring`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct UringConfig {
     /// Threads (each with its own ring and one entry) per CPU queue. More
     /// than one keeps a CPU's queue moving while a handler blocks.
@@ -109,7 +116,27 @@ pub struct UringConfig {
     /// requests queued behind them on the ring. 0 serves everything on the
     /// ring threads.
     pub bulk_read_min: u32,
+    /// Where those requests run: None starts a fixed pool of unpinned
+    /// threads (two per CPU and two more, at most 32).
+    pub executor: Option<Arc<dyn Executor>>,
 }
+
+/// Equal settings; executors are equal when they are the same one.
+impl PartialEq for UringConfig {
+    fn eq(&self, o: &Self) -> bool {
+        let same_executor = match (&self.executor, &o.executor) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        (self.threads_per_queue, self.idle_priority, self.entries_per_thread)
+            == (o.threads_per_queue, o.idle_priority, o.entries_per_thread)
+            && self.bulk_read_min == o.bulk_read_min
+            && same_executor
+    }
+}
+
+impl Eq for UringConfig {}
 
 impl Default for UringConfig {
     fn default() -> Self {
@@ -118,6 +145,7 @@ impl Default for UringConfig {
             idle_priority: true,
             entries_per_thread: 4,
             bulk_read_min: 128 * 1024,
+            executor: None,
         }
     }
 }
@@ -680,13 +708,16 @@ pub(crate) fn start<FS: Filesystem>(
         monitor: None,
         bulk: None,
     };
-    if cfg.bulk_read_min > 0 {
-        rings.bulk = Some(BulkPool::start((2 * cpus + 2).min(32))?);
-    }
-    let bulk = rings
-        .bulk
-        .as_ref()
-        .map(|b| (b.tx.clone(), cfg.bulk_read_min));
+    let bulk = match (cfg.bulk_read_min, &cfg.executor) {
+        (0, _) => None,
+        (min, Some(e)) => Some((Handoff::Executor(e.clone()), min)),
+        (min, None) => {
+            let pool = BulkPool::start((2 * cpus + 2).min(32))?;
+            let tx = pool.tx.clone();
+            rings.bulk = Some(pool);
+            Some((Handoff::Pool(tx), min))
+        }
+    };
     for qid in 0..cpus {
         for t in 0..cfg.threads_per_queue.max(1) {
             let ring = Ring::new(dev_fd, qid as u16, payload_size, depth);
@@ -734,7 +765,27 @@ impl crate::uring_sched::HasSched for Ring {
 }
 
 /// Where a ring thread sends large reads, and from what size.
-type Bulk = Option<(std::sync::mpsc::Sender<Job>, u32)>;
+/// Where ring threads hand requests off, and from what READ/WRITE size.
+type Bulk = Option<(Handoff, u32)>;
+
+#[derive(Debug, Clone)]
+enum Handoff {
+    Pool(std::sync::mpsc::Sender<Job>),
+    Executor(Arc<dyn Executor>),
+}
+
+impl Handoff {
+    /// False when the workers are gone.
+    fn hand(&self, job: Job) -> bool {
+        match self {
+            Handoff::Pool(tx) => tx.send(job).is_ok(),
+            Handoff::Executor(e) => {
+                e.execute(job);
+                true
+            }
+        }
+    }
+}
 
 fn serve<FS: Filesystem>(ring: Arc<Ring>, se: Arc<SessionEventLoop<FS>>, idle: bool, bulk: Bulk) {
     let _ = ring.owner.set(std::thread::current().id());
@@ -833,7 +884,7 @@ fn serve_request<FS: Filesystem>(
                 error!("fuse ring {}: {err}", r.qid);
             }
         });
-        if tx.send(job).is_ok() {
+        if tx.hand(job) {
             return Ok(());
         }
         error!("fuse ring {}: bulk workers gone", ring.qid);

@@ -22,6 +22,8 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             let mut v = serde_json::to_value(info).expect("info serializes");
             v["volumes"] = serde_json::to_value(fs.volumes()?).expect("volumes serialize");
             v["nbd"] = crate::nbd::stats_json();
+            v["fuse_workers"] =
+                serde_json::to_value(cairn_fuse::workers::stats()).expect("worker stats serialize");
             Ok(v)
         }
         Request::SnapshotCreate { name, auto, wait } => {
