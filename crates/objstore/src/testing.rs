@@ -98,9 +98,28 @@ impl S3Server {
     /// Stops the server (SIGKILL): the store is down.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            // SAFETY: a frozen child must run to die of SIGKILL cleanly.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGCONT) };
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Freezes the server (SIGSTOP): connections are accepted by the
+    /// kernel but never answered, a store that hangs.
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a frozen server go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let pid = self.child.as_ref().expect("s3s-fs not running").id() as libc::pid_t;
+        // SAFETY: signals our own child.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
     }
 
     /// Keys of the objects under `prefix` in the bucket (read from the

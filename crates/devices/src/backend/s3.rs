@@ -10,6 +10,8 @@
 //! object is deleted by a background thread (which also probes a store
 //! that stopped answering), and an upload to the slot first cancels or
 //! waits for that delete, so a late delete never removes newer bytes.
+//! While the store does not answer, reads fail at once (EIO) and the
+//! background thread probes it every second until it answers again.
 
 use super::Backend;
 use bytes::Bytes;
@@ -237,6 +239,16 @@ impl Backend for S3Backend {
                     .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
                 buf[r].copy_from_slice(src);
                 return Ok(());
+            }
+            // A store that did not answer the last request fails reads at
+            // once until the background probe hears from it again: a large
+            // read of many chunks costs one time limit, not one per chunk.
+            if !inner.client.stats.reachable() {
+                inner.client.stats.errors.fetch_add(1, Ordering::Relaxed);
+                return Err(io::Error::other(format!(
+                    "object store {} unreachable",
+                    inner.client.locator().endpoint
+                )));
             }
             let got = match inner
                 .client
