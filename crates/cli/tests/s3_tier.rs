@@ -537,3 +537,109 @@ fn credentials_readable_by_others_are_refused_and_never_shown() {
     );
     fs.check();
 }
+
+#[test]
+fn the_ssd_cache_serves_demoted_chunks_without_gets() {
+    let s3 = S3Server::start();
+    let mut fs = Fs::create();
+    let tier = format!("nvme:{}:64M", fs.dev("nvme"));
+    let cache = format!("ssd:{}:64M:role=cache", fs.dev("cache"));
+    fs.mkfs(&["--device", &tier, "--device", &cache]);
+    let creds = fs.dir.join("s3.creds");
+    write_credentials(&creds);
+    for (k, v) in [
+        ("tier_interval_secs", "0"),
+        ("gc_interval_secs", "0"),
+        ("tier_fast_full_pct", "1"),
+        ("read_cache_mib", "0"),
+    ] {
+        fs.set_config(k, v);
+    }
+    fs.set_config(
+        "s3_credentials_file",
+        &format!("{:?}", creds.display().to_string()),
+    );
+    fs.mount();
+    cairn_ok(&[
+        OsStr::new("device"),
+        OsStr::new("add"),
+        fs.mnt.as_os_str(),
+        OsStr::new(&s3.spec("ssdcache")),
+    ]);
+    let data = write_and_demote(&fs, &[("a", 71, 6 * MIB)]).remove(0);
+    drop_caches();
+    let g0 = stat(&fs, "gets");
+    assert_eq!(read_file(&fs.p("a")).unwrap(), data);
+    let g1 = stat(&fs, "gets");
+    assert!(g1 > g0);
+    let filled = || info(&fs)["ssd_cache"]["entries"].as_u64().unwrap_or(0);
+    assert!(
+        eventually(Duration::from_secs(20), || filled() >= 90),
+        "SSD cache not filled: {} entries",
+        filled()
+    );
+    drop_caches();
+    assert_eq!(read_file(&fs.p("a")).unwrap(), data);
+    assert_eq!(stat(&fs, "gets"), g1, "the SSD cache answers, no GET");
+    fs.finish();
+}
+
+#[test]
+fn s3_devices_are_refused_where_they_do_not_belong() {
+    let s3 = S3Server::start();
+    // mkfs: an s3 tier is added afterwards.
+    let scratch = Fs::create();
+    let out = cairn(&[
+        OsStr::new("mkfs"),
+        scratch.pool.as_os_str(),
+        OsStr::new("--device"),
+        OsStr::new(&s3.spec("mkfs")),
+    ]);
+    assert!(!out.status.success(), "mkfs with an s3 device");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cairn device add"));
+    // Never the cache, never a spec with credentials in it.
+    for bad in [
+        format!("{}:role=cache", s3.spec("x")),
+        format!(
+            "s3:{}/x:endpoint=http://k:s@127.0.0.1:{}",
+            "cairn-test", s3.port
+        ),
+    ] {
+        let out = cairn(&[
+            OsStr::new("device"),
+            OsStr::new("add"),
+            scratch.dir.as_os_str(),
+            OsStr::new(&bad),
+        ]);
+        assert!(!out.status.success(), "{bad} accepted");
+    }
+    // The same store and prefix twice in one pool, or in a second pool.
+    let fs = s3_pool(&s3, "shared", &[]);
+    let again = cairn(&[
+        OsStr::new("device"),
+        OsStr::new("add"),
+        fs.mnt.as_os_str(),
+        OsStr::new(&s3.spec("shared")),
+    ]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already device"));
+    let mut other = Fs::create();
+    other.mkfs(&["--device", &format!("ssd:{}:64M", other.dev("ssd"))]);
+    let creds = other.dir.join("s3.creds");
+    write_credentials(&creds);
+    other.set_config(
+        "s3_credentials_file",
+        &format!("{:?}", creds.display().to_string()),
+    );
+    other.mount();
+    let out = cairn(&[
+        OsStr::new("device"),
+        OsStr::new("add"),
+        other.mnt.as_os_str(),
+        OsStr::new(&s3.spec("shared")),
+    ]);
+    assert!(!out.status.success(), "another pool's prefix accepted");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already holds a Cairn device header"));
+    other.finish();
+    fs.finish();
+}
