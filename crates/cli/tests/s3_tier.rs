@@ -8,7 +8,9 @@
 //! the store down or hanging mid-read (EIO within s3_timeout_secs, the
 //! mount and local tiers working, demotion paused) and back (reads and
 //! demotion resume by themselves), credentials files readable by others
-//! refused, and credentials never in logs, `ps` or `info`. The background
+//! refused, and credentials never in logs, `ps` or `info`; the SSD cache
+//! answering demoted chunks; s3 devices refused where they do not belong;
+//! a pool mounting with its store down (the tier offline, then back). The background
 //! mover and GC are off unless a test says otherwise; passes are driven
 //! with `cairn tier migrate --now`. Every test ends with `cairn check`.
 
@@ -641,5 +643,37 @@ fn s3_devices_are_refused_where_they_do_not_belong() {
     assert!(!out.status.success(), "another pool's prefix accepted");
     assert!(String::from_utf8_lossy(&out.stderr).contains("already holds a Cairn device header"));
     other.finish();
+    fs.finish();
+}
+
+#[test]
+fn a_pool_mounts_with_its_store_down_and_the_tier_comes_back() {
+    let mut s3 = S3Server::start();
+    let mut fs = s3_pool(&s3, "offline", &[("s3_timeout_secs", "2")]);
+    let data = write_and_demote(&fs, &[("cold", 81, 6 * MIB)]).remove(0);
+    let local = put(&fs, "local", 82, MIB);
+    fs.unmount();
+    s3.stop();
+    let t = Instant::now();
+    fs.mount();
+    let mount_time = t.elapsed();
+    eprintln!("s3 offline: mounted in {mount_time:?} with the store down");
+    assert!(
+        mount_time < Duration::from_secs(15),
+        "mount took {mount_time:?}"
+    );
+    assert_eq!(s3_dev(&fs)["object_store"]["state"], "unreachable");
+    assert_eq!(read_file(&fs.p("local")).unwrap(), local);
+    let e = read_file(&fs.p("cold")).expect_err("store down");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    s3.resume();
+    assert!(
+        eventually(Duration::from_secs(15), || s3_dev(&fs)["object_store"]
+            ["state"]
+            == "ok"),
+        "state did not come back"
+    );
+    drop_caches();
+    assert_eq!(read_file(&fs.p("cold")).unwrap(), data);
     fs.finish();
 }
