@@ -34,6 +34,14 @@ if ! command -v cargo >/dev/null; then
   apt_get install -y -qq cargo rustc >/dev/null
 fi
 if [ "${1:-}" = test ]; then
+  # s3s-fs: the file-backed S3 server the s3 tier tests start on a loopback
+  # port (crates/objstore/src/testing.rs). Pinned (0.14.1 builds with rustc
+  # 1.95; about 5 minutes on 2 cores), built only when that version is not
+  # installed yet.
+  S3S_FS_VERSION=0.14.1
+  if [ "$("$HOME/.cargo/bin/s3s-fs" --version 2>/dev/null)" != "s3s-fs $S3S_FS_VERSION" ]; then
+    cargo install s3s-fs --features binary --version "$S3S_FS_VERSION" --locked
+  fi
   command -v rustup >/dev/null && { rustup component add rustfmt clippy >/dev/null 2>&1 || true; }
   command -v cargo-clippy >/dev/null || apt_get install -y -qq rust-clippy >/dev/null 2>&1 || true
   command -v rustfmt >/dev/null || apt_get install -y -qq rustfmt >/dev/null 2>&1 || true

@@ -169,7 +169,9 @@ pub enum TierCmd {
 #[derive(Subcommand)]
 pub enum DeviceCmd {
     /// Add a device: CLASS:PATH[:SIZE][:role=tier|cache][:latency=DUR][:bw=SIZE]
-    /// (latency and bw emulate a slow device, for tests and benchmarks).
+    /// (latency and bw emulate a slow device, for tests and benchmarks), or
+    /// an object-store tier: s3:BUCKET[/PREFIX]:endpoint=URL[:region=R][:size=SIZE]
+    /// (credentials from the environment or s3_credentials_file in cairn.toml).
     Add {
         #[command(flatten)]
         t: TargetArgs,

@@ -166,6 +166,12 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
             d.hot_segments,
             d.path
         );
+        if let Some(o) = &d.object_store {
+            println!(
+                "     {}",
+                object_line(&serde_json::to_value(o).expect("serializes"))
+            );
+        }
     }
     println!("RAM read cache:  {}", human(i.ram_cache_bytes));
     if let Some(c) = &i.ssd_cache {
@@ -243,4 +249,24 @@ fn print_nbd(nbd: &serde_json::Value) {
         let (mean, p99) = (n(s, "queue_wait_mean_us"), n(s, "queue_wait_p99_us"));
         println!("  workers:       {}", workers_line(p, mean, ("p99", p99)));
     }
+}
+
+/// One line of an object-store device's state for `info` and `tier
+/// status`: "s3 ok: 12 GET, 3 PUT, ... 0 errors".
+pub(crate) fn object_line(o: &serde_json::Value) -> String {
+    let n = |k: &str| o[k].as_u64().unwrap_or(0);
+    format!(
+        "object store {}: {} GET, {} PUT, {} HEAD, {} LIST, {} DELETE; {} in, {} out; {} errors ({} timeouts); {} deletes pending",
+        o["state"].as_str().unwrap_or("?"),
+        n("gets"),
+        n("puts"),
+        n("heads"),
+        n("lists"),
+        n("deletes"),
+        human(n("bytes_in")),
+        human(n("bytes_out")),
+        n("errors"),
+        n("timeouts"),
+        n("pending_deletes"),
+    )
 }

@@ -31,9 +31,12 @@ pub fn device(c: DeviceCmd) -> Result<()> {
                     spec.path.display()
                 );
             }
-            // The daemon's working directory is not ours.
-            let cwd = std::env::current_dir().context("current directory")?;
-            spec.path = cwd.join(&spec.path);
+            // The daemon's working directory is not ours (an s3 spec
+            // names no local path).
+            if !spec.class.is_object_store() {
+                let cwd = std::env::current_dir().context("current directory")?;
+                spec.path = cwd.join(&spec.path);
+            }
             let v = call(
                 &t.target,
                 Request::DeviceAdd {
@@ -138,6 +141,9 @@ fn status(t: &TargetArgs) -> Result<()> {
             heat.get(5).unwrap_or(&0),
             d["path"].as_str().unwrap_or(""),
         );
+        if d["object_store"].is_object() {
+            println!("    {}", crate::report::object_line(&d["object_store"]));
+        }
     }
     Ok(())
 }

@@ -150,7 +150,7 @@ impl ChunkStore {
             return false;
         };
         let fastest = self.segs.devices.fastest_tier_rank().unwrap_or(0);
-        (ram && (rank > fastest || rank == DeviceClass::Hdd.rank()))
+        (ram && (rank > fastest || rank >= DeviceClass::Hdd.rank()))
             || ssd.is_some_and(|c| rank > c)
     }
 
@@ -203,7 +203,9 @@ impl ChunkStore {
             }
             _ => {}
         };
-        let ahead = match home == Some(DeviceClass::Hdd.rank()) {
+        // Hard disks and object stores: a sequential stream reads a window
+        // (one seek, or one ranged GET, per window instead of per chunk).
+        let ahead = match home >= Some(DeviceClass::Hdd.rank()) {
             true => self.read_sealed_ahead(rec, &offer)?,
             false => Some(self.segs.read_sealed(rec)?),
         };

@@ -37,7 +37,7 @@ impl ChunkStore {
             device: rec.device,
             slot: rec.slot,
         };
-        let to = self.segs.devices.allocate_where(pick)?;
+        let to = self.segs.devices.allocate_move_where(pick)?;
         let copied = self.copy_slot(from, to, rec.used as usize);
         if let Err(e) = copied {
             self.segs.devices.release(to)?;

@@ -174,8 +174,12 @@ impl<'a> WriteBatch<'a> {
         let devices = &self.segs.devices;
         let addr = match self.place {
             None => devices.allocate(),
+            // Chunks of a cold segment stay on its tier; those of one on an
+            // object store (which takes no appends) on the slowest local
+            // tier with room.
             Some(rank) => devices
                 .allocate_where(|d, _, _| d.class().rank() >= rank)
+                .or_else(|_| devices.allocate_where(|d, _, _| d.class().rank() >= rank.min(2)))
                 .or_else(|_| devices.allocate()),
         }
         .map_err(|_| DataError::NoSpace)?;

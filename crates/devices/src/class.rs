@@ -10,6 +10,9 @@ pub enum DeviceClass {
     Nvme,
     Ssd,
     Hdd,
+    /// An object store (S3 API): always the slowest tier, filled only by
+    /// the mover's demotions.
+    S3,
 }
 
 impl DeviceClass {
@@ -19,7 +22,14 @@ impl DeviceClass {
             DeviceClass::Nvme => 0,
             DeviceClass::Ssd => 1,
             DeviceClass::Hdd => 2,
+            DeviceClass::S3 => 3,
         }
+    }
+
+    /// True for an object store (`s3`): no new segments are placed on it
+    /// (only whole sealed segments moved there).
+    pub fn is_object_store(self) -> bool {
+        self == DeviceClass::S3
     }
 
     pub fn from_rank(r: u8) -> Option<Self> {
@@ -27,6 +37,7 @@ impl DeviceClass {
             0 => Some(DeviceClass::Nvme),
             1 => Some(DeviceClass::Ssd),
             2 => Some(DeviceClass::Hdd),
+            3 => Some(DeviceClass::S3),
             _ => None,
         }
     }
@@ -38,6 +49,7 @@ impl fmt::Display for DeviceClass {
             DeviceClass::Nvme => "nvme",
             DeviceClass::Ssd => "ssd",
             DeviceClass::Hdd => "hdd",
+            DeviceClass::S3 => "s3",
         })
     }
 }
@@ -49,8 +61,9 @@ impl FromStr for DeviceClass {
             "nvme" => Ok(DeviceClass::Nvme),
             "ssd" => Ok(DeviceClass::Ssd),
             "hdd" => Ok(DeviceClass::Hdd),
+            "s3" => Ok(DeviceClass::S3),
             other => Err(format!(
-                "unknown device class '{other}' (use nvme, ssd or hdd)"
+                "unknown device class '{other}' (use nvme, ssd, hdd or s3)"
             )),
         }
     }

@@ -44,6 +44,9 @@ impl DeviceSpec {
 /// The spec in the syntax `FromStr` reads (sizes in bytes, latency in us).
 impl std::fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.class.is_object_store() {
+            return write!(f, "{}", self.path.display());
+        }
         write!(f, "{}:{}", self.class, self.path.display())?;
         if let Some(s) = self.size {
             write!(f, ":{s}")?;
@@ -66,6 +69,9 @@ impl std::str::FromStr for DeviceSpec {
             spec: spec.to_string(),
             why: why.to_string(),
         };
+        if cairn_objstore::locator::is_locator(spec) {
+            return crate::objdev::parse_s3_spec(spec);
+        }
         let mut parts = spec.split(':');
         let class = parts.next().unwrap_or_default();
         let path = parts
@@ -358,6 +364,12 @@ impl Device {
         segment_size: u64,
         storage: &dyn Storage,
     ) -> Result<Device> {
+        if spec.class.is_object_store() {
+            return Err(DeviceError::BadSpec {
+                spec: spec.to_string(),
+                why: "an s3 device is created with its object-store options".into(),
+            });
+        }
         let path = device_file_path(&spec.path, device_id);
         let is_block = std::fs::metadata(&path)
             .map(|m| m.file_type().is_block_device())
@@ -473,6 +485,37 @@ impl Device {
             read_bytes: Default::default(),
             sparse,
         })
+    }
+
+    /// A device over a backend that is already open and checked (the
+    /// object-store devices of `objdev.rs`).
+    pub(crate) fn from_parts(
+        header: DeviceHeader,
+        path: PathBuf,
+        role: DeviceRole,
+        io: Arc<dyn Backend>,
+    ) -> Device {
+        Device {
+            header,
+            path,
+            role,
+            io,
+            throttle: None,
+            read_ops: Default::default(),
+            read_bytes: Default::default(),
+            sparse: false,
+        }
+    }
+
+    /// The object store under this device (an `s3` tier), if any.
+    pub fn object_tier(&self) -> Option<&dyn crate::backend::ObjectTier> {
+        self.io.object_tier()
+    }
+
+    /// False for an object-store device whose store does not answer (no
+    /// segment is moved to it meanwhile); true for every other device.
+    pub fn is_available(&self) -> bool {
+        self.object_tier().is_none_or(|o| o.reachable())
     }
 
     /// The backend the device's I/O goes through.

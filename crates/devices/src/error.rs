@@ -56,6 +56,8 @@ pub enum DeviceError {
     NoSpace,
     #[error("device {id} still holds {segments} segments")]
     InUse { id: u32, segments: u64 },
+    #[error("{path}: {why}")]
+    ObjectStore { path: PathBuf, why: String },
     #[error("unknown device id {0}")]
     UnknownDevice(u32),
 }

@@ -161,11 +161,27 @@ impl DeviceSet {
     }
 
     /// Allocates a slot on the fastest tier device, not draining, for which
-    /// `pick(device, total slots, free slots)` is true (the mover uses it to
-    /// choose a tier); devices that failed a write come after all others,
-    /// failing ones last. `pick` runs under the set's lock: it must not
-    /// call back into the set.
+    /// `pick(device, total slots, free slots)` is true; devices that failed
+    /// a write come after all others, failing ones last. `pick` runs under
+    /// the set's lock: it must not call back into the set. Object-store
+    /// devices are never chosen here: new segments are appended to, and
+    /// only whole sealed segments go to an object store
+    /// (`allocate_move_where`).
     pub fn allocate_where(&self, pick: impl Fn(&Device, u64, u64) -> bool) -> Result<SlotAddr> {
+        self.allocate_among(|d, t, f| !d.class().is_object_store() && pick(d, t, f))
+    }
+
+    /// A slot for a whole segment moved by the tier mover or a device
+    /// removal: as `allocate_where`, object-store devices included when
+    /// their store answers (demotion to one that does not waits).
+    pub fn allocate_move_where(
+        &self,
+        pick: impl Fn(&Device, u64, u64) -> bool,
+    ) -> Result<SlotAddr> {
+        self.allocate_among(|d, t, f| d.is_available() && pick(d, t, f))
+    }
+
+    fn allocate_among(&self, pick: impl Fn(&Device, u64, u64) -> bool) -> Result<SlotAddr> {
         let mut m = self.members.write();
         let mut order: Vec<usize> = (0..m.len())
             .filter(|&i| {
@@ -241,6 +257,28 @@ impl DeviceSet {
         let hosts: std::collections::HashMap<u64, u64> =
             devs.iter().filter_map(|d| d.host_free()).collect();
         Some(hosts.values().sum())
+    }
+
+    /// Object-store GC: of the slots that have an object on device `id`
+    /// (`ObjectTier::list_slots`), queues the delete of those no segment
+    /// holds (left by a crash between upload and table switch, or freed
+    /// while the store was away). Checked and queued under the set's lock,
+    /// so a slot allocated meanwhile is either seen used or its upload
+    /// cancels the queued delete. Returns how many were queued.
+    pub fn collect_object_garbage(&self, id: u32, listed: &[u64]) -> Result<usize> {
+        let m = self.members.read();
+        let x = &m[index(&m, id)?];
+        let Some(obj) = x.dev.object_tier() else {
+            return Ok(0);
+        };
+        let mut n = 0;
+        for &slot in listed {
+            if slot >= x.map.slots() || !x.map.is_used(slot) {
+                obj.queue_delete(slot);
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     pub fn segment_size(&self) -> u64 {

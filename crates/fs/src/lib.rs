@@ -16,6 +16,7 @@
 
 pub mod contention;
 pub mod error;
+pub mod failpoint;
 pub mod history;
 pub mod maintenance;
 pub mod ops;

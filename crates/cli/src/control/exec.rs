@@ -107,7 +107,9 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             let id = fs.device_add(&spec)?;
             let mirror = cairn_fs::pool::PoolPaths::meta_mirror(&fs.pool().path);
             let devices = fs.pool().chunks.devices().devices();
-            let tier = |d: &&Arc<cairn_devices::Device>| d.role == cairn_devices::DeviceRole::Tier;
+            let tier = |d: &&Arc<cairn_devices::Device>| {
+                d.role == cairn_devices::DeviceRole::Tier && !d.class().is_object_store()
+            };
             let tiers = devices.iter().filter(tier).count();
             let later = tiers >= 2 && std::fs::symlink_metadata(mirror).is_err();
             Ok(json!({ "device": id, "meta_mirror_at_next_mount": later }))

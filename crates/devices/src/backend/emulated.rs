@@ -78,4 +78,8 @@ impl Backend for Emulated {
     fn host_file(&self) -> Option<&File> {
         self.inner.host_file()
     }
+
+    fn object_tier(&self) -> Option<&dyn super::ObjectTier> {
+        self.inner.object_tier()
+    }
 }

@@ -417,6 +417,10 @@ impl Backend for FaultBackend {
     fn host_file(&self) -> Option<&File> {
         self.inner.host_file()
     }
+
+    fn object_tier(&self) -> Option<&dyn super::ObjectTier> {
+        self.inner.object_tier()
+    }
 }
 
 /// Opens files through `inner` wrapped in fault backends: with one shared

@@ -8,7 +8,8 @@
 //! Implementations: `FileBackend` (regular file or block device, O_DIRECT
 //! and preadv), `Emulated` (slow device: latency and bandwidth), `TraceBackend`
 //! (records writes and syncs for `crash` images) and `FaultBackend` (EIO,
-//! ENOSPC, hangs, corrupted reads on demand). Later: S3.
+//! ENOSPC, hangs, corrupted reads on demand) and `S3Backend` (a device as
+//! objects in a bucket: the `s3` tier).
 
 pub mod crash;
 pub mod emulated;
@@ -16,6 +17,7 @@ pub mod fault;
 pub mod file;
 pub mod plan;
 pub mod rng;
+pub mod s3;
 pub mod trace;
 
 pub use crash::{crash_images, read_images, surviving, write_images, CrashMode, Images, Replay};
@@ -23,6 +25,7 @@ pub use emulated::Emulated;
 pub use fault::{Fault, FaultBackend, FaultControl, FaultStorage, Ops, When};
 pub use file::FileBackend;
 pub use plan::{parse_plan, PlanError, PlanRule, PlanStorage};
+pub use s3::{ObjectTier, S3Backend};
 pub use trace::{Event, Recorder, TraceBackend, TraceStorage};
 
 use std::fs::File;
@@ -93,6 +96,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// (flock, fstatvfs, fallocate, block device checks). Wrappers pass
     /// it through; I/O must not bypass the backend through it.
     fn host_file(&self) -> Option<&File> {
+        None
+    }
+
+    /// The object store under this backend (an `s3` tier device): its
+    /// counters, state and slot objects. Wrappers pass it through.
+    fn object_tier(&self) -> Option<&dyn ObjectTier> {
         None
     }
 }

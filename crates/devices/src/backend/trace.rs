@@ -242,6 +242,10 @@ impl Backend for TraceBackend {
     fn host_file(&self) -> Option<&File> {
         self.inner.host_file()
     }
+
+    fn object_tier(&self) -> Option<&dyn super::ObjectTier> {
+        self.inner.object_tier()
+    }
 }
 
 /// Opens files through `inner` (the host by default) wrapped in trace

@@ -34,6 +34,9 @@ impl Fs {
         }
         let _last = self.flush_guard();
         let id = set.devices().iter().map(|d| d.id() + 1).max().unwrap_or(0);
+        if spec.class.is_object_store() {
+            return self.object_device_add(spec, id);
+        }
         let file = device_file_path(&spec.path, id);
         let key = file_id(&file);
         if let Some(d) = set.devices().iter().find(|d| file_id(&d.path) == key) {
@@ -86,6 +89,44 @@ impl Fs {
             spec.class,
             spec.role
         );
+        Ok(id)
+    }
+
+    /// Adds an s3 tier device (the caller holds the flush lock): refused
+    /// when the pool already has one on the same store and prefix, or as
+    /// the cache device; created through the store (its header object
+    /// uploaded), then recorded.
+    fn object_device_add(&self, spec: &DeviceSpec, id: u32) -> Result<u32> {
+        let set = self.pool.chunks.devices();
+        if spec.role != DeviceRole::Tier {
+            return Err(FsError::BadRequest(
+                "an s3 device is a tier, never the cache".into(),
+            ));
+        }
+        let same = |d: &Arc<Device>| {
+            let strip = |p: &Path| {
+                let s = p.to_string_lossy().to_string();
+                s.split(":size=").next().unwrap_or_default().to_string()
+            };
+            strip(&d.path) == strip(&spec.path)
+        };
+        if let Some(d) = set.devices().iter().find(|d| same(d)) {
+            return Err(FsError::BadRequest(format!(
+                "{} is already device {} of this pool",
+                spec.path.display(),
+                d.id()
+            )));
+        }
+        let (uuid, seg) = (self.pool.sb.uuid, self.pool.sb.segment_size);
+        let opts = self.pool.config.object_options();
+        let dev = cairn_devices::objdev::create_object(spec, id, uuid, seg, &opts)?;
+        let desc = DeviceDesc::new(&self.pool.path, &dev, spec);
+        self.pool.meta.write(|w| {
+            w.put_device(id, &desc.encode())?;
+            Ok::<_, FsError>(())
+        })?;
+        set.add(dev)?;
+        tracing::info!("device {id} added: {} (s3 tier)", desc.path.display());
         Ok(id)
     }
 

@@ -30,6 +30,10 @@ pub struct DeviceInfo {
     /// tier_promote_hits decayed reads).
     pub segments: u64,
     pub hot_segments: u64,
+    /// An object-store (s3) device's state ("ok" or "unreachable"),
+    /// requests, bytes and errors since the pool was opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_store: Option<crate::maintenance::objects::ObjectInfo>,
 }
 
 #[derive(Debug, Serialize, serde::Deserialize)]
@@ -119,6 +123,7 @@ pub fn device_infos(
                 emulated: d.emulation().map(|e| e.to_string()),
                 segments,
                 hot_segments: hot,
+                object_store: crate::maintenance::objects::object_info(&d),
             }
         })
         .collect()

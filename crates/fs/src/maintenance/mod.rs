@@ -6,6 +6,7 @@ pub mod check;
 pub mod devices;
 pub mod gc;
 pub mod info;
+pub mod objects;
 pub mod reblock;
 pub mod salvage;
 pub mod scrub;

@@ -118,6 +118,7 @@ impl Fs {
             Err(cairn_data::DataError::NoSegment(_)) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
+        crate::failpoint::hit("tier-move-copied");
         let _last = self.flush_guard();
         let Some(rec) = self.pool.chunks.relocated_record(&r) else {
             self.pool.chunks.abandon(&r)?;
@@ -131,6 +132,7 @@ impl Fs {
             self.pool.chunks.abandon(&r)?;
             return Err(e);
         }
+        crate::failpoint::hit("tier-move-committed");
         self.pool.chunks.switch(&r)?;
         Ok(Some(used))
     }

@@ -75,6 +75,16 @@ pub struct PoolConfig {
     /// NBD worker threads: kept when idle, and at most.
     pub nbd_workers_min: usize,
     pub nbd_workers_max: usize,
+    /// s3 tier devices: the longest a request to the object store may take,
+    /// retries of 5xx and throttling answers included (seconds); a read of
+    /// demoted data fails with EIO after it when the store is down.
+    pub s3_timeout_secs: u64,
+    /// Retries of a failed object-store request within s3_timeout_secs.
+    pub s3_retries: usize,
+    /// A file (mode 0600 or narrower: a wider one is refused) holding
+    /// `aws_access_key_id = ...` and `aws_secret_access_key = ...`; empty:
+    /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from the environment.
+    pub s3_credentials_file: String,
 }
 
 impl Default for PoolConfig {
@@ -108,6 +118,9 @@ impl Default for PoolConfig {
             nbd_allow_remote: false,
             nbd_workers_min: 2,
             nbd_workers_max: 128,
+            s3_timeout_secs: 10,
+            s3_retries: 5,
+            s3_credentials_file: String::new(),
         }
     }
 }
@@ -174,7 +187,22 @@ impl PoolConfig {
                 "must be more than 0",
             );
         }
+        if !(1..=600).contains(&self.s3_timeout_secs) {
+            return bad("s3_timeout_secs", &self.s3_timeout_secs, "must be 1 to 600");
+        }
         self.validate_nbd()
+    }
+
+    /// How the pool's s3 tier devices reach their store.
+    pub fn object_options(&self) -> cairn_devices::ObjectOptions {
+        cairn_devices::ObjectOptions {
+            client: cairn_objstore::ClientOptions {
+                timeout: std::time::Duration::from_secs(self.s3_timeout_secs),
+                max_retries: self.s3_retries,
+            },
+            credentials_file: (!self.s3_credentials_file.is_empty())
+                .then(|| std::path::PathBuf::from(&self.s3_credentials_file)),
+        }
     }
 
     /// The NBD keys: an address that parses (and is loopback unless

@@ -94,18 +94,42 @@ impl DeviceDesc {
         }
     }
 
-    /// Opens the device this record names, through `storage`.
-    pub fn open(&self, pool: &Path, uuid: [u8; 16], storage: &dyn Storage) -> Result<Device> {
+    /// True if the record names an s3 tier device (its path is the spec).
+    pub fn is_object(&self) -> bool {
+        cairn_devices::objdev::is_object_path(&self.path)
+    }
+
+    /// Opens the device this record names: through `storage`, or an s3
+    /// device through its store (offline when the store does not answer).
+    pub fn open(
+        &self,
+        pool: &Path,
+        sb: &Superblock,
+        storage: &dyn Storage,
+        objects: &cairn_devices::ObjectOptions,
+    ) -> Result<Device> {
+        if self.is_object() {
+            use cairn_devices::objdev;
+            let seg = sb.segment_size;
+            let expected = objdev::expected_header(&self.path, self.id, sb.uuid, seg)?;
+            let dev = objdev::open_object(&self.path, sb.uuid, seg, Some(expected), objects)?;
+            return self.check_id(dev);
+        }
+        let uuid = sb.uuid;
         let p = if self.path.is_absolute() {
             self.path.clone()
         } else {
             pool.join(&self.path)
         };
         let dev = Device::open_with(&p, uuid, self.role, self.emulate, storage)?;
+        self.check_id(dev)
+    }
+
+    fn check_id(&self, dev: Device) -> Result<Device> {
         if dev.id() != self.id {
             return Err(FsError::Io(format!(
                 "{}: device record {} names a device whose header says id {}",
-                p.display(),
+                dev.path.display(),
                 self.id,
                 dev.id()
             )));
@@ -314,6 +338,12 @@ fn mkfs_in(
             "a pool needs at least one tier device (cache devices add no capacity)".into(),
         ));
     }
+    if let Some(d) = opts.devices.iter().find(|d| d.class.is_object_store()) {
+        return Err(FsError::BadRequest(format!(
+            "{}: an s3 tier is added to a pool with `cairn device add` after mkfs (the pool's first devices hold its metadata)",
+            d.path.display()
+        )));
+    }
     let files = check_devices(&opts)?;
     check_meta_home(pool, &opts)?;
     // Everything is checked: from here on the old pool (with --force) goes.
@@ -499,7 +529,7 @@ fn mirror_home(
     use std::os::unix::fs::FileTypeExt;
     let mut tiers: Vec<&DeviceSpec> = specs
         .iter()
-        .filter(|d| d.role == DeviceRole::Tier)
+        .filter(|d| d.role == DeviceRole::Tier && !d.class.is_object_store())
         .collect();
     if tiers.len() < 2 {
         return Ok(None);
@@ -573,6 +603,7 @@ fn add_missing_mirror(pool: &Path, sb: &Superblock, devs: &[DeviceDesc], st: &dy
     }
     let specs: Vec<DeviceSpec> = devs
         .iter()
+        .filter(|d| !d.is_object())
         .map(|d| DeviceSpec {
             role: d.role,
             ..DeviceSpec::tier(d.class, pool.join(&d.path), None)
@@ -674,7 +705,9 @@ fn meta_device(pool: &Path, set: &DeviceSet) -> Option<Arc<Device>> {
     let dir = std::fs::read_link(PoolPaths::meta(pool))
         .ok()
         .and_then(|t| t.parent().map(|p| p.to_path_buf()));
-    let tiers = devs.iter().filter(|d| d.role == DeviceRole::Tier);
+    let tiers = devs
+        .iter()
+        .filter(|d| d.role == DeviceRole::Tier && !d.class().is_object_store());
     let in_dir = dir.and_then(|dir| tiers.clone().find(|d| d.path.parent() == Some(&dir)));
     in_dir
         .or_else(|| tiers.min_by_key(|d| d.class().rank()))
@@ -789,7 +822,7 @@ impl Pool {
         let r = meta.read()?;
         let mut devices = Vec::new();
         for desc in descs {
-            let dev = desc.open(path, sb.uuid, &*storage)?;
+            let dev = desc.open(path, &sb, &*storage, &config.object_options())?;
             mode_warnings.extend(crate::pool::perms::exposed_device(path, &dev.path));
             devices.push(dev);
         }
@@ -801,6 +834,7 @@ impl Pool {
         drop(r);
         let set = Arc::new(DeviceSet::new(devices)?);
         let mut chunks = ChunkStore::new(set.clone(), table, next_segment)?;
+        crate::maintenance::objects::spawn_gc(set.clone());
         chunks.set_compression(config.compression()?);
         chunks.set_ram_cache(config.read_cache_mib << 20);
         chunks.set_readahead(config.readahead_kib << 10);
