@@ -28,6 +28,8 @@ impl Ctx {
 pub(crate) use crate::state::State;
 
 pub struct Fs {
+    /// Commit counts and durations for metrics (`service_stats.rs`).
+    pub(crate) commit_stats: crate::service_stats::CommitStats,
     pub(crate) pool: Pool,
     /// The write-back state, split by inode (`state.rs`).
     pub(crate) shards: Box<[Mutex<crate::state::Shard>]>,
@@ -130,6 +132,7 @@ impl Fs {
             st_wait: Default::default(),
             flush_wait: Default::default(),
             holds,
+            commit_stats: Default::default(),
         };
         let logged = fs.open_intent_log()?;
         let fs = Arc::new(fs);

@@ -306,6 +306,10 @@ impl Fs {
             t1,
             t0.elapsed() - t1
         );
+        if r.is_ok() {
+            let ns = t0.elapsed().as_nanos() as u64;
+            self.commit_stats.note(ns, ov.bytes as u64);
+        }
         r
     }
 
