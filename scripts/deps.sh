@@ -16,6 +16,9 @@ if [ "${1:-}" = test ]; then
   pkgs+=(libnbd-bin qemu-utils nbdkit)
   # gnuplot (no X) for bench/volumes_latency.sh's plot.
   pkgs+=(gnuplot-nox)
+  # promtool (prometheus) checks the metrics endpoint; headless chromium
+  # and node/npm run the dashboard's browser test (playwright-core).
+  pkgs+=(prometheus chromium chromium-driver nodejs npm curl)
   if apt-cache show nbdfuse >/dev/null 2>&1; then pkgs+=(nbdfuse); fi
 fi
 missing=()

@@ -63,6 +63,10 @@ pub enum Cmd {
     /// Serve an unmounted pool's volumes over NBD (no FUSE mount).
     #[command(subcommand)]
     Nbd(crate::volume::NbdCmd),
+    /// What the systemd units run: mount or snapshot the pool of
+    /// /etc/cairn/NAME.toml.
+    #[command(subcommand)]
+    Service(crate::service::ServiceCmd),
     /// Print a shell completion script for bash, zsh or fish.
     Completions {
         #[arg(value_enum)]

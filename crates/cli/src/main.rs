@@ -12,6 +12,7 @@ mod mirror;
 mod nbd;
 mod ready;
 mod report;
+mod service;
 mod tiering;
 mod volume;
 
@@ -73,6 +74,7 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Mirror(c) => mirror::run(c),
         Cmd::Volume(c) => volume::run(c),
         Cmd::Nbd(c) => volume::nbd(c),
+        Cmd::Service(c) => service::run(c),
         Cmd::Completions { shell } => help::completions(shell),
         Cmd::Man { dir } => help::man(&dir),
     }
