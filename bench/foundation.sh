@@ -25,6 +25,11 @@
 #                    metadata"); with BASE_BIN=$BIN and no MIRROR for the
 #                    base pool this measures the cost of the second copy:
 #                    MIRROR=1 BASE_BIN=target/release/cairn STEPS="files untar"
+#   METRICS=1        cost of the metrics endpoint: cairn mounts with
+#                    --metrics 127.0.0.1:$METRICS_PORT (default 9469), scraped
+#                    every second while the bench runs, and the target "base"
+#                    is the same binary without metrics (cairn/base column):
+#                    METRICS=1 STEPS="files untar fio" bench/foundation.sh
 # Quick run: SIZE_GB=1 FILES=10000 RUNS=1 FIO_SECONDS=5 bench/foundation.sh
 set -euo pipefail
 
@@ -38,6 +43,10 @@ TARGETS=(native bindfs cairn)
 # BASE_BIN=/path/to/older/cairn adds the target "base": that binary on a pool
 # of its own, measured in the same rounds, with a cairn/base column (to show
 # a change costs nothing).
+if [ "${METRICS:-0}" = 1 ]; then
+    BASE_BIN=${BASE_BIN:-${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}/release/cairn}
+    CAIRN_METRICS_OPTS="--metrics 127.0.0.1:${METRICS_PORT:-9469}"
+fi
 [ -n "${BASE_BIN:-}" ] && TARGETS+=(base)
 # Each pool's device: room for the sequential file and the small files.
 POOL_DEV_GB=${POOL_DEV_GB:-$((SIZE_GB * 2 + 4))}
@@ -84,6 +93,7 @@ setup_dirs() {
 cleanup() {
     set +eu
     [ -n "${W:-}" ] || return 0
+    [ -z "${SCRAPER:-}" ] || kill "$SCRAPER" 2>/dev/null
     unmount_fuse_targets
     if [ -z "${KEEP:-}" ]; then rm -rf --one-file-system "$W"; else log "kept $W"; fi
 }
@@ -103,10 +113,17 @@ mount_target() {
     case $1 in
         bindfs) bindfs --no-allow-other "$W/bindsrc" "$W/bindmnt" ;;
         # shellcheck disable=SC2086
-        cairn) "$BIN" mount "$W/pool" "$W/cairnmnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
+        cairn) "$BIN" mount "$W/pool" "$W/cairnmnt" ${CAIRN_MOUNT_OPTS:-} ${CAIRN_METRICS_OPTS:-} >&2
+               [ -z "${CAIRN_METRICS_OPTS:-}" ] || start_scraper ;;
         # shellcheck disable=SC2086
         base) "$BASE_BIN" mount "$W/basepool" "$W/basemnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
     esac
+}
+
+# Scrapes /metrics every second, as Prometheus would (METRICS=1).
+start_scraper() {
+    ( while sleep 1; do curl -s -o /dev/null "http://127.0.0.1:${METRICS_PORT:-9469}/metrics" || true; done ) &
+    SCRAPER=$!
 }
 
 unmount_target() {
