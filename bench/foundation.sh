@@ -113,16 +113,18 @@ mount_target() {
     case $1 in
         bindfs) bindfs --no-allow-other "$W/bindsrc" "$W/bindmnt" ;;
         # shellcheck disable=SC2086
-        cairn) "$BIN" mount "$W/pool" "$W/cairnmnt" ${CAIRN_MOUNT_OPTS:-} ${CAIRN_METRICS_OPTS:-} >&2
-               [ -z "${CAIRN_METRICS_OPTS:-}" ] || start_scraper ;;
+        cairn) "$BIN" mount "$W/pool" "$W/cairnmnt" ${CAIRN_MOUNT_OPTS:-} ${CAIRN_METRICS_OPTS:-} >&2 ;;
         # shellcheck disable=SC2086
         base) "$BASE_BIN" mount "$W/basepool" "$W/basemnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
     esac
 }
 
-# Scrapes /metrics every second, as Prometheus would (METRICS=1).
+# Scrapes /metrics every second, as Prometheus would (METRICS=1), for the
+# whole run (remounts included); its output goes nowhere, so that it holds
+# no pipe of the script's command substitutions.
 start_scraper() {
-    ( while sleep 1; do curl -s -o /dev/null "http://127.0.0.1:${METRICS_PORT:-9469}/metrics" || true; done ) &
+    ( while sleep 1; do curl -s -o /dev/null "http://127.0.0.1:${METRICS_PORT:-9469}/metrics" || true; done ) \
+        </dev/null >/dev/null 2>&1 &
     SCRAPER=$!
 }
 
@@ -347,6 +349,7 @@ main() {
     mount_target bindfs
     mount_target cairn
     [ -z "${BASE_BIN:-}" ] || mount_target base
+    [ -z "${CAIRN_METRICS_OPTS:-}" ] || start_scraper
     local step t
     # one measurement at a time across all targets, so they see the same machine state
     for step in ${STEPS:-seq_write cold_read warm_read fio files untar}; do

@@ -18,7 +18,9 @@ pub fn command() -> clap::Command {
 fn add_examples(mut cmd: clap::Command, path: &str) -> clap::Command {
     let has = |c: &clap::Command| {
         let own = [c.get_after_help(), c.get_after_long_help()];
-        own.iter().flatten().any(|s| s.to_string().contains("Example"))
+        own.iter()
+            .flatten()
+            .any(|s| s.to_string().contains("Example"))
     };
     if !has(&cmd) {
         if let Some(e) = examples::for_path(path) {
@@ -30,7 +32,11 @@ fn add_examples(mut cmd: clap::Command, path: &str) -> clap::Command {
         .map(|s| s.get_name().to_string())
         .collect();
     for n in names {
-        let sub = if path.is_empty() { n.clone() } else { format!("{path} {n}") };
+        let sub = if path.is_empty() {
+            n.clone()
+        } else {
+            format!("{path} {n}")
+        };
         cmd = cmd.mut_subcommand(&n, |s| add_examples(s, &sub));
     }
     cmd
@@ -53,7 +59,10 @@ pub fn man(dir: &Path) -> Result<()> {
 }
 
 fn write_pages(cmd: &clap::Command, name: &str, dir: &Path) -> Result<usize> {
-    let page = cmd.clone().name(name.to_string()).bin_name(name.replace('-', " "));
+    let page = cmd
+        .clone()
+        .name(name.to_string())
+        .bin_name(name.replace('-', " "));
     let mut buf = Vec::new();
     clap_mangen::Man::new(page).render(&mut buf)?;
     let file = dir.join(format!("{name}.1"));
@@ -72,7 +81,11 @@ pub fn leaves(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Comm
         out.push((path.to_string(), cmd.clone()));
     }
     for s in cmd.get_subcommands() {
-        let p = if path.is_empty() { s.get_name().to_string() } else { format!("{path} {}", s.get_name()) };
+        let p = if path.is_empty() {
+            s.get_name().to_string()
+        } else {
+            format!("{path} {}", s.get_name())
+        };
         leaves(s, &p, out);
     }
 }

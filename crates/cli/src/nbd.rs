@@ -200,5 +200,9 @@ fn refuse_mounted(t: &Path) -> Result<()> {
 
 /// Each running server's address and statistics (for the metrics).
 pub fn server_stats() -> Vec<(String, cairn_nbd::Stats)> {
-    SERVERS.lock().iter().map(|s| (address(s), s.stats())).collect()
+    SERVERS
+        .lock()
+        .iter()
+        .map(|s| (address(s), s.stats()))
+        .collect()
 }

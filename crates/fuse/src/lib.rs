@@ -7,8 +7,8 @@
 //! timed for the metrics endpoint when enabled (metrics.rs).
 
 mod attr;
-pub mod metrics;
 mod bdi;
+pub mod metrics;
 mod ops;
 mod ratelimit;
 mod transport;

@@ -5,8 +5,8 @@
 //! FORGET gives them back: an unlinked inode lives while the kernel may
 //! still open it.
 
-use crate::metrics::{self, Op};
 use crate::attr::{file_attr, file_attr_blocks, from_system, time_or_now};
+use crate::metrics::{self, Op};
 use crate::views::{Node, Views, SNAPDIR_INO};
 use cairn_fs::{
     Ctx, DirEntry, FileKind, Fs, FsError, Inode, RenameFlags as CRename, SetAttr, XattrMode,

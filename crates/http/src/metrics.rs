@@ -80,27 +80,82 @@ fn service(fs: &Fs, v: &mut Vec<Sample>) {
         }
     };
     let n = |name: &str, help: &str, k, x: f64| Sample::new(name, help, k, x);
-    v.push(n("cairn_tid", "The last committed transaction id.", Gauge, s.current_tid as f64));
-    v.push(n("cairn_dirty_bytes", "Buffered (dirty) bytes not yet committed.", Gauge, s.dirty_bytes as f64));
+    v.push(n(
+        "cairn_tid",
+        "The last committed transaction id.",
+        Gauge,
+        s.current_tid as f64,
+    ));
+    v.push(n(
+        "cairn_dirty_bytes",
+        "Buffered (dirty) bytes not yet committed.",
+        Gauge,
+        s.dirty_bytes as f64,
+    ));
     v.push(Sample {
         value: Value::Histogram {
             sum: s.commit_seconds_sum,
             count: s.commits,
             buckets: s.commit_buckets,
         },
-        ..n("cairn_commit_duration_seconds", "Time each commit (flush of buffered writes) took.", Histogram, 0.0)
+        ..n(
+            "cairn_commit_duration_seconds",
+            "Time each commit (flush of buffered writes) took.",
+            Histogram,
+            0.0,
+        )
     });
-    v.push(n("cairn_committed_bytes", "Dirty bytes committed since the mount.", Counter, s.committed_bytes as f64));
-    v.push(n("cairn_snapshots", "Snapshots of the pool.", Gauge, s.snapshots as f64));
+    v.push(n(
+        "cairn_committed_bytes",
+        "Dirty bytes committed since the mount.",
+        Counter,
+        s.committed_bytes as f64,
+    ));
+    v.push(n(
+        "cairn_snapshots",
+        "Snapshots of the pool.",
+        Gauge,
+        s.snapshots as f64,
+    ));
     if let Some(age) = s.newest_snapshot_age_seconds {
-        v.push(n("cairn_newest_snapshot_age_seconds", "Seconds since the newest snapshot was taken.", Gauge, age));
+        v.push(n(
+            "cairn_newest_snapshot_age_seconds",
+            "Seconds since the newest snapshot was taken.",
+            Gauge,
+            age,
+        ));
     }
-    v.push(n("cairn_ram_cache_bytes", "Bytes held by the RAM read cache.", Gauge, s.ram_cache_bytes as f64));
+    v.push(n(
+        "cairn_ram_cache_bytes",
+        "Bytes held by the RAM read cache.",
+        Gauge,
+        s.ram_cache_bytes as f64,
+    ));
     if let Some(c) = s.ssd_cache {
-        v.push(n("cairn_ssd_cache_hits", "SSD read cache hits.", Counter, c.hits as f64));
-        v.push(n("cairn_ssd_cache_misses", "SSD read cache misses.", Counter, c.misses as f64));
-        v.push(n("cairn_ssd_cache_filled_bytes", "Bytes copied into the SSD read cache.", Counter, c.filled_bytes as f64));
-        v.push(n("cairn_ssd_cache_entries", "Entries in the SSD read cache.", Gauge, c.entries as f64));
+        v.push(n(
+            "cairn_ssd_cache_hits",
+            "SSD read cache hits.",
+            Counter,
+            c.hits as f64,
+        ));
+        v.push(n(
+            "cairn_ssd_cache_misses",
+            "SSD read cache misses.",
+            Counter,
+            c.misses as f64,
+        ));
+        v.push(n(
+            "cairn_ssd_cache_filled_bytes",
+            "Bytes copied into the SSD read cache.",
+            Counter,
+            c.filled_bytes as f64,
+        ));
+        v.push(n(
+            "cairn_ssd_cache_entries",
+            "Entries in the SSD read cache.",
+            Gauge,
+            c.entries as f64,
+        ));
     }
 }
 
@@ -118,15 +173,43 @@ fn devices(fs: &Fs, v: &mut Vec<Sample>) {
                 .label("class", &d.class)
                 .label("role", &d.role)
         };
-        groups[0].push(s("cairn_device_size_bytes", "Device capacity.", Gauge, d.size as f64));
-        groups[1].push(s("cairn_device_used_bytes", "Device bytes in use (whole segments).", Gauge, d.used as f64));
-        groups[2].push(s("cairn_device_write_errors", "Failed writes or syncs of the device since the mount.", Counter, d.write_errors as f64));
-        groups[3].push(s("cairn_device_hot_segments", "Segments read at least tier_promote_hits times (decayed).", Gauge, d.hot_segments as f64));
+        groups[0].push(s(
+            "cairn_device_size_bytes",
+            "Device capacity.",
+            Gauge,
+            d.size as f64,
+        ));
+        groups[1].push(s(
+            "cairn_device_used_bytes",
+            "Device bytes in use (whole segments).",
+            Gauge,
+            d.used as f64,
+        ));
+        groups[2].push(s(
+            "cairn_device_write_errors",
+            "Failed writes or syncs of the device since the mount.",
+            Counter,
+            d.write_errors as f64,
+        ));
+        groups[3].push(s(
+            "cairn_device_hot_segments",
+            "Segments read at least tier_promote_hits times (decayed).",
+            Gauge,
+            d.hot_segments as f64,
+        ));
         for (i, n) in t.heat.iter().enumerate() {
             let le = cairn_fs::maintenance::tier::HEAT_BUCKETS
                 .get(i)
                 .map_or("+Inf".to_string(), |b| b.to_string());
-            groups[4].push(s("cairn_device_segments_by_heat", "Segments per decayed-heat bucket (upper bound `heat_le`, not cumulative).", Gauge, *n as f64).label("heat_le", le));
+            groups[4].push(
+                s(
+                    "cairn_device_segments_by_heat",
+                    "Segments per decayed-heat bucket (upper bound `heat_le`, not cumulative).",
+                    Gauge,
+                    *n as f64,
+                )
+                .label("heat_le", le),
+            );
         }
     }
     v.extend(groups.into_iter().flatten());
@@ -137,18 +220,66 @@ fn scanned(scan: &ScanCache, v: &mut Vec<Sample>) {
     use Kind::*;
     let Some((at, i)) = scan.get() else { return };
     let n = |name: &str, help: &str, x: f64| Sample::new(name, help, Gauge, x);
-    v.push(n("cairn_scan_age_seconds", "Seconds since the figures that scan the pool were computed.", at.elapsed().as_secs_f64()));
-    v.push(n("cairn_files", "Regular files in the live tree.", i.files as f64));
-    v.push(n("cairn_directories", "Directories in the live tree.", i.directories as f64));
-    v.push(n("cairn_logical_bytes", "Sum of the sizes of the live files.", i.logical_bytes as f64));
-    v.push(n("cairn_physical_bytes", "Live bytes in segments (after dedup and compression).", i.physical_bytes as f64));
-    v.push(n("cairn_capacity_bytes", "Capacity of the tier devices.", i.capacity_bytes as f64));
-    v.push(n("cairn_referenced_bytes", "Bytes referenced by files and history, before dedup and compression.", i.referenced_bytes as f64));
-    v.push(n("cairn_unique_bytes", "Raw bytes of the stored chunks (after dedup).", i.unique_bytes as f64));
-    v.push(n("cairn_stored_bytes", "Bytes the stored chunks take (after compression).", i.stored_bytes as f64));
-    v.push(n("cairn_history_only_bytes", "Stored bytes only history references.", i.history_only_bytes as f64));
-    v.push(n("cairn_dedup_ratio", "Referenced bytes / unique bytes.", i.dedup_ratio));
-    v.push(n("cairn_compression_ratio", "Unique bytes / stored bytes.", i.compression_ratio));
+    v.push(n(
+        "cairn_scan_age_seconds",
+        "Seconds since the figures that scan the pool were computed.",
+        at.elapsed().as_secs_f64(),
+    ));
+    v.push(n(
+        "cairn_files",
+        "Regular files in the live tree.",
+        i.files as f64,
+    ));
+    v.push(n(
+        "cairn_directories",
+        "Directories in the live tree.",
+        i.directories as f64,
+    ));
+    v.push(n(
+        "cairn_logical_bytes",
+        "Sum of the sizes of the live files.",
+        i.logical_bytes as f64,
+    ));
+    v.push(n(
+        "cairn_physical_bytes",
+        "Live bytes in segments (after dedup and compression).",
+        i.physical_bytes as f64,
+    ));
+    v.push(n(
+        "cairn_capacity_bytes",
+        "Capacity of the tier devices.",
+        i.capacity_bytes as f64,
+    ));
+    v.push(n(
+        "cairn_referenced_bytes",
+        "Bytes referenced by files and history, before dedup and compression.",
+        i.referenced_bytes as f64,
+    ));
+    v.push(n(
+        "cairn_unique_bytes",
+        "Raw bytes of the stored chunks (after dedup).",
+        i.unique_bytes as f64,
+    ));
+    v.push(n(
+        "cairn_stored_bytes",
+        "Bytes the stored chunks take (after compression).",
+        i.stored_bytes as f64,
+    ));
+    v.push(n(
+        "cairn_history_only_bytes",
+        "Stored bytes only history references.",
+        i.history_only_bytes as f64,
+    ));
+    v.push(n(
+        "cairn_dedup_ratio",
+        "Referenced bytes / unique bytes.",
+        i.dedup_ratio,
+    ));
+    v.push(n(
+        "cairn_compression_ratio",
+        "Unique bytes / stored bytes.",
+        i.compression_ratio,
+    ));
     v.push(n("cairn_chunks", "Stored chunks.", i.chunks as f64));
     let _ = Counter;
 }
@@ -162,7 +293,10 @@ impl Collector for Samples {
         let mut i = 0;
         while i < self.0.len() {
             let first = &self.0[i];
-            let end = i + self.0[i..].iter().take_while(|s| s.name == first.name).count();
+            let end = i + self.0[i..]
+                .iter()
+                .take_while(|s| s.name == first.name)
+                .count();
             let t = match first.kind {
                 Kind::Counter => MetricType::Counter,
                 Kind::Gauge => MetricType::Gauge,
@@ -186,7 +320,14 @@ fn one(m: &mut MetricEncoder, s: &Sample) -> Result<(), std::fmt::Error> {
     match (&s.value, s.kind) {
         (Value::Num(x), Kind::Counter) => m.encode_counter::<NoLabelSet, _, f64>(x, None),
         (Value::Num(x), _) => m.encode_gauge(x),
-        (Value::Histogram { sum, count, buckets }, _) => {
+        (
+            Value::Histogram {
+                sum,
+                count,
+                buckets,
+            },
+            _,
+        ) => {
             // The encoder accumulates: it takes each bucket's own count.
             let mut below = 0;
             let own: Vec<(f64, u64)> = buckets

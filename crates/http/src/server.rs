@@ -69,7 +69,8 @@ pub fn serve(fs: Arc<Fs>, opts: Options, extra: Vec<ExtraFn>) -> Result<Server, 
             opts.addr
         );
     }
-    let http = tiny_http::Server::http(opts.addr).map_err(|e| HttpError::Bind(opts.addr, e.to_string()))?;
+    let http = tiny_http::Server::http(opts.addr)
+        .map_err(|e| HttpError::Bind(opts.addr, e.to_string()))?;
     let addr = http.server_addr().to_ip().unwrap_or(opts.addr);
     let http = Arc::new(http);
     let stop = Arc::new(AtomicBool::new(false));
@@ -81,7 +82,12 @@ pub fn serve(fs: Arc<Fs>, opts: Options, extra: Vec<ExtraFn>) -> Result<Server, 
         .name("cairn-http".into())
         .spawn(move || run(&h, &s, &ctx))?;
     tracing::info!("metrics on http://{addr}/metrics, dashboard on http://{addr}/");
-    Ok(Server { addr, stop, http, threads: vec![t1, t2] })
+    Ok(Server {
+        addr,
+        stop,
+        http,
+        threads: vec![t1, t2],
+    })
 }
 
 fn run(http: &tiny_http::Server, stop: &AtomicBool, ctx: &Ctx) {

@@ -308,7 +308,7 @@ impl Fs {
         );
         if r.is_ok() {
             let ns = t0.elapsed().as_nanos() as u64;
-            self.commit_stats.note(ns, ov.bytes as u64);
+            self.commit_stats.note(ns, ov.bytes);
         }
         r
     }
