@@ -21,20 +21,23 @@ if [ "${1:-}" = test ]; then
   pkgs+=(prometheus chromium chromium-driver nodejs npm curl)
   if apt-cache show nbdfuse >/dev/null 2>&1; then pkgs+=(nbdfuse); fi
 fi
+# Another apt or dpkg run (unattended upgrades, a second install) holds the
+# dpkg lock: wait for it (up to 10 minutes) instead of failing.
+apt_get() { apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  apt-get update -qq
-  apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt_get update -qq
+  apt_get install -y -qq "${missing[@]}" >/dev/null
 fi
 if ! command -v cargo >/dev/null; then
-  apt-get update -qq
-  apt-get install -y -qq cargo rustc >/dev/null
+  apt_get update -qq
+  apt_get install -y -qq cargo rustc >/dev/null
 fi
 if [ "${1:-}" = test ]; then
   command -v rustup >/dev/null && { rustup component add rustfmt clippy >/dev/null 2>&1 || true; }
-  command -v cargo-clippy >/dev/null || apt-get install -y -qq rust-clippy >/dev/null 2>&1 || true
-  command -v rustfmt >/dev/null || apt-get install -y -qq rustfmt >/dev/null 2>&1 || true
+  command -v cargo-clippy >/dev/null || apt_get install -y -qq rust-clippy >/dev/null 2>&1 || true
+  command -v rustfmt >/dev/null || apt_get install -y -qq rustfmt >/dev/null 2>&1 || true
 fi

@@ -3,9 +3,12 @@
 //! scan; the mover promotes what is read; devices come and go with the data
 //! staying bit-exact.
 
+mod common;
+
 use cairn_devices::{DeviceClass, DeviceSpec};
 use cairn_fs::maintenance::check::check_pool;
 use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, PoolConfig, ROOT_INO};
+use common::noise;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -42,24 +45,10 @@ fn open(dir: &Path) -> Arc<Fs> {
     Fs::open(Pool::open(&dir.join("pool"), Some(c)).unwrap()).unwrap()
 }
 
-/// Incompressible, never-repeating bytes (so dedup keeps every block).
-fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed as u64;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(n);
-    out
-}
-
 /// Writes a 30 MiB file (it spills from the 16 MiB fast device).
 fn fill(fs: &Fs) -> (u64, Vec<u8>) {
     let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
-    let data = pattern(30 << 20, 3);
+    let data = noise(30 << 20, 3);
     for (i, part) in data.chunks(1 << 20).enumerate() {
         fs.write(f.ino, (i << 20) as u64, part).unwrap();
     }
@@ -205,7 +194,7 @@ fn devices_added_and_removed_online_keep_the_data() {
     assert_intact(&fs, ino, &data);
     // New writes still work and go to the remaining devices.
     let g = fs.create(Ctx::ROOT, ROOT_INO, b"g", 0o644).unwrap();
-    fs.write(g.ino, 0, &pattern(5 << 20, 9)).unwrap();
+    fs.write(g.ino, 0, &noise(5 << 20, 9)).unwrap();
     fs.shutdown().unwrap();
     drop(fs);
     let fs = open(d.path());
@@ -214,7 +203,7 @@ fn devices_added_and_removed_online_keep_the_data() {
         2,
         "removal not durable"
     );
-    assert_eq!(fs.read(g.ino, 0, 5 << 20).unwrap(), pattern(5 << 20, 9));
+    assert_eq!(fs.read(g.ino, 0, 5 << 20).unwrap(), noise(5 << 20, 9));
     assert_intact(&fs, ino, &data);
     // The last tier device cannot go; the metadata's device cannot either.
     fs.device_remove(&d.path().join("mid.img"), &|_, _| {})
@@ -238,7 +227,7 @@ fn gc_keeps_compacted_chunks_on_their_tier() {
         if at >= data.len() {
             break;
         }
-        let new = pattern(1 << 16, blk as u8);
+        let new = noise(1 << 16, blk);
         data[at..at + (1 << 16)].copy_from_slice(&new);
         fs.write(ino, at as u64, &new).unwrap();
     }
@@ -309,9 +298,9 @@ fn history_only_segments_leave_a_full_fast_tier_first() {
     let fs = Fs::open(Pool::open(&d.path().join("pool"), Some(c)).unwrap()).unwrap();
     let a = fs.create(Ctx::ROOT, ROOT_INO, b"live", 0o644).unwrap();
     let b = fs.create(Ctx::ROOT, ROOT_INO, b"rewritten", 0o644).unwrap();
-    let a_data = pattern(3 << 20, 1);
-    let b_old = pattern(3 << 20, 2);
-    let b_new = pattern(3 << 20, 3);
+    let a_data = noise(3 << 20, 1);
+    let b_old = noise(3 << 20, 2);
+    let b_new = noise(3 << 20, 3);
     // Oldest first: the live file's segment is the one written longest ago
     // (the coldest by heat alone).
     let seg_a = commit_alone(&fs, a.ino, &a_data);
@@ -346,7 +335,7 @@ fn history_only_segments_leave_a_full_fast_tier_first() {
     assert!(!fs.fast_tier_over_high_water());
     // New writes find room on the fast tier.
     let c2 = fs.create(Ctx::ROOT, ROOT_INO, b"new", 0o644).unwrap();
-    let fresh = commit_alone(&fs, c2.ino, &pattern(1 << 20, 4));
+    let fresh = commit_alone(&fs, c2.ino, &noise(1 << 20, 4));
     assert_eq!(cs.segment(fresh[0]).unwrap().device, 0);
     // The history still reads back (from the slow tier), and the counts
     // check out (check compares live references and history-only bytes).
@@ -385,8 +374,8 @@ fn a_fast_tier_full_of_history_the_mover_cannot_drain_keeps_new_writes_fast() {
     let f = fs.create(Ctx::ROOT, ROOT_INO, b"db", 0o644).unwrap();
     let cs = &fs.pool().chunks;
     let mut last = Vec::new();
-    for round in 0..40u8 {
-        last = pattern(3 << 20, round);
+    for round in 0..40u64 {
+        last = noise(3 << 20, round);
         let segs = commit_alone(&fs, f.ino, &last);
         assert_eq!(segs.len(), 1);
         let dev = cs.segment(segs[0]).unwrap().device;
@@ -399,7 +388,7 @@ fn a_fast_tier_full_of_history_the_mover_cannot_drain_keeps_new_writes_fast() {
     assert!(kept.len() < 30, "{} versions kept", kept.len());
     let then = kept[kept.len() - 2].tid;
     let got = fs.asof_read(f.ino, then, 0, 3 << 20).unwrap();
-    assert!(got == pattern(3 << 20, 38), "the previous version differs");
+    assert!(got == noise(3 << 20, 38), "the previous version differs");
     assert!(
         on_device(&fs, 1).is_empty(),
         "nothing was written to the slow tier"
@@ -423,7 +412,7 @@ fn the_mover_brings_hot_data_up_without_waiting_for_its_interval() {
     c.read_cache_mib = 0;
     let fs = Fs::open(Pool::open(&d.path().join("pool"), Some(c)).unwrap()).unwrap();
     let f = fs.create(Ctx::ROOT, ROOT_INO, b"hot", 0o644).unwrap();
-    let data = pattern(3 << 20, 9);
+    let data = noise(3 << 20, 9);
     let seg = commit_alone(&fs, f.ino, &data)[0];
     let moved = fs.move_segment(seg, |d, _, _| d.id() == 1);
     assert!(moved.unwrap().is_some());

@@ -152,20 +152,6 @@ fn resize_delete_and_bad_requests() {
     assert_clean(&fs);
 }
 
-/// Incompressible bytes from a seed.
-fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(n);
-    out
-}
-
 /// Bytes the pool's device files hold on the host (allocated blocks).
 fn device_bytes(dir: &std::path::Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -203,7 +189,8 @@ fn small_random_writes_cost_about_their_size_on_the_devices() {
     let size = 64 * MIB;
     let v = fs.volume_create("db", size, 4096).unwrap();
     for off in (0..size).step_by(MIB as usize) {
-        fs.write(v.ino, off, &noise(MIB as usize, !off)).unwrap();
+        fs.write(v.ino, off, &common::noise(MIB as usize, !off))
+            .unwrap();
     }
     fs.flush().unwrap();
     let before = device_bytes(d.path());
@@ -216,7 +203,8 @@ fn small_random_writes_cost_about_their_size_on_the_devices() {
         let blk = x % (size / 4096);
         // Unique, incompressible bytes per write (neither dedup nor
         // compression may hide the cost).
-        fs.write(v.ino, blk * 4096, &noise(4096, i + 1)).unwrap();
+        fs.write(v.ino, blk * 4096, &common::noise(4096, i + 1))
+            .unwrap();
         if i % 100 == 99 {
             fs.flush().unwrap();
         }

@@ -282,3 +282,56 @@ fn structured_reads_and_block_status() {
     c.send(CMD_WRITE, 0, 0, 3, b"abc");
     assert_eq!(c.chunk().1, REPLY_TYPE_NONE);
 }
+
+/// A pool volume larger than its pool: writes past the pool's room get
+/// ENOSPC (the connection stays usable), and what FUA writes acknowledged
+/// before reads back exactly, also after a restart.
+#[test]
+fn a_full_pool_answers_enospc_and_keeps_what_was_acknowledged() {
+    use cairn_devices::{DeviceClass, DeviceSpec};
+    use rand::RngCore;
+    let dir = tempfile::tempdir().unwrap();
+    let (pool, dev) = (dir.path().join("pool"), dir.path().join("dev"));
+    std::fs::create_dir_all(&dev).unwrap();
+    let mut o = cairn_fs::MkfsOptions::default();
+    o.devices
+        .push(DeviceSpec::tier(DeviceClass::Nvme, dev, Some(17 << 20)));
+    cairn_fs::mkfs(&pool, o).unwrap();
+    let fs = cairn_fs::Fs::open(cairn_fs::Pool::open(&pool, None).unwrap()).unwrap();
+    fs.volume_create("vol", SIZE, 4096).unwrap();
+    let sock = dir.path().join("s");
+    let ex = Arc::new(cairn_nbd::PoolExports::new(fs.clone()));
+    let server = cairn_nbd::serve_unix(&sock, ex, ServerConfig::default()).unwrap();
+    let mut c = Client::unix(&sock);
+    c.go("vol", false);
+    let mut rng = rand::thread_rng();
+    let mut acked = Vec::new();
+    let mut refused = None;
+    for k in 0..(SIZE >> 20) {
+        let mut b = vec![0u8; 1 << 20];
+        rng.fill_bytes(&mut b);
+        let (err, _) = c.request(CMD_WRITE, CMD_FLAG_FUA, k << 20, 1 << 20, &b);
+        if err != 0 {
+            refused = Some(err);
+            break;
+        }
+        acked.push(b);
+    }
+    assert_eq!(refused, Some(ENOSPC), "a 64 MiB volume on a 16 MiB pool");
+    assert!(!acked.is_empty());
+    for (k, want) in acked.iter().enumerate() {
+        let (err, got) = c.read((k as u64) << 20, 1 << 20);
+        assert_eq!(err, 0);
+        assert!(&got == want, "acknowledged MiB {k} differs");
+    }
+    c.disconnect();
+    drop(server);
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = cairn_fs::Fs::open(cairn_fs::Pool::open(&pool, None).unwrap()).unwrap();
+    let ino = fs.volume("vol").unwrap().ino;
+    for (k, want) in acked.iter().enumerate() {
+        let got = fs.read(ino, (k as u64) << 20, 1 << 20).unwrap();
+        assert!(&got == want, "MiB {k} after a restart");
+    }
+}

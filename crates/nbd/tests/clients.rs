@@ -67,17 +67,10 @@ fn nbdinfo_map(uri: &str) -> Vec<(u64, u64, u64)> {
 #[test]
 fn nbdinfo_map_of_a_pool_volume() {
     let dir = tempfile::tempdir().unwrap();
-    let pool = dir.path().join("pool");
-    let o = cairn_fs::MkfsOptions {
-        sparse: true,
-        ..Default::default()
-    };
-    cairn_fs::mkfs(&pool, o).unwrap();
-    let fs = cairn_fs::Fs::open(cairn_fs::Pool::open(&pool, None).unwrap()).unwrap();
-    let v = fs.volume_create("vol", SIZE, 4096).unwrap();
-    fs.write(v.ino, 1 << 20, &[9u8; 65536]).unwrap();
+    let (fs, ino) = pool_with_volume(&dir.path().join("pool"));
+    fs.write(ino, 1 << 20, &[9u8; 65536]).unwrap();
     fs.flush().unwrap();
-    fs.write(v.ino, 8 << 20, &[1u8; 4096]).unwrap();
+    fs.write(ino, 8 << 20, &[1u8; 4096]).unwrap();
     let ex = Arc::new(cairn_nbd::PoolExports::new(fs.clone()));
     let addr = "127.0.0.1:0".parse().unwrap();
     let s = cairn_nbd::serve_tcp(addr, ex, ServerConfig::default()).unwrap();

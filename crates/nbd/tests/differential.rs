@@ -96,13 +96,7 @@ fn replies_match_nbdkit_memory() {
 fn a_pool_volume_replies_as_nbdkit_memory_does() {
     let dir = tempfile::tempdir().unwrap();
     let pool = dir.path().join("pool");
-    let o = cairn_fs::MkfsOptions {
-        sparse: true,
-        ..Default::default()
-    };
-    cairn_fs::mkfs(&pool, o).unwrap();
-    let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
-    fs.volume_create("vol", SIZE, 4096).unwrap();
+    let (fs, _) = pool_with_volume(&pool);
     let want = compare_with_nbdkit(Arc::new(PoolExports::new(fs.clone())), "vol");
     fs.shutdown().unwrap();
     drop(fs);

@@ -228,7 +228,14 @@ impl Fs {
                 Some(rank) => self.pool.chunks.batch_on(rank),
                 None => self.pool.chunks.batch(),
             };
+            // A file's extents can name one chunk more than once (a piece
+            // split in two by a later write): move it once, or its old
+            // segment would lose it twice and the first copy would leak.
+            let mut seen = std::collections::HashSet::new();
             for &id in ids {
+                if !seen.insert(id) {
+                    continue;
+                }
                 let Some(raw) = r.chunk(id)? else { continue };
                 let old = ChunkRec::decode(&raw)?;
                 looked += old.len as u64;

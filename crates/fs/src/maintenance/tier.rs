@@ -370,13 +370,20 @@ impl Fs {
             .spawn(move || {
                 let mut last = Instant::now();
                 let mut last_round = Instant::now();
+                let mut last_hot_look = Instant::now();
                 while !fs.stopping.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(200));
                     // Above the high-water mark, or hot data waiting on a
                     // slower tier with room above: move now (at most one
                     // round a second), not at the next interval.
+                    // The hot-data look scans the heat table: once a
+                    // second, not at every 200 ms tick.
+                    let look_hot = last_hot_look.elapsed() >= Duration::from_secs(1);
+                    if look_hot {
+                        last_hot_look = Instant::now();
+                    }
                     let urgent = last_round.elapsed() >= Duration::from_secs(1)
-                        && (fs.fast_tier_over_high_water() || fs.hot_waiting_below());
+                        && (fs.fast_tier_over_high_water() || (look_hot && fs.hot_waiting_below()));
                     if !urgent && last.elapsed() < Duration::from_secs(every) {
                         continue;
                     }

@@ -22,4 +22,19 @@ pub fn make(dir: &Path) -> Arc<Fs> {
 pub fn reopen(dir: &Path) -> Arc<Fs> {
     Fs::open(Pool::open(&dir.join("pool"), None).unwrap()).unwrap()
 }
+
+/// Incompressible bytes from a seed.
+pub fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
 pub mod workload;

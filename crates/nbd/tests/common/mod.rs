@@ -18,6 +18,19 @@ pub const SIZE: u64 = 64 << 20;
 /// A reply slower than this fails the test instead of hanging it.
 pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// A new pool (sparse devices) at `path`, opened, holding one volume
+/// "vol" of SIZE bytes with 4 KiB blocks; returns it and the volume's inode.
+pub fn pool_with_volume(path: &Path) -> (Arc<cairn_fs::Fs>, u64) {
+    let o = cairn_fs::MkfsOptions {
+        sparse: true,
+        ..Default::default()
+    };
+    cairn_fs::mkfs(path, o).unwrap();
+    let fs = cairn_fs::Fs::open(cairn_fs::Pool::open(path, None).unwrap()).unwrap();
+    let ino = fs.volume_create("vol", SIZE, 4096).unwrap().ino;
+    (fs, ino)
+}
+
 /// "disk" (writable, 64 MiB) and "disk@snap" (read-only, its snapshot).
 pub fn disk_exports() -> (Arc<MemExport>, StaticExports) {
     let disk = Arc::new(MemExport::new(SIZE));
