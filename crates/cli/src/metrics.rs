@@ -21,10 +21,39 @@ pub fn start(fs: &Arc<Fs>, c: &PoolConfig) -> Result<Option<cairn_http::Server>>
         allow_remote: c.metrics_allow_remote,
         scan_interval: Duration::from_secs(c.metrics_scan_interval_secs),
     };
-    let extra: Vec<cairn_http::ExtraFn> = vec![Box::new(fuse_samples), Box::new(nbd_samples)];
+    let extra: Vec<cairn_http::ExtraFn> = vec![
+        Box::new(logical_samples),
+        Box::new(fuse_samples),
+        Box::new(nbd_samples),
+    ];
     let s = cairn_http::serve(fs.clone(), opts, extra)
         .with_context(|| format!("metrics server on {addr}"))?;
     Ok(Some(s))
+}
+
+/// Logical bytes read and written through every frontend (FUSE and NBD).
+fn logical_samples() -> Vec<Sample> {
+    let f = cairn_fuse::metrics::snapshot();
+    let (mut r, mut w) = (f.read_bytes, f.write_bytes);
+    for (_, st) in crate::nbd::server_stats() {
+        let bytes = |c: &str| st.commands.get(c).map_or(0, |c| c.bytes);
+        r += bytes("read");
+        w += bytes("write");
+    }
+    vec![
+        Sample::new(
+            "cairn_logical_read_bytes",
+            "Bytes read by users (FUSE and NBD), before caches and dedup.",
+            Kind::Counter,
+            r as f64,
+        ),
+        Sample::new(
+            "cairn_logical_written_bytes",
+            "Bytes written by users (FUSE and NBD), before dedup and compression.",
+            Kind::Counter,
+            w as f64,
+        ),
+    ]
 }
 
 fn fuse_samples() -> Vec<Sample> {

@@ -70,6 +70,17 @@ pub(crate) fn collect(fs: &Fs, scan: &ScanCache, extra: &[crate::ExtraFn]) -> Ve
     v
 }
 
+fn hist(name: &str, help: &str, h: &cairn_fs::service_stats::HistSnapshot) -> Sample {
+    Sample {
+        value: Value::Histogram {
+            sum: h.sum_seconds,
+            count: h.count,
+            buckets: h.buckets.clone(),
+        },
+        ..Sample::new(name, help, Kind::Histogram, 0.0)
+    }
+}
+
 fn service(fs: &Fs, v: &mut Vec<Sample>) {
     use Kind::*;
     let s = match fs.service_stats() {
@@ -92,19 +103,26 @@ fn service(fs: &Fs, v: &mut Vec<Sample>) {
         Gauge,
         s.dirty_bytes as f64,
     ));
-    v.push(Sample {
-        value: Value::Histogram {
-            sum: s.commit_seconds_sum,
-            count: s.commits,
-            buckets: s.commit_buckets,
-        },
-        ..n(
-            "cairn_commit_duration_seconds",
-            "Time each commit (flush of buffered writes) took.",
-            Histogram,
-            0.0,
-        )
-    });
+    let whole = cairn_fs::service_stats::HistSnapshot {
+        count: s.commits,
+        sum_seconds: s.commit_seconds_sum,
+        buckets: s.commit_buckets.clone(),
+    };
+    v.push(hist(
+        "cairn_commit_duration_seconds",
+        "Time each commit (flush of buffered writes and metadata commit) took.",
+        &whole,
+    ));
+    v.push(hist(
+        "cairn_flush_duration_seconds",
+        "Time each commit spent writing its blocks to segments (the data flush).",
+        &s.commit_data,
+    ));
+    v.push(hist(
+        "cairn_commit_metadata_duration_seconds",
+        "Time each commit spent committing its metadata transaction.",
+        &s.commit_meta,
+    ));
     v.push(n(
         "cairn_committed_bytes",
         "Dirty bytes committed since the mount.",
@@ -125,46 +143,184 @@ fn service(fs: &Fs, v: &mut Vec<Sample>) {
             age,
         ));
     }
+    if let Some(age) = s.oldest_snapshot_age_seconds {
+        v.push(n(
+            "cairn_oldest_snapshot_age_seconds",
+            "Seconds since the oldest snapshot was taken.",
+            Gauge,
+            age,
+        ));
+    }
     v.push(n(
         "cairn_ram_cache_bytes",
         "Bytes held by the RAM read cache.",
         Gauge,
         s.ram_cache_bytes as f64,
     ));
-    if let Some(c) = s.ssd_cache {
-        v.push(n(
-            "cairn_ssd_cache_hits",
-            "SSD read cache hits.",
+    v.push(n(
+        "cairn_ram_cache_hits",
+        "RAM read cache hits (0 without a RAM cache).",
+        Counter,
+        s.ram_cache_hits.unwrap_or(0) as f64,
+    ));
+    v.push(n(
+        "cairn_ram_cache_misses",
+        "RAM read cache misses (0 without a RAM cache).",
+        Counter,
+        s.ram_cache_misses.unwrap_or(0) as f64,
+    ));
+    let c = s.ssd_cache.clone().unwrap_or_default();
+    v.push(n(
+        "cairn_ssd_cache_hits",
+        "SSD read cache hits (0 without an SSD cache).",
+        Counter,
+        c.hits as f64,
+    ));
+    v.push(n(
+        "cairn_ssd_cache_misses",
+        "SSD read cache misses (0 without an SSD cache).",
+        Counter,
+        c.misses as f64,
+    ));
+    v.push(n(
+        "cairn_ssd_cache_filled_bytes",
+        "Bytes copied into the SSD read cache.",
+        Counter,
+        c.filled_bytes as f64,
+    ));
+    v.push(n(
+        "cairn_ssd_cache_entries",
+        "Entries in the SSD read cache.",
+        Gauge,
+        c.entries as f64,
+    ));
+    let (pr, pw) = s
+        .devices
+        .iter()
+        .fold((0, 0), |(r, w), d| (r + d.read_bytes, w + d.written_bytes));
+    v.push(n(
+        "cairn_physical_read_bytes",
+        "Bytes read from the pool's devices (all devices).",
+        Counter,
+        pr as f64,
+    ));
+    v.push(n(
+        "cairn_physical_written_bytes",
+        "Bytes written to the pool's devices' data areas (all devices).",
+        Counter,
+        pw as f64,
+    ));
+    let mut groups: [Vec<Sample>; 4] = Default::default();
+    for d in &s.devices {
+        let l = |x: Sample| {
+            x.label("device", d.id)
+                .label("class", &d.class)
+                .label("role", &d.role)
+        };
+        groups[0].push(l(n(
+            "cairn_device_read_bytes",
+            "Bytes read from the device.",
             Counter,
-            c.hits as f64,
-        ));
-        v.push(n(
-            "cairn_ssd_cache_misses",
-            "SSD read cache misses.",
+            d.read_bytes as f64,
+        )));
+        groups[1].push(l(n(
+            "cairn_device_written_bytes",
+            "Bytes written to the device's data area.",
             Counter,
-            c.misses as f64,
-        ));
-        v.push(n(
-            "cairn_ssd_cache_filled_bytes",
-            "Bytes copied into the SSD read cache.",
+            d.written_bytes as f64,
+        )));
+        groups[2].push(l(n(
+            "cairn_device_read_errors",
+            "Failed reads of the device since the mount.",
             Counter,
-            c.filled_bytes as f64,
-        ));
-        v.push(n(
-            "cairn_ssd_cache_entries",
-            "Entries in the SSD read cache.",
-            Gauge,
-            c.entries as f64,
-        ));
+            d.read_errors as f64,
+        )));
+        groups[3].push(l(n(
+            "cairn_device_write_errors",
+            "Failed writes or syncs of the device since the mount.",
+            Counter,
+            d.write_errors as f64,
+        )));
     }
+    v.extend(groups.into_iter().flatten());
+    let mut groups: [Vec<Sample>; 5] = Default::default();
+    for t in &s.tasks {
+        let l = |x: Sample| x.label("task", t.task);
+        groups[0].push(l(n(
+            "cairn_maintenance_runs",
+            "Runs of a maintenance task (gc, reblock, scrub, prune, migrate) since the mount.",
+            Counter,
+            t.runs as f64,
+        )));
+        groups[1].push(l(n(
+            "cairn_maintenance_running",
+            "1 while the task runs.",
+            Gauge,
+            t.running as u8 as f64,
+        )));
+        let ratio = if t.total > 0 {
+            t.done as f64 / t.total as f64
+        } else {
+            (t.runs > 0 && !t.running) as u8 as f64
+        };
+        groups[2].push(l(n(
+            "cairn_maintenance_progress_ratio",
+            "Progress of the task's current or last run, 0 to 1.",
+            Gauge,
+            ratio,
+        )));
+        groups[3].push(l(n(
+            "cairn_maintenance_processed_bytes",
+            "Bytes the task moved (gc, reblock, migrate), verified (scrub) or freed (prune).",
+            Counter,
+            t.processed_bytes as f64,
+        )));
+        groups[4].push(l(n(
+            "cairn_maintenance_reclaimed_bytes",
+            "Device space the task gave back (freed segments).",
+            Counter,
+            t.reclaimed_bytes as f64,
+        )));
+    }
+    v.extend(groups.into_iter().flatten());
+    v.push(n(
+        "cairn_scrub_damaged_chunks",
+        "Damaged chunks found by scrubs since the mount.",
+        Counter,
+        s.scrub_damaged_chunks as f64,
+    ));
+    v.push(n(
+        "cairn_tier_promoted_bytes",
+        "Bytes the tier mover promoted to faster tiers.",
+        Counter,
+        s.promoted_bytes as f64,
+    ));
+    v.push(n(
+        "cairn_tier_demoted_bytes",
+        "Bytes the tier mover demoted to slower tiers.",
+        Counter,
+        s.demoted_bytes as f64,
+    ));
+    v.push(n(
+        "cairn_tier_promoted_segments",
+        "Segments the tier mover promoted.",
+        Counter,
+        s.promoted_segments as f64,
+    ));
+    v.push(n(
+        "cairn_tier_demoted_segments",
+        "Segments the tier mover demoted.",
+        Counter,
+        s.demoted_segments as f64,
+    ));
 }
 
-/// Per device: size, fill, segments by heat, write errors (the segment
+/// Per device: size, fill, segments by heat (the segment table and heat
 /// table, no scan of metadata).
 fn devices(fs: &Fs, v: &mut Vec<Sample>) {
     use Kind::*;
     let tiers = fs.tier_status();
-    let mut groups: [Vec<Sample>; 5] = Default::default();
+    let mut groups: [Vec<Sample>; 7] = Default::default();
     for t in &tiers {
         let d = &t.device;
         let s = |name: &str, help: &str, k, x: f64| {
@@ -186,22 +342,38 @@ fn devices(fs: &Fs, v: &mut Vec<Sample>) {
             d.used as f64,
         ));
         groups[2].push(s(
-            "cairn_device_write_errors",
-            "Failed writes or syncs of the device since the mount.",
-            Counter,
-            d.write_errors as f64,
+            "cairn_device_fill_ratio",
+            "Used / size of the device, 0 to 1.",
+            Gauge,
+            if d.size > 0 {
+                d.used as f64 / d.size as f64
+            } else {
+                0.0
+            },
         ));
         groups[3].push(s(
+            "cairn_device_segments",
+            "Segments stored on the device.",
+            Gauge,
+            d.segments as f64,
+        ));
+        groups[4].push(s(
             "cairn_device_hot_segments",
             "Segments read at least tier_promote_hits times (decayed).",
             Gauge,
             d.hot_segments as f64,
         ));
+        groups[5].push(s(
+            "cairn_device_heat",
+            "Sum of the decayed reads of the device's segments (the tier mover's heat).",
+            Gauge,
+            t.heat_sum,
+        ));
         for (i, n) in t.heat.iter().enumerate() {
             let le = cairn_fs::maintenance::tier::HEAT_BUCKETS
                 .get(i)
                 .map_or("+Inf".to_string(), |b| b.to_string());
-            groups[4].push(
+            groups[6].push(
                 s(
                     "cairn_device_segments_by_heat",
                     "Segments per decayed-heat bucket (upper bound `heat_le`, not cumulative).",

@@ -17,6 +17,7 @@ use tiny_http::{Header, Method, Request, Response};
 const INDEX: &str = include_str!("web/index.html");
 const SCRIPT: &str = include_str!("web/dashboard.js");
 const STYLE: &str = include_str!("web/dashboard.css");
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// Where and how to serve.
 pub struct Options {
@@ -115,16 +116,30 @@ fn answer(req: Request, ctx: &Ctx) {
         let _ = req.respond(r);
         return;
     }
-    let path = req.url().split('?').next().unwrap_or("/").to_string();
-    let (status, ctype, body) = route(&path, ctx);
+    let (path, query) = req.url().split_once('?').unwrap_or((req.url(), ""));
+    let (path, query) = (path.to_string(), query.to_string());
+    let (status, ctype, body) = route(&path, &query, ctx);
+    // The page loads only its own script and style and runs no inline
+    // script (a second wall behind the page's text-only insertion of data).
     let r = Response::from_string(body)
         .with_status_code(status)
         .with_header(header("Content-Type", ctype))
-        .with_header(header("Cache-Control", "no-store"));
+        .with_header(header("Cache-Control", "no-store"))
+        .with_header(header("X-Content-Type-Options", "nosniff"))
+        .with_header(header("Content-Security-Policy", CSP));
     let _ = req.respond(r);
 }
 
-fn route(path: &str, ctx: &Ctx) -> (u16, &'static str, String) {
+/// The value of `key` in a query string `a=1&b=2`.
+fn param<'q>(query: &'q str, key: &str) -> Option<&'q str> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+}
+
+fn route(path: &str, query: &str, ctx: &Ctx) -> (u16, &'static str, String) {
     let js = |v: Value| (200, "application/json", v.to_string());
     match path {
         "/" | "/index.html" => (200, "text/html; charset=utf-8", INDEX.into()),
@@ -139,6 +154,12 @@ fn route(path: &str, ctx: &Ctx) -> (u16, &'static str, String) {
         "/api/info" => js(info(ctx)),
         "/api/tier" => js(json!(ctx.fs.tier_status())),
         "/api/snapshots" => js(snapshots(&ctx.fs)),
+        "/api/heatmap" => {
+            let cells = param(query, "cells")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(cairn_fs::maintenance::heatmap::DEFAULT_CELLS);
+            js(json!(ctx.fs.heat_map(cells)))
+        }
         _ => (404, "text/plain", "not found\n".into()),
     }
 }

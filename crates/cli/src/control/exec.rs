@@ -22,6 +22,12 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             let mut v = serde_json::to_value(info).expect("info serializes");
             v["volumes"] = serde_json::to_value(fs.volumes()?).expect("volumes serialize");
             v["nbd"] = crate::nbd::stats_json();
+            // The counters the metrics endpoint serves (mount daemon only).
+            v["service"] = serde_json::to_value(fs.service_stats()?).expect("stats serialize");
+            if cairn_fuse::metrics::enabled() {
+                v["fuse"] = serde_json::to_value(cairn_fuse::metrics::snapshot())
+                    .expect("fuse stats serialize");
+            }
             Ok(v)
         }
         Request::SnapshotCreate { name, auto } => {

@@ -307,8 +307,9 @@ impl Fs {
             t0.elapsed() - t1
         );
         if r.is_ok() {
-            let ns = t0.elapsed().as_nanos() as u64;
-            self.commit_stats.note(ns, ov.bytes);
+            let data_ns = t1.as_nanos() as u64;
+            let meta_ns = (t0.elapsed() - t1).as_nanos() as u64;
+            self.commit_stats.note(data_ns, meta_ns, ov.bytes);
         }
         r
     }
