@@ -156,20 +156,122 @@ fn mount_with_metrics(p: &Pool, port: u16) {
     cairn(&[&"mount", &p.pool, &p.mnt, &"--metrics", &addr]);
 }
 
+/// Every metric family the daemon serves (with an NBD server running).
+const FAMILIES: &[&str] = &[
+    "cairn_tid",
+    "cairn_dirty_bytes",
+    "cairn_commit_duration_seconds",
+    "cairn_flush_duration_seconds",
+    "cairn_commit_metadata_duration_seconds",
+    "cairn_committed_bytes_total",
+    "cairn_snapshots",
+    "cairn_newest_snapshot_age_seconds",
+    "cairn_oldest_snapshot_age_seconds",
+    "cairn_ram_cache_bytes",
+    "cairn_ram_cache_hits_total",
+    "cairn_ram_cache_misses_total",
+    "cairn_ssd_cache_hits_total",
+    "cairn_ssd_cache_misses_total",
+    "cairn_ssd_cache_filled_bytes_total",
+    "cairn_ssd_cache_entries",
+    "cairn_physical_read_bytes_total",
+    "cairn_physical_written_bytes_total",
+    "cairn_device_read_bytes_total",
+    "cairn_device_written_bytes_total",
+    "cairn_device_read_errors_total",
+    "cairn_device_write_errors_total",
+    "cairn_maintenance_runs_total",
+    "cairn_maintenance_running",
+    "cairn_maintenance_progress_ratio",
+    "cairn_maintenance_processed_bytes_total",
+    "cairn_maintenance_reclaimed_bytes_total",
+    "cairn_scrub_damaged_chunks_total",
+    "cairn_tier_promoted_bytes_total",
+    "cairn_tier_demoted_bytes_total",
+    "cairn_tier_promoted_segments_total",
+    "cairn_tier_demoted_segments_total",
+    "cairn_device_size_bytes",
+    "cairn_device_used_bytes",
+    "cairn_device_fill_ratio",
+    "cairn_device_segments",
+    "cairn_device_hot_segments",
+    "cairn_device_heat",
+    "cairn_device_segments_by_heat",
+    "cairn_scan_age_seconds",
+    "cairn_files",
+    "cairn_directories",
+    "cairn_logical_bytes",
+    "cairn_physical_bytes",
+    "cairn_capacity_bytes",
+    "cairn_referenced_bytes",
+    "cairn_unique_bytes",
+    "cairn_stored_bytes",
+    "cairn_history_only_bytes",
+    "cairn_dedup_ratio",
+    "cairn_compression_ratio",
+    "cairn_chunks",
+    "cairn_logical_read_bytes_total",
+    "cairn_logical_written_bytes_total",
+    "cairn_fuse_read_bytes_total",
+    "cairn_fuse_write_bytes_total",
+    "cairn_fuse_requests_total",
+    "cairn_fuse_request_duration_seconds",
+    "cairn_nbd_requests_total",
+    "cairn_nbd_bytes_total",
+    "cairn_nbd_errors_total",
+    "cairn_nbd_connections_open",
+    "cairn_nbd_workers",
+    "cairn_nbd_queued_jobs",
+    "cairn_nbd_queue_wait_seconds",
+    "cairn_nbd_workers_busy",
+];
+
 #[test]
 fn metrics_are_valid_and_agree_with_info() {
     let p = Pool::new("");
     let port = free_port();
-    mount_with_metrics(&p, port);
+    let sock = p.pool.parent().unwrap().join("nbd.sock");
+    let addr = format!("127.0.0.1:{port}");
+    cairn(&[
+        &"mount",
+        &p.pool,
+        &p.mnt,
+        &"--metrics",
+        &addr,
+        &"--nbd-socket",
+        &sock,
+    ]);
+    // A known workload: files (one written twice: dedup), snapshots, an
+    // NBD volume written with qemu-io, and every maintenance command.
     let bytes = workload(&p.mnt, 5);
+    std::fs::copy(p.mnt.join("file0"), p.mnt.join("copy0")).unwrap();
+    let copy = std::fs::metadata(p.mnt.join("copy0")).unwrap().len();
     cairn(&[&"sync", &p.mnt]);
     for k in 0..3 {
         cairn(&[&"snapshot", &"create", &p.mnt, &format!("s{k}")]);
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    cairn(&[&"volume", &"create", &p.mnt, &"vol", &"16M"]);
+    let uri = format!("nbd+unix:///vol?socket={}", sock.display());
+    run(Command::new("qemu-io").args([
+        "-f",
+        "raw",
+        "-c",
+        "write -P 0x5a 0 1M",
+        "-c",
+        "read -P 0x5a 0 1M",
+        &uri,
+    ]));
+    std::fs::remove_file(p.mnt.join("file4")).unwrap();
+    cairn(&[&"sync", &p.mnt]);
+    for c in ["scrub", "gc", "reblock", "prune"] {
+        cairn(&[&c, &p.mnt]);
     }
     cairn(&[&"sync", &p.mnt]);
     std::thread::sleep(Duration::from_millis(2500));
     let (st, text) = http(port, "GET", "/metrics");
     assert_eq!(st, 200);
+    let i = info(&p.mnt);
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -190,38 +292,178 @@ fn metrics_are_valid_and_agree_with_info() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    let fams: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    for f in FAMILIES {
+        assert!(fams.contains(f), "no family {f} in\n{text}");
+    }
     let m = parse_metrics(&text);
-    let i = info(&p.mnt);
     let get = |k: &str| *m.get(k).unwrap_or_else(|| panic!("no {k} in\n{text}"));
-    assert_eq!(get("cairn_tid"), i["current_tid"].as_u64().unwrap() as f64);
+    let u = |v: &Json| {
+        v.as_f64()
+            .unwrap_or_else(|| panic!("not a number: {v} in {i}"))
+    };
+    let s = &i["service"];
+    assert_eq!(get("cairn_tid"), u(&i["current_tid"]));
     assert_eq!(get("cairn_snapshots"), 3.0);
-    assert_eq!(get("cairn_files"), 5.0);
-    assert_eq!(get("cairn_logical_bytes"), bytes as f64);
-    assert_eq!(i["logical_bytes"].as_u64(), Some(bytes));
+    assert_eq!(get("cairn_snapshots"), u(&s["snapshots"]));
+    let (newest, oldest) = (
+        get("cairn_newest_snapshot_age_seconds"),
+        get("cairn_oldest_snapshot_age_seconds"),
+    );
+    assert!(
+        oldest >= newest + 2.0,
+        "oldest {oldest} s, newest {newest} s"
+    );
+    assert!((oldest - u(&s["oldest_snapshot_age_seconds"])).abs() < 5.0);
+    // The scan: files, bytes, ratios.
+    // Five files and the volume (a file of the pool).
+    assert_eq!(get("cairn_files"), 6.0);
+    assert_eq!(get("cairn_files"), u(&i["files"]));
+    assert_eq!(get("cairn_logical_bytes"), u(&i["logical_bytes"]));
+    assert_eq!(
+        i["logical_bytes"].as_u64(),
+        Some(bytes + copy - (1 << 20) - 4 * 4096 - 17 + (16 << 20))
+    );
     for k in [
         "stored_bytes",
         "unique_bytes",
         "referenced_bytes",
         "capacity_bytes",
         "physical_bytes",
+        "history_only_bytes",
+        "chunks",
+        "dedup_ratio",
+        "compression_ratio",
     ] {
+        assert_eq!(get(&format!("cairn_{k}")), u(&i[k]), "{k}");
+    }
+    assert!(get("cairn_dedup_ratio") > 1.0, "file0 and copy0 dedup");
+    // Commits, caches, device I/O and errors, maintenance, tiering.
+    assert_eq!(get("cairn_commit_duration_seconds_count"), u(&s["commits"]));
+    assert_eq!(
+        get("cairn_flush_duration_seconds_count"),
+        u(&s["commit_data"]["count"])
+    );
+    assert_eq!(
+        get("cairn_commit_metadata_duration_seconds_count"),
+        u(&s["commits"])
+    );
+    assert_eq!(get("cairn_committed_bytes_total"), u(&s["committed_bytes"]));
+    assert_eq!(get("cairn_dirty_bytes"), u(&s["dirty_bytes"]));
+    assert_eq!(get("cairn_ram_cache_bytes"), u(&i["ram_cache_bytes"]));
+    let ram = |k: &str| s[k].as_f64().unwrap_or(0.0);
+    assert_eq!(get("cairn_ram_cache_hits_total"), ram("ram_cache_hits"));
+    assert_eq!(get("cairn_ram_cache_misses_total"), ram("ram_cache_misses"));
+    let ssd = |k: &str| s["ssd_cache"][k].as_f64().unwrap_or(0.0);
+    assert_eq!(get("cairn_ssd_cache_hits_total"), ssd("hits"));
+    assert_eq!(get("cairn_ssd_cache_misses_total"), ssd("misses"));
+    let (mut pr, mut pw) = (0.0, 0.0);
+    for d in s["devices"].as_array().unwrap() {
+        let l = format!(
+            "{{device=\"{}\",class=\"{}\",role=\"{}\"}}",
+            d["id"],
+            d["class"].as_str().unwrap(),
+            d["role"].as_str().unwrap()
+        );
+        for (metric, key) in [
+            ("cairn_device_read_bytes_total", "read_bytes"),
+            ("cairn_device_written_bytes_total", "written_bytes"),
+            ("cairn_device_read_errors_total", "read_errors"),
+            ("cairn_device_write_errors_total", "write_errors"),
+        ] {
+            assert_eq!(get(&format!("{metric}{l}")), u(&d[key]), "{metric}{l}");
+        }
+        pr += u(&d["read_bytes"]);
+        pw += u(&d["written_bytes"]);
+    }
+    assert_eq!(get("cairn_physical_read_bytes_total"), pr);
+    assert_eq!(get("cairn_physical_written_bytes_total"), pw);
+    assert!(pw >= bytes as f64, "devices wrote {pw} of {bytes}");
+    for d in i["devices"].as_array().unwrap() {
+        let l = format!(
+            "{{device=\"{}\",class=\"{}\",role=\"{}\"}}",
+            d["id"],
+            d["class"].as_str().unwrap(),
+            d["role"].as_str().unwrap()
+        );
+        for (metric, key) in [
+            ("cairn_device_used_bytes", "used"),
+            ("cairn_device_size_bytes", "size"),
+            ("cairn_device_segments", "segments"),
+            ("cairn_device_hot_segments", "hot_segments"),
+            ("cairn_device_write_errors_total", "write_errors"),
+        ] {
+            assert_eq!(get(&format!("{metric}{l}")), u(&d[key]), "{metric}{l}");
+        }
+        let fill = get(&format!("cairn_device_fill_ratio{l}"));
+        assert!((fill - u(&d["used"]) / u(&d["size"])).abs() < 1e-9);
+    }
+    for t in s["tasks"].as_array().unwrap() {
+        let l = format!("{{task=\"{}\"}}", t["task"].as_str().unwrap());
+        for (metric, key) in [
+            ("cairn_maintenance_runs_total", "runs"),
+            ("cairn_maintenance_processed_bytes_total", "processed_bytes"),
+            ("cairn_maintenance_reclaimed_bytes_total", "reclaimed_bytes"),
+        ] {
+            assert_eq!(get(&format!("{metric}{l}")), u(&t[key]), "{metric}{l}");
+        }
+    }
+    for t in ["scrub", "gc", "reblock", "prune"] {
+        let l = format!("{{task=\"{t}\"}}");
+        assert!(
+            get(&format!("cairn_maintenance_runs_total{l}")) >= 1.0,
+            "{t}"
+        );
+        assert_eq!(get(&format!("cairn_maintenance_running{l}")), 0.0, "{t}");
         assert_eq!(
-            get(&format!("cairn_{k}")),
-            i[k].as_u64().unwrap() as f64,
-            "{k}"
+            get(&format!("cairn_maintenance_progress_ratio{l}")),
+            1.0,
+            "{t}"
         );
     }
-    let d0 = &i["devices"][0];
-    let used = format!(
-        "cairn_device_used_bytes{{device=\"0\",class=\"{}\",role=\"{}\"}}",
-        d0["class"].as_str().unwrap(),
-        d0["role"].as_str().unwrap()
+    assert!(get("cairn_maintenance_processed_bytes_total{task=\"scrub\"}") >= bytes as f64 / 2.0);
+    assert_eq!(get("cairn_scrub_damaged_chunks_total"), 0.0);
+    assert_eq!(
+        get("cairn_tier_promoted_bytes_total"),
+        u(&s["promoted_bytes"])
     );
-    assert_eq!(get(&used), d0["used"].as_u64().unwrap() as f64);
-    assert!(get("cairn_fuse_write_bytes_total") >= bytes as f64);
+    assert_eq!(
+        get("cairn_tier_demoted_bytes_total"),
+        u(&s["demoted_bytes"])
+    );
+    // Frontends: FUSE and NBD bytes, and their sum as logical bytes.
+    let fuse_w = u(&i["fuse"]["write_bytes"]);
+    assert_eq!(get("cairn_fuse_write_bytes_total"), fuse_w);
+    // (copy0 was made by copy_file_range, not written.)
+    assert!(fuse_w >= bytes as f64);
+    let nbd = &i["nbd"][0];
+    let srv = nbd["address"].as_str().unwrap();
+    let nbd_w = u(&nbd["stats"]["commands"]["write"]["bytes"]);
+    assert_eq!(nbd_w, (1 << 20) as f64);
+    assert_eq!(
+        get(&format!(
+            "cairn_nbd_bytes_total{{server=\"{srv}\",command=\"write\"}}"
+        )),
+        nbd_w
+    );
+    assert_eq!(get("cairn_logical_written_bytes_total"), fuse_w + nbd_w);
+    let nbd_r = u(&nbd["stats"]["commands"]["read"]["bytes"]);
+    assert!(get("cairn_logical_read_bytes_total") >= nbd_r + u(&i["fuse"]["read_bytes"]));
+    assert_eq!(
+        get(&format!("cairn_nbd_workers{{server=\"{srv}\"}}")),
+        u(&nbd["stats"]["pool"]["workers"])
+    );
+    assert!(
+        get(&format!(
+            "cairn_nbd_queue_wait_seconds_count{{server=\"{srv}\"}}"
+        )) >= 2.0
+    );
     assert!(get("cairn_fuse_requests_total{op=\"write\"}") > 0.0);
     assert!(get("cairn_fuse_request_duration_seconds_count{op=\"write\"}") > 0.0);
-    assert!(get("cairn_commit_duration_seconds_count") >= 1.0);
     // Read-only: other methods are refused.
     assert_eq!(http(port, "POST", "/metrics").0, 405);
     assert_eq!(http(port, "DELETE", "/api/info").0, 405);
