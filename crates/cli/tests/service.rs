@@ -43,12 +43,26 @@ struct Pool {
 
 impl Pool {
     fn new(extra_config: &str) -> Pool {
+        Pool::with("", &[("ssd", "1G")], &[], extra_config)
+    }
+
+    /// A pool in `TMP/sub/pool` (its devices `TMP/sub/data.N`, of these
+    /// classes and sizes), mounted later on `TMP/mnt`.
+    fn with(sub: &str, devices: &[(&str, &str)], mkfs_args: &[&str], extra_config: &str) -> Pool {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-        let pool = dir.path().join("pool");
+        let base = dir.path().join(sub);
+        std::fs::create_dir_all(&base).unwrap();
+        let pool = base.join("pool");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
-        let dev = format!("ssd:{}:1G", pool.join("data.0").display());
-        cairn(&[&"mkfs", &pool, &"--device", &dev]);
+        let mut mkfs = Command::new(CAIRN);
+        mkfs.arg("mkfs").arg(&pool).args(mkfs_args);
+        for (n, (class, size)) in devices.iter().enumerate() {
+            let path = base.join(format!("data.{n}"));
+            mkfs.arg("--device")
+                .arg(format!("{class}:{}:{size}", path.display()));
+        }
+        run(&mut mkfs);
         let cfg = pool.join("cairn.toml");
         let text = std::fs::read_to_string(&cfg).unwrap();
         let mut text: String = text
@@ -611,21 +625,31 @@ fn systemd_unit_mounts_and_stops() {
     let _ = std::fs::remove_file(format!("/etc/cairn/{name}.toml"));
 }
 
+/// Markup a pool string could smuggle into the page: shown as text, it
+/// runs nothing; parsed as HTML, its handler sets `window.__xss`.
+const PAYLOAD: &str = "<img src=x onerror=window.__xss=1>";
+
 #[test]
 fn dashboard_in_headless_chromium() {
     let dir = Path::new(ROOT).join("crates/cli/tests/browser");
     run(Command::new("npm")
         .args(["ci", "--no-audit", "--no-fund", "--silent"])
+        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
         .current_dir(&dir));
-    let p = Pool::new("");
+    // Two tiers (heat map rows); the pool's directory, hence its path and
+    // its devices' paths, and a snapshot's name carry the payload.
+    let p = Pool::with(PAYLOAD, &[("nvme", "64M"), ("hdd", "256M")], &[], "");
     let port = free_port();
     mount_with_metrics(&p, port);
     let bytes = workload(&p.mnt, 4);
-    for k in 0..2 {
-        cairn(&[&"snapshot", &"create", &p.mnt, &format!("snap{k}")]);
+    let evil_snap = PAYLOAD.replace("__xss=1", "__xss=2");
+    for name in ["snap0", evil_snap.as_str()] {
+        cairn(&[&"snapshot", &"create", &p.mnt, &name]);
     }
     cairn(&[&"sync", &p.mnt]);
     std::thread::sleep(Duration::from_millis(2500));
+    // The figures the page must show: before the script writes more.
+    let i = info(&p.mnt);
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
     std::fs::create_dir_all(&shots).unwrap();
     let out = run(Command::new("node")
@@ -636,7 +660,6 @@ fn dashboard_in_headless_chromium() {
         .current_dir(&dir));
     let page: Json = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-    let i = info(&p.mnt);
     assert_eq!(page["files"].as_u64(), Some(4), "{page}");
     assert_eq!(page["logical"].as_u64(), Some(bytes));
     assert_eq!(page["logical"], i["logical_bytes"]);
@@ -644,7 +667,7 @@ fn dashboard_in_headless_chromium() {
     assert_eq!(page["timeline"].as_u64(), Some(2));
     assert_eq!(page["device0_used"], i["devices"][0]["used"]);
     assert_eq!(page["device0_size"], i["devices"][0]["size"]);
-    assert!(page["tid"].as_u64().unwrap() <= i["current_tid"].as_u64().unwrap());
+    assert!(page["tid"].as_u64().unwrap() >= i["current_tid"].as_u64().unwrap());
     let (w0, w1) = (
         page["written_before"].as_u64().unwrap(),
         page["written_after"].as_u64().unwrap(),
@@ -654,6 +677,185 @@ fn dashboard_in_headless_chromium() {
         page["points_after"].as_u64() > page["points_before"].as_u64(),
         "{page}"
     );
+    // Pool strings shown literally, nothing injected or run.
+    let pool_text = page["pool_text"].as_str().unwrap();
+    assert!(pool_text.contains(PAYLOAD), "{pool_text}");
+    let paths = page["path_cells"].as_array().unwrap();
+    assert_eq!(paths.len(), 2);
+    for (k, t) in paths.iter().enumerate() {
+        let t = t.as_str().unwrap();
+        assert!(
+            t.contains(PAYLOAD) && t.ends_with(&format!("data.{k}")),
+            "{t}"
+        );
+    }
+    let names: Vec<&str> = page["snapshot_names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(names.contains(&evil_snap.as_str()), "{names:?}");
+    assert_eq!(page["injected_imgs"].as_u64(), Some(0), "{page}");
+    assert_eq!(page["injected_onerror"].as_u64(), Some(0), "{page}");
+    assert!(page["xss"].is_null(), "a payload ran: {page}");
+    assert_eq!(page["dialogs"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        page["page_errors"].as_array().unwrap().len(),
+        0,
+        "{}",
+        page["page_errors"]
+    );
+    // Heat map: one row per device, one cell per slot (small pool), every
+    // segment in a cell.
+    let seg = i["segment_size"].as_u64().unwrap();
+    let hm = page["heatmap"].as_array().unwrap();
+    assert_eq!(hm.len(), 2, "{page}");
+    for (row, d) in hm.iter().zip(i["devices"].as_array().unwrap()) {
+        let slots = d["size"].as_u64().unwrap() / seg;
+        assert_eq!(row["device"], d["id"]);
+        assert_eq!(row["slots"].as_u64(), Some(slots));
+        assert_eq!(row["per_cell"].as_u64(), Some(1));
+        assert_eq!(row["cells"].as_u64(), Some(slots));
+        assert_eq!(row["drawn"].as_u64(), Some(slots));
+        assert_eq!(row["segments"], d["segments"], "{row} {d}");
+        assert_eq!(row["painted"], Json::Bool(true));
+    }
     assert!(shots.join("dashboard.png").exists());
+    // CAIRN_SAVE_SCREENSHOT=1 refreshes the README's screenshot.
+    if std::env::var_os("CAIRN_SAVE_SCREENSHOT").is_some() {
+        std::fs::copy(
+            shots.join("dashboard.png"),
+            Path::new(ROOT).join("docs/dashboard.png"),
+        )
+        .unwrap();
+    }
     cairn(&[&"umount", &p.mnt]);
+}
+
+#[test]
+fn heatmap_of_a_big_pool_is_bounded() {
+    // 64 GiB sparse: 16384 slots of 4 MiB, more than the page's 4096 cells.
+    let p = Pool::with("", &[("ssd", "64G")], &["--sparse"], "");
+    let port = free_port();
+    mount_with_metrics(&p, port);
+    workload(&p.mnt, 2);
+    cairn(&[&"sync", &p.mnt]);
+    let i = info(&p.mnt);
+    let slots = i["devices"][0]["size"].as_u64().unwrap() / i["segment_size"].as_u64().unwrap();
+    assert!(slots > 4096, "{slots} slots");
+    for cells in [4096u64, 100] {
+        let (st, body) = http(port, "GET", &format!("/api/heatmap?cells={cells}"));
+        assert_eq!(st, 200);
+        let hm: Json = serde_json::from_str(&body).unwrap();
+        let row = &hm[0];
+        let per = row["slots_per_cell"].as_u64().unwrap();
+        let n = row["heat"].as_array().unwrap().len() as u64;
+        assert_eq!(per, slots.div_ceil(cells));
+        assert!(n <= cells && n * per >= slots, "{n} cells of {per}");
+        let segs: u64 = row["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .sum();
+        assert_eq!(Some(segs), i["devices"][0]["segments"].as_u64());
+    }
+    // The answer stays small (a few bytes per cell).
+    let (_, body) = http(port, "GET", "/api/heatmap?cells=1000000");
+    assert!(body.len() < 1 << 20, "{} bytes", body.len());
+    cairn(&[&"umount", &p.mnt]);
+}
+
+#[test]
+fn install_service_script_into_a_staging_root() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    let prefix = "/opt/cairn-staged";
+    let out = run(Command::new("bash")
+        .arg(Path::new(ROOT).join("scripts/install-service.sh"))
+        .env("BIN", CAIRN)
+        .env("DESTDIR", r)
+        .env("PREFIX", prefix));
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(log.contains("installed into"), "{log}");
+    assert!(
+        !Path::new(prefix).exists(),
+        "wrote outside DESTDIR: {prefix}"
+    );
+    let at = |p: &str| r.join(p.trim_start_matches('/'));
+    let exe = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o111
+            != 0
+    };
+    let bin = at(&format!("{prefix}/bin/cairn"));
+    assert!(exe(&bin));
+    let v = run(Command::new(&bin).arg("--version"));
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("cairn"));
+    let helper = at("/sbin/mount.fuse.cairn");
+    assert!(exe(&helper));
+    let h = std::fs::read_to_string(&helper).unwrap();
+    assert!(h.contains(&format!("{prefix}/bin/cairn")), "{h}");
+    run(Command::new("sh").arg("-n").arg(&helper));
+    let unit = std::fs::read_to_string(at("/etc/systemd/system/cairn@.service")).unwrap();
+    assert!(
+        unit.contains(&format!("ExecStart={prefix}/bin/cairn service mount %i")),
+        "{unit}"
+    );
+    assert!(unit.contains("ConditionPathExists=/etc/cairn/%i.toml"));
+    let snap = std::fs::read_to_string(at("/etc/systemd/system/cairn-snapshot@.service")).unwrap();
+    assert!(snap.contains(&format!("ExecStart={prefix}/bin/cairn service snapshot %i")));
+    let timer = std::fs::read_to_string(at("/etc/systemd/system/cairn-snapshot@.timer")).unwrap();
+    assert!(timer.contains("OnCalendar=") && timer.contains("WantedBy=timers.target"));
+    // Man pages: the top page and one per subcommand, valid roff.
+    let man = at(&format!("{prefix}/share/man/man1"));
+    for page in [
+        "cairn.1",
+        "cairn-mount.1",
+        "cairn-snapshot-create.1",
+        "cairn-prune.1",
+    ] {
+        let t = std::fs::read_to_string(man.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(t.contains(".TH"), "{page}");
+    }
+    let pages = std::fs::read_dir(&man).unwrap().count();
+    assert!(pages > 20, "{pages} man pages");
+    if Command::new("man").arg("--version").output().is_ok() {
+        let o = run(Command::new("man")
+            .args(["-l", "-P", "cat"])
+            .arg(man.join("cairn-snapshot-create.1"))
+            .env("MANWIDTH", "100"));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("snapshot"), "{text}");
+    }
+    // Completions for three shells.
+    let bash = at("/etc/bash_completion.d/cairn");
+    run(Command::new("bash").arg("-n").arg(&bash));
+    let b = std::fs::read_to_string(&bash).unwrap();
+    assert!(b.contains("complete") && b.contains("snapshot"));
+    let zsh =
+        std::fs::read_to_string(at(&format!("{prefix}/share/zsh/site-functions/_cairn"))).unwrap();
+    assert!(
+        zsh.starts_with("#compdef cairn"),
+        "{}",
+        &zsh[..40.min(zsh.len())]
+    );
+    let fish = std::fs::read_to_string(at(&format!(
+        "{prefix}/share/fish/vendor_completions.d/cairn.fish"
+    )))
+    .unwrap();
+    assert!(fish.contains("complete -c cairn"));
+    assert!(at("/etc/cairn/example.toml.sample").exists());
+    // The completion answers: bash completes `cairn snap` to `snapshot`.
+    let o = run(Command::new("bash").arg("-c").arg(format!(
+        "source {}; COMP_WORDS=(cairn snap); COMP_CWORD=1; COMP_LINE='cairn snap'; COMP_POINT=10; _cairn cairn snap cairn; echo \"${{COMPREPLY[@]}}\"",
+        bash.display()
+    )));
+    let words = String::from_utf8_lossy(&o.stdout);
+    assert!(words.split_whitespace().any(|w| w == "snapshot"), "{words}");
 }

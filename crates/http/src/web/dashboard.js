@@ -217,7 +217,7 @@ function onSnapshots(list) {
     const px = x(s.time_ns / 1e9);
     kids.push(el("svg:circle", { class: "snap", cx: px, cy: 45, r: 6, fill: s.auto ? "#6a9f3a" : "#3b7dd8" },
       el("svg:title", {}, s.name + " (TID " + s.tid + ", " + new Date(s.time_ns / 1e6).toISOString() + ")")));
-    kids.push(el("svg:text", { class: "snap-name", x: px, y: k % 2 ? 75 : 25, "font-size": 11, "text-anchor": "middle" }, s.name));
+    kids.push(el("svg:text", { class: "snap-name", x: px, y: k % 2 ? 75 : 25, "font-size": 11, "text-anchor": px < W / 4 ? "start" : px > (3 * W) / 4 ? "end" : "middle" }, s.name));
   });
   svg.replaceChildren(...kids);
 }
