@@ -632,10 +632,26 @@ const PAYLOAD: &str = "<img src=x onerror=window.__xss=1>";
 #[test]
 fn dashboard_in_headless_chromium() {
     let dir = Path::new(ROOT).join("crates/cli/tests/browser");
-    run(Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund", "--silent"])
-        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-        .current_dir(&dir));
+    // npm ci only when node_modules is not already what the lock file
+    // names (playwright-core alone: it downloads no browser).
+    let lock = std::fs::read_to_string(dir.join("package-lock.json")).unwrap();
+    let installed = std::fs::read_to_string(dir.join("node_modules/.package-lock.json"));
+    let same = installed.is_ok_and(|i| {
+        let (a, b): (Json, Json) = (
+            serde_json::from_str(&i).unwrap_or_default(),
+            serde_json::from_str(&lock).unwrap(),
+        );
+        let want = b["packages"].as_object().unwrap();
+        want.iter()
+            .filter(|(k, _)| !k.is_empty())
+            .all(|(k, v)| a["packages"][k]["integrity"] == v["integrity"])
+    });
+    if !same {
+        run(Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--silent"])
+            .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+            .current_dir(&dir));
+    }
     // Two tiers (heat map rows); the pool's directory, hence its path and
     // its devices' paths, and a snapshot's name carry the payload.
     let p = Pool::with(PAYLOAD, &[("nvme", "64M"), ("hdd", "256M")], &[], "");
