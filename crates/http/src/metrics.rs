@@ -169,7 +169,7 @@ fn service(fs: &Fs, v: &mut Vec<Sample>) {
         Counter,
         s.ram_cache_misses.unwrap_or(0) as f64,
     ));
-    let c = s.ssd_cache.clone().unwrap_or_default();
+    let c = s.ssd_cache.unwrap_or_default();
     v.push(n(
         "cairn_ssd_cache_hits",
         "SSD read cache hits (0 without an SSD cache).",
