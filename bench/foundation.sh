@@ -25,6 +25,16 @@
 #                    metadata"); with BASE_BIN=$BIN and no MIRROR for the
 #                    base pool this measures the cost of the second copy:
 #                    MIRROR=1 BASE_BIN=target/release/cairn STEPS="files untar"
+#   METRICS=1        cost of the metrics endpoint: cairn mounts with
+#                    --metrics 127.0.0.1:$METRICS_PORT (default 9469), scraped
+#                    every second while the bench runs, and the target "base"
+#                    is the same binary on its own pool without metrics. Only
+#                    these two targets run (ALL_TARGETS=1 adds native and
+#                    bindfs), every step in interleaved rounds (one round of
+#                    each target in turn, the order swapped every round), and
+#                    the report is per step: medians of RUNS rounds, the
+#                    per-round on/off ratios and their median:
+#                    METRICS=1 SIZE_GB=1 FILES=10000 FIO_SECONDS=5 FIO_MB=64 bench/foundation.sh
 # Quick run: SIZE_GB=1 FILES=10000 RUNS=1 FIO_SECONDS=5 bench/foundation.sh
 set -euo pipefail
 
@@ -35,9 +45,14 @@ FIO_SECONDS=${FIO_SECONDS:-20}
 FIO_MB=${FIO_MB:-256}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 TARGETS=(native bindfs cairn)
+if [ "${METRICS:-0}" = 1 ] && [ "${ALL_TARGETS:-0}" != 1 ]; then TARGETS=(cairn); fi
 # BASE_BIN=/path/to/older/cairn adds the target "base": that binary on a pool
 # of its own, measured in the same rounds, with a cairn/base column (to show
 # a change costs nothing).
+if [ "${METRICS:-0}" = 1 ]; then
+    BASE_BIN=${BASE_BIN:-${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}/release/cairn}
+    CAIRN_METRICS_OPTS="--metrics 127.0.0.1:${METRICS_PORT:-9469}"
+fi
 [ -n "${BASE_BIN:-}" ] && TARGETS+=(base)
 # Each pool's device: room for the sequential file and the small files.
 POOL_DEV_GB=${POOL_DEV_GB:-$((SIZE_GB * 2 + 4))}
@@ -84,6 +99,7 @@ setup_dirs() {
 cleanup() {
     set +eu
     [ -n "${W:-}" ] || return 0
+    [ -z "${SCRAPER:-}" ] || kill "$SCRAPER" 2>/dev/null
     unmount_fuse_targets
     if [ -z "${KEEP:-}" ]; then rm -rf --one-file-system "$W"; else log "kept $W"; fi
 }
@@ -103,10 +119,19 @@ mount_target() {
     case $1 in
         bindfs) bindfs --no-allow-other "$W/bindsrc" "$W/bindmnt" ;;
         # shellcheck disable=SC2086
-        cairn) "$BIN" mount "$W/pool" "$W/cairnmnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
+        cairn) "$BIN" mount "$W/pool" "$W/cairnmnt" ${CAIRN_MOUNT_OPTS:-} ${CAIRN_METRICS_OPTS:-} >&2 ;;
         # shellcheck disable=SC2086
         base) "$BASE_BIN" mount "$W/basepool" "$W/basemnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
     esac
+}
+
+# Scrapes /metrics every second, as Prometheus would (METRICS=1), for the
+# whole run (remounts included); its output goes nowhere, so that it holds
+# no pipe of the script's command substitutions.
+start_scraper() {
+    ( while sleep 1; do curl -s -o /dev/null "http://127.0.0.1:${METRICS_PORT:-9469}/metrics" || true; done ) \
+        </dev/null >/dev/null 2>&1 &
+    SCRAPER=$!
 }
 
 unmount_target() {
@@ -156,14 +181,14 @@ interleaved() {
             got[$t]="${got[$t]:-} $v"
             log "$key round $r: $t $v MB/s"
         done
-        ratios+=("$(div "$(last ${got[cairn]})" "$(last ${got[native]})")")
+        [ -z "${got[native]:-}" ] || ratios+=("$(div "$(last ${got[cairn]})" "$(last ${got[native]})")")
     done
     for t in "${TARGETS[@]}"; do
         # shellcheck disable=SC2086
         RES[$key,$t]=$(median ${got[$t]})
     done
-    RATIOS[$key]="${ratios[*]}"
-    RATIO[$key]=$(median "${ratios[@]}")
+    RATIOS[$key]="${ratios[*]:-}"
+    [ ${#ratios[@]} -eq 0 ] || RATIO[$key]=$(median "${ratios[@]}")
 }
 
 last() { echo "${@: -1}"; }
@@ -181,7 +206,7 @@ bench_warm_read() {
     read_seq_mbs "$1" >/dev/null
     for _ in $(seq "$RUNS"); do v+=("$(read_seq_mbs "$1")"); done
     RES[warm,$1]=$(median "${v[@]}")
-    rm -f "$(dir_of "$1")/seq"
+    [ -n "${KEEP_SEQ:-}" ] || rm -f "$(dir_of "$1")/seq"
 }
 
 FIO_COMMON=(--bs=4k --ioengine=psync --direct=0)
@@ -281,6 +306,70 @@ bench_untar() {
     RES[untar,$1]=$(median "${v[@]}")
 }
 
+# ------------------------------------- metrics on/off (METRICS=1)
+
+# The result keys of a step.
+step_keys() {
+    case $1 in
+        seq_write) echo seqw ;;
+        cold_read) echo cold ;;
+        warm_read) echo warm ;;
+        fio) echo randread randwrite ;;
+        files) echo create stat unlink ;;
+        untar) echo untar ;;
+    esac
+}
+
+# Runs STEP for RUNS rounds, one round of each target in turn (cairn with
+# metrics, base without; the order swapped every round), and keeps per
+# key the medians in RES and the per-round cairn/base ratios in
+# RATIOS (median in RATIO).
+round_robin() {
+    local step=$1 rounds=$RUNS r t k order
+    declare -A vals=() pr=()
+    for r in $(seq "$rounds"); do
+        if [ $((r % 2)) = 1 ]; then order=("${TARGETS[@]}"); else
+            order=(); for t in "${TARGETS[@]}"; do order=("$t" "${order[@]}"); done
+        fi
+        if [ "$step" = seq_write ] || [ "$step" = cold_read ]; then
+            local saved=("${TARGETS[@]}")
+            TARGETS=("${order[@]}")
+            RUNS=1 "bench_${step}_all"
+            TARGETS=("${saved[@]}")
+        else
+            for t in "${order[@]}"; do RUNS=1 "bench_$step" "$t"; done
+        fi
+        for k in $(step_keys "$step"); do
+            for t in "${TARGETS[@]}"; do vals[$k,$t]="${vals[$k,$t]:-} ${RES[$k,$t]}"; done
+            pr[$k]="${pr[$k]:-} $(div "${RES[$k,cairn]}" "${RES[$k,base]}")"
+            log "$k round $r: cairn (metrics) ${RES[$k,cairn]}, base ${RES[$k,base]}, ratio $(last ${pr[$k]})"
+        done
+    done
+    for k in $(step_keys "$step"); do
+        # shellcheck disable=SC2086
+        for t in "${TARGETS[@]}"; do RES[$k,$t]=$(median ${vals[$k,$t]}); done
+        RATIOS[$k]=${pr[$k]# }
+        # shellcheck disable=SC2086
+        RATIO[$k]=$(median ${pr[$k]})
+    done
+}
+
+print_metrics_table() {
+    echo
+    echo "Cairn $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores," \
+        "$(uname -r), work dir on $(findmnt -n -o FSTYPE -T "$W"): metrics on (scraped every second)" \
+        "vs off, same binary, $RUNS interleaved rounds per step. Higher is better; on/off < 1 is a cost."
+    echo
+    echo "| step | metrics on (median) | metrics off (median) | on/off per round | on/off median |"
+    echo "|---|---:|---:|---|---:|"
+    local step k
+    for step in ${STEPS:-seq_write cold_read warm_read fio files untar}; do
+        for k in $(step_keys "$step"); do
+            echo "| $k | ${RES[$k,cairn]:-n/a} | ${RES[$k,base]:-n/a} | ${RATIOS[$k]:-n/a} | ${RATIO[$k]:-n/a} |"
+        done
+    done
+}
+
 # ------------------------------------------------------------- report
 
 print_table() {
@@ -327,10 +416,19 @@ main() {
     trap 'exit 130' INT TERM
     setup_dirs
     make_tarball
-    mount_target bindfs
+    [[ " ${TARGETS[*]} " != *" bindfs "* ]] || mount_target bindfs
     mount_target cairn
     [ -z "${BASE_BIN:-}" ] || mount_target base
+    [ -z "${CAIRN_METRICS_OPTS:-}" ] || start_scraper
     local step t
+    if [ "${METRICS:-0}" = 1 ]; then
+        KEEP_SEQ=1
+        for step in ${STEPS:-seq_write cold_read warm_read fio files untar}; do
+            round_robin "$step"
+        done
+        print_metrics_table
+        return
+    fi
     # one measurement at a time across all targets, so they see the same machine state
     for step in ${STEPS:-seq_write cold_read warm_read fio files untar}; do
         if [ "$step" = seq_write ] || [ "$step" = cold_read ]; then

@@ -16,6 +16,17 @@ if [ "${1:-}" = test ]; then
   pkgs+=(libnbd-bin qemu-utils nbdkit)
   # gnuplot (no X) for bench/volumes_latency.sh's plot.
   pkgs+=(gnuplot-nox)
+  # promtool (prometheus) checks the metrics endpoint; headless chromium
+  # and node/npm run the dashboard's browser test (playwright-core drives
+  # Debian's /usr/bin/chromium over CDP: no browser download, no
+  # chromedriver); curl scrapes in bench/foundation.sh METRICS=1. A cold
+  # install of these (about 290 packages on a minimal Debian 12) is timed
+  # in the README's Tests section.
+  pkgs+=(prometheus chromium curl)
+  # node and npm: any install will do (Debian's, or NodeSource's nodejs,
+  # which carries npm).
+  command -v node >/dev/null || pkgs+=(nodejs)
+  command -v npm >/dev/null || pkgs+=(npm)
   if apt-cache show nbdfuse >/dev/null 2>&1; then pkgs+=(nbdfuse); fi
 fi
 # Another apt or dpkg run (unattended upgrades, a second install) holds the

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 bash scripts/deps.sh
 cargo build --release -p cairn-cli
-install -m 0755 target/release/cairn /usr/local/bin/cairn
+bash scripts/install-service.sh
 POOL=${POOL:-$PWD/pool}
 MNT=${MNT:-$PWD/mnt}
 mkdir -p "$MNT"

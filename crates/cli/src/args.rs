@@ -63,6 +63,21 @@ pub enum Cmd {
     /// Serve an unmounted pool's volumes over NBD (no FUSE mount).
     #[command(subcommand)]
     Nbd(crate::volume::NbdCmd),
+    /// What the systemd units run: mount or snapshot the pool of
+    /// /etc/cairn/NAME.toml.
+    #[command(subcommand)]
+    Service(crate::service::ServiceCmd),
+    /// Print a shell completion script for bash, zsh or fish.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (cairn.1 and one per subcommand) into a directory.
+    Man {
+        /// Where to write the pages (created if missing).
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -435,6 +450,13 @@ pub struct MountArgs {
     pub io_uring: cairn_fuse::Transport,
     #[command(flatten)]
     pub nbd: NbdArgs,
+    /// Serve Prometheus metrics (/metrics) and the read-only dashboard (/)
+    /// on this TCP address, e.g. 127.0.0.1:9469 (overrides metrics_listen).
+    #[arg(long = "metrics", value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Allow a metrics address that is not loopback (no authentication).
+    #[arg(long = "metrics-allow-remote")]
+    pub metrics_allow_remote: bool,
 }
 
 /// Where and how the daemon serves volumes over NBD (each overrides the

@@ -24,6 +24,10 @@ fn config_for(a: &MountArgs) -> Result<PoolConfig> {
         c.compression = z.clone();
     }
     crate::nbd::apply(&mut c, &a.nbd)?;
+    if let Some(m) = &a.metrics {
+        c.metrics_listen = m.clone();
+    }
+    c.metrics_allow_remote |= a.metrics_allow_remote;
     c.validate()?;
     Ok(c)
 }
@@ -144,6 +148,7 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, a.io_uring)
         .with_context(|| format!("mounting on {}", mnt.display()));
     let session = session.inspect_err(|_| crate::nbd::stop())?;
+    let http = crate::metrics::start(&fs, &config).inspect_err(|_| crate::nbd::stop())?;
     tracing::info!("pool {} mounted on {}", pool.display(), mnt.display());
     ready.ok();
     let m2 = mnt.clone();
@@ -159,6 +164,9 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     // Clients stop before the pool closes: what they flushed is durable,
     // and nothing writes after the final commit.
     crate::nbd::stop();
+    if let Some(h) = http {
+        h.shutdown();
+    }
     joined?;
     let _ = std::fs::remove_file(&sock);
     fs.shutdown()?;
@@ -207,6 +215,12 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
         cmd.arg("--compression").arg(z);
     }
     nbd_flags(&mut cmd, &a.nbd)?;
+    if let Some(m) = &a.metrics {
+        cmd.arg("--metrics").arg(m);
+    }
+    if a.metrics_allow_remote {
+        cmd.arg("--metrics-allow-remote");
+    }
     // stdout is not needed (the daemon logs through tracing); stderr keeps
     // panics in the log.
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(out);

@@ -5,19 +5,25 @@ mod admin;
 mod args;
 mod control;
 mod daemon;
+mod help;
 mod logging;
+mod metrics;
 mod mirror;
 mod nbd;
 mod ready;
 mod report;
+mod service;
 mod tiering;
 mod volume;
 
 use anyhow::{Context, Result};
-use clap::Parser;
+use clap::FromArgMatches;
 
 fn main() {
-    let cli = args::Cli::parse();
+    let cli = match help::command().try_get_matches() {
+        Ok(m) => args::Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit()),
+        Err(e) => e.exit(),
+    };
     if let Err(e) = run(cli) {
         // Not eprintln: a daemon's stderr is its log, which may be full.
         use std::io::Write;
@@ -68,5 +74,8 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Mirror(c) => mirror::run(c),
         Cmd::Volume(c) => volume::run(c),
         Cmd::Nbd(c) => volume::nbd(c),
+        Cmd::Service(c) => service::run(c),
+        Cmd::Completions { shell } => help::completions(shell),
+        Cmd::Man { dir } => help::man(&dir),
     }
 }

@@ -197,3 +197,12 @@ fn refuse_mounted(t: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// Each running server's address and statistics (for the metrics).
+pub fn server_stats() -> Vec<(String, cairn_nbd::Stats)> {
+    SERVERS
+        .lock()
+        .iter()
+        .map(|s| (address(s), s.stats()))
+        .collect()
+}

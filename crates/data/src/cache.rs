@@ -11,6 +11,7 @@
 use crate::Hash;
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 pub use cairn_devices::ssdcache::CacheKey as ChunkKey;
@@ -28,18 +29,35 @@ impl Weighter<ChunkKey, Entry> for Bytes {
 
 pub struct RamCache {
     cache: Cache<ChunkKey, Entry, Bytes>,
+    /// Lookups answered and not (relaxed counters for the metrics).
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 impl RamCache {
     pub fn new(bytes: u64) -> Self {
         RamCache {
             cache: Cache::with_weighter((bytes / (64 << 10)).max(16) as usize, bytes, Bytes),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         }
     }
 
     /// The raw bytes cached under `key`, if they have content `hash`.
     pub fn get(&self, key: ChunkKey, hash: &Hash) -> Option<Arc<[u8]>> {
-        self.cache.get(&key).filter(|(h, _)| h == hash).map(|e| e.1)
+        let r = self.cache.get(&key).filter(|(h, _)| h == hash).map(|e| e.1);
+        let c = if r.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        c.fetch_add(1, Relaxed);
+        r
+    }
+
+    /// (hits, misses) of `get` since the cache was made.
+    pub fn hits_misses(&self) -> (u64, u64) {
+        (self.hits.load(Relaxed), self.misses.load(Relaxed))
     }
 
     /// Caches raw bytes verified to have content `hash`.

@@ -71,6 +71,11 @@ impl ChunkStore {
         self.ram_cache.read().as_ref().map_or(0, |c| c.bytes())
     }
 
+    /// (hits, misses) of the RAM read cache, None without one.
+    pub fn ram_cache_hits_misses(&self) -> Option<(u64, u64)> {
+        self.ram_cache.read().as_ref().map(|c| c.hits_misses())
+    }
+
     pub fn set_compression(&self, c: Compression) {
         *self.compression.write() = c;
     }

@@ -124,6 +124,11 @@ pub struct Device {
     read_ops: std::sync::atomic::AtomicU64,
     /// Bytes those reads asked for.
     read_bytes: std::sync::atomic::AtomicU64,
+    /// Bytes written (data area) and failed reads since the device was
+    /// opened (relaxed counters for the metrics; failed writes are counted
+    /// per device by `DeviceSet::note_write_error`).
+    write_bytes: std::sync::atomic::AtomicU64,
+    read_errors: std::sync::atomic::AtomicU64,
     /// A regular file whose blocks are not all allocated: freed slots may
     /// be punched out. An allocated file keeps its blocks (the host space
     /// stays reserved for the pool).
@@ -423,6 +428,8 @@ impl Device {
             throttle,
             read_ops: Default::default(),
             read_bytes: Default::default(),
+            write_bytes: Default::default(),
+            read_errors: Default::default(),
             sparse,
         })
     }
@@ -483,6 +490,8 @@ impl Device {
             throttle,
             read_ops: Default::default(),
             read_bytes: Default::default(),
+            write_bytes: Default::default(),
+            read_errors: Default::default(),
             sparse,
         })
     }
@@ -503,6 +512,8 @@ impl Device {
             throttle: None,
             read_ops: Default::default(),
             read_bytes: Default::default(),
+            write_bytes: Default::default(),
+            read_errors: Default::default(),
             sparse: false,
         }
     }
@@ -568,6 +579,27 @@ impl Device {
         self.read_bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Bytes written to the device since it was opened.
+    pub fn write_bytes(&self) -> u64 {
+        self.write_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Failed reads of the device since it was opened.
+    pub fn read_errors(&self) -> u64 {
+        self.read_errors.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn read_error(&self, e: std::io::Error) -> DeviceError {
+        self.read_errors
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        io_err(&self.path)(e)
+    }
+
+    fn wrote(&self, bytes: usize) {
+        self.write_bytes
+            .fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn read_op(&self, bytes: usize) {
         self.read_ops
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -590,7 +622,7 @@ impl Device {
 
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.read_op(buf.len());
-        self.io.read_at(buf, offset).map_err(io_err(&self.path))
+        self.io.read_at(buf, offset).map_err(|e| self.read_error(e))
     }
 
     /// Reads `head` then `body` from consecutive bytes at `offset` with one
@@ -600,7 +632,7 @@ impl Device {
         self.read_op(head.len() + body.len());
         self.io
             .read_vectored_at(&mut [head, body], offset)
-            .map_err(io_err(&self.path))
+            .map_err(|e| self.read_error(e))
     }
 
     /// Reads consecutive bytes at `offset` into the buffers in order, with
@@ -610,7 +642,7 @@ impl Device {
         self.read_op(bufs.iter().map(|b| b.len()).sum());
         self.io
             .read_vectored_at(bufs, offset)
-            .map_err(io_err(&self.path))
+            .map_err(|e| self.read_error(e))
     }
 
     /// Reads into `buf` at `offset` past the page cache (O_DIRECT) when the
@@ -626,7 +658,7 @@ impl Device {
         if !matches!(r, Ok(false)) {
             self.read_op(buf.len());
         }
-        r.map_err(io_err(&self.path))
+        r.map_err(|e| self.read_error(e))
     }
 
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
@@ -634,7 +666,9 @@ impl Device {
         debug_assert!(offset + buf.len() as u64 <= self.header.size);
         self.io
             .write_at(buf, offset)
-            .map_err(|e| self.write_error(e))
+            .map_err(|e| self.write_error(e))?;
+        self.wrote(buf.len());
+        Ok(())
     }
 
     /// Writes like `write_at`, but past the page cache (O_DIRECT) when the
@@ -646,7 +680,10 @@ impl Device {
         debug_assert!(offset >= self.header.data_offset);
         debug_assert!(offset + buf.len() as u64 <= self.header.size);
         match self.io.write_direct_at(buf, offset) {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                self.wrote(buf.len());
+                Ok(())
+            }
             Ok(false) => self.write_at(buf, offset),
             Err(e) => Err(self.write_error(e)),
         }

@@ -22,6 +22,7 @@ pub mod maintenance;
 pub mod ops;
 pub mod pool;
 pub mod replica;
+pub mod service_stats;
 mod state;
 pub mod timefmt;
 pub mod types;

@@ -28,6 +28,10 @@ impl Ctx {
 pub(crate) use crate::state::State;
 
 pub struct Fs {
+    /// Commit counts and durations for metrics (`service_stats.rs`).
+    pub(crate) commit_stats: crate::service_stats::CommitStats,
+    /// Progress of GC, reblock, scrub, prune and the mover, for metrics.
+    pub(crate) maint_stats: crate::service_stats::MaintStats,
     pub(crate) pool: Pool,
     /// The write-back state, split by inode (`state.rs`).
     pub(crate) shards: Box<[Mutex<crate::state::Shard>]>,
@@ -136,6 +140,8 @@ impl Fs {
             st_wait: Default::default(),
             flush_wait: Default::default(),
             holds,
+            commit_stats: Default::default(),
+            maint_stats: Default::default(),
         };
         let logged = fs.open_intent_log()?;
         let fs = Arc::new(fs);

@@ -3,10 +3,12 @@
 //! run as root, writeback cache, 1 MiB writes, readdirplus and parallel
 //! directory operations, served by several threads with cloned fds and, where
 //! the kernel has it, by FUSE over io_uring (transport.rs); the mount's
-//! read-ahead is raised once it exists (bdi.rs).
+//! read-ahead is raised once it exists (bdi.rs). Requests are counted and
+//! timed for the metrics endpoint when enabled (metrics.rs).
 
 mod attr;
 mod bdi;
+pub mod metrics;
 mod ops;
 mod ratelimit;
 mod transport;

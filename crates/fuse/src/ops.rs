@@ -6,6 +6,7 @@
 //! still open it.
 
 use crate::attr::{file_attr, file_attr_blocks, from_system, time_or_now};
+use crate::metrics::{self, Op};
 use crate::views::{Node, Views, SNAPDIR_INO};
 use cairn_fs::{
     Ctx, DirEntry, FileKind, Fs, FsError, Inode, RenameFlags as CRename, SetAttr, XattrMode,
@@ -276,6 +277,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _t = metrics::timer(Op::Lookup);
         self.entry(reply, self.lookup_any(parent.0, name.as_bytes()));
     }
 
@@ -301,6 +303,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _t = metrics::timer(Op::Getattr);
         match self.attr_of(ino.0) {
             Ok(i) => reply.attr(self.ttl(i.ino), &self.fattr(&i)),
             Err(e) => reply.error(errno(e)),
@@ -325,6 +328,7 @@ impl Filesystem for CairnFuse {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _t = metrics::timer(Op::Setattr);
         if self.in_view(&[ino]) {
             return reply.error(Errno::EROFS);
         }
@@ -347,6 +351,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _t = metrics::timer(Op::Other);
         let r = match self.views.node(ino.0) {
             Ok(Node::View { ino, tid }) => self.fs.asof_readlink(ino, tid),
             Ok(_) => self.fs.readlink(ino.0),
@@ -368,6 +373,7 @@ impl Filesystem for CairnFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _t = metrics::timer(Op::Other);
         if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
@@ -389,6 +395,7 @@ impl Filesystem for CairnFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let _t = metrics::timer(Op::Mkdir);
         if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
@@ -402,6 +409,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _t = metrics::timer(Op::Unlink);
         if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
@@ -409,6 +417,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _t = metrics::timer(Op::Rmdir);
         if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
@@ -423,6 +432,7 @@ impl Filesystem for CairnFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let _t = metrics::timer(Op::Other);
         if self.fixed_name(parent, link_name) {
             return reply.error(Errno::EROFS);
         }
@@ -443,6 +453,7 @@ impl Filesystem for CairnFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _t = metrics::timer(Op::Rename);
         if self.fixed_name(parent, name) || self.fixed_name(newparent, newname) {
             return reply.error(Errno::EROFS);
         }
@@ -473,6 +484,7 @@ impl Filesystem for CairnFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _t = metrics::timer(Op::Other);
         if self.in_view(&[ino]) || self.fixed_name(newparent, newname) {
             return reply.error(Errno::EROFS);
         }
@@ -481,6 +493,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _t = metrics::timer(Op::Open);
         if self.in_view(&[ino]) {
             let writes = flags.0 & (libc::O_ACCMODE | libc::O_TRUNC) != libc::O_RDONLY;
             return match self.attr_of(ino.0) {
@@ -506,6 +519,7 @@ impl Filesystem for CairnFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _t = metrics::timer(Op::Read);
         let r = match self.views.node(ino.0) {
             Ok(Node::View { ino, tid }) => self.fs.asof_read(ino, tid, offset, size),
             Ok(Node::SnapDir) => Err(FsError::IsDir),
@@ -514,6 +528,7 @@ impl Filesystem for CairnFuse {
                 let fs = &self.fs;
                 return reply.data_with(size as usize, |buf| {
                     fs.read_into(i, offset, buf)
+                        .inspect(|&n| metrics::read_bytes(n))
                         .map_err(|e| read_failed(i, offset, size, e))
                 });
             }
@@ -537,6 +552,7 @@ impl Filesystem for CairnFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _t = metrics::timer(Op::Write);
         if self.in_view(&[ino]) {
             return reply.error(Errno::EROFS);
         }
@@ -546,7 +562,10 @@ impl Filesystem for CairnFuse {
             }
         }
         match self.fs.write(ino.0, offset, data) {
-            Ok(n) => reply.written(n),
+            Ok(n) => {
+                metrics::write_bytes(n as usize);
+                reply.written(n)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -563,6 +582,7 @@ impl Filesystem for CairnFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _t = metrics::timer(Op::Other);
         reply.error(Errno::ENOSYS);
     }
 
@@ -576,6 +596,7 @@ impl Filesystem for CairnFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _t = metrics::timer(Op::Release);
         if !self.in_view(&[ino]) {
             self.fs.release(ino.0);
         }
@@ -590,6 +611,7 @@ impl Filesystem for CairnFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _t = metrics::timer(Op::Fsync);
         if self.in_view(&[ino]) {
             return reply.ok();
         }
@@ -597,6 +619,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _t = metrics::timer(Op::Opendir);
         match self.attr_of(ino.0) {
             Ok(i) if i.kind == cairn_fs::FileKind::Dir => {
                 reply.opened(FileHandle(0), FopenFlags::empty())
@@ -614,6 +637,7 @@ impl Filesystem for CairnFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let _t = metrics::timer(Op::Readdir);
         match self.list_any(ino.0, offset, 256) {
             Ok(ents) => {
                 for (e, i) in ents {
@@ -643,6 +667,7 @@ impl Filesystem for CairnFuse {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let _t = metrics::timer(Op::Readdirplus);
         let tid = self.view_tid(ino.0);
         match self.list_any(ino.0, offset, 128) {
             Ok(ents) => {
@@ -700,10 +725,12 @@ impl Filesystem for CairnFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _t = metrics::timer(Op::Other);
         empty(reply, self.fs.fsync(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _t = metrics::timer(Op::Statfs);
         let s = self.fs.statfs();
         reply.statfs(
             s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
@@ -720,6 +747,7 @@ impl Filesystem for CairnFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _t = metrics::timer(Op::Other);
         if self.in_view(&[ino]) {
             return reply.error(Errno::EROFS);
         }
@@ -734,6 +762,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _t = metrics::timer(Op::Other);
         let r = match self.views.node(ino.0) {
             Ok(Node::View { ino, tid }) => self.fs.asof_getxattr(ino, tid, name.as_bytes()),
             Ok(Node::SnapDir) => Err(FsError::NoAttr),
@@ -744,6 +773,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _t = metrics::timer(Op::Other);
         let r = match self.views.node(ino.0) {
             Ok(Node::View { ino, tid }) => self.fs.asof_listxattr(ino, tid),
             Ok(Node::SnapDir) => Ok(Vec::new()),
@@ -754,6 +784,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _t = metrics::timer(Op::Other);
         if self.in_view(&[ino]) {
             return reply.error(Errno::EROFS);
         }
@@ -761,6 +792,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _t = metrics::timer(Op::Other);
         empty(reply, self.attr_of(ino.0).map(|_| ()));
     }
 
@@ -774,6 +806,7 @@ impl Filesystem for CairnFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        let _t = metrics::timer(Op::Create);
         if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
@@ -805,6 +838,7 @@ impl Filesystem for CairnFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _t = metrics::timer(Op::Other);
         if self.in_view(&[ino]) {
             return reply.error(Errno::EROFS);
         }
@@ -822,6 +856,7 @@ impl Filesystem for CairnFuse {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        let _t = metrics::timer(Op::Other);
         let data = match whence {
             libc::SEEK_DATA => true,
             libc::SEEK_HOLE => false,
@@ -861,6 +896,7 @@ impl Filesystem for CairnFuse {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let _t = metrics::timer(Op::Other);
         if self.in_view(&[ino_out]) {
             return reply.error(Errno::EROFS);
         }

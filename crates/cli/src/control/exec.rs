@@ -24,6 +24,12 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             v["nbd"] = crate::nbd::stats_json();
             v["fuse_workers"] =
                 serde_json::to_value(cairn_fuse::workers::stats()).expect("worker stats serialize");
+            // The counters the metrics endpoint serves (mount daemon only).
+            v["service"] = serde_json::to_value(fs.service_stats()?).expect("stats serialize");
+            if cairn_fuse::metrics::enabled() {
+                v["fuse"] = serde_json::to_value(cairn_fuse::metrics::snapshot())
+                    .expect("fuse stats serialize");
+            }
             Ok(v)
         }
         Request::SnapshotCreate { name, auto, wait } => {

@@ -153,6 +153,17 @@ impl Fs {
     /// Applies the retention policy now: expires automatic snapshots, then
     /// removes all history no retained TID sees. Freed space shows at once.
     pub fn prune(&self, policy: &PrunePolicy, dry_run: bool) -> Result<PruneReport> {
+        let run = self.maint_stats.start(crate::service_stats::Task::Prune);
+        let rep = self.prune_inner(policy, dry_run)?;
+        run.progress(1, 1);
+        if !rep.dry_run {
+            run.processed(rep.bytes_freed);
+            run.reclaimed(rep.segments_freed * self.pool.chunks.segment_size());
+        }
+        Ok(rep)
+    }
+
+    fn prune_inner(&self, policy: &PrunePolicy, dry_run: bool) -> Result<PruneReport> {
         self.flush()?;
         let last = self.flush_guard();
         let now = Time::now().as_nanos() as u64;

@@ -5,6 +5,7 @@
 
 use crate::error::Result;
 use crate::maintenance::reblock::{ReblockOptions, ReblockReport};
+use crate::service_stats::Task;
 use crate::vfs::Fs;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -35,6 +36,7 @@ impl Fs {
         rate_limit: u64,
         progress: &dyn Fn(u64, u64),
     ) -> Result<ReblockReport> {
+        let run = self.maint_stats.start(Task::Gc);
         if self.sparse_segments(max_live_pct).is_empty() {
             return Ok(ReblockReport::default());
         }
@@ -43,7 +45,7 @@ impl Fs {
             files: false,
             rate_limit,
         };
-        self.reblock(&o, progress)
+        self.reblock_counted(&run, &o, progress)
     }
 
     /// Background GC per the pool config (gc_interval_secs = 0: off).

@@ -5,6 +5,7 @@
 pub mod check;
 pub mod devices;
 pub mod gc;
+pub mod heatmap;
 pub mod info;
 pub mod objects;
 pub mod reblock;

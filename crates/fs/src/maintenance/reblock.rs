@@ -66,6 +66,32 @@ impl Fs {
         opts: &ReblockOptions,
         progress: &dyn Fn(u64, u64),
     ) -> Result<ReblockReport> {
+        let run = self.maint_stats.start(crate::service_stats::Task::Reblock);
+        self.reblock_counted(&run, opts, progress)
+    }
+
+    /// `reblock`, counted in the metrics as `run` (of GC or reblock).
+    pub(crate) fn reblock_counted(
+        &self,
+        run: &crate::service_stats::Run<'_>,
+        opts: &ReblockOptions,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<ReblockReport> {
+        let progress = |done, total| {
+            run.progress(done, total);
+            progress(done, total)
+        };
+        let rep = self.reblock_inner(opts, &progress)?;
+        run.processed(rep.bytes_moved);
+        run.reclaimed(rep.segments_freed * self.pool.chunks.segment_size());
+        Ok(rep)
+    }
+
+    fn reblock_inner(
+        &self,
+        opts: &ReblockOptions,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<ReblockReport> {
         self.flush()?;
         let groups = self.reblock_plan(opts)?;
         let total: u64 = groups.iter().map(|g| g.bytes).sum();

@@ -30,6 +30,18 @@ pub struct ScrubReport {
 impl Fs {
     /// Verifies every chunk; `progress(done, total)` in bytes.
     pub fn scrub(&self, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> {
+        let run = self.maint_stats.start(crate::service_stats::Task::Scrub);
+        let progress = |done, total| {
+            run.progress(done, total);
+            progress(done, total)
+        };
+        let rep = self.scrub_inner(&progress)?;
+        run.processed(rep.bytes);
+        self.maint_stats.damaged(rep.damaged.len() as u64);
+        Ok(rep)
+    }
+
+    fn scrub_inner(&self, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> {
         let r = self.meta()?;
         let mut recs = Vec::new();
         r.for_each_chunk(|id, raw| recs.push((id, ChunkRec::decode(raw))))?;

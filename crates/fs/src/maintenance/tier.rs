@@ -58,6 +58,9 @@ pub struct TierDevice {
     pub device: DeviceInfo,
     /// Segments per heat bucket: 0, (0,1], (1,4], (4,16], (16,64], >64.
     pub heat: [u64; 6],
+    /// Sum of the decayed reads of the device's segments.
+    #[serde(default)]
+    pub heat_sum: f64,
 }
 
 /// Copies at most `rate` bytes per second (0: unlimited).
@@ -139,6 +142,17 @@ impl Fs {
 
     /// One round of the tier policy.
     pub fn migrate(&self, progress: &dyn Fn(u64, u64)) -> Result<MigrateReport> {
+        let run = self.maint_stats.start(crate::service_stats::Task::Migrate);
+        let progress = |done, total| {
+            run.progress(done, total);
+            progress(done, total)
+        };
+        let rep = self.migrate_inner(&progress)?;
+        run.processed(rep.bytes);
+        Ok(rep)
+    }
+
+    fn migrate_inner(&self, progress: &dyn Fn(u64, u64)) -> Result<MigrateReport> {
         let c = &self.pool.config;
         let mut rep = MigrateReport::default();
         let mut rate = RateLimit::new(c.tier_rate_mib << 20);
@@ -248,6 +262,7 @@ impl Fs {
             match moved {
                 Ok(Some(bytes)) => {
                     rep.bytes += bytes;
+                    self.maint_stats.moved(up, bytes);
                     if up {
                         rep.promoted += 1
                     } else {
@@ -330,17 +345,23 @@ impl Fs {
 
     /// Per device: fill and a heat histogram of its segments.
     pub fn tier_status(&self) -> Vec<TierDevice> {
-        let mut hist: HashMap<u32, [u64; 6]> = HashMap::new();
+        let mut hist: HashMap<u32, ([u64; 6], f64)> = HashMap::new();
         let segs = self.pool.chunks.segment_table();
         let infos = device_infos(&self.pool, &segs, |dev, h| {
             let b = HEAT_BUCKETS.iter().position(|&ub| h <= ub).unwrap_or(5);
-            hist.entry(dev).or_default()[b] += 1;
+            let e = hist.entry(dev).or_default();
+            e.0[b] += 1;
+            e.1 += h;
         });
         infos
             .into_iter()
-            .map(|d| TierDevice {
-                heat: hist.get(&d.id).copied().unwrap_or_default(),
-                device: d,
+            .map(|d| {
+                let (heat, heat_sum) = hist.get(&d.id).copied().unwrap_or_default();
+                TierDevice {
+                    heat,
+                    heat_sum,
+                    device: d,
+                }
             })
             .collect()
     }

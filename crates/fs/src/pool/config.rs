@@ -85,6 +85,17 @@ pub struct PoolConfig {
     /// `aws_access_key_id = ...` and `aws_secret_access_key = ...`; empty:
     /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from the environment.
     pub s3_credentials_file: String,
+    /// The mount daemon serves Prometheus metrics (/metrics) and a
+    /// read-only dashboard (/) on this TCP address ("" : off, the default),
+    /// e.g. "127.0.0.1:9469".
+    pub metrics_listen: String,
+    /// Allows a metrics_listen address that is not loopback (the figures
+    /// and the dashboard are readable without authentication).
+    pub metrics_allow_remote: bool,
+    /// Seconds between refreshes of the figures that scan the pool (file
+    /// counts, logical bytes, dedup and compression ratios); the cheap ones
+    /// are read at each scrape.
+    pub metrics_scan_interval_secs: u64,
 }
 
 impl Default for PoolConfig {
@@ -121,6 +132,9 @@ impl Default for PoolConfig {
             s3_timeout_secs: 10,
             s3_retries: 5,
             s3_credentials_file: String::new(),
+            metrics_listen: String::new(),
+            metrics_allow_remote: false,
+            metrics_scan_interval_secs: 30,
         }
     }
 }
@@ -190,7 +204,48 @@ impl PoolConfig {
         if !(1..=600).contains(&self.s3_timeout_secs) {
             return bad("s3_timeout_secs", &self.s3_timeout_secs, "must be 1 to 600");
         }
-        self.validate_nbd()
+        self.validate_nbd()?;
+        self.validate_metrics()
+    }
+
+    /// The metrics keys: an address that parses and is loopback unless
+    /// allowed; a scan interval of 1 s to a day.
+    fn validate_metrics(&self) -> Result<()> {
+        let bad = |key: &str, val: &dyn std::fmt::Display, want: &str| {
+            Err(FsError::Config(format!("{key} = {val}: {want}")))
+        };
+        if let Some(a) = self.metrics_address()? {
+            if !a.ip().is_loopback() && !self.metrics_allow_remote {
+                return bad(
+                    "metrics_listen",
+                    &format!("{:?}", self.metrics_listen),
+                    "is not a loopback address; metrics and the dashboard have no \
+                     authentication: allow it with --metrics-allow-remote (or \
+                     metrics_allow_remote = true) on a trusted network",
+                );
+            }
+        }
+        if !(1..=86400).contains(&self.metrics_scan_interval_secs) {
+            return bad(
+                "metrics_scan_interval_secs",
+                &self.metrics_scan_interval_secs,
+                "must be 1 to 86400",
+            );
+        }
+        Ok(())
+    }
+
+    /// The TCP address of metrics_listen, None when empty.
+    pub fn metrics_address(&self) -> Result<Option<std::net::SocketAddr>> {
+        if self.metrics_listen.is_empty() {
+            return Ok(None);
+        }
+        self.metrics_listen.parse().map(Some).map_err(|_| {
+            FsError::Config(format!(
+                "metrics_listen = {:?}: not an IP address and port (e.g. 127.0.0.1:9469)",
+                self.metrics_listen
+            ))
+        })
     }
 
     /// How the pool's s3 tier devices reach their store.

@@ -375,6 +375,11 @@ impl Fs {
             t1,
             t0.elapsed() - t1
         );
+        if r.is_ok() {
+            let data_ns = t1.as_nanos() as u64;
+            let meta_ns = (t0.elapsed() - t1).as_nanos() as u64;
+            self.commit_stats.note(data_ns, meta_ns, ov.bytes);
+        }
         r
     }
 
