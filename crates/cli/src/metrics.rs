@@ -25,6 +25,7 @@ pub fn start(fs: &Arc<Fs>, c: &PoolConfig) -> Result<Option<cairn_http::Server>>
         Box::new(logical_samples),
         Box::new(fuse_samples),
         Box::new(nbd_samples),
+        Box::new(fuse_worker_samples),
     ];
     let s = cairn_http::serve(fs.clone(), opts, extra)
         .with_context(|| format!("metrics server on {addr}"))?;
@@ -171,6 +172,40 @@ fn nbd_samples() -> Vec<Sample> {
         ));
     }
     groups.into_iter().flatten().collect()
+}
+
+/// The adaptive pool FUSE ring threads hand requests to (large reads and
+/// writes, fsync), when the mount runs over io_uring.
+fn fuse_worker_samples() -> Vec<Sample> {
+    let Some(p) = cairn_fuse::workers::stats() else {
+        return Vec::new();
+    };
+    let g = |name: &str, help: &str, x: u64| Sample::new(name, help, Kind::Gauge, x as f64);
+    let mut h = Sample::new(
+        "cairn_fuse_queue_wait_seconds",
+        "Time FUSE requests handed off by ring threads waited for a worker.",
+        Kind::Histogram,
+        0.0,
+    );
+    h.value = queue_wait(&p.queue_wait);
+    vec![
+        g(
+            "cairn_fuse_workers",
+            "FUSE worker threads alive.",
+            p.workers,
+        ),
+        g(
+            "cairn_fuse_workers_busy",
+            "FUSE worker threads running a request.",
+            p.busy,
+        ),
+        g(
+            "cairn_fuse_queued_jobs",
+            "FUSE requests waiting for a worker.",
+            p.queued,
+        ),
+        h,
+    ]
 }
 
 /// The worker pool's wait histogram (bucket i: waits under 2^i µs) as a

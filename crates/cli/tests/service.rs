@@ -476,6 +476,12 @@ fn metrics_are_valid_and_agree_with_info() {
             "cairn_nbd_queue_wait_seconds_count{{server=\"{srv}\"}}"
         )) >= 2.0
     );
+    // Over io_uring, the FUSE worker pool (the kernel here has it: the
+    // mount would have logged "serving /dev/fuse" otherwise).
+    let fw = &i["fuse_workers"];
+    assert!(fw.is_object(), "no FUSE worker pool in info: {fw}");
+    assert_eq!(get("cairn_fuse_workers"), u(&fw["workers"]));
+    assert!(get("cairn_fuse_queue_wait_seconds_count") >= 1.0);
     assert!(get("cairn_fuse_requests_total{op=\"write\"}") > 0.0);
     assert!(get("cairn_fuse_request_duration_seconds_count{op=\"write\"}") > 0.0);
     // Read-only: other methods are refused.
