@@ -110,17 +110,40 @@ pub enum MirrorCmd {
     Copy {
         /// The source pool (directory or mount point).
         src: PathBuf,
-        /// The mirror pool: a directory or mount point here, or
-        /// ssh:[user@]host:POOL (runs `cairn mirror write` there).
+        /// The mirror pool: a directory or mount point here,
+        /// ssh:[user@]host:POOL (runs `cairn mirror write` there), or a
+        /// bucket: s3:BUCKET[/PREFIX]:endpoint=URL[:region=R] (streams and
+        /// chunks as objects; `mirror restore` makes a pool from it).
         dst: PathBuf,
         /// When the source pruned past the mirror's TID: roll the mirror
-        /// back to the newest snapshot both hold and copy from there.
+        /// back to the newest snapshot both hold and copy from there (a
+        /// bucket starts a new chain with a full stream).
         #[arg(long)]
         resync: bool,
         /// Chunk data per batch, in MiB: each batch is one transaction on
         /// the mirror, where an interrupted copy resumes.
         #[arg(long, default_value = "64", value_parser = clap::value_parser!(u64).range(1..=4096))]
         batch_mib: u64,
+        /// For a bucket: a 0600 file with the store's credentials
+        /// (default: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).
+        #[arg(long)]
+        credentials_file: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make (or bring up to date) a mirror pool from a mirror kept in a
+    /// bucket by `mirror copy SRC s3:...`: apply its chain of streams,
+    /// fetching only the chunks the pool lacks.
+    Restore {
+        /// s3:BUCKET[/PREFIX]:endpoint=URL[:region=R]
+        bucket: String,
+        /// A mirror pool (`cairn mkfs POOL --mirror`), empty or restored
+        /// from this bucket before.
+        pool: PathBuf,
+        /// A 0600 file with the store's credentials (default: the
+        /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY variables).
+        #[arg(long)]
+        credentials_file: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },

@@ -9,6 +9,7 @@ mod help;
 mod logging;
 mod metrics;
 mod mirror;
+mod mirror_bucket;
 mod nbd;
 mod ready;
 mod report;

@@ -46,17 +46,40 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             resync,
             batch_mib,
             json,
+            credentials_file,
         } => {
-            let dest = Dest::parse(&dst)?;
-            let v = copy(&src, &dest, resync, batch_mib)?;
-            dest.close()?;
+            // What was written before the command is in the copy.
+            call(&src, Request::Sync)?;
+            let v = match cairn_objstore::locator::is_locator(&text(&dst)) {
+                true => {
+                    let b = crate::mirror_bucket::open(&text(&dst), credentials_file.as_deref())?;
+                    crate::mirror_bucket::copy(&src, &b, resync, batch_mib)?
+                }
+                false => {
+                    let dest = Dest::parse(&dst)?;
+                    let v = copy(&src, &dest, resync, batch_mib)?;
+                    dest.close()?;
+                    v
+                }
+            };
             print(&v, json, |v| {
-                format!(
-                    "{}\n{}",
-                    describe_read(&v["read"]),
-                    describe_write(&v["write"])
-                )
+                let second = match v.get("bucket") {
+                    Some(_) => crate::mirror_bucket::describe_copy(v),
+                    None => describe_write(&v["write"]),
+                };
+                format!("{}\n{second}", describe_read(&v["read"]))
             });
+            Ok(())
+        }
+        MirrorCmd::Restore {
+            bucket,
+            pool,
+            credentials_file,
+            json,
+        } => {
+            let b = crate::mirror_bucket::open(&bucket, credentials_file.as_deref())?;
+            let v = crate::mirror_bucket::restore(&b, &pool)?;
+            print(&v, json, crate::mirror_bucket::describe_restore);
             Ok(())
         }
         MirrorCmd::Stream { src, dst, interval } => follow(&src, &dst, interval),
@@ -273,24 +296,9 @@ fn copy(src: &Path, dest: &Dest, resync: bool, batch_mib: u64) -> Result<Value> 
         since = rolled["to"].as_u64().unwrap_or(0);
     }
     let dir = private_dir()?;
-    let file = dir.path().join("stream");
-    // Ask the mirror which of the chunks the stream would carry it lacks.
-    let (wanted, lacking) = (dir.path().join("wanted"), dir.path().join("lacking"));
-    call(
-        src,
-        Request::MirrorCandidates {
-            since,
-            path: text(&wanted),
-        },
-    )?;
-    dest.lacking(&wanted, &lacking)?;
-    let read = Request::MirrorRead {
-        since,
-        path: text(&file),
-        lacking: Some(text(&lacking)),
-        batch_mib: Some(batch_mib),
-    };
-    let r = call(src, read)?;
+    let (file, r) = read_negotiated(src, since, batch_mib, dir.path(), |wanted, lacking| {
+        dest.lacking(wanted, lacking)
+    })?;
     let w = dest.write(&file)?;
     // The source keeps the history after the mirror's TID until the next
     // copy moves the hold (`cairn mirror release` drops it).
@@ -303,10 +311,44 @@ fn copy(src: &Path, dest: &Dest, resync: bool, batch_mib: u64) -> Result<Value> 
     Ok(json!({ "read": r, "write": w, "rollback": rolled }))
 }
 
+/// Reads the stream of `src`'s changes after `since` into `dir/stream`
+/// with the bytes of only the chunks the mirror lacks: the source lists
+/// the hashes it would send (a file of hashes), `lacking` writes those the
+/// mirror lacks into the second file. Returns the stream file and the
+/// read's report.
+pub(crate) fn read_negotiated(
+    src: &Path,
+    since: u64,
+    batch_mib: u64,
+    dir: &Path,
+    lacking: impl FnOnce(&Path, &Path) -> Result<()>,
+) -> Result<(PathBuf, Value)> {
+    let (file, wanted, lack) = (dir.join("stream"), dir.join("wanted"), dir.join("lacking"));
+    call(
+        src,
+        Request::MirrorCandidates {
+            since,
+            path: text(&wanted),
+        },
+    )?;
+    lacking(&wanted, &lack)?;
+    let read = Request::MirrorRead {
+        since,
+        path: text(&file),
+        lacking: Some(text(&lack)),
+        batch_mib: Some(batch_mib),
+    };
+    let r = call(src, read)?;
+    Ok((file, r))
+}
+
 /// `mirror stream`: copies whenever the source's TID moves; an error is
 /// shown and retried at the next look (a pool being remounted, a mirror
 /// disk gone for a while), so the mirror resumes at its own TID.
 fn follow(src: &Path, dst: &Path, interval: f64) -> Result<()> {
+    if cairn_objstore::locator::is_locator(&text(dst)) {
+        anyhow::bail!("a bucket mirror is kept by `cairn mirror copy` (run it from a timer): each copy is a stream object, and a stream per commit would make one per commit");
+    }
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [libc::SIGINT, libc::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
@@ -371,7 +413,7 @@ fn follow_step(src: &Path, dst: &Path, known: &mut Option<u64>) -> Result<Option
 
 /// Whether the source (`from`, its status) pruned past TID `since`, where
 /// it holds no snapshot: it cannot send the changes after it.
-fn behind_horizon(from: &Value, since: u64) -> bool {
+pub(crate) fn behind_horizon(from: &Value, since: u64) -> bool {
     let pruned = from["pruned_tid"].as_u64().unwrap_or(0);
     let at_snapshot = snapshot_list(from).iter().any(|(_, t)| *t == since);
     since > 0 && since < pruned && !at_snapshot
@@ -445,7 +487,7 @@ fn spool_stdin(dir: &Path) -> Result<PathBuf> {
 }
 
 /// A temporary directory only we can enter (0700), for streams.
-fn private_dir() -> Result<tempfile::TempDir> {
+pub(crate) fn private_dir() -> Result<tempfile::TempDir> {
     Ok(tempfile::Builder::new().prefix("cairn-mirror-").tempdir()?)
 }
 

@@ -12,6 +12,8 @@ pub enum StreamError {
     Refused(String),
     #[error(transparent)]
     Fs(#[from] cairn_fs::FsError),
+    #[error("mirror bucket: {0}")]
+    Store(#[from] cairn_objstore::ObjError),
 }
 
 pub type Result<T> = std::result::Result<T, StreamError>;

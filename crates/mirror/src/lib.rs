@@ -7,6 +7,7 @@
 //! (`read`) and applying it to a mirror (`apply`).
 
 pub mod apply;
+pub mod bucket;
 pub mod error;
 pub mod frame;
 pub mod negotiate;

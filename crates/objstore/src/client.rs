@@ -179,6 +179,16 @@ impl ObjectClient {
         Ok(b)
     }
 
+    /// The whole of object `key` (one GET).
+    pub fn get(&self, key: &str) -> Result<Bytes> {
+        self.stats.gets.fetch_add(1, Relaxed);
+        let path = ObjPath::from(key);
+        let fetch = async { self.store.get(&path).await?.bytes().await };
+        let b = self.run("GET", key, fetch)?;
+        self.stats.bytes_in.fetch_add(b.len() as u64, Relaxed);
+        Ok(b)
+    }
+
     /// Size and entity tag of `key`, None if there is no such object.
     pub fn head(&self, key: &str) -> Result<Option<PutInfo>> {
         self.stats.heads.fetch_add(1, Relaxed);

@@ -1,0 +1,194 @@
+//! Mirrors kept in an object-store bucket (`cairn mirror copy SRC
+//! s3:BUCKET/PREFIX...` and `cairn mirror restore s3:... POOL`): the
+//! streams of a pool stored as objects under a prefix, incremental (each
+//! copy adds the changes after the last one) and deduplicated by content
+//! hash across copies (a chunk is uploaded once, as its own object). The
+//! layout under the prefix (docs/FORMAT.md, "Mirrors in a bucket"):
+//!
+//! - `manifest`: the chain of streams (`manifest`), written last;
+//! - `stream-<since>-<upto>`: a stream whose chunk frames carry no bytes;
+//! - `chunk-<hash>`: one chunk's stored bytes (`objects`).
+//!
+//! A bucket holds one writer at a time (the copy that runs); any number
+//! of pools may restore from it.
+
+pub mod manifest;
+pub mod objects;
+
+use crate::error::{Result, StreamError};
+use bytes::Bytes;
+use cairn_data::Hash;
+use cairn_objstore::ObjectClient;
+use manifest::{Entry, Manifest};
+use std::collections::HashSet;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::Path;
+
+const MANIFEST: &str = "manifest";
+
+/// A bucket prefix that holds (or will hold) a mirror.
+pub struct Bucket {
+    pub client: ObjectClient,
+}
+
+/// What a push to the bucket did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PushReport {
+    pub since: u64,
+    pub upto: u64,
+    pub chunks_put: u64,
+    pub chunk_bytes: u64,
+    pub stream_bytes: u64,
+    /// Stream objects of an earlier chain deleted (after a resync).
+    pub streams_deleted: u64,
+}
+
+impl Bucket {
+    pub fn new(client: ObjectClient) -> Bucket {
+        Bucket { client }
+    }
+
+    /// The store key of `name` under the prefix.
+    fn key(&self, name: &str) -> String {
+        self.client.locator().key(name)
+    }
+
+    /// Names under the prefix that are not a mirror's objects (the prefix
+    /// holds something else: a tier device's segments, another program's
+    /// files), at most `n` of them.
+    pub fn foreign_objects(&self, n: usize) -> Result<Vec<String>> {
+        let ours = |k: &str| {
+            k == MANIFEST || objects::hash_of_key(k).is_some() || k.starts_with("stream-")
+        };
+        let listed = self.client.list("")?;
+        Ok(listed
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| !ours(k))
+            .take(n)
+            .collect())
+    }
+
+    /// The manifest, None where the prefix holds no mirror yet.
+    pub fn manifest(&self) -> Result<Option<Manifest>> {
+        match self.client.get(&self.key(MANIFEST)) {
+            Ok(b) => Manifest::decode(&b).map(Some),
+            Err(cairn_objstore::ObjError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The content hashes of the chunk objects the bucket holds.
+    pub fn chunks(&self) -> Result<HashSet<Hash>> {
+        let listed = self.client.list("chunk-")?;
+        Ok(listed
+            .iter()
+            .filter_map(|(k, _)| objects::hash_of_key(k))
+            .collect())
+    }
+
+    /// Stores the stream in file `stream` (as a pool read it, with the
+    /// bytes of the chunks the bucket lacks) after the chain of `m`: its
+    /// chunks as chunk objects, the rest as a stream object, then the
+    /// manifest that names it. `restart` begins a new chain (the stream is
+    /// a full one, read after the source pruned past the old chain's end);
+    /// the old chain's stream objects are deleted once the new manifest
+    /// is written.
+    pub fn push(&self, m: &mut Manifest, stream: &Path, restart: bool) -> Result<PushReport> {
+        let dir = stream.parent().unwrap_or(Path::new("."));
+        let split = dir.join("split");
+        let mut uploaded = HashSet::new();
+        let s = {
+            let input = BufReader::with_capacity(1 << 20, std::fs::File::open(stream)?);
+            let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(&split)?);
+            let mut put = |h: &Hash, obj: Vec<u8>| {
+                if uploaded.insert(*h) {
+                    self.client
+                        .put_verified(&self.key(&objects::chunk_key(h)), Bytes::from(obj))?;
+                }
+                Ok(())
+            };
+            let s = objects::split_stream(input, &mut out, &mut put)?;
+            out.flush()?;
+            s
+        };
+        let from = if restart { 0 } else { m.upto() };
+        if s.since != from {
+            return Err(StreamError::Refused(format!(
+                "the stream holds the changes after TID {:#x}, and the bucket's chain ends at {from:#x}",
+                s.since
+            )));
+        }
+        let mut rep = PushReport {
+            since: s.since,
+            upto: s.upto,
+            chunks_put: uploaded.len() as u64,
+            chunk_bytes: s.chunk_bytes,
+            ..PushReport::default()
+        };
+        if s.upto == s.since {
+            return Ok(rep);
+        }
+        let body = Bytes::from(std::fs::read(&split)?);
+        let entry = Entry {
+            since: s.since,
+            upto: s.upto,
+            bytes: body.len() as u64,
+            hash: *blake3::hash(&body).as_bytes(),
+        };
+        rep.stream_bytes = entry.bytes;
+        self.client.put_verified(&self.key(&entry.key()), body)?;
+        let old = match restart {
+            true => std::mem::take(&mut m.streams),
+            false => Vec::new(),
+        };
+        m.streams.push(entry);
+        self.client
+            .put_verified(&self.key(MANIFEST), Bytes::from(m.encode()))?;
+        for e in old.iter().filter(|e| e.key() != entry.key()) {
+            self.client.delete(&self.key(&e.key()))?;
+            rep.streams_deleted += 1;
+        }
+        Ok(rep)
+    }
+
+    /// Downloads stream `e` of the chain into file `out` as a pool applies
+    /// it: its hash checked against the manifest, and each chunk the pool
+    /// lacks (`lacking`, asked once for all of the stream's chunks) given
+    /// its bytes from its chunk object.
+    pub fn fetch(
+        &self,
+        e: &Entry,
+        out: &Path,
+        lacking: &mut dyn FnMut(&[Hash]) -> Result<HashSet<Hash>>,
+    ) -> Result<objects::SplitReport> {
+        let body = self.client.get(&self.key(&e.key()))?;
+        if body.len() as u64 != e.bytes || blake3::hash(&body).as_bytes() != &e.hash {
+            return Err(StreamError::Damaged(format!(
+                "stream object {}: not the {} bytes the manifest names (size or hash differ)",
+                e.key(),
+                e.bytes
+            )));
+        }
+        let need = lacking(&objects::chunk_hashes(&body[..])?)?;
+        let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(out)?);
+        let mut fetch = |h: &Hash| match need.contains(h) {
+            true => {
+                let b = self.client.get(&self.key(&objects::chunk_key(h)))?;
+                objects::decode_object(&b, h).map(Some)
+            }
+            false => Ok(None),
+        };
+        let rep = objects::join_stream(&body[..], &mut w, &mut fetch)?;
+        w.flush()?;
+        if (rep.since, rep.upto) != (e.since, e.upto) {
+            return Err(StreamError::Damaged(format!(
+                "stream object {} holds TIDs {:#x}..{:#x}",
+                e.key(),
+                rep.since,
+                rep.upto
+            )));
+        }
+        Ok(rep)
+    }
+}
