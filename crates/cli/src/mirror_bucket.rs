@@ -59,10 +59,9 @@ pub fn copy(src: &Path, b: &Bucket, resync: bool, batch_mib: u64) -> Result<Valu
         since = 0;
     }
     let dir = super::mirror::private_dir()?;
-    let held = b.chunks()?;
     let (file, r) = super::mirror::read_negotiated(src, since, batch_mib, dir.path(), |w, l| {
         let want = cairn_mirror::negotiate::decode(&std::fs::read(w)?)?;
-        let lack: Vec<_> = want.into_iter().filter(|h| !held.contains(h)).collect();
+        let lack = b.lacking(&want, m.chunks)?;
         Ok(std::fs::write(l, cairn_mirror::negotiate::encode(&lack))?)
     })?;
     let p = b.push(&mut m, &file, restart)?;
@@ -97,6 +96,7 @@ fn fresh_manifest(b: &Bucket, source: [u8; 16]) -> Result<Manifest> {
     Ok(Manifest {
         id: rand::random(),
         source,
+        chunks: 0,
         streams: Vec::new(),
     })
 }

@@ -41,6 +41,8 @@ pub struct Manifest {
     pub id: [u8; 16],
     /// The pool it mirrors.
     pub source: [u8; 16],
+    /// Chunk objects uploaded so far (how large a LIST of them is).
+    pub chunks: u64,
     /// From TID 0, each stream starting where the one before ended.
     pub streams: Vec<Entry>,
 }
@@ -57,6 +59,7 @@ impl Manifest {
         b.extend_from_slice(&MANIFEST_VERSION.to_le_bytes());
         b.extend_from_slice(&self.id);
         b.extend_from_slice(&self.source);
+        b.extend_from_slice(&self.chunks.to_le_bytes());
         b.extend_from_slice(&(self.streams.len() as u32).to_le_bytes());
         for e in &self.streams {
             b.extend_from_slice(&e.since.to_le_bytes());
@@ -89,6 +92,7 @@ impl Manifest {
         }
         let id = c.bytes(16)?.try_into().unwrap();
         let source = c.bytes(16)?.try_into().unwrap();
+        let chunks = c.u64()?;
         let n = c.count(56)?;
         if n > MAX_STREAMS {
             return Err(damaged("too many streams"));
@@ -114,6 +118,7 @@ impl Manifest {
         Ok(Manifest {
             id,
             source,
+            chunks,
             streams,
         })
     }
@@ -133,6 +138,7 @@ mod tests {
         Manifest {
             id: [1; 16],
             source: [2; 16],
+            chunks: 77,
             streams: vec![e(0, 5), e(5, 9), e(9, 30)],
         }
     }

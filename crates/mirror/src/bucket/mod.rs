@@ -78,12 +78,32 @@ impl Bucket {
         }
     }
 
-    /// The content hashes of the chunk objects the bucket holds.
-    pub fn chunks(&self) -> Result<HashSet<Hash>> {
+    /// Of `want`, the hashes whose chunk objects the bucket lacks: one
+    /// HEAD each when they are fewer than the pages (1,000 keys each) of
+    /// a LIST of the `known` chunk objects, else one LIST.
+    pub fn lacking(&self, want: &[Hash], known: u64) -> Result<Vec<Hash>> {
+        if (want.len() as u64) < known / 1000 {
+            let mut out = Vec::new();
+            for h in want {
+                if self
+                    .client
+                    .head(&self.key(&objects::chunk_key(h)))?
+                    .is_none()
+                {
+                    out.push(*h);
+                }
+            }
+            return Ok(out);
+        }
         let listed = self.client.list("chunk-")?;
-        Ok(listed
+        let held: HashSet<Hash> = listed
             .iter()
             .filter_map(|(k, _)| objects::hash_of_key(k))
+            .collect();
+        Ok(want
+            .iter()
+            .filter(|h| !held.contains(*h))
+            .copied()
             .collect())
     }
 
@@ -143,6 +163,7 @@ impl Bucket {
             false => Vec::new(),
         };
         m.streams.push(entry);
+        m.chunks += rep.chunks_put;
         self.client
             .put_verified(&self.key(MANIFEST), Bytes::from(m.encode()))?;
         for e in old.iter().filter(|e| e.key() != entry.key()) {
