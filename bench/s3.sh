@@ -18,6 +18,10 @@
 #              the same read from a local file on the same disk for scale;
 #   random     RANDOM_N 4 KiB reads at random offsets of cold demoted data:
 #              GETs per read (target: 1).
+# Then once per store, a mirror kept in the bucket: a pool of DATA_MB
+# (half of it a copy of the other half: dedup) copied with `cairn mirror
+# copy SRC s3:...` (MB/s, PUTs per GiB), an increment of 1/8 of it, and
+# `cairn mirror restore` into a new mirror pool (MB/s, GETs per GiB).
 # Medians over ROUNDS. Prints one table per store and a summary.
 #
 # Environment (defaults): STORES="garage s3s" DATA_MB=1024 FG_MB=512
@@ -185,6 +189,48 @@ print(n)
 EOF
 }
 
+jget() { # JSON-FILE PATH.TO.KEY
+    python3 -c 'import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."): v = v[k]
+print(v)' "$1" "$2"
+}
+
+mirror_step() { # STORE: copy to the bucket, an increment, a restore
+    local s=$1 spec t0 half=$((DATA_MB / 2)) inc=$((DATA_MB / 8))
+    spec="s3:cairn/mirror-$s:endpoint=$ENDPOINT:region=$REGION"
+    rm -rf "$W/msrc" "$W/mdst" "$W/msrc.img" "$W/mdst.img"
+    mkdir -p "$W/msrc.mnt" "$W/mdst.mnt"
+    "$BIN" mkfs "$W/msrc" --device "ssd:$W/msrc.img:$((DATA_MB * 3 / 1024 + 2))G" --sparse >/dev/null 2>&1
+    "$BIN" mkfs "$W/mdst" --mirror --device "ssd:$W/mdst.img:$((DATA_MB * 3 / 1024 + 2))G" --sparse >/dev/null 2>&1
+    "$BIN" mount "$W/msrc" "$W/msrc.mnt" >/dev/null
+    head -c $((half << 20)) /dev/urandom >"$W/msrc.mnt/a"
+    cp "$W/msrc.mnt/a" "$W/msrc.mnt/b"
+    log "$s: mirror copy of $DATA_MB MB ($half MB distinct) to the bucket"
+    t0=$(now)
+    "$BIN" mirror copy "$W/msrc.mnt" "$spec" --credentials-file "$W/creds" --json >"$W/m1.json"
+    R[$s,mcopy]=$(mbps "$DATA_MB" "$(elapsed "$t0")")
+    R[$s,mputs]=$(per_gib "$(jget "$W/m1.json" requests.puts)" "$DATA_MB")
+    head -c $((inc << 20)) /dev/urandom >"$W/msrc.mnt/c"
+    t0=$(now)
+    "$BIN" mirror copy "$W/msrc.mnt" "$spec" --credentials-file "$W/creds" --json >"$W/m2.json"
+    R[$s,minc]=$(mbps "$inc" "$(elapsed "$t0")")
+    R[$s,mincput]=$(jget "$W/m2.json" bucket.chunks_put)
+    local want
+    want=$(cd "$W/msrc.mnt" && sha256sum a b c)
+    "$BIN" umount "$W/msrc.mnt" >/dev/null
+    log "$s: mirror restore into a new pool"
+    drop_caches
+    t0=$(now)
+    "$BIN" mirror restore "$spec" "$W/mdst" --credentials-file "$W/creds" --json >"$W/m3.json"
+    R[$s,mrestore]=$(mbps $((DATA_MB + inc)) "$(elapsed "$t0")")
+    R[$s,mgets]=$(per_gib "$(jget "$W/m3.json" requests.gets)" $((DATA_MB + inc)))
+    "$BIN" mount "$W/mdst" "$W/mdst.mnt" >/dev/null
+    [ "$(cd "$W/mdst.mnt" && sha256sum a b c)" = "$want" ] || die "the restored pool's files differ from the source's"
+    "$BIN" umount "$W/mdst.mnt" >/dev/null
+    R[$s,mcheck]=$("$BIN" check "$W/mdst" >/dev/null 2>&1 && echo clean || echo FAILED)
+}
+
 declare -A R
 one_store() { # STORE
     local s=$1 r
@@ -231,6 +277,7 @@ one_store() { # STORE
         log "$s round $r: demote ${R[$s,demote,$r]} MB/s, fg ${R[$s,fg_ratio,$r]}x, read ${R[$s,read1,$r]} then ${R[$s,read2,$r]} MB/s, ${R[$s,rand,$r]} GETs per 4K read"
     done
     "$BIN" umount "$W/mnt" >/dev/null
+    mirror_step "$s"
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     PIDS=()
@@ -264,3 +311,20 @@ row "GETs per GiB read (first read)" gets
 row "second read, RAM cache (MB/s)" read2
 row "local file on the same disk, cold (MB/s)" local
 row "GETs per 4 KiB random read, cold (target 1)" rand
+echo
+echo "Mirror in the bucket (one round): $DATA_MB MB of which half is a copy of the other, then $((DATA_MB / 8)) MB more"
+echo
+echo "| | $(sed 's/ / | /g' <<<"$STORES") |"
+echo "|---|$(for _ in $STORES; do printf -- '---:|'; done)"
+row1() { # LABEL KEY
+    printf '| %s |' "$1"
+    for s in $STORES; do printf ' %s |' "${R[$s,$2]}"; done
+    echo
+}
+row1 "mirror copy, full (MB/s of pool data)" mcopy
+row1 "PUTs per GiB of pool data (half deduplicated)" mputs
+row1 "increment (MB/s of new data)" minc
+row1 "chunk objects the increment uploaded" mincput
+row1 "restore into a new pool (MB/s)" mrestore
+row1 "GETs per GiB restored" mgets
+row1 "check of the restored pool" mcheck
