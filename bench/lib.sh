@@ -34,3 +34,13 @@ make_cold() {
     drop_caches
     if [ "$1" != native ]; then mount_target "$1"; fi
 }
+
+# set_conf TOML KEY VALUE: sets `KEY = VALUE` in a pool's cairn.toml (mkfs
+# writes every key with its default; a key it lacks is appended).
+set_conf() {
+    if grep -q "^$2 = " "$1"; then
+        sed -i "s|^$2 = .*|$2 = $3|" "$1"
+    else
+        echo "$2 = $3" >>"$1"
+    fi
+}

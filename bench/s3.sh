@@ -136,12 +136,10 @@ make_pool() {
     mkdir -p "$W/mnt"
     local gb=$(((DATA_MB * (ROUNDS * 2 + 1) + FG_MB * ROUNDS * 2) / 1024 + 2))
     "$BIN" mkfs "$W/pool" --device "ssd:$W/ssd.img:${gb}G" --sparse >/dev/null 2>&1
-    cat >>"$W/pool/cairn.toml" <<EOF
-tier_interval_secs = 0
-gc_interval_secs = 0
-tier_fast_full_pct = 1
-s3_credentials_file = "$W/creds"
-EOF
+    local k
+    for k in tier_interval_secs=0 gc_interval_secs=0 tier_fast_full_pct=1 "s3_credentials_file=\"$W/creds\""; do
+        set_conf "$W/pool/cairn.toml" "${k%%=*}" "${k#*=}"
+    done
     "$BIN" mount "$W/pool" "$W/mnt" >/dev/null
     "$BIN" device add "$W/mnt" "s3:cairn/bench-$1:endpoint=$ENDPOINT:region=$REGION" >/dev/null
 }

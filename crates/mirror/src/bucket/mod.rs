@@ -23,8 +23,11 @@ use manifest::{Entry, Manifest};
 use std::collections::HashSet;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
+use std::sync::Mutex;
 
 const MANIFEST: &str = "manifest";
+/// Chunk objects uploaded at once by a copy.
+const UPLOADERS: usize = 16;
 
 /// A bucket prefix that holds (or will hold) a mirror.
 pub struct Bucket {
@@ -118,20 +121,17 @@ impl Bucket {
         let dir = stream.parent().unwrap_or(Path::new("."));
         let split = dir.join("split");
         let mut uploaded = HashSet::new();
-        let s = {
+        let s = self.uploading(|send| {
             let input = BufReader::with_capacity(1 << 20, std::fs::File::open(stream)?);
             let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(&split)?);
-            let mut put = |h: &Hash, obj: Vec<u8>| {
-                if uploaded.insert(*h) {
-                    self.client
-                        .put_verified(&self.key(&objects::chunk_key(h)), Bytes::from(obj))?;
-                }
-                Ok(())
+            let mut put = |h: &Hash, obj: Vec<u8>| match uploaded.insert(*h) {
+                true => send(self.key(&objects::chunk_key(h)), Bytes::from(obj)),
+                false => Ok(()),
             };
             let s = objects::split_stream(input, &mut out, &mut put)?;
             out.flush()?;
-            s
-        };
+            Ok(s)
+        })?;
         let from = if restart { 0 } else { m.upto() };
         if s.since != from {
             return Err(StreamError::Refused(format!(
@@ -171,6 +171,44 @@ impl Bucket {
             rep.streams_deleted += 1;
         }
         Ok(rep)
+    }
+
+    /// Runs `work`, which hands objects to upload to the `send` it is
+    /// given; `UPLOADERS` threads upload them (each a verified PUT) as
+    /// they come, at most twice that many waiting. Returns once every
+    /// upload is done; the first failed upload fails the whole.
+    fn uploading<T>(
+        &self,
+        work: impl FnOnce(&mut dyn FnMut(String, Bytes) -> Result<()>) -> Result<T>,
+    ) -> Result<T> {
+        let failed: Mutex<Option<StreamError>> = Mutex::new(None);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(String, Bytes)>(2 * UPLOADERS);
+        let rx = Mutex::new(rx);
+        let out = std::thread::scope(|scope| {
+            for _ in 0..UPLOADERS {
+                scope.spawn(|| loop {
+                    let next = rx.lock().unwrap().recv();
+                    let Ok((key, body)) = next else { return };
+                    if let Err(e) = self.client.put_verified(&key, body) {
+                        failed.lock().unwrap().get_or_insert(e.into());
+                    }
+                });
+            }
+            let mut send = |key: String, body: Bytes| {
+                if failed.lock().unwrap().is_some() {
+                    return Err(StreamError::Refused("an upload failed".into()));
+                }
+                tx.send((key, body))
+                    .map_err(|_| StreamError::Refused("the uploaders stopped".into()))
+            };
+            let out = work(&mut send);
+            drop(tx);
+            out
+        });
+        match failed.into_inner().unwrap() {
+            Some(e) => Err(e),
+            None => out,
+        }
     }
 
     /// Downloads stream `e` of the chain into file `out` as a pool applies
