@@ -1,8 +1,9 @@
 //! The workers FUSE ring threads hand requests to (reads and writes of
 //! 128 KiB or more, fsync and other requests that may block): Cairn's
 //! adaptive pool (`crates/workpool`), which adds workers while handed-off
-//! requests wait and lets idle ones go, as the NBD server's does. One pool
-//! per process; its counters are shown by `cairn info`.
+//! requests wait, as the NBD server's does, but never lets them go (see
+//! `KEEP_WORKERS`). One pool per process; its counters are shown by
+//! `cairn info`.
 
 use cairn_workpool::{Config, Pool, Stats};
 use std::sync::{Arc, OnceLock};
@@ -27,8 +28,18 @@ impl fuser::Executor for FuseWorkers {
 
 static WORKERS: OnceLock<Arc<FuseWorkers>> = OnceLock::new();
 
-/// The process's pool, started on first use: as many workers kept as the
-/// fixed pool it replaces had (two per CPU and two more, at most 32), up
+/// How long an idle FUSE worker waits before it exits: for good. A worker
+/// that replied to a request submitted the ring's next fetch (a FUSE
+/// COMMIT_AND_FETCH io_uring command) as its own task, and io_uring cancels
+/// a task's pending commands when the task exits: the kernel then ends that
+/// entry with ENOTCONN, its ring thread stops, and requests queued on the
+/// ring's other entries are never answered (a write's writeback, then its
+/// fsync, hung for good under `bench/s3.sh` once the pool had shrunk). So
+/// the pool grows while requests wait and keeps what it grew to.
+pub const KEEP_WORKERS: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The process's pool, started on first use: as many workers as the fixed
+/// pool it replaces had (two per CPU and two more, at most 32), growing up
 /// to 64 while requests wait more than 2 ms for one.
 pub fn shared() -> Arc<FuseWorkers> {
     WORKERS
@@ -39,7 +50,7 @@ pub fn shared() -> Arc<FuseWorkers> {
                 min,
                 max: 64,
                 grow_after: Duration::from_millis(2),
-                idle_exit: Duration::from_secs(10),
+                idle_exit: KEEP_WORKERS,
                 name: "fuse-work".into(),
             })))
         })
