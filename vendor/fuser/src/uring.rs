@@ -129,8 +129,11 @@ impl PartialEq for UringConfig {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             _ => false,
         };
-        (self.threads_per_queue, self.idle_priority, self.entries_per_thread)
-            == (o.threads_per_queue, o.idle_priority, o.entries_per_thread)
+        (
+            self.threads_per_queue,
+            self.idle_priority,
+            self.entries_per_thread,
+        ) == (o.threads_per_queue, o.idle_priority, o.entries_per_thread)
             && self.bulk_read_min == o.bulk_read_min
             && same_executor
     }
