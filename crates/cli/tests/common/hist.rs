@@ -237,6 +237,18 @@ pub fn snapshot_verify(target: &Path, name: &str) -> (i32, Json) {
     (code, parse_json_out(&args, &out))
 }
 
+/// Asserts that snapshot `name` has the same content hash on two mounted
+/// pools (`snapshot verify`, which reads all its data on both).
+#[track_caller]
+pub fn assert_same_snapshot_hash(a: &Path, b: &Path, name: &str) {
+    let (x, y) = (snapshot_verify(a, name).1, snapshot_verify(b, name).1);
+    assert_eq!(
+        field_str(&x, "computed"),
+        field_str(&y, "computed"),
+        "snapshot {name}"
+    );
+}
+
 // ------------------------------------------------------------------ trees
 
 /// One entry of a captured tree.
