@@ -76,14 +76,8 @@ impl Manifest {
     /// and an unbroken chain from TID 0.
     pub fn decode(b: &[u8]) -> Result<Manifest> {
         let damaged = |why: &str| StreamError::Damaged(format!("bucket manifest: {why}"));
-        if b.len() < 4 || !b.starts_with(MAGIC) {
-            return Err(damaged("not a Cairn mirror manifest"));
-        }
-        let (body, crc) = b.split_at(b.len() - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
-            return Err(damaged("checksum mismatch"));
-        }
-        let mut c = Body::new(&body[MAGIC.len()..], "manifest");
+        let body = super::unseal(b, MAGIC, "bucket manifest", "mirror manifest")?;
+        let mut c = Body::new(body, "manifest");
         let v = c.u16()?;
         if v != MANIFEST_VERSION {
             return Err(StreamError::Refused(format!(
@@ -156,6 +150,10 @@ mod tests {
         }
         for n in 0..b.len() {
             assert!(Manifest::decode(&b[..n]).is_err(), "{n} bytes were taken");
+        }
+        // The magic and a few bytes: refused, never a panic.
+        for n in 8..12 {
+            assert!(Manifest::decode(&b"cairn-mb\0\0\0\0"[..n]).is_err());
         }
     }
 

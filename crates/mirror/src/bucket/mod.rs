@@ -29,6 +29,21 @@ const MANIFEST: &str = "manifest";
 /// Chunk objects uploaded at once by a copy.
 const UPLOADERS: usize = 16;
 
+/// Checks an object sealed as `magic | body | crc32c of magic and body`
+/// (the manifest and chunk objects) and returns its body. Errors name the
+/// object (`what`) and, when it is not one at all, its `kind`.
+fn unseal<'a>(b: &'a [u8], magic: &[u8; 8], what: &str, kind: &str) -> Result<&'a [u8]> {
+    let damaged = |why: String| Err(StreamError::Damaged(format!("{what}: {why}")));
+    if b.len() < magic.len() + 4 || !b.starts_with(magic) {
+        return damaged(format!("not a Cairn {kind}"));
+    }
+    let (sealed, crc) = b.split_at(b.len() - 4);
+    if crc32c::crc32c(sealed) != u32::from_le_bytes(crc.try_into().unwrap()) {
+        return damaged("checksum mismatch".into());
+    }
+    Ok(&sealed[magic.len()..])
+}
+
 /// A bucket prefix that holds (or will hold) a mirror.
 pub struct Bucket {
     pub client: ObjectClient,

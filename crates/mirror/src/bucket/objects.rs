@@ -56,15 +56,9 @@ pub fn encode_object(c: &StoredChunk) -> Vec<u8> {
 /// Decodes a chunk object, which must hold the chunk `want` (the content
 /// itself is verified against the hash where the chunk is applied).
 pub fn decode_object(b: &[u8], want: &Hash) -> Result<StoredChunk> {
-    let damaged = |why: &str| StreamError::Damaged(format!("chunk object {}: {why}", hex(want)));
-    if b.len() < 4 || !b.starts_with(MAGIC) {
-        return Err(damaged("not a Cairn chunk object"));
-    }
-    let (body, crc) = b.split_at(b.len() - 4);
-    if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
-        return Err(damaged("checksum mismatch"));
-    }
-    let mut c = Body::new(&body[MAGIC.len()..], "chunk object");
+    let what = format!("chunk object {}", hex(want));
+    let body = super::unseal(b, MAGIC, &what, "chunk object")?;
+    let mut c = Body::new(body, "chunk object");
     let v = c.u16()?;
     if v != CHUNK_OBJECT_VERSION {
         return Err(StreamError::Refused(format!(
@@ -74,7 +68,10 @@ pub fn decode_object(b: &[u8], want: &Hash) -> Result<StoredChunk> {
     let (method, raw_len) = (c.u8()?, c.u32()?);
     let hash: Hash = c.bytes(32)?.try_into().unwrap();
     if &hash != want {
-        return Err(damaged(&format!("holds chunk {}", hex(&hash))));
+        return Err(StreamError::Damaged(format!(
+            "{what}: holds chunk {}",
+            hex(&hash)
+        )));
     }
     Ok(StoredChunk {
         hash,
@@ -220,5 +217,9 @@ mod tests {
         assert_eq!(hash_of_key(&chunk_key(&c.hash)), Some(c.hash));
         assert_eq!(hash_of_key("chunk-zz"), None);
         assert_eq!(hash_of_key("manifest"), None);
+        // The magic and a few bytes: refused, never a panic.
+        for n in 8..12 {
+            assert!(decode_object(&b"cairn-mc\0\0\0\0"[..n], &c.hash).is_err());
+        }
     }
 }
