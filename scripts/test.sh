@@ -7,7 +7,9 @@ export PATH="$HOME/.cargo/bin:$PATH"
 bash scripts/deps.sh test
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
-cargo test --workspace --release -- --test-threads=2
+# The `suite` profile (Cargo.toml): release optimization without LTO, so
+# the test binaries link quickly.
+cargo test --workspace --profile suite -- --test-threads=2
 # fuser is vendored with Cairn's FUSE-over-io_uring transport (vendor/fuser/PATCHES.md):
 # its unit tests, and formatting of the files Cairn added.
 rustfmt --edition 2024 --check vendor/fuser/src/uring.rs vendor/fuser/src/uring_sched.rs
