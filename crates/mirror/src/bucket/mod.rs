@@ -14,6 +14,7 @@
 
 pub mod manifest;
 pub mod objects;
+pub mod prefetch;
 
 use crate::error::{Result, StreamError};
 use bytes::Bytes;
@@ -28,6 +29,11 @@ use std::sync::Mutex;
 const MANIFEST: &str = "manifest";
 /// Chunk objects uploaded at once by a copy.
 const UPLOADERS: usize = 16;
+/// Chunk objects downloaded at once by a restore, and how many it keeps
+/// ahead of the stream it writes (at most one chunk, 64 KiB by default,
+/// each).
+const DOWNLOADERS: usize = 16;
+const FETCH_WINDOW: usize = 64;
 
 /// Checks an object sealed as `magic | body | crc32c of magic and body`
 /// (the manifest and chunk objects) and returns its body. Errors name the
@@ -244,16 +250,37 @@ impl Bucket {
                 e.bytes
             )));
         }
-        let need = lacking(&objects::chunk_hashes(&body[..])?)?;
+        let hashes = objects::chunk_hashes(&body[..])?;
+        let need = lacking(&hashes)?;
+        // The lacking chunks in the order the stream names them, each once.
+        let mut seen = HashSet::new();
+        let order: Vec<Hash> = (hashes.iter())
+            .filter(|h| need.contains(*h) && seen.insert(**h))
+            .copied()
+            .collect();
         let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(out)?);
-        let mut fetch = |h: &Hash| match need.contains(h) {
-            true => {
-                let b = self.client.get(&self.key(&objects::chunk_key(h)))?;
-                objects::decode_object(&b, h).map(Some)
-            }
-            false => Ok(None),
-        };
-        let rep = objects::join_stream(&body[..], &mut w, &mut fetch)?;
+        let get = |h: &Hash| self.chunk(h);
+        let rep = prefetch::in_order(&order, DOWNLOADERS, FETCH_WINDOW, get, |take| {
+            let mut given = HashSet::new();
+            let mut fetch = |h: &Hash| {
+                if !need.contains(h) {
+                    return Ok(None);
+                }
+                if !given.insert(*h) {
+                    // A second frame of one chunk: fetched again.
+                    return self.chunk(h).map(Some);
+                }
+                match take() {
+                    Some(Ok(c)) if &c.hash == h => Ok(Some(c)),
+                    Some(Err(err)) => Err(err),
+                    _ => Err(StreamError::Damaged(format!(
+                        "stream object {}: its chunk frames came in another order on a second reading",
+                        e.key()
+                    ))),
+                }
+            };
+            objects::join_stream(&body[..], &mut w, &mut fetch)
+        })?;
         w.flush()?;
         if (rep.since, rep.upto) != (e.since, e.upto) {
             return Err(StreamError::Damaged(format!(
@@ -264,5 +291,11 @@ impl Bucket {
             )));
         }
         Ok(rep)
+    }
+
+    /// Downloads and decodes the chunk object of `h`.
+    fn chunk(&self, h: &Hash) -> Result<cairn_fs::replica::StoredChunk> {
+        let b = self.client.get(&self.key(&objects::chunk_key(h)))?;
+        objects::decode_object(&b, h)
     }
 }
