@@ -18,6 +18,7 @@ pub mod file;
 pub mod plan;
 pub mod rng;
 pub mod s3;
+mod s3_readahead;
 pub mod trace;
 
 pub use crash::{crash_images, read_images, surviving, write_images, CrashMode, Images, Replay};

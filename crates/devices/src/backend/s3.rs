@@ -13,6 +13,7 @@
 //! While the store does not answer, reads fail at once (EIO) and the
 //! background thread probes it every second until it answers again.
 
+use super::s3_readahead::{ReadAhead, Served};
 use super::Backend;
 use bytes::Bytes;
 use cairn_objstore::{ObjError, ObjectClient, StatsSnapshot};
@@ -62,6 +63,7 @@ struct Inner {
     segment_size: u64,
     len: AtomicU64,
     staged: Mutex<BTreeMap<Part, Vec<u8>>>,
+    ahead: ReadAhead,
     dels: Mutex<Deletes>,
     dels_cv: Condvar,
     stop: AtomicBool,
@@ -89,6 +91,7 @@ impl S3Backend {
             segment_size,
             len: AtomicU64::new(u64::MAX / 4),
             staged: Mutex::new(BTreeMap::new()),
+            ahead: ReadAhead::default(),
             dels: Mutex::new(Deletes::default()),
             dels_cv: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -171,10 +174,21 @@ impl Inner {
         }
     }
 
+    /// Up to `n` bytes of `part` from `from` (fewer at its end): one
+    /// ranged GET.
+    fn get(&self, part: Part, from: u64, n: u64) -> io::Result<Bytes> {
+        match self.client.get_range(&self.key(part), from..from + n) {
+            Ok(b) => Ok(b),
+            Err(ObjError::NotFound { .. }) => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Uploads one staged object, whole.
     fn upload(&self, part: Part, data: Vec<u8>) -> io::Result<()> {
         if let Part::Slot(s) = part {
             self.settle_delete(s);
+            self.ahead.forget(s);
         }
         let key = self.key(part);
         match self.client.put_verified(&key, Bytes::from(data)) {
@@ -250,16 +264,13 @@ impl Backend for S3Backend {
                     inner.client.locator().endpoint
                 )));
             }
-            let got = match inner
-                .client
-                .get_range(&inner.key(part), within..within + want)
-            {
-                Ok(b) => b,
-                Err(ObjError::NotFound { .. }) => {
-                    return Err(io::Error::from(io::ErrorKind::UnexpectedEof))
+            let get = |from: u64, n: u64| inner.get(part, from, n);
+            if let Part::Slot(slot) = part {
+                if inner.ahead.read(slot, within, &mut buf[r.clone()], get)? == Served::Yes {
+                    return Ok(());
                 }
-                Err(e) => return Err(e.into()),
-            };
+            }
+            let got = get(within, want)?;
             if got.len() as u64 != want {
                 return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
             }
@@ -271,6 +282,9 @@ impl Backend for S3Backend {
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         let inner = &self.inner;
         inner.pieces(off, buf.len(), |part, within, r| {
+            if let Part::Slot(slot) = part {
+                inner.ahead.forget(slot);
+            }
             let mut staged = inner.staged.lock();
             let obj = staged.entry(part).or_default();
             let end = within as usize + r.len();
@@ -316,6 +330,7 @@ impl Backend for S3Backend {
         let end = (off + len).saturating_sub(inner.data_offset) / seg;
         for slot in first..end {
             inner.staged.lock().remove(&Part::Slot(slot));
+            inner.ahead.forget(slot);
             self.queue_delete(slot);
         }
         Ok(())
