@@ -32,6 +32,8 @@ pub struct Fs {
     pub(crate) commit_stats: crate::service_stats::CommitStats,
     /// Progress of GC, reblock, scrub, prune and the mover, for metrics.
     pub(crate) maint_stats: crate::service_stats::MaintStats,
+    /// When the last client write came, for the mover (`tier.rs`).
+    pub(crate) writes: crate::maintenance::tier::WriteClock,
     pub(crate) pool: Pool,
     /// The write-back state, split by inode (`state.rs`).
     pub(crate) shards: Box<[Mutex<crate::state::Shard>]>,
@@ -142,6 +144,7 @@ impl Fs {
             holds,
             commit_stats: Default::default(),
             maint_stats: Default::default(),
+            writes: Default::default(),
         };
         let logged = fs.open_intent_log()?;
         let fs = Arc::new(fs);

@@ -435,3 +435,80 @@ fn the_mover_brings_hot_data_up_without_waiting_for_its_interval() {
     fs.shutdown().unwrap();
     mover.join().unwrap();
 }
+
+/// Writes 4 KiB blocks to a new file `name` from another thread until
+/// `stop` is set.
+fn writer(
+    fs: &Arc<Fs>,
+    name: &'static [u8],
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    let (fs, stop) = (fs.clone(), stop.clone());
+    std::thread::spawn(move || {
+        let f = fs.create(Ctx::ROOT, ROOT_INO, name, 0o644).unwrap();
+        let mut n = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            fs.write(f.ino, (n % 256) * 4096, &[n as u8; 4096]).unwrap();
+            n += 1;
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        n
+    })
+}
+
+#[test]
+fn the_mover_steps_aside_for_client_writes_unless_room_is_short() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::time::{Duration, Instant};
+    let d = tempfile::tempdir().unwrap();
+    // 64 slots fast, capped at 10%: a 12 MiB file is over the cap, and
+    // the fast tier is far from short of room.
+    mkfs_tiers(d.path(), 65, 65);
+    let mut c = PoolConfig {
+        tier_fast_full_pct: 10,
+        tier_demote_idle_secs: 0,
+        ..PoolConfig::default()
+    };
+    c.read_cache_mib = 0;
+    let fs = Fs::open(Pool::open(&d.path().join("pool"), Some(c)).unwrap()).unwrap();
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    let data = noise(12 << 20, 5);
+    fs.write(f.ino, 0, &data).unwrap();
+    fs.flush().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = writer(&fs, b"w", &stop);
+    std::thread::sleep(Duration::from_millis(100));
+    let stopper = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            stop.store(true, SeqCst);
+        })
+    };
+    let t0 = Instant::now();
+    let rep = fs.migrate(&|_, _| {}).unwrap();
+    let took = t0.elapsed();
+    stopper.join().unwrap();
+    assert!(w.join().unwrap() > 100, "the writer wrote");
+    assert!(rep.demoted > 0, "{rep:?}");
+    assert!(
+        rep.yielded_ms >= 1000 && took >= Duration::from_millis(1000),
+        "the demotion must wait for the writes to stop: {rep:?} in {took:?}"
+    );
+    assert_intact(&fs, f.ino, &data);
+    drop(fs);
+
+    // A fast tier short of room: the mover does not wait.
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let (ino, data) = fill(&fs);
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = writer(&fs, b"w", &stop);
+    std::thread::sleep(Duration::from_millis(100));
+    let rep = fs.migrate(&|_, _| {}).unwrap();
+    stop.store(true, SeqCst);
+    w.join().unwrap();
+    assert!(rep.demoted > 0, "{rep:?}");
+    assert!(rep.yielded_ms < 500, "no room: no waiting ({rep:?})");
+    assert_intact(&fs, ino, &data);
+}

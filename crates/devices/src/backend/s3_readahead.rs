@@ -82,11 +82,7 @@ impl ReadAhead {
         let mut st = self.st.lock();
         st.tick += 1;
         let tick = st.tick;
-        loop {
-            let Some(w) = (st.windows.iter_mut()).find(|w| w.obj == obj && w.covers(off, end))
-            else {
-                break;
-            };
+        while let Some(w) = (st.windows.iter_mut()).find(|w| w.obj == obj && w.covers(off, end)) {
             let Some(data) = &w.data else {
                 self.cv.wait(&mut st);
                 continue;

@@ -18,6 +18,11 @@
 //!
 //! Copies are limited to tier_rate_mib MiB/s, except the demotions that
 //! bring a device under its cap (new writes are waiting for that room).
+//! Before each demotion that brings a tier under its cap, the mover steps
+//! aside while client writes are coming in (up to 5 s; `yield_to_writers`),
+//! unless a faster tier is short of room (under 1/8 of its slots, or 2,
+//! free), so that foreground writes keep the devices and cores to
+//! themselves.
 //! When a fast tier is nearly full of history all the same, commits prune
 //! fine-grained history (writeback/flush.rs `prune_cutoff`). Each move is crash-safe by
 //! construction (see cairn_data::relocate). Besides its interval, the
@@ -45,6 +50,54 @@ pub struct MigrateReport {
     pub bytes: u64,
     /// Moves given up because the segment changed meanwhile.
     pub skipped: u64,
+    /// Time the round stepped aside for client writes (`yield_to_writers`).
+    #[serde(default)]
+    pub yielded_ms: u64,
+}
+
+/// The mover steps aside while client writes came in the last `QUIET`,
+/// for at most `YIELD_MAX` before each demotion that brings a tier under
+/// its cap (the bulk of its work; promotions and the demotions that make
+/// room for them are few and go at once), unless a faster
+/// tier has less than 1/`URGENT_FREE` of its slots (or 2) free: new
+/// writes then need the room more than the devices' time.
+const QUIET: Duration = Duration::from_millis(200);
+const YIELD_MAX: Duration = Duration::from_secs(5);
+const URGENT_FREE: u64 = 8;
+
+/// When a client write last came (for the mover to step aside): one
+/// relaxed store per write.
+#[derive(Debug)]
+pub(crate) struct WriteClock {
+    start: Instant,
+    /// Milliseconds since `start` of the last write, plus one (0: none).
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Default for WriteClock {
+    fn default() -> Self {
+        WriteClock {
+            start: Instant::now(),
+            last_ms: Default::default(),
+        }
+    }
+}
+
+impl WriteClock {
+    pub(crate) fn touch(&self) {
+        let now = self.start.elapsed().as_millis() as u64 + 1;
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// How long ago the last write came (None: never).
+    fn since_last(&self) -> Option<Duration> {
+        let last = self.last_ms.load(Ordering::Relaxed).checked_sub(1)?;
+        Some(
+            self.start
+                .elapsed()
+                .saturating_sub(Duration::from_millis(last)),
+        )
+    }
 }
 
 /// Upper bounds of the heat histogram's buckets (decayed segment reads);
@@ -252,6 +305,9 @@ impl Fs {
             else {
                 continue;
             };
+            if forced {
+                rep.yielded_ms += self.yield_to_writers().as_millis() as u64;
+            }
             let moved = if up {
                 self.move_segment(id, |d, t, f| {
                     d.class().rank() < from && (t - f + 1) * 100 <= t * full
@@ -279,6 +335,25 @@ impl Fs {
         }
         progress(total, total);
         Ok(rep)
+    }
+
+    /// Waits while client writes keep coming (see `QUIET`), at most
+    /// `YIELD_MAX`, unless room on a faster tier is short; returns the
+    /// time waited.
+    fn yield_to_writers(&self) -> Duration {
+        let t0 = Instant::now();
+        let busy = || self.writes.since_last().is_some_and(|d| d < QUIET);
+        while busy() && t0.elapsed() < YIELD_MAX && !self.stopping.load(Ordering::SeqCst) {
+            let devs = tier_devices(self);
+            let slowest = devs.iter().map(|d| d.1).max().unwrap_or(0);
+            let short =
+                |&(_, r, t, f): &(u32, u8, u64, u64)| r < slowest && f < (t / URGENT_FREE).max(2);
+            if devs.iter().any(short) {
+                break;
+            }
+            std::thread::sleep(QUIET / 4);
+        }
+        t0.elapsed()
     }
 
     /// True if a tier device with a slower tier below it is fuller than
