@@ -45,8 +45,20 @@ fn add_examples(mut cmd: clap::Command, path: &str) -> clap::Command {
 /// `cairn completions SHELL`: the script on stdout.
 pub fn completions(shell: clap_complete::Shell) -> Result<()> {
     let mut cmd = command();
-    clap_complete::generate(shell, &mut cmd, "cairn", &mut std::io::stdout());
-    Ok(())
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "cairn", &mut buf);
+    to_stdout(&buf)
+}
+
+/// Writes `b` to stdout; a reader that stopped reading (`| head`) ends the
+/// output quietly, as it does for other Unix tools, not with a panic.
+fn to_stdout(b: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(b).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r.context("writing to stdout")?),
+    }
 }
 
 /// `cairn man --dir DIR`: cairn.1 and cairn-SUB[-SUB].1 for every command.

@@ -1573,6 +1573,21 @@ fn cli_wrong_arguments_exit_2_with_usage() {
     for sub in ["mkfs", "mount", "umount", "check", "info"] {
         assert!(help.contains(sub), "--help does not mention {sub}:\n{help}");
     }
+    // `cairn completions bash | head -1`: the reader goes away early; cairn
+    // stops quietly (it panicked on the broken pipe). Both scripts are
+    // larger than a pipe's buffer, so the write does meet a closed pipe.
+    for shell in ["bash", "zsh"] {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "{CAIRN} completions {shell} | head -c 10 >/dev/null"
+            ))
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.is_empty(), "{shell}: {err}");
+    }
 }
 
 #[test]
