@@ -81,23 +81,6 @@ fn mirror_copy(src: &Path, dst: &Path) -> std::process::Output {
     cairn(&[os("mirror"), os("copy"), src.as_os_str(), dst.as_os_str()])
 }
 
-fn first_tree(s: &Fs) {
-    fs::create_dir_all(s.p("docs/deep")).unwrap();
-    fs::write(s.p("docs/a.txt"), b"alpha\n").unwrap();
-    fs::write(s.p("docs/deep/big"), pattern(1, 3 << 20)).unwrap();
-    fs::hard_link(s.p("docs/a.txt"), s.p("hard")).unwrap();
-    std::os::unix::fs::symlink("docs/a.txt", s.p("sym")).unwrap();
-    let sparse = fs::File::create(s.p("sparse")).unwrap();
-    sparse.set_len(10 << 20).unwrap();
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .open(s.p("sparse"))
-        .unwrap();
-    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(5 << 20)).unwrap();
-    f.write_all(b"in the middle").unwrap();
-    sh(&s.mnt, "setfattr -n user.color -v blue docs/a.txt");
-}
-
 fn second_changes(s: &Fs) {
     let mut f = fs::OpenOptions::new()
         .append(true)
@@ -121,7 +104,7 @@ fn xattr(p: &Path) -> String {
 #[test]
 fn copy_and_pipe_streams_make_an_exact_read_only_mirror_that_can_be_promoted() {
     let (mut src, mut dst) = source_and_mirror();
-    first_tree(&src);
+    mirror_first_tree(&src);
     sync_tid(&src.mnt);
     snapshot_create(&src.mnt, "one");
     snapshot_create(&src.mnt, "short-lived");
@@ -587,7 +570,7 @@ fn a_copy_sends_only_the_chunks_the_mirror_lacks() {
 #[test]
 fn a_mirror_behind_the_prune_horizon_resyncs_from_a_common_snapshot() {
     let (src, mut dst) = source_and_mirror();
-    first_tree(&src);
+    mirror_first_tree(&src);
     snapshot_create(&src.mnt, "base");
     let out = mirror_copy(&src.mnt, &dst.pool);
     assert!(out.status.success(), "{}", describe(&out));

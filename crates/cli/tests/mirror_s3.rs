@@ -74,15 +74,6 @@ fn n(v: &Value, a: &str, b: &str) -> u64 {
     v[a][b].as_u64().unwrap_or_else(|| panic!("{a}.{b} in {v}"))
 }
 
-fn first_tree(s: &Fs) {
-    fs::create_dir_all(s.p("docs/deep")).unwrap();
-    fs::write(s.p("docs/a.txt"), b"alpha\n").unwrap();
-    fs::write(s.p("docs/deep/big"), pattern(1, 3 << 20)).unwrap();
-    fs::hard_link(s.p("docs/a.txt"), s.p("hard")).unwrap();
-    std::os::unix::fs::symlink("docs/a.txt", s.p("sym")).unwrap();
-    sh(&s.mnt, "setfattr -n user.color -v blue docs/a.txt");
-}
-
 fn assert_same_snapshot(src: &Fs, dst: &Fs, name: &str) {
     assert_same_snapshot_hash(&src.mnt, &dst.mnt, name);
     let want = capture(&snap_root(&src.mnt, name)).unwrap();
@@ -96,7 +87,7 @@ fn a_pool_mirrored_to_a_bucket_restores_to_a_new_pool_with_equal_snapshots() {
     let creds = src.dir.join("s3.creds");
     write_credentials(&creds);
     let spec = s3.spec("backup/pool1");
-    first_tree(&src);
+    mirror_first_tree(&src);
     snapshot_create(&src.mnt, "one");
     let c1 = copy(&src, &spec, &creds);
     // 3 MiB of distinct data: 48 chunks of 64 KiB, and the small file.
@@ -173,7 +164,7 @@ fn a_source_pruned_past_the_chain_needs_resync_which_starts_a_new_chain() {
     let creds = src.dir.join("s3.creds");
     write_credentials(&creds);
     let spec = s3.spec("p");
-    first_tree(&src);
+    mirror_first_tree(&src);
     snapshot_create(&src.mnt, "base");
     copy(&src, &spec, &creds);
     // The chain then ends past the snapshot, at changes prune will drop.
@@ -228,7 +219,7 @@ fn bad_buckets_objects_targets_and_credentials_are_refused_and_change_nothing() 
     let src = Fs::new();
     let creds = src.dir.join("s3.creds");
     write_credentials(&creds);
-    first_tree(&src);
+    mirror_first_tree(&src);
     let spec = s3.spec("m");
     copy(&src, &spec, &creds);
     let pool = Fs::create();

@@ -574,3 +574,23 @@ pub fn check_reads(
     }
     Ok(())
 }
+
+/// The tree the mirror tests (mirror.rs, mirror_s3.rs) start from: a
+/// directory, a 3 MiB file, a hard link, a symlink, a sparse file with
+/// bytes in the middle, and an xattr.
+pub fn mirror_first_tree(s: &Fs) {
+    std::fs::create_dir_all(s.p("docs/deep")).unwrap();
+    std::fs::write(s.p("docs/a.txt"), b"alpha\n").unwrap();
+    std::fs::write(s.p("docs/deep/big"), super::pattern(1, 3 << 20)).unwrap();
+    std::fs::hard_link(s.p("docs/a.txt"), s.p("hard")).unwrap();
+    std::os::unix::fs::symlink("docs/a.txt", s.p("sym")).unwrap();
+    let sparse = std::fs::File::create(s.p("sparse")).unwrap();
+    sparse.set_len(10 << 20).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(s.p("sparse"))
+        .unwrap();
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(5 << 20)).unwrap();
+    std::io::Write::write_all(&mut f, b"in the middle").unwrap();
+    super::sh(&s.mnt, "setfattr -n user.color -v blue docs/a.txt");
+}
