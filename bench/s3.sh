@@ -158,6 +158,8 @@ write_data() { # FILE MB -> written and synced
 mbps() { awk -v mb="$1" -v s="$2" 'BEGIN { printf "%.1f", mb / s }'; }
 per_gib() { awk -v n="$1" -v mb="$2" 'BEGIN { printf "%.0f", n * 1024 / mb }'; }
 
+settle() { sync; sleep 2; }
+
 fg_write() { # FILE -> MB/s of FG_MB written with fsync
     local t0
     t0=$(now)
@@ -248,8 +250,12 @@ one_store() { # STORE
         R[$s,puts,$r]=$(per_gib $((p1 - p0)) "$DATA_MB")
 
         log "$s round $r: foreground writes alone and during a demotion"
+        # Each foreground write starts once the host has written back what
+        # the step before left dirty, so that "alone" is not slowed by it.
+        settle
         R[$s,fg_alone,$r]=$(fg_write "$W/mnt/fg-a$r")
         write_data "$W/mnt/e$r" "$DATA_MB"
+        settle
         "$BIN" tier migrate "$W/mnt" --now >/dev/null &
         local mig=$!
         sleep 0.5
