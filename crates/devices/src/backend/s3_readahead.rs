@@ -160,12 +160,12 @@ impl State {
     fn note_end(&mut self, obj: u64, off: u64, end: u64) {
         self.ends.retain(|&(o, e)| o != obj || !continues(e, off));
         self.ends.push((obj, end));
-        let mut mine = self.ends.iter().filter(|e| e.0 == obj).count();
-        while mine > RUNS || self.ends.len() > ENDS {
-            let i = (self.ends.iter())
-                .position(|e| e.0 == obj || mine <= RUNS)
-                .unwrap_or(0);
-            mine -= (self.ends.remove(i).0 == obj) as usize;
+        // One entry was added: at most one bound is passed, by one.
+        if self.ends.iter().filter(|e| e.0 == obj).count() > RUNS {
+            let oldest = self.ends.iter().position(|e| e.0 == obj).unwrap();
+            self.ends.remove(oldest);
+        } else if self.ends.len() > ENDS {
+            self.ends.remove(0);
         }
     }
 
@@ -219,7 +219,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sequential_read_takes_few_growing_gets_and_right_bytes() {
+    fn a_sequential_read_takes_one_get_per_window_and_right_bytes() {
         let obj = object(64 << 20);
         let (ra, gets) = (ReadAhead::default(), RefCell::new(vec![]));
         let step = 128 << 10;
