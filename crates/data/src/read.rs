@@ -222,6 +222,9 @@ impl ChunkStore {
     }
 }
 
+/// Segments after a sequential stream's that its home is asked to fetch.
+const AHEAD_SEGMENTS: u64 = 2;
+
 /// Read-ahead from hard disks (the planner is `readahead.rs`).
 impl ChunkStore {
     /// Sets the read-ahead window for sequential reads from hard disks.
@@ -252,10 +255,35 @@ impl ChunkStore {
             }
             Plan::Window(w) => w,
         };
+        if rec.offset > 0 {
+            self.hint_next_segment(rec.segment);
+        }
         let got = self.read_window(rec, window, offer);
         let end = got.as_ref().map_or(rec.offset, |(_, end)| *end);
         ra.done(rec.segment, end);
         got.map(|(sealed, _)| Some(sealed))
+    }
+
+    /// A sequential stream goes on in `segment` (a window that continues
+    /// it): chunks written together fill segments in order, so the stream
+    /// most likely goes on in the next one. Its home is asked to start
+    /// fetching it (an object store fetches the next object while this one
+    /// is read; other homes ignore the hint).
+    fn hint_next_segment(&self, segment: u64) {
+        for next in segment + 1..=segment + AHEAD_SEGMENTS {
+            if self.segs.is_open(next) {
+                return;
+            }
+            let Some(seg) = self.segment(next) else {
+                return;
+            };
+            let Ok(dev) = self.segs.devices.device(seg.device) else {
+                return;
+            };
+            if dev.class().rank() >= DeviceClass::Hdd.rank() {
+                dev.will_need(dev.slot_offset(seg.slot), seg.used as u64);
+            }
+        }
     }
 
     /// Reads up to `window` bytes of `rec`'s segment from `rec` on, caches
@@ -478,5 +506,107 @@ mod readahead_tests {
                 Err(e) => assert!(i == 5 && matches!(e, crate::DataError::Corrupt { .. })),
             }
         }
+    }
+
+    /// A host file that records the `will_need` hints it gets.
+    #[derive(Debug)]
+    struct Hinted {
+        file: cairn_devices::backend::FileBackend,
+        hints: Arc<parking_lot::Mutex<Vec<u64>>>,
+    }
+
+    impl cairn_devices::Backend for Hinted {
+        fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+            self.file.read_at(buf, off)
+        }
+        fn write_at(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
+            self.file.write_at(buf, off)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.file.sync_data()
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            self.file.len()
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.file.set_len(len)
+        }
+        fn host_file(&self) -> Option<&std::fs::File> {
+            self.file.host_file()
+        }
+        fn will_need(&self, off: u64, _len: u64) {
+            self.hints.lock().push(off);
+        }
+    }
+
+    #[derive(Debug, Default)]
+    struct HintStorage(Arc<parking_lot::Mutex<Vec<u64>>>);
+
+    impl cairn_devices::Storage for HintStorage {
+        fn open(
+            &self,
+            path: &std::path::Path,
+            how: &cairn_devices::OpenHow,
+        ) -> std::io::Result<Arc<dyn cairn_devices::Backend>> {
+            let file = cairn_devices::backend::FileBackend::open(path, how)?;
+            Ok(Arc::new(Hinted {
+                file,
+                hints: self.0.clone(),
+            }))
+        }
+    }
+
+    #[test]
+    fn a_sequential_stream_asks_for_the_next_segments_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = HintStorage::default();
+        let spec = DeviceSpec::tier(DeviceClass::Hdd, dir.path().join("d"), Some(33 << 20));
+        let d = Device::create_with(&spec, 0, [0; 16], 4 << 20, &storage).unwrap();
+        let s = ChunkStore::new(Arc::new(DeviceSet::new(vec![d]).unwrap()), vec![], 1).unwrap();
+        // Four segments of 24 blocks of 64 KiB, written in order.
+        let mut segs = Vec::new();
+        for n in 0..4u32 {
+            let mut b = s.batch();
+            let recs: Vec<ChunkRec> = (0..24u32)
+                .map(|i| {
+                    let x: Vec<u8> = (0..65536u32)
+                        .map(|j| (j ^ i ^ n).wrapping_mul(7) as u8)
+                        .collect();
+                    b.append(&x, &hash_block(&x)).unwrap()
+                })
+                .collect();
+            b.finish().unwrap();
+            s.close_open_segment();
+            segs.push(recs);
+        }
+        s.set_ram_cache(64 << 20);
+        s.set_readahead(1 << 20);
+        let start = |recs: &[ChunkRec]| {
+            let seg = s.segment(recs[0].segment).unwrap();
+            s.devices()
+                .device(seg.device)
+                .unwrap()
+                .slot_offset(seg.slot)
+        };
+        // One chunk at a segment's start is no stream yet: no hint.
+        s.read_block(&segs[0][0]).unwrap();
+        assert!(storage.0.lock().is_empty());
+        // Going on in order: the next two segments are asked for.
+        for r in &segs[0][1..] {
+            s.read_block(r).unwrap();
+        }
+        let hints = storage.0.lock().clone();
+        assert!(hints.contains(&start(&segs[1])), "{hints:?}");
+        assert!(hints.contains(&start(&segs[2])), "{hints:?}");
+        assert!(
+            !hints.contains(&start(&segs[3])),
+            "only two ahead: {hints:?}"
+        );
+        // Random reads in the last segment (no stream) ask for nothing.
+        storage.0.lock().clear();
+        for i in [20, 3, 11, 7] {
+            s.read_block(&segs[3][i]).unwrap();
+        }
+        assert!(storage.0.lock().is_empty());
     }
 }

@@ -705,6 +705,12 @@ impl Device {
         self.io.start_writeback(offset, len);
     }
 
+    /// Hint that `len` bytes at `offset` will likely be read soon (see
+    /// `Backend::will_need`).
+    pub fn will_need(&self, offset: u64, len: u64) {
+        self.io.will_need(offset, len);
+    }
+
     pub fn sync(&self) -> Result<()> {
         self.io.sync_data().map_err(io_err(&self.path))
     }

@@ -93,6 +93,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// waiting (sync_file_range). Failures show at `sync_data`.
     fn start_writeback(&self, _off: u64, _len: u64) {}
 
+    /// Hint: `len` bytes at `off` will likely be read soon; a backend with
+    /// slow reads may start fetching them in the background. Never fails
+    /// (a failed fetch shows, if at all, at the read).
+    fn will_need(&self, _off: u64, _len: u64) {}
+
     /// The host file under this backend, for what only a host file has
     /// (flock, fstatvfs, fallocate, block device checks). Wrappers pass
     /// it through; I/O must not bypass the backend through it.

@@ -20,7 +20,7 @@ use cairn_objstore::{ObjError, ObjectClient, StatsSnapshot};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +28,8 @@ use std::time::Duration;
 pub const HEADER_OBJECT: &str = "cairn-header";
 /// Slot objects are this followed by the slot number in 16 hex digits.
 pub const SLOT_OBJECT: &str = "cairn-slot-";
+/// Background read-ahead fetches (`will_need`) at once.
+const PREFETCHES: usize = 4;
 
 /// The object behind a byte range of the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -64,6 +66,8 @@ struct Inner {
     len: AtomicU64,
     staged: Mutex<BTreeMap<Part, Vec<u8>>>,
     ahead: ReadAhead,
+    /// Background window fetches running (`will_need`), at most `PREFETCHES`.
+    prefetching: AtomicUsize,
     dels: Mutex<Deletes>,
     dels_cv: Condvar,
     stop: AtomicBool,
@@ -92,6 +96,7 @@ impl S3Backend {
             len: AtomicU64::new(u64::MAX / 4),
             staged: Mutex::new(BTreeMap::new()),
             ahead: ReadAhead::default(),
+            prefetching: AtomicUsize::new(0),
             dels: Mutex::new(Deletes::default()),
             dels_cv: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -277,6 +282,38 @@ impl Backend for S3Backend {
             buf[r].copy_from_slice(&got);
             Ok(())
         })
+    }
+
+    /// Starts fetching the window of the slot object at `off` in the
+    /// background (the chunk store asks for the next segment of a
+    /// sequential stream), unless a window covers it, the object is
+    /// staged, the store is not answering or `PREFETCHES` run already.
+    fn will_need(&self, off: u64, _len: u64) {
+        let inner = &self.inner;
+        let (part, within, _) = inner.locate(off);
+        let Part::Slot(slot) = part else { return };
+        if !inner.client.stats.reachable() || inner.staged.lock().contains_key(&part) {
+            return;
+        }
+        if inner.prefetching.fetch_add(1, Ordering::SeqCst) >= PREFETCHES
+            || !inner.ahead.claim(slot, within)
+        {
+            inner.prefetching.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        let bg = inner.clone();
+        let spawned = std::thread::Builder::new()
+            .name("cairn-s3-ahead".into())
+            .spawn(move || {
+                bg.ahead.prefetch(slot, within, |f, n| bg.get(part, f, n));
+                bg.prefetching.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            // The claimed window must not be left waited for.
+            let no_thread = |_, _| Err(io::Error::other("no thread for read-ahead"));
+            inner.ahead.prefetch(slot, within, no_thread);
+            inner.prefetching.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {

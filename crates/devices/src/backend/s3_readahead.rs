@@ -111,21 +111,49 @@ impl ReadAhead {
             return Ok(Served::No);
         }
         let want = WINDOW.max(buf.len() as u64);
-        st.windows.push(Window {
-            obj,
-            start: off,
-            want,
-            data: None,
-            stale: false,
-            used: tick,
-        });
+        st.open(obj, off, want, tick);
         st.note_end(obj, off, end);
-        st.trim();
         drop(st);
-        let got = fetch(off, want);
+        let data = self.fill(obj, off, want, fetch)?;
+        let src = data
+            .get(..buf.len())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(src);
+        Ok(Served::Yes)
+    }
+
+    /// Opens a window of `obj` at `off` for `prefetch`, unless a window
+    /// covers `off` already (false: nothing to fetch). Reads inside it
+    /// wait for it from now on, so the caller must call `prefetch`.
+    pub fn claim(&self, obj: u64, off: u64) -> bool {
+        let mut st = self.st.lock();
+        if (st.windows.iter()).any(|w| w.obj == obj && w.covers(off, off + 1)) {
+            return false;
+        }
+        st.tick += 1;
+        let tick = st.tick;
+        st.open(obj, off, WINDOW, tick);
+        true
+    }
+
+    /// Fetches the window `claim` opened (read-ahead ahead of any read).
+    pub fn prefetch(&self, obj: u64, off: u64, fetch: impl FnOnce(u64, u64) -> io::Result<Bytes>) {
+        let _ = self.fill(obj, off, WINDOW, fetch);
+    }
+
+    /// Fetches the open window (obj, start, want) and keeps it, unless its
+    /// object changed meanwhile; wakes the reads waiting for it.
+    fn fill(
+        &self,
+        obj: u64,
+        start: u64,
+        want: u64,
+        fetch: impl FnOnce(u64, u64) -> io::Result<Bytes>,
+    ) -> io::Result<Bytes> {
+        let got = fetch(start, want);
         let mut st = self.st.lock();
         let i = (st.windows.iter())
-            .position(|w| w.obj == obj && w.start == off && w.data.is_none() && w.want == want);
+            .position(|w| w.obj == obj && w.start == start && w.data.is_none() && w.want == want);
         let w = i.map(|i| st.windows.swap_remove(i));
         self.cv.notify_all();
         let data = got?;
@@ -135,12 +163,7 @@ impl ReadAhead {
                 ..w
             });
         }
-        drop(st);
-        let src = data
-            .get(..buf.len())
-            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
-        buf.copy_from_slice(src);
-        Ok(Served::Yes)
+        Ok(data)
     }
 
     /// Drops the windows of `obj` (its object is rewritten or deleted).
@@ -155,6 +178,19 @@ impl ReadAhead {
 }
 
 impl State {
+    /// Adds a window being fetched (reads inside it wait for it).
+    fn open(&mut self, obj: u64, start: u64, want: u64, tick: u64) {
+        self.windows.push(Window {
+            obj,
+            start,
+            want,
+            data: None,
+            stale: false,
+            used: tick,
+        });
+        self.trim();
+    }
+
     /// Notes that a read of `obj` from `off` ended at `end`: it continues
     /// the run that ended near `off`, or starts one.
     fn note_end(&mut self, obj: u64, off: u64, end: u64) {
@@ -205,13 +241,25 @@ mod tests {
     /// Reads `len` bytes at `off` through `ra` (falling back to an exact
     /// fetch as the backend does), counting fetches.
     fn read(ra: &ReadAhead, obj: &[u8], off: u64, len: usize, gets: &RefCell<Vec<u64>>) -> Vec<u8> {
+        read_obj(ra, 1, obj, off, len, gets)
+    }
+
+    /// `read` of object number `id`.
+    fn read_obj(
+        ra: &ReadAhead,
+        id: u64,
+        obj: &[u8],
+        off: u64,
+        len: usize,
+        gets: &RefCell<Vec<u64>>,
+    ) -> Vec<u8> {
         let fetch = |s: u64, n: u64| {
             gets.borrow_mut().push(n);
             let e = (s + n).min(obj.len() as u64);
             Ok(Bytes::copy_from_slice(&obj[s as usize..e as usize]))
         };
         let mut buf = vec![0u8; len];
-        if ra.read(1, off, &mut buf, fetch).unwrap() == Served::No {
+        if ra.read(id, off, &mut buf, fetch).unwrap() == Served::No {
             gets.borrow_mut().push(len as u64);
             buf.copy_from_slice(&obj[off as usize..off as usize + len]);
         }
@@ -297,5 +345,43 @@ mod tests {
         let new = vec![9u8; 400 << 10];
         ra.forget(1);
         assert!(read(&ra, &new, 8192, 4096, &gets) == new[8192..12288]);
+    }
+
+    #[test]
+    fn a_prefetched_window_serves_reads_and_a_failed_one_lets_them_fetch() {
+        let obj = object(4 << 20);
+        let (ra, gets) = (ReadAhead::default(), RefCell::new(vec![]));
+        assert!(ra.claim(1, 0));
+        assert!(!ra.claim(1, 1 << 20), "covered by the claimed window");
+        // A read inside the claimed window waits for it (here on another
+        // thread) and then is served from it, with no fetch of its own.
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut buf = vec![0u8; 4096];
+                let r = ra.read(1, 1 << 20, &mut buf, |_, _| unreachable!("waits"));
+                (r.unwrap(), buf)
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            ra.prefetch(1, 0, |s, n| {
+                gets.borrow_mut().push(n);
+                Ok(Bytes::copy_from_slice(&obj[s as usize..]))
+            });
+            let (served, buf) = reader.join().unwrap();
+            assert_eq!(served, Served::Yes);
+            assert!(buf == obj[1 << 20..][..4096]);
+        });
+        assert_eq!(gets.borrow().len(), 1);
+        // A window whose fetch failed is gone: a read fetches for itself.
+        assert!(ra.claim(2, 0));
+        ra.prefetch(2, 0, |_, _| Err(io::Error::other("store down")));
+        assert!(read_obj(&ra, 2, &obj, 8192, 4096, &gets) == obj[8192..][..4096]);
+        assert_eq!(gets.borrow().len(), 2, "one exact fetch");
+        // A rewrite while the prefetch runs: its bytes are not kept.
+        assert!(ra.claim(3, 0));
+        ra.prefetch(3, 0, |s, _| {
+            ra.forget(3);
+            Ok(Bytes::copy_from_slice(&obj[s as usize..]))
+        });
+        assert!(ra.claim(3, 0), "no window kept");
     }
 }

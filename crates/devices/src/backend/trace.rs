@@ -239,6 +239,10 @@ impl Backend for TraceBackend {
         self.inner.start_writeback(off, len)
     }
 
+    fn will_need(&self, off: u64, len: u64) {
+        self.inner.will_need(off, len)
+    }
+
     fn host_file(&self) -> Option<&File> {
         self.inner.host_file()
     }
