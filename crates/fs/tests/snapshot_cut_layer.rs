@@ -170,3 +170,80 @@ fn cuts_under_a_running_writer_are_exact_points_in_its_sequence() {
     assert_clean(&fs);
     fs.shutdown().unwrap();
 }
+
+/// A durable snapshot with little buffered goes through the intent log:
+/// `snapshot_create` returns before any commit, and a crash right after
+/// keeps the snapshot (the replay commits it as the TID it names) with
+/// exactly the state at the call; what was written after it and never
+/// synced is lost, as after any crash.
+#[test]
+fn a_created_snapshot_is_durable_through_the_log_before_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = make(dir.path());
+    let ino = file(&fs, "f");
+    let (a, b, c) = (noise(300_000, 7), noise(300_000, 8), noise(300_000, 9));
+    fs.write(ino, 0, &a).unwrap();
+    fs.flush().unwrap();
+    fs.write(ino, 0, &b).unwrap();
+    let other = file(&fs, "created-before");
+    let s = fs.snapshot_create("logged", SnapshotKind::Named).unwrap();
+    assert!(!committed(&fs, "logged"), "through the log, not a commit");
+    fs.write(ino, 0, &c).unwrap();
+    drop(fs);
+
+    let fs = reopen(dir.path());
+    assert!(committed(&fs, "logged"), "the replay commits the snapshot");
+    let got = fs.snapshot("logged").unwrap();
+    assert_eq!(got.tid, s.tid, "at the TID it was given");
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 300_000).unwrap(), b);
+    assert!(fs.asof_lookup(ROOT_INO, s.tid, b"created-before").is_ok());
+    assert_eq!(fs.read(ino, 0, 300_000).unwrap(), b, "c was never synced");
+    assert!(fs.getattr(other).is_ok());
+    assert_clean(&fs);
+    // The name is taken; new snapshots go on from there.
+    assert!(fs.snapshot_create("logged", SnapshotKind::Named).is_err());
+    fs.write(ino, 0, &c).unwrap();
+    let t = fs.snapshot_create("next", SnapshotKind::Named).unwrap();
+    assert!(t.tid > s.tid);
+    fs.flush().unwrap();
+    assert_eq!(fs.asof_read(ino, t.tid, 0, 300_000).unwrap(), c);
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 300_000).unwrap(), b);
+}
+
+/// Without a crash, the flusher's next commit (here an fsync's) records
+/// the logged snapshot at its TID, before the changes made after it.
+#[test]
+fn a_logged_snapshot_is_committed_before_later_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = make(dir.path());
+    let ino = file(&fs, "f");
+    let (a, b) = (noise(200_000, 10), noise(200_000, 11));
+    fs.write(ino, 0, &a).unwrap();
+    let s = fs.snapshot_create("s", SnapshotKind::Named).unwrap();
+    assert!(!committed(&fs, "s"));
+    fs.write(ino, 0, &b).unwrap();
+    fs.fsync(ino).unwrap();
+    assert!(committed(&fs, "s"));
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 200_000).unwrap(), a);
+    drop(fs);
+    let fs = reopen(dir.path());
+    assert_eq!(fs.read(ino, 0, 200_000).unwrap(), b, "fsynced after it");
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 200_000).unwrap(), a);
+    assert_clean(&fs);
+}
+
+/// More buffered than a log record takes (8 MiB): the snapshot is made by
+/// a commit, done when `snapshot_create` returns.
+#[test]
+fn a_snapshot_over_a_large_buffer_commits_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = make(dir.path());
+    let ino = file(&fs, "big");
+    let big = noise(12 << 20, 12);
+    fs.write(ino, 0, &big).unwrap();
+    let s = fs.snapshot_create("big", SnapshotKind::Named).unwrap();
+    assert!(committed(&fs, "big"), "committed before returning");
+    drop(fs);
+    let fs = reopen(dir.path());
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 12 << 20).unwrap(), big);
+}

@@ -90,6 +90,8 @@ fn clone_shares_chunks_and_survives_prune() {
     let old = bytes(rs as usize, 9);
     fs.write(dst, 0, &old).unwrap();
     let snap = fs.snapshot_create("before", SnapshotKind::Named).unwrap();
+    // Durable through the intent log: its commit comes with the next flush.
+    fs.flush().unwrap();
     let stored = cairn_fs::maintenance::info::pool_info(fs.pool())
         .unwrap()
         .stored_bytes;

@@ -1,6 +1,7 @@
 //! Snapshots: a snapshot is a named, retained TID. Creating one commits the
 //! overlay and records (name -> TID) in one small transaction, whatever the
-//! size of the tree. Its content hash (see treehash.rs) is computed after,
+//! size of the tree; when little is buffered, an intent log record makes it
+//! durable first and the commit follows (writeback/intent.rs). Its content hash (see treehash.rs) is computed after,
 //! from the immutable view at that TID, so creation never waits for a walk.
 
 use crate::error::{FsError, Result};
@@ -34,6 +35,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// A snapshot taken now at `tid`, its hash not yet computed.
+    pub(crate) fn new(name: &str, tid: u64, kind: SnapshotKind) -> Snapshot {
+        Snapshot {
+            name: name.to_string(),
+            tid,
+            time_ns: Time::now().as_nanos() as u64,
+            kind,
+            hash: None,
+            files: 0,
+            bytes: 0,
+        }
+    }
+
     /// `ver u8 | tid u64 | time u64 | kind u8 | has_hash u8 | hash [32] |
     /// files u64 | bytes u64 | crc32c u32` (little endian).
     pub fn encode(&self) -> Vec<u8> {
@@ -146,19 +160,45 @@ impl Fs {
     }
 
     /// Names the pool's current state and returns once that is durable.
-    /// O(1) in the size of the tree: the cut (`snapshot_cut`), then the
-    /// commit of what it sealed. The content hash is filled in by
-    /// `hash_pending_snapshots`.
+    /// O(1) in the size of the tree: through the intent log when the
+    /// changes buffered are small (`snapshot_logged`: one log write and one
+    /// cache flush), else the cut (`snapshot_cut`) and the commit of what
+    /// it sealed. The content hash is filled in by `hash_pending_snapshots`.
     pub fn snapshot_create(&self, name: &str, kind: SnapshotKind) -> Result<Snapshot> {
+        self.refuse_on_mirror()?;
+        check_snapshot_name(name)?;
+        self.check_ok()?;
+        if let Some(snap) = self.snapshot_logged(name, kind)? {
+            return Ok(snap);
+        }
         let snap = self.snapshot_cut(name, kind)?;
+        self.wait_for_cut(snap)
+    }
+
+    /// Waits for the commit of a cut's snapshot; its error if it failed.
+    pub(crate) fn wait_for_cut(&self, snap: Snapshot) -> Result<Snapshot> {
         let last = self.flush_guard();
-        let taken = self.committed_snapshot(name);
+        let taken = self.committed_snapshot(&snap.name);
         drop(last);
         match taken {
             Ok(s) if s.tid == snap.tid => Ok(snap),
             _ => Err(FsError::Io(self.sealed_error.lock().take().unwrap_or_else(
-                || format!("snapshot {name} at tid {} was not committed", snap.tid),
+                || {
+                    format!(
+                        "snapshot {} at tid {} was not committed",
+                        snap.name, snap.tid
+                    )
+                },
             ))),
+        }
+    }
+
+    /// SnapshotExists if `name` is taken (call with the flush lock held).
+    pub(crate) fn refuse_taken_name(&self, name: &str) -> Result<()> {
+        match self.committed_snapshot(name) {
+            Ok(_) => Err(FsError::SnapshotExists(name.to_string())),
+            Err(FsError::NoSnapshot(_)) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
@@ -180,20 +220,8 @@ impl Fs {
         check_snapshot_name(name)?;
         self.check_ok()?;
         let last = self.flush_guard();
-        match self.committed_snapshot(name) {
-            Ok(_) => return Err(FsError::SnapshotExists(name.to_string())),
-            Err(FsError::NoSnapshot(_)) => {}
-            Err(e) => return Err(e),
-        }
-        let mut snap = Snapshot {
-            name: name.to_string(),
-            tid: *last,
-            time_ns: Time::now().as_nanos() as u64,
-            kind,
-            hash: None,
-            files: 0,
-            bytes: 0,
-        };
+        self.refuse_taken_name(name)?;
+        let mut snap = Snapshot::new(name, *last, kind);
         let mut st = self.lock_all();
         if st.shards().all(|s| s.dirty.is_empty()) {
             // Nothing buffered: the last commit is the state to name.
@@ -212,6 +240,7 @@ impl Fs {
             ov,
             next_ino: self.next_ino(),
             snaps: vec![snap.clone()],
+            logged: false,
         });
         drop(st);
         drop(last);

@@ -62,6 +62,11 @@ pub(crate) struct Sealed {
     pub(crate) ov: Arc<Overlay>,
     pub(crate) next_ino: u64,
     pub(crate) snaps: Vec<Snapshot>,
+    /// The snapshots are in the intent log (`snapshot_logged`): callers
+    /// were told they are durable, so a failed commit stops the
+    /// filesystem rather than give the changes back without them (the
+    /// replay at the next mount takes them).
+    pub(crate) logged: bool,
 }
 
 /// A block ready to commit.
@@ -171,7 +176,8 @@ impl Fs {
     /// the next TID. Called with the flush lock held, before anything else
     /// the holder does: no other change may commit before them. A failure
     /// is kept for `snapshot_create` to report; the changes stay buffered
-    /// (the snapshot is not taken).
+    /// (the snapshot is not taken), unless the snapshot was logged: then
+    /// the filesystem stops, and the next mount's replay takes it.
     pub(crate) fn commit_sealed(&self, last_tid: &mut u64) {
         let Some(s) = self.sealed.lock().take() else {
             return;
@@ -188,11 +194,17 @@ impl Fs {
             }
             Err(e) => e,
         };
-        tracing::error!("snapshot {names:?} at tid {tid} not taken: {e}");
+        match s.logged {
+            true => tracing::error!(
+                "snapshot {names:?} at tid {tid} is in the intent log but its commit failed: {e}; the next mount commits it"
+            ),
+            false => tracing::error!("snapshot {names:?} at tid {tid} not taken: {e}"),
+        }
         *self.sealed_error.lock() = Some(format!("snapshot {names:?} not taken: {e}"));
         match self.take_back(&e, s.ov, tid) {
-            Ok(true) | Err(_) => {}
-            Ok(false) => {
+            Ok(true) if !s.logged => {}
+            Err(_) => {}
+            Ok(_) => {
                 self.stop(e);
             }
         }

@@ -12,8 +12,10 @@
 //! fsyncs share records (group commit): each drains everything pending.
 
 use crate::error::Result;
+use crate::history::snapshot::{Snapshot, SnapshotKind};
 use crate::types::DirEnt;
 use crate::vfs::{Fs, State};
+use crate::writeback::flush::Sealed;
 use crate::writeback::intent_record::{self as rec, put_bytes, put_opt, put_u32, put_u64};
 use crate::writeback::intent_record::{Entry, T_BLOCK, T_DELETE, T_DIRENT, T_INODE, T_ORPHAN};
 use crate::writeback::intent_record::{T_PATCH, T_SYMLINK, T_TRUNC, T_XATTR};
@@ -30,6 +32,7 @@ impl Fs {
     /// the pool has one and the changes are small, else by a flush.
     pub fn fsync(&self, _ino: u64) -> Result<()> {
         self.check_ok()?;
+        let _busy = self.writes.begin();
         let Some(log) = &self.intent else {
             return self.flush();
         };
@@ -39,6 +42,9 @@ impl Fs {
         // Holding the flush lock: no flush is under way, so every change
         // not committed is in `dirty`, and none can start meanwhile.
         let last = self.flush_guard();
+        // A logged snapshot whose commit just failed stops the filesystem:
+        // nothing may be logged after it (see `snapshot_logged`).
+        self.check_ok()?;
         let (payload, next_ino) = {
             // Every shard: the record is a consistent cut of all changes.
             let mut st = self.lock_all();
@@ -112,13 +118,121 @@ impl Fs {
         }
     }
 
-    /// Applies intent records (in order) to the dirty overlay.
+    /// Applies intent records (in order) to the dirty overlay. A record
+    /// that ends with a snapshot is committed with it at once, as the TID
+    /// the snapshot names; the records after it (there are none unless a
+    /// commit failed) are logged again on top of that commit first.
     pub(crate) fn replay_intent(&self, records: &[Vec<u8>]) -> Result<()> {
-        let mut st = self.lock_all();
-        for rec in records {
-            self.apply_record(&mut st, rec)?;
+        for (i, rec) in records.iter().enumerate() {
+            let snaps = self.apply_record(&mut self.lock_all(), rec)?;
+            if snaps.is_empty() {
+                continue;
+            }
+            let last = self.commit_replayed(snaps)?;
+            if let Some(log) = &self.intent {
+                for later in &records[i + 1..] {
+                    // Failing that, they are still applied below and
+                    // committed by the flush that ends the replay.
+                    if let Err(e) = log.lock().append(last, self.next_ino(), later) {
+                        tracing::warn!("logging a replayed record again: {e}");
+                    }
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Commits the changes applied so far with `snaps` (a logged
+    /// snapshot) as the next TID; returns it.
+    fn commit_replayed(&self, snaps: Vec<Snapshot>) -> Result<u64> {
+        let mut last = self.flush_guard();
+        let tid = *last + 1;
+        let snaps = snaps.into_iter().map(|s| Snapshot { tid, ..s }).collect();
+        let ov = self.seal(&mut self.lock_all());
+        *self.sealed.lock() = Some(Sealed {
+            ov,
+            next_ino: self.next_ino(),
+            snaps,
+            logged: true,
+        });
+        self.commit_sealed(&mut last);
+        drop(last);
+        self.check_ok()?;
+        Ok(tid)
+    }
+
+    /// A durable snapshot that costs one log write and one cache flush
+    /// instead of a commit: the changes not yet logged and the snapshot go
+    /// in one intent record, and the changes are sealed as the next TID
+    /// (as a cut, `snapshot_cut`), which the flusher commits with the
+    /// snapshot later. After a crash, the replay commits the records up to
+    /// this one as that TID, with the snapshot (`replay_intent`).
+    ///
+    /// None when the log cannot take it, nothing having changed: no log,
+    /// nothing buffered, changes too large for a record, no room to commit
+    /// them for sure (the commit of a logged snapshot must not fail for
+    /// space: a failed one stops the filesystem, see `commit_sealed`).
+    pub(crate) fn snapshot_logged(
+        &self,
+        name: &str,
+        kind: SnapshotKind,
+    ) -> Result<Option<Snapshot>> {
+        let Some(log) = &self.intent else {
+            return Ok(None);
+        };
+        if self.must_commit.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(None);
+        }
+        let last = self.flush_guard();
+        self.check_ok()?;
+        self.refuse_taken_name(name)?;
+        let room = self.pool.chunks.free_bytes();
+        let mut st = self.lock_all();
+        if st.shards().all(|s| s.dirty.is_empty()) {
+            return Ok(None);
+        }
+        let bytes: u64 = st.shards().map(|s| s.dirty.unlogged.bytes).sum();
+        let changes = st
+            .shards()
+            .map(|s| crate::writeback::flush::change_count(&s.dirty))
+            .sum();
+        let to_write: u64 = st.shards().map(|s| s.dirty.flush_bytes(self.record)).sum();
+        if bytes > MAX_RECORD_DATA
+            || self.reserve.is_short()
+            || room < 2 * to_write + 4 * self.pool.chunks.segment_size()
+            || !self.commit_fits(changes)
+        {
+            return Ok(None);
+        }
+        let snap = Snapshot::new(name, *last + 1, kind);
+        let mut payload = Vec::new();
+        for sh in st.shards_mut() {
+            if !sh.dirty.unlogged.is_empty() {
+                payload.extend(encode_record(&mut sh.dirty));
+            }
+        }
+        rec::put_snapshot(&mut payload, &snap);
+        let next_ino = self.next_ino();
+        let ov = self.seal(&mut st);
+        drop(st);
+        let logged = log.lock().append(*last, next_ino, &payload);
+        if let Err(e) = &logged {
+            tracing::warn!("{e}; committing snapshot {name} instead");
+        }
+        *self.sealed_error.lock() = None;
+        *self.sealed.lock() = Some(Sealed {
+            ov,
+            next_ino,
+            snaps: vec![snap.clone()],
+            logged: logged.is_ok(),
+        });
+        drop(last);
+        if logged.is_err() {
+            // Not in the log: durable only once committed.
+            return self.wait_for_cut(snap).map(Some);
+        }
+        self.kick_flusher();
+        Ok(Some(snap))
     }
 
     /// Retires the log: `tid` was committed by a flush (or a clone that
@@ -135,10 +249,12 @@ impl Fs {
     }
 
     /// Applies one record, decoded and checked whole first (a damaged one
-    /// changes nothing).
-    fn apply_record(&self, st: &mut State, record: &[u8]) -> Result<()> {
+    /// changes nothing); returns the snapshots it ends with.
+    fn apply_record(&self, st: &mut State, record: &[u8]) -> Result<Vec<Snapshot>> {
+        let mut snaps = Vec::new();
         for e in rec::decode(record, self.record)? {
             match e {
+                Entry::Snapshot(s) => snaps.push(s),
                 Entry::Delete(ino) => st.dirty(ino).delete_inode(ino),
                 Entry::Trunc { ino, first } => st.dirty(ino).truncate_blocks(ino, first),
                 Entry::Inode(i) => st.put_inode(i),
@@ -165,7 +281,7 @@ impl Fs {
                 }
             }
         }
-        Ok(())
+        Ok(snaps)
     }
 
     /// A logged block change: the block is `len` bytes long and holds

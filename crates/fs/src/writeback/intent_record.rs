@@ -5,6 +5,7 @@
 //! record size, before any entry is applied.
 
 use crate::error::{FsError, Result};
+use crate::history::snapshot::{check_snapshot_name, Snapshot};
 use crate::types::{split_dirent_subkey, DirEnt, Inode};
 
 // Entry tags of a record's payload.
@@ -17,6 +18,7 @@ pub(crate) const T_XATTR: u8 = 6;
 pub(crate) const T_ORPHAN: u8 = 7;
 pub(crate) const T_BLOCK: u8 = 8;
 pub(crate) const T_PATCH: u8 = 9;
+pub(crate) const T_SNAPSHOT: u8 = 10;
 
 /// One decoded entry; byte fields borrow from the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +63,9 @@ pub(crate) enum Entry<'a> {
         blk: u64,
         ranges: Vec<(usize, &'a [u8])>,
     },
+    /// A snapshot of the state the record's changes (and the records
+    /// before it) give (`Fs::snapshot_logged`).
+    Snapshot(Snapshot),
 }
 
 pub(crate) fn corrupt(why: &str) -> FsError {
@@ -72,7 +77,11 @@ pub(crate) fn decode(rec: &[u8], record: u64) -> Result<Vec<Entry<'_>>> {
     let mut r = Reader { b: rec, at: 0 };
     let mut out = Vec::new();
     while !r.done() {
-        out.push(entry(&mut r, record)?);
+        let e = entry(&mut r, record)?;
+        if matches!(out.last(), Some(Entry::Snapshot(_))) && !matches!(e, Entry::Snapshot(_)) {
+            return Err(corrupt("a change after a snapshot entry"));
+        }
+        out.push(e);
     }
     Ok(out)
 }
@@ -109,6 +118,12 @@ fn entry<'a>(r: &mut Reader<'a>, record: u64) -> Result<Entry<'a>> {
         },
         T_BLOCK => block(r, record)?,
         T_PATCH => patch(r, record)?,
+        T_SNAPSHOT => {
+            let name = std::str::from_utf8(r.bytes()?)
+                .map_err(|_| corrupt("snapshot name is not UTF-8"))?;
+            check_snapshot_name(name).map_err(|_| corrupt("bad snapshot name"))?;
+            Entry::Snapshot(Snapshot::decode(name, r.bytes()?)?)
+        }
         t => return Err(corrupt(&format!("unknown entry tag {t}"))),
     })
 }
@@ -158,6 +173,13 @@ pub(crate) fn put_u32(w: &mut Vec<u8>, v: u32) {
 pub(crate) fn put_bytes(w: &mut Vec<u8>, b: &[u8]) {
     put_u32(w, b.len() as u32);
     w.extend_from_slice(b);
+}
+
+/// Writes a snapshot entry.
+pub(crate) fn put_snapshot(w: &mut Vec<u8>, snap: &Snapshot) {
+    w.push(T_SNAPSHOT);
+    put_bytes(w, snap.name.as_bytes());
+    put_bytes(w, &snap.encode());
 }
 
 pub(crate) fn put_opt(w: &mut Vec<u8>, b: Option<&[u8]>) {

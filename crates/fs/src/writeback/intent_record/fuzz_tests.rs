@@ -5,6 +5,7 @@
 //! size and that encode back to the same entries; valid entries round-trip.
 
 use super::*;
+use crate::history::snapshot::SnapshotKind;
 use crate::types::{dirent_subkey, FileKind, Time};
 use cairn_fuzzkit::proptest::prelude::*;
 use cairn_fuzzkit::{apply, bytes, config, metered, mutations, prefixes};
@@ -93,6 +94,25 @@ fn arb_entry() -> impl Strategy<Value = Entry<'static>> {
                 blk,
                 ranges: r.into_iter().map(|(o, b)| (o, leak(b))).collect(),
             }),
+        (
+            "[a-z0-9_.-]{0,8}[a-z0-9_-](@[a-z0-9_-]{1,8})?",
+            any::<(u64, u64, bool, Option<[u8; 32]>)>()
+        )
+            .prop_map(
+                |(name, (tid, time_ns, auto, hash))| Entry::Snapshot(Snapshot {
+                    name,
+                    tid,
+                    time_ns,
+                    kind: if auto {
+                        SnapshotKind::Auto
+                    } else {
+                        SnapshotKind::Named
+                    },
+                    hash,
+                    files: tid / 3,
+                    bytes: time_ns / 7,
+                })
+            ),
     ]
 }
 
@@ -161,6 +181,7 @@ fn encode(entries: &[Entry]) -> Vec<u8> {
                     put_bytes(&mut w, b);
                 }
             }
+            Entry::Snapshot(snap) => put_snapshot(&mut w, snap),
         }
     }
     w
@@ -208,7 +229,9 @@ proptest! {
     }
 
     #[test]
-    fn fuzz_intent_record_round_trips(e in prop::collection::vec(arb_entry(), 0..6)) {
+    fn fuzz_intent_record_round_trips(mut e in prop::collection::vec(arb_entry(), 0..6)) {
+        // Snapshot entries end a record (as `snapshot_logged` writes it).
+        e.sort_by_key(|x| matches!(x, Entry::Snapshot(_)));
         let b = encode(&e);
         prop_assert_eq!(decode(&b, RS).unwrap(), e);
         for p in prefixes(&b).skip(1) {
@@ -219,6 +242,23 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_change_after_a_snapshot_entry_is_refused() {
+    let snap = Snapshot {
+        name: "s".into(),
+        tid: 7,
+        time_ns: 1,
+        kind: SnapshotKind::Named,
+        hash: None,
+        files: 0,
+        bytes: 0,
+    };
+    let ok = [Entry::Delete(5), Entry::Snapshot(snap.clone())];
+    assert_eq!(decode(&encode(&ok), RS).unwrap(), ok);
+    let bad = [Entry::Snapshot(snap), Entry::Delete(5)];
+    assert!(decode(&encode(&bad), RS).is_err());
 }
 
 #[test]
