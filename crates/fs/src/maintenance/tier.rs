@@ -55,7 +55,7 @@ pub struct MigrateReport {
     pub yielded_ms: u64,
 }
 
-/// The mover steps aside while client writes came in the last `QUIET`,
+/// The mover steps aside while client writes run or came in the last `QUIET`,
 /// for at most `YIELD_MAX` before each demotion that brings a tier under
 /// its cap (the bulk of its work; promotions and the demotions that make
 /// room for them are few and go at once), unless a faster
@@ -65,13 +65,16 @@ const QUIET: Duration = Duration::from_millis(200);
 const YIELD_MAX: Duration = Duration::from_secs(5);
 const URGENT_FREE: u64 = 8;
 
-/// When a client write last came (for the mover to step aside): one
-/// relaxed store per write.
+/// Client writes and syncs under way, and when the last one ended (for
+/// the mover to step aside): two atomic adds and a relaxed store per call.
+/// A write that waits for a flush (over the dirty limit), and an fsync that
+/// flushes, keep the mover aside for as long as they run.
 #[derive(Debug)]
 pub(crate) struct WriteClock {
     start: Instant,
-    /// Milliseconds since `start` of the last write, plus one (0: none).
+    /// Milliseconds since `start` of the last write's end, plus one (0: none).
     last_ms: std::sync::atomic::AtomicU64,
+    active: std::sync::atomic::AtomicUsize,
 }
 
 impl Default for WriteClock {
@@ -79,14 +82,35 @@ impl Default for WriteClock {
         WriteClock {
             start: Instant::now(),
             last_ms: Default::default(),
+            active: Default::default(),
         }
     }
 }
 
+/// A client write or sync in progress (`WriteClock::begin`).
+pub(crate) struct ClientWrite<'a>(&'a WriteClock);
+
+impl Drop for ClientWrite<'_> {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl WriteClock {
-    pub(crate) fn touch(&self) {
+    pub(crate) fn begin(&self) -> ClientWrite<'_> {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        ClientWrite(self)
+    }
+
+    fn touch(&self) {
         let now = self.start.elapsed().as_millis() as u64 + 1;
         self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// A client write or sync runs, or one ended less than `QUIET` ago.
+    fn busy(&self) -> bool {
+        self.active.load(Ordering::Relaxed) > 0 || self.since_last().is_some_and(|d| d < QUIET)
     }
 
     /// How long ago the last write came (None: never).
@@ -342,8 +366,10 @@ impl Fs {
     /// time waited.
     fn yield_to_writers(&self) -> Duration {
         let t0 = Instant::now();
-        let busy = || self.writes.since_last().is_some_and(|d| d < QUIET);
-        while busy() && t0.elapsed() < YIELD_MAX && !self.stopping.load(Ordering::SeqCst) {
+        while self.writes.busy()
+            && t0.elapsed() < YIELD_MAX
+            && !self.stopping.load(Ordering::SeqCst)
+        {
             let devs = tier_devices(self);
             let slowest = devs.iter().map(|d| d.1).max().unwrap_or(0);
             let short =

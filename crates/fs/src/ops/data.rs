@@ -236,7 +236,7 @@ impl Fs {
         }
         off.checked_add(data.len() as u64).ok_or(FsError::Invalid)?;
         self.check_room()?;
-        self.writes.touch();
+        let _busy = self.writes.begin();
         let mut reclaimed = 0;
         loop {
             self.check_ok()?;
