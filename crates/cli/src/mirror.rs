@@ -486,9 +486,14 @@ fn spool_stdin(dir: &Path) -> Result<PathBuf> {
     Ok(p)
 }
 
-/// A temporary directory only we can enter (0700), for streams.
+/// A temporary directory only we can enter (0700), for streams (files
+/// in it then stay private whatever their own mode).
 pub(crate) fn private_dir() -> Result<tempfile::TempDir> {
-    Ok(tempfile::Builder::new().prefix("cairn-mirror-").tempdir()?)
+    use std::os::unix::fs::PermissionsExt;
+    Ok(tempfile::Builder::new()
+        .prefix("cairn-mirror-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()?)
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {
@@ -728,5 +733,17 @@ trait Private {
 impl Private for std::fs::OpenOptions {
     fn mode_private(&mut self) -> &mut Self {
         std::os::unix::fs::OpenOptionsExt::mode(self, 0o600)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_stream_directory_is_private() {
+        let d = super::private_dir().unwrap();
+        let mode = std::fs::metadata(d.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "mode {mode:o}");
     }
 }

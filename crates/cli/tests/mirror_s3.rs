@@ -8,7 +8,10 @@
 //! past the bucket's chain is refused until `--resync` starts a new chain;
 //! damaged objects, a foreign prefix, another pool's bucket, the wrong
 //! target pool and a world-readable credentials file are refused with a
-//! clear error and change nothing; the secret never reaches an output.
+//! clear error and change nothing; the secret never reaches an output; a
+//! copy killed (SIGKILL) while it uploads loses nothing: the manifest
+//! still names the chain before it, and the next copy uploads only the
+//! chunks the killed one had not.
 
 mod common;
 
@@ -19,7 +22,10 @@ use serde_json::Value;
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Runs `cairn ARGS --credentials-file CREDS`, which must succeed; its
 /// output (stdout and stderr) must not show the secret.
@@ -72,6 +78,12 @@ fn tid(target: &Path) -> u64 {
 
 fn n(v: &Value, a: &str, b: &str) -> u64 {
     v[a][b].as_u64().unwrap_or_else(|| panic!("{a}.{b} in {v}"))
+}
+
+/// How many objects under `prefix` are chunk objects.
+fn chunk_objects(s3: &S3Server, prefix: &str) -> u64 {
+    let objs = s3.objects(prefix);
+    objs.iter().filter(|o| o.starts_with("chunk-")).count() as u64
 }
 
 fn assert_same_snapshot(src: &Fs, dst: &Fs, name: &str) {
@@ -153,6 +165,159 @@ fn a_pool_mirrored_to_a_bucket_restores_to_a_new_pool_with_equal_snapshots() {
     dst.mount();
     assert_tree_at(&dst.mnt, &capture(&src.mnt).unwrap(), "after the update");
     assert_same_snapshot(&src, &dst, "three");
+    dst.finish();
+    src.finish();
+}
+
+/// `cairn mirror copy SRC s3:...` killed (SIGKILL) while it uploads the
+/// chunk objects of an increment: the manifest is the one the copy before
+/// wrote, so a restore gives that copy's state (its snapshot, not the new
+/// one) and the source still holds its history from there; the next copy
+/// succeeds, uploading only the chunks the killed one had not, and a
+/// restore then brings the pool up to date with every snapshot.
+#[test]
+fn a_copy_killed_while_it_uploads_loses_nothing_and_the_next_one_completes_it() {
+    let s3 = S3Server::start();
+    let src = Fs::new();
+    let creds = src.dir.join("s3.creds");
+    write_credentials(&creds);
+    let prefix = "killed";
+    let spec = s3.spec(prefix);
+    mirror_first_tree(&src);
+    snapshot_create(&src.mnt, "one");
+    let c1 = copy(&src, &spec, &creds);
+    let first_upto = n(&c1, "bucket", "upto");
+    let first_tree = capture(&src.mnt).unwrap();
+    let before = chunk_objects(&s3, prefix);
+    let manifest = s3.bucket_dir().join(prefix).join("manifest");
+    let first_manifest = fs::read(&manifest).unwrap();
+
+    // 64 MiB of new incompressible data: 1,024 chunks of 64 KiB, whose
+    // upload takes long enough to be killed in the middle.
+    const NEW: u64 = 1024;
+    fs::create_dir(src.p("new")).unwrap();
+    for i in 0..4 {
+        fs::write(src.p(&format!("new/f{i}")), pattern(100 + i, 16 << 20)).unwrap();
+    }
+    snapshot_create(&src.mnt, "two");
+    // Its temporary files (the stream, which SIGKILL leaves behind) in the
+    // source's test directory.
+    let tmp = src.dir.join("tmp");
+    fs::create_dir(&tmp).unwrap();
+    let err = src.dir.join("killed-copy.err");
+    let mut child = Command::new(CAIRN)
+        .args([os("mirror"), os("copy"), src.mnt.as_os_str(), os(&spec)])
+        .args([os("--credentials-file"), creds.as_os_str()])
+        .env("TMPDIR", &tmp)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("spawn cairn mirror copy");
+    // The chunk objects go up before the stream object and the manifest:
+    // killed once a few of the new ones are in the bucket.
+    const KILL_AT: u64 = 8;
+    let t0 = Instant::now();
+    let mut seen = 0;
+    while seen < KILL_AT {
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!(
+                "the copy ended ({st}) after {:?} with {seen} of the {NEW} new chunk objects seen, before it could be killed in the middle of its upload (too little data?)\n{}",
+                t0.elapsed(),
+                fs::read_to_string(&err).unwrap_or_default()
+            );
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the copy uploaded {seen} new chunk objects in 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        seen = chunk_objects(&s3, prefix) - before;
+    }
+    child.kill().unwrap();
+    let st = child.wait().unwrap();
+    let killed_after = t0.elapsed();
+    let said = fs::read_to_string(&err).unwrap();
+    assert!(
+        !said.contains(TEST_SECRET),
+        "the secret was printed: {said}"
+    );
+    assert_eq!(
+        st.signal(),
+        Some(libc::SIGKILL),
+        "the copy ended ({st}) before it was killed\n{said}"
+    );
+    let held = chunk_objects(&s3, prefix) - before;
+    eprintln!("killed after {killed_after:?}, {held} of the {NEW} new chunk objects uploaded");
+    assert!(
+        held < NEW,
+        "the copy was killed after it had uploaded every new chunk ({held}): kill it earlier"
+    );
+    assert_eq!(
+        fs::read(&manifest).unwrap(),
+        first_manifest,
+        "the killed copy changed the manifest"
+    );
+    // The source still holds its history for the bucket from the first
+    // copy's end.
+    let status = cairn_json(&[
+        os("mirror"),
+        os("status"),
+        src.mnt.as_os_str(),
+        os("--json"),
+    ]);
+    let holds = field_arr(&status, "mirrors");
+    assert_eq!(holds.len(), 1, "{status:?}");
+    assert_eq!(field_u64(&holds[0], "tid"), first_upto, "{status:?}");
+
+    // A new pool from the bucket is the first copy's state.
+    let mut dst = Fs::create();
+    dst.mkfs(&["--mirror"]);
+    let r = restore(&spec, &dst.pool, &creds);
+    assert_eq!(r["streams"], 1, "{r}");
+    assert_eq!(tid(&dst.pool), first_upto);
+    dst.mount();
+    assert_tree_at(&dst.mnt, &first_tree, "restored after the killed copy");
+    assert_same_snapshot(&src, &dst, "one");
+    let names: Vec<String> = (snapshot_list(&dst.mnt).iter())
+        .map(|s| field_str(s, "name").to_string())
+        .collect();
+    assert_eq!(names, ["one"], "snapshots restored after the killed copy");
+    dst.unmount();
+
+    // The next copy completes the increment, uploading exactly the chunks
+    // the bucket lacks (PUTs in flight at the kill may have ended since).
+    let present = chunk_objects(&s3, prefix) - before;
+    let t1 = Instant::now();
+    let c2 = copy(&src, &spec, &creds);
+    let took = t1.elapsed();
+    let put = n(&c2, "bucket", "chunks_put");
+    let total = chunk_objects(&s3, prefix) - before;
+    eprintln!("the next copy uploaded {put} of the {total} new chunk objects ({present} there) in {took:?}");
+    assert!(
+        total >= NEW,
+        "{total} new chunk objects in the bucket: {c2}"
+    );
+    assert!(
+        put < total,
+        "the copy after the killed one uploaded every new chunk: {c2}"
+    );
+    assert_eq!(
+        put + present,
+        total,
+        "{put} uploaded, and the bucket held {present} of the {total}: {c2}"
+    );
+    assert_eq!(n(&c2, "bucket", "since"), first_upto, "{c2}");
+    assert_eq!(n(&c2, "bucket", "streams"), 2, "{c2}");
+    let r = restore(&spec, &dst.pool, &creds);
+    assert_eq!(r["streams"], 1, "only the new stream: {r}");
+    assert!(r["chunks"].as_u64().is_some_and(|c| c >= NEW), "{r}");
+    assert_eq!(tid(&dst.pool), tid(&src.mnt));
+    dst.mount();
+    assert_tree_at(&dst.mnt, &capture(&src.mnt).unwrap(), "after the next copy");
+    assert_same_snapshot(&src, &dst, "one");
+    assert_same_snapshot(&src, &dst, "two");
     dst.finish();
     src.finish();
 }
