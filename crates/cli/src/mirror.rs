@@ -486,14 +486,55 @@ fn spool_stdin(dir: &Path) -> Result<PathBuf> {
     Ok(p)
 }
 
+/// Prefix of the stream directories in the temporary directory.
+const STREAM_DIR_PREFIX: &str = "cairn-mirror-";
+/// The file in a stream directory that names the process using it.
+const OWNER_FILE: &str = "owner.pid";
+
 /// A temporary directory only we can enter (0700), for streams (files
-/// in it then stay private whatever their own mode).
+/// in it then stay private whatever their own mode). It names this
+/// process, so that the next mirror command removes it if this one was
+/// killed (a stream may take gigabytes).
 pub(crate) fn private_dir() -> Result<tempfile::TempDir> {
     use std::os::unix::fs::PermissionsExt;
-    Ok(tempfile::Builder::new()
-        .prefix("cairn-mirror-")
+    remove_abandoned_stream_dirs(&std::env::temp_dir());
+    let d = tempfile::Builder::new()
+        .prefix(STREAM_DIR_PREFIX)
         .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()?)
+        .tempdir()?;
+    std::fs::write(d.path().join(OWNER_FILE), std::process::id().to_string())?;
+    Ok(d)
+}
+
+/// Removes the stream directories in `tmp` that belong to this user and
+/// name a process that no longer runs (a mirror command killed before it
+/// could clean up). Best effort: a directory it cannot judge stays.
+fn remove_abandoned_stream_dirs(tmp: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    let uid = unsafe { libc::geteuid() };
+    for e in entries.flatten() {
+        let path = e.path();
+        let ours = e
+            .file_name()
+            .to_string_lossy()
+            .starts_with(STREAM_DIR_PREFIX)
+            && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        let owner = std::fs::read_to_string(path.join(OWNER_FILE)).ok();
+        let Some(pid) = owner.and_then(|p| p.trim().parse::<u32>().ok()) else {
+            continue;
+        };
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => {
+                    tracing::info!("removed {} (its mirror command was killed)", path.display())
+                }
+                Err(e) => tracing::warn!("removing {}: {e}", path.display()),
+            }
+        }
+    }
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {
@@ -745,5 +786,30 @@ mod tests {
         let d = super::private_dir().unwrap();
         let mode = std::fs::metadata(d.path()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700, "mode {mode:o}");
+    }
+
+    #[test]
+    fn directories_of_killed_commands_go_and_others_stay() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = |name: &str, owner: Option<String>| {
+            let p = tmp.path().join(name);
+            std::fs::create_dir(&p).unwrap();
+            std::fs::write(p.join("stream"), b"data").unwrap();
+            if let Some(o) = owner {
+                std::fs::write(p.join(super::OWNER_FILE), o).unwrap();
+            }
+            p
+        };
+        // A process that ran and ended: its pid names no process now.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let abandoned = dir("cairn-mirror-dead", Some(dead.to_string()));
+        let live = dir("cairn-mirror-live", Some(std::process::id().to_string()));
+        let unknown = dir("cairn-mirror-old", None);
+        let other = dir("something-else", Some(dead.to_string()));
+        super::remove_abandoned_stream_dirs(tmp.path());
+        assert!(!abandoned.exists());
+        assert!(live.exists() && unknown.exists() && other.exists());
     }
 }
