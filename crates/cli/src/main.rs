@@ -25,6 +25,10 @@ fn main() {
         Ok(m) => args::Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit()),
         Err(e) => e.exit(),
     };
+    use args::Cmd;
+    if !matches!(cli.cmd, Cmd::Mount(_) | Cmd::Nbd(_) | Cmd::Service(_)) {
+        quiet_on_closed_stdout();
+    }
     if let Err(e) = run(cli) {
         // Not eprintln: a daemon's stderr is its log, which may be full.
         use std::io::Write;
@@ -32,6 +36,25 @@ fn main() {
         let usage = e.downcast_ref::<control::client::UsageError>().is_some();
         std::process::exit(if usage { 2 } else { 1 });
     }
+}
+
+/// Reports and listings stop quietly when their reader goes away (`cairn
+/// snapshot list T | head`), as other tools do: `println!` panics on a
+/// closed stdout, and this hook turns that one panic into a quiet exit.
+/// Servers keep the default hook, and SIGPIPE stays ignored everywhere (a
+/// client must report a daemon that closed its socket, not die silently).
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let p = info.payload();
+        let msg = (p.downcast_ref::<String>().map(String::as_str))
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info)
+    }));
 }
 
 fn run(cli: args::Cli) -> Result<()> {

@@ -1590,6 +1590,39 @@ fn cli_wrong_arguments_exit_2_with_usage() {
     }
 }
 
+/// Reports printed into a pipe whose reader is gone (`cairn info P |
+/// head` when head has finished) end quietly: no panic, no backtrace.
+#[test]
+fn reports_into_a_closed_pipe_end_quietly() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let fs = Fs::create();
+    fs.mkfs(&[]);
+    let pool = fs.pool.to_str().unwrap();
+    for args in [
+        vec!["info", pool],
+        vec!["info", pool, "--json"],
+        vec!["check", pool],
+    ] {
+        let mut fds = [0; 2];
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both descriptors were just made by pipe2 and are ours.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        drop(read);
+        let out = std::process::Command::new(CAIRN)
+            .args(&args)
+            .stdout(std::process::Stdio::from(write))
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && err.is_empty(),
+            "{args:?}: {:?} {err}",
+            out.status
+        );
+    }
+}
+
 #[test]
 fn cli_rejects_bad_values_without_creating_a_pool() {
     let fs = Fs::create();
