@@ -54,23 +54,12 @@ impl Fs {
             // Large changes, or a host filesystem without room for the
             // metadata of the commit that must follow: a flush (which
             // spends the reserve or answers ENOSPC, see `flush.rs`).
-            let bytes: u64 = st.shards().map(|s| s.dirty.unlogged.bytes).sum();
-            let changes = st
-                .shards()
-                .map(|s| crate::writeback::flush::change_count(&s.dirty))
-                .sum();
-            if bytes > MAX_RECORD_DATA || !self.commit_fits(changes) {
+            if !self.fits_a_record(&st) {
                 drop(st);
                 drop(last);
                 return self.flush();
             }
-            let mut payload = Vec::new();
-            for sh in st.shards_mut() {
-                if !sh.dirty.unlogged.is_empty() {
-                    payload.extend(encode_record(&mut sh.dirty));
-                }
-            }
-            (payload, self.next_ino())
+            (encode_unlogged(&mut st), self.next_ino())
         };
         let r = log.lock().append(*last, next_ino, &payload);
         match r {
@@ -83,6 +72,18 @@ impl Fs {
                 self.flush()
             }
         }
+    }
+
+    /// Whether the changes not yet logged fit one record (`MAX_RECORD_DATA`)
+    /// and the host filesystem has room for the commit that must follow
+    /// (call with every shard locked).
+    fn fits_a_record(&self, st: &State) -> bool {
+        let bytes: u64 = st.shards().map(|s| s.dirty.unlogged.bytes).sum();
+        let changes = st
+            .shards()
+            .map(|s| crate::writeback::flush::change_count(&s.dirty))
+            .sum();
+        bytes <= MAX_RECORD_DATA && self.commit_fits(changes)
     }
 
     /// Whether the host filesystem has room for the metadata of committing
@@ -191,26 +192,15 @@ impl Fs {
         if st.shards().all(|s| s.dirty.is_empty()) {
             return Ok(None);
         }
-        let bytes: u64 = st.shards().map(|s| s.dirty.unlogged.bytes).sum();
-        let changes = st
-            .shards()
-            .map(|s| crate::writeback::flush::change_count(&s.dirty))
-            .sum();
         let to_write: u64 = st.shards().map(|s| s.dirty.flush_bytes(self.record)).sum();
-        if bytes > MAX_RECORD_DATA
-            || self.reserve.is_short()
+        if self.reserve.is_short()
             || room < 2 * to_write + 4 * self.pool.chunks.segment_size()
-            || !self.commit_fits(changes)
+            || !self.fits_a_record(&st)
         {
             return Ok(None);
         }
         let snap = Snapshot::new(name, *last + 1, kind);
-        let mut payload = Vec::new();
-        for sh in st.shards_mut() {
-            if !sh.dirty.unlogged.is_empty() {
-                payload.extend(encode_record(&mut sh.dirty));
-            }
-        }
+        let mut payload = encode_unlogged(&mut st);
         rec::put_snapshot(&mut payload, &snap);
         let next_ino = self.next_ino();
         let ov = self.seal(&mut st);
@@ -320,6 +310,18 @@ impl Fs {
         let valid = size.saturating_sub(blk * rs).min(rs) as usize;
         self.write_part(st, ino, blk, off, bytes, valid)
     }
+}
+
+/// The changes not yet logged of every shard as one record payload
+/// (every shard locked: a consistent cut), cleared.
+fn encode_unlogged(st: &mut State) -> Vec<u8> {
+    let mut payload = Vec::new();
+    for sh in st.shards_mut() {
+        if !sh.dirty.unlogged.is_empty() {
+            payload.extend(encode_record(&mut sh.dirty));
+        }
+    }
+    payload
 }
 
 /// Writes the unlogged changes of `ov` as a record payload and clears them.
