@@ -9,6 +9,20 @@ use cairn_devices::{Device, DIRECT_ALIGN};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::cell::RefCell;
 
+/// Chunks of at most this many raw bytes (the blocks of 4 KiB and 16 KiB
+/// volumes and small-record files) are written and read through the
+/// host's page cache, which then serves their random reads from memory as
+/// it does for a raw image; larger chunks (sequential data, which the
+/// FUSE page cache holds) are written and read past it. A segment buffer
+/// is written through the cache when at least half its bytes are such
+/// chunks (`WriteBatch`).
+pub const CACHED_CHUNK: u32 = 16 << 10;
+
+/// True if I/O of a chunk of `raw_len` bytes goes through the page cache.
+pub(crate) fn cached(raw_len: u32) -> bool {
+    raw_len <= CACHED_CHUNK
+}
+
 pub struct AlignedBuf {
     ptr: *mut u8,
     layout: Layout,

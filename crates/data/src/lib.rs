@@ -27,6 +27,7 @@ pub mod store;
 mod wpipe;
 pub mod writer;
 
+pub use aligned::CACHED_CHUNK;
 pub use chunk::{ChunkError, ChunkHeader, Hash, CHUNK_HEADER_LEN};
 pub use compress::Compression;
 pub use error::DataError;

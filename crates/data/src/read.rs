@@ -9,7 +9,7 @@
 //! Verification, scrub and moves use the plain reads of store.rs, which
 //! bypass all of this.
 
-use crate::aligned::read_direct;
+use crate::aligned::{cached, read_direct};
 use crate::chunk::{unseal, verify_split, CHUNK_HEADER_LEN};
 use crate::error::Result;
 use crate::readahead::{chunks_in, Plan, Readahead};
@@ -95,6 +95,9 @@ impl ChunkStore {
     /// data copied out. False (nothing done) when the device cannot do
     /// direct I/O.
     fn read_run_direct(&self, run: &mut [(ChunkRec, &mut [u8])]) -> Result<bool> {
+        if cached(run[0].0.raw_len) {
+            return Ok(false);
+        }
         let total: usize = run.iter().map(|(r, _)| r.len as usize).sum();
         let _gate = self.segs.io_gate.read();
         let (dev, at) = self.segs.locate(&run[0].0)?;

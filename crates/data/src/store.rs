@@ -4,7 +4,7 @@
 //! setting, the read caches and read-ahead settings (used by read.rs), and
 //! segment heat.
 
-use crate::aligned::read_direct;
+use crate::aligned::{cached, read_direct};
 use crate::cache::RamCache;
 use crate::chunk::{unseal, CHUNK_HEADER_LEN};
 use crate::compress::Compression;
@@ -164,12 +164,16 @@ impl ChunkStore {
             }
             Ok(())
         };
-        let direct = read_direct(&dev, at, rec.len as usize, |buf| {
-            let (head, raw) = buf.split_at(CHUNK_HEADER_LEN);
-            check(head, raw)?;
-            dst.copy_from_slice(raw);
-            Ok(())
-        })?;
+        let direct = if cached(rec.raw_len) {
+            None
+        } else {
+            read_direct(&dev, at, rec.len as usize, |buf| {
+                let (head, raw) = buf.split_at(CHUNK_HEADER_LEN);
+                check(head, raw)?;
+                dst.copy_from_slice(raw);
+                Ok(())
+            })?
+        };
         if direct.is_none() {
             let mut head = [0u8; CHUNK_HEADER_LEN];
             dev.read_split_at(&mut head, dst, at)?;
@@ -209,11 +213,15 @@ impl ChunkStore {
         let _gate = self.segs.io_gate.read();
         let (dev, at) = self.segs.locate(rec)?;
         let at = at + (CHUNK_HEADER_LEN + lo) as u64;
-        let direct = read_direct(&dev, at, hi - lo, |spans| {
-            check(spans)?;
-            dst.copy_from_slice(&spans[from - lo..end - lo]);
-            Ok(())
-        })?;
+        let direct = if cached(rec.raw_len) {
+            None
+        } else {
+            read_direct(&dev, at, hi - lo, |spans| {
+                check(spans)?;
+                dst.copy_from_slice(&spans[from - lo..end - lo]);
+                Ok(())
+            })?
+        };
         if direct.is_some() {
             return Ok(());
         }
@@ -404,5 +412,92 @@ mod tests {
             s.read_chunk_into(&r, &mut direct),
             Err(crate::DataError::Corrupt { .. })
         ));
+    }
+}
+
+#[cfg(test)]
+mod page_cache_tests {
+    use crate::chunk::hash_block;
+    use crate::ChunkStore;
+    use cairn_devices::{Device, DeviceClass, DeviceSet, DeviceSpec};
+    use std::os::fd::AsRawFd;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    /// Pages of `path`'s bytes `at..at + len` in the host's page cache, of
+    /// all of them (mincore over a shared read-only mapping).
+    fn resident(path: &Path, at: u64, len: usize) -> (usize, usize) {
+        let f = std::fs::File::open(path).unwrap();
+        let page = 4096;
+        let (start, end) = (
+            at as usize / page * page,
+            (at as usize + len).div_ceil(page) * page,
+        );
+        let n = (end - start) / page;
+        let mut v = vec![0u8; n];
+        // SAFETY: a fresh read-only mapping of the open file, unmapped
+        // below; mincore writes one byte per page into `v`.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                end - start,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                start as libc::off_t,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            assert_eq!(libc::mincore(p, end - start, v.as_mut_ptr()), 0);
+            libc::munmap(p, end - start);
+        }
+        (v.iter().filter(|b| *b & 1 == 1).count(), n)
+    }
+
+    /// Writes `n` distinct blocks of `size` bytes in one batch; returns the
+    /// device byte range they landed in.
+    fn write_blocks(s: &ChunkStore, n: u32, size: usize, seed: u32) -> (u64, usize) {
+        let mut b = s.batch();
+        let recs: Vec<_> = (0..n)
+            .map(|i| {
+                let x: Vec<u8> = (0..size as u32)
+                    .map(|j| (j.wrapping_mul(2654435761) ^ (i + seed)) as u8)
+                    .collect();
+                b.append(&x, &hash_block(&x)).unwrap()
+            })
+            .collect();
+        b.finish().unwrap();
+        let (first, last) = (&recs[0], &recs[recs.len() - 1]);
+        assert_eq!(first.segment, last.segment, "one segment");
+        let (dev, at) = s.segs.locate(first).unwrap();
+        let len = (last.offset + last.len - first.offset) as usize;
+        assert_eq!(dev.id(), 0);
+        (at, len)
+    }
+
+    /// Small chunks (volume blocks) are written through the page cache and
+    /// read back from it; large ones go past it (O_DIRECT), so sequential
+    /// file data is not cached twice.
+    #[test]
+    fn small_chunks_are_written_through_the_page_cache_large_ones_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        let spec = DeviceSpec::tier(DeviceClass::Ssd, path.clone(), Some(96 << 20));
+        let d = Device::create(&spec, 0, [0; 16], 16 << 20).unwrap();
+        let s = ChunkStore::new(Arc::new(DeviceSet::new(vec![d]).unwrap()), vec![], 1).unwrap();
+
+        let (at, len) = write_blocks(&s, 512, 4096, 0);
+        let (hot, all) = resident(&path, at, len);
+        assert!(
+            hot * 10 >= all * 9,
+            "4 KiB chunks: {hot} of {all} pages cached"
+        );
+
+        s.close_open_segment();
+        let (at, len) = write_blocks(&s, 64, 64 << 10, 1000);
+        let (hot, all) = resident(&path, at, len);
+        assert!(
+            hot * 10 <= all,
+            "64 KiB chunks: {hot} of {all} pages cached"
+        );
     }
 }

@@ -18,25 +18,33 @@ use std::thread::JoinHandle;
 const DEPTH: usize = 2;
 
 /// Where a pipe's writes go: a device (or a test's fault injector).
+/// `cached`: write through the host's page cache (small chunks, which
+/// reads then find there; see `crate::CACHED_CHUNK`), else past it.
 pub(crate) trait WriteTarget: Send + Sync {
-    fn write(&self, buf: &[u8], at: u64) -> Result<()>;
+    fn write(&self, buf: &[u8], at: u64, cached: bool) -> Result<()>;
 }
 
 impl WriteTarget for Device {
-    fn write(&self, buf: &[u8], at: u64) -> Result<()> {
-        self.write_direct_at(buf, at)
-            .map_err(|e| DataError::of_write(self.id(), e))?;
+    fn write(&self, buf: &[u8], at: u64, cached: bool) -> Result<()> {
+        let r = if cached {
+            self.write_at(buf, at)
+        } else {
+            self.write_direct_at(buf, at)
+        };
+        r.map_err(|e| DataError::of_write(self.id(), e))?;
         self.start_writeback(at, buf.len() as u64);
         Ok(())
     }
 }
 
-/// One write: the first `len` bytes of `buf` at byte `at`.
+/// One write: the first `len` bytes of `buf` at byte `at`, through the
+/// page cache if `cached`.
 struct Job {
     dev: Arc<dyn WriteTarget>,
     at: u64,
     buf: AlignedBuf,
     len: usize,
+    cached: bool,
 }
 
 /// A written buffer coming back, with the write's outcome.
@@ -71,17 +79,25 @@ impl WritePipe {
         })
     }
 
-    /// Queues the write of `buf`'s first `len` bytes at byte `at` of `dev`.
+    /// Queues the write of `buf`'s first `len` bytes at byte `at` of `dev`
+    /// (through the page cache if `cached`).
     pub(crate) fn submit(
         &mut self,
         dev: Arc<dyn WriteTarget>,
         at: u64,
         buf: AlignedBuf,
         len: usize,
+        cached: bool,
     ) -> Result<()> {
         assert!(len <= buf.capacity());
         let w = self.worker.get_or_insert_with(start_worker);
-        let job = Job { dev, at, buf, len };
+        let job = Job {
+            dev,
+            at,
+            buf,
+            len,
+            cached,
+        };
         if w.jobs.send(job).is_err() {
             // The thread only ends when `jobs` closes: it panicked.
             return Err(DataError::Writer("thread died"));
@@ -153,7 +169,9 @@ fn start_worker() -> Worker {
 
 fn write_jobs(rx: Receiver<Job>, tx: Sender<Done>) {
     for mut job in rx {
-        let res = job.dev.write(job.buf.slice_mut(job.len), job.at);
+        let res = job
+            .dev
+            .write(job.buf.slice_mut(job.len), job.at, job.cached);
         if tx.send((job.buf, res)).is_err() {
             return;
         }
@@ -173,7 +191,7 @@ mod tests {
     }
 
     impl WriteTarget for Log {
-        fn write(&self, buf: &[u8], at: u64) -> Result<()> {
+        fn write(&self, buf: &[u8], at: u64, _cached: bool) -> Result<()> {
             std::thread::sleep(std::time::Duration::from_millis(2));
             if self.bad == Some(at) {
                 return Err(DataError::Writer("injected write failure"));
@@ -187,7 +205,7 @@ mod tests {
         for i in 0..n {
             let mut b = pipe.take_buffer(8192)?;
             b.slice_mut(8192).fill(i);
-            pipe.submit(log.clone(), i as u64 * 4096, b, 8192)?;
+            pipe.submit(log.clone(), i as u64 * 4096, b, 8192, false)?;
         }
         pipe.drain()
     }

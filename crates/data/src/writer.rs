@@ -5,12 +5,15 @@
 //! the next while it is written, opens a new segment when the current one
 //! is full, and on `finish` writes the rest, waits for every write and syncs
 //! every device it touched. Writes are whole DIRECT_ALIGN blocks with
-//! O_DIRECT, so they bypass the page cache (the last, partial block is
+//! O_DIRECT, so they bypass the page cache, unless the buffer holds mostly
+//! small chunks (`CACHED_CHUNK`), whose random reads the page cache then
+//! serves (the last, partial block is
 //! padded with zeros, carried into the next buffer and written again with
 //! what follows it); where direct I/O is refused, each buffered write starts
 //! its write-back at once. Only after `finish` may metadata that references
 //! the new chunks be committed.
 
+use crate::aligned::cached;
 use crate::chunk::{header_of, Hash, CHUNK_HEADER_LEN};
 use crate::compress::{compress, Compression};
 use crate::error::{DataError, Result};
@@ -43,6 +46,9 @@ pub struct WriteBatch<'a> {
     pipe: WritePipe,
     /// The buffer of the last closed segment, for the next one.
     spare: Option<SegBuf>,
+    /// Bytes of chunks kept in the page cache (`cached`) appended since
+    /// the last buffer was handed to the pipe.
+    cached_bytes: u64,
 }
 
 impl<'a> WriteBatch<'a> {
@@ -61,6 +67,7 @@ impl<'a> WriteBatch<'a> {
             devices: BTreeSet::new(),
             pipe: WritePipe::default(),
             spare: None,
+            cached_bytes: 0,
         }
     }
 
@@ -103,6 +110,9 @@ impl<'a> WriteBatch<'a> {
         header_of(method, raw_len as usize, stored, hash).encode(&mut head);
         o.buf.push(&[&head, stored]);
         o.used += len;
+        if cached(raw_len) {
+            self.cached_bytes += len as u64;
+        }
         if self.place.is_none() {
             let tail = self.segs.segment_size - o.used as u64;
             self.segs.open_tail.store(tail, Ordering::Relaxed);
@@ -151,7 +161,10 @@ impl<'a> WriteBatch<'a> {
         let mut next = SegBuf::new(self.pipe.take_buffer(BUF_CAP)?);
         next.push(&[o.buf.tail(keep_from - o.buf_start as usize)]);
         let full = std::mem::replace(&mut o.buf, next);
-        self.pipe.submit(dev, at, full.padded(len), len)?;
+        // Through the page cache when mostly small chunks (see CACHED_CHUNK).
+        let cached = 2 * self.cached_bytes >= (o.used - o.written) as u64;
+        self.cached_bytes = 0;
+        self.pipe.submit(dev, at, full.padded(len), len, cached)?;
         self.devices.insert(o.addr.device);
         o.written = o.used;
         o.buf_start = keep_from as u32;

@@ -24,6 +24,8 @@ pub(crate) struct Counters {
     pub connections: AtomicU64,
     pub open: AtomicU64,
     pub handshake_failures: AtomicU64,
+    /// Requests run on their connection's reader thread (`conn.rs`).
+    pub inline: AtomicU64,
     cmds: [[AtomicU64; 3]; 9],
 }
 
@@ -56,6 +58,7 @@ impl Counters {
             connections_total: self.connections.load(Relaxed),
             connections_open: self.open.load(Relaxed),
             handshake_failures: self.handshake_failures.load(Relaxed),
+            inline: self.inline.load(Relaxed),
             commands: commands.collect(),
             pool,
         }
@@ -78,6 +81,9 @@ pub struct Stats {
     pub connections_open: u64,
     /// Connections that ended before reaching transmission (aborts too).
     pub handshake_failures: u64,
+    /// Requests run on their connection's reader thread, not handed to
+    /// the pool: short ones that came alone.
+    pub inline: u64,
     /// By command name: read, write, disc, flush, trim, cache,
     /// write_zeroes, block_status, unknown.
     pub commands: BTreeMap<String, CommandStats>,

@@ -127,3 +127,45 @@ fn remote_addresses_need_allow_remote() {
     assert_eq!(json["connections_open"], 1);
     assert!(json["pool"]["workers"].as_u64().unwrap() >= 1);
 }
+
+/// `cairn_nbd`'s inline rule (conn.rs): once a connection's requests have
+/// been quick, a short request that comes alone runs on the reader's
+/// thread (no hand-off to a worker); requests to a slow export always go
+/// to the pool, so a slow one never holds up the reading.
+#[test]
+fn lone_quick_requests_run_on_the_reader_and_slow_ones_in_the_pool() {
+    let (_, ex) = disk_exports();
+    let slow = Arc::new(MemExport::new(SIZE).with_delay(Duration::from_millis(1)));
+    let s = start_tcp(ex.with("slow", "", slow), config(1, 4));
+    let mut c = Client::tcp(tcp_addr(&s));
+    c.go("disk", false);
+    for i in 0..100u64 {
+        assert_eq!(c.write(i * 4096, &[i as u8; 4096]), 0);
+        assert_eq!(c.read(i * 4096, 4096), (0, vec![i as u8; 4096]));
+    }
+    c.disconnect();
+    let st = s.stats();
+    // The first 16 go to the pool; a request slowed by the machine sends
+    // the next 16 there too. Most of the 200 must have run inline.
+    assert!(
+        st.inline >= 100,
+        "inline {} of 200: {:?}",
+        st.inline,
+        st.pool
+    );
+    assert_eq!(st.inline + st.pool.completed, 200, "{:?}", st.pool);
+
+    let before = s.stats();
+    let mut c = Client::tcp(tcp_addr(&s));
+    c.go("slow", false);
+    for i in 0..40u64 {
+        assert_eq!(c.write(i * 4096, &[7; 4096]), 0);
+    }
+    c.disconnect();
+    let st = s.stats();
+    assert_eq!(
+        st.inline, before.inline,
+        "a slow export's request ran inline"
+    );
+    assert_eq!(st.pool.completed - before.pool.completed, 40);
+}
