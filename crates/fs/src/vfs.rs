@@ -236,8 +236,11 @@ impl Fs {
     /// The view is shared until the next flush commits: live elements of
     /// those kinds change only in flush commits, and a commit drops the view
     /// in the same state-lock section that retires its `flushing` overlay,
-    /// so a lookup never sees a view older than the overlays assume. Not for
-    /// extents and chunks (GC and reblock move chunks between flushes).
+    /// so a lookup never sees a view older than the overlays assume. Also
+    /// for the extents of a read (`read_into`): GC and reblock move chunks
+    /// between flushes, so a chunk record from this view may be out of
+    /// date; the read then fails its checks and `with_chunk` retries
+    /// through a fresh view.
     pub(crate) fn ns_meta(&self, _st: &State) -> Result<Arc<MetaRead>> {
         let mut c = self.ns_read.lock();
         if let Some(r) = &*c {

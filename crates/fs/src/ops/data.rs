@@ -57,7 +57,7 @@ impl Fs {
     /// anything beforehand (the frontend passes its reply buffer).
     pub fn read_into(&self, ino: u64, off: u64, dst: &mut [u8]) -> Result<usize> {
         let rs = self.record;
-        let (end, parts) = {
+        let (end, parts, meta) = {
             let st = self.lock_inos(&[ino]);
             let i = self.inode(&st, ino)?;
             if i.kind == FileKind::Dir {
@@ -70,11 +70,19 @@ impl Fs {
             let parts: Vec<(u64, BlockState)> = (off / rs..end.div_ceil(rs))
                 .map(|b| (b, self.block_state(&st, ino, b)))
                 .collect();
-            (end, parts)
+            // Committed blocks are read through the shared view, which a
+            // commit replaces in the lock section that retires its overlay,
+            // so it holds every block found committed here. A chunk moved
+            // since (GC, reblock) fails its checks and `with_chunk` reads
+            // it again through a fresh view.
+            let committed = parts
+                .iter()
+                .any(|(_, s)| matches!(s, BlockState::Committed));
+            let meta = committed.then(|| self.ns_meta(&st)).transpose()?;
+            (end, parts, meta)
         };
         let out = &mut dst[..(end - off) as usize];
         let mut cover = Cover::new(off);
-        let mut meta = None;
         let mut run: Vec<(u64, Extent, ChunkRec)> = Vec::new();
         for (blk, state) in parts {
             let data: Block = match state {
@@ -82,10 +90,8 @@ impl Fs {
                 BlockState::Hole => continue,
                 p @ BlockState::Patch(..) => Arc::new(self.resolve(ino, blk, p)?),
                 BlockState::Committed => {
-                    let r = match &meta {
-                        Some(r) => r,
-                        None => meta.insert(self.meta()?),
-                    };
+                    let r: &cairn_meta::MetaRead =
+                        meta.as_ref().expect("a view for committed blocks");
                     let key = ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes());
                     let Some(e) = r.get(&key)? else {
                         continue;
