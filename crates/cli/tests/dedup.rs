@@ -1600,7 +1600,9 @@ fn kill9_during_gc() {
             println!("{ctx}: gc took {d_gc:?}: {j:?}");
             continue;
         }
-        let max = (d_gc.as_micros() as u64 * 6 / 5).max(2000);
+        // Most kills land while gc runs (round 0 timed it whole, with the
+        // CLI start); a few after it, which tests a finished gc too.
+        let max = (d_gc.as_micros() as u64 * 3 / 4).max(2000);
         let delay = Duration::from_micros(rng.gen_range(0..max));
         let pre = info(&m).0;
         let hit = kill_during(&mut fs, &gc_args, delay, &ctx);
