@@ -14,6 +14,7 @@
 //! - `maintenance/`: GC, reblock, scrub, check, salvage, tiering, devices, info;
 //! - `volumes/`: block volumes (files outside the POSIX namespace) for NBD.
 
+mod background;
 pub mod contention;
 pub mod error;
 pub mod failpoint;

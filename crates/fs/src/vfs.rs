@@ -502,6 +502,7 @@ impl Fs {
     }
 
     fn flusher_loop(&self) {
+        crate::background::lower_priority("flusher", self.pool.config.background_nice);
         let interval = Duration::from_secs_f64(self.pool.config.commit_interval_secs);
         while !self.stopping.load(Ordering::SeqCst) {
             {

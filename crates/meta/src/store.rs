@@ -16,6 +16,7 @@ use redb::{
     Database, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable,
     ReadableTableMetadata, Table,
 };
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
@@ -558,6 +559,7 @@ impl MetaStore {
                     dedup: txn.open_table(DEDUP).map_err(MetaError::from)?,
                     gone: txn.open_table(GONE).map_err(MetaError::from)?,
                     born: txn.open_table(BORN).map_err(MetaError::from)?,
+                    ended: HashMap::new(),
                 };
                 let r = f(&mut w)?;
                 // The creation index is complete up to the last TID.
@@ -886,6 +888,10 @@ pub struct MetaWrite<'t> {
     dedup: Table<'t, [u8; 6], [u8; 6]>,
     gone: Table<'t, (u64, &'static [u8]), ()>,
     born: Table<'t, (u64, &'static [u8]), ()>,
+    /// The payloads of the elements this transaction ended, by history
+    /// key: `ended_at` takes them from here instead of looking each one up
+    /// in `hist` again.
+    ended: HashMap<Vec<u8>, Vec<u8>>,
 }
 
 impl MetaWrite<'_> {
@@ -910,6 +916,18 @@ impl MetaWrite<'_> {
         };
         let (create_tid, payload) = decode_value(key.as_bytes(), old.value())?;
         drop(old);
+        self.move_to_history(key, create_tid, payload, tid)
+            .map(Some)
+    }
+
+    /// Moves an element just taken out of `live` to history, ended at `tid`.
+    fn move_to_history(
+        &mut self,
+        key: &ElemKey,
+        create_tid: u64,
+        payload: Vec<u8>,
+        tid: u64,
+    ) -> Result<Element> {
         self.born.remove((create_tid, key.as_bytes()))?;
         assert!(
             create_tid < tid,
@@ -919,12 +937,13 @@ impl MetaWrite<'_> {
         self.hist
             .insert(hk.as_slice(), encode_value(&hk, tid, &payload).as_slice())?;
         self.ends.insert((tid, hk.as_slice()), ())?;
-        Ok(Some(Element {
+        self.ended.insert(hk, payload.clone());
+        Ok(Element {
             key: key.clone(),
             create_tid,
             delete_tid: tid,
             payload,
-        }))
+        })
     }
 
     /// Removes the live element under `key` without keeping it in history
@@ -940,15 +959,22 @@ impl MetaWrite<'_> {
     }
 
     /// Adds a new live element created at `tid`, ending the current one.
-    /// Returns the ended element, if any.
+    /// Returns the ended element, if any. One insert into `live` replaces
+    /// the current element and hands it back (no separate remove).
     pub fn put(&mut self, key: &ElemKey, payload: &[u8], tid: u64) -> Result<Option<Element>> {
-        let old = self.end(key, tid)?;
-        self.live.insert(
-            key.as_bytes(),
-            encode_value(key.as_bytes(), tid, payload).as_slice(),
-        )?;
+        let value = encode_value(key.as_bytes(), tid, payload);
+        let old = match self.live.insert(key.as_bytes(), value.as_slice())? {
+            Some(v) => Some(decode_value(key.as_bytes(), v.value())?),
+            None => None,
+        };
+        let ended = match old {
+            Some((create_tid, payload)) => {
+                Some(self.move_to_history(key, create_tid, payload, tid)?)
+            }
+            None => None,
+        };
         self.born.insert((tid, key.as_bytes()), ())?;
-        Ok(old)
+        Ok(ended)
     }
 
     /// Rebuilds the index of live elements by create TID unless the last
@@ -1047,11 +1073,16 @@ impl MetaWrite<'_> {
             let (k, _) = r?;
             let (delete_tid, hk) = k.value();
             let (key, create_tid) = split_hist_key(hk)?;
-            let v = self.hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
-                key: key.to_string(),
-                why: "ends index names a missing history element".into(),
-            })?;
-            let (_, payload) = decode_value(hk, v.value())?;
+            let payload = match self.ended.get(hk) {
+                Some(p) => p.clone(),
+                None => {
+                    let v = self.hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
+                        key: key.to_string(),
+                        why: "ends index names a missing history element".into(),
+                    })?;
+                    decode_value(hk, v.value())?.1
+                }
+            };
             out.push(Element {
                 key,
                 create_tid,

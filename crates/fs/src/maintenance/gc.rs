@@ -63,6 +63,7 @@ impl Fs {
         let h = std::thread::Builder::new()
             .name("cairn-gc".into())
             .spawn(move || {
+                crate::background::lower_priority("gc", fs.pool.config.background_nice);
                 let mut slept = Duration::ZERO;
                 while !fs.stopping.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(200));

@@ -492,6 +492,7 @@ impl Fs {
         let h = std::thread::Builder::new()
             .name("cairn-mover".into())
             .spawn(move || {
+                crate::background::lower_priority("tier mover", fs.pool.config.background_nice);
                 let mut last = Instant::now();
                 let mut last_round = Instant::now();
                 let mut last_hot_look = Instant::now();

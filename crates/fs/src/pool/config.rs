@@ -18,6 +18,10 @@ pub struct PoolConfig {
     /// Buffered (dirty) data that triggers a flush, in MiB. Writers are
     /// throttled at twice this.
     pub dirty_limit_mib: u64,
+    /// CPU priority (nice, 0 to 19) of the background threads: the flusher
+    /// and its hashing threads, GC, the tier mover. Requests run at the
+    /// daemon's own priority and get the cores first; 0 makes them equal.
+    pub background_nice: u32,
     /// Fine-grained history is kept at least this long (seconds); older
     /// history is pruned automatically. When the pool runs short of space,
     /// history is pruned earlier so that deleting files frees space.
@@ -104,6 +108,7 @@ impl Default for PoolConfig {
             format: CONFIG_FORMAT,
             commit_interval_secs: 5.0,
             dirty_limit_mib: 512,
+            background_nice: 10,
             history_retention_secs: 86400,
             meta_cache_mib: 256,
             keep_daily: 7,
@@ -173,6 +178,9 @@ impl PoolConfig {
                 &format!("{:?}", self.compression),
                 &e.to_string(),
             );
+        }
+        if self.background_nice > 19 {
+            return bad("background_nice", &self.background_nice, "must be 0 to 19");
         }
         if !(1..=100).contains(&self.gc_max_live_pct) {
             return bad("gc_max_live_pct", &self.gc_max_live_pct, "must be 1 to 100");
@@ -331,5 +339,21 @@ fn toml_error(e: &toml::de::Error, text: &str) -> String {
             format!("line {line} `{src}`: {what}")
         }
         None => format!("invalid config: {what}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PoolConfig;
+
+    #[test]
+    fn background_nice_is_a_nice_value() {
+        for (nice, ok) in [(0, true), (19, true), (20, false)] {
+            let c = PoolConfig {
+                background_nice: nice,
+                ..PoolConfig::default()
+            };
+            assert_eq!(c.validate().is_ok(), ok, "background_nice {nice}");
+        }
     }
 }
