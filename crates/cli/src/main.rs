@@ -20,6 +20,15 @@ mod volume;
 use anyhow::{Context, Result};
 use clap::FromArgMatches;
 
+/// mimalloc instead of glibc's malloc: the daemon's request threads
+/// allocate buffers that other threads free (a payload read by the NBD
+/// reader and dropped by a worker, a reply built by a worker), and glibc
+/// serializes those frees on the allocating thread's arena lock (4 KiB
+/// volume I/O at 32,000 ops/s: about 1,100 waits in 6 s in free and
+/// calloc). mimalloc frees to per-thread lists without a shared lock.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let cli = match help::command().try_get_matches() {
         Ok(m) => args::Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit()),
