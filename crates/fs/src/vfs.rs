@@ -85,6 +85,8 @@ pub struct Fs {
     pub(crate) flush_wait: crate::contention::Contention,
     /// History kept for mirrors (`replica/holds.rs`).
     pub(crate) holds: crate::replica::holds::Holds,
+    /// The background threads and their CPU priority (`background.rs`).
+    pub(crate) background: crate::background::Background,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -113,6 +115,7 @@ impl Fs {
         let reserve =
             crate::pool::reserve::Reserve::open(&crate::pool::PoolPaths::meta(&pool.path));
         let holds = crate::replica::holds::Holds::load(&pool.path);
+        let background = crate::background::Background::new(pool.config.background_nice);
         let mut fs = Fs {
             pool,
             shards: (0..crate::state::SHARDS)
@@ -142,6 +145,7 @@ impl Fs {
             st_wait: Default::default(),
             flush_wait: Default::default(),
             holds,
+            background,
             commit_stats: Default::default(),
             maint_stats: Default::default(),
             writes: Default::default(),
@@ -195,6 +199,10 @@ impl Fs {
     /// sealed are committed first, so that the holder finds every change
     /// not committed in the dirty overlays, as without a cut.
     pub(crate) fn flush_guard(&self) -> MutexGuard<'_, u64> {
+        if self.flush_lock.is_locked() {
+            // Probably a background commit: at full speed while we wait.
+            self.background.boost();
+        }
         let mut g = self.flush_wait.lock(&self.flush_lock);
         if self.sealed.lock().is_some() {
             self.commit_sealed(&mut g);
@@ -502,7 +510,7 @@ impl Fs {
     }
 
     fn flusher_loop(&self) {
-        crate::background::lower_priority("flusher", self.pool.config.background_nice);
+        let bg = self.background.enter("flusher");
         let interval = Duration::from_secs_f64(self.pool.config.commit_interval_secs);
         while !self.stopping.load(Ordering::SeqCst) {
             {
@@ -515,6 +523,7 @@ impl Fs {
             // Bounds how long the shared view pins old pages of the store
             // when nothing is flushed (GC and the mover still commit).
             self.drop_ns_meta();
+            bg.lower();
             if let Err(e) = self.flush() {
                 tracing::error!("background flush failed: {e}");
             }

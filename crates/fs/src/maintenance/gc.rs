@@ -63,7 +63,7 @@ impl Fs {
         let h = std::thread::Builder::new()
             .name("cairn-gc".into())
             .spawn(move || {
-                crate::background::lower_priority("gc", fs.pool.config.background_nice);
+                let bg = fs.background.enter("gc");
                 let mut slept = Duration::ZERO;
                 while !fs.stopping.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(200));
@@ -72,6 +72,7 @@ impl Fs {
                         continue;
                     }
                     slept = Duration::ZERO;
+                    bg.lower();
                     match fs.gc(pct, rate, &|_, _| {}) {
                         Ok(r) if r.chunks_moved > 0 => tracing::info!(
                             "gc: {} chunks moved, {} segments freed",

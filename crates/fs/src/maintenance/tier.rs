@@ -492,7 +492,7 @@ impl Fs {
         let h = std::thread::Builder::new()
             .name("cairn-mover".into())
             .spawn(move || {
-                crate::background::lower_priority("tier mover", fs.pool.config.background_nice);
+                let bg = fs.background.enter("tier mover");
                 let mut last = Instant::now();
                 let mut last_round = Instant::now();
                 let mut last_hot_look = Instant::now();
@@ -515,6 +515,7 @@ impl Fs {
                     last_round = Instant::now();
                     fs.decay_heat(last.elapsed());
                     last = Instant::now();
+                    bg.lower();
                     match fs.migrate(&|_, _| {}) {
                         Ok(r) if r.promoted + r.demoted > 0 => tracing::info!(
                             "mover: {} promoted, {} demoted, {} bytes",
