@@ -95,10 +95,8 @@ impl Registered<'_> {
     /// Back to the background priority: called at the start of each round,
     /// after a boost.
     pub(crate) fn lower(&self) {
-        if self.bg.nice > 0 {
-            if let Err(e) = self.set(self.bg.low()) {
-                tracing::debug!("{}: could not lower its CPU priority: {e}", self.what);
-            }
+        if let Err(e) = self.set(self.bg.low()) {
+            tracing::debug!("{}: could not lower its CPU priority: {e}", self.what);
         }
     }
 

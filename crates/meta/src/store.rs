@@ -1066,15 +1066,17 @@ impl MetaWrite<'_> {
     }
 
     /// The elements this transaction (or any commit at `tid`) ended at
-    /// `tid`, from the `ends` index: one range, no scan of history.
-    pub fn ended_at(&self, tid: u64) -> Result<Vec<Element>> {
+    /// `tid`, from the `ends` index: one range, no scan of history. The
+    /// payloads this transaction ended are handed over from RAM (once; a
+    /// second call reads them from `hist`).
+    pub fn ended_at(&mut self, tid: u64) -> Result<Vec<Element>> {
         let mut out = Vec::new();
         for r in self.ends.range((tid, &[][..])..=(tid, &[0xffu8; 64][..]))? {
             let (k, _) = r?;
             let (delete_tid, hk) = k.value();
             let (key, create_tid) = split_hist_key(hk)?;
-            let payload = match self.ended.get(hk) {
-                Some(p) => p.clone(),
+            let payload = match self.ended.remove(hk) {
+                Some(p) => p,
                 None => {
                     let v = self.hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
                         key: key.to_string(),

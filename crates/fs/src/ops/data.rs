@@ -358,7 +358,7 @@ impl Fs {
     /// commit (elements, chunk record, dedup entry in random places of the
     /// metadata tree) than to write, and a commit that batches more blocks
     /// rewrites fewer metadata pages per block (4 KiB random volume writes:
-    /// about 37 us of commit per block at an eighth, 23 at half). Writers
+    /// about 48 us of commit per block at an eighth, 24 at half). Writers
     /// wait for a flush above twice the limit.
     fn throttle(&self, dirty: u64, whole: u64, written: u64) -> Result<()> {
         let limit = self.pool.config.dirty_limit_mib << 20;
