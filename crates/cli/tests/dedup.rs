@@ -1571,6 +1571,7 @@ fn kill9_during_gc() {
     let mut model = Files::new();
     let mut snap = Files::new();
     let mut d_gc = Duration::ZERO;
+    let mut max_us = 2000;
     let (mut hits, mut partial) = (0, 0);
     for round in 0..=rounds {
         let ctx = format!("CAIRN_SEED={seed} round {round}");
@@ -1598,15 +1599,20 @@ fn kill9_during_gc() {
             let j = common::json::parse(out.trim()).expect("gc --json output");
             assert!(field_u64(&j, "chunks_moved") > 0, "{ctx}: gc: {j:?}");
             println!("{ctx}: gc took {d_gc:?}: {j:?}");
+            max_us = (d_gc.as_micros() as u64 * 3 / 4).max(2000);
             continue;
         }
         // Most kills land while gc runs (round 0 timed it whole, with the
-        // CLI start); a few after it, which tests a finished gc too.
-        let max = (d_gc.as_micros() as u64 * 3 / 4).max(2000);
-        let delay = Duration::from_micros(rng.gen_range(0..max));
+        // CLI start); a few after it, which tests a finished gc too. A gc
+        // that finished before its kill took less than that delay, so the
+        // next delays are drawn below it (gc times vary with the machine).
+        let delay = Duration::from_micros(rng.gen_range(0..max_us));
         let pre = info(&m).0;
         let hit = kill_during(&mut fs, &gc_args, delay, &ctx);
         hits += hit as usize;
+        if !hit {
+            max_us = (delay.as_micros() as u64).max(2000);
+        }
         fs.check();
         fs.mount();
         let post = info(&m).0;
