@@ -70,6 +70,54 @@ fn a_damaged_record_ends_the_replay_and_earlier_ones_stay() {
     assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"one");
 }
 
+/// A file grown by small appends, each fsynced (a database's write-ahead
+/// log), logs only the bytes each append wrote: its block's patch grows at
+/// every append, and the records before hold the rest of it.
+#[test]
+fn appends_with_fsync_log_only_the_new_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"wal", 0o644).unwrap();
+    // A committed partial last block: the appends land in it as a patch.
+    let mut want = vec![3u8; 70_000];
+    fs.write(f.ino, 0, &want).unwrap();
+    fs.flush().unwrap();
+    let frame = 4120;
+    for n in 0..40u8 {
+        let bytes = vec![n; frame];
+        fs.write(f.ino, want.len() as u64, &bytes).unwrap();
+        want.extend_from_slice(&bytes);
+        fs.fsync(f.ino).unwrap();
+    }
+    let sizes = record_sizes(&d.path().join("pool/intent.log"));
+    assert_eq!(sizes.len(), 40, "one record per fsync: {sizes:?}");
+    // The frame, the inode and the entries' headers; the whole patch would
+    // be up to 64 KiB.
+    let most = *sizes.iter().max().unwrap();
+    assert!(most < frame as u64 + 1024, "records of {sizes:?} bytes");
+    drop(fs); // a crash
+    let fs = reopen(d.path());
+    let f = fs.lookup(ROOT_INO, b"wal").unwrap();
+    assert_eq!(f.size, want.len() as u64);
+    assert!(
+        fs.read(f.ino, 0, 1 << 20).unwrap() == want,
+        "replayed bytes differ"
+    );
+}
+
+/// The payload length of each record, walking the log from its start.
+fn record_sizes(log: &Path) -> Vec<u64> {
+    let raw = std::fs::read(log).unwrap();
+    let mut at = 0;
+    let mut sizes = Vec::new();
+    while at + 64 <= raw.len() && raw[at..at + 8] == *b"CAIRNIL\0" {
+        let len = u32::from_le_bytes(raw[at + 12..at + 16].try_into().unwrap()) as usize;
+        sizes.push(len as u64);
+        at += 64 + len;
+    }
+    sizes
+}
+
 /// The end of the first record: its header says the payload length.
 fn first_record_end(log: &Path) -> u64 {
     let raw = std::fs::read(log).unwrap();

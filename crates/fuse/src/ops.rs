@@ -603,6 +603,10 @@ impl Filesystem for CairnFuse {
         reply.ok();
     }
 
+    fn fsync_is_quick(&self) -> bool {
+        self.fs.fsync_is_quick()
+    }
+
     fn fsync(
         &self,
         _req: &Request,

@@ -684,6 +684,15 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.ok();
     }
 
+    /// Whether an fsync (or fsyncdir) arriving now would return soon, without
+    /// waiting for long work, so that a FUSE ring thread may serve it itself
+    /// instead of handing it to a worker thread (a hand-off costs a thread
+    /// switch each way; a handler that blocks holds up the requests queued
+    /// behind it on its ring). Added by Cairn; the default hands off.
+    fn fsync_is_quick(&self) -> bool {
+        false
+    }
+
     /// Synchronize file contents.
     /// If the datasync parameter is non-zero, then only the user data should be flushed,
     /// not the meta data.

@@ -112,9 +112,9 @@ pub struct UringConfig {
     /// READs and WRITEs of at least this many bytes are served by unpinned
     /// worker threads, so that copying their data runs on another CPU than
     /// the caller's (which it needs for its own copy); so are requests that
-    /// may block for long (fsync, waiting locks), so they do not hold up the
-    /// requests queued behind them on the ring. 0 serves everything on the
-    /// ring threads.
+    /// may block for long (fsync unless `Filesystem::fsync_is_quick`,
+    /// waiting locks), so they do not hold up the requests queued behind
+    /// them on the ring. 0 serves everything on the ring threads.
     pub bulk_read_min: u32,
     /// Where those requests run: None starts a fixed pool of unpinned
     /// threads (two per CPU and two more, at most 32).
@@ -877,7 +877,8 @@ fn serve_request<FS: Filesystem>(
     let size = u32::from_ne_bytes(hdr.op_in[16..20].try_into().unwrap());
     let to_worker = |min: u32| match opcode {
         OP_READ | OP_WRITE => size >= min,
-        OP_FSYNC | OP_FSYNCDIR | OP_SETLKW => true,
+        OP_FSYNC | OP_FSYNCDIR => !se.filesystem.fs.as_ref().is_some_and(|f| f.fsync_is_quick()),
+        OP_SETLKW => true,
         _ => false,
     };
     if let Some((tx, _)) = bulk.as_ref().filter(|(_, min)| to_worker(*min)) {

@@ -21,6 +21,7 @@ use crate::writeback::intent_record::{Entry, T_BLOCK, T_DELETE, T_DIRENT, T_INOD
 use crate::writeback::intent_record::{T_PATCH, T_SYMLINK, T_TRUNC, T_XATTR};
 use crate::writeback::log_file::{LogError, LogFile};
 use crate::writeback::overlay::{Overlay, Unlogged};
+use crate::writeback::patch::Patch;
 use std::sync::Arc;
 
 /// Changes beyond this many block bytes are committed by a flush instead:
@@ -72,6 +73,17 @@ impl Fs {
                 self.flush()
             }
         }
+    }
+
+    /// Whether an fsync now would most likely be one intent-log write: the
+    /// pool has a log, nothing forces a commit, and no commit holds the flush
+    /// lock or waits for it (a cut's). A hint for who serves the fsync (the
+    /// FUSE ring thread itself, or a worker): a flush may still begin first.
+    pub fn fsync_is_quick(&self) -> bool {
+        self.intent.is_some()
+            && !self.must_commit.load(std::sync::atomic::Ordering::Relaxed)
+            && !self.flush_lock.is_locked()
+            && self.sealed.lock().is_none()
     }
 
     /// Whether the changes not yet logged fit one record (`MAX_RECORD_DATA`)
@@ -345,11 +357,19 @@ fn encode_record(ov: &mut Overlay) -> Vec<u8> {
     encode_values(ov, &u, &mut w);
     for (&(ino, blk), &(lo, hi)) in &u.blocks {
         if let Some(p) = ov.patches.get(&ino).and_then(|m| m.get(&blk)) {
+            // Only what changed since the last record: the records before
+            // this one hold the rest of the patch (a file appended by small
+            // writes and fsyncs, a database's log, would otherwise log its
+            // whole patch again at every fsync).
+            let changed = unlogged_part(p, lo as usize, hi as usize);
+            if changed.is_empty() {
+                continue;
+            }
             w.push(T_PATCH);
             put_u64(&mut w, ino);
             put_u64(&mut w, blk);
-            put_u32(&mut w, p.ranges().count() as u32);
-            for (off, b) in p.ranges() {
+            put_u32(&mut w, changed.len() as u32);
+            for (off, b) in changed {
                 put_u32(&mut w, off as u32);
                 put_bytes(&mut w, b);
             }
@@ -368,6 +388,17 @@ fn encode_record(ov: &mut Overlay) -> Vec<u8> {
         put_bytes(&mut w, &b[lo..hi]);
     }
     w
+}
+
+/// The parts of `p`'s ranges that lie in `lo..hi`, the bytes written
+/// since the last record.
+fn unlogged_part(p: &Patch, lo: usize, hi: usize) -> Vec<(usize, &[u8])> {
+    p.ranges()
+        .filter_map(|(off, b)| {
+            let (from, to) = (off.max(lo), (off + b.len()).min(hi));
+            (from < to).then(|| (from, &b[from - off..to - off]))
+        })
+        .collect()
 }
 
 fn encode_values(ov: &Overlay, u: &Unlogged, w: &mut Vec<u8>) {
