@@ -46,23 +46,24 @@ impl Fs {
         // A logged snapshot whose commit just failed stops the filesystem:
         // nothing may be logged after it (see `snapshot_logged`).
         self.check_ok()?;
-        let (payload, next_ino) = {
-            // Every shard: the record is a consistent cut of all changes.
-            let mut st = self.lock_all();
-            if st.shards().all(|s| s.dirty.unlogged.is_empty()) {
-                return Ok(());
-            }
-            // Large changes, or a host filesystem without room for the
-            // metadata of the commit that must follow: a flush (which
-            // spends the reserve or answers ENOSPC, see `flush.rs`).
-            if !self.fits_a_record(&st) {
-                drop(st);
-                drop(last);
-                return self.flush();
-            }
-            (encode_unlogged(&mut st), self.next_ino())
-        };
-        let r = log.lock().append(*last, next_ino, &payload);
+        // The log before the shards (the lock order in ARCHITECTURE.md).
+        let mut rec = log.lock().record_buffer();
+        // Every shard: the record is a consistent cut of all changes.
+        let mut st = self.lock_all();
+        let quiet = st.shards().all(|s| s.dirty.unlogged.is_empty());
+        // Large changes, or a host filesystem without room for the metadata
+        // of the commit that must follow: a flush (which spends the reserve
+        // or answers ENOSPC, see `flush.rs`).
+        if quiet || !self.fits_a_record(&st) {
+            drop(st);
+            log.lock().recycle(rec);
+            drop(last);
+            return if quiet { Ok(()) } else { self.flush() };
+        }
+        encode_unlogged(&mut st, &mut rec);
+        let next_ino = self.next_ino();
+        drop(st);
+        let r = log.lock().append_record(*last, next_ino, rec);
         match r {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -200,24 +201,25 @@ impl Fs {
         self.check_ok()?;
         self.refuse_taken_name(name)?;
         let room = self.pool.chunks.free_bytes();
+        let mut payload = log.lock().record_buffer();
         let mut st = self.lock_all();
-        if st.shards().all(|s| s.dirty.is_empty()) {
-            return Ok(None);
-        }
         let to_write: u64 = st.shards().map(|s| s.dirty.flush_bytes(self.record)).sum();
-        if self.reserve.is_short()
+        if st.shards().all(|s| s.dirty.is_empty())
+            || self.reserve.is_short()
             || room < 2 * to_write + 4 * self.pool.chunks.segment_size()
             || !self.fits_a_record(&st)
         {
+            drop(st);
+            log.lock().recycle(payload);
             return Ok(None);
         }
         let snap = Snapshot::new(name, *last + 1, kind);
-        let mut payload = encode_unlogged(&mut st);
+        encode_unlogged(&mut st, &mut payload);
         rec::put_snapshot(&mut payload, &snap);
         let next_ino = self.next_ino();
         let ov = self.seal(&mut st);
         drop(st);
-        let logged = log.lock().append(*last, next_ino, &payload);
+        let logged = log.lock().append_record(*last, next_ino, payload);
         if let Err(e) = &logged {
             tracing::warn!("{e}; committing snapshot {name} instead");
         }
@@ -324,37 +326,39 @@ impl Fs {
     }
 }
 
-/// The changes not yet logged of every shard as one record payload
-/// (every shard locked: a consistent cut), cleared.
-fn encode_unlogged(st: &mut State) -> Vec<u8> {
-    let mut payload = Vec::new();
+/// Appends the changes not yet logged of every shard to `w` as one record
+/// payload (every shard locked: a consistent cut), and clears them.
+fn encode_unlogged(st: &mut State, w: &mut Vec<u8>) {
+    let room: usize = st
+        .shards()
+        .map(|s| s.dirty.unlogged.bytes as usize + 64 * s.dirty.unlogged.blocks.len() + 256)
+        .sum();
+    w.reserve(room);
     for sh in st.shards_mut() {
         if !sh.dirty.unlogged.is_empty() {
-            payload.extend(encode_record(&mut sh.dirty));
+            encode_record(&mut sh.dirty, w);
         }
     }
-    payload
 }
 
-/// Writes the unlogged changes of `ov` as a record payload and clears them.
-/// Deletions and truncations come first (in the order they were made), then
-/// current values, so that applying the record to the state of the previous
-/// record gives the overlay's state now.
-fn encode_record(ov: &mut Overlay) -> Vec<u8> {
+/// Appends the unlogged changes of `ov` to `w` as record entries and
+/// clears them. Deletions and truncations come first (in the order they
+/// were made), then current values, so that applying the record to the
+/// state of the previous record gives the overlay's state now.
+fn encode_record(ov: &mut Overlay, w: &mut Vec<u8>) {
     let u = std::mem::take(&mut ov.unlogged);
-    let mut w = Vec::with_capacity(u.bytes as usize + 256);
     for &ino in &u.inodes {
         if matches!(ov.inodes.get(&ino), Some(None)) {
             w.push(T_DELETE);
-            put_u64(&mut w, ino);
+            put_u64(w, ino);
         }
     }
     for &(ino, first) in &u.truncs {
         w.push(T_TRUNC);
-        put_u64(&mut w, ino);
-        put_u64(&mut w, first);
+        put_u64(w, ino);
+        put_u64(w, first);
     }
-    encode_values(ov, &u, &mut w);
+    encode_values(ov, &u, w);
     for (&(ino, blk), &(lo, hi)) in &u.blocks {
         if let Some(p) = ov.patches.get(&ino).and_then(|m| m.get(&blk)) {
             // Only what changed since the last record: the records before
@@ -366,12 +370,12 @@ fn encode_record(ov: &mut Overlay) -> Vec<u8> {
                 continue;
             }
             w.push(T_PATCH);
-            put_u64(&mut w, ino);
-            put_u64(&mut w, blk);
-            put_u32(&mut w, changed.len() as u32);
+            put_u64(w, ino);
+            put_u64(w, blk);
+            put_u32(w, changed.len() as u32);
             for (off, b) in changed {
-                put_u32(&mut w, off as u32);
-                put_bytes(&mut w, b);
+                put_u32(w, off as u32);
+                put_bytes(w, b);
             }
             continue;
         }
@@ -381,13 +385,12 @@ fn encode_record(ov: &mut Overlay) -> Vec<u8> {
         let lo = (lo as usize).min(b.len());
         let hi = (hi as usize).clamp(lo, b.len());
         w.push(T_BLOCK);
-        put_u64(&mut w, ino);
-        put_u64(&mut w, blk);
-        put_u32(&mut w, b.len() as u32);
-        put_u32(&mut w, lo as u32);
-        put_bytes(&mut w, &b[lo..hi]);
+        put_u64(w, ino);
+        put_u64(w, blk);
+        put_u32(w, b.len() as u32);
+        put_u32(w, lo as u32);
+        put_bytes(w, &b[lo..hi]);
     }
-    w
 }
 
 /// The parts of `p`'s ranges that lie in `lo..hi`, the bytes written

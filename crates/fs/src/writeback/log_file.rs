@@ -52,6 +52,8 @@ pub struct LogFile {
     base_tid: u64,
     pos: u64,
     seq: u64,
+    /// The last record's buffer, for the next (`record_buffer`).
+    spare: Vec<u8>,
 }
 
 impl LogFile {
@@ -81,6 +83,7 @@ impl LogFile {
             base_tid: last_tid,
             pos: 0,
             seq: 0,
+            spare: Vec::new(),
         };
         let recs = log.scan().map_err(err)?;
         Ok((log, recs))
@@ -125,14 +128,51 @@ impl LogFile {
         self.pos == 0
     }
 
+    /// A buffer to encode the next record into: `HEADER_LEN` bytes of room
+    /// for the header, then the payload is appended (see `append_record`).
+    /// It reuses the memory of the last record written, so that a large
+    /// record (a snapshot's) is neither a fresh allocation with its page
+    /// faults nor copied once more behind a header.
+    pub fn record_buffer(&mut self) -> Vec<u8> {
+        let mut b = std::mem::take(&mut self.spare);
+        b.clear();
+        b.resize(HEADER_LEN, 0);
+        b
+    }
+
+    /// Keeps a buffer from `record_buffer` that was not written, for the next.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if buf.capacity() > self.spare.capacity() {
+            self.spare = buf;
+        }
+    }
+
     /// Writes one record and makes it durable before returning.
     pub fn append(&mut self, base_tid: u64, next_ino: u64, payload: &[u8]) -> Result<(), LogError> {
+        let mut rec = self.record_buffer();
+        rec.extend_from_slice(payload);
+        self.append_record(base_tid, next_ino, rec)
+    }
+
+    /// Writes `rec` (from `record_buffer`: header room, then the payload)
+    /// as the next record and makes it durable before returning.
+    pub fn append_record(
+        &mut self,
+        base_tid: u64,
+        next_ino: u64,
+        mut rec: Vec<u8>,
+    ) -> Result<(), LogError> {
+        assert!(
+            rec.len() >= HEADER_LEN,
+            "a record buffer starts with header room"
+        );
         if self.pos == 0 {
             self.base_tid = base_tid;
         }
         assert_eq!(base_tid, self.base_tid, "intent record on a stale base");
-        let len = (HEADER_LEN + payload.len()) as u64;
+        let len = rec.len() as u64;
         if self.pos + len > LOG_SIZE {
+            self.recycle(rec);
             return Err(LogError::Full);
         }
         let head = RecordHead {
@@ -141,13 +181,16 @@ impl LogFile {
             seq: self.seq,
             next_ino,
         };
-        let mut rec = encode_head(&head, payload.len());
-        let sum = checksum(&rec, payload);
+        let head = encode_head(&head, rec.len() - HEADER_LEN);
+        rec[..HEADER_LEN].copy_from_slice(&head);
+        let sum = checksum(&rec[..HEADER_LEN], &rec[HEADER_LEN..]);
         rec[56..60].copy_from_slice(&sum.to_le_bytes());
-        rec.extend_from_slice(payload);
-        let err = |e| LogError::Io(self.path.clone(), e);
-        self.file.write_at(&rec, self.pos).map_err(err)?;
-        self.file.sync_data().map_err(err)?;
+        let written = self
+            .file
+            .write_at(&rec, self.pos)
+            .and_then(|()| self.file.sync_data());
+        self.recycle(rec);
+        written.map_err(|e| LogError::Io(self.path.clone(), e))?;
         self.pos += len;
         self.seq += 1;
         Ok(())
@@ -173,7 +216,7 @@ fn zero_fill(f: &dyn Backend) -> io::Result<()> {
     f.sync_data()
 }
 
-fn encode_head(h: &RecordHead, len: usize) -> Vec<u8> {
+fn encode_head(h: &RecordHead, len: usize) -> [u8; HEADER_LEN] {
     let mut b = Vec::with_capacity(HEADER_LEN);
     b.extend_from_slice(&MAGIC);
     b.extend_from_slice(&VERSION.to_le_bytes());
@@ -184,8 +227,8 @@ fn encode_head(h: &RecordHead, len: usize) -> Vec<u8> {
     b.extend_from_slice(&h.seq.to_le_bytes());
     b.extend_from_slice(&h.next_ino.to_le_bytes());
     b.extend_from_slice(&[0u8; 8]);
-    debug_assert_eq!(b.len(), HEADER_LEN);
-    b
+    b.try_into()
+        .expect("the header fields fill HEADER_LEN bytes")
 }
 
 /// A record's header fields and payload length (at most what the log
@@ -273,6 +316,28 @@ mod tests {
             .unwrap()
             .1
             .is_empty());
+    }
+
+    #[test]
+    fn record_buffers_are_reused_and_read_back_like_appends() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let (mut log, _) = LogFile::open(&p, [3; 16], 2, &HostStorage).unwrap();
+        let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let mut rec = log.record_buffer();
+        assert_eq!(rec, vec![0u8; HEADER_LEN], "header room, no payload");
+        rec.extend_from_slice(&big);
+        log.append_record(2, 10, rec).unwrap();
+        // The next buffer is the last one's memory, emptied.
+        let rec = log.record_buffer();
+        assert_eq!(rec.len(), HEADER_LEN);
+        assert!(rec.capacity() >= HEADER_LEN + big.len());
+        log.recycle(rec);
+        log.append(2, 11, b"small").unwrap();
+        drop(log);
+        let recs = LogFile::open(&p, [3; 16], 2, &HostStorage).unwrap().1;
+        let got: Vec<_> = recs.iter().map(|(h, p)| (h.seq, h.next_ino, p)).collect();
+        assert_eq!(got, vec![(0, 10, &big), (1, 11, &b"small".to_vec())]);
     }
 
     #[test]
