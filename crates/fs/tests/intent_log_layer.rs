@@ -105,6 +105,23 @@ fn appends_with_fsync_log_only_the_new_bytes() {
     );
 }
 
+/// `fsync_is_quick` (FUSE ring threads serve such an fsync themselves)
+/// holds while the dirty data fits one record, and not once it does not
+/// (that fsync commits, on a worker).
+#[test]
+fn an_fsync_is_quick_while_the_dirty_data_fits_a_record() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    assert!(fs.fsync_is_quick(), "an idle pool with an intent log");
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, &vec![1u8; 1 << 20]).unwrap();
+    assert!(fs.fsync_is_quick(), "1 MiB dirty");
+    fs.write(f.ino, 1 << 20, &vec![2u8; 9 << 20]).unwrap();
+    assert!(!fs.fsync_is_quick(), "10 MiB dirty: more than a record");
+    fs.fsync(f.ino).unwrap();
+    assert!(fs.fsync_is_quick(), "committed by that fsync");
+}
+
 /// The payload length of each record, walking the log from its start.
 fn record_sizes(log: &Path) -> Vec<u64> {
     let raw = std::fs::read(log).unwrap();

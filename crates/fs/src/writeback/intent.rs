@@ -77,12 +77,17 @@ impl Fs {
     }
 
     /// Whether an fsync now would most likely be one intent-log write: the
-    /// pool has a log, nothing forces a commit, and no commit holds the flush
-    /// lock or waits for it (a cut's). A hint for who serves the fsync (the
-    /// FUSE ring thread itself, or a worker): a flush may still begin first.
+    /// pool has a log, nothing forces a commit, no commit holds the flush
+    /// lock or waits for it (a cut's), and the dirty data fits a record (a
+    /// larger fsync commits). A hint for who serves the fsync (the FUSE ring
+    /// thread itself, or a worker): a flush may still begin first (the
+    /// fsync then waits for its commit), and overwrites may make the
+    /// changes to log larger than the dirty data (the fsync then commits
+    /// those 8 MiB at most).
     pub fn fsync_is_quick(&self) -> bool {
         self.intent.is_some()
             && !self.must_commit.load(std::sync::atomic::Ordering::Relaxed)
+            && self.load.bytes() <= MAX_RECORD_DATA
             && !self.flush_lock.is_locked()
             && self.sealed.lock().is_none()
     }
