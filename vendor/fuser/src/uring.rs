@@ -877,7 +877,11 @@ fn serve_request<FS: Filesystem>(
     let size = u32::from_ne_bytes(hdr.op_in[16..20].try_into().unwrap());
     let to_worker = |min: u32| match opcode {
         OP_READ | OP_WRITE => size >= min,
-        OP_FSYNC | OP_FSYNCDIR => !se.filesystem.fs.as_ref().is_some_and(|f| f.fsync_is_quick()),
+        OP_FSYNC | OP_FSYNCDIR => !se
+            .filesystem
+            .fs
+            .as_ref()
+            .is_some_and(|f| f.fsync_is_quick()),
         OP_SETLKW => true,
         _ => false,
     };
