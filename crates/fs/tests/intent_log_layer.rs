@@ -122,24 +122,40 @@ fn an_fsync_is_quick_while_the_dirty_data_fits_a_record() {
     assert!(fs.fsync_is_quick(), "committed by that fsync");
 }
 
-/// The payload length of each record, walking the log from its start.
-fn record_sizes(log: &Path) -> Vec<u64> {
+/// The records (offset in the file, payload length) of the log region
+/// whose first record is on the newest TID: the one fsync writes to.
+fn newest_region(log: &Path) -> Vec<(usize, u64)> {
     let raw = std::fs::read(log).unwrap();
-    let mut at = 0;
-    let mut sizes = Vec::new();
-    while at + 64 <= raw.len() && raw[at..at + 8] == *b"CAIRNIL\0" {
-        let len = u32::from_le_bytes(raw[at + 12..at + 16].try_into().unwrap()) as usize;
-        sizes.push(len as u64);
-        at += 64 + len;
+    let half = raw.len() / 2;
+    let mut best: Option<(u64, Vec<(usize, u64)>)> = None;
+    for start in [0, half] {
+        let mut at = start;
+        let mut recs = Vec::new();
+        while at + 64 <= start + half && raw[at..at + 8] == *b"CAIRNIL\0" {
+            let len = u32::from_le_bytes(raw[at + 12..at + 16].try_into().unwrap()) as usize;
+            recs.push((at, len as u64));
+            at += 64 + len;
+        }
+        let Some(&(first, _)) = recs.first() else {
+            continue;
+        };
+        let base = u64::from_le_bytes(raw[first + 32..first + 40].try_into().unwrap());
+        if best.as_ref().is_none_or(|b| base > b.0) {
+            best = Some((base, recs));
+        }
     }
-    sizes
+    best.map(|b| b.1).unwrap_or_default()
 }
 
-/// The end of the first record: its header says the payload length.
+/// The payload length of each record fsync wrote since the last flush.
+fn record_sizes(log: &Path) -> Vec<u64> {
+    newest_region(log).into_iter().map(|r| r.1).collect()
+}
+
+/// The end of the first record of the region fsync writes to.
 fn first_record_end(log: &Path) -> u64 {
-    let raw = std::fs::read(log).unwrap();
-    let len = u32::from_le_bytes(raw[12..16].try_into().unwrap()) as u64;
-    64 + len
+    let (at, len) = newest_region(log)[0];
+    at as u64 + 64 + len
 }
 
 /// What the test expects of the tree: path -> node.

@@ -210,8 +210,9 @@ fn a_created_snapshot_is_durable_through_the_log_before_its_commit() {
     assert_eq!(fs.asof_read(ino, s.tid, 0, 300_000).unwrap(), b);
 }
 
-/// Without a crash, the flusher's next commit (here an fsync's) records
-/// the logged snapshot at its TID, before the changes made after it.
+/// Without a crash, the next commit records the logged snapshot at its
+/// TID, before the changes made after it; an fsync after the snapshot
+/// does not wait for that commit (it logs on top of the snapshot's TID).
 #[test]
 fn a_logged_snapshot_is_committed_before_later_changes() {
     let dir = tempfile::tempdir().unwrap();
@@ -223,6 +224,8 @@ fn a_logged_snapshot_is_committed_before_later_changes() {
     assert!(!committed(&fs, "s"));
     fs.write(ino, 0, &b).unwrap();
     fs.fsync(ino).unwrap();
+    assert!(!committed(&fs, "s"), "the fsync was one log write");
+    fs.commit_cuts();
     assert!(committed(&fs, "s"));
     assert_eq!(fs.asof_read(ino, s.tid, 0, 200_000).unwrap(), a);
     drop(fs);
@@ -230,6 +233,37 @@ fn a_logged_snapshot_is_committed_before_later_changes() {
     assert_eq!(fs.read(ino, 0, 200_000).unwrap(), b, "fsynced after it");
     assert_eq!(fs.asof_read(ino, s.tid, 0, 200_000).unwrap(), a);
     assert_clean(&fs);
+}
+
+/// A crash after a logged snapshot and an fsync on top of it, neither
+/// committed: the replay commits the snapshot as its TID from the first
+/// log region, then applies the fsync's record from the second.
+#[test]
+fn an_fsync_after_a_logged_snapshot_survives_a_crash_before_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = make(dir.path());
+    let ino = file(&fs, "f");
+    let (a, b) = (noise(200_000, 12), noise(200_000, 13));
+    fs.write(ino, 0, &a).unwrap();
+    let s = fs.snapshot_create("s", SnapshotKind::Named).unwrap();
+    fs.write(ino, 0, &b).unwrap();
+    let later = file(&fs, "later");
+    fs.fsync(ino).unwrap();
+    assert!(!committed(&fs, "s"));
+    drop(fs); // a crash
+    let fs = reopen(dir.path());
+    assert!(committed(&fs, "s"));
+    assert_eq!(fs.snapshot("s").unwrap().tid, s.tid);
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 200_000).unwrap(), a);
+    assert!(fs.asof_lookup(ROOT_INO, s.tid, b"later").is_err());
+    assert_eq!(fs.read(ino, 0, 200_000).unwrap(), b, "fsynced after it");
+    assert!(fs.getattr(later).is_ok());
+    assert_clean(&fs);
+    // A second crash changes nothing.
+    drop(fs);
+    let fs = reopen(dir.path());
+    assert_eq!(fs.read(ino, 0, 200_000).unwrap(), b);
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 200_000).unwrap(), a);
 }
 
 /// More buffered than a log record takes (8 MiB): the snapshot is made by

@@ -222,10 +222,12 @@ impl Fs {
         let last = self.flush_guard();
         self.refuse_taken_name(name)?;
         let mut snap = Snapshot::new(name, *last, kind);
+        let mut lg = self.log_guard();
         let mut st = self.lock_all();
         if st.shards().all(|s| s.dirty.is_empty()) {
             // Nothing buffered: the last commit is the state to name.
             drop(st);
+            drop(lg);
             self.pool
                 .meta
                 .write(|w| Ok::<_, FsError>(w.put_snapshot(name, &snap.encode())?))?;
@@ -234,7 +236,8 @@ impl Fs {
             return Ok(snap);
         }
         snap.tid = *last + 1;
-        let ov = self.seal(&mut st);
+        let ov = self.seal(&mut st, lg.as_deref_mut(), snap.tid);
+        drop(lg);
         *self.sealed_error.lock() = None;
         *self.sealed.lock() = Some(crate::writeback::flush::Sealed {
             ov,

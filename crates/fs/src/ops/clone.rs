@@ -114,7 +114,8 @@ impl Fs {
             }
             self.flush()?;
             let g = self.flush_guard();
-            let log_empty = self.intent_empty();
+            let mut lg = self.log_guard();
+            let log_empty = lg.as_ref().is_none_or(|l| l.is_empty_on(*g));
             let st = self.lock_inos(&[src, dst]);
             let clean = [src, dst].iter().all(|i| {
                 let d = st.dirty_of(*i);
@@ -123,6 +124,11 @@ impl Fs {
                     && !d.truncs.contains_key(i)
             });
             if clean && st.flushing.is_none() && log_empty {
+                // Records from now on go on top of the clone's TID: its
+                // commit must not leave them behind (`LogFile::seal`).
+                if let Some(l) = lg.as_deref_mut() {
+                    l.seal(*g + 1);
+                }
                 drop(st);
                 break g;
             }

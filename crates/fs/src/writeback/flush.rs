@@ -10,6 +10,7 @@ use crate::history::liveness::add_ref;
 use crate::history::snapshot::Snapshot;
 use crate::types::{Extent, Time};
 use crate::vfs::Fs;
+use crate::writeback::log_file::LogFile;
 use crate::writeback::overlay::{Block, Overlay};
 use cairn_data::{ChunkRec, Hash};
 use cairn_devices::SlotAddr;
@@ -94,15 +95,16 @@ impl Fs {
     fn flush_try(&self, prune_all: bool, retry: bool) -> Result<()> {
         self.check_ok()?;
         let mut last_tid = self.flush_guard();
+        let tid = *last_tid + 1;
         let (ov, next_ino) = {
-            // Every shard: a consistent cut of all changes.
+            // The log, then every shard: a consistent cut of all changes.
+            let mut lg = self.log_guard();
             let mut st = self.lock_all();
             if st.shards().all(|s| s.dirty.is_empty()) && !prune_all {
                 return Ok(());
             }
-            (self.seal(&mut st), self.next_ino())
+            (self.seal(&mut st, lg.as_deref_mut(), tid), self.next_ino())
         };
-        let tid = *last_tid + 1;
         let e = match self.commit(&ov, tid, next_ino, prune_all, &[]) {
             Ok(freed) => return self.committed(&mut last_tid, tid, &freed),
             Err(e) => e,
@@ -127,9 +129,19 @@ impl Fs {
         }
     }
 
-    /// Takes every shard's dirty overlay as the one being committed (every
-    /// shard locked: a consistent cut); reads find it in `flushing`.
-    pub(crate) fn seal(&self, st: &mut crate::vfs::State) -> Arc<Overlay> {
+    /// Takes every shard's dirty overlay as the one being committed as
+    /// `tid` (every shard locked: a consistent cut); reads find it in
+    /// `flushing`. The intent log, locked before the shards, is sealed with
+    /// it (`LogFile::seal`): fsyncs go on logging while it commits.
+    pub(crate) fn seal(
+        &self,
+        st: &mut crate::vfs::State,
+        log: Option<&mut LogFile>,
+        tid: u64,
+    ) -> Arc<Overlay> {
+        if let Some(l) = log {
+            l.seal(tid);
+        }
         let parts = st.shards_mut().map(|s| std::mem::take(&mut s.dirty));
         let ov = Arc::new(Overlay::merge_disjoint(parts.collect::<Vec<_>>()));
         *self.flushing.write() = Some(ov.clone());
@@ -247,6 +259,11 @@ impl Fs {
 
     pub fn last_tid(&self) -> u64 {
         *self.flush_guard()
+    }
+
+    /// Whether sealed changes are being committed (or wait for a commit).
+    pub fn committing(&self) -> bool {
+        self.flushing.read().is_some()
     }
 
     /// Writes the overlay's blocks, sorted by file and offset. With dedup

@@ -19,9 +19,10 @@ use crate::writeback::flush::Sealed;
 use crate::writeback::intent_record::{self as rec, put_bytes, put_opt, put_u32, put_u64};
 use crate::writeback::intent_record::{Entry, T_BLOCK, T_DELETE, T_DIRENT, T_INODE, T_ORPHAN};
 use crate::writeback::intent_record::{T_PATCH, T_SYMLINK, T_TRUNC, T_XATTR};
-use crate::writeback::log_file::{LogError, LogFile};
+use crate::writeback::log_file::{LogError, LogFile, Record, REGION};
 use crate::writeback::overlay::{Overlay, Unlogged};
 use crate::writeback::patch::Patch;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Changes beyond this many block bytes are committed by a flush instead:
@@ -30,73 +31,106 @@ const MAX_RECORD_DATA: u64 = 8 << 20;
 
 impl Fs {
     /// Makes every change made so far durable: through the intent log when
-    /// the pool has one and the changes are small, else by a flush.
+    /// the pool has one and the changes are small, else by a flush. A
+    /// commit under way does not hold it up: its changes that no record
+    /// holds yet go in this record too (`LogFile::seal`).
     pub fn fsync(&self, _ino: u64) -> Result<()> {
         self.check_ok()?;
         let _busy = self.writes.begin();
         let Some(log) = &self.intent else {
             return self.flush();
         };
-        if self.must_commit.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.must_commit.load(Ordering::SeqCst) {
             return self.flush();
         }
-        // Holding the flush lock: no flush is under way, so every change
-        // not committed is in `dirty`, and none can start meanwhile.
-        let last = self.flush_guard();
+        // The log before the shards (the lock order in ARCHITECTURE.md).
+        let mut lg = log.lock();
         // A logged snapshot whose commit just failed stops the filesystem:
         // nothing may be logged after it (see `snapshot_logged`).
         self.check_ok()?;
-        // The log before the shards (the lock order in ARCHITECTURE.md).
-        let mut rec = log.lock().record_buffer();
+        if lg.is_broken() || self.must_commit.load(Ordering::SeqCst) {
+            drop(lg);
+            return self.flush();
+        }
+        let mut rec = lg.record_buffer();
         // Every shard: the record is a consistent cut of all changes.
         let mut st = self.lock_all();
-        let quiet = st.shards().all(|s| s.dirty.unlogged.is_empty());
+        let owed = match lg.owes_sealed() {
+            true => st.flushing.clone().filter(|o| !o.unlogged.is_empty()),
+            false => None,
+        };
+        let quiet = owed.is_none() && st.shards().all(|s| s.dirty.unlogged.is_empty());
         // Large changes, or a host filesystem without room for the metadata
         // of the commit that must follow: a flush (which spends the reserve
         // or answers ENOSPC, see `flush.rs`).
-        if quiet || !self.fits_a_record(&st) {
+        if quiet || !self.fits_a_record(&st, owed.as_deref()) {
             drop(st);
-            log.lock().recycle(rec);
-            drop(last);
+            lg.recycle(rec);
+            drop(lg);
             return if quiet { Ok(()) } else { self.flush() };
+        }
+        if let Some(ov) = &owed {
+            encode_entries(ov, &ov.unlogged, &mut rec);
         }
         encode_unlogged(&mut st, &mut rec);
         let next_ino = self.next_ino();
         drop(st);
-        let r = log.lock().append_record(*last, next_ino, rec);
-        match r {
-            Ok(()) => Ok(()),
+        match lg.append_record(next_ino, rec) {
+            Ok(()) => {
+                lg.settle_sealed();
+                if lg.used() > REGION / 2 {
+                    // Seal before the region fills: a full one makes fsync
+                    // wait for a commit.
+                    self.kick_flusher();
+                }
+                Ok(())
+            }
             Err(e) => {
                 if !matches!(e, LogError::Full) {
                     tracing::warn!("{e}; committing instead");
                 }
-                drop(last);
+                drop(lg);
                 self.flush()
             }
         }
     }
 
     /// Whether an fsync now would most likely be one intent-log write: the
-    /// pool has a log, nothing forces a commit, no commit holds the flush
-    /// lock or waits for it (a cut's), and the dirty data fits a record (a
-    /// larger fsync commits). A hint for who serves the fsync (the FUSE ring
-    /// thread itself, or a worker): a flush may still begin first (the
-    /// fsync then waits for its commit), and overwrites may make the
-    /// changes to log larger than the dirty data (the fsync then commits
-    /// those 8 MiB at most).
+    /// pool has a log that is not broken and no other fsync is writing to,
+    /// nothing forces a commit, and the dirty data (with what a commit
+    /// under way has that no record holds) fits a record (a larger fsync
+    /// commits). A hint for who serves the fsync (the FUSE ring thread
+    /// itself, or a worker): the changes to log may still turn out larger
+    /// than the dirty data (overwrites of a block being committed), and the
+    /// fsync then commits those 8 MiB at most.
     pub fn fsync_is_quick(&self) -> bool {
-        self.intent.is_some()
-            && !self.must_commit.load(std::sync::atomic::Ordering::Relaxed)
-            && self.load.bytes() <= MAX_RECORD_DATA
-            && !self.flush_lock.is_locked()
-            && self.sealed.lock().is_none()
+        let Some(log) = &self.intent else {
+            return false;
+        };
+        if self.must_commit.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Some(lg) = log.try_lock() else {
+            return false;
+        };
+        let owed = match lg.owes_sealed() {
+            true => self
+                .flushing
+                .read()
+                .as_ref()
+                .map_or(0, |o| o.unlogged.bytes),
+            false => 0,
+        };
+        !lg.is_broken() && self.load.bytes() + owed <= MAX_RECORD_DATA
     }
 
-    /// Whether the changes not yet logged fit one record (`MAX_RECORD_DATA`)
-    /// and the host filesystem has room for the commit that must follow
-    /// (call with every shard locked).
-    fn fits_a_record(&self, st: &State) -> bool {
-        let bytes: u64 = st.shards().map(|s| s.dirty.unlogged.bytes).sum();
+    /// Whether the changes not yet logged (of every shard, and `owed` of
+    /// the overlay being committed) fit one record (`MAX_RECORD_DATA`) and
+    /// the host filesystem has room for the commit that must follow (call
+    /// with every shard locked).
+    fn fits_a_record(&self, st: &State, owed: Option<&Overlay>) -> bool {
+        let bytes: u64 = st.shards().map(|s| s.dirty.unlogged.bytes).sum::<u64>()
+            + owed.map_or(0, |o| o.unlogged.bytes);
         let changes = st
             .shards()
             .map(|s| crate::writeback::flush::change_count(&s.dirty))
@@ -115,10 +149,10 @@ impl Fs {
         )
     }
 
-    /// Opens the intent log and applies the records a crash left on top of
-    /// the last commit, then commits them. Without a log file (the host
+    /// Opens the intent log and returns the records a crash left on top of
+    /// the last commit, for `replay_intent`. Without a log file (the host
     /// filesystem is full, say), fsync flushes.
-    pub(crate) fn open_intent_log(&mut self) -> Result<Vec<Vec<u8>>> {
+    pub(crate) fn open_intent_log(&mut self) -> Result<Vec<Record>> {
         let path = crate::pool::PoolPaths::intent(&self.pool.path);
         let last = *self.flush_lock.get_mut();
         match LogFile::open(&path, self.pool.sb.uuid, last, &*self.pool.storage) {
@@ -128,7 +162,7 @@ impl Fs {
                 for (h, _) in &recs {
                     *next = (*next).max(h.next_ino);
                 }
-                Ok(recs.into_iter().map(|(_, p)| p).collect())
+                Ok(recs)
             }
             Err(e) => {
                 tracing::warn!("{e}: fsync commits instead of logging");
@@ -138,22 +172,27 @@ impl Fs {
     }
 
     /// Applies intent records (in order) to the dirty overlay. A record
-    /// that ends with a snapshot is committed with it at once, as the TID
-    /// the snapshot names; the records after it (there are none unless a
-    /// commit failed) are logged again on top of that commit first.
-    pub(crate) fn replay_intent(&self, records: &[Vec<u8>]) -> Result<()> {
-        for (i, rec) in records.iter().enumerate() {
+    /// that ends with a snapshot is committed with it at once, as the next
+    /// TID: the records after it are on top of that TID (a record region
+    /// ends with a snapshot, see `snapshot_logged`). Records after it on
+    /// the same TID (a version 1 log whose snapshot commit failed) are
+    /// logged again on top of that commit first.
+    pub(crate) fn replay_intent(&self, records: &[Record]) -> Result<()> {
+        for (i, (head, rec)) in records.iter().enumerate() {
             let snaps = self.apply_record(&mut self.lock_all(), rec)?;
             if snaps.is_empty() {
                 continue;
             }
             let last = self.commit_replayed(snaps)?;
+            let same_base = records[i + 1..]
+                .iter()
+                .take_while(|r| r.0.base_tid == head.base_tid);
             if let Some(log) = &self.intent {
-                for later in &records[i + 1..] {
+                for (h, later) in same_base {
                     // Failing that, they are still applied below and
                     // committed by the flush that ends the replay.
-                    if let Err(e) = log.lock().append(last, self.next_ino(), later) {
-                        tracing::warn!("logging a replayed record again: {e}");
+                    if let Err(e) = log.lock().append(h.next_ino, later) {
+                        tracing::warn!("logging a replayed record again on {last}: {e}");
                     }
                 }
             }
@@ -167,7 +206,9 @@ impl Fs {
         let mut last = self.flush_guard();
         let tid = *last + 1;
         let snaps = snaps.into_iter().map(|s| Snapshot { tid, ..s }).collect();
-        let ov = self.seal(&mut self.lock_all());
+        let mut lg = self.log_guard();
+        let ov = self.seal(&mut self.lock_all(), lg.as_deref_mut(), tid);
+        drop(lg);
         *self.sealed.lock() = Some(Sealed {
             ov,
             next_ino: self.next_ino(),
@@ -184,8 +225,10 @@ impl Fs {
     /// instead of a commit: the changes not yet logged and the snapshot go
     /// in one intent record, and the changes are sealed as the next TID
     /// (as a cut, `snapshot_cut`), which the flusher commits with the
-    /// snapshot later. After a crash, the replay commits the records up to
-    /// this one as that TID, with the snapshot (`replay_intent`).
+    /// snapshot later. The record is the last of its region: later ones go
+    /// on top of the snapshot's TID. After a crash, the replay commits the
+    /// records up to this one as that TID, with the snapshot
+    /// (`replay_intent`).
     ///
     /// None when the log cannot take it, nothing having changed: no log,
     /// nothing buffered, changes too large for a record, no room to commit
@@ -199,32 +242,39 @@ impl Fs {
         let Some(log) = &self.intent else {
             return Ok(None);
         };
-        if self.must_commit.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.must_commit.load(Ordering::SeqCst) {
             return Ok(None);
         }
         let last = self.flush_guard();
         self.check_ok()?;
         self.refuse_taken_name(name)?;
         let room = self.pool.chunks.free_bytes();
-        let mut payload = log.lock().record_buffer();
+        let mut lg = log.lock();
+        let mut payload = lg.record_buffer();
         let mut st = self.lock_all();
         let to_write: u64 = st.shards().map(|s| s.dirty.flush_bytes(self.record)).sum();
         if st.shards().all(|s| s.dirty.is_empty())
+            || lg.is_broken()
             || self.reserve.is_short()
             || room < 2 * to_write + 4 * self.pool.chunks.segment_size()
-            || !self.fits_a_record(&st)
+            || !self.fits_a_record(&st, None)
         {
             drop(st);
-            log.lock().recycle(payload);
+            lg.recycle(payload);
             return Ok(None);
         }
-        let snap = Snapshot::new(name, *last + 1, kind);
+        // Holding the flush lock, after `commit_sealed`: no commit is under
+        // way, so every change not logged is in the dirty overlays.
+        let tid = *last + 1;
+        let snap = Snapshot::new(name, tid, kind);
         encode_unlogged(&mut st, &mut payload);
         rec::put_snapshot(&mut payload, &snap);
         let next_ino = self.next_ino();
-        let ov = self.seal(&mut st);
+        let ov = self.seal(&mut st, None, tid);
         drop(st);
-        let logged = log.lock().append_record(*last, next_ino, payload);
+        let logged = lg.append_record(next_ino, payload);
+        lg.seal(tid);
+        drop(lg);
         if let Err(e) = &logged {
             tracing::warn!("{e}; committing snapshot {name} instead");
         }
@@ -244,17 +294,17 @@ impl Fs {
         Ok(Some(snap))
     }
 
-    /// Retires the log: `tid` was committed by a flush (or a clone that
-    /// found the log empty) and holds everything it said.
-    pub(crate) fn retire_intent(&self, tid: u64) {
-        if let Some(l) = &self.intent {
-            l.lock().reset(tid);
-        }
+    /// The intent log, locked (taken before the shards), if the pool has one.
+    pub(crate) fn log_guard(&self) -> Option<parking_lot::MutexGuard<'_, LogFile>> {
+        self.intent.as_ref().map(|l| l.lock())
     }
 
-    /// True when the log holds no record on top of the last commit.
-    pub(crate) fn intent_empty(&self) -> bool {
-        self.intent.as_ref().is_none_or(|l| l.lock().is_empty())
+    /// `tid` was committed (by a flush, or a clone that sealed the log)
+    /// and holds what the records before its seal said.
+    pub(crate) fn retire_intent(&self, tid: u64) {
+        if let Some(mut l) = self.log_guard() {
+            l.committed(tid);
+        }
     }
 
     /// Applies one record, decoded and checked whole first (a damaged one
@@ -352,6 +402,12 @@ fn encode_unlogged(st: &mut State, w: &mut Vec<u8>) {
 /// state of the previous record gives the overlay's state now.
 fn encode_record(ov: &mut Overlay, w: &mut Vec<u8>) {
     let u = std::mem::take(&mut ov.unlogged);
+    encode_entries(ov, &u, w);
+}
+
+/// Appends the changes `u` names, with their values in `ov`, to `w` as
+/// record entries (see `encode_record`).
+fn encode_entries(ov: &Overlay, u: &Unlogged, w: &mut Vec<u8>) {
     for &ino in &u.inodes {
         if matches!(ov.inodes.get(&ino), Some(None)) {
             w.push(T_DELETE);
@@ -363,7 +419,7 @@ fn encode_record(ov: &mut Overlay, w: &mut Vec<u8>) {
         put_u64(w, ino);
         put_u64(w, first);
     }
-    encode_values(ov, &u, w);
+    encode_values(ov, u, w);
     for (&(ino, blk), &(lo, hi)) in &u.blocks {
         if let Some(p) = ov.patches.get(&ino).and_then(|m| m.get(&blk)) {
             // Only what changed since the last record: the records before

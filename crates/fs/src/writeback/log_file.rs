@@ -1,11 +1,14 @@
 //! The intent log's file: a preallocated file beside the metadata store
-//! that fsync appends records to (one write and one fdatasync each) and
-//! that a flush retires as a whole once its commit holds what the records
-//! said. Each record names the pool, the TID it applies on top of and its
-//! place in the sequence, and carries a checksum, so a torn record, a stale
-//! one from before the last commit and one of another pool are all ignored.
-//! Layout in docs/FORMAT.md ("Intent log"). The file is opened through the
-//! pool's storage (`cairn_devices::Storage`).
+//! that fsync appends records to (one write and one fdatasync each). It is
+//! two regions used in turn: records go to one until a flush seals the
+//! changes they hold for its commit (`seal`); later records go to the
+//! other, on top of the TID being committed, so that fsync never waits for
+//! a commit. A region is free again once the commit after it is made. Each
+//! record names the pool, the TID it applies on top of and its place in
+//! its region's sequence, and carries a checksum, so a torn record, a stale
+//! one and one of another pool are all ignored. Layout in docs/FORMAT.md
+//! ("Intent log"). The file is opened through the pool's storage
+//! (`cairn_devices::Storage`).
 
 use cairn_devices::{Backend, OpenHow, Storage};
 use std::io;
@@ -13,10 +16,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub const MAGIC: [u8; 8] = *b"CAIRNIL\0";
-pub const VERSION: u16 = 1;
+/// 2: two regions. Version 1 logs (one region of the whole file) are read
+/// at open, in region 0.
+pub const VERSION: u16 = 2;
+const VERSION_ONE_REGION: u16 = 1;
 pub const HEADER_LEN: usize = 64;
 /// Size of the log file; a record that does not fit makes fsync flush.
 pub const LOG_SIZE: u64 = 32 << 20;
+/// Size of each of the two regions.
+pub const REGION: u64 = LOG_SIZE / 2;
 
 /// One record's header fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,17 +57,33 @@ pub struct LogFile {
     path: PathBuf,
     file: Arc<dyn Backend>,
     uuid: [u8; 16],
+    /// The region records go to (0 or 1).
+    region: u64,
+    /// The TID the region's records apply on top of.
     base_tid: u64,
+    /// Where the next record goes, from the region's start.
     pos: u64,
     seq: u64,
+    /// How far records of the region may reach from its start: `REGION`,
+    /// or the whole file for a version 1 log found at open.
+    limit: u64,
+    /// The overlay being committed has changes no record holds: the next
+    /// record must hold them too (set by `seal`, see `Fs::fsync`).
+    owes_sealed: bool,
+    /// A record write failed after its changes were taken from the
+    /// overlays: until the commit of this TID holds them, no fsync may
+    /// count on the log (0: none failed).
+    broken_until: u64,
     /// The last record's buffer, for the next (`record_buffer`).
     spare: Vec<u8>,
 }
 
 impl LogFile {
     /// Opens (creating and zero-filling when missing or short) the log at
-    /// `path` and returns it with the payloads of the records that apply on
-    /// top of `last_tid`, in order. New records go after those.
+    /// `path` and returns it with the records that apply on top of
+    /// `last_tid`, in order: those of the region on `last_tid`, then those
+    /// of the region on `last_tid + 1` (written while that TID was being
+    /// committed, which a crash cut short). New records go after the last.
     pub fn open(
         path: &Path,
         uuid: [u8; 16],
@@ -80,52 +104,141 @@ impl LogFile {
             path: path.to_path_buf(),
             file,
             uuid,
+            region: 0,
             base_tid: last_tid,
             pos: 0,
             seq: 0,
+            limit: REGION,
+            owes_sealed: false,
+            broken_until: 0,
             spare: Vec::new(),
         };
-        let recs = log.scan().map_err(err)?;
+        let mut found = Vec::new();
+        for region in 0..2 {
+            let s = log.scan(region).map_err(err)?;
+            let base = s.records.first().map(|r| r.0.base_tid);
+            if base == Some(last_tid) || base == Some(last_tid + 1) {
+                found.push((region, s));
+            }
+        }
+        found.sort_by_key(|(_, s)| s.records[0].0.base_tid);
+        if let Some((region, s)) = found.last() {
+            log.region = *region;
+            log.base_tid = s.records[0].0.base_tid;
+            log.pos = s.end;
+            log.seq = s.records.len() as u64;
+            log.limit = s.limit;
+        }
+        let recs = found.into_iter().flat_map(|(_, s)| s.records).collect();
         Ok((log, recs))
     }
 
-    /// Reads the valid records in order from the start: each must belong
-    /// to this pool and `base_tid`, have the next sequence number and a
-    /// good checksum. Leaves `pos` and `seq` after the last one.
-    fn scan(&mut self) -> io::Result<Vec<Record>> {
-        let mut out = Vec::new();
+    /// Reads the valid records of `region` in order from its start: each
+    /// must belong to this pool and to the first one's base TID, have the
+    /// next sequence number and a good checksum.
+    fn scan(&self, region: u64) -> io::Result<Scan> {
+        let start = region * REGION;
+        let mut s = Scan {
+            records: Vec::new(),
+            end: 0,
+            limit: REGION,
+        };
         loop {
             let mut h = [0u8; HEADER_LEN];
-            if self.pos + HEADER_LEN as u64 > LOG_SIZE {
+            if s.end + HEADER_LEN as u64 > s.limit {
                 break;
             }
-            self.file.read_at(&mut h, self.pos)?;
-            let Ok((head, len)) = parse_head(&h) else {
+            self.file.read_at(&mut h, start + s.end)?;
+            let Ok((head, len, version)) = parse_head(&h) else {
                 break;
             };
-            if head.uuid != self.uuid || head.base_tid != self.base_tid || head.seq != self.seq {
+            if s.records.is_empty() && version == VERSION_ONE_REGION && region == 0 {
+                s.limit = LOG_SIZE;
+            }
+            let first = s.records.first().map(|r: &Record| r.0.base_tid);
+            let want_version = if s.limit == LOG_SIZE {
+                VERSION_ONE_REGION
+            } else {
+                VERSION
+            };
+            if head.uuid != self.uuid
+                || version != want_version
+                || first.is_some_and(|b| b != head.base_tid)
+                || head.seq != s.records.len() as u64
+            {
                 break;
             }
-            let end = self.pos + (HEADER_LEN + len) as u64;
-            if end > LOG_SIZE {
+            let end = s.end + (HEADER_LEN + len) as u64;
+            if end > s.limit {
                 break;
             }
             let mut payload = vec![0u8; len];
             self.file
-                .read_at(&mut payload, self.pos + HEADER_LEN as u64)?;
+                .read_at(&mut payload, start + s.end + HEADER_LEN as u64)?;
             if checksum(&h, &payload) != u32::from_le_bytes(h[56..60].try_into().unwrap()) {
                 break;
             }
-            out.push((head, payload));
-            self.pos = end;
-            self.seq += 1;
+            s.records.push((head, payload));
+            s.end = end;
         }
-        Ok(out)
+        Ok(s)
     }
 
-    /// True when no record was written since the last `reset`.
-    pub fn is_empty(&self) -> bool {
-        self.pos == 0
+    /// True when no record is on top of `last_tid`: the region records go
+    /// to is empty, or on an older TID (a mirror's commits do not seal the
+    /// log); the other one is on an older TID.
+    pub fn is_empty_on(&self, last_tid: u64) -> bool {
+        self.pos == 0 || self.base_tid < last_tid
+    }
+
+    /// How many bytes of its region the records on the current base hold.
+    pub fn used(&self) -> u64 {
+        self.pos
+    }
+
+    /// The changes so far are sealed, to be committed as `tid`, the TID
+    /// after the last commit: records from now on go to the other region,
+    /// on top of `tid`, and the first of them must also hold what the
+    /// sealed changes have that no record does (`owes_sealed`). The region
+    /// they leave stays until `tid` is committed. The other region's
+    /// records are on an older TID, already committed: the region records
+    /// go to is on the last commit, or on `tid` itself when a commit of
+    /// `tid` failed and is tried again (then it is kept).
+    pub fn seal(&mut self, tid: u64) {
+        self.owes_sealed = true;
+        if tid == self.base_tid {
+            return;
+        }
+        self.region ^= 1;
+        self.base_tid = tid;
+        self.pos = 0;
+        self.seq = 0;
+        self.limit = REGION;
+    }
+
+    /// Whether the next record must hold the sealed changes no record holds.
+    pub fn owes_sealed(&self) -> bool {
+        self.owes_sealed
+    }
+
+    /// A record holding the sealed changes was written.
+    pub fn settle_sealed(&mut self) {
+        self.owes_sealed = false;
+    }
+
+    /// Whether a failed record write left changes that only a commit makes
+    /// durable (fsync must flush until then).
+    pub fn is_broken(&self) -> bool {
+        self.broken_until != 0
+    }
+
+    /// `tid` was committed: it holds the sealed changes, and every change
+    /// a failed record write left out if it was the TID they wait for.
+    pub fn committed(&mut self, tid: u64) {
+        self.owes_sealed = false;
+        if tid >= self.broken_until {
+            self.broken_until = 0;
+        }
     }
 
     /// A buffer to encode the next record into: `HEADER_LEN` bytes of room
@@ -148,62 +261,64 @@ impl LogFile {
     }
 
     /// Writes one record and makes it durable before returning.
-    pub fn append(&mut self, base_tid: u64, next_ino: u64, payload: &[u8]) -> Result<(), LogError> {
+    pub fn append(&mut self, next_ino: u64, payload: &[u8]) -> Result<(), LogError> {
         let mut rec = self.record_buffer();
         rec.extend_from_slice(payload);
-        self.append_record(base_tid, next_ino, rec)
+        self.append_record(next_ino, rec)
     }
 
     /// Writes `rec` (from `record_buffer`: header room, then the payload)
-    /// as the next record and makes it durable before returning.
-    pub fn append_record(
-        &mut self,
-        base_tid: u64,
-        next_ino: u64,
-        mut rec: Vec<u8>,
-    ) -> Result<(), LogError> {
+    /// as the next record and makes it durable before returning. On
+    /// failure the log is broken (`is_broken`) until the commit after the
+    /// current base: the caller took the record's changes from the
+    /// overlays, so only that commit holds them now.
+    pub fn append_record(&mut self, next_ino: u64, mut rec: Vec<u8>) -> Result<(), LogError> {
         assert!(
             rec.len() >= HEADER_LEN,
             "a record buffer starts with header room"
         );
-        if self.pos == 0 {
-            self.base_tid = base_tid;
-        }
-        assert_eq!(base_tid, self.base_tid, "intent record on a stale base");
         let len = rec.len() as u64;
-        if self.pos + len > LOG_SIZE {
+        if self.pos + len > self.limit {
             self.recycle(rec);
+            self.broken_until = self.base_tid + 1;
             return Err(LogError::Full);
         }
         let head = RecordHead {
             uuid: self.uuid,
-            base_tid,
+            base_tid: self.base_tid,
             seq: self.seq,
             next_ino,
         };
-        let head = encode_head(&head, rec.len() - HEADER_LEN);
+        let version = match self.limit {
+            LOG_SIZE => VERSION_ONE_REGION,
+            _ => VERSION,
+        };
+        let head = encode_head(&head, rec.len() - HEADER_LEN, version);
         rec[..HEADER_LEN].copy_from_slice(&head);
         let sum = checksum(&rec[..HEADER_LEN], &rec[HEADER_LEN..]);
         rec[56..60].copy_from_slice(&sum.to_le_bytes());
         let written = self
             .file
-            .write_at(&rec, self.pos)
+            .write_at(&rec, self.region * REGION + self.pos)
             .and_then(|()| self.file.sync_data());
         self.recycle(rec);
-        written.map_err(|e| LogError::Io(self.path.clone(), e))?;
+        if let Err(e) = written {
+            self.broken_until = self.base_tid + 1;
+            return Err(LogError::Io(self.path.clone(), e));
+        }
         self.pos += len;
         self.seq += 1;
         Ok(())
     }
+}
 
-    /// Retires every record: `tid` is committed and holds them. Nothing is
-    /// written; the next record starts at offset 0 on top of `tid`, and the
-    /// old ones beyond it name an older TID.
-    pub fn reset(&mut self, tid: u64) {
-        self.base_tid = tid;
-        self.pos = 0;
-        self.seq = 0;
-    }
+/// One region's records as `LogFile::scan` read them.
+struct Scan {
+    records: Vec<Record>,
+    /// Where they end, from the region's start.
+    end: u64,
+    /// How far they may reach (see `LogFile::limit`).
+    limit: u64,
 }
 
 fn zero_fill(f: &dyn Backend) -> io::Result<()> {
@@ -216,10 +331,10 @@ fn zero_fill(f: &dyn Backend) -> io::Result<()> {
     f.sync_data()
 }
 
-fn encode_head(h: &RecordHead, len: usize) -> [u8; HEADER_LEN] {
+fn encode_head(h: &RecordHead, len: usize, version: u16) -> [u8; HEADER_LEN] {
     let mut b = Vec::with_capacity(HEADER_LEN);
     b.extend_from_slice(&MAGIC);
-    b.extend_from_slice(&VERSION.to_le_bytes());
+    b.extend_from_slice(&version.to_le_bytes());
     b.extend_from_slice(&0u16.to_le_bytes());
     b.extend_from_slice(&(len as u32).to_le_bytes());
     b.extend_from_slice(&h.uuid);
@@ -231,11 +346,12 @@ fn encode_head(h: &RecordHead, len: usize) -> [u8; HEADER_LEN] {
         .expect("the header fields fill HEADER_LEN bytes")
 }
 
-/// A record's header fields and payload length (at most what the log
-/// can hold after the header).
-fn parse_head(b: &[u8; HEADER_LEN]) -> Result<(RecordHead, usize), LogError> {
+/// A record's header fields, payload length (at most what the log can
+/// hold after the header) and version (1 or 2).
+fn parse_head(b: &[u8; HEADER_LEN]) -> Result<(RecordHead, usize, u16), LogError> {
     let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-    if b[..8] != MAGIC || u16::from_le_bytes([b[8], b[9]]) != VERSION {
+    let version = u16::from_le_bytes([b[8], b[9]]);
+    if b[..8] != MAGIC || !(VERSION_ONE_REGION..=VERSION).contains(&version) {
         return Err(LogError::NoRecord("no record magic or version"));
     }
     let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
@@ -248,7 +364,7 @@ fn parse_head(b: &[u8; HEADER_LEN]) -> Result<(RecordHead, usize), LogError> {
         seq: u64_at(40),
         next_ino: u64_at(48),
     };
-    Ok((head, len))
+    Ok((head, len, version))
 }
 
 /// crc32c of the header (checksum field as zeros) and the payload.
@@ -268,15 +384,22 @@ mod tests {
     use cairn_devices::HostStorage;
     use std::os::unix::fs::FileExt;
 
+    fn payloads(p: &Path, uuid: [u8; 16], tid: u64) -> Vec<(u64, u64, Vec<u8>)> {
+        let recs = LogFile::open(p, uuid, tid, &HostStorage).unwrap().1;
+        recs.into_iter()
+            .map(|(h, p)| (h.base_tid, h.seq, p))
+            .collect()
+    }
+
     #[test]
-    fn records_survive_reopen_until_reset_and_torn_ones_are_dropped() {
+    fn records_survive_reopen_until_committed_and_torn_ones_are_dropped() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("log");
         let uuid = [7u8; 16];
         let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage).unwrap();
         assert!(recs.is_empty());
-        log.append(5, 100, b"first").unwrap();
-        log.append(5, 101, b"second").unwrap();
+        log.append(100, b"first").unwrap();
+        log.append(101, b"second").unwrap();
         drop(log);
         let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage).unwrap();
         let got: Vec<_> = recs
@@ -288,34 +411,55 @@ mod tests {
             vec![(0, 100, b"first".to_vec()), (1, 101, b"second".to_vec())]
         );
         // Appends go after the replayed records.
-        log.append(5, 102, b"third").unwrap();
+        log.append(102, b"third").unwrap();
         let end = log.pos;
         drop(log);
-        // Another pool, or a later TID, sees none of them.
-        assert!(LogFile::open(&p, [8u8; 16], 5, &HostStorage)
-            .unwrap()
-            .1
-            .is_empty());
-        assert!(LogFile::open(&p, uuid, 6, &HostStorage)
-            .unwrap()
-            .1
-            .is_empty());
+        // Another pool, or a TID committed on top of them, sees none.
+        assert!(payloads(&p, [8u8; 16], 5).is_empty());
+        assert!(payloads(&p, uuid, 6).is_empty());
         // A torn last record: the ones before it stay.
         let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
         f.write_all_at(b"X", end - 2).unwrap();
         let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage).unwrap();
         assert_eq!(recs.len(), 2);
-        // After a reset on TID 6, the old records are stale.
-        log.reset(6);
-        log.append(6, 103, b"new").unwrap();
+        // Sealed as TID 6: later records go to the other region, on 6.
+        log.seal(6);
+        assert!(log.owes_sealed());
+        log.append(103, b"new").unwrap();
         drop(log);
-        let recs = LogFile::open(&p, uuid, 6, &HostStorage).unwrap().1;
-        assert_eq!(recs.len(), 1);
-        assert_eq!(recs[0].1, b"new");
-        assert!(LogFile::open(&p, uuid, 5, &HostStorage)
-            .unwrap()
-            .1
-            .is_empty());
+        // Before 6 is committed, both regions apply, in order; after, only
+        // the second.
+        let seqs =
+            |v: Vec<(u64, u64, Vec<u8>)>| v.into_iter().map(|r| (r.0, r.1)).collect::<Vec<_>>();
+        assert_eq!(seqs(payloads(&p, uuid, 5)), vec![(5, 0), (5, 1), (6, 0)]);
+        assert_eq!(payloads(&p, uuid, 6), vec![(6, 0, b"new".to_vec())]);
+        assert!(payloads(&p, uuid, 7).is_empty());
+        // Sealed as 7 once 6 is committed: back to the first region, whose
+        // old records are on 5.
+        let (mut log, _) = LogFile::open(&p, uuid, 6, &HostStorage).unwrap();
+        log.seal(7);
+        log.append(104, b"later").unwrap();
+        drop(log);
+        assert_eq!(seqs(payloads(&p, uuid, 6)), vec![(6, 0), (7, 0)]);
+        assert_eq!(payloads(&p, uuid, 7), vec![(7, 0, b"later".to_vec())]);
+    }
+
+    #[test]
+    fn sealing_the_same_tid_again_keeps_the_region() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let (mut log, _) = LogFile::open(&p, [2; 16], 3, &HostStorage).unwrap();
+        log.append(1, b"a").unwrap();
+        log.seal(4);
+        log.append(1, b"b").unwrap();
+        log.committed(4);
+        assert!(!log.owes_sealed());
+        // A commit of 4 that failed is tried again: nothing is lost.
+        log.seal(4);
+        log.append(1, b"c").unwrap();
+        drop(log);
+        let got = payloads_of(&p, [2; 16], 3);
+        assert_eq!(got, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
     }
 
     #[test]
@@ -327,13 +471,13 @@ mod tests {
         let mut rec = log.record_buffer();
         assert_eq!(rec, vec![0u8; HEADER_LEN], "header room, no payload");
         rec.extend_from_slice(&big);
-        log.append_record(2, 10, rec).unwrap();
+        log.append_record(10, rec).unwrap();
         // The next buffer is the last one's memory, emptied.
         let rec = log.record_buffer();
         assert_eq!(rec.len(), HEADER_LEN);
         assert!(rec.capacity() >= HEADER_LEN + big.len());
         log.recycle(rec);
-        log.append(2, 11, b"small").unwrap();
+        log.append(11, b"small").unwrap();
         drop(log);
         let recs = LogFile::open(&p, [3; 16], 2, &HostStorage).unwrap().1;
         let got: Vec<_> = recs.iter().map(|(h, p)| (h.seq, h.next_ino, p)).collect();
@@ -341,11 +485,48 @@ mod tests {
     }
 
     #[test]
-    fn a_record_that_does_not_fit_is_refused() {
+    fn a_record_that_does_not_fit_is_refused_and_breaks_the_log_until_a_commit() {
         let d = tempfile::tempdir().unwrap();
         let (mut log, _) = LogFile::open(&d.path().join("log"), [1; 16], 1, &HostStorage).unwrap();
-        let big = vec![1u8; LOG_SIZE as usize];
-        assert!(matches!(log.append(1, 1, &big), Err(LogError::Full)));
-        assert!(log.is_empty());
+        let big = vec![1u8; REGION as usize];
+        assert!(matches!(log.append(1, &big), Err(LogError::Full)));
+        assert!(log.is_empty_on(1));
+        assert!(log.is_broken(), "its changes are in no record");
+        log.seal(2);
+        log.committed(2);
+        assert!(!log.is_broken(), "the commit holds them");
+    }
+
+    /// A log written by version 1 (one region over the whole file) and
+    /// left by a crash is read whole, past the middle of the file.
+    #[test]
+    fn a_version_1_log_is_read() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let uuid = [4; 16];
+        drop(LogFile::open(&p, uuid, 8, &HostStorage).unwrap());
+        let mut raw = Vec::new();
+        let payloads = [vec![5u8; REGION as usize], b"tail".to_vec()];
+        for (seq, pl) in payloads.iter().enumerate() {
+            let h = RecordHead {
+                uuid,
+                base_tid: 8,
+                seq: seq as u64,
+                next_ino: 9,
+            };
+            let mut rec = encode_head(&h, pl.len(), VERSION_ONE_REGION).to_vec();
+            rec.extend_from_slice(pl);
+            let sum = checksum(&rec[..HEADER_LEN], pl);
+            rec[56..60].copy_from_slice(&sum.to_le_bytes());
+            raw.extend_from_slice(&rec);
+        }
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(&raw, 0).unwrap();
+        let got: Vec<_> = payloads_of(&p, uuid, 8);
+        assert_eq!(got, payloads.to_vec());
+    }
+
+    fn payloads_of(p: &Path, uuid: [u8; 16], tid: u64) -> Vec<Vec<u8>> {
+        payloads(p, uuid, tid).into_iter().map(|r| r.2).collect()
     }
 }
