@@ -78,9 +78,10 @@ impl Fs {
         match lg.append_record(next_ino, rec) {
             Ok(()) => {
                 lg.settle_sealed();
-                if lg.used() > REGION / 2 {
+                if lg.used() > REGION / 4 * 3 {
                     // Seal before the region fills: a full one makes fsync
-                    // wait for a commit.
+                    // wait for a commit. Not much sooner: each seal is a
+                    // commit, which takes CPU from the requests.
                     self.kick_flusher();
                 }
                 Ok(())
