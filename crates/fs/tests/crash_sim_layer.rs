@@ -40,6 +40,24 @@ fn make_pool(dir: &Path) -> PathBuf {
     pool
 }
 
+/// A pool made in `dir` and opened with a trace storage: the images
+/// before the trace, the recorder and the filesystem.
+fn traced(dir: &Path) -> (Images, Arc<Recorder>, Arc<Fs>) {
+    let pool = make_pool(dir);
+    let base = read_images(&pool, &[]).unwrap();
+    let rec = Recorder::new(&pool).unwrap();
+    let storage = Arc::new(TraceStorage::new(rec.clone()));
+    let fs = Fs::open(Pool::open_with(&pool, None, storage).unwrap()).unwrap();
+    (base, rec, fs)
+}
+
+/// The ways a crash image is made, used in turn.
+const MODES: [CrashMode; 3] = [
+    CrashMode::DropUnsynced,
+    CrashMode::TearLast,
+    CrashMode::KeepRandomSubset,
+];
+
 fn write_file(fs: &Fs, ino: u64, off: u64, data: &[u8]) {
     for (i, piece) in data.chunks(128 << 10).enumerate() {
         fs.write(ino, off + (i as u64) * (128 << 10), piece)
@@ -209,25 +227,16 @@ fn fsynced_files_survive_simulated_power_loss() {
     let seed = seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let d = tempfile::tempdir().unwrap();
-    let pool = make_pool(d.path());
-    let base = read_images(&pool, &[]).unwrap();
-    let rec = Recorder::new(&pool).unwrap();
-    let storage = Arc::new(TraceStorage::new(rec.clone()));
-    let fs = Fs::open(Pool::open_with(&pool, None, storage).unwrap()).unwrap();
+    let (base, rec, fs) = traced(d.path());
     let run = workload(&fs, &rec, &mut rng);
     drop(fs); // the power goes: nothing after the trace counts
     let at: Vec<usize> = run.points.iter().map(|p| p.0).collect();
     println!("{} events, durable at {at:?}", run.trace.len());
     assert!(run.points.len() >= 3, "too few durability points");
-    let modes = [
-        CrashMode::DropUnsynced,
-        CrashMode::TearLast,
-        CrashMode::KeepRandomSubset,
-    ];
     // Just after each fsync or flush returned: exactly the files then.
     let last = run.points.last().unwrap().1.clone();
     for (i, (k, model)) in run.points.iter().enumerate() {
-        let r = recover(&base, &run.trace, *k, modes[i % 3], seed ^ i as u64);
+        let r = recover(&base, &run.trace, *k, MODES[i % 3], seed ^ i as u64);
         for (name, data) in model {
             r.expect(name, data);
         }
@@ -244,7 +253,7 @@ fn fsynced_files_survive_simulated_power_loss() {
     ks.push(end);
     for (j, &k) in ks.iter().enumerate() {
         let done = run.points.iter().filter(|(p, _)| *p <= k).count();
-        let r = recover(&base, &run.trace, k, modes[j % 3], seed ^ (k as u64));
+        let r = recover(&base, &run.trace, k, MODES[j % 3], seed ^ (k as u64));
         for (name, from) in &run.stable {
             if *from < done {
                 r.expect(name, &last[name]);
@@ -269,11 +278,7 @@ fn fsyncs_during_a_commit_survive_power_loss() {
     let seed = seed();
     let mut rng = StdRng::seed_from_u64(seed);
     let d = tempfile::tempdir().unwrap();
-    let pool = make_pool(d.path());
-    let base = read_images(&pool, &[]).unwrap();
-    let rec = Recorder::new(&pool).unwrap();
-    let storage = Arc::new(TraceStorage::new(rec.clone()));
-    let fs = Fs::open(Pool::open_with(&pool, None, storage).unwrap()).unwrap();
+    let (base, rec, fs) = traced(d.path());
     let mut model = Model::new();
     fn add(fs: &Fs, model: &mut Model, name: String, len: usize, rng: &mut StdRng) {
         let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
@@ -347,11 +352,6 @@ fn fsyncs_during_a_commit_survive_power_loss() {
         during >= 2,
         "only {during} fsyncs returned while the commit ran"
     );
-    let modes = [
-        CrashMode::DropUnsynced,
-        CrashMode::TearLast,
-        CrashMode::KeepRandomSubset,
-    ];
     let mut ks: Vec<(usize, usize)> = points.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
     // And between them: what the fsyncs before made durable stays.
     for _ in 0..4 {
@@ -361,7 +361,7 @@ fn fsyncs_during_a_commit_survive_power_loss() {
     }
     let mut on = BTreeMap::new();
     for (j, &(k, i)) in ks.iter().enumerate() {
-        let r = recover(&base, &trace, k, modes[j % 3], seed ^ k as u64);
+        let r = recover(&base, &trace, k, MODES[j % 3], seed ^ k as u64);
         for (name, data) in &points[i].1 {
             r.expect(name, data);
         }
