@@ -254,8 +254,11 @@ impl Fs {
         let mut payload = lg.record_buffer();
         let mut st = self.lock_all();
         let to_write: u64 = st.shards().map(|s| s.dirty.flush_bytes(self.record)).sum();
+        // The snapshot's record must end a region on the last commit (a
+        // clone whose commit failed left the log sealed for the next TID).
         if st.shards().all(|s| s.dirty.is_empty())
             || lg.is_broken()
+            || !lg.is_on(*last)
             || self.reserve.is_short()
             || room < 2 * to_write + 4 * self.pool.chunks.segment_size()
             || !self.fits_a_record(&st, None)

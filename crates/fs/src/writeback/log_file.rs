@@ -191,6 +191,11 @@ impl LogFile {
         self.pos == 0 || self.base_tid < last_tid
     }
 
+    /// Whether records go on top of `tid` (not of a TID sealed after it).
+    pub fn is_on(&self, tid: u64) -> bool {
+        self.base_tid == tid
+    }
+
     /// How many bytes of its region the records on the current base hold.
     pub fn used(&self) -> u64 {
         self.pos
