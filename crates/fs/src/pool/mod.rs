@@ -764,12 +764,21 @@ fn take_lock(pool: &Path) -> Result<File> {
         .write(true)
         .open(&p)
         .map_err(io(&p))?;
-    // SAFETY: flock on an fd we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(FsError::Busy);
+    // A process forked by this one while it held the lock (a test's
+    // nbdkit, a helper) holds it too until it execs and its close-on-exec
+    // copy goes: a few tries before the pool counts as in use.
+    for _ in 0..LOCK_TRIES {
+        // SAFETY: flock on an fd we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(f);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    Ok(f)
+    Err(FsError::Busy)
 }
+
+/// How many times `take_lock` tries, 20 ms apart.
+const LOCK_TRIES: usize = 10;
 
 /// The committed segment table, decoded.
 pub(crate) fn segment_table(r: &cairn_meta::MetaRead) -> Result<Vec<(u64, SegmentRec)>> {
