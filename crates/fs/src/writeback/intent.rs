@@ -55,10 +55,7 @@ impl Fs {
         let mut rec = lg.record_buffer();
         // Every shard: the record is a consistent cut of all changes.
         let mut st = self.lock_all();
-        let owed = match lg.owes_sealed() {
-            true => st.flushing.clone().filter(|o| !o.unlogged.is_empty()),
-            false => None,
-        };
+        let owed = owed(&lg, st.flushing.as_ref());
         let quiet = owed.is_none() && st.shards().all(|s| s.dirty.unlogged.is_empty());
         // Large changes, or a host filesystem without room for the metadata
         // of the commit that must follow: a flush (which spends the reserve
@@ -114,14 +111,7 @@ impl Fs {
         let Some(lg) = log.try_lock() else {
             return false;
         };
-        let owed = match lg.owes_sealed() {
-            true => self
-                .flushing
-                .read()
-                .as_ref()
-                .map_or(0, |o| o.unlogged.bytes),
-            false => 0,
-        };
+        let owed = owed(&lg, self.flushing.read().as_ref()).map_or(0, |o| o.unlogged.bytes);
         !lg.is_broken() && self.load.bytes() + owed <= MAX_RECORD_DATA
     }
 
@@ -383,6 +373,15 @@ impl Fs {
         let valid = size.saturating_sub(blk * rs).min(rs) as usize;
         self.write_part(st, ino, blk, off, bytes, valid)
     }
+}
+
+/// The overlay being committed (`flushing`), when the next record must
+/// also hold its changes that no record holds (`LogFile::seal`) and it has
+/// some.
+fn owed(lg: &LogFile, flushing: Option<&Arc<Overlay>>) -> Option<Arc<Overlay>> {
+    flushing
+        .filter(|o| lg.owes_sealed() && !o.unlogged.is_empty())
+        .cloned()
 }
 
 /// Appends the changes not yet logged of every shard to `w` as one record

@@ -156,13 +156,8 @@ impl LogFile {
                 s.limit = LOG_SIZE;
             }
             let first = s.records.first().map(|r: &Record| r.0.base_tid);
-            let want_version = if s.limit == LOG_SIZE {
-                VERSION_ONE_REGION
-            } else {
-                VERSION
-            };
             if head.uuid != self.uuid
-                || version != want_version
+                || version != version_of(s.limit)
                 || first.is_some_and(|b| b != head.base_tid)
                 || head.seq != s.records.len() as u64
             {
@@ -294,11 +289,7 @@ impl LogFile {
             seq: self.seq,
             next_ino,
         };
-        let version = match self.limit {
-            LOG_SIZE => VERSION_ONE_REGION,
-            _ => VERSION,
-        };
-        let head = encode_head(&head, rec.len() - HEADER_LEN, version);
+        let head = encode_head(&head, rec.len() - HEADER_LEN, version_of(self.limit));
         rec[..HEADER_LEN].copy_from_slice(&head);
         let sum = checksum(&rec[..HEADER_LEN], &rec[HEADER_LEN..]);
         rec[56..60].copy_from_slice(&sum.to_le_bytes());
@@ -324,6 +315,15 @@ struct Scan {
     end: u64,
     /// How far they may reach (see `LogFile::limit`).
     limit: u64,
+}
+
+/// The record version of a region whose records may reach `limit` from
+/// its start: a version 1 log is one region of the whole file.
+fn version_of(limit: u64) -> u16 {
+    match limit {
+        LOG_SIZE => VERSION_ONE_REGION,
+        _ => VERSION,
+    }
 }
 
 fn zero_fill(f: &dyn Backend) -> io::Result<()> {
