@@ -23,7 +23,11 @@
 # (unified_rw_reporting=mixed): achieved IOPS, completion latency (clat) p50
 # and p99. A rate is sustained when achieved >= 95% of offered; a target
 # stops after two consecutive unsustained rates. With ROUNDS > 1 each rate
-# is run ROUNDS times and every figure is the median.
+# is run ROUNDS times and every figure is the median. The targets are
+# interleaved, all four servers up at once: each round of a rate runs every
+# target once, in an order rotated by one per round, each run after a
+# quiesce (`cairn sync` of the Cairn pools, then the host's `sync`), so that
+# a noisy stretch of a shared machine falls on all targets alike.
 # Then the snapshot-create cost: a fresh pool with a SNAP_GB volume
 # (prefilled like the others unless SNAP_FILL=0) served by `cairn nbd
 # serve`, fio writing 4 KiB random at SNAP_RATE IOPS to it, and SNAP_N times
@@ -90,13 +94,12 @@ fi
 T_START=$(now)
 mkdir -p "$OUT_DIR"
 W=$(mktemp -d "$BENCH_DIR/cairn-volumes-latency.XXXXXX")
-SOCK=$W/nbd.sock
-SERVER_PID=""
+declare -A SERVER_PID
 FIO_PID=""
 cleanup() {
     set +eu
     [ -z "$FIO_PID" ] || { kill "$FIO_PID" 2>/dev/null; wait "$FIO_PID" 2>/dev/null; }
-    stop_server
+    for t in "${!SERVER_PID[@]}"; do stop_server "$t"; done
     if [ -z "${KEEP:-}" ]; then rm -rf --one-file-system "$W"; else log "kept $W"; fi
 }
 trap cleanup EXIT
@@ -106,14 +109,19 @@ log "work dir $W on $FSDESC; results in $OUT_DIR"
 VOL_BYTES=$((VOL_GB << 30))
 
 # ------------------------------------------------------------ servers
+# Each target has its own server and socket; all stay up while the rates
+# are run.
+sock_of() { echo "$W/nbd-$1.sock"; }
 uri() { # TARGET
     case $1 in
-        cairn*) echo "nbd+unix:///v?socket=$SOCK" ;;
-        *) echo "nbd+unix:///?socket=$SOCK" ;;
+        cairn*) echo "nbd+unix:///v?socket=$(sock_of "$1")" ;;
+        *) echo "nbd+unix:///?socket=$(sock_of "$1")" ;;
     esac
 }
 pool_of() { echo "$W/pool-$1"; }
 start_server() { # TARGET
+    local SOCK
+    SOCK=$(sock_of "$1")
     rm -f "$SOCK"
     case $1 in
         raw) nbdkit --foreground --unix "$SOCK" file file="$W/raw.img" >>"$W/server.log" 2>&1 & ;;
@@ -121,20 +129,31 @@ start_server() { # TARGET
         qcow2*) qemu-nbd --socket="$SOCK" --persistent --shared=8 -f qcow2 "$W/img.qcow2" >>"$W/server.log" 2>&1 & ;;
         *) die "unknown target $1" ;;
     esac
-    SERVER_PID=$!
+    SERVER_PID[$1]=$!
     for _ in $(seq 200); do
         nbdinfo --size "$(uri "$1")" >/dev/null 2>&1 && return 0
-        kill -0 "$SERVER_PID" 2>/dev/null || break
+        kill -0 "${SERVER_PID[$1]}" 2>/dev/null || break
         sleep 0.05
     done
     tail -5 "$W/server.log" >&2
     die "the $1 server did not come up on $SOCK"
 }
-stop_server() {
-    [ -n "$SERVER_PID" ] || return 0
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
+stop_server() { # TARGET
+    local pid=${SERVER_PID[$1]:-}
+    [ -n "$pid" ] || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    unset "SERVER_PID[$1]"
+}
+# quiesce: before each measured run, nothing of an earlier run is still
+# being written: the Cairn pools commit what they buffer, and the host
+# writes back its dirty pages (raw's and qcow2's writes went there).
+quiesce() {
+    local t
+    for t in "${!SERVER_PID[@]}"; do
+        case $t in cairn*) "$BIN" sync "$(pool_of "$t")" >/dev/null ;; esac
+    done
+    sync
 }
 
 # json_get FILE EXPR: EXPR on the fio JSON (as j); fio may print errors
@@ -183,14 +202,14 @@ resnap() {
     case $1 in
         cairn-snap) "$BIN" volume snapshot "$(pool_of "$1")" v "s$2" >/dev/null ;;
         qcow2-snap)
-            stop_server
+            stop_server "$1"
             qemu-img snapshot -c "s$2" "$W/img.qcow2"
             start_server "$1"
             ;;
     esac
 }
 teardown() { # TARGET
-    stop_server
+    stop_server "$1"
     rm -rf "${W:?}/raw.img" "$W/img.qcow2" "$(pool_of "$1")" "$W/$1"-data.img
 }
 
@@ -208,35 +227,50 @@ rate_run() {
         j["jobs"][0]["mixed"]["clat_ns"]["percentile"]["99.000000"] / 1e3, j["jobs"][0]["error"])'
 }
 
-# run_target TARGET: writes "offered achieved p50 p99 sustained(1|0)" lines
-# to $W/res-TARGET.
-run_target() {
-    local t=$1 r n=0 fails=0 a p50 p99 e ach=() q50=() q99=() ok
-    : >"$W/res-$t"
+# The rates, every target interleaved: for each rate, ROUNDS rounds that
+# each run every target still going once (the order rotated by one each
+# round, a quiesce before each run), so that a noisy stretch of the
+# machine falls on all of them alike; the medians go to $W/res-TARGET as
+# "offered achieved p50 p99 sustained(1|0)". A target stops after two
+# unsustained rates in a row.
+declare -A FAILS
+for t in $TARGETS; do
+    log "target $t: setup"
     setup "$t"
-    for r in $RATES; do
-        n=$((n + 1))
+    : >"$W/res-$t"
+    FAILS[$t]=0
+done
+n=0
+for r in $RATES; do
+    n=$((n + 1))
+    live=()
+    for t in $TARGETS; do
+        [ "${FAILS[$t]}" -ge 2 ] || live+=("$t")
+    done
+    [ ${#live[@]} -gt 0 ] || break
+    for t in "${live[@]}"; do
         [ $n = 1 ] || resnap "$t" $n
-        ach=() q50=() q99=()
-        for _ in $(seq "$ROUNDS"); do
+        : >"$W/runs-$t"
+    done
+    for round in $(seq "$ROUNDS"); do
+        k=$(((round - 1) % ${#live[@]}))
+        for t in "${live[@]:k}" "${live[@]:0:k}"; do
+            quiesce
             read -r a p50 p99 e <<<"$(rate_run "$t" "$r")"
             [ "$e" = 0 ] || die "fio error $e on $t at $r IOPS"
-            ach+=("$a") q50+=("$p50") q99+=("$p99")
+            echo "$a $p50 $p99" >>"$W/runs-$t"
         done
-        a=$(median "${ach[@]}") p50=$(median "${q50[@]}") p99=$(median "${q99[@]}")
+    done
+    for t in "${live[@]}"; do
+        col() { awk -v c="$1" '{ print $c }' "$W/runs-$t"; }
+        a=$(median $(col 1)) p50=$(median $(col 2)) p99=$(median $(col 3))
         ok=$(awk -v a="$a" -v r="$r" 'BEGIN { print (a >= 0.95 * r) ? 1 : 0 }')
         echo "$r $a $p50 $p99 $ok" >>"$W/res-$t"
         log "$t @ $r IOPS: achieved $a, p50 $p50 us, p99 $p99 us$([ "$ok" = 1 ] || echo ' (not sustained)')"
-        if [ "$ok" = 1 ]; then fails=0; else fails=$((fails + 1)); fi
-        [ $fails -lt 2 ] || break
+        if [ "$ok" = 1 ]; then FAILS[$t]=0; else FAILS[$t]=$((FAILS[$t] + 1)); fi
     done
-    teardown "$t"
-}
-
-for t in $TARGETS; do
-    log "target $t"
-    run_target "$t"
 done
+for t in $TARGETS; do teardown "$t"; done
 
 # ------------------------------------------------------------ snapshot create
 if [ "$SNAP_N" -gt 0 ]; then
@@ -357,7 +391,8 @@ report() {
 
 fio nbd engine (libnbd, one connection), 4 KiB random, 70% read, iodepth 32, rate-limited
 (--rate_iops offered split 70/30 between reads and writes), ${RUNTIME} s per rate, ROUNDS=$ROUNDS
-(medians); ${VOL_GB} GiB volume prefilled with random bytes; every backing store on $FSDESC
+(medians; targets interleaved, a quiesce before each run); ${VOL_GB} GiB volume prefilled with
+random bytes; every backing store on $FSDESC
 (host page cache in use for all four). Latency is fio's completion latency (clat) of reads and
 writes together. Sustained: achieved >= 95% of offered; a target stops after two unsustained
 rates in a row. Cairn: \`cairn nbd serve\` (no mount), record size $RECORD, volume block size 4K,

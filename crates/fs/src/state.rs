@@ -15,11 +15,11 @@
 
 use crate::error::{FsError, Result};
 use crate::vfs::Fs;
+use crate::writeback::committing::Committing;
 use crate::writeback::overlay::Overlay;
 use parking_lot::MutexGuard;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
 
 /// Shards of the state. A power of two well above the core count.
 pub(crate) const SHARDS: usize = 64;
@@ -88,12 +88,12 @@ impl Load {
 }
 
 /// The locked shards of one operation. Derefs to nothing: use `dirty(ino)`
-/// and `sh(ino)` for an inode's shard, `flushing` for the overlay a flush
-/// is committing (it changes only with every shard locked, so it is fixed
+/// and `sh(ino)` for an inode's shard, `flushing` for the overlays being
+/// committed (they change only with every shard locked, so they are fixed
 /// while any is held).
 pub(crate) struct State<'a> {
     held: Vec<(usize, MutexGuard<'a, Shard>, Load)>,
-    pub flushing: Option<Arc<Overlay>>,
+    pub flushing: Committing,
     load: &'a DirtyLoad,
 }
 
@@ -134,6 +134,25 @@ impl<'a> State<'a> {
     /// The dirty overlay of `ino`, to read.
     pub fn dirty_of(&self, ino: u64) -> &Overlay {
         &self.sh(ino).dirty
+    }
+
+    /// The overlays over the committed state of `ino`: its dirty one, then
+    /// those being committed, the newest first.
+    pub fn newest_first(&self, ino: u64) -> impl Iterator<Item = &Overlay> {
+        std::iter::once(self.dirty_of(ino)).chain(self.flushing.newest_first())
+    }
+
+    /// The same, the oldest first (to apply them in order).
+    pub fn oldest_first(&self, ino: u64) -> impl Iterator<Item = &Overlay> {
+        self.flushing
+            .oldest_first()
+            .chain(std::iter::once(self.dirty_of(ino)))
+    }
+
+    /// What the newest overlay of `ino` that knows it (`from` gives Some)
+    /// says.
+    pub fn newest<T>(&self, ino: u64, from: impl Fn(&Overlay) -> Option<T>) -> Option<T> {
+        self.newest_first(ino).find_map(from)
     }
 
     /// Puts an inode in its shard's dirty overlay.

@@ -6,6 +6,7 @@
 use crate::error::{FsError, Result};
 use crate::pool::Pool;
 use crate::types::{dirent_subkey, DirEnt, Extent, FileKind, Inode, Time, MAX_NAME};
+use crate::writeback::committing::Committing;
 use crate::writeback::overlay::{BlockState, Overlay};
 use cairn_data::ChunkRec;
 use cairn_meta::{ElemKey, MetaRead, RecordType};
@@ -37,9 +38,9 @@ pub struct Fs {
     pub(crate) pool: Pool,
     /// The write-back state, split by inode (`state.rs`).
     pub(crate) shards: Box<[Mutex<crate::state::Shard>]>,
-    /// The overlay a flush is committing; changed only with every shard
-    /// locked.
-    pub(crate) flushing: parking_lot::RwLock<Option<Arc<Overlay>>>,
+    /// The overlays sealed and not yet committed (`committing.rs`);
+    /// changed only with every shard locked.
+    pub(crate) flushing: parking_lot::RwLock<Committing>,
     /// Totals of the dirty overlays (`state.rs`).
     pub(crate) load: crate::state::DirtyLoad,
     pub(crate) next_ino: std::sync::atomic::AtomicU64,
@@ -77,9 +78,13 @@ pub struct Fs {
     pub(crate) stored: crate::ops::sparse::StoredCache,
     /// Live inodes counted for statfs (`inodes.rs`).
     pub(crate) inode_count: crate::ops::inodes::InodeCount,
-    /// The intent log fsync writes (`writeback/intent.rs`); taken with the
-    /// flush lock held. None when it could not be opened.
+    /// The intent log fsync writes (`writeback/intent.rs`); taken before
+    /// the shards, and after the flush lock by a holder of that. None when
+    /// it could not be opened.
     pub(crate) intent: Option<Mutex<crate::writeback::log_file::LogFile>>,
+    /// Signalled when a commit retires the intent log (`retire_intent`):
+    /// fsyncs waiting for a seal (`LogFile::seal_after_commit`) go on.
+    pub(crate) intent_retired: Condvar,
     /// Waits for the state lock and the flush lock (`contention.rs`).
     pub(crate) st_wait: crate::contention::Contention,
     pub(crate) flush_wait: crate::contention::Contention,
@@ -142,6 +147,7 @@ impl Fs {
             stored: Default::default(),
             inode_count: Default::default(),
             intent: None,
+            intent_retired: Condvar::new(),
             st_wait: Default::default(),
             flush_wait: Default::default(),
             holds,
@@ -268,7 +274,7 @@ impl Fs {
     pub(crate) fn inode(&self, st: &State, ino: u64) -> Result<Inode> {
         st.need(ino)?;
         let from = |o: &Overlay| o.inodes.get(&ino).cloned();
-        let found = from(st.dirty_of(ino)).or_else(|| st.flushing.as_deref().and_then(from));
+        let found = st.newest(ino, from);
         match found {
             Some(Some(i)) => Ok(i),
             Some(None) => Err(FsError::NotFound),
@@ -299,7 +305,7 @@ impl Fs {
         st.need(dir)?;
         let sk = dirent_subkey(name);
         let from = |o: &Overlay| o.dirents.get(&dir).and_then(|m| m.get(&sk)).cloned();
-        if let Some(e) = from(st.dirty_of(dir)).or_else(|| st.flushing.as_deref().and_then(from)) {
+        if let Some(e) = st.newest(dir, from) {
             return Ok(e);
         }
         let e = self
@@ -311,7 +317,7 @@ impl Fs {
     pub(crate) fn symlink_target(&self, st: &State, ino: u64) -> Result<Vec<u8>> {
         st.need(ino)?;
         let from = |o: &Overlay| o.symlinks.get(&ino).cloned();
-        if let Some(t) = from(st.dirty_of(ino)).or_else(|| st.flushing.as_deref().and_then(from)) {
+        if let Some(t) = st.newest(ino, from) {
             return Ok(t);
         }
         let e = self
@@ -323,7 +329,7 @@ impl Fs {
     pub(crate) fn xattr(&self, st: &State, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
         st.need(ino)?;
         let from = |o: &Overlay| o.xattrs.get(&ino).and_then(|m| m.get(name)).cloned();
-        if let Some(v) = from(st.dirty_of(ino)).or_else(|| st.flushing.as_deref().and_then(from)) {
+        if let Some(v) = st.newest(ino, from) {
             return Ok(v);
         }
         let e = self
@@ -342,12 +348,7 @@ impl Fs {
             .into_iter()
             .map(|e| (e.key.sub().to_vec(), true))
             .collect();
-        for o in st
-            .flushing
-            .as_deref()
-            .into_iter()
-            .chain(std::iter::once(st.dirty_of(ino)))
-        {
+        for o in st.oldest_first(ino) {
             for (k, v) in o.xattrs.get(&ino).into_iter().flatten() {
                 m.insert(k.clone(), v.is_some());
             }
@@ -358,22 +359,10 @@ impl Fs {
             .collect())
     }
 
-    /// What the overlays say about a block: the dirty one first, then the
-    /// flushing one; a patch carries the state below it.
+    /// What the overlays say about a block: the dirty one first, then those
+    /// being committed, newest first; a patch carries the state below it.
     pub(crate) fn block_state(&self, st: &State, ino: u64, blk: u64) -> BlockState {
-        // The flushing overlay is the bottom one: a patch there lies over
-        // the committed block, as `Overlay::block` says.
-        let below = || {
-            st.flushing
-                .as_deref()
-                .and_then(|o| o.block(ino, blk))
-                .unwrap_or(BlockState::Committed)
-        };
-        match st.dirty_of(ino).block(ino, blk) {
-            Some(BlockState::Patch(p, _)) => BlockState::Patch(p, Box::new(below())),
-            Some(s) => s,
-            None => below(),
-        }
+        stacked_block(st.newest_first(ino), ino, blk)
     }
 
     /// The whole bytes of a block in `state` (empty for a hole), reading
@@ -555,5 +544,24 @@ impl Fs {
 
     pub(crate) fn now() -> Time {
         Time::now()
+    }
+}
+
+/// What `layers` (newest first) say about a block: the first that knows
+/// it, with the state of those below under a patch.
+fn stacked_block<'o>(
+    mut layers: impl Iterator<Item = &'o Overlay>,
+    ino: u64,
+    blk: u64,
+) -> BlockState {
+    let Some(top) = layers.next() else {
+        return BlockState::Committed;
+    };
+    match top.block(ino, blk) {
+        Some(BlockState::Patch(p, _)) => {
+            BlockState::Patch(p, Box::new(stacked_block(layers, ino, blk)))
+        }
+        Some(s) => s,
+        None => stacked_block(layers, ino, blk),
     }
 }

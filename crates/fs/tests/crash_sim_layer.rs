@@ -13,7 +13,7 @@ use cairn_devices::backend::{crash_images, read_images, write_images, CrashMode,
 use cairn_devices::backend::{Event, Recorder, TraceStorage};
 use cairn_devices::{DeviceClass, DeviceSpec};
 use cairn_fs::maintenance::check::check_pool;
-use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, ROOT_INO};
+use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, SnapshotKind, ROOT_INO};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -205,6 +205,30 @@ impl Recovered {
         );
     }
 
+    /// The snapshot `name` exists, at `tid`, and holds exactly `files`.
+    fn expect_snapshot(&self, name: &str, tid: u64, files: &Model) {
+        let s = self.fs.snapshot(name);
+        let s = s.unwrap_or_else(|e| panic!("{}: snapshot {name}: {e}", self.what));
+        assert_eq!(s.tid, tid, "{}: snapshot {name}'s TID", self.what);
+        let listed = self.fs.asof_readdir(ROOT_INO, tid, 0, 1000).unwrap();
+        assert_eq!(
+            listed.len(),
+            files.len() + 2,
+            "{}: files in snapshot {name}",
+            self.what
+        );
+        for (f, want) in files {
+            let i = self.fs.asof_lookup(ROOT_INO, tid, f.as_bytes());
+            let i = i.unwrap_or_else(|e| panic!("{}: {f} in {name}: {e}", self.what));
+            let got = self.fs.asof_read(i.ino, tid, 0, i.size as u32 + 1);
+            assert!(
+                got.unwrap() == *want,
+                "{}: {f} in {name} differs",
+                self.what
+            );
+        }
+    }
+
     /// Flushes what the replay left and checks the pool once more.
     fn finish(self) {
         self.fs.shutdown().unwrap();
@@ -372,6 +396,124 @@ fn fsyncs_during_a_commit_survive_power_loss() {
     // the second one on top of the commit.
     assert!(
         on.contains_key(&tid) && on.contains_key(&(tid + 1)),
+        "crash points by committed TID: {on:?}"
+    );
+}
+
+/// A snapshot taken while a flush commits (`snapshot_during_commit`): it
+/// returns before that commit ends, with files changed both before the
+/// seal and after it, and a crash at any point from its return on keeps
+/// it, at the TID it was given, with exactly the files of that moment;
+/// the fsyncs after it keep theirs. Reads meanwhile see the newest of the
+/// three overlays (dirty, the snapshot's, the one being committed).
+#[test]
+fn a_snapshot_during_a_commit_survives_power_loss() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let d = tempfile::tempdir().unwrap();
+    let (base, rec, fs) = traced(d.path());
+    let mut model = Model::new();
+    let put = |fs: &Fs, model: &mut Model, name: &str, at: usize, len: usize, rng: &mut StdRng| {
+        let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        let ino = match fs.lookup(ROOT_INO, name.as_bytes()) {
+            Ok(i) => i.ino,
+            Err(_) => {
+                fs.create(Ctx::ROOT, ROOT_INO, name.as_bytes(), 0o644)
+                    .unwrap()
+                    .ino
+            }
+        };
+        write_file(fs, ino, at as u64, &data);
+        let f = model.entry(name.to_string()).or_default();
+        f.resize(f.len().max(at + len), 0);
+        f[at..at + len].copy_from_slice(&data);
+    };
+    let expect_all = |fs: &Fs, model: &Model| {
+        for (name, want) in model {
+            let i = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
+            assert!(
+                fs.read(i.ino, 0, i.size as u32 + 1).unwrap() == *want,
+                "{name} reads wrong"
+            );
+        }
+    };
+    // Logged before the flush: its commit has 6 MiB of blocks to write.
+    for i in 0..6 {
+        put(&fs, &mut model, &format!("big{i}"), 0, 1 << 20, &mut rng);
+        fs.fsync(ino_of(&fs, &format!("big{i}"))).unwrap();
+    }
+    put(&fs, &mut model, "unsynced", 0, 50_000, &mut rng);
+    let tid = fs.last_tid();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut points = Vec::new();
+    let (snap, snap_files, snap_at) = std::thread::scope(|s| {
+        s.spawn(|| {
+            fs.flush().unwrap();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let t0 = std::time::Instant::now();
+        while !fs.committing() {
+            assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
+        }
+        // After the seal: a new file, and overwrites of blocks the commit
+        // holds (a whole one, and a part of one).
+        put(
+            &fs,
+            &mut model,
+            "during",
+            0,
+            rng.gen_range(1..5000),
+            &mut rng,
+        );
+        put(&fs, &mut model, "big0", 0, 64 << 10, &mut rng);
+        put(&fs, &mut model, "big1", 1000, 3000, &mut rng);
+        let snap = fs.snapshot_create("s", SnapshotKind::Named).unwrap();
+        assert!(
+            !done.load(std::sync::atomic::Ordering::SeqCst),
+            "the snapshot waited for the commit"
+        );
+        let snap_at = rec.len();
+        let snap_files = model.clone();
+        points.push((snap_at, model.clone()));
+        // Above the snapshot, while that commit may still run.
+        put(&fs, &mut model, "big1", 2000, 3000, &mut rng);
+        put(&fs, &mut model, "after", 0, 700, &mut rng);
+        expect_all(&fs, &model);
+        fs.fsync(ino_of(&fs, "after")).unwrap();
+        points.push((rec.len(), model.clone()));
+        (snap, snap_files, snap_at)
+    });
+    assert_eq!(snap.tid, tid + 2, "on top of the flush's TID");
+    // And once both commits are made, on top of them.
+    // (The fsync above logs, or flushes when the log still waited for the
+    // first commit.)
+    fs.commit_cuts();
+    assert!(fs.last_tid() >= tid + 2);
+    put(&fs, &mut model, "big2", 5, 10, &mut rng);
+    fs.fsync(ino_of(&fs, "big2")).unwrap();
+    points.push((rec.len(), model.clone()));
+    expect_all(&fs, &model);
+    let trace = rec.take();
+    drop(fs); // the power goes
+    let mut ks: Vec<(usize, usize)> = points.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
+    for _ in 0..5 {
+        let k = rng.gen_range(snap_at..trace.len());
+        ks.push((k, points.iter().rposition(|p| p.0 <= k).unwrap()));
+    }
+    ks.push((trace.len(), points.len() - 1));
+    let mut on = BTreeMap::new();
+    for (j, &(k, i)) in ks.iter().enumerate() {
+        let r = recover(&base, &trace, k, MODES[j % 3], seed ^ k as u64);
+        for (name, data) in &points[i].1 {
+            r.expect(name, data);
+        }
+        r.expect_snapshot("s", snap.tid, &snap_files);
+        *on.entry(r.committed).or_insert(0) += 1;
+        r.finish();
+    }
+    // The crash points cut both commits short, and neither.
+    assert!(
+        on.contains_key(&tid) && on.contains_key(&(tid + 2)),
         "crash points by committed TID: {on:?}"
     );
 }

@@ -123,7 +123,7 @@ impl Fs {
                     && d.patches.get(i).is_none_or(|m| m.is_empty())
                     && !d.truncs.contains_key(i)
             });
-            if clean && st.flushing.is_none() && log_empty {
+            if clean && st.flushing.is_empty() && log_empty {
                 // Records from now on go on top of the clone's TID: its
                 // commit must not leave them behind (`LogFile::seal`).
                 if let Some(l) = lg.as_deref_mut() {

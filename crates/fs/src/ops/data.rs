@@ -229,13 +229,13 @@ impl Fs {
     }
 
     /// Bytes the dirty data may still grow by before the pool is full.
-    fn space_available(&self, flushing: Option<&crate::writeback::overlay::Overlay>) -> u64 {
+    fn space_available(&self, flushing: &crate::writeback::committing::Committing) -> u64 {
         let c = &self.pool.chunks;
         let free = c.free_bytes();
         let seg = c.segment_size();
         let waste = seg + (free / seg) * (self.record + CHUNK_HEADER_LEN as u64);
         let rs = self.record;
-        let pending = self.load.flush_bytes(rs) + flushing.map_or(0, |f| f.flush_bytes(rs));
+        let pending = self.load.flush_bytes(rs) + flushing.flush_bytes(rs);
         let pending = pending + pending / 64;
         free.saturating_sub(waste).saturating_sub(pending)
     }
@@ -251,7 +251,7 @@ impl Fs {
         loop {
             self.check_ok()?;
             let mut st = self.lock_inos(&[ino]);
-            if self.space_available(st.flushing.as_deref()) < data.len() as u64 + self.record {
+            if self.space_available(&st.flushing) < data.len() as u64 + self.record {
                 drop(st);
                 self.reclaim(reclaimed)?;
                 reclaimed += 1;
@@ -466,7 +466,7 @@ impl Fs {
         let host = self.pool.chunks.devices().host_free_limit();
         let flushing = self.flushing.read().clone();
         let avail_bytes = self
-            .space_available(flushing.as_deref())
+            .space_available(&flushing)
             .min(host.unwrap_or(u64::MAX));
         let avail = avail_bytes / bsize;
         let ffree = avail_bytes / crate::ops::inodes::BYTES_PER_INODE;

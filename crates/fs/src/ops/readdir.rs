@@ -7,7 +7,6 @@
 use crate::error::Result;
 use crate::types::{split_dirent_subkey, DirEnt, FileKind};
 use crate::vfs::{Fs, State};
-use crate::writeback::overlay::Overlay;
 use cairn_meta::{ElemKey, RecordType};
 use std::collections::BTreeMap;
 
@@ -38,8 +37,7 @@ impl Fs {
                 merged.insert(e.key.sub().to_vec(), Some(DirEnt::decode(&e.payload)?));
             }
             let lo = (after + 1).to_be_bytes().to_vec();
-            let overlays: [Option<&Overlay>; 2] = [st.flushing.as_deref(), Some(st.dirty_of(dir))];
-            for o in overlays.into_iter().flatten() {
+            for o in st.oldest_first(dir) {
                 if let Some(m) = o.dirents.get(&dir) {
                     for (k, v) in m.range(lo.clone()..) {
                         merged.insert(k.clone(), *v);

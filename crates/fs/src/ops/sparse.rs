@@ -85,10 +85,7 @@ impl Fs {
     fn overlay_view(&self, ino: u64) -> Result<(OverlayView, u64, FileKind)> {
         let st = self.lock_inos(&[ino]);
         let i = self.inode(&st, ino)?;
-        let mut layers = vec![layer(st.dirty_of(ino), ino)];
-        if let Some(f) = st.flushing.as_deref() {
-            layers.push(layer(f, ino));
-        }
+        let layers = st.newest_first(ino).map(|o| layer(o, ino)).collect();
         Ok((OverlayView { layers }, i.size, i.kind))
     }
 
@@ -196,7 +193,7 @@ impl Fs {
                 .map_or(0, |e| e.create_tid);
             let mut buffered: BTreeMap<u64, u64> = BTreeMap::new();
             let mut trunc: Option<u64> = None;
-            for o in st.flushing.as_deref().into_iter().chain([st.dirty_of(ino)]) {
+            for o in st.oldest_first(ino) {
                 if let Some(&t) = o.truncs.get(&ino) {
                     trunc = Some(trunc.map_or(t, |x: u64| x.min(t)));
                     buffered.retain(|&b, _| b < t);

@@ -59,6 +59,7 @@ struct PieceAt<'a> {
 /// The changes a snapshot cut sealed (`history/snapshot.rs`): the next
 /// holder of the flush lock commits them as its own TID, with the
 /// snapshots, before anything else (`commit_sealed`).
+#[derive(Clone)]
 pub(crate) struct Sealed {
     pub(crate) ov: Arc<Overlay>,
     pub(crate) next_ino: u64,
@@ -131,7 +132,7 @@ impl Fs {
 
     /// Takes every shard's dirty overlay as the one being committed as
     /// `tid` (every shard locked: a consistent cut); reads find it in
-    /// `flushing`. The intent log, locked before the shards, is sealed with
+    /// `flushing`, above any sealed before it. The intent log, locked before the shards, is sealed with
     /// it (`LogFile::seal`): fsyncs go on logging while it commits.
     pub(crate) fn seal(
         &self,
@@ -144,19 +145,19 @@ impl Fs {
         }
         let parts = st.shards_mut().map(|s| std::mem::take(&mut s.dirty));
         let ov = Arc::new(Overlay::merge_disjoint(parts.collect::<Vec<_>>()));
-        *self.flushing.write() = Some(ov.clone());
+        self.flushing.write().push(ov.clone());
         ov
     }
 
     /// After the commit of `tid`: the intent log and the overlay it held
-    /// are retired, the freed slots go back.
+    /// (the oldest being committed) are retired, the freed slots go back.
     fn committed(&self, last_tid: &mut u64, tid: u64, freed: &[SlotAddr]) -> Result<()> {
         *last_tid = tid;
         self.must_commit.store(false, Ordering::SeqCst);
         self.retire_intent(tid);
         let st = self.lock_all();
         self.drop_ns_meta();
-        *self.flushing.write() = None;
+        self.flushing.write().pop_oldest();
         drop(st);
         self.pool.chunks.release_slots(freed)?;
         self.reserve.recover();
@@ -189,14 +190,21 @@ impl Fs {
     /// the holder does: no other change may commit before them. A failure
     /// is kept for `snapshot_create` to report; the changes stay buffered
     /// (the snapshot is not taken), unless the snapshot was logged: then
-    /// the filesystem stops, and the next mount's replay takes it.
+    /// the filesystem stops, and the next mount's replay takes it. The
+    /// changes stay in `sealed` until then: a snapshot is not sealed
+    /// above them meanwhile (`snapshot_during_commit`).
     pub(crate) fn commit_sealed(&self, last_tid: &mut u64) {
-        let Some(s) = self.sealed.lock().take() else {
+        let Some(s) = self.sealed.lock().clone() else {
             return;
         };
+        if self.check_ok().is_err() {
+            return; // stopped: the next mount's replay takes them
+        }
         let tid = *last_tid + 1;
         let names: Vec<&str> = s.snaps.iter().map(|s| s.name.as_str()).collect();
-        let e = match self.commit(&s.ov, tid, s.next_ino, false, &s.snaps) {
+        let committed = self.commit(&s.ov, tid, s.next_ino, false, &s.snaps);
+        *self.sealed.lock() = None;
+        let e = match committed {
             Ok(freed) => {
                 let r = self.committed(last_tid, tid, &freed);
                 if let Err(e) = r.and_then(|()| self.refresh_retained()) {
@@ -238,9 +246,17 @@ impl Fs {
     fn keep_uncommitted(&self, ov: Arc<Overlay>, meta_failed: bool) -> Result<()> {
         self.must_commit.store(true, Ordering::SeqCst);
         let mut st = self.lock_all();
-        let flushing = self.flushing.write().take();
+        if st.flushing.len() > 1 {
+            // A logged snapshot sealed changes above these during their
+            // commit: they cannot go back under the dirty ones. Its record
+            // holds them too; the replay at the next mount commits both.
+            return Err(FsError::Failed(
+                "a commit failed under a logged snapshot".into(),
+            ));
+        }
+        let flushing = self.flushing.write().pop_oldest();
         let flushing = flushing.expect("the failed overlay is flushing");
-        st.flushing = None;
+        st.flushing = Default::default();
         drop(ov);
         let older = Arc::try_unwrap(flushing).unwrap_or_else(|shared| (*shared).clone());
         let parts = older.split(crate::state::SHARDS, crate::state::shard_of);
@@ -263,7 +279,7 @@ impl Fs {
 
     /// Whether sealed changes are being committed (or wait for a commit).
     pub fn committing(&self) -> bool {
-        self.flushing.read().is_some()
+        !self.flushing.read().is_empty()
     }
 
     /// Writes the overlay's blocks, sorted by file and offset. With dedup

@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::history::snapshot::{Snapshot, SnapshotKind};
 use crate::types::DirEnt;
 use crate::vfs::{Fs, State};
+use crate::writeback::committing::Committing;
 use crate::writeback::flush::Sealed;
 use crate::writeback::intent_record::{self as rec, put_bytes, put_opt, put_u32, put_u64};
 use crate::writeback::intent_record::{Entry, T_BLOCK, T_DELETE, T_DIRENT, T_INODE, T_ORPHAN};
@@ -24,6 +25,7 @@ use crate::writeback::overlay::{Overlay, Unlogged};
 use crate::writeback::patch::Patch;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Changes beyond this many block bytes are committed by a flush instead:
 /// logging them would write the data twice for no gain.
@@ -45,17 +47,25 @@ impl Fs {
         }
         // The log before the shards (the lock order in ARCHITECTURE.md).
         let mut lg = log.lock();
+        while lg.waits_for_commit() {
+            // A snapshot ended the region during a commit: the next record
+            // goes to the other region once that commit frees it, which is
+            // sooner than a flush of our own after it and the snapshot's.
+            self.intent_retired
+                .wait_for(&mut lg, Duration::from_millis(20));
+            self.check_ok()?;
+        }
         // A logged snapshot whose commit just failed stops the filesystem:
         // nothing may be logged after it (see `snapshot_logged`).
         self.check_ok()?;
-        if lg.is_broken() || self.must_commit.load(Ordering::SeqCst) {
+        if lg.refuses_records() || self.must_commit.load(Ordering::SeqCst) {
             drop(lg);
             return self.flush();
         }
         let mut rec = lg.record_buffer();
         // Every shard: the record is a consistent cut of all changes.
         let mut st = self.lock_all();
-        let owed = owed(&lg, st.flushing.as_ref());
+        let owed = owed(&lg, &st.flushing);
         let quiet = owed.is_none() && st.shards().all(|s| s.dirty.unlogged.is_empty());
         // Large changes, or a host filesystem without room for the metadata
         // of the commit that must follow: a flush (which spends the reserve
@@ -111,8 +121,8 @@ impl Fs {
         let Some(lg) = log.try_lock() else {
             return false;
         };
-        let owed = owed(&lg, self.flushing.read().as_ref()).map_or(0, |o| o.unlogged.bytes);
-        !lg.is_broken() && self.load.bytes() + owed <= MAX_RECORD_DATA
+        let owed = owed(&lg, &self.flushing.read()).map_or(0, |o| o.unlogged.bytes);
+        !lg.refuses_records() && self.load.bytes() + owed <= MAX_RECORD_DATA
     }
 
     /// Whether the changes not yet logged (of every shard, and `owed` of
@@ -167,9 +177,17 @@ impl Fs {
     /// TID: the records after it are on top of that TID (a record region
     /// ends with a snapshot, see `snapshot_logged`). Records after it on
     /// the same TID (a version 1 log whose snapshot commit failed) are
-    /// logged again on top of that commit first.
+    /// logged again on top of that commit first. Records on a TID the
+    /// crash left uncommitted (written during its commit) come after what
+    /// that TID held: that is committed first, as the TID it was, so that
+    /// a snapshot among them is committed as the TID it was given (the
+    /// next region starts on it, see `snapshot_during_commit`).
     pub(crate) fn replay_intent(&self, records: &[Record]) -> Result<()> {
         for (i, (head, rec)) in records.iter().enumerate() {
+            let new_base = i > 0 && records[i - 1].0.base_tid != head.base_tid;
+            if new_base && head.base_tid > self.last_tid() {
+                self.commit_replayed(Vec::new())?;
+            }
             let snaps = self.apply_record(&mut self.lock_all(), rec)?;
             if snaps.is_empty() {
                 continue;
@@ -192,19 +210,21 @@ impl Fs {
     }
 
     /// Commits the changes applied so far with `snaps` (a logged
-    /// snapshot) as the next TID; returns it.
+    /// snapshot, if any) as the next TID; returns it. Without a snapshot,
+    /// a commit that fails for space leaves them buffered, for the flush
+    /// that ends the replay.
     fn commit_replayed(&self, snaps: Vec<Snapshot>) -> Result<u64> {
         let mut last = self.flush_guard();
         let tid = *last + 1;
-        let snaps = snaps.into_iter().map(|s| Snapshot { tid, ..s }).collect();
+        let snaps: Vec<Snapshot> = snaps.into_iter().map(|s| Snapshot { tid, ..s }).collect();
         let mut lg = self.log_guard();
         let ov = self.seal(&mut self.lock_all(), lg.as_deref_mut(), tid);
         drop(lg);
         *self.sealed.lock() = Some(Sealed {
             ov,
             next_ino: self.next_ino(),
+            logged: !snaps.is_empty(),
             snaps,
-            logged: true,
         });
         self.commit_sealed(&mut last);
         drop(last);
@@ -236,6 +256,11 @@ impl Fs {
         if self.must_commit.load(Ordering::SeqCst) {
             return Ok(None);
         }
+        if self.flush_lock.is_locked() {
+            if let Some(snap) = self.snapshot_during_commit(log, name, kind)? {
+                return Ok(Some(snap));
+            }
+        }
         let last = self.flush_guard();
         self.check_ok()?;
         self.refuse_taken_name(name)?;
@@ -247,7 +272,7 @@ impl Fs {
         // The snapshot's record must end a region on the last commit (a
         // clone whose commit failed left the log sealed for the next TID).
         if st.shards().all(|s| s.dirty.is_empty())
-            || lg.is_broken()
+            || lg.refuses_records()
             || !lg.is_on(*last)
             || self.reserve.is_short()
             || room < 2 * to_write + 4 * self.pool.chunks.segment_size()
@@ -288,6 +313,83 @@ impl Fs {
         Ok(Some(snap))
     }
 
+    /// `snapshot_logged` while a flush commits the changes it sealed,
+    /// without waiting for that commit: the record goes on top of the TID
+    /// being committed, holds the sealed changes no record holds yet (as
+    /// an fsync's would), and ends its region; the changes since are
+    /// sealed as the next TID above the ones being committed, and the log
+    /// takes no record until that commit frees its other region
+    /// (`LogFile::seal_after_commit`: fsync waits for it). None when
+    /// the commit under way is not a flush's (a snapshot's, a clone's,
+    /// maintenance), or the record cannot be taken (as in
+    /// `snapshot_logged`): the caller waits for the commit.
+    fn snapshot_during_commit(
+        &self,
+        log: &parking_lot::Mutex<LogFile>,
+        name: &str,
+        kind: SnapshotKind,
+    ) -> Result<Option<Snapshot>> {
+        let room = self.pool.chunks.free_bytes();
+        let mut lg = log.lock();
+        let mut payload = lg.record_buffer();
+        let mut st = self.lock_all();
+        // The flusher retires the log (`retire_intent`) before it releases
+        // the overlay it committed, so with the log held, one overlay
+        // being committed and no cut waiting, it is a flush's, sealed as
+        // the log's base.
+        let tid = lg.base_tid() + 1;
+        let to_write: u64 = st
+            .shards()
+            .map(|s| s.dirty.flush_bytes(self.record))
+            .sum::<u64>()
+            + st.flushing.flush_bytes(self.record);
+        let owed = owed(&lg, &st.flushing);
+        if st.flushing.len() != 1
+            || self.sealed.lock().is_some()
+            || st.shards().all(|s| s.dirty.is_empty())
+            || lg.refuses_records()
+            || self.reserve.is_short()
+            || room < 2 * to_write + 4 * self.pool.chunks.segment_size()
+            || !self.fits_a_record(&st, owed.as_deref())
+        {
+            drop(st);
+            lg.recycle(payload);
+            return Ok(None);
+        }
+        self.check_ok()?;
+        self.refuse_taken_name(name)?;
+        let snap = Snapshot::new(name, tid, kind);
+        if let Some(ov) = &owed {
+            encode_entries(ov, &ov.unlogged, &mut payload);
+        }
+        encode_unlogged(&mut st, &mut payload);
+        rec::put_snapshot(&mut payload, &snap);
+        let next_ino = self.next_ino();
+        let ov = self.seal(&mut st, None, tid);
+        drop(st);
+        // The flusher waits for the log to retire the commit under way:
+        // nothing commits the sealed changes before `sealed` is set.
+        let logged = lg.append_record(next_ino, payload);
+        if logged.is_ok() {
+            lg.settle_sealed();
+        }
+        lg.seal_after_commit(tid);
+        *self.sealed_error.lock() = None;
+        *self.sealed.lock() = Some(Sealed {
+            ov,
+            next_ino,
+            snaps: vec![snap.clone()],
+            logged: logged.is_ok(),
+        });
+        drop(lg);
+        if let Err(e) = logged {
+            tracing::warn!("{e}; committing snapshot {name} instead");
+            return self.wait_for_cut(snap).map(Some);
+        }
+        self.kick_flusher();
+        Ok(Some(snap))
+    }
+
     /// The intent log, locked (taken before the shards), if the pool has one.
     pub(crate) fn log_guard(&self) -> Option<parking_lot::MutexGuard<'_, LogFile>> {
         self.intent.as_ref().map(|l| l.lock())
@@ -298,6 +400,7 @@ impl Fs {
     pub(crate) fn retire_intent(&self, tid: u64) {
         if let Some(mut l) = self.log_guard() {
             l.committed(tid);
+            self.intent_retired.notify_all();
         }
     }
 
@@ -375,11 +478,12 @@ impl Fs {
     }
 }
 
-/// The overlay being committed (`flushing`), when the next record must
-/// also hold its changes that no record holds (`LogFile::seal`) and it has
-/// some.
-fn owed(lg: &LogFile, flushing: Option<&Arc<Overlay>>) -> Option<Arc<Overlay>> {
+/// The overlay the log was last sealed with (the newest being committed),
+/// when the next record must also hold its changes that no record holds
+/// (`LogFile::seal`) and it has some.
+fn owed(lg: &LogFile, flushing: &Committing) -> Option<Arc<Overlay>> {
     flushing
+        .newest()
         .filter(|o| lg.owes_sealed() && !o.unlogged.is_empty())
         .cloned()
 }

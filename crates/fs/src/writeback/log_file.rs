@@ -74,6 +74,10 @@ pub struct LogFile {
     /// overlays: until the commit of this TID holds them, no fsync may
     /// count on the log (0: none failed).
     broken_until: u64,
+    /// A snapshot sealed this TID while the commit of the base TID was
+    /// under way (`seal_after_commit`): records wait for that commit,
+    /// which frees the other region (0: none).
+    pending_seal: u64,
     /// The last record's buffer, for the next (`record_buffer`).
     spare: Vec<u8>,
 }
@@ -111,6 +115,7 @@ impl LogFile {
             limit: REGION,
             owes_sealed: false,
             broken_until: 0,
+            pending_seal: 0,
             spare: Vec::new(),
         };
         let mut found = Vec::new();
@@ -191,6 +196,12 @@ impl LogFile {
         self.base_tid == tid
     }
 
+    /// The TID records go on top of: the last sealed (being committed, or
+    /// committed).
+    pub fn base_tid(&self) -> u64 {
+        self.base_tid
+    }
+
     /// How many bytes of its region the records on the current base hold.
     pub fn used(&self) -> u64 {
         self.pos
@@ -216,6 +227,16 @@ impl LogFile {
         self.limit = REGION;
     }
 
+    /// The changes so far are sealed as `tid` while the commit of the
+    /// region's base TID (`tid - 1`) is under way, after a record that
+    /// ends the region (a logged snapshot's): the other region is still
+    /// needed until that commit is made, so no record is taken until then
+    /// (`refuses_records`), and `committed` seals the log for `tid`.
+    pub fn seal_after_commit(&mut self, tid: u64) {
+        assert_eq!(tid, self.base_tid + 1, "sealed on top of the region's base");
+        self.pending_seal = tid;
+    }
+
     /// Whether the next record must hold the sealed changes no record holds.
     pub fn owes_sealed(&self) -> bool {
         self.owes_sealed
@@ -232,12 +253,29 @@ impl LogFile {
         self.broken_until != 0
     }
 
+    /// Whether records wait for a commit to seal the log
+    /// (`seal_after_commit`).
+    pub fn waits_for_commit(&self) -> bool {
+        self.pending_seal != 0
+    }
+
+    /// Whether no record may be written now: the log is broken, or waits
+    /// for a commit to seal it (`seal_after_commit`). fsync then flushes.
+    pub fn refuses_records(&self) -> bool {
+        self.is_broken() || self.pending_seal != 0
+    }
+
     /// `tid` was committed: it holds the sealed changes, and every change
-    /// a failed record write left out if it was the TID they wait for.
+    /// a failed record write left out if it was the TID they wait for. A
+    /// seal that waited for it is made (`seal_after_commit`).
     pub fn committed(&mut self, tid: u64) {
         self.owes_sealed = false;
         if tid >= self.broken_until {
             self.broken_until = 0;
+        }
+        if self.pending_seal == tid + 1 {
+            self.pending_seal = 0;
+            self.seal(tid + 1);
         }
     }
 
@@ -277,6 +315,7 @@ impl LogFile {
             rec.len() >= HEADER_LEN,
             "a record buffer starts with header room"
         );
+        assert_eq!(self.pending_seal, 0, "no record before a pending seal");
         let len = rec.len() as u64;
         if self.pos + len > self.limit {
             self.recycle(rec);
@@ -465,6 +504,44 @@ mod tests {
         drop(log);
         let got = payloads_of(&p, [2; 16], 3);
         assert_eq!(got, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    }
+
+    /// A snapshot sealed 6 while 5 was being committed: the log takes no
+    /// record until 5 is committed, then goes to the other region, on 6.
+    #[test]
+    fn a_seal_after_a_commit_waits_for_it() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let uuid = [5; 16];
+        let (mut log, _) = LogFile::open(&p, uuid, 3, &HostStorage).unwrap();
+        log.append(1, b"on 3").unwrap();
+        log.seal(4);
+        log.committed(4);
+        log.seal(5);
+        log.append(1, b"on 5").unwrap();
+        log.seal_after_commit(6);
+        assert!(log.refuses_records() && !log.is_broken());
+        log.committed(4); // not the one it waits for
+        assert!(log.refuses_records() && log.is_on(5));
+        log.committed(5);
+        assert!(!log.refuses_records() && log.is_on(6) && log.owes_sealed());
+        log.append(1, b"on 6").unwrap();
+        drop(log);
+        // 5's region is kept until 6 is committed; 3's was overwritten.
+        assert_eq!(
+            payloads_of(&p, uuid, 5),
+            vec![b"on 5".to_vec(), b"on 6".to_vec()]
+        );
+        assert_eq!(payloads_of(&p, uuid, 6), vec![b"on 6".to_vec()]);
+    }
+
+    #[test]
+    #[should_panic(expected = "no record before a pending seal")]
+    fn a_record_before_a_pending_seal_is_a_bug() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut log, _) = LogFile::open(&d.path().join("log"), [6; 16], 3, &HostStorage).unwrap();
+        log.seal_after_commit(4);
+        let _ = log.append(1, b"x");
     }
 
     #[test]

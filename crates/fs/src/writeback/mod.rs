@@ -3,6 +3,7 @@
 //! stored as pieces, and the blocks the last flushes wrote (for
 //! read-modify-write).
 
+pub(crate) mod committing;
 pub mod flush;
 pub(crate) mod intent;
 pub(crate) mod intent_record;
