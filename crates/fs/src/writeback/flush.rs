@@ -96,6 +96,8 @@ impl Fs {
     fn flush_try(&self, prune_all: bool, retry: bool) -> Result<()> {
         self.check_ok()?;
         let mut last_tid = self.flush_guard();
+        // A cut's commit that `flush_guard` made may have stopped it.
+        self.check_ok()?;
         let tid = *last_tid + 1;
         let (ov, next_ino) = {
             // The log, then every shard: a consistent cut of all changes.

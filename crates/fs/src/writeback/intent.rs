@@ -179,13 +179,16 @@ impl Fs {
     /// the same TID (a version 1 log whose snapshot commit failed) are
     /// logged again on top of that commit first. Records on a TID the
     /// crash left uncommitted (written during its commit) come after what
-    /// that TID held: that is committed first, as the TID it was, so that
-    /// a snapshot among them is committed as the TID it was given (the
-    /// next region starts on it, see `snapshot_during_commit`).
+    /// that TID held (the records before them, if any): that is committed
+    /// first, as the TID it was, so that a snapshot among them is
+    /// committed as the TID it was given (the next region starts on it,
+    /// see `snapshot_during_commit`).
     pub(crate) fn replay_intent(&self, records: &[Record]) -> Result<()> {
+        let mut lifted = None;
         for (i, (head, rec)) in records.iter().enumerate() {
-            let new_base = i > 0 && records[i - 1].0.base_tid != head.base_tid;
-            if new_base && head.base_tid > self.last_tid() {
+            if head.base_tid > self.last_tid() && lifted != Some(head.base_tid) {
+                // Once: a commit that fails for space leaves it buffered.
+                lifted = Some(head.base_tid);
                 self.commit_replayed(Vec::new())?;
             }
             let snaps = self.apply_record(&mut self.lock_all(), rec)?;
