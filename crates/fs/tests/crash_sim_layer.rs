@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod common;
+
 /// File name -> content.
 type Model = BTreeMap<String, Vec<u8>>;
 
@@ -237,6 +239,27 @@ impl Recovered {
     }
 }
 
+/// Starts a flush on a thread of `s` and returns once it has sealed the
+/// changes it commits (its commit under way); `done` is set when it ends.
+fn flush_in_background<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    fs: &'s Fs,
+    done: &'s std::sync::atomic::AtomicBool,
+) {
+    s.spawn(|| {
+        fs.flush().unwrap();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let t0 = std::time::Instant::now();
+    while !fs.committing() {
+        assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
+        assert!(
+            !done.load(std::sync::atomic::Ordering::SeqCst),
+            "the commit ended unseen"
+        );
+    }
+}
+
 fn seed() -> u64 {
     let seed = std::env::var("CAIRN_SEED")
         .ok()
@@ -324,20 +347,9 @@ fn fsyncs_during_a_commit_survive_power_loss() {
     let mut points = Vec::new();
     let mut during = 0;
     std::thread::scope(|s| {
-        s.spawn(|| {
-            fs.flush().unwrap();
-            done.store(true, std::sync::atomic::Ordering::SeqCst);
-        });
         // From the seal on: "unsynced" is in no record, only in the
         // overlay being committed.
-        let t0 = std::time::Instant::now();
-        while !fs.committing() {
-            assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
-            assert!(
-                !done.load(std::sync::atomic::Ordering::SeqCst),
-                "the commit ended unseen"
-            );
-        }
+        flush_in_background(s, &fs, &done);
         for i in 0.. {
             let finished = done.load(std::sync::atomic::Ordering::SeqCst);
             if finished && i >= 4 {
@@ -429,15 +441,7 @@ fn snapshot_during_a_commit(fsync_first: bool) {
     let mut model = Model::new();
     let put = |fs: &Fs, model: &mut Model, name: &str, at: usize, len: usize, rng: &mut StdRng| {
         let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
-        let ino = match fs.lookup(ROOT_INO, name.as_bytes()) {
-            Ok(i) => i.ino,
-            Err(_) => {
-                fs.create(Ctx::ROOT, ROOT_INO, name.as_bytes(), 0o644)
-                    .unwrap()
-                    .ino
-            }
-        };
-        write_file(fs, ino, at as u64, &data);
+        write_file(fs, common::file_in_root(fs, name), at as u64, &data);
         let f = model.entry(name.to_string()).or_default();
         f.resize(f.len().max(at + len), 0);
         f[at..at + len].copy_from_slice(&data);
@@ -463,14 +467,7 @@ fn snapshot_during_a_commit(fsync_first: bool) {
     let done = std::sync::atomic::AtomicBool::new(false);
     let mut points = Vec::new();
     let (snap, snap_files, snap_at) = std::thread::scope(|s| {
-        s.spawn(|| {
-            fs.flush().unwrap();
-            done.store(true, std::sync::atomic::Ordering::SeqCst);
-        });
-        let t0 = std::time::Instant::now();
-        while !fs.committing() {
-            assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
-        }
+        flush_in_background(s, &fs, &done);
         // After the seal: a new file, and overwrites of blocks the commit
         // holds (a whole one, and a part of one).
         put(

@@ -10,6 +10,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+mod common;
+
 fn make(dir: &Path) -> Arc<Fs> {
     let o = MkfsOptions {
         segment_size: 1 << 20,
@@ -49,15 +51,7 @@ fn interleaved(fs: &Fs, rounds: usize, seed: u64) -> Vec<(u64, Vec<u8>)> {
     let block = fs.record_size() as usize;
     let mut files: Vec<(u64, Vec<u8>)> = (0..4)
         .map(|i| {
-            let name = format!("f{i}");
-            let ino = match fs.lookup(ROOT_INO, name.as_bytes()) {
-                Ok(i) => i.ino,
-                Err(_) => {
-                    fs.create(Ctx::ROOT, ROOT_INO, name.as_bytes(), 0o644)
-                        .unwrap()
-                        .ino
-                }
-            };
+            let ino = common::file_in_root(fs, &format!("f{i}"));
             (ino, Vec::new())
         })
         .collect();

@@ -287,15 +287,11 @@ impl Fs {
         }
         // Holding the flush lock, after `commit_sealed`: no commit is under
         // way, so every change not logged is in the dirty overlays.
-        let tid = *last + 1;
-        let snap = Snapshot::new(name, tid, kind);
-        encode_unlogged(&mut st, &mut payload);
-        rec::put_snapshot(&mut payload, &snap);
-        let next_ino = self.next_ino();
-        let ov = self.seal(&mut st, None, tid);
+        let snap = Snapshot::new(name, *last + 1, kind);
+        let (next_ino, ov) = self.seal_snapshot(&mut st, &mut payload, None, &snap);
         drop(st);
         let logged = lg.append_record(next_ino, payload);
-        lg.seal(tid);
+        lg.seal(snap.tid);
         drop(lg);
         if let Err(e) = &logged {
             tracing::warn!("{e}; committing snapshot {name} instead");
@@ -362,13 +358,7 @@ impl Fs {
         self.check_ok()?;
         self.refuse_taken_name(name)?;
         let snap = Snapshot::new(name, tid, kind);
-        if let Some(ov) = &owed {
-            encode_entries(ov, &ov.unlogged, &mut payload);
-        }
-        encode_unlogged(&mut st, &mut payload);
-        rec::put_snapshot(&mut payload, &snap);
-        let next_ino = self.next_ino();
-        let ov = self.seal(&mut st, None, tid);
+        let (next_ino, ov) = self.seal_snapshot(&mut st, &mut payload, owed.as_deref(), &snap);
         drop(st);
         // The flusher waits for the log to retire the commit under way:
         // nothing commits the sealed changes before `sealed` is set.
@@ -391,6 +381,25 @@ impl Fs {
         }
         self.kick_flusher();
         Ok(Some(snap))
+    }
+
+    /// A logged snapshot's record and cut (every shard locked): encodes the
+    /// changes no record holds (`owed`'s, then the dirty overlays') and
+    /// `snap` into `payload`, and seals the dirty overlays as the
+    /// snapshot's TID; returns the inode counter and the sealed overlay.
+    fn seal_snapshot(
+        &self,
+        st: &mut State,
+        payload: &mut Vec<u8>,
+        owed: Option<&Overlay>,
+        snap: &Snapshot,
+    ) -> (u64, Arc<Overlay>) {
+        if let Some(ov) = owed {
+            encode_entries(ov, &ov.unlogged, payload);
+        }
+        encode_unlogged(st, payload);
+        rec::put_snapshot(payload, snap);
+        (self.next_ino(), self.seal(st, None, snap.tid))
     }
 
     /// The intent log, locked (taken before the shards), if the pool has one.

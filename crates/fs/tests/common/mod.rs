@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use cairn_fs::{mkfs, Fs, MkfsOptions, Pool};
+use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, ROOT_INO};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -21,6 +21,18 @@ pub fn make(dir: &Path) -> Arc<Fs> {
 /// Opens the pool under `dir` again.
 pub fn reopen(dir: &Path) -> Arc<Fs> {
     Fs::open(Pool::open(&dir.join("pool"), None).unwrap()).unwrap()
+}
+
+/// The inode of file `name` in the root directory, made if missing.
+pub fn file_in_root(fs: &Fs, name: &str) -> u64 {
+    match fs.lookup(ROOT_INO, name.as_bytes()) {
+        Ok(i) => i.ino,
+        Err(_) => {
+            fs.create(Ctx::ROOT, ROOT_INO, name.as_bytes(), 0o644)
+                .unwrap()
+                .ino
+        }
+    }
 }
 
 /// Incompressible bytes from a seed.
