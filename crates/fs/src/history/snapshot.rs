@@ -238,13 +238,7 @@ impl Fs {
         snap.tid = *last + 1;
         let ov = self.seal(&mut st, lg.as_deref_mut(), snap.tid);
         drop(lg);
-        *self.sealed_error.lock() = None;
-        *self.sealed.lock() = Some(crate::writeback::flush::Sealed {
-            ov,
-            next_ino: self.next_ino(),
-            snaps: vec![snap.clone()],
-            logged: false,
-        });
+        self.leave_sealed(ov, self.next_ino(), &snap, false);
         drop(st);
         drop(last);
         self.kick_flusher();

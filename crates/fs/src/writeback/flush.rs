@@ -232,6 +232,25 @@ impl Fs {
         }
     }
 
+    /// Leaves the changes a snapshot sealed as `snap.tid`, with it, for the
+    /// next holder of the flush lock to commit (`commit_sealed`); `logged`:
+    /// its intent record was written (see `Sealed::logged`).
+    pub(crate) fn leave_sealed(
+        &self,
+        ov: Arc<Overlay>,
+        next_ino: u64,
+        snap: &Snapshot,
+        logged: bool,
+    ) {
+        *self.sealed_error.lock() = None;
+        *self.sealed.lock() = Some(Sealed {
+            ov,
+            next_ino,
+            snaps: vec![snap.clone()],
+            logged,
+        });
+    }
+
     /// A failure that leaves the filesystem unable to commit: it stops
     /// accepting changes (remount to recover the last commit).
     fn stop(&self, e: FsError) -> FsError {

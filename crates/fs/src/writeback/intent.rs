@@ -76,10 +76,7 @@ impl Fs {
             drop(lg);
             return if quiet { Ok(()) } else { self.flush() };
         }
-        if let Some(ov) = &owed {
-            encode_entries(ov, &ov.unlogged, &mut rec);
-        }
-        encode_unlogged(&mut st, &mut rec);
+        encode_pending(&mut st, owed.as_deref(), &mut rec);
         let next_ino = self.next_ino();
         drop(st);
         match lg.append_record(next_ino, rec) {
@@ -271,16 +268,9 @@ impl Fs {
         let mut lg = log.lock();
         let mut payload = lg.record_buffer();
         let mut st = self.lock_all();
-        let to_write: u64 = st.shards().map(|s| s.dirty.flush_bytes(self.record)).sum();
         // The snapshot's record must end a region on the last commit (a
         // clone whose commit failed left the log sealed for the next TID).
-        if st.shards().all(|s| s.dirty.is_empty())
-            || lg.refuses_records()
-            || !lg.is_on(*last)
-            || self.reserve.is_short()
-            || room < 2 * to_write + 4 * self.pool.chunks.segment_size()
-            || !self.fits_a_record(&st, None)
-        {
+        if !lg.is_on(*last) || !self.snapshot_fits(&st, &lg, room, None) {
             drop(st);
             lg.recycle(payload);
             return Ok(None);
@@ -293,23 +283,9 @@ impl Fs {
         let logged = lg.append_record(next_ino, payload);
         lg.seal(snap.tid);
         drop(lg);
-        if let Err(e) = &logged {
-            tracing::warn!("{e}; committing snapshot {name} instead");
-        }
-        *self.sealed_error.lock() = None;
-        *self.sealed.lock() = Some(Sealed {
-            ov,
-            next_ino,
-            snaps: vec![snap.clone()],
-            logged: logged.is_ok(),
-        });
+        self.leave_sealed(ov, next_ino, &snap, logged.is_ok());
         drop(last);
-        if logged.is_err() {
-            // Not in the log: durable only once committed.
-            return self.wait_for_cut(snap).map(Some);
-        }
-        self.kick_flusher();
-        Ok(Some(snap))
+        self.logged_or_committed(snap, logged)
     }
 
     /// `snapshot_logged` while a flush commits the changes it sealed,
@@ -337,19 +313,10 @@ impl Fs {
         // being committed and no cut waiting, it is a flush's, sealed as
         // the log's base.
         let tid = lg.base_tid() + 1;
-        let to_write: u64 = st
-            .shards()
-            .map(|s| s.dirty.flush_bytes(self.record))
-            .sum::<u64>()
-            + st.flushing.flush_bytes(self.record);
         let owed = owed(&lg, &st.flushing);
         if st.flushing.len() != 1
             || self.sealed.lock().is_some()
-            || st.shards().all(|s| s.dirty.is_empty())
-            || lg.refuses_records()
-            || self.reserve.is_short()
-            || room < 2 * to_write + 4 * self.pool.chunks.segment_size()
-            || !self.fits_a_record(&st, owed.as_deref())
+            || !self.snapshot_fits(&st, &lg, room, owed.as_deref())
         {
             drop(st);
             lg.recycle(payload);
@@ -367,16 +334,41 @@ impl Fs {
             lg.settle_sealed();
         }
         lg.seal_after_commit(tid);
-        *self.sealed_error.lock() = None;
-        *self.sealed.lock() = Some(Sealed {
-            ov,
-            next_ino,
-            snaps: vec![snap.clone()],
-            logged: logged.is_ok(),
-        });
+        self.leave_sealed(ov, next_ino, &snap, logged.is_ok());
         drop(lg);
+        self.logged_or_committed(snap, logged)
+    }
+
+    /// Whether a logged snapshot can take the changes buffered now (the
+    /// log and every shard locked): some are, the log takes records, the
+    /// reserve is not short, `room` free bytes hold their commit and the
+    /// one under way twice over (the commit of a logged snapshot must not
+    /// fail for space: a failed one stops the filesystem, see
+    /// `commit_sealed`), and they fit a record with what `owed` owes.
+    fn snapshot_fits(&self, st: &State, lg: &LogFile, room: u64, owed: Option<&Overlay>) -> bool {
+        let to_write = st
+            .shards()
+            .map(|s| s.dirty.flush_bytes(self.record))
+            .sum::<u64>()
+            + st.flushing.flush_bytes(self.record);
+        !st.shards().all(|s| s.dirty.is_empty())
+            && !lg.refuses_records()
+            && !self.reserve.is_short()
+            && room >= 2 * to_write + 4 * self.pool.chunks.segment_size()
+            && self.fits_a_record(st, owed)
+    }
+
+    /// A logged snapshot whose changes were left sealed (`leave_sealed`,
+    /// no lock held now): durable if its record was written, the flusher
+    /// woken to commit it; else durable once its commit is made, which
+    /// this waits for.
+    fn logged_or_committed(
+        &self,
+        snap: Snapshot,
+        logged: std::result::Result<(), LogError>,
+    ) -> Result<Option<Snapshot>> {
         if let Err(e) = logged {
-            tracing::warn!("{e}; committing snapshot {name} instead");
+            tracing::warn!("{e}; committing snapshot {} instead", snap.name);
             return self.wait_for_cut(snap).map(Some);
         }
         self.kick_flusher();
@@ -394,10 +386,7 @@ impl Fs {
         owed: Option<&Overlay>,
         snap: &Snapshot,
     ) -> (u64, Arc<Overlay>) {
-        if let Some(ov) = owed {
-            encode_entries(ov, &ov.unlogged, payload);
-        }
-        encode_unlogged(st, payload);
+        encode_pending(st, owed, payload);
         rec::put_snapshot(payload, snap);
         (self.next_ino(), self.seal(st, None, snap.tid))
     }
@@ -498,6 +487,16 @@ fn owed(lg: &LogFile, flushing: &Committing) -> Option<Arc<Overlay>> {
         .newest()
         .filter(|o| lg.owes_sealed() && !o.unlogged.is_empty())
         .cloned()
+}
+
+/// Appends every change no record holds to `w`: those of `owed` (the
+/// overlay being committed, read without changing it, see `owed`), then
+/// those of every shard (`encode_unlogged`).
+fn encode_pending(st: &mut State, owed: Option<&Overlay>, w: &mut Vec<u8>) {
+    if let Some(ov) = owed {
+        encode_entries(ov, &ov.unlogged, w);
+    }
+    encode_unlogged(st, w);
 }
 
 /// Appends the changes not yet logged of every shard to `w` as one record

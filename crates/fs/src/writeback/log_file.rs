@@ -259,10 +259,11 @@ impl LogFile {
         self.pending_seal != 0
     }
 
-    /// Whether no record may be written now: the log is broken, or waits
-    /// for a commit to seal it (`seal_after_commit`). fsync then flushes.
+    /// Whether no record may be written now: the log is broken (fsync then
+    /// flushes), or waits for a commit to seal it (`seal_after_commit`:
+    /// fsync waits for that commit).
     pub fn refuses_records(&self) -> bool {
-        self.is_broken() || self.pending_seal != 0
+        self.is_broken() || self.waits_for_commit()
     }
 
     /// `tid` was committed: it holds the sealed changes, and every change
