@@ -6,7 +6,8 @@
 //! flush after the fault is cleared commits them, and so does the flush
 //! after a single EIO; a lasting EIO on the metadata file stops the
 //! filesystem, and a remount finds the last commit, what was fsynced
-//! since, and a clean pool.
+//! since, and a clean pool; a commit that fails under a snapshot taken
+//! during it stops the filesystem, and a remount keeps both.
 
 use cairn_data::chunk::CHUNK_MAGIC;
 use cairn_data::CHUNK_HEADER_LEN;
@@ -298,4 +299,117 @@ fn a_device_that_stops_answering_for_a_while_delays_but_loses_nothing() {
     assert_eq!(dev.hits(slow), 1);
     assert!(t.elapsed() >= stall);
     assert!(check_pool(fs.pool()).unwrap().problems.is_empty());
+}
+
+/// Names and contents of the files a test wrote.
+type Files = Vec<(&'static [u8], Vec<u8>)>;
+
+/// Writes `data` at `at` into root file `name` (made if missing) and into
+/// `files`; returns the inode.
+fn put(fs: &Fs, files: &mut Files, name: &'static [u8], at: usize, data: &[u8]) -> u64 {
+    let ino = match fs.lookup(ROOT_INO, name) {
+        Ok(i) => i.ino,
+        Err(_) => fs.create(Ctx::ROOT, ROOT_INO, name, 0o644).unwrap().ino,
+    };
+    fs.write(ino, at as u64, data).unwrap();
+    let i = match files.iter().position(|f| f.0 == name) {
+        Some(i) => i,
+        None => {
+            files.push((name, Vec::new()));
+            files.len() - 1
+        }
+    };
+    let f = &mut files[i].1;
+    f.resize(f.len().max(at + data.len()), 0);
+    f[at..at + data.len()].copy_from_slice(data);
+    ino
+}
+
+/// A snapshot taken while a flush commits, whose commit then fails for
+/// (one metadata write fails: alone, a retry would do): the snapshot returned
+/// durable, so the filesystem stops rather than put the failed commit's
+/// changes back under the snapshot's; an fsync waiting for that commit
+/// gets the error, not a success; a remount commits both from the intent
+/// log and finds the snapshot at its TID with the files of its moment.
+#[test]
+fn a_failed_commit_under_a_snapshot_stops_the_fs_and_a_remount_keeps_both() {
+    use cairn_fs::SnapshotKind;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path());
+    let (fs, st) = open_faulty(&pool);
+    let (dev, meta) = (
+        st.control(&pool.join("data.0")),
+        st.control(&pool.join("meta.redb")),
+    );
+    let mut files = Files::new();
+    let synced = put(&fs, &mut files, b"synced", 0, &pattern(1 << 20));
+    fs.fsync(synced).unwrap();
+    put(&fs, &mut files, b"unsynced", 0, &pattern(300_000));
+    let tid = fs.last_tid();
+    // The flush's data sync waits long enough for the snapshot to be taken
+    // during its commit, and then one metadata write of the commit fails
+    // (alone, a failure the next flush would retry).
+    let hang = dev
+        .add(Fault::hang(Ops::SYNC, std::time::Duration::from_millis(1500)).when(When::Times(1)));
+    let eio = meta.add(Fault::eio(Ops::WRITE).when(When::Times(1)));
+    let done = AtomicBool::new(false);
+    let (snap, at_snap) = std::thread::scope(|s| {
+        let flushed = s.spawn(|| {
+            let r = fs.flush();
+            done.store(true, SeqCst);
+            r
+        });
+        let t0 = std::time::Instant::now();
+        while !fs.committing() {
+            assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
+        }
+        put(&fs, &mut files, b"during", 0, b"written during the commit");
+        put(&fs, &mut files, b"synced", 4096, &[7u8; 5000]);
+        let snap = fs.snapshot_create("s", SnapshotKind::Named).unwrap();
+        assert!(!done.load(SeqCst), "the snapshot waited for the commit");
+        let at_snap = files.clone();
+        let after = put(&fs, &mut files, b"after", 0, b"after the snapshot");
+        // On a thread of its own, so that a wait that never ends fails the
+        // test instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f = fs.clone();
+        std::thread::spawn(move || tx.send(f.fsync(after)));
+        let r = rx.recv_timeout(std::time::Duration::from_secs(60));
+        let r = r.expect("the fsync after the snapshot never returned");
+        let e = r.expect_err("the fsync after the snapshot");
+        println!("the fsync after the snapshot: {e}");
+        assert_eq!(e.to_string().matches("stopped").count(), 1, "{e}");
+        let e = flushed.join().unwrap().expect_err("the flush");
+        println!("the flush: {e}");
+        (snap, at_snap)
+    });
+    assert_eq!(dev.hits(hang), 1);
+    assert_eq!(meta.hits(eio), 1);
+    assert_eq!(snap.tid, tid + 2, "on top of the flush's TID");
+    assert!(
+        fs.write(synced, 0, b"x").is_err(),
+        "a stopped fs takes writes"
+    );
+    meta.clear();
+    dev.clear();
+    drop(fs);
+    let p = Pool::open(&pool, None).unwrap();
+    let rep = check_pool(&p).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    let fs = Fs::open(p).unwrap();
+    assert_eq!(fs.snapshot("s").unwrap().tid, snap.tid);
+    assert!(fs.last_tid() >= snap.tid);
+    for (name, want) in &at_snap {
+        let what = String::from_utf8_lossy(name);
+        let i = fs.asof_lookup(ROOT_INO, snap.tid, name).unwrap();
+        let got = fs
+            .asof_read(i.ino, snap.tid, 0, want.len() as u32 + 1)
+            .unwrap();
+        assert!(got == *want, "{what} in the snapshot reads wrong");
+        let i = fs.lookup(ROOT_INO, name).unwrap();
+        let got = fs.read(i.ino, 0, want.len() as u32 + 1).unwrap();
+        assert!(got == *want, "{what} reads wrong after the remount");
+    }
+    assert!(fs.asof_lookup(ROOT_INO, snap.tid, b"after").is_err());
 }

@@ -255,7 +255,12 @@ impl Fs {
     /// accepting changes (remount to recover the last commit).
     fn stop(&self, e: FsError) -> FsError {
         tracing::error!("{e}; the filesystem stops accepting changes");
-        *self.failed.lock() = Some(e.to_string());
+        // A stop's own error says why once (check_ok wraps it again).
+        let why = match &e {
+            FsError::Failed(why) => why.clone(),
+            e => e.to_string(),
+        };
+        *self.failed.lock() = Some(why);
         e
     }
 
