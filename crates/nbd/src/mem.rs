@@ -17,7 +17,8 @@ pub struct MemExport {
     size: u64,
     block_size: u32,
     read_only: bool,
-    delay: Duration,
+    /// Sleep per call, in microseconds (`set_delay`).
+    delay_us: AtomicU64,
     pages: RwLock<BTreeMap<u64, Box<[u8]>>>,
     fail: AtomicBool,
     flushes: AtomicU64,
@@ -41,7 +42,7 @@ impl MemExport {
             size,
             block_size: PAGE as u32,
             read_only: false,
-            delay: Duration::ZERO,
+            delay_us: AtomicU64::new(0),
             pages: RwLock::new(BTreeMap::new()),
             fail: AtomicBool::new(false),
             flushes: AtomicU64::new(0),
@@ -57,9 +58,14 @@ impl MemExport {
     }
 
     /// The same export, sleeping `d` in every call (a slow device).
-    pub fn with_delay(mut self, d: Duration) -> MemExport {
-        self.delay = d;
+    pub fn with_delay(self, d: Duration) -> MemExport {
+        self.set_delay(d);
         self
+    }
+
+    /// From now on every call sleeps `d` (zero: none).
+    pub fn set_delay(&self, d: Duration) {
+        self.delay_us.store(d.as_micros() as u64, SeqCst);
     }
 
     /// A read-only copy of the current contents (a snapshot).
@@ -92,8 +98,9 @@ impl MemExport {
         let now = self.in_flight.fetch_add(1, SeqCst) + 1;
         self.peak_in_flight.fetch_max(now, SeqCst);
         let busy = Busy(self);
-        if !self.delay.is_zero() {
-            std::thread::sleep(self.delay);
+        let delay = self.delay_us.load(SeqCst);
+        if delay > 0 {
+            std::thread::sleep(Duration::from_micros(delay));
         }
         if self.fail.load(SeqCst) {
             return Err(io::Error::other("injected I/O error"));

@@ -13,7 +13,6 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -66,13 +65,6 @@ impl Sock {
             Sock::Tcp(s) => s.shutdown(Shutdown::Both),
             Sock::Unix(s) => s.shutdown(Shutdown::Both),
         };
-    }
-
-    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
-        match self {
-            Sock::Tcp(s) => s.as_raw_fd(),
-            Sock::Unix(s) => s.as_raw_fd(),
-        }
     }
 
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {

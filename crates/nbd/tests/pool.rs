@@ -71,18 +71,9 @@ fn one_connection_requests_run_concurrently() {
     let mut c = Client::tcp(tcp_addr(&s));
     c.go("slow", false);
     let t = Instant::now();
-    let cookies: Vec<u64> = (0..4)
-        .map(|i| c.send(CMD_READ, 0, i * 4096, 4096, &[]))
-        .collect();
-    let mut seen = Vec::new();
-    for _ in 0..4 {
-        assert_eq!(c.u32(), SIMPLE_REPLY_MAGIC);
-        assert_eq!(c.u32(), 0);
-        seen.push(c.u64());
-        c.bytes(4096);
-    }
-    seen.sort();
-    assert_eq!(seen, cookies);
+    let reads: Vec<_> = (0..4).map(|i| (CMD_READ, i * 4096, 4096)).collect();
+    let cookies = c.send_many(&reads);
+    c.read_replies(&cookies, 4096);
     assert!(
         t.elapsed() < Duration::from_millis(180),
         "took {:?}",
@@ -129,9 +120,9 @@ fn remote_addresses_need_allow_remote() {
 }
 
 /// `cairn_nbd`'s inline rule (conn.rs): once a connection's requests have
-/// been quick, a short request that comes alone runs on the reader's
-/// thread (no hand-off to a worker); requests to a slow export always go
-/// to the pool, so a slow one never holds up the reading.
+/// been quick, a short request runs on the reader's thread (no hand-off
+/// to a worker); requests to a slow export always go to the pool, so a
+/// slow one never holds up the reading.
 #[test]
 fn lone_quick_requests_run_on_the_reader_and_slow_ones_in_the_pool() {
     let (_, ex) = disk_exports();
@@ -156,8 +147,8 @@ fn lone_quick_requests_run_on_the_reader_and_slow_ones_in_the_pool() {
         }
     };
     let st = settled(200);
-    // The first 16 go to the pool; a request slowed by the machine sends
-    // the next 16 there too. Most of the 200 must have run inline.
+    // The first 32 go to the pool; a request slowed by the machine sends
+    // the next 32 there too. Most of the 200 must have run inline.
     assert!(
         st.inline >= 100,
         "inline {} of 200: {:?}",
@@ -179,4 +170,60 @@ fn lone_quick_requests_run_on_the_reader_and_slow_ones_in_the_pool() {
         "a slow export's request ran inline"
     );
     assert_eq!(st.pool.completed - before.pool.completed, 40);
+}
+
+/// Quick requests sent all at once (a client's queue depth) run inline
+/// too, not only lone ones; once one is slow, the next ones go to the
+/// pool, side by side, until enough were quick again.
+#[test]
+fn pipelined_quick_requests_run_inline_until_one_is_slow() {
+    let disk = Arc::new(MemExport::new(SIZE));
+    let s = start_tcp(
+        StaticExports::new().with("disk", "", disk.clone()),
+        config(4, 4),
+    );
+    let mut c = Client::tcp(tcp_addr(&s));
+    c.go("disk", false);
+    let reads = |n: u64| {
+        (0..n)
+            .map(|i| (CMD_READ, i * 4096, 4096))
+            .collect::<Vec<_>>()
+    };
+    // Until the streak is there, and whatever the machine does to it:
+    // every request quick (in the pool or not) before the test's own.
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let before = s.stats();
+        let cookies = c.send_many(&reads(64));
+        c.read_replies(&cookies, 4096);
+        let ran = s.stats().inline - before.inline;
+        if ran == 64 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "64 requests at once never all ran inline: {ran}"
+        );
+    }
+    // One slow request: it runs inline (its slowness is seen after it),
+    // and the 8 after it go to the pool, all at once.
+    disk.set_delay(Duration::from_millis(30));
+    let before = s.stats();
+    let t = Instant::now();
+    let cookies = c.send_many(&reads(9));
+    c.read_replies(&cookies, 4096);
+    let st = s.stats();
+    assert_eq!(
+        st.inline - before.inline,
+        1,
+        "only the first slow one inline"
+    );
+    // 30 ms inline, then 8 side by side in the pool of 4: about 90 ms,
+    // not 270.
+    assert!(
+        t.elapsed() < Duration::from_millis(250),
+        "took {:?}",
+        t.elapsed()
+    );
+    c.disconnect();
 }

@@ -79,6 +79,11 @@ struct State {
     /// idle, so one slow thread start does not trigger a second grow.
     starting: usize,
     busy: usize,
+    /// The manager waits without a timeout (nothing was queued): a submit
+    /// that leaves more jobs queued than idle workers wakes it. Otherwise
+    /// it looks again within a tick on its own, and a submit does not pay
+    /// for waking it.
+    manager_parked: bool,
     shutdown: bool,
     stats: Stats,
 }
@@ -126,9 +131,12 @@ impl Pool {
         if st.workers == 0 {
             spawn_worker(sh, &mut st);
         }
+        let wake_manager = st.manager_parked && st.queue.len() > st.workers - st.busy;
         drop(st);
         sh.work.notify_one();
-        sh.manage.notify_one();
+        if wake_manager {
+            sh.manage.notify_one();
+        }
     }
 
     /// A snapshot of the counters.
@@ -192,7 +200,9 @@ fn manage(sh: &Arc<Shared>) {
     let mut st = sh.state.lock();
     while !st.shutdown {
         let Some(&(oldest, _)) = st.queue.front() else {
+            st.manager_parked = true;
             sh.manage.wait(&mut st);
+            st.manager_parked = false;
             continue;
         };
         let idle = st.workers - st.busy; // includes starting workers

@@ -220,6 +220,42 @@ impl Client {
         self.cookie
     }
 
+    /// Requests without payload (kind, offset, length), sent in one write,
+    /// so that all of them wait in the socket before the server reads the
+    /// first; returns their cookies.
+    pub fn send_many(&mut self, reqs: &[(u16, u64, u32)]) -> Vec<u64> {
+        let mut b = Vec::new();
+        let mut cookies = Vec::new();
+        for &(kind, offset, length) in reqs {
+            self.cookie += 1;
+            let r = Request {
+                flags: 0,
+                kind,
+                cookie: self.cookie,
+                offset,
+                length,
+            };
+            b.extend_from_slice(&r.encode());
+            cookies.push(self.cookie);
+        }
+        self.s.write_all(&b).unwrap();
+        cookies
+    }
+
+    /// Reads the simple replies of READs of `len` bytes, one per cookie
+    /// in any order, and checks that each succeeded.
+    pub fn read_replies(&mut self, cookies: &[u64], len: usize) {
+        let mut seen = Vec::new();
+        for _ in cookies {
+            assert_eq!(self.u32(), SIMPLE_REPLY_MAGIC);
+            assert_eq!(self.u32(), 0);
+            seen.push(self.u64());
+            self.bytes(len);
+        }
+        seen.sort();
+        assert_eq!(seen, cookies);
+    }
+
     /// One request with a simple reply: (error, data of a READ).
     pub fn request(
         &mut self,
