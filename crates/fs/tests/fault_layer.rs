@@ -325,8 +325,8 @@ fn put(fs: &Fs, files: &mut Files, name: &'static [u8], at: usize, data: &[u8]) 
     ino
 }
 
-/// A snapshot taken while a flush commits, whose commit then fails for
-/// (one metadata write fails: alone, a retry would do): the snapshot returned
+/// A snapshot taken while a flush commits, whose commit then fails (one
+/// metadata write fails: alone, a retry would do): the snapshot returned
 /// durable, so the filesystem stops rather than put the failed commit's
 /// changes back under the snapshot's; an fsync waiting for that commit
 /// gets the error, not a success; a remount commits both from the intent
