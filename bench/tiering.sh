@@ -48,7 +48,7 @@
 #   BENCH_DIR=/var/tmp KEEP=1
 #   SEED=1  run only the TIER seed comparison (see seed_profiles below):
 #     SEED_FILE_MB=512 SEED_FAST_MB=2048 SEED_SLOW_MB=2048 SEED_DEPTH=64
-#     SEED_RUNTIME=RUNTIME
+#     SEED_RUNTIME=RUNTIME SEED_ROUNDS=3
 set -euo pipefail
 
 if [ -n "${QUICK:-}" ]; then
@@ -196,10 +196,14 @@ print("%.0f %.1f %d" % (iops, mbs, j["error"]))' <<<"$out" || die "fio gave no r
 # this same run. fio keeps SEED_DEPTH I/Os in flight: with O_DIRECT
 # accepted, one job with ioengine=libaio and iodepth=SEED_DEPTH (direct=1);
 # otherwise psync with SEED_DEPTH jobs (each synchronous, so the depth is the
-# number of jobs). Prints pool / fast-alone per profile, then deletes the
-# file and prints the space the pool still holds for its history (info
-# --json: history_only_bytes, stored_bytes). Pool settings are the shipped
-# config (fine-grained history kept one day) plus POOL_CONF.
+# number of jobs). SEED_ROUNDS rounds, each on fresh pools, the two
+# configurations in an order that alternates by round (so that a noisy
+# stretch of a shared machine falls on both alike). Prints per profile the
+# medians of IOPS and MB/s over the rounds, pool / fast-alone of the
+# medians and the ratio of each round; then, from the last round, the
+# space each pool held before and after deleting the file (info --json:
+# history_only_bytes, stored_bytes). Pool settings are the shipped config
+# (fine-grained history kept one day) plus POOL_CONF.
 seed_profiles() {
     local fmb=${SEED_FILE_MB:-512} fast=${SEED_FAST_MB:-2048} slow=${SEED_SLOW_MB:-2048}
     local depth=${SEED_DEPTH:-64} rt=${SEED_RUNTIME:-$RUNTIME} cfg p r conf=() eng
@@ -210,50 +214,70 @@ seed_profiles() {
         eng="--ioengine=psync --numjobs=$depth --direct=0"
     fi
     log "seed: $fmb MiB file, $rt s per profile, fio $eng"
+    local rounds=${SEED_ROUNDS:-3} round order
     declare -A SIOPS SMBS
+    for round in $(seq 1 "$rounds"); do
+        order="pool fast"
+        [ $((round % 2)) = 1 ] || order="fast pool"
+        for cfg in $order; do
+            seed_round "$cfg" "$round"
+        done
+    done
+    echo "## TIER seed profiles: $fmb MiB file, ${fast} MiB nvme + emulated hdd ($SLOW_LATENCY, $SLOW_BW) vs nvme alone"
+    echo
+    echo "fio: $eng, $rt s per profile, in order. I/O mode: $IOMODE. Medians of $rounds rounds (fresh pools each, pool and nvme alone in alternating order)."
+    echo
+    echo "| profile | pool IOPS | pool MB/s | nvme alone IOPS | nvme alone MB/s | pool / nvme alone | per round |"
+    echo "|---|---|---|---|---|---|---|"
+    local pi pm fi_ fm each
+    for p in "${PROFILES[@]}"; do
+        pi=() pm=() fi_=() fm=() each=()
+        for round in $(seq 1 "$rounds"); do
+            pi+=("${SIOPS[pool,$p,$round]}") pm+=("${SMBS[pool,$p,$round]}")
+            fi_+=("${SIOPS[fast,$p,$round]}") fm+=("${SMBS[fast,$p,$round]}")
+            each+=("$(div "${SIOPS[pool,$p,$round]}" "${SIOPS[fast,$p,$round]}")")
+        done
+        pi=$(median "${pi[@]}") pm=$(median "${pm[@]}") fi_=$(median "${fi_[@]}") fm=$(median "${fm[@]}")
+        echo "| ${PNAME[$p]} | $pi | $pm | $fi_ | $fm | $(div "$pi" "$fi_") | ${each[*]} |"
+    done
+    echo
     for cfg in pool fast; do
-        case $cfg in
-            pool) mkpool "seed-$cfg" "${conf[@]}" -- "$(fast_dev "seed-$cfg" "$fast")" \
-                "hdd:$W/seed-$cfg-slow.img:${slow}M:$SLOW_EMU" ;;
-            fast) mkpool "seed-$cfg" "${conf[@]}" -- "$(fast_dev "seed-$cfg" "$fast")" ;;
-        esac
-        head -c "$((fmb << 20))" /dev/urandom >"$MNT/ws"
-        "$BIN" sync "$MNT" >/dev/null
-        for p in "${PROFILES[@]}"; do
-            [ "$DIRECT" = 1 ] || drop
-            # shellcheck disable=SC2086
-            r=$(fio --name="$p" --filename="$MNT/ws" --size="${fmb}M" $eng --group_reporting \
-                --runtime="$rt" --time_based --output-format=json ${PARGS[$p]} 2>>"$W/fio.err" |
-                python3 -c '
+        echo "- $cfg (last round): before the delete ${SEED_HELD[$cfg,before]} MiB stored; after deleting the file: ${SEED_HELD[$cfg]}"
+    done
+}
+
+# seed_round CFG ROUND: one configuration's run of the four profiles (see
+# seed_profiles, whose locals it uses); sets SIOPS/SMBS[CFG,PROFILE,ROUND].
+seed_round() {
+    local cfg=$1 round=$2 p r
+    case $cfg in
+        pool) mkpool "seed-$cfg" "${conf[@]}" -- "$(fast_dev "seed-$cfg" "$fast")" \
+            "hdd:$W/seed-$cfg-slow.img:${slow}M:$SLOW_EMU" ;;
+        fast) mkpool "seed-$cfg" "${conf[@]}" -- "$(fast_dev "seed-$cfg" "$fast")" ;;
+    esac
+    head -c "$((fmb << 20))" /dev/urandom >"$MNT/ws"
+    "$BIN" sync "$MNT" >/dev/null
+    for p in "${PROFILES[@]}"; do
+        [ "$DIRECT" = 1 ] || drop
+        # shellcheck disable=SC2086
+        r=$(fio --name="$p" --filename="$MNT/ws" --size="${fmb}M" $eng --group_reporting \
+            --runtime="$rt" --time_based --output-format=json ${PARGS[$p]} 2>>"$W/fio.err" |
+            python3 -c '
 import json, sys
 s = sys.stdin.read()
 j = json.loads(s[s.index("{"):])["jobs"][0]
 print("%.0f %.1f" % (j["read"]["iops"] + j["write"]["iops"],
-                     (j["read"]["bw_bytes"] + j["write"]["bw_bytes"]) / 1e6))') ||
-                die "fio gave no result for $p (see $W/fio.err, KEEP=1)"
-            read -r "SIOPS[$cfg,$p]" "SMBS[$cfg,$p]" <<<"$r"
-            log "seed $cfg $p: ${SIOPS[$cfg,$p]} IOPS ${SMBS[$cfg,$p]} MB/s; placement $(placement)"
-        done
-        "$BIN" sync "$MNT" >/dev/null
-        SEED_HELD[$cfg,before]=$(info_field 'j["stored_bytes"] >> 20')
-        rm -f "$MNT/ws"
-        "$BIN" sync "$MNT" >/dev/null
-        SEED_HELD[$cfg]=$(info_field '"%d MiB stored, %d MiB of it history-only" % (j["stored_bytes"] >> 20, j["history_only_bytes"] >> 20)')
-        rmpool "seed-$cfg"
+                 (j["read"]["bw_bytes"] + j["write"]["bw_bytes"]) / 1e6))') ||
+            die "fio gave no result for $p (see $W/fio.err, KEEP=1)"
+        read -r "SIOPS[$cfg,$p,$round]" "SMBS[$cfg,$p,$round]" <<<"$r"
+        log "seed round $round $cfg $p: ${SIOPS[$cfg,$p,$round]} IOPS ${SMBS[$cfg,$p,$round]} MB/s; placement $(placement)"
     done
-    echo "## TIER seed profiles: $fmb MiB file, ${fast} MiB nvme + emulated hdd ($SLOW_LATENCY, $SLOW_BW) vs nvme alone"
-    echo
-    echo "fio: $eng, $rt s per profile, in order. I/O mode: $IOMODE."
-    echo
-    echo "| profile | pool IOPS | pool MB/s | nvme alone IOPS | nvme alone MB/s | pool / nvme alone |"
-    echo "|---|---|---|---|---|---|"
-    for p in "${PROFILES[@]}"; do
-        echo "| ${PNAME[$p]} | ${SIOPS[pool,$p]} | ${SMBS[pool,$p]} | ${SIOPS[fast,$p]} | ${SMBS[fast,$p]} | $(div "${SIOPS[pool,$p]}" "${SIOPS[fast,$p]}") |"
-    done
-    echo
-    for cfg in pool fast; do
-        echo "- $cfg: before the delete ${SEED_HELD[$cfg,before]} MiB stored; after deleting the file: ${SEED_HELD[$cfg]}"
-    done
+    "$BIN" sync "$MNT" >/dev/null
+    SEED_HELD[$cfg,before]=$(info_field 'j["stored_bytes"] >> 20')
+    rm -f "$MNT/ws"
+    "$BIN" sync "$MNT" >/dev/null
+    SEED_HELD[$cfg]=$(info_field '"%d MiB stored, %d MiB of it history-only" % (j["stored_bytes"] >> 20, j["history_only_bytes"] >> 20)')
+    rmpool "seed-$cfg"
 }
 declare -A SEED_HELD
 if [ -n "${SEED:-}" ]; then
