@@ -256,8 +256,11 @@ impl Filesystem for CairnFuse {
             InitFlags::FUSE_MAX_PAGES,
             InitFlags::FUSE_CACHE_SYMLINKS,
             // We drop set-id bits on write/truncate/chown ourselves; in
-            // return the kernel skips a GETXATTR(security.capability) per
-            // write(2) and a GETATTR per chown.
+            // return the kernel may skip the GETXATTR(security.capability)
+            // of a write(2) and a GETATTR per chown. It skips it only while
+            // the inode has S_NOSEC, which every reply carrying attributes
+            // clears (fuse_change_attributes): under postmark on 6.18, one
+            // GETXATTR still came per WRITE.
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ] {
             if config.add_capabilities(cap).is_err() {
