@@ -205,16 +205,23 @@ impl Client {
         self.tflags = u16::from_be_bytes(info[10..12].try_into().unwrap());
     }
 
-    pub fn send(&mut self, kind: u16, flags: u16, offset: u64, length: u32, data: &[u8]) -> u64 {
+    /// The next request's header, under a new cookie.
+    fn next_request(&mut self, kind: u16, flags: u16, offset: u64, length: u32) -> Request {
         self.cookie += 1;
-        let r = Request {
+        Request {
             flags,
             kind,
             cookie: self.cookie,
             offset,
             length,
-        };
-        let mut b = r.encode().to_vec();
+        }
+    }
+
+    pub fn send(&mut self, kind: u16, flags: u16, offset: u64, length: u32, data: &[u8]) -> u64 {
+        let mut b = self
+            .next_request(kind, flags, offset, length)
+            .encode()
+            .to_vec();
         b.extend_from_slice(data);
         self.s.write_all(&b).unwrap();
         self.cookie
@@ -227,16 +234,9 @@ impl Client {
         let mut b = Vec::new();
         let mut cookies = Vec::new();
         for &(kind, offset, length) in reqs {
-            self.cookie += 1;
-            let r = Request {
-                flags: 0,
-                kind,
-                cookie: self.cookie,
-                offset,
-                length,
-            };
+            let r = self.next_request(kind, 0, offset, length);
             b.extend_from_slice(&r.encode());
-            cookies.push(self.cookie);
+            cookies.push(r.cookie);
         }
         self.s.write_all(&b).unwrap();
         cookies
