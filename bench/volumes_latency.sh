@@ -31,7 +31,9 @@
 # Then the snapshot-create cost: a fresh pool with a SNAP_GB volume
 # (prefilled like the others unless SNAP_FILL=0) served by `cairn nbd
 # serve`, fio writing 4 KiB random at SNAP_RATE IOPS to it, and SNAP_N times
-# (SNAP_GAP s apart): the wall time of `cairn volume snapshot` (process
+# (each call after a pause taken in turn from SNAP_GAPS, so that the writes
+# buffered since the last commit or snapshot range from a few MiB to a
+# whole commit interval's): the wall time of `cairn volume snapshot` (process
 # start to exit) and the daemon-side time (a volume_snapshot request on the
 # pool's control socket, from connect to the reply: what the daemon spends,
 # without the CLI's process start-up), and the same request with
@@ -47,7 +49,7 @@
 # RATES="1000 4000 16000 64000", RUNTIME=5, SNAP_GB=2, SNAP_N=10):
 #   VOL_GB=4 RATES="1000 2000 4000 8000 16000 32000 64000" RUNTIME=10
 #   ROUNDS=1 RECORD=4K TARGETS="raw cairn cairn-snap qcow2-snap"
-#   SNAP_GB=10 SNAP_RATE=2000 SNAP_N=20 SNAP_GAP=0.5 SNAP_FILL=1 (SNAP_N=0
+#   SNAP_GB=10 SNAP_RATE=2000 SNAP_N=20 SNAP_GAPS="0.5 1.5 3 5" SNAP_FILL=1 (SNAP_N=0
 #   skips it), OUT_DIR=BENCH_DIR/cairn-volumes-latency-DATE, BENCH_DIR=/var/tmp,
 #   KEEP=1 (keep the work dir), NO_BUILD=1 (use target/release/cairn as is),
 #   BIN (a cairn binary to use).
@@ -70,7 +72,7 @@ TARGETS=${TARGETS:-raw cairn cairn-snap qcow2-snap}
 SNAP_GB=${SNAP_GB:-10}
 SNAP_RATE=${SNAP_RATE:-2000}
 SNAP_N=${SNAP_N:-20}
-SNAP_GAP=${SNAP_GAP:-0.5}
+SNAP_GAPS=${SNAP_GAPS:-0.5 1.5 3 5}
 SNAP_FILL=${SNAP_FILL:-1}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 OUT_DIR=${OUT_DIR:-$BENCH_DIR/cairn-volumes-latency-$(date +%Y%m%d-%H%M%S)}
@@ -290,15 +292,16 @@ if [ "$SNAP_N" -gt 0 ]; then
         >/dev/null 2>>"$W/fio.err" &
     FIO_PID=$!
     sleep 3
-    python3 - "$BIN" "$(pool_of $t)" "$SNAP_N" "$SNAP_GAP" >"$W/snaptimes" <<'EOF'
-import json, socket, subprocess, sys, time
-binary, pool, n, gap = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    python3 - "$BIN" "$(pool_of $t)" "$SNAP_N" "$SNAP_GAPS" >"$W/snaptimes" <<'EOF'
+import itertools, json, socket, subprocess, sys, time
+binary, pool, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+gaps = itertools.cycle([float(g) for g in sys.argv[4].split()])
 for i in range(n):
+    time.sleep(next(gaps))
     t = time.perf_counter()
     subprocess.run([binary, "volume", "snapshot", pool, "v", "c%d" % i], check=True,
                    stdout=subprocess.DEVNULL)
     cli = time.perf_counter() - t
-    time.sleep(gap)
     def request(snap, wait):
         t = time.perf_counter()
         s = socket.socket(socket.AF_UNIX)
@@ -311,11 +314,11 @@ for i in range(n):
         if "ok" not in reply:
             sys.exit("snapshot %s: %s" % (snap, reply))
         return took
+    time.sleep(next(gaps))
     daemon = request("d%d" % i, True)
-    time.sleep(gap)
+    time.sleep(next(gaps))
     cut = request("e%d" % i, False)
     print("%.3f %.3f %.3f" % (cli * 1e3, daemon * 1e3, cut * 1e3))
-    time.sleep(gap)
 EOF
     kill -INT "$FIO_PID"
     wait "$FIO_PID" || true
@@ -435,7 +438,7 @@ EOF
         done
     fi
     if [ "$SNAP_N" -gt 0 ]; then
-        echo "- snapshot create on a ${SNAP_GB} GiB volume ($SNAP_FILLED) while fio writes 4 KiB random at $SNAP_RATE IOPS ($SNAP_FIO), $SNAP_N times each:"
+        echo "- snapshot create on a ${SNAP_GB} GiB volume ($SNAP_FILLED) while fio writes 4 KiB random at $SNAP_RATE IOPS ($SNAP_FIO), $SNAP_N times each, pauses of $SNAP_GAPS s in turn before the calls:"
         echo "  \`cairn volume snapshot\` wall time median $CLI_MED ms, max $CLI_MAX ms;" \
             "daemon side (control-socket request to reply, durable) median $D_MED ms, max $D_MAX ms;" \
             "cut only (\`--no-wait\`, durable with the commit it starts) median $C_MED ms, max $C_MAX ms" \

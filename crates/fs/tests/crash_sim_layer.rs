@@ -207,6 +207,25 @@ impl Recovered {
         );
     }
 
+    /// The files of `points[i]`, the last point durable at event `k`; or,
+    /// when `k` falls between it and the next point, those of the next: the
+    /// write of the record that made them durable may outlive a crash
+    /// before its sync.
+    fn expect_point(&self, points: &[(usize, Model)], i: usize, k: usize) {
+        let holds = |m: &Model| {
+            m.iter()
+                .all(|(f, want)| self.read(f).as_ref() == Some(want))
+        };
+        if let Some(next) = points.get(i + 1).filter(|_| points[i].0 < k) {
+            if holds(&next.1) {
+                return;
+            }
+        }
+        for (name, data) in &points[i].1 {
+            self.expect(name, data);
+        }
+    }
+
     /// The snapshot `name` exists, at `tid`, and holds exactly `files`.
     fn expect_snapshot(&self, name: &str, tid: u64, files: &Model) {
         let s = self.fs.snapshot(name);
@@ -398,9 +417,7 @@ fn fsyncs_during_a_commit_survive_power_loss() {
     let mut on = BTreeMap::new();
     for (j, &(k, i)) in ks.iter().enumerate() {
         let r = recover(&base, &trace, k, MODES[j % 3], seed ^ k as u64);
-        for (name, data) in &points[i].1 {
-            r.expect(name, data);
-        }
+        r.expect_point(&points, i, k);
         *on.entry(r.committed).or_insert(0) += 1;
         r.finish();
     }
@@ -517,9 +534,7 @@ fn snapshot_during_a_commit(fsync_first: bool) {
     let mut on = BTreeMap::new();
     for (j, &(k, i)) in ks.iter().enumerate() {
         let r = recover(&base, &trace, k, MODES[j % 3], seed ^ k as u64);
-        for (name, data) in &points[i].1 {
-            r.expect(name, data);
-        }
+        r.expect_point(&points, i, k);
         r.expect_snapshot("s", snap.tid, &snap_files);
         *on.entry(r.committed).or_insert(0) += 1;
         r.finish();

@@ -55,6 +55,8 @@ fn make(dir: &Path) {
 fn config() -> PoolConfig {
     PoolConfig {
         read_cache_mib: 0,
+        // The smallest log: every crash point copies every file whole.
+        intent_log_mib: 32,
         ..PoolConfig::default()
     }
 }

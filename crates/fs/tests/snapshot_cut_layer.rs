@@ -266,18 +266,38 @@ fn an_fsync_after_a_logged_snapshot_survives_a_crash_before_its_commit() {
     assert_eq!(fs.asof_read(ino, s.tid, 0, 200_000).unwrap(), a);
 }
 
-/// More buffered than a log record takes (8 MiB): the snapshot is made by
-/// a commit, done when `snapshot_create` returns.
+/// More buffered than an fsync's record takes (8 MiB) but less than a log
+/// region (64 MiB): the snapshot still goes through the log (one write,
+/// not a commit of every block), and a crash right after keeps it whole.
 #[test]
-fn a_snapshot_over_a_large_buffer_commits_instead() {
+fn a_snapshot_over_more_than_an_fsync_record_is_logged() {
     let dir = tempfile::tempdir().unwrap();
     let fs = make(dir.path());
     let ino = file(&fs, "big");
-    let big = noise(12 << 20, 12);
+    let big = noise(20 << 20, 12);
+    fs.write(ino, 0, &big).unwrap();
+    let s = fs.snapshot_create("big", SnapshotKind::Named).unwrap();
+    assert!(!committed(&fs, "big"), "through the log, not a commit");
+    drop(fs); // a crash
+    let fs = reopen(dir.path());
+    assert!(committed(&fs, "big"), "the replay commits the snapshot");
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 20 << 20).unwrap(), big);
+    assert_eq!(fs.read(ino, 0, 20 << 20).unwrap(), big);
+    assert_clean(&fs);
+}
+
+/// More buffered than a log region holds: the snapshot is made by a
+/// commit, done when `snapshot_create` returns.
+#[test]
+fn a_snapshot_over_more_than_a_log_region_commits_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = make(dir.path());
+    let ino = file(&fs, "big");
+    let big = noise(70 << 20, 14);
     fs.write(ino, 0, &big).unwrap();
     let s = fs.snapshot_create("big", SnapshotKind::Named).unwrap();
     assert!(committed(&fs, "big"), "committed before returning");
     drop(fs);
     let fs = reopen(dir.path());
-    assert_eq!(fs.asof_read(ino, s.tid, 0, 12 << 20).unwrap(), big);
+    assert_eq!(fs.asof_read(ino, s.tid, 0, 70 << 20).unwrap(), big);
 }

@@ -28,6 +28,11 @@ pub struct PoolConfig {
     pub history_retention_secs: u64,
     /// Page cache of the metadata store, in MiB.
     pub meta_cache_mib: u64,
+    /// Size of the intent log file (`POOL/intent.log`, two regions), in
+    /// MiB: a snapshot goes through the log when the changes since the last
+    /// commit fit half of it. Applied at an open that finds nothing in the
+    /// log to replay.
+    pub intent_log_mib: u64,
     /// Automatic snapshots (`cairn snapshot auto`) kept by prune: the newest
     /// of each of the last N days, ISO weeks and months (UTC) that have one.
     pub keep_daily: u32,
@@ -111,6 +116,7 @@ impl Default for PoolConfig {
             background_nice: 10,
             history_retention_secs: 86400,
             meta_cache_mib: 256,
+            intent_log_mib: 128,
             keep_daily: 7,
             keep_weekly: 4,
             keep_monthly: 6,
@@ -201,6 +207,9 @@ impl PoolConfig {
                 &self.readahead_kib,
                 "must be at most 65536",
             );
+        }
+        if !(32..=4096).contains(&self.intent_log_mib) {
+            return bad("intent_log_mib", &self.intent_log_mib, "must be 32 to 4096");
         }
         if self.dirty_limit_mib == 0 {
             return bad(

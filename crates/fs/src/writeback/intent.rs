@@ -20,7 +20,7 @@ use crate::writeback::flush::Sealed;
 use crate::writeback::intent_record::{self as rec, put_bytes, put_opt, put_u32, put_u64};
 use crate::writeback::intent_record::{Entry, T_BLOCK, T_DELETE, T_DIRENT, T_INODE, T_ORPHAN};
 use crate::writeback::intent_record::{T_PATCH, T_SYMLINK, T_TRUNC, T_XATTR};
-use crate::writeback::log_file::{LogError, LogFile, Record, REGION};
+use crate::writeback::log_file::{LogError, LogFile, Record};
 use crate::writeback::overlay::{Overlay, Unlogged};
 use crate::writeback::patch::Patch;
 use std::sync::atomic::Ordering;
@@ -28,8 +28,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Changes beyond this many block bytes are committed by a flush instead:
-/// logging them would write the data twice for no gain.
+/// logging them would write the data twice for no gain. Not for a
+/// snapshot: its record may fill what its region has left (see
+/// `snapshot_fits`), because waiting for a commit of that much takes far
+/// longer than writing it to the log (4 KiB random writes: about 40 us of
+/// commit per block, against 0.3 ms per MiB of log).
 const MAX_RECORD_DATA: u64 = 8 << 20;
+
+/// Bytes a snapshot record is assumed to need per change besides the
+/// block bytes (keys, inodes, names), when it is checked against the room
+/// of the log; a record that turns out larger is refused (`LogError::Full`)
+/// and the snapshot is committed instead.
+const RECORD_BYTES_PER_CHANGE: u64 = 512;
 
 impl Fs {
     /// Makes every change made so far durable: through the intent log when
@@ -70,7 +80,7 @@ impl Fs {
         // Large changes, or a host filesystem without room for the metadata
         // of the commit that must follow: a flush (which spends the reserve
         // or answers ENOSPC, see `flush.rs`).
-        if quiet || !self.fits_a_record(&st, owed.as_deref()) {
+        if quiet || !self.fits_a_record(&st, owed.as_deref(), MAX_RECORD_DATA) {
             drop(st);
             lg.recycle(rec);
             drop(lg);
@@ -82,7 +92,7 @@ impl Fs {
         match lg.append_record(next_ino, rec) {
             Ok(()) => {
                 lg.settle_sealed();
-                if lg.used() > REGION / 4 * 3 {
+                if lg.used() > lg.region_len() / 4 * 3 {
                     // Seal before the region fills: a full one makes fsync
                     // wait for a commit. Not much sooner: each seal is a
                     // commit, which takes CPU from the requests.
@@ -123,17 +133,19 @@ impl Fs {
     }
 
     /// Whether the changes not yet logged (of every shard, and `owed` of
-    /// the overlay being committed) fit one record (`MAX_RECORD_DATA`) and
-    /// the host filesystem has room for the commit that must follow (call
-    /// with every shard locked).
-    fn fits_a_record(&self, st: &State, owed: Option<&Overlay>) -> bool {
+    /// the overlay being committed) fit one record of at most `max` bytes
+    /// (`MAX_RECORD_DATA` of block bytes for fsync; a snapshot's counts
+    /// `RECORD_BYTES_PER_CHANGE` more per change) and the host filesystem
+    /// has room for the commit that must follow (call with every shard
+    /// locked).
+    fn fits_a_record(&self, st: &State, owed: Option<&Overlay>, max: u64) -> bool {
         let bytes: u64 = st.shards().map(|s| s.dirty.unlogged.bytes).sum::<u64>()
             + owed.map_or(0, |o| o.unlogged.bytes);
         let changes = st
             .shards()
             .map(|s| crate::writeback::flush::change_count(&s.dirty))
             .sum();
-        bytes <= MAX_RECORD_DATA && self.commit_fits(changes)
+        bytes <= max && self.commit_fits(changes)
     }
 
     /// Whether the host filesystem has room for the metadata of committing
@@ -153,7 +165,8 @@ impl Fs {
     pub(crate) fn open_intent_log(&mut self) -> Result<Vec<Record>> {
         let path = crate::pool::PoolPaths::intent(&self.pool.path);
         let last = *self.flush_lock.get_mut();
-        match LogFile::open(&path, self.pool.sb.uuid, last, &*self.pool.storage) {
+        let size = self.pool.config.intent_log_mib << 20;
+        match LogFile::open(&path, self.pool.sb.uuid, last, &*self.pool.storage, size) {
             Ok((log, recs)) => {
                 self.intent = Some(parking_lot::Mutex::new(log));
                 let next = self.next_ino.get_mut();
@@ -261,6 +274,7 @@ impl Fs {
                 return Ok(Some(snap));
             }
         }
+        let t0 = std::time::Instant::now();
         let last = self.flush_guard();
         self.check_ok()?;
         self.refuse_taken_name(name)?;
@@ -268,6 +282,7 @@ impl Fs {
         let mut lg = log.lock();
         let mut payload = lg.record_buffer();
         let mut st = self.lock_all();
+        let t1 = t0.elapsed();
         // The snapshot's record must end a region on the last commit (a
         // clone whose commit failed left the log sealed for the next TID).
         if !lg.is_on(*last) || !self.snapshot_fits(&st, &lg, room, None) {
@@ -278,9 +293,19 @@ impl Fs {
         // Holding the flush lock, after `commit_sealed`: no commit is under
         // way, so every change not logged is in the dirty overlays.
         let snap = Snapshot::new(name, *last + 1, kind);
-        let (next_ino, ov) = self.seal_snapshot(&mut st, &mut payload, None, &snap);
+        let (next_ino, ov, changes) = self.seal_snapshot(&mut st, snap.tid);
         drop(st);
+        let t2 = t0.elapsed();
+        encode_snapshot(&mut payload, None, &ov, &changes, &snap);
+        let (t3, bytes) = (t0.elapsed(), payload.len());
         let logged = lg.append_record(next_ino, payload);
+        tracing::debug!(
+            "snapshot {name}: {bytes} bytes logged; locks in {t1:?}, cut in {:?}, \
+             encoded in {:?}, written in {:?}",
+            t2 - t1,
+            t3 - t2,
+            t0.elapsed() - t3
+        );
         lg.seal(snap.tid);
         drop(lg);
         self.leave_sealed(ov, next_ino, &snap, logged.is_ok());
@@ -325,8 +350,9 @@ impl Fs {
         self.check_ok()?;
         self.refuse_taken_name(name)?;
         let snap = Snapshot::new(name, tid, kind);
-        let (next_ino, ov) = self.seal_snapshot(&mut st, &mut payload, owed.as_deref(), &snap);
+        let (next_ino, ov, changes) = self.seal_snapshot(&mut st, snap.tid);
         drop(st);
+        encode_snapshot(&mut payload, owed.as_deref(), &ov, &changes, &snap);
         // The flusher waits for the log to retire the commit under way:
         // nothing commits the sealed changes before `sealed` is set.
         let logged = lg.append_record(next_ino, payload);
@@ -355,7 +381,19 @@ impl Fs {
             && !lg.refuses_records()
             && !self.reserve.is_short()
             && room >= 2 * to_write + 4 * self.pool.chunks.segment_size()
-            && self.fits_a_record(st, owed)
+            && self.fits_a_record(st, owed, self.snapshot_record_room(st, lg, owed))
+    }
+
+    /// Block bytes a snapshot record can hold: the room left in the log's
+    /// region less `RECORD_BYTES_PER_CHANGE` per change.
+    fn snapshot_record_room(&self, st: &State, lg: &LogFile, owed: Option<&Overlay>) -> u64 {
+        let changes: u64 = st
+            .shards()
+            .map(|s| crate::writeback::flush::change_count(&s.dirty))
+            .sum::<u64>()
+            + owed.map_or(0, crate::writeback::flush::change_count);
+        lg.room()
+            .saturating_sub(changes.saturating_mul(RECORD_BYTES_PER_CHANGE))
     }
 
     /// A logged snapshot whose changes were left sealed (`leave_sealed`,
@@ -375,20 +413,17 @@ impl Fs {
         Ok(Some(snap))
     }
 
-    /// A logged snapshot's record and cut (every shard locked): encodes the
-    /// changes no record holds (`owed`'s, then the dirty overlays') and
-    /// `snap` into `payload`, and seals the dirty overlays as the
-    /// snapshot's TID; returns the inode counter and the sealed overlay.
-    fn seal_snapshot(
-        &self,
-        st: &mut State,
-        payload: &mut Vec<u8>,
-        owed: Option<&Overlay>,
-        snap: &Snapshot,
-    ) -> (u64, Arc<Overlay>) {
-        encode_pending(st, owed, payload);
-        rec::put_snapshot(payload, snap);
-        (self.next_ino(), self.seal(st, None, snap.tid))
+    /// A logged snapshot's cut (every shard locked): takes the changes no
+    /// record holds from the dirty overlays and seals those as `tid`; returns the inode counter, the sealed overlay and
+    /// those changes, which `encode_snapshot` puts in the record once the
+    /// locks are released (the sealed overlay no longer changes), so that
+    /// requests do not wait for a large record to be copied.
+    fn seal_snapshot(&self, st: &mut State, tid: u64) -> (u64, Arc<Overlay>, Unlogged) {
+        let mut changes = Unlogged::default();
+        for sh in st.shards_mut() {
+            changes.merge(std::mem::take(&mut sh.dirty.unlogged));
+        }
+        (self.next_ino(), self.seal(st, None, tid), changes)
     }
 
     /// The intent log, locked (taken before the shards), if the pool has one.
@@ -497,6 +532,24 @@ fn encode_pending(st: &mut State, owed: Option<&Overlay>, w: &mut Vec<u8>) {
         encode_entries(ov, &ov.unlogged, w);
     }
     encode_unlogged(st, w);
+}
+
+/// A snapshot's record payload: the changes `owed` has that no record holds
+/// (the overlay being committed), then `changes` with their values in the
+/// overlay `ov` sealed for the snapshot, then the snapshot.
+fn encode_snapshot(
+    w: &mut Vec<u8>,
+    owed: Option<&Overlay>,
+    ov: &Overlay,
+    changes: &Unlogged,
+    snap: &Snapshot,
+) {
+    w.reserve(changes.bytes as usize + 64 * changes.blocks.len() + 256);
+    if let Some(o) = owed {
+        encode_entries(o, &o.unlogged, w);
+    }
+    encode_entries(ov, changes, w);
+    rec::put_snapshot(w, snap);
 }
 
 /// Appends the changes not yet logged of every shard to `w` as one record

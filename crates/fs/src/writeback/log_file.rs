@@ -21,10 +21,23 @@ pub const MAGIC: [u8; 8] = *b"CAIRNIL\0";
 pub const VERSION: u16 = 2;
 const VERSION_ONE_REGION: u16 = 1;
 pub const HEADER_LEN: usize = 64;
-/// Size of the log file; a record that does not fit makes fsync flush.
-pub const LOG_SIZE: u64 = 32 << 20;
-/// Size of each of the two regions.
-pub const REGION: u64 = LOG_SIZE / 2;
+/// Default size of a log file (`intent_log_mib`): two regions of 64 MiB,
+/// so that a snapshot can log the changes of a whole commit interval of
+/// steady writing (`Fs::snapshot_logged`); a record that does not fit
+/// makes fsync flush.
+pub const LOG_SIZE: u64 = 128 << 20;
+/// The smallest log, and the size of those made before logs grew (two
+/// regions of 16 MiB, or one of the whole file for version 1). A log is
+/// read with the regions it has (half its length); with nothing to replay
+/// it is made again at the size asked for.
+pub const LEGACY_LOG_SIZE: u64 = 32 << 20;
+/// How much of each region's start is written with zeros when the log is
+/// made (where fsync's records go), so that those writes overwrite
+/// allocated blocks and fdatasync has no file metadata to commit; the rest
+/// is allocated by the first record that reaches it (a large snapshot's).
+const ZERO_FILLED: u64 = 16 << 20;
+/// The largest log (`intent_log_mib` at most 4096).
+const MAX_LOG_SIZE: u64 = 4 << 30;
 
 /// One record's header fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,9 +77,11 @@ pub struct LogFile {
     /// Where the next record goes, from the region's start.
     pos: u64,
     seq: u64,
-    /// How far records of the region may reach from its start: `REGION`,
-    /// or the whole file for a version 1 log found at open.
+    /// How far records of the region may reach from its start:
+    /// `region_len`, or the whole file for a version 1 log found at open.
     limit: u64,
+    /// Size of each region: half the file.
+    region_len: u64,
     /// The overlay being committed has changes no record holds: the next
     /// record must hold them too (set by `seal`, see `Fs::fsync`).
     owes_sealed: bool,
@@ -93,17 +108,41 @@ impl LogFile {
         uuid: [u8; 16],
         last_tid: u64,
         storage: &dyn Storage,
+        size: u64,
     ) -> Result<(Self, Vec<Record>), LogError> {
         let err = |e| LogError::Io(path.to_path_buf(), e);
+        let size = size.clamp(LEGACY_LOG_SIZE, MAX_LOG_SIZE) & !((1 << 20) - 1);
         let file = storage.open(path, &OpenHow::CREATE).map_err(err)?;
-        if file.len().map_err(err)? < LOG_SIZE {
-            // Written once, so that appends overwrite allocated blocks and
-            // fdatasync has no file metadata to commit.
-            if let Err(e) = zero_fill(&*file) {
+        let mut len = file.len().map_err(err)?;
+        if len < LEGACY_LOG_SIZE {
+            if let Err(e) = make(&*file, size, 0) {
                 let _ = std::fs::remove_file(path);
                 return Err(err(e));
             }
+            len = size;
         }
+        let region_len = len.min(MAX_LOG_SIZE) / 2;
+        let (log, recs) = Self::read(path, file, uuid, last_tid, region_len)?;
+        if recs.is_empty() && region_len != size / 2 {
+            // Nothing to replay: made again at the size asked for (a log
+            // of an older version, or `intent_log_mib` changed).
+            let file = log.file;
+            make(&*file, size, region_len * 2).map_err(err)?;
+            return Self::read(path, file, uuid, last_tid, size / 2);
+        }
+        Ok((log, recs))
+    }
+
+    /// The log in `file` (regions of `region_len`) and its records on top
+    /// of `last_tid` (see `open`).
+    fn read(
+        path: &Path,
+        file: Arc<dyn Backend>,
+        uuid: [u8; 16],
+        last_tid: u64,
+        region_len: u64,
+    ) -> Result<(Self, Vec<Record>), LogError> {
+        let err = |e| LogError::Io(path.to_path_buf(), e);
         let mut log = LogFile {
             path: path.to_path_buf(),
             file,
@@ -112,7 +151,8 @@ impl LogFile {
             base_tid: last_tid,
             pos: 0,
             seq: 0,
-            limit: REGION,
+            limit: region_len,
+            region_len,
             owes_sealed: false,
             broken_until: 0,
             pending_seal: 0,
@@ -142,11 +182,11 @@ impl LogFile {
     /// must belong to this pool and to the first one's base TID, have the
     /// next sequence number and a good checksum.
     fn scan(&self, region: u64) -> io::Result<Scan> {
-        let start = region * REGION;
+        let start = region * self.region_len;
         let mut s = Scan {
             records: Vec::new(),
             end: 0,
-            limit: REGION,
+            limit: self.region_len,
         };
         loop {
             let mut h = [0u8; HEADER_LEN];
@@ -158,11 +198,11 @@ impl LogFile {
                 break;
             };
             if s.records.is_empty() && version == VERSION_ONE_REGION && region == 0 {
-                s.limit = LOG_SIZE;
+                s.limit = 2 * self.region_len;
             }
             let first = s.records.first().map(|r: &Record| r.0.base_tid);
             if head.uuid != self.uuid
-                || version != version_of(s.limit)
+                || version != version_of(s.limit, self.region_len)
                 || first.is_some_and(|b| b != head.base_tid)
                 || head.seq != s.records.len() as u64
             {
@@ -207,6 +247,16 @@ impl LogFile {
         self.pos
     }
 
+    /// Size of each of the two regions.
+    pub fn region_len(&self) -> u64 {
+        self.region_len
+    }
+
+    /// The largest payload the next record can have.
+    pub fn room(&self) -> u64 {
+        self.limit.saturating_sub(self.pos + HEADER_LEN as u64)
+    }
+
     /// The changes so far are sealed, to be committed as `tid`, the TID
     /// after the last commit: records from now on go to the other region,
     /// on top of `tid`, and the first of them must also hold what the
@@ -224,7 +274,7 @@ impl LogFile {
         self.base_tid = tid;
         self.pos = 0;
         self.seq = 0;
-        self.limit = REGION;
+        self.limit = self.region_len;
     }
 
     /// The changes so far are sealed as `tid` while the commit of the
@@ -329,13 +379,17 @@ impl LogFile {
             seq: self.seq,
             next_ino,
         };
-        let head = encode_head(&head, rec.len() - HEADER_LEN, version_of(self.limit));
+        let head = encode_head(
+            &head,
+            rec.len() - HEADER_LEN,
+            version_of(self.limit, self.region_len),
+        );
         rec[..HEADER_LEN].copy_from_slice(&head);
         let sum = checksum(&rec[..HEADER_LEN], &rec[HEADER_LEN..]);
         rec[56..60].copy_from_slice(&sum.to_le_bytes());
         let written = self
             .file
-            .write_at(&rec, self.region * REGION + self.pos)
+            .write_at(&rec, self.region * self.region_len + self.pos)
             .and_then(|()| self.file.sync_data());
         self.recycle(rec);
         if let Err(e) = written {
@@ -359,20 +413,31 @@ struct Scan {
 
 /// The record version of a region whose records may reach `limit` from
 /// its start: a version 1 log is one region of the whole file.
-fn version_of(limit: u64) -> u16 {
-    match limit {
-        LOG_SIZE => VERSION_ONE_REGION,
-        _ => VERSION,
+fn version_of(limit: u64, region_len: u64) -> u16 {
+    match limit > region_len {
+        true => VERSION_ONE_REGION,
+        false => VERSION,
     }
 }
 
-fn zero_fill(f: &dyn Backend) -> io::Result<()> {
+/// Makes `f` a log of `size` bytes with no record: zeros over its first
+/// `old` bytes (a log whose records no longer apply) and over the start of
+/// each region (`ZERO_FILLED`), the rest left to the file system to
+/// allocate.
+fn make(f: &dyn Backend, size: u64, old: u64) -> io::Result<()> {
     let zeros = vec![0u8; 1 << 20];
-    let mut at = 0;
-    while at < LOG_SIZE {
-        f.write_at(&zeros, at)?;
-        at += zeros.len() as u64;
-    }
+    let fill = |from: u64, to: u64| -> io::Result<()> {
+        let mut at = from;
+        while at < to {
+            f.write_at(&zeros, at)?;
+            at += zeros.len() as u64;
+        }
+        Ok(())
+    };
+    f.set_len(size)?;
+    let head = ZERO_FILLED.min(size / 2);
+    fill(0, head.max(old.min(size)))?;
+    fill(size / 2, size / 2 + head)?;
     f.sync_data()
 }
 
@@ -400,7 +465,7 @@ fn parse_head(b: &[u8; HEADER_LEN]) -> Result<(RecordHead, usize, u16), LogError
         return Err(LogError::NoRecord("no record magic or version"));
     }
     let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
-    if len as u64 > LOG_SIZE - HEADER_LEN as u64 {
+    if len as u64 > MAX_LOG_SIZE / 2 - HEADER_LEN as u64 {
         return Err(LogError::NoRecord("payload longer than the log"));
     }
     let head = RecordHead {
@@ -430,7 +495,9 @@ mod tests {
     use std::os::unix::fs::FileExt;
 
     fn payloads(p: &Path, uuid: [u8; 16], tid: u64) -> Vec<(u64, u64, Vec<u8>)> {
-        let recs = LogFile::open(p, uuid, tid, &HostStorage).unwrap().1;
+        let recs = LogFile::open(p, uuid, tid, &HostStorage, LOG_SIZE)
+            .unwrap()
+            .1;
         recs.into_iter()
             .map(|(h, p)| (h.base_tid, h.seq, p))
             .collect()
@@ -441,12 +508,12 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("log");
         let uuid = [7u8; 16];
-        let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage).unwrap();
+        let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage, LOG_SIZE).unwrap();
         assert!(recs.is_empty());
         log.append(100, b"first").unwrap();
         log.append(101, b"second").unwrap();
         drop(log);
-        let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage).unwrap();
+        let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage, LOG_SIZE).unwrap();
         let got: Vec<_> = recs
             .iter()
             .map(|(h, p)| (h.seq, h.next_ino, p.clone()))
@@ -465,7 +532,7 @@ mod tests {
         // A torn last record: the ones before it stay.
         let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
         f.write_all_at(b"X", end - 2).unwrap();
-        let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage).unwrap();
+        let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage, LOG_SIZE).unwrap();
         assert_eq!(recs.len(), 2);
         // Sealed as TID 6: later records go to the other region, on 6.
         log.seal(6);
@@ -481,7 +548,7 @@ mod tests {
         assert!(payloads(&p, uuid, 7).is_empty());
         // Sealed as 7 once 6 is committed: back to the first region, whose
         // old records are on 5.
-        let (mut log, _) = LogFile::open(&p, uuid, 6, &HostStorage).unwrap();
+        let (mut log, _) = LogFile::open(&p, uuid, 6, &HostStorage, LOG_SIZE).unwrap();
         log.seal(7);
         log.append(104, b"later").unwrap();
         drop(log);
@@ -493,7 +560,7 @@ mod tests {
     fn sealing_the_same_tid_again_keeps_the_region() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("log");
-        let (mut log, _) = LogFile::open(&p, [2; 16], 3, &HostStorage).unwrap();
+        let (mut log, _) = LogFile::open(&p, [2; 16], 3, &HostStorage, LOG_SIZE).unwrap();
         log.append(1, b"a").unwrap();
         log.seal(4);
         log.append(1, b"b").unwrap();
@@ -514,7 +581,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("log");
         let uuid = [5; 16];
-        let (mut log, _) = LogFile::open(&p, uuid, 3, &HostStorage).unwrap();
+        let (mut log, _) = LogFile::open(&p, uuid, 3, &HostStorage, LOG_SIZE).unwrap();
         log.append(1, b"on 3").unwrap();
         log.seal(4);
         log.committed(4);
@@ -540,7 +607,8 @@ mod tests {
     #[should_panic(expected = "no record before a pending seal")]
     fn a_record_before_a_pending_seal_is_a_bug() {
         let d = tempfile::tempdir().unwrap();
-        let (mut log, _) = LogFile::open(&d.path().join("log"), [6; 16], 3, &HostStorage).unwrap();
+        let (mut log, _) =
+            LogFile::open(&d.path().join("log"), [6; 16], 3, &HostStorage, LOG_SIZE).unwrap();
         log.seal_after_commit(4);
         let _ = log.append(1, b"x");
     }
@@ -549,7 +617,7 @@ mod tests {
     fn record_buffers_are_reused_and_read_back_like_appends() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("log");
-        let (mut log, _) = LogFile::open(&p, [3; 16], 2, &HostStorage).unwrap();
+        let (mut log, _) = LogFile::open(&p, [3; 16], 2, &HostStorage, LOG_SIZE).unwrap();
         let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         let mut rec = log.record_buffer();
         assert_eq!(rec, vec![0u8; HEADER_LEN], "header room, no payload");
@@ -562,7 +630,9 @@ mod tests {
         log.recycle(rec);
         log.append(11, b"small").unwrap();
         drop(log);
-        let recs = LogFile::open(&p, [3; 16], 2, &HostStorage).unwrap().1;
+        let recs = LogFile::open(&p, [3; 16], 2, &HostStorage, LOG_SIZE)
+            .unwrap()
+            .1;
         let got: Vec<_> = recs.iter().map(|(h, p)| (h.seq, h.next_ino, p)).collect();
         assert_eq!(got, vec![(0, 10, &big), (1, 11, &b"small".to_vec())]);
     }
@@ -570,8 +640,9 @@ mod tests {
     #[test]
     fn a_record_that_does_not_fit_is_refused_and_breaks_the_log_until_a_commit() {
         let d = tempfile::tempdir().unwrap();
-        let (mut log, _) = LogFile::open(&d.path().join("log"), [1; 16], 1, &HostStorage).unwrap();
-        let big = vec![1u8; REGION as usize];
+        let (mut log, _) =
+            LogFile::open(&d.path().join("log"), [1; 16], 1, &HostStorage, LOG_SIZE).unwrap();
+        let big = vec![1u8; log.region_len() as usize];
         assert!(matches!(log.append(1, &big), Err(LogError::Full)));
         assert!(log.is_empty_on(1));
         assert!(log.is_broken(), "its changes are in no record");
@@ -587,9 +658,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("log");
         let uuid = [4; 16];
-        drop(LogFile::open(&p, uuid, 8, &HostStorage).unwrap());
+        drop(LogFile::open(&p, uuid, 8, &HostStorage, LOG_SIZE).unwrap());
         let mut raw = Vec::new();
-        let payloads = [vec![5u8; REGION as usize], b"tail".to_vec()];
+        // Longer than a region of a legacy log (16 MiB).
+        let payloads = [vec![5u8; (LEGACY_LOG_SIZE / 2) as usize], b"tail".to_vec()];
         for (seq, pl) in payloads.iter().enumerate() {
             let h = RecordHead {
                 uuid,
@@ -607,6 +679,58 @@ mod tests {
         f.write_all_at(&raw, 0).unwrap();
         let got: Vec<_> = payloads_of(&p, uuid, 8);
         assert_eq!(got, payloads.to_vec());
+    }
+
+    /// A log made before logs grew (32 MiB, regions of 16 MiB) is read
+    /// with that layout while it has records to replay, its second region
+    /// included; once none applies, opening it makes it again at the size
+    /// asked for, and records then go to regions of half that.
+    #[test]
+    fn a_legacy_log_is_read_as_it_is_and_grown_once_it_has_nothing_to_replay() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let uuid = [9; 16];
+        let legacy = LEGACY_LOG_SIZE / 2;
+        let f = std::fs::File::create(&p).unwrap();
+        f.set_len(LEGACY_LOG_SIZE).unwrap();
+        // Region 0 on TID 3 (committed since), region 1 on TID 4.
+        for (region, base, pl) in [(0, 3, b"old".as_slice()), (1, 4, b"on 4".as_slice())] {
+            let h = RecordHead {
+                uuid,
+                base_tid: base,
+                seq: 0,
+                next_ino: 2,
+            };
+            let mut rec = encode_head(&h, pl.len(), VERSION).to_vec();
+            rec.extend_from_slice(pl);
+            let sum = checksum(&rec[..HEADER_LEN], pl);
+            rec[56..60].copy_from_slice(&sum.to_le_bytes());
+            f.write_all_at(&rec, region * legacy).unwrap();
+        }
+        drop(f);
+        let (log, recs) = LogFile::open(&p, uuid, 4, &HostStorage, LOG_SIZE).unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].1, b"on 4");
+        assert_eq!((log.region_len(), log.region), (legacy, 1));
+        drop(log);
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), LEGACY_LOG_SIZE);
+        // TID 4 committed: nothing applies, the log grows.
+        let (mut log, recs) = LogFile::open(&p, uuid, 4 + 1, &HostStorage, LOG_SIZE).unwrap();
+        assert!(recs.is_empty());
+        assert_eq!(log.region_len(), LOG_SIZE / 2);
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), LOG_SIZE);
+        let big = vec![7u8; (legacy + (1 << 20)) as usize];
+        log.append(3, &big).unwrap();
+        log.seal(6);
+        log.append(3, b"after").unwrap();
+        drop(log);
+        let got = payloads_of(&p, uuid, 5);
+        assert_eq!(got, vec![big, b"after".to_vec()]);
+        // A smaller size asked for (`intent_log_mib` lowered): made again at
+        // that size too, once nothing applies.
+        let (log, _) = LogFile::open(&p, uuid, 7, &HostStorage, LEGACY_LOG_SIZE).unwrap();
+        assert_eq!(log.region_len(), legacy);
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), LEGACY_LOG_SIZE);
     }
 
     fn payloads_of(p: &Path, uuid: [u8; 16], tid: u64) -> Vec<Vec<u8>> {

@@ -483,7 +483,7 @@ impl Overlay {
 }
 
 impl Unlogged {
-    fn merge(&mut self, o: Unlogged) {
+    pub(crate) fn merge(&mut self, o: Unlogged) {
         self.inodes.extend(o.inodes);
         self.dirents.extend(o.dirents);
         self.symlinks.extend(o.symlinks);

@@ -55,7 +55,7 @@ fn check_head(b: &[u8; HEADER_LEN]) -> Result<(), TestCaseError> {
     prop_assert_eq!(used.total, 0);
     match r {
         Ok((h, len, version)) => {
-            prop_assert!(len as u64 <= LOG_SIZE - HEADER_LEN as u64);
+            prop_assert!(len as u64 <= MAX_LOG_SIZE / 2 - HEADER_LEN as u64);
             let again = encode_head(&h, len, version);
             prop_assert_eq!(&again[..10], &b[..10]);
             prop_assert_eq!(&again[12..56], &b[12..56]);
@@ -93,7 +93,7 @@ fn shared_log() -> &'static Path {
     let (_, p) = LOG.get_or_init(|| {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("log");
-        drop(LogFile::open(&p, UUID, BASE, &cairn_devices::HostStorage).unwrap());
+        drop(LogFile::open(&p, UUID, BASE, &cairn_devices::HostStorage, super::LOG_SIZE).unwrap());
         (d, p)
     });
     p
@@ -105,7 +105,7 @@ fn scan_of(p: &Path, b: &[u8]) -> Vec<Record> {
     area.resize(AREA, 0);
     let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
     f.write_all_at(&area, 0).unwrap();
-    LogFile::open(p, UUID, BASE, &cairn_devices::HostStorage)
+    LogFile::open(p, UUID, BASE, &cairn_devices::HostStorage, super::LOG_SIZE)
         .unwrap()
         .1
 }
