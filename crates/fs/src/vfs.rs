@@ -50,7 +50,10 @@ pub struct Fs {
     pub(crate) flush_lock: Mutex<u64>,
     /// Changes a snapshot cut sealed, committed by the next holder of the
     /// flush lock (`flush_guard`), and why the last such commit failed.
-    pub(crate) sealed: Mutex<Option<crate::writeback::flush::Sealed>>,
+    /// Snapshot cuts waiting for their commit, oldest first: one, or a
+    /// logged snapshot being committed with one logged on top of it
+    /// (`snapshot_during_commit`).
+    pub(crate) sealed: Mutex<std::collections::VecDeque<crate::writeback::flush::Sealed>>,
     pub(crate) sealed_error: Mutex<Option<String>>,
     pub(crate) failed: Mutex<Option<String>>,
     /// A commit failed and its changes went back into the overlay, where
@@ -131,7 +134,7 @@ impl Fs {
             next_ino: next_ino.into(),
             live_delta: Default::default(),
             flush_lock: Mutex::new(last_tid),
-            sealed: Mutex::new(None),
+            sealed: Mutex::new(std::collections::VecDeque::new()),
             sealed_error: Mutex::new(None),
             failed: Mutex::new(None),
             must_commit: AtomicBool::new(false),
@@ -210,9 +213,9 @@ impl Fs {
             self.background.boost();
         }
         let mut g = self.flush_wait.lock(&self.flush_lock);
-        if self.sealed.lock().is_some() {
-            self.commit_sealed(&mut g);
-        }
+        // One after the other: a snapshot logged on top of the one being
+        // committed may join the queue until that commit is retired.
+        while !self.sealed.lock().is_empty() && self.commit_sealed(&mut g) {}
         g
     }
 

@@ -67,6 +67,16 @@ fn write_file(fs: &Fs, ino: u64, off: u64, data: &[u8]) {
     }
 }
 
+/// Writes `len` random bytes at `at` of root file `name` (made if missing),
+/// in the filesystem and in `model`.
+fn put(fs: &Fs, model: &mut Model, name: &str, at: usize, len: usize, rng: &mut StdRng) {
+    let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+    write_file(fs, common::file_in_root(fs, name), at as u64, &data);
+    let f = model.entry(name.to_string()).or_default();
+    f.resize(f.len().max(at + len), 0);
+    f[at..at + len].copy_from_slice(&data);
+}
+
 fn ino_of(fs: &Fs, name: &str) -> u64 {
     fs.lookup(ROOT_INO, name.as_bytes()).unwrap().ino
 }
@@ -456,13 +466,6 @@ fn snapshot_during_a_commit(fsync_first: bool) {
     let d = tempfile::tempdir().unwrap();
     let (base, rec, fs) = traced(d.path());
     let mut model = Model::new();
-    let put = |fs: &Fs, model: &mut Model, name: &str, at: usize, len: usize, rng: &mut StdRng| {
-        let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
-        write_file(fs, common::file_in_root(fs, name), at as u64, &data);
-        let f = model.entry(name.to_string()).or_default();
-        f.resize(f.len().max(at + len), 0);
-        f[at..at + len].copy_from_slice(&data);
-    };
     let expect_all = |fs: &Fs, model: &Model| {
         for (name, want) in model {
             let i = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
@@ -544,4 +547,72 @@ fn snapshot_during_a_commit(fsync_first: bool) {
         on.contains_key(&tid) && on.contains_key(&(tid + 2)),
         "crash points by committed TID: {on:?}"
     );
+}
+
+/// A snapshot taken while the commit of a logged one runs is logged on top
+/// of it without waiting for that commit (`snapshot_during_commit`, a
+/// logged snapshot's commit under way); every crash point keeps both
+/// snapshots with their states, and what was fsynced.
+#[test]
+fn a_snapshot_during_the_commit_of_a_logged_snapshot_survives_power_loss() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let d = tempfile::tempdir().unwrap();
+    let (base, rec, fs) = traced(d.path());
+    let mut model = Model::new();
+    for i in 0..6 {
+        put(&fs, &mut model, &format!("big{i}"), 0, 1 << 20, &mut rng);
+    }
+    let tid = fs.last_tid();
+    let s1 = fs.snapshot_create("s1", SnapshotKind::Named).unwrap();
+    let s1_files = model.clone();
+    let mut points = vec![(rec.len(), model.clone())];
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (s2, s2_files, s2_at) = std::thread::scope(|s| {
+        s.spawn(|| {
+            fs.commit_cuts();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        put(&fs, &mut model, "big0", 0, 64 << 10, &mut rng);
+        put(
+            &fs,
+            &mut model,
+            "during",
+            0,
+            rng.gen_range(1..5000),
+            &mut rng,
+        );
+        let s2 = fs.snapshot_create("s2", SnapshotKind::Named).unwrap();
+        assert!(
+            !done.load(std::sync::atomic::Ordering::SeqCst),
+            "the second snapshot waited for the first one's commit"
+        );
+        points.push((rec.len(), model.clone()));
+        let s2_files = model.clone();
+        let s2_at = rec.len();
+        put(&fs, &mut model, "after", 0, 700, &mut rng);
+        fs.fsync(ino_of(&fs, "after")).unwrap();
+        points.push((rec.len(), model.clone()));
+        (s2, s2_files, s2_at)
+    });
+    assert_eq!((s1.tid, s2.tid), (tid + 1, tid + 2));
+    fs.commit_cuts();
+    assert!(fs.last_tid() >= tid + 2);
+    let trace = rec.take();
+    drop(fs); // the power goes
+    let mut ks: Vec<(usize, usize)> = points.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
+    for _ in 0..5 {
+        let k = rng.gen_range(s2_at..trace.len());
+        ks.push((k, points.iter().rposition(|p| p.0 <= k).unwrap()));
+    }
+    ks.push((trace.len(), points.len() - 1));
+    for (j, &(k, i)) in ks.iter().enumerate() {
+        let r = recover(&base, &trace, k, MODES[j % 3], seed ^ k as u64);
+        r.expect_point(&points, i, k);
+        r.expect_snapshot("s1", s1.tid, &s1_files);
+        if k >= s2_at {
+            r.expect_snapshot("s2", s2.tid, &s2_files);
+        }
+        r.finish();
+    }
 }

@@ -301,3 +301,49 @@ fn a_snapshot_over_more_than_a_log_region_commits_instead() {
     let fs = reopen(dir.path());
     assert_eq!(fs.asof_read(ino, s.tid, 0, 70 << 20).unwrap(), big);
 }
+
+/// A snapshot taken while the one before it still waits for its commit
+/// goes through the log too, on top of it (one region each), instead of
+/// waiting for that commit; its name cannot be taken twice meanwhile. A
+/// crash before either commit keeps both, each with its own state.
+#[test]
+fn a_snapshot_over_one_waiting_for_its_commit_is_logged_on_top_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = make(dir.path());
+    let ino = file(&fs, "f");
+    let (a, b, c) = (noise(3 << 20, 21), noise(3 << 20, 22), noise(3 << 20, 23));
+    fs.write(ino, 0, &a).unwrap();
+    let s1 = fs.snapshot_create("s1", SnapshotKind::Named).unwrap();
+    fs.write(ino, 0, &b).unwrap();
+    let later = file(&fs, "later");
+    let s2 = fs.snapshot_create("s2", SnapshotKind::Named).unwrap();
+    assert!(
+        !committed(&fs, "s1") && !committed(&fs, "s2"),
+        "both through the log"
+    );
+    assert_eq!(s2.tid, s1.tid + 1);
+    assert!(fs.snapshot_create("s1", SnapshotKind::Named).is_err());
+    fs.write(ino, 0, &c).unwrap();
+    drop(fs); // a crash
+    let fs = reopen(dir.path());
+    assert!(committed(&fs, "s1") && committed(&fs, "s2"));
+    assert_eq!(fs.snapshot("s2").unwrap().tid, s2.tid);
+    assert_eq!(fs.asof_read(ino, s1.tid, 0, 3 << 20).unwrap(), a);
+    assert_eq!(fs.asof_read(ino, s2.tid, 0, 3 << 20).unwrap(), b);
+    assert!(fs.asof_lookup(ROOT_INO, s1.tid, b"later").is_err());
+    assert!(fs.asof_lookup(ROOT_INO, s2.tid, b"later").is_ok());
+    assert_eq!(fs.read(ino, 0, 3 << 20).unwrap(), b, "c was never synced");
+    assert!(fs.getattr(later).is_ok());
+    assert_clean(&fs);
+    // Without a crash, the commits take both in order.
+    fs.write(ino, 0, &c).unwrap();
+    let s3 = fs.snapshot_create("s3", SnapshotKind::Named).unwrap();
+    fs.write(ino, 0, &a).unwrap();
+    let s4 = fs.snapshot_create("s4", SnapshotKind::Named).unwrap();
+    fs.commit_cuts();
+    assert!(committed(&fs, "s3") && committed(&fs, "s4"));
+    assert_eq!(fs.asof_read(ino, s3.tid, 0, 3 << 20).unwrap(), c);
+    assert_eq!(fs.asof_read(ino, s4.tid, 0, 3 << 20).unwrap(), a);
+    fs.flush().unwrap();
+    assert_clean(&fs);
+}

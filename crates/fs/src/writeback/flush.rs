@@ -195,24 +195,26 @@ impl Fs {
     /// the filesystem stops, and the next mount's replay takes it. The
     /// changes stay in `sealed` until then: a snapshot is not sealed
     /// above them meanwhile (`snapshot_during_commit`).
-    pub(crate) fn commit_sealed(&self, last_tid: &mut u64) {
-        let Some(s) = self.sealed.lock().clone() else {
-            return;
+    /// The oldest cut waiting is committed; returns whether it was taken
+    /// from the queue (false: stopped, the next mount's replay takes them).
+    pub(crate) fn commit_sealed(&self, last_tid: &mut u64) -> bool {
+        let Some(s) = self.sealed.lock().front().cloned() else {
+            return false;
         };
         if self.check_ok().is_err() {
-            return; // stopped: the next mount's replay takes them
+            return false; // stopped: the next mount's replay takes them
         }
         let tid = *last_tid + 1;
         let names: Vec<&str> = s.snaps.iter().map(|s| s.name.as_str()).collect();
         let committed = self.commit(&s.ov, tid, s.next_ino, false, &s.snaps);
-        *self.sealed.lock() = None;
+        self.sealed.lock().pop_front();
         let e = match committed {
             Ok(freed) => {
                 let r = self.committed(last_tid, tid, &freed);
                 if let Err(e) = r.and_then(|()| self.refresh_retained()) {
                     tracing::warn!("after the commit of snapshot {names:?} (tid {tid}): {e}");
                 }
-                return;
+                return true;
             }
             Err(e) => e,
         };
@@ -230,6 +232,7 @@ impl Fs {
                 self.stop(e);
             }
         }
+        true
     }
 
     /// Leaves the changes a snapshot sealed as `snap.tid`, with it, for the
@@ -243,7 +246,7 @@ impl Fs {
         logged: bool,
     ) {
         *self.sealed_error.lock() = None;
-        *self.sealed.lock() = Some(Sealed {
+        self.sealed.lock().push_back(Sealed {
             ov,
             next_ino,
             snaps: vec![snap.clone()],

@@ -233,7 +233,7 @@ impl Fs {
         let mut lg = self.log_guard();
         let ov = self.seal(&mut self.lock_all(), lg.as_deref_mut(), tid);
         drop(lg);
-        *self.sealed.lock() = Some(Sealed {
+        self.sealed.lock().push_back(Sealed {
             ov,
             next_ino: self.next_ino(),
             logged: !snaps.is_empty(),
@@ -269,7 +269,9 @@ impl Fs {
         if self.must_commit.load(Ordering::SeqCst) {
             return Ok(None);
         }
-        if self.flush_lock.is_locked() {
+        // A commit under way, or a logged snapshot waiting for its own:
+        // logged on top of it rather than after it.
+        if self.flush_lock.is_locked() || !self.sealed.lock().is_empty() {
             if let Some(snap) = self.snapshot_during_commit(log, name, kind)? {
                 return Ok(Some(snap));
             }
@@ -319,9 +321,12 @@ impl Fs {
     /// an fsync's would), and ends its region; the changes since are
     /// sealed as the next TID above the ones being committed, and the log
     /// takes no record until that commit frees its other region
-    /// (`LogFile::seal_after_commit`: fsync waits for it). None when
-    /// the commit under way is not a flush's (a snapshot's, a clone's,
-    /// maintenance), or the record cannot be taken (as in
+    /// (`LogFile::seal_after_commit`: fsync waits for it). The commit
+    /// under way (or about to start) may be a flush's or a logged
+    /// snapshot's: that snapshot's record ended the other region and its
+    /// failed commit stops the filesystem, so the TIDs of the two are
+    /// settled either way. None for any other (a cut not logged, a clone's,
+    /// maintenance), or when the record cannot be taken (as in
     /// `snapshot_logged`): the caller waits for the commit.
     fn snapshot_during_commit(
         &self,
@@ -335,19 +340,26 @@ impl Fs {
         let mut st = self.lock_all();
         // The flusher retires the log (`retire_intent`) before it releases
         // the overlay it committed, so with the log held, one overlay
-        // being committed and no cut waiting, it is a flush's, sealed as
-        // the log's base.
+        // being committed and at most a logged snapshot's cut waiting (its
+        // own), it is a flush's or that snapshot's, sealed as the log's
+        // base.
         let tid = lg.base_tid() + 1;
         let owed = owed(&lg, &st.flushing);
-        if st.flushing.len() != 1
-            || self.sealed.lock().is_some()
-            || !self.snapshot_fits(&st, &lg, room, owed.as_deref())
+        let (waiting, pending_name) = {
+            let q = self.sealed.lock();
+            let named = q.iter().flat_map(|c| &c.snaps).any(|s| s.name == name);
+            (q.len() > 1 || q.front().is_some_and(|c| !c.logged), named)
+        };
+        if st.flushing.len() != 1 || waiting || !self.snapshot_fits(&st, &lg, room, owed.as_deref())
         {
             drop(st);
             lg.recycle(payload);
             return Ok(None);
         }
         self.check_ok()?;
+        if pending_name {
+            return Err(crate::error::FsError::SnapshotExists(name.to_string()));
+        }
         self.refuse_taken_name(name)?;
         let snap = Snapshot::new(name, tid, kind);
         let (next_ino, ov, changes) = self.seal_snapshot(&mut st, snap.tid);
