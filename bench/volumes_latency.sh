@@ -31,9 +31,9 @@
 # Then the snapshot-create cost: a fresh pool with a SNAP_GB volume
 # (prefilled like the others unless SNAP_FILL=0) served by `cairn nbd
 # serve`, fio writing 4 KiB random at SNAP_RATE IOPS to it, and SNAP_N times
-# (each call after a pause taken in turn from SNAP_GAPS, so that the writes
-# buffered since the last commit or snapshot range from a few MiB to a
-# whole commit interval's): the wall time of `cairn volume snapshot` (process
+# each, one kind after the other (each call after a pause taken in turn
+# from SNAP_GAPS, so that the writes buffered since the last commit or
+# snapshot range from a few MiB to a whole commit interval's): the wall time of `cairn volume snapshot` (process
 # start to exit) and the daemon-side time (a volume_snapshot request on the
 # pool's control socket, from connect to the reply: what the daemon spends,
 # without the CLI's process start-up), and the same request with
@@ -295,30 +295,40 @@ if [ "$SNAP_N" -gt 0 ]; then
     python3 - "$BIN" "$(pool_of $t)" "$SNAP_N" "$SNAP_GAPS" >"$W/snaptimes" <<'EOF'
 import itertools, json, socket, subprocess, sys, time
 binary, pool, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-gaps = itertools.cycle([float(g) for g in sys.argv[4].split()])
-for i in range(n):
-    time.sleep(next(gaps))
+gap_list = [float(g) for g in sys.argv[4].split()]
+
+def cli(snap):
     t = time.perf_counter()
-    subprocess.run([binary, "volume", "snapshot", pool, "v", "c%d" % i], check=True,
+    subprocess.run([binary, "volume", "snapshot", pool, "v", snap], check=True,
                    stdout=subprocess.DEVNULL)
-    cli = time.perf_counter() - t
-    def request(snap, wait):
-        t = time.perf_counter()
-        s = socket.socket(socket.AF_UNIX)
-        s.connect(pool + "/control.sock")
-        req = {"op": "volume_snapshot", "name": "v", "snap": snap, "wait": wait}
-        s.sendall(json.dumps(req).encode() + b"\n")
-        reply = json.loads(s.makefile("rb").readline())
-        took = time.perf_counter() - t
-        s.close()
-        if "ok" not in reply:
-            sys.exit("snapshot %s: %s" % (snap, reply))
-        return took
-    time.sleep(next(gaps))
-    daemon = request("d%d" % i, True)
-    time.sleep(next(gaps))
-    cut = request("e%d" % i, False)
-    print("%.3f %.3f %.3f" % (cli * 1e3, daemon * 1e3, cut * 1e3))
+    return time.perf_counter() - t
+
+def request(snap, wait):
+    t = time.perf_counter()
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(pool + "/control.sock")
+    req = {"op": "volume_snapshot", "name": "v", "snap": snap, "wait": wait}
+    s.sendall(json.dumps(req).encode() + b"\n")
+    reply = json.loads(s.makefile("rb").readline())
+    took = time.perf_counter() - t
+    s.close()
+    if "ok" not in reply:
+        sys.exit("snapshot %s: %s" % (snap, reply))
+    return took
+
+# One kind after the other (a cut's commit would hold up the next durable
+# snapshot, and the other way round), each call after the next pause.
+cols = []
+for kind, take in (("c", cli), ("d", lambda s: request(s, True)),
+                   ("e", lambda s: request(s, False))):
+    gaps = itertools.cycle(gap_list)
+    col = []
+    for i in range(n):
+        time.sleep(next(gaps))
+        col.append(take("%s%d" % (kind, i)))
+    cols.append(col)
+for row in zip(*cols):
+    print(" ".join("%.3f" % (x * 1e3) for x in row))
 EOF
     kill -INT "$FIO_PID"
     wait "$FIO_PID" || true
