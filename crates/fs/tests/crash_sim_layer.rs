@@ -77,6 +77,24 @@ fn put(fs: &Fs, model: &mut Model, name: &str, at: usize, len: usize, rng: &mut 
     f[at..at + len].copy_from_slice(&data);
 }
 
+/// Crash points (event count, index of the last point durable there):
+/// each point, 5 random events from `from` to the trace's end `len`, and
+/// the end.
+fn crash_points(
+    points: &[(usize, Model)],
+    from: usize,
+    len: usize,
+    rng: &mut StdRng,
+) -> Vec<(usize, usize)> {
+    let mut ks: Vec<(usize, usize)> = points.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
+    for _ in 0..5 {
+        let k = rng.gen_range(from..len);
+        ks.push((k, points.iter().rposition(|p| p.0 <= k).unwrap()));
+    }
+    ks.push((len, points.len() - 1));
+    ks
+}
+
 fn ino_of(fs: &Fs, name: &str) -> u64 {
     fs.lookup(ROOT_INO, name.as_bytes()).unwrap().ino
 }
@@ -528,12 +546,7 @@ fn snapshot_during_a_commit(fsync_first: bool) {
     expect_all(&fs, &model);
     let trace = rec.take();
     drop(fs); // the power goes
-    let mut ks: Vec<(usize, usize)> = points.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
-    for _ in 0..5 {
-        let k = rng.gen_range(snap_at..trace.len());
-        ks.push((k, points.iter().rposition(|p| p.0 <= k).unwrap()));
-    }
-    ks.push((trace.len(), points.len() - 1));
+    let ks = crash_points(&points, snap_at, trace.len(), &mut rng);
     let mut on = BTreeMap::new();
     for (j, &(k, i)) in ks.iter().enumerate() {
         let r = recover(&base, &trace, k, MODES[j % 3], seed ^ k as u64);
@@ -600,12 +613,7 @@ fn a_snapshot_during_the_commit_of_a_logged_snapshot_survives_power_loss() {
     assert!(fs.last_tid() >= tid + 2);
     let trace = rec.take();
     drop(fs); // the power goes
-    let mut ks: Vec<(usize, usize)> = points.iter().enumerate().map(|(i, p)| (p.0, i)).collect();
-    for _ in 0..5 {
-        let k = rng.gen_range(s2_at..trace.len());
-        ks.push((k, points.iter().rposition(|p| p.0 <= k).unwrap()));
-    }
-    ks.push((trace.len(), points.len() - 1));
+    let ks = crash_points(&points, s2_at, trace.len(), &mut rng);
     for (j, &(k, i)) in ks.iter().enumerate() {
         let r = recover(&base, &trace, k, MODES[j % 3], seed ^ k as u64);
         r.expect_point(&points, i, k);
