@@ -98,11 +98,13 @@ pub struct LogFile {
 }
 
 impl LogFile {
-    /// Opens (creating and zero-filling when missing or short) the log at
-    /// `path` and returns it with the records that apply on top of
-    /// `last_tid`, in order: those of the region on `last_tid`, then those
-    /// of the region on `last_tid + 1` (written while that TID was being
-    /// committed, which a crash cut short). New records go after the last.
+    /// Opens the log at `path` (made at `size`, see `make`, when missing
+    /// or short; read with the regions it has, half its length, and made
+    /// again at `size` when none of its records applies) and returns it
+    /// with the records that apply on top of `last_tid`, in order: those
+    /// of the region on `last_tid`, then those of the region on
+    /// `last_tid + 1` (written while that TID was being committed, which a
+    /// crash cut short). New records go after the last.
     pub fn open(
         path: &Path,
         uuid: [u8; 16],
