@@ -426,10 +426,11 @@ impl Fs {
     }
 
     /// A logged snapshot's cut (every shard locked): takes the changes no
-    /// record holds from the dirty overlays and seals those as `tid`; returns the inode counter, the sealed overlay and
-    /// those changes, which `encode_snapshot` puts in the record once the
-    /// locks are released (the sealed overlay no longer changes), so that
-    /// requests do not wait for a large record to be copied.
+    /// record holds from the dirty overlays and seals those as `tid`.
+    /// Returns the inode counter, the sealed overlay and those changes,
+    /// which `encode_snapshot` puts in the record once the locks are
+    /// released (the sealed overlay no longer changes), so that requests
+    /// do not wait for a large record to be copied.
     fn seal_snapshot(&self, st: &mut State, tid: u64) -> (u64, Arc<Overlay>, Unlogged) {
         let mut changes = Unlogged::default();
         for sh in st.shards_mut() {
