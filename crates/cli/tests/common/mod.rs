@@ -384,6 +384,16 @@ impl Fs {
         loop {
             let fstype = mount_fstype(&self.mnt);
             if matches!(fstype.as_deref(), Some("fuse.cairn") | Some("fuse")) {
+                // The mount shows before the daemon has read the kernel's
+                // INIT; a stat of the root waits for that handshake (an
+                // unmount before it makes the daemon fail the handshake).
+                if let Err(e) = fs::metadata(&self.mnt) {
+                    panic!(
+                        "{} mounted but its root cannot be read: {e}\n{}",
+                        self.mnt.display(),
+                        self.diagnostics()
+                    );
+                }
                 return;
             }
             if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
