@@ -365,4 +365,25 @@ mod tests {
             assert_eq!(c.validate().is_ok(), ok, "background_nice {nice}");
         }
     }
+
+    #[test]
+    fn intent_log_mib_is_32_to_4096() {
+        for (mib, ok) in [
+            (0, false),
+            (31, false),
+            (32, true),
+            (4096, true),
+            (4097, false),
+        ] {
+            let c = PoolConfig {
+                intent_log_mib: mib,
+                ..PoolConfig::default()
+            };
+            let r = c.validate();
+            assert_eq!(r.is_ok(), ok, "intent_log_mib {mib}");
+            if let Err(e) = r {
+                assert!(e.to_string().contains("intent_log_mib"), "{e}");
+            }
+        }
+    }
 }
