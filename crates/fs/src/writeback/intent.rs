@@ -547,6 +547,12 @@ fn encode_pending(st: &mut State, owed: Option<&Overlay>, w: &mut Vec<u8>) {
     encode_unlogged(st, w);
 }
 
+/// About how many bytes the entries of `u` take in a record (room reserved
+/// before encoding).
+fn encoded_size(u: &Unlogged) -> usize {
+    u.bytes as usize + 64 * u.blocks.len() + 256
+}
+
 /// A snapshot's record payload: the changes `owed` has that no record holds
 /// (the overlay being committed), then `changes` with their values in the
 /// overlay `ov` sealed for the snapshot, then the snapshot.
@@ -557,7 +563,7 @@ fn encode_snapshot(
     changes: &Unlogged,
     snap: &Snapshot,
 ) {
-    w.reserve(changes.bytes as usize + 64 * changes.blocks.len() + 256);
+    w.reserve(encoded_size(changes));
     if let Some(o) = owed {
         encode_entries(o, &o.unlogged, w);
     }
@@ -568,10 +574,7 @@ fn encode_snapshot(
 /// Appends the changes not yet logged of every shard to `w` as one record
 /// payload (every shard locked: a consistent cut), and clears them.
 fn encode_unlogged(st: &mut State, w: &mut Vec<u8>) {
-    let room: usize = st
-        .shards()
-        .map(|s| s.dirty.unlogged.bytes as usize + 64 * s.dirty.unlogged.blocks.len() + 256)
-        .sum();
+    let room: usize = st.shards().map(|s| encoded_size(&s.dirty.unlogged)).sum();
     w.reserve(room);
     for sh in st.shards_mut() {
         if !sh.dirty.unlogged.is_empty() {
