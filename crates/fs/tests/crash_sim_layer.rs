@@ -562,6 +562,81 @@ fn snapshot_during_a_commit(fsync_first: bool) {
     );
 }
 
+/// A cut taken while a flush commits (`cut_during_commit`) returns before
+/// that commit ends, sealed as the TID above it, with files changed both
+/// before the seal and after it. An fsync after it keeps every change
+/// made before it. A crash keeps the cut, with exactly the files of its
+/// moment, once its own commit is made, and none before.
+#[test]
+fn a_cut_during_a_commit_is_kept_once_its_commit_is_made() {
+    let seed = seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let d = tempfile::tempdir().unwrap();
+    let (base, rec, fs) = traced(d.path());
+    let mut model = Model::new();
+    for i in 0..6 {
+        put(&fs, &mut model, &format!("big{i}"), 0, 1 << 20, &mut rng);
+    }
+    let tid = fs.last_tid();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    // Nothing synced yet: no file is owed before the first fsync.
+    let mut points = vec![(rec.len(), Model::new())];
+    let (snap, snap_files, snap_at) = std::thread::scope(|s| {
+        flush_in_background(s, &fs, &done);
+        put(
+            &fs,
+            &mut model,
+            "during",
+            0,
+            rng.gen_range(1..5000),
+            &mut rng,
+        );
+        put(&fs, &mut model, "big0", 0, 64 << 10, &mut rng);
+        put(&fs, &mut model, "big1", 1000, 3000, &mut rng);
+        let snap = fs.snapshot_cut("s", SnapshotKind::Named).unwrap();
+        assert!(
+            !done.load(std::sync::atomic::Ordering::SeqCst),
+            "the cut waited for the commit"
+        );
+        let snap_at = rec.len();
+        let snap_files = model.clone();
+        put(&fs, &mut model, "big1", 2000, 3000, &mut rng);
+        put(&fs, &mut model, "after", 0, 700, &mut rng);
+        fs.fsync(ino_of(&fs, "after")).unwrap();
+        points.push((rec.len(), model.clone()));
+        (snap, snap_files, snap_at)
+    });
+    assert_eq!(snap.tid, tid + 2, "on top of the flush's TID");
+    fs.commit_cuts();
+    assert_eq!(fs.snapshot("s").unwrap().tid, snap.tid);
+    put(&fs, &mut model, "big2", 5, 10, &mut rng);
+    fs.fsync(ino_of(&fs, "big2")).unwrap();
+    points.push((rec.len(), model.clone()));
+    let trace = rec.take();
+    drop(fs); // the power goes
+    let ks = crash_points(&points, snap_at, trace.len(), &mut rng);
+    let mut on = BTreeMap::new();
+    for (j, &(k, i)) in ks.iter().enumerate() {
+        let r = recover(&base, &trace, k, MODES[j % 3], seed ^ k as u64);
+        r.expect_point(&points, i, k);
+        if r.committed >= snap.tid {
+            r.expect_snapshot("s", snap.tid, &snap_files);
+        } else {
+            assert!(
+                r.fs.snapshot("s").is_err(),
+                "{}: a cut not committed",
+                r.what
+            );
+        }
+        *on.entry(r.committed).or_insert(0) += 1;
+        r.finish();
+    }
+    assert!(
+        on.keys().any(|&t| t < snap.tid) && on.contains_key(&snap.tid),
+        "crash points by committed TID: {on:?}"
+    );
+}
+
 /// A snapshot taken while the commit of a logged one runs is logged on top
 /// of it without waiting for that commit (`snapshot_during_commit`, a
 /// logged snapshot's commit under way); every crash point keeps both

@@ -413,3 +413,125 @@ fn a_failed_commit_under_a_snapshot_stops_the_fs_and_a_remount_keeps_both() {
     }
     assert!(fs.asof_lookup(ROOT_INO, snap.tid, b"after").is_err());
 }
+
+/// A cut taken while a flush commits (sealed above it without waiting),
+/// whose commit then fails once (one metadata write: a failure the next
+/// flush retries): the cut's changes go back with the failed ones, above
+/// them, so nothing written is lost and the filesystem goes on; the cut's
+/// snapshot is not taken (it was never durable); an fsync after the cut
+/// commits everything, and a remount finds every file.
+#[test]
+fn a_failed_commit_under_a_cut_takes_the_cut_back_and_loses_nothing() {
+    use cairn_fs::SnapshotKind;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path());
+    let (fs, st) = open_faulty(&pool);
+    let (dev, meta) = (
+        st.control(&pool.join("data.0")),
+        st.control(&pool.join("meta.redb")),
+    );
+    let mut files = Files::new();
+    put(&fs, &mut files, b"before", 0, &pattern(1 << 20));
+    let hang = dev
+        .add(Fault::hang(Ops::SYNC, std::time::Duration::from_millis(1500)).when(When::Times(1)));
+    let eio = meta.add(Fault::eio(Ops::WRITE).when(When::Times(1)));
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let flushed = s.spawn(|| {
+            let r = fs.flush();
+            done.store(true, SeqCst);
+            r
+        });
+        let t0 = std::time::Instant::now();
+        while !fs.committing() {
+            assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
+        }
+        put(&fs, &mut files, b"during", 0, b"written during the commit");
+        put(&fs, &mut files, b"before", 4096, &[7u8; 5000]);
+        fs.snapshot_cut("s", SnapshotKind::Named).unwrap();
+        assert!(!done.load(SeqCst), "the cut waited for the commit");
+        let after = put(&fs, &mut files, b"after", 0, b"after the cut");
+        let e = flushed.join().unwrap().expect_err("the flush");
+        assert_eq!(e.errno(), libc::EIO, "{e}");
+        fs.fsync(after).unwrap();
+    });
+    assert_eq!((dev.hits(hang), meta.hits(eio)), (1, 1));
+    assert!(fs.snapshot("s").is_err(), "the cut's snapshot was taken");
+    let check = |fs: &Fs, files: &Files| {
+        for (name, want) in files {
+            let i = fs.lookup(ROOT_INO, name).unwrap();
+            let got = fs.read(i.ino, 0, want.len() as u32 + 1).unwrap();
+            assert!(
+                got == *want,
+                "{} reads wrong",
+                String::from_utf8_lossy(name)
+            );
+        }
+    };
+    check(&fs, &files);
+    put(&fs, &mut files, b"later", 0, b"the filesystem goes on");
+    fs.snapshot_create("s", SnapshotKind::Named).unwrap();
+    meta.clear();
+    dev.clear();
+    drop(fs);
+    let p = Pool::open(&pool, None).unwrap();
+    let rep = check_pool(&p).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    let fs = Fs::open(p).unwrap();
+    check(&fs, &files);
+    assert!(fs.snapshot("s").is_ok());
+}
+
+/// A commit that fails once after an fsync logged changes on top of it
+/// (during the commit): the retry commits those changes and newer ones,
+/// so a crash right after it must not replay the older record over them.
+#[test]
+fn a_record_logged_during_a_failed_commit_is_not_replayed_over_its_retry() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path());
+    let (fs, st) = open_faulty(&pool);
+    let (dev, meta) = (
+        st.control(&pool.join("data.0")),
+        st.control(&pool.join("meta.redb")),
+    );
+    let mut files = Files::new();
+    let x = put(&fs, &mut files, b"x", 0, b"v0 v0 v0");
+    fs.flush().unwrap();
+    put(&fs, &mut files, b"big", 0, &pattern(1 << 20));
+    dev.add(Fault::hang(Ops::SYNC, std::time::Duration::from_millis(1500)).when(When::Times(1)));
+    meta.add(Fault::eio(Ops::WRITE).when(When::Times(1)));
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let flushed = s.spawn(|| {
+            let r = fs.flush();
+            done.store(true, SeqCst);
+            r
+        });
+        let t0 = std::time::Instant::now();
+        while !fs.committing() {
+            assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
+        }
+        put(&fs, &mut files, b"x", 0, b"v1 v1 v1");
+        fs.fsync(x).unwrap();
+        assert!(!done.load(SeqCst), "the fsync waited for the commit");
+        flushed.join().unwrap().expect_err("the flush");
+    });
+    put(&fs, &mut files, b"x", 0, b"v2 v2 v2");
+    fs.flush().unwrap();
+    meta.clear();
+    dev.clear();
+    drop(fs); // a crash right after the retry's commit
+    let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
+    for (name, want) in &files {
+        let i = fs.lookup(ROOT_INO, name).unwrap();
+        let got = fs.read(i.ino, 0, want.len() as u32 + 1).unwrap();
+        assert!(
+            got == *want,
+            "{} reads {:?}",
+            String::from_utf8_lossy(name),
+            String::from_utf8_lossy(&got[..got.len().min(8)])
+        );
+    }
+}

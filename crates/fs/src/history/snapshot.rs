@@ -214,11 +214,19 @@ impl Fs {
     /// that TID's commit, which the flusher starts at once and anything
     /// needing the flush lock (fsync, sync, a flush) finishes first; a
     /// crash before it loses the snapshot with the changes it sealed, as
-    /// it loses any change not yet synced. Writers do not wait for it.
+    /// it loses any change not yet synced. Writers do not wait for it, nor
+    /// does the cut wait for a commit under way (`cut_during_commit`).
     pub fn snapshot_cut(&self, name: &str, kind: SnapshotKind) -> Result<Snapshot> {
         self.refuse_on_mirror()?;
         check_snapshot_name(name)?;
         self.check_ok()?;
+        // A commit under way, or a logged snapshot waiting for its own:
+        // sealed on top of it rather than after it.
+        if self.flush_lock.is_locked() || !self.sealed.lock().is_empty() {
+            if let Some(snap) = self.cut_during_commit(name, kind)? {
+                return Ok(snap);
+            }
+        }
         let last = self.flush_guard();
         self.refuse_taken_name(name)?;
         let mut snap = Snapshot::new(name, *last, kind);

@@ -1,8 +1,8 @@
 //! The overlays sealed and not yet committed, which reads consult between
 //! the dirty overlay and the committed metadata: the one a commit is
-//! writing, and above it at most one more, that a logged snapshot sealed
-//! while that commit ran (`Fs::snapshot_logged`). Commits take them oldest
-//! first.
+//! writing, and above it at most one more, that a snapshot sealed while
+//! that commit ran (`Fs::snapshot_during_commit`, `Fs::cut_during_commit`).
+//! Commits take them oldest first.
 
 use crate::writeback::overlay::Overlay;
 use std::sync::Arc;
@@ -49,6 +49,14 @@ impl Committing {
         oldest
     }
 
+    /// Takes the newest (a cut above a commit that failed).
+    pub fn pop_newest(&mut self) -> Option<Arc<Overlay>> {
+        match self.0[1].take() {
+            Some(o) => Some(o),
+            None => self.0[0].take(),
+        }
+    }
+
     /// Bytes the commits still to make will store.
     pub fn flush_bytes(&self, record: u64) -> u64 {
         self.oldest_first().map(|o| o.flush_bytes(record)).sum()
@@ -80,6 +88,9 @@ mod tests {
         assert_eq!(inos(c.oldest_first()), [1, 2]);
         assert!(c.newest().unwrap().symlinks.contains_key(&2));
         assert!(c.pop_oldest().unwrap().symlinks.contains_key(&1));
+        assert_eq!(inos(c.newest_first()), [2]);
+        c.push(ov(3));
+        assert!(c.pop_newest().unwrap().symlinks.contains_key(&3));
         assert_eq!(inos(c.newest_first()), [2]);
         assert!(c.pop_oldest().unwrap().symlinks.contains_key(&2));
         assert!(c.is_empty() && c.pop_oldest().is_none());

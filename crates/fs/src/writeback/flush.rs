@@ -71,6 +71,12 @@ pub(crate) struct Sealed {
     pub(crate) logged: bool,
 }
 
+/// Counters of the commit of a TID tried again (`LogFile::taken_back`):
+/// the TID, and how many of the first intent records on top of it it holds
+/// (a replay on top of that TID skips them).
+pub(crate) const INTENT_FLOOR_TID: &str = "intent_floor_tid";
+pub(crate) const INTENT_FLOOR: &str = "intent_floor";
+
 /// A block ready to commit.
 struct Written {
     ino: u64,
@@ -177,7 +183,7 @@ impl Fs {
             return Ok(false);
         }
         tracing::warn!("commit of tid {tid} failed: {e}; its changes stay buffered");
-        if let Err(e2) = self.keep_uncommitted(ov, meta_failed) {
+        if let Err(e2) = self.keep_uncommitted(ov, tid, meta_failed) {
             return Err(self.stop(e2));
         }
         if let Some(dev) = device {
@@ -272,25 +278,36 @@ impl Fs {
     /// the data layer forgets the segments the flush wrote, and the store
     /// is opened again if its file write failed (redb fails such a handle
     /// from then on). The next flush tries again.
-    fn keep_uncommitted(&self, ov: Arc<Overlay>, meta_failed: bool) -> Result<()> {
+    fn keep_uncommitted(&self, ov: Arc<Overlay>, tid: u64, meta_failed: bool) -> Result<()> {
         self.must_commit.store(true, Ordering::SeqCst);
+        let mut lg = self.log_guard();
         let mut st = self.lock_all();
-        if st.flushing.len() > 1 {
-            // A logged snapshot sealed changes above these during their
-            // commit: they cannot go back under the dirty ones. Its record
-            // holds them too; the replay at the next mount commits both.
-            return Err(FsError::Failed(
-                "a commit failed under a logged snapshot".into(),
-            ));
+        if let Some(l) = lg.as_deref_mut() {
+            l.taken_back(tid);
         }
+        // Newest first: a cut sealed above these during their commit goes
+        // back too, above them.
+        let mut back = Vec::new();
+        if st.flushing.len() > 1 {
+            // A logged snapshot's changes cannot go back under the dirty
+            // ones: its record holds them, and those under it; the replay
+            // at the next mount commits both.
+            let cut = self.take_back_stacked_cut(lg.as_deref_mut());
+            back.push(cut.ok_or_else(|| {
+                FsError::Failed("a commit failed under a logged snapshot".into())
+            })?);
+        }
+        drop(lg);
         let flushing = self.flushing.write().pop_oldest();
-        let flushing = flushing.expect("the failed overlay is flushing");
+        back.push(flushing.expect("the failed overlay is flushing"));
         st.flushing = Default::default();
         drop(ov);
-        let older = Arc::try_unwrap(flushing).unwrap_or_else(|shared| (*shared).clone());
-        let parts = older.split(crate::state::SHARDS, crate::state::shard_of);
-        for (sh, part) in st.shards_mut().zip(parts) {
-            sh.dirty.absorb_older(part);
+        for shared in back {
+            let older = Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone());
+            let parts = older.split(crate::state::SHARDS, crate::state::shard_of);
+            for (sh, part) in st.shards_mut().zip(parts) {
+                sh.dirty.absorb_older(part);
+            }
         }
         drop(st);
         self.drop_ns_meta();
@@ -300,6 +317,29 @@ impl Fs {
         let table = crate::pool::segment_table(&self.meta()?)?;
         self.pool.chunks.rollback(table)?;
         Ok(())
+    }
+
+    /// The overlay of a cut sealed during a commit that failed
+    /// (`cut_during_commit`), taken from the queue and from `flushing`
+    /// (the log and every shard locked); its snapshot is not taken, and
+    /// the log no longer waits to seal it. None when the overlay above
+    /// the failed one is not a cut's (a logged snapshot's).
+    fn take_back_stacked_cut(&self, lg: Option<&mut LogFile>) -> Option<Arc<Overlay>> {
+        let mut q = self.sealed.lock();
+        let newest = self.flushing.read().newest().cloned()?;
+        let cut = q
+            .back()
+            .filter(|c| !c.logged && Arc::ptr_eq(&c.ov, &newest))?;
+        let names: Vec<&str> = cut.snaps.iter().map(|s| s.name.as_str()).collect();
+        tracing::error!("snapshot {names:?} not taken: the commit under it failed");
+        *self.sealed_error.lock() = Some(format!(
+            "snapshot {names:?} not taken: the commit under it failed"
+        ));
+        q.pop_back();
+        if let Some(l) = lg {
+            l.cancel_pending_seal();
+        }
+        self.flushing.write().pop_newest()
     }
 
     pub fn last_tid(&self) -> u64 {
@@ -482,6 +522,7 @@ impl Fs {
         touched: &mut BTreeSet<u64>,
     ) -> Result<Vec<SlotAddr>> {
         let now = Time::now().as_nanos() as u64;
+        let floor = self.log_guard().map_or(0, |l| l.retried_records(tid));
         let retention = self
             .pool
             .config
@@ -537,6 +578,10 @@ impl Fs {
             w.set_counter("next_chunk", next_chunk)?;
             w.set_counter("next_ino", next_ino)?;
             w.set_counter("last_tid", tid)?;
+            if floor > 0 {
+                w.set_counter(INTENT_FLOOR_TID, tid)?;
+                w.set_counter(INTENT_FLOOR, floor)?;
+            }
             w.log_tid(tid, now)?;
             let mut freed = Vec::new();
             self.settle_ended(w, tid, touched, &mut freed)?;

@@ -166,8 +166,11 @@ impl Fs {
         let path = crate::pool::PoolPaths::intent(&self.pool.path);
         let last = *self.flush_lock.get_mut();
         let size = self.pool.config.intent_log_mib << 20;
+        let floor = self.intent_floor(last)?;
         match LogFile::open(&path, self.pool.sb.uuid, last, &*self.pool.storage, size) {
-            Ok((log, recs)) => {
+            Ok((log, mut recs)) => {
+                // Held by the last commit (a retry, see `LogFile::taken_back`).
+                recs.retain(|(h, _)| h.base_tid != last || h.seq >= floor);
                 self.intent = Some(parking_lot::Mutex::new(log));
                 let next = self.next_ino.get_mut();
                 for (h, _) in &recs {
@@ -180,6 +183,17 @@ impl Fs {
                 Ok(Vec::new())
             }
         }
+    }
+
+    /// How many of the first intent records on top of `last` (the last
+    /// committed TID) its commit holds: 0 unless it was a retry.
+    fn intent_floor(&self, last: u64) -> Result<u64> {
+        use crate::writeback::flush::{INTENT_FLOOR, INTENT_FLOOR_TID};
+        let r = self.meta()?;
+        Ok(match r.counter(INTENT_FLOOR_TID)? == last {
+            true => r.counter(INTENT_FLOOR)?,
+            false => 0,
+        })
     }
 
     /// Applies intent records (in order) to the dirty overlay. A record
@@ -338,29 +352,13 @@ impl Fs {
         let mut lg = log.lock();
         let mut payload = lg.record_buffer();
         let mut st = self.lock_all();
-        // The flusher retires the log (`retire_intent`) before it releases
-        // the overlay it committed, so with the log held, one overlay
-        // being committed and at most a logged snapshot's cut waiting (its
-        // own), it is a flush's or that snapshot's, sealed as the log's
-        // base.
-        let tid = lg.base_tid() + 1;
         let owed = owed(&lg, &st.flushing);
-        let (waiting, pending_name) = {
-            let q = self.sealed.lock();
-            let named = q.iter().flat_map(|c| &c.snaps).any(|s| s.name == name);
-            (q.len() > 1 || q.front().is_some_and(|c| !c.logged), named)
-        };
-        if st.flushing.len() != 1 || waiting || !self.snapshot_fits(&st, &lg, room, owed.as_deref())
-        {
+        let fits = self.snapshot_fits(&st, &lg, room, owed.as_deref());
+        let Some(tid) = self.stack_point(&lg, &st, name, fits)? else {
             drop(st);
             lg.recycle(payload);
             return Ok(None);
-        }
-        self.check_ok()?;
-        if pending_name {
-            return Err(crate::error::FsError::SnapshotExists(name.to_string()));
-        }
-        self.refuse_taken_name(name)?;
+        };
         let snap = Snapshot::new(name, tid, kind);
         let (next_ino, ov, changes) = self.seal_snapshot(&mut st, snap.tid);
         drop(st);
@@ -375,6 +373,67 @@ impl Fs {
         self.leave_sealed(ov, next_ino, &snap, logged.is_ok());
         drop(lg);
         self.logged_or_committed(snap, logged)
+    }
+
+    /// `snapshot_cut` while a commit is under way (or a logged snapshot
+    /// waits for its own), without waiting for it: the changes buffered
+    /// are sealed as the next TID above it, as `snapshot_during_commit`
+    /// does but with no record (the cut is durable with its commit). The
+    /// log takes no record until the commit under way is made
+    /// (`LogFile::seal_after_commit`); then the first record holds what
+    /// the cut sealed that no record holds (`owed`), so an fsync after the
+    /// cut keeps every change made before it. Should the commit under way
+    /// fail and be taken back, the cut's changes go back with it and the
+    /// snapshot is not taken (`keep_uncommitted`). None when it cannot
+    /// stack (see `stack_point`, or nothing buffered): the caller waits.
+    pub(crate) fn cut_during_commit(
+        &self,
+        name: &str,
+        kind: SnapshotKind,
+    ) -> Result<Option<Snapshot>> {
+        let Some(log) = &self.intent else {
+            return Ok(None);
+        };
+        let mut lg = log.lock();
+        let mut st = self.lock_all();
+        let some = !lg.refuses_records() && st.shards().any(|s| !s.dirty.is_empty());
+        let Some(tid) = self.stack_point(&lg, &st, name, some)? else {
+            return Ok(None);
+        };
+        let snap = Snapshot::new(name, tid, kind);
+        let ov = self.seal(&mut st, None, tid);
+        lg.seal_after_commit(tid);
+        self.leave_sealed(ov, self.next_ino(), &snap, false);
+        drop(st);
+        drop(lg);
+        self.kick_flusher();
+        Ok(Some(snap))
+    }
+
+    /// The TID a snapshot stacked on the commit under way takes (the log
+    /// and every shard locked), or None when it cannot stack: `ok` is
+    /// false, or the overlay being committed (or about to be) is not a
+    /// flush's or a logged snapshot's alone. The flusher retires the log
+    /// (`retire_intent`) before it releases the overlay it committed, so
+    /// with the log held, one overlay being committed and at most a logged
+    /// snapshot's cut waiting (its own), it is a flush's or that
+    /// snapshot's, sealed as the log's base. Errors: the filesystem
+    /// stopped, or `name` is taken (committed, or waiting in the queue).
+    fn stack_point(&self, lg: &LogFile, st: &State, name: &str, ok: bool) -> Result<Option<u64>> {
+        let (waiting, pending_name) = {
+            let q = self.sealed.lock();
+            let named = q.iter().flat_map(|c| &c.snaps).any(|s| s.name == name);
+            (q.len() > 1 || q.front().is_some_and(|c| !c.logged), named)
+        };
+        if !ok || st.flushing.len() != 1 || waiting {
+            return Ok(None);
+        }
+        self.check_ok()?;
+        if pending_name {
+            return Err(crate::error::FsError::SnapshotExists(name.to_string()));
+        }
+        self.refuse_taken_name(name)?;
+        Ok(Some(lg.base_tid() + 1))
     }
 
     /// Whether a logged snapshot can take the changes buffered now (the

@@ -93,6 +93,10 @@ pub struct LogFile {
     /// under way (`seal_after_commit`): records wait for that commit,
     /// which frees the other region (0: none).
     pending_seal: u64,
+    /// How many records of the region a commit of `base_tid` tried again
+    /// holds: a commit of it failed after records went on top of it, and
+    /// its changes went back to be sealed again with theirs (`seal`).
+    retried: u64,
     /// The last record's buffer, for the next (`record_buffer`).
     spare: Vec<u8>,
 }
@@ -158,6 +162,7 @@ impl LogFile {
             owes_sealed: false,
             broken_until: 0,
             pending_seal: 0,
+            retried: 0,
             spare: Vec::new(),
         };
         let mut found = Vec::new();
@@ -272,11 +277,35 @@ impl LogFile {
         if tid == self.base_tid {
             return;
         }
+        self.retried = 0;
         self.region ^= 1;
         self.base_tid = tid;
         self.pos = 0;
         self.seq = 0;
         self.limit = self.region_len;
+    }
+
+    /// The commit of `tid` failed and its changes went back to the dirty
+    /// overlay, with those of the records on top of it: the commit that
+    /// seals them again (`seal` on the same TID) holds what those records
+    /// hold (`retried_records`).
+    pub fn taken_back(&mut self, tid: u64) {
+        if tid == self.base_tid {
+            self.retried = self.seq;
+        }
+    }
+
+    /// How many of the region's first records the commit of `tid` holds:
+    /// those written before its changes were taken back after a failed
+    /// commit (`taken_back`); 0 for a first try. The commit stores the
+    /// count (counter `intent_floor`), so that a replay on top of it skips
+    /// them: their changes are older than the commit's.
+    pub fn retried_records(&self, tid: u64) -> u64 {
+        if tid == self.base_tid {
+            self.retried
+        } else {
+            0
+        }
     }
 
     /// The changes so far are sealed as `tid` while the commit of the
@@ -287,6 +316,13 @@ impl LogFile {
     pub fn seal_after_commit(&mut self, tid: u64) {
         assert_eq!(tid, self.base_tid + 1, "sealed on top of the region's base");
         self.pending_seal = tid;
+    }
+
+    /// The seal `seal_after_commit` asked for is not to be made: the
+    /// changes it sealed went back to the dirty overlay (the commit under
+    /// them failed, see `Fs::keep_uncommitted`).
+    pub fn cancel_pending_seal(&mut self) {
+        self.pending_seal = 0;
     }
 
     /// Whether the next record must hold the sealed changes no record holds.
