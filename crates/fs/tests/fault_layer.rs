@@ -422,6 +422,18 @@ fn a_failed_commit_under_a_snapshot_stops_the_fs_and_a_remount_keeps_both() {
 /// commits everything, and a remount finds every file.
 #[test]
 fn a_failed_commit_under_a_cut_takes_the_cut_back_and_loses_nothing() {
+    failed_commit_under_a_cut(false);
+}
+
+/// The same when the commit that fails is another cut's (`low`, cut
+/// before the flush and committed by it): both cuts are dropped.
+#[test]
+fn a_failed_commit_of_a_cut_under_a_cut_takes_both_back() {
+    failed_commit_under_a_cut(true);
+}
+
+/// The two tests above; `low`: the failed commit is a cut's.
+fn failed_commit_under_a_cut(low: bool) {
     use cairn_fs::SnapshotKind;
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let d = tempfile::tempdir().unwrap();
@@ -436,6 +448,9 @@ fn a_failed_commit_under_a_cut_takes_the_cut_back_and_loses_nothing() {
     let hang = dev
         .add(Fault::hang(Ops::SYNC, std::time::Duration::from_millis(1500)).when(When::Times(1)));
     let eio = meta.add(Fault::eio(Ops::WRITE).when(When::Times(1)));
+    if low {
+        fs.snapshot_cut("low", SnapshotKind::Named).unwrap();
+    }
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
         let flushed = s.spawn(|| {
@@ -452,12 +467,20 @@ fn a_failed_commit_under_a_cut_takes_the_cut_back_and_loses_nothing() {
         fs.snapshot_cut("s", SnapshotKind::Named).unwrap();
         assert!(!done.load(SeqCst), "the cut waited for the commit");
         let after = put(&fs, &mut files, b"after", 0, b"after the cut");
-        let e = flushed.join().unwrap().expect_err("the flush");
-        assert_eq!(e.errno(), libc::EIO, "{e}");
+        match flushed.join().unwrap() {
+            // The cut's failed commit is reported to who waits for it;
+            // the flush then commits everything.
+            Ok(()) => assert!(low, "the flush succeeded"),
+            Err(e) => assert_eq!(e.errno(), libc::EIO, "{e}"),
+        }
         fs.fsync(after).unwrap();
     });
     assert_eq!((dev.hits(hang), meta.hits(eio)), (1, 1));
     assert!(fs.snapshot("s").is_err(), "the cut's snapshot was taken");
+    assert!(
+        fs.snapshot("low").is_err(),
+        "the failed cut's snapshot was taken"
+    );
     let check = |fs: &Fs, files: &Files| {
         for (name, want) in files {
             let i = fs.lookup(ROOT_INO, name).unwrap();

@@ -100,6 +100,53 @@ fn a_crash_before_the_cut_commits_loses_the_snapshot_and_only_unsynced_changes()
     assert_eq!(fs.asof_read(ino, s.tid, 0, 300_000).unwrap(), a);
 }
 
+/// A cut while the one before it waits for its commit is sealed above it
+/// without committing it (each names its own state, neither durable
+/// yet); a name waiting in the queue is refused; an fsync after both
+/// keeps every change; a crash before their commits loses both cuts and
+/// nothing fsynced; without a crash the commits take them in order.
+#[test]
+fn a_cut_over_one_waiting_for_its_commit_is_sealed_above_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = make(dir.path());
+    let ino = file(&fs, "f");
+    let (a, b, c) = (noise(1 << 20, 31), noise(1 << 20, 32), noise(1 << 20, 33));
+    fs.write(ino, 0, &a).unwrap();
+    let s1 = fs.snapshot_cut("s1", SnapshotKind::Named).unwrap();
+    fs.write(ino, 0, &b).unwrap();
+    let s2 = fs.snapshot_cut("s2", SnapshotKind::Named).unwrap();
+    assert!(
+        !committed(&fs, "s1") && !committed(&fs, "s2"),
+        "a cut waited"
+    );
+    assert_eq!(s2.tid, s1.tid + 1);
+    fs.write(ino, 0, &c).unwrap();
+    let e = fs.snapshot_cut("s1", SnapshotKind::Named).unwrap_err();
+    assert!(e.to_string().contains("s1"), "{e}");
+    fs.fsync(ino).unwrap();
+    drop(fs); // a crash: the cuts were committed by the fsync, or not
+    let fs = reopen(dir.path());
+    assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), c);
+    for (s, want) in [(&s1, &a), (&s2, &b)] {
+        if let Ok(got) = fs.snapshot(&s.name) {
+            assert_eq!(got.tid, s.tid);
+            assert_eq!(fs.asof_read(ino, s.tid, 0, 1 << 20).unwrap(), *want);
+        }
+    }
+    assert_clean(&fs);
+    let t0 = fs.last_tid();
+    fs.write(ino, 0, &a).unwrap();
+    let s3 = fs.snapshot_cut("s3", SnapshotKind::Named).unwrap();
+    fs.write(ino, 0, &b).unwrap();
+    let s4 = fs.snapshot_cut("s4", SnapshotKind::Named).unwrap();
+    assert_eq!((s3.tid, s4.tid), (t0 + 1, t0 + 2));
+    fs.commit_cuts();
+    assert!(committed(&fs, "s3") && committed(&fs, "s4"));
+    assert_eq!(fs.asof_read(ino, s3.tid, 0, 1 << 20).unwrap(), a);
+    assert_eq!(fs.asof_read(ino, s4.tid, 0, 1 << 20).unwrap(), b);
+    assert_clean(&fs);
+}
+
 #[test]
 fn a_cut_with_nothing_buffered_names_the_last_commit_at_once() {
     let dir = tempfile::tempdir().unwrap();

@@ -354,7 +354,7 @@ impl Fs {
         let mut st = self.lock_all();
         let owed = owed(&lg, &st.flushing);
         let fits = self.snapshot_fits(&st, &lg, room, owed.as_deref());
-        let Some(tid) = self.stack_point(&lg, &st, name, fits)? else {
+        let Some(tid) = self.stack_point(&lg, &st, name, fits, false)? else {
             drop(st);
             lg.recycle(payload);
             return Ok(None);
@@ -397,7 +397,7 @@ impl Fs {
         let mut lg = log.lock();
         let mut st = self.lock_all();
         let some = !lg.refuses_records() && st.shards().any(|s| !s.dirty.is_empty());
-        let Some(tid) = self.stack_point(&lg, &st, name, some)? else {
+        let Some(tid) = self.stack_point(&lg, &st, name, some, true)? else {
             return Ok(None);
         };
         let snap = Snapshot::new(name, tid, kind);
@@ -413,17 +413,27 @@ impl Fs {
     /// The TID a snapshot stacked on the commit under way takes (the log
     /// and every shard locked), or None when it cannot stack: `ok` is
     /// false, or the overlay being committed (or about to be) is not a
-    /// flush's or a logged snapshot's alone. The flusher retires the log
+    /// flush's or a snapshot's alone. The flusher retires the log
     /// (`retire_intent`) before it releases the overlay it committed, so
-    /// with the log held, one overlay being committed and at most a logged
-    /// snapshot's cut waiting (its own), it is a flush's or that
-    /// snapshot's, sealed as the log's base. Errors: the filesystem
-    /// stopped, or `name` is taken (committed, or waiting in the queue).
-    fn stack_point(&self, lg: &LogFile, st: &State, name: &str, ok: bool) -> Result<Option<u64>> {
+    /// with the log held, one overlay being committed and at most one cut
+    /// waiting (its own), it is a flush's or that snapshot's, sealed as
+    /// the log's base. A cut not logged is stacked on only by another cut
+    /// (`cut`): a failed commit of it is taken back, and a logged
+    /// snapshot above it could not be. Errors: the filesystem stopped, or
+    /// `name` is taken (committed, or waiting in the queue).
+    fn stack_point(
+        &self,
+        lg: &LogFile,
+        st: &State,
+        name: &str,
+        ok: bool,
+        cut: bool,
+    ) -> Result<Option<u64>> {
         let (waiting, pending_name) = {
             let q = self.sealed.lock();
             let named = q.iter().flat_map(|c| &c.snaps).any(|s| s.name == name);
-            (q.len() > 1 || q.front().is_some_and(|c| !c.logged), named)
+            let under = q.front().is_some_and(|c| !c.logged && !cut);
+            (q.len() > 1 || under, named)
         };
         if !ok || st.flushing.len() != 1 || waiting {
             return Ok(None);
