@@ -24,15 +24,28 @@ pub(crate) trait WriteTarget: Send + Sync {
     fn write(&self, buf: &[u8], at: u64, cached: bool) -> Result<()>;
 }
 
+/// Writes through the page cache go in pieces of at most this size, each
+/// with its writeback started. A kernel without preemption (the default
+/// `preempt=none`) does not take the CPU from a write(2) into the page
+/// cache: a 4 MiB one holds it for milliseconds, and a request thread
+/// woken meanwhile waits for it (its latency tail). Each piece's return to
+/// user space is a point where the scheduler can run that thread.
+const CACHED_PIECE: usize = 256 << 10;
+
 impl WriteTarget for Device {
     fn write(&self, buf: &[u8], at: u64, cached: bool) -> Result<()> {
-        let r = if cached {
-            self.write_at(buf, at)
-        } else {
-            self.write_direct_at(buf, at)
-        };
-        r.map_err(|e| DataError::of_write(self.id(), e))?;
-        self.start_writeback(at, buf.len() as u64);
+        let failed = |e| DataError::of_write(self.id(), e);
+        if !cached {
+            self.write_direct_at(buf, at).map_err(failed)?;
+            self.start_writeback(at, buf.len() as u64);
+            return Ok(());
+        }
+        let mut off = at;
+        for piece in buf.chunks(CACHED_PIECE) {
+            self.write_at(piece, off).map_err(failed)?;
+            self.start_writeback(off, piece.len() as u64);
+            off += piece.len() as u64;
+        }
         Ok(())
     }
 }
