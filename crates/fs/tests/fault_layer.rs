@@ -301,6 +301,25 @@ fn a_device_that_stops_answering_for_a_while_delays_but_loses_nothing() {
     assert!(check_pool(fs.pool()).unwrap().problems.is_empty());
 }
 
+/// Starts a flush on a thread of the scope `s` (setting `done` when it
+/// returns) and waits until it has sealed its changes for its commit.
+fn flush_in_background<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    fs: &'s Fs,
+    done: &'s std::sync::atomic::AtomicBool,
+) -> std::thread::ScopedJoinHandle<'s, cairn_fs::Result<()>> {
+    let flushed = s.spawn(move || {
+        let r = fs.flush();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        r
+    });
+    let t0 = std::time::Instant::now();
+    while !fs.committing() {
+        assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
+    }
+    flushed
+}
+
 /// Names and contents of the files a test wrote.
 type Files = Vec<(&'static [u8], Vec<u8>)>;
 
@@ -355,15 +374,7 @@ fn a_failed_commit_under_a_snapshot_stops_the_fs_and_a_remount_keeps_both() {
     let eio = meta.add(Fault::eio(Ops::WRITE).when(When::Times(1)));
     let done = AtomicBool::new(false);
     let (snap, at_snap) = std::thread::scope(|s| {
-        let flushed = s.spawn(|| {
-            let r = fs.flush();
-            done.store(true, SeqCst);
-            r
-        });
-        let t0 = std::time::Instant::now();
-        while !fs.committing() {
-            assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
-        }
+        let flushed = flush_in_background(s, &fs, &done);
         put(&fs, &mut files, b"during", 0, b"written during the commit");
         put(&fs, &mut files, b"synced", 4096, &[7u8; 5000]);
         let snap = fs.snapshot_create("s", SnapshotKind::Named).unwrap();
@@ -453,15 +464,7 @@ fn failed_commit_under_a_cut(low: bool) {
     }
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let flushed = s.spawn(|| {
-            let r = fs.flush();
-            done.store(true, SeqCst);
-            r
-        });
-        let t0 = std::time::Instant::now();
-        while !fs.committing() {
-            assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
-        }
+        let flushed = flush_in_background(s, &fs, &done);
         put(&fs, &mut files, b"during", 0, b"written during the commit");
         put(&fs, &mut files, b"before", 4096, &[7u8; 5000]);
         fs.snapshot_cut("s", SnapshotKind::Named).unwrap();
@@ -527,15 +530,7 @@ fn a_record_logged_during_a_failed_commit_is_not_replayed_over_its_retry() {
     meta.add(Fault::eio(Ops::WRITE).when(When::Times(1)));
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let flushed = s.spawn(|| {
-            let r = fs.flush();
-            done.store(true, SeqCst);
-            r
-        });
-        let t0 = std::time::Instant::now();
-        while !fs.committing() {
-            assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
-        }
+        let flushed = flush_in_background(s, &fs, &done);
         put(&fs, &mut files, b"x", 0, b"v1 v1 v1");
         fs.fsync(x).unwrap();
         assert!(!done.load(SeqCst), "the fsync waited for the commit");
