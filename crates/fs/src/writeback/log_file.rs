@@ -612,6 +612,30 @@ mod tests {
         assert_eq!(got, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
     }
 
+    /// A commit of 4 fails after two records went on top of it: its retry
+    /// holds them (`taken_back`), and only they count; a first try, a
+    /// failure of another TID, and the next region count none.
+    #[test]
+    fn a_retried_commit_counts_the_records_on_top_of_its_failed_try() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let (mut log, _) = LogFile::open(&p, [4; 16], 3, &HostStorage, LOG_SIZE).unwrap();
+        log.seal(4);
+        log.append(1, b"a").unwrap();
+        log.append(1, b"b").unwrap();
+        assert_eq!(log.retried_records(4), 0, "a first try");
+        log.taken_back(3);
+        assert_eq!(log.retried_records(4), 0, "another TID failed");
+        log.taken_back(4);
+        log.seal(4);
+        assert_eq!(log.retried_records(4), 2);
+        assert_eq!(log.retried_records(5), 0);
+        log.committed(4);
+        log.append(1, b"c").unwrap();
+        log.seal(5);
+        assert_eq!(log.retried_records(5), 0, "a new region");
+    }
+
     /// A snapshot sealed 6 while 5 was being committed: the log takes no
     /// record until 5 is committed, then goes to the other region, on 6.
     #[test]
