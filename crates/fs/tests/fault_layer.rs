@@ -11,7 +11,7 @@
 
 use cairn_data::chunk::CHUNK_MAGIC;
 use cairn_data::CHUNK_HEADER_LEN;
-use cairn_devices::backend::{Fault, FaultStorage, Ops, When};
+use cairn_devices::backend::{Fault, FaultControl, FaultStorage, Ops, When};
 use cairn_devices::{DeviceClass, DeviceSpec, HostStorage};
 use cairn_fs::maintenance::check::check_pool;
 use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, ROOT_INO};
@@ -320,6 +320,30 @@ fn flush_in_background<'s>(
     flushed
 }
 
+/// A pool made under `dir` and opened on a fault storage: its path, the
+/// filesystem, and the fault controls of its data device and metadata.
+fn faulty_pool(dir: &Path) -> (PathBuf, Arc<Fs>, Arc<FaultControl>, Arc<FaultControl>) {
+    let pool = make_pool(dir);
+    let (fs, st) = open_faulty(&pool);
+    let dev = st.control(&pool.join("data.0"));
+    let meta = st.control(&pool.join("meta.redb"));
+    (pool, fs, dev, meta)
+}
+
+/// Every file of `files` in the root directory reads exactly as written.
+fn expect_files(fs: &Fs, files: &Files) {
+    for (name, want) in files {
+        let i = fs.lookup(ROOT_INO, name).unwrap();
+        let got = fs.read(i.ino, 0, want.len() as u32 + 1).unwrap();
+        assert!(
+            got == *want,
+            "{} reads {:?}",
+            String::from_utf8_lossy(name),
+            String::from_utf8_lossy(&got[..got.len().min(8)])
+        );
+    }
+}
+
 /// Names and contents of the files a test wrote.
 type Files = Vec<(&'static [u8], Vec<u8>)>;
 
@@ -355,12 +379,7 @@ fn a_failed_commit_under_a_snapshot_stops_the_fs_and_a_remount_keeps_both() {
     use cairn_fs::SnapshotKind;
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let d = tempfile::tempdir().unwrap();
-    let pool = make_pool(d.path());
-    let (fs, st) = open_faulty(&pool);
-    let (dev, meta) = (
-        st.control(&pool.join("data.0")),
-        st.control(&pool.join("meta.redb")),
-    );
+    let (pool, fs, dev, meta) = faulty_pool(d.path());
     let mut files = Files::new();
     let synced = put(&fs, &mut files, b"synced", 0, &pattern(1 << 20));
     fs.fsync(synced).unwrap();
@@ -448,12 +467,7 @@ fn failed_commit_under_a_cut(low: bool) {
     use cairn_fs::SnapshotKind;
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let d = tempfile::tempdir().unwrap();
-    let pool = make_pool(d.path());
-    let (fs, st) = open_faulty(&pool);
-    let (dev, meta) = (
-        st.control(&pool.join("data.0")),
-        st.control(&pool.join("meta.redb")),
-    );
+    let (pool, fs, dev, meta) = faulty_pool(d.path());
     let mut files = Files::new();
     put(&fs, &mut files, b"before", 0, &pattern(1 << 20));
     let hang = dev
@@ -484,18 +498,7 @@ fn failed_commit_under_a_cut(low: bool) {
         fs.snapshot("low").is_err(),
         "the failed cut's snapshot was taken"
     );
-    let check = |fs: &Fs, files: &Files| {
-        for (name, want) in files {
-            let i = fs.lookup(ROOT_INO, name).unwrap();
-            let got = fs.read(i.ino, 0, want.len() as u32 + 1).unwrap();
-            assert!(
-                got == *want,
-                "{} reads wrong",
-                String::from_utf8_lossy(name)
-            );
-        }
-    };
-    check(&fs, &files);
+    expect_files(&fs, &files);
     put(&fs, &mut files, b"later", 0, b"the filesystem goes on");
     fs.snapshot_create("s", SnapshotKind::Named).unwrap();
     meta.clear();
@@ -505,7 +508,7 @@ fn failed_commit_under_a_cut(low: bool) {
     let rep = check_pool(&p).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     let fs = Fs::open(p).unwrap();
-    check(&fs, &files);
+    expect_files(&fs, &files);
     assert!(fs.snapshot("s").is_ok());
 }
 
@@ -516,12 +519,7 @@ fn failed_commit_under_a_cut(low: bool) {
 fn a_record_logged_during_a_failed_commit_is_not_replayed_over_its_retry() {
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let d = tempfile::tempdir().unwrap();
-    let pool = make_pool(d.path());
-    let (fs, st) = open_faulty(&pool);
-    let (dev, meta) = (
-        st.control(&pool.join("data.0")),
-        st.control(&pool.join("meta.redb")),
-    );
+    let (pool, fs, dev, meta) = faulty_pool(d.path());
     let mut files = Files::new();
     let x = put(&fs, &mut files, b"x", 0, b"v0 v0 v0");
     fs.flush().unwrap();
@@ -542,14 +540,5 @@ fn a_record_logged_during_a_failed_commit_is_not_replayed_over_its_retry() {
     dev.clear();
     drop(fs); // a crash right after the retry's commit
     let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
-    for (name, want) in &files {
-        let i = fs.lookup(ROOT_INO, name).unwrap();
-        let got = fs.read(i.ino, 0, want.len() as u32 + 1).unwrap();
-        assert!(
-            got == *want,
-            "{} reads {:?}",
-            String::from_utf8_lossy(name),
-            String::from_utf8_lossy(&got[..got.len().min(8)])
-        );
-    }
+    expect_files(&fs, &files);
 }

@@ -331,10 +331,9 @@ impl Fs {
             .back()
             .filter(|c| !c.logged && Arc::ptr_eq(&c.ov, &newest))?;
         let names: Vec<&str> = cut.snaps.iter().map(|s| s.name.as_str()).collect();
-        tracing::error!("snapshot {names:?} not taken: the commit under it failed");
-        *self.sealed_error.lock() = Some(format!(
-            "snapshot {names:?} not taken: the commit under it failed"
-        ));
+        let why = format!("snapshot {names:?} not taken: the commit under it failed");
+        tracing::error!("{why}");
+        *self.sealed_error.lock() = Some(why);
         q.pop_back();
         if let Some(l) = lg {
             l.cancel_pending_seal();
