@@ -26,9 +26,7 @@ pub struct PoolConfig {
     /// history is pruned automatically. When the pool runs short of space,
     /// history is pruned earlier so that deleting files frees space.
     pub history_retention_secs: u64,
-    /// Page cache of the metadata store, in MiB. The default written by
-    /// mkfs is 1/16 of the machine's RAM, 256 MiB to 4 GiB (see
-    /// `meta_cache_for_ram`).
+    /// Page cache of the metadata store, in MiB.
     pub meta_cache_mib: u64,
     /// Size of the intent log file (`POOL/intent.log`, two regions), in
     /// MiB: a snapshot goes through the log when the changes since the last
@@ -117,7 +115,7 @@ impl Default for PoolConfig {
             dirty_limit_mib: 512,
             background_nice: 10,
             history_retention_secs: 86400,
-            meta_cache_mib: meta_cache_for_ram(host_ram_bytes()),
+            meta_cache_mib: 256,
             intent_log_mib: 128,
             keep_daily: 7,
             keep_weekly: 4,
@@ -150,27 +148,6 @@ impl Default for PoolConfig {
             metrics_scan_interval_secs: 30,
         }
     }
-}
-
-/// The default metadata cache for a machine with `ram` bytes (0: unknown),
-/// in MiB: 1/16 of it, at least 256 MiB and at most 4 GiB. A random 4 KiB
-/// overwrite changes pages all over the metadata (about 1 GiB per 4 GiB
-/// volume of 4 KiB blocks with a day of history); a cache that holds them
-/// spares each commit the misses and evictions (on a 4 GiB volume taking
-/// 9,600 writes/s: 1,024 MiB against 256 made each commit's metadata part
-/// about 20% shorter and the daemon's CPU about 8% lower).
-pub fn meta_cache_for_ram(ram: u64) -> u64 {
-    ((ram >> 20) / 16).clamp(256, 4096)
-}
-
-/// MemTotal of /proc/meminfo in bytes (0 if it cannot be read).
-fn host_ram_bytes() -> u64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(0, |kib| kib << 10)
 }
 
 impl PoolConfig {
@@ -376,28 +353,7 @@ fn toml_error(e: &toml::de::Error, text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{host_ram_bytes, meta_cache_for_ram, PoolConfig};
-
-    #[test]
-    fn the_metadata_cache_is_a_sixteenth_of_ram_within_bounds() {
-        const GIB: u64 = 1 << 30;
-        for (ram, mib) in [
-            (0, 256),
-            (2 * GIB, 256),
-            (8 * GIB, 512),
-            (24 * GIB, 1536),
-            (64 * GIB, 4096),
-            (1024 * GIB, 4096),
-        ] {
-            assert_eq!(meta_cache_for_ram(ram), mib, "RAM {ram}");
-        }
-        let ram = host_ram_bytes();
-        assert!(ram > 256 << 20, "MemTotal not read: {ram}");
-        assert_eq!(
-            PoolConfig::default().meta_cache_mib,
-            meta_cache_for_ram(ram)
-        );
-    }
+    use super::PoolConfig;
 
     #[test]
     fn background_nice_is_a_nice_value() {
