@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod common;
+use common::flush_in_background;
 
 /// File name -> content.
 type Model = BTreeMap<String, Vec<u8>>;
@@ -286,27 +287,6 @@ impl Recovered {
     }
 }
 
-/// Starts a flush on a thread of `s` and returns once it has sealed the
-/// changes it commits (its commit under way); `done` is set when it ends.
-fn flush_in_background<'s>(
-    s: &'s std::thread::Scope<'s, '_>,
-    fs: &'s Fs,
-    done: &'s std::sync::atomic::AtomicBool,
-) {
-    s.spawn(|| {
-        fs.flush().unwrap();
-        done.store(true, std::sync::atomic::Ordering::SeqCst);
-    });
-    let t0 = std::time::Instant::now();
-    while !fs.committing() {
-        assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
-        assert!(
-            !done.load(std::sync::atomic::Ordering::SeqCst),
-            "the commit ended unseen"
-        );
-    }
-}
-
 fn seed() -> u64 {
     let seed = std::env::var("CAIRN_SEED")
         .ok()
@@ -396,7 +376,7 @@ fn fsyncs_during_a_commit_survive_power_loss() {
     std::thread::scope(|s| {
         // From the seal on: "unsynced" is in no record, only in the
         // overlay being committed.
-        flush_in_background(s, &fs, &done);
+        let flushed = flush_in_background(s, &fs, &done);
         for i in 0.. {
             let finished = done.load(std::sync::atomic::Ordering::SeqCst);
             if finished && i >= 4 {
@@ -416,6 +396,7 @@ fn fsyncs_during_a_commit_survive_power_loss() {
             }
             points.push((rec.len(), model.clone()));
         }
+        flushed.join().unwrap().unwrap();
     });
     assert_eq!(fs.last_tid(), tid + 1, "one commit");
     // And one after the commit, on top of it.
@@ -505,7 +486,7 @@ fn snapshot_during_a_commit(fsync_first: bool) {
     let done = std::sync::atomic::AtomicBool::new(false);
     let mut points = Vec::new();
     let (snap, snap_files, snap_at) = std::thread::scope(|s| {
-        flush_in_background(s, &fs, &done);
+        let flushed = flush_in_background(s, &fs, &done);
         // After the seal: a new file, and overwrites of blocks the commit
         // holds (a whole one, and a part of one).
         put(
@@ -532,6 +513,7 @@ fn snapshot_during_a_commit(fsync_first: bool) {
         expect_all(&fs, &model);
         fs.fsync(ino_of(&fs, "after")).unwrap();
         points.push((rec.len(), model.clone()));
+        flushed.join().unwrap().unwrap();
         (snap, snap_files, snap_at)
     });
     assert_eq!(snap.tid, tid + 2, "on top of the flush's TID");
@@ -582,7 +564,7 @@ fn a_cut_during_a_commit_is_kept_once_its_commit_is_made() {
     // Nothing synced yet: no file is owed before the first fsync.
     let mut points = vec![(rec.len(), Model::new())];
     let (snap, snap_files, snap_at) = std::thread::scope(|s| {
-        flush_in_background(s, &fs, &done);
+        let flushed = flush_in_background(s, &fs, &done);
         put(
             &fs,
             &mut model,
@@ -604,6 +586,7 @@ fn a_cut_during_a_commit_is_kept_once_its_commit_is_made() {
         put(&fs, &mut model, "after", 0, 700, &mut rng);
         fs.fsync(ino_of(&fs, "after")).unwrap();
         points.push((rec.len(), model.clone()));
+        flushed.join().unwrap().unwrap();
         (snap, snap_files, snap_at)
     });
     assert_eq!(snap.tid, tid + 2, "on top of the flush's TID");

@@ -18,6 +18,9 @@ use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, ROOT_INO};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod common;
+use common::flush_in_background;
+
 fn make_pool(dir: &Path) -> PathBuf {
     let pool = dir.join("pool");
     let spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), Some(64 << 20));
@@ -299,25 +302,6 @@ fn a_device_that_stops_answering_for_a_while_delays_but_loses_nothing() {
     assert_eq!(dev.hits(slow), 1);
     assert!(t.elapsed() >= stall);
     assert!(check_pool(fs.pool()).unwrap().problems.is_empty());
-}
-
-/// Starts a flush on a thread of the scope `s` (setting `done` when it
-/// returns) and waits until it has sealed its changes for its commit.
-fn flush_in_background<'s>(
-    s: &'s std::thread::Scope<'s, '_>,
-    fs: &'s Fs,
-    done: &'s std::sync::atomic::AtomicBool,
-) -> std::thread::ScopedJoinHandle<'s, cairn_fs::Result<()>> {
-    let flushed = s.spawn(move || {
-        let r = fs.flush();
-        done.store(true, std::sync::atomic::Ordering::SeqCst);
-        r
-    });
-    let t0 = std::time::Instant::now();
-    while !fs.committing() {
-        assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
-    }
-    flushed
 }
 
 /// A pool made under `dir` and opened on a fault storage: its path, the

@@ -6,6 +6,7 @@
 
 use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, ROOT_INO};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
 /// A new pool with default options under `dir`, opened.
@@ -50,3 +51,24 @@ pub fn noise(n: usize, seed: u64) -> Vec<u8> {
 }
 
 pub mod workload;
+
+/// Starts a flush on a thread of `s` and returns once it has sealed the
+/// changes it commits (its commit under way); `done` is set when it ends.
+/// Joining the handle gives the flush's result.
+pub fn flush_in_background<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    fs: &'s Fs,
+    done: &'s AtomicBool,
+) -> std::thread::ScopedJoinHandle<'s, cairn_fs::Result<()>> {
+    let flushed = s.spawn(move || {
+        let r = fs.flush();
+        done.store(true, SeqCst);
+        r
+    });
+    let t0 = std::time::Instant::now();
+    while !fs.committing() {
+        assert!(t0.elapsed().as_secs() < 10, "the flush never sealed");
+        assert!(!done.load(SeqCst), "the commit ended unseen");
+    }
+    flushed
+}
