@@ -532,6 +532,9 @@ impl Fs {
         self.stopping.store(true, Ordering::SeqCst);
         self.kick_flusher();
         let r = self.flush();
+        if let Err(e) = self.pool.meta.drain_dedup() {
+            tracing::warn!("writing the waiting dedup index entries: {e}");
+        }
         let path = crate::pool::PoolPaths::heat(&self.pool.path);
         if let Err(e) = self.pool.chunks.heat.save(&path) {
             tracing::warn!("saving heat table: {e}");

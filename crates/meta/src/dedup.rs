@@ -82,6 +82,8 @@ pub fn convert_v1(txn: &WriteTransaction) -> Result<u64> {
     Ok(moved)
 }
 
+pub mod pending;
+
 #[cfg(test)]
 mod fuzz_tests;
 

@@ -4,6 +4,7 @@
 //! transaction committed with immediate durability.
 
 use crate::dedup;
+use crate::dedup::pending::Pending;
 use crate::element::{decode_value, encode_value, hist_key, split_hist_key, Element};
 use crate::error::{MetaError, Result};
 use crate::key::{prefix_end, ElemKey};
@@ -37,6 +38,8 @@ pub struct MetaStore {
     /// What `ensure_headroom` last made sure of, to skip the stat and
     /// fallocate while the file cannot have grown since.
     headroom: Headroom,
+    /// Dedup index entries not yet in the table (`dedup/pending.rs`).
+    pending: Arc<Pending>,
 }
 
 /// The file's length changes only inside a write transaction (or a
@@ -207,9 +210,11 @@ impl MetaStore {
             reopen: None,
             mirror: parking_lot::Mutex::new(None),
             headroom: Headroom::default(),
+            pending: Arc::default(),
         };
         s.write(|w| {
             w.set_counter("last_tid", 0)?;
+            w.set_counter(DEDUP_INDEXED, 0)?;
             Ok::<_, MetaError>(())
         })?;
         Ok(s)
@@ -267,6 +272,7 @@ impl MetaStore {
             reopen: Some(how),
             mirror: parking_lot::Mutex::new(mirror),
             headroom: Headroom::default(),
+            pending: Arc::default(),
         };
         // Converts tables of an older format, then creates the tables a
         // newer release added (opening them in a write transaction).
@@ -513,6 +519,7 @@ impl MetaStore {
             reopen: None,
             mirror: parking_lot::Mutex::new(None),
             headroom: Headroom::default(),
+            pending: Arc::default(),
         })
     }
 
@@ -520,12 +527,55 @@ impl MetaStore {
         guarded(|| {
             let txn = self.db()?.begin_read()?;
             Ok(MetaRead {
+                pending: self.pending.clone(),
                 live: txn.open_table(LIVE)?,
                 hist: txn.open_table(HIST)?,
                 chunks: txn.open_table(CHUNKS)?,
                 txn,
             })
         })
+    }
+
+    /// Writes every dedup index entry still waiting to the table, in one
+    /// transaction (at close: see `dedup/pending.rs`).
+    pub fn drain_dedup(&self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.write(|w| {
+            w.drain_dedup = true;
+            Ok::<_, MetaError>(())
+        })
+    }
+
+    /// Indexes the chunks stored since the last batch of entries reached
+    /// the table (counter `DEDUP_INDEXED`), whose entries a crash or a
+    /// close without `drain_dedup` lost: called when the pool opens, before
+    /// anything looks a chunk up by hash (dedup, mirror streams).
+    /// `hash_of` reads a chunk record's content hash (the record is the
+    /// data layer's encoding). A store without the counter was written by
+    /// a release that indexed every chunk at once. Returns the chunks
+    /// indexed.
+    pub fn reindex_dedup(&self, hash_of: impl Fn(&[u8]) -> Option<Vec<u8>>) -> Result<u64> {
+        self.write(|w| {
+            let next = w.counter("next_chunk")?;
+            let from = w.counters.get(DEDUP_INDEXED)?.map_or(next, |v| v.value());
+            let mut found = Vec::new();
+            for r in w.chunks.range(from..)? {
+                let (id, raw) = r?;
+                found.extend(hash_of(raw.value()).map(|h| (h, id.value())));
+            }
+            for (h, id) in &found {
+                w.put_dedup(h, *id)?;
+            }
+            w.drain_dedup = true;
+            Ok(found.len() as u64)
+        })
+    }
+
+    /// The dedup index entries waiting for their batch.
+    pub fn dedup_pending(&self) -> &Pending {
+        &self.pending
     }
 
     /// Runs `f` in one write transaction and commits it durably.
@@ -560,8 +610,13 @@ impl MetaStore {
                     gone: txn.open_table(GONE).map_err(MetaError::from)?,
                     born: txn.open_table(BORN).map_err(MetaError::from)?,
                     ended: HashMap::new(),
+                    pending: &self.pending,
+                    new_dedup: Default::default(),
+                    gone_dedup: Vec::new(),
+                    drain_dedup: false,
                 };
                 let r = f(&mut w)?;
+                let dedup = w.write_dedup()?;
                 // The creation index is complete up to the last TID.
                 let last = w.counter("last_tid")?;
                 w.set_counter(BORN_TID, last)?;
@@ -569,9 +624,14 @@ impl MetaStore {
                 // both check out, the one with more is the newer.
                 let n = w.counter(WRITES)?;
                 w.set_counter(WRITES, n + 1)?;
-                r
+                (r, dedup)
             };
             txn.commit().map_err(MetaError::from)?;
+            let (r, dedup) = r;
+            match dedup {
+                DedupOut::Written(all) => self.pending.written(&all),
+                DedupOut::Kept(gone, added) => self.pending.keep(&gone, added),
+            }
             Ok(r)
         });
         std::panic::catch_unwind(run)
@@ -582,6 +642,7 @@ impl MetaStore {
 /// A consistent read-only view of the committed metadata.
 pub struct MetaRead {
     txn: ReadTransaction,
+    pending: Arc<Pending>,
     live: ReadOnlyTable<&'static [u8], &'static [u8]>,
     hist: ReadOnlyTable<&'static [u8], &'static [u8]>,
     chunks: ReadOnlyTable<u64, &'static [u8]>,
@@ -764,6 +825,9 @@ impl MetaRead {
     /// The chunk the index names for this hash: a candidate whose record
     /// the caller must confirm holds the same full hash (see dedup.rs).
     pub fn dedup(&self, hash: &[u8]) -> Result<Option<u64>> {
+        if let Some(v) = self.pending.get(&dedup::key(hash)) {
+            return Ok(Some(dedup::decode(v)));
+        }
         guarded(|| {
             let t = self.txn.open_table(DEDUP)?;
             Ok(t.get(dedup::key(hash))?.map(|v| dedup::decode(v.value())))
@@ -790,7 +854,7 @@ impl MetaRead {
             let t = self.txn.open_table(DEDUP)?;
             let s = t.stats()?;
             let bytes = s.stored_bytes() + s.metadata_bytes() + s.fragmented_bytes();
-            Ok((t.len()?, bytes))
+            Ok((t.len()? + self.pending.len() as u64, bytes))
         })
     }
 
@@ -892,6 +956,21 @@ pub struct MetaWrite<'t> {
     /// key: `ended_at` takes them from here instead of looking each one up
     /// in `hist` again.
     ended: HashMap<Vec<u8>, Vec<u8>>,
+    /// Dedup entries: those waiting (`dedup/pending.rs`), those this
+    /// transaction adds, and those of the chunks it removes.
+    pending: &'t Pending,
+    new_dedup: dedup::pending::Entries,
+    gone_dedup: Vec<([u8; 6], [u8; 6])>,
+    /// Writes every waiting entry to the table (`MetaStore::drain_dedup`).
+    drain_dedup: bool,
+}
+
+/// What a committed write transaction leaves of the waiting dedup entries.
+enum DedupOut {
+    /// It wrote these to the table.
+    Written(dedup::pending::Entries),
+    /// It wrote none: its removals and additions wait.
+    Kept(Vec<([u8; 6], [u8; 6])>, dedup::pending::Entries),
 }
 
 impl MetaWrite<'_> {
@@ -1184,29 +1263,65 @@ impl MetaWrite<'_> {
         Ok(())
     }
 
-    /// The candidate chunk for this hash (see MetaRead::dedup).
+    /// The candidate chunk for this hash (see MetaRead::dedup): this
+    /// transaction's entries, then those waiting, then the table's.
     pub fn dedup(&self, hash: &[u8]) -> Result<Option<u64>> {
-        Ok(self
-            .dedup
-            .get(dedup::key(hash))?
-            .map(|v| dedup::decode(v.value())))
+        let key = dedup::key(hash);
+        if let Some(v) = self.new_dedup.get(&key).copied().or(self.pending.get(&key)) {
+            return Ok(Some(dedup::decode(v)));
+        }
+        Ok(self.dedup.get(key)?.map(|v| dedup::decode(v.value())))
     }
 
     /// Indexes `chunk` under `hash`. An entry of another chunk whose hash
     /// shares the first 6 bytes is replaced (that content loses dedup only).
+    /// The entry waits with others and reaches the table in a batch
+    /// (`dedup/pending.rs`).
     pub fn put_dedup(&mut self, hash: &[u8], chunk: u64) -> Result<()> {
         if chunk < dedup::MAX_INDEXED_CHUNK {
-            self.dedup.insert(dedup::key(hash), dedup::encode(chunk))?;
+            self.new_dedup
+                .insert(dedup::key(hash), dedup::encode(chunk));
         }
         Ok(())
     }
 
-    /// Removes the index entry of `hash` if it names `chunk`.
+    /// Removes the index entry of `hash` if it names `chunk`, wherever it
+    /// is (this transaction's, waiting, or in the table).
     pub fn remove_dedup(&mut self, hash: &[u8], chunk: u64) -> Result<()> {
-        if self.dedup(hash)? == Some(chunk) {
-            self.dedup.remove(dedup::key(hash))?;
+        if chunk >= dedup::MAX_INDEXED_CHUNK {
+            return Ok(());
+        }
+        let (key, val) = (dedup::key(hash), dedup::encode(chunk));
+        if self.new_dedup.get(&key) == Some(&val) {
+            self.new_dedup.remove(&key);
+        }
+        if self.pending.get(&key) == Some(val) {
+            self.gone_dedup.push((key, val));
+        }
+        if self.dedup.get(key)?.map(|v| v.value()) == Some(val) {
+            self.dedup.remove(key)?;
         }
         Ok(())
+    }
+
+    /// At the end of the transaction: writes the waiting entries and this
+    /// transaction's to the table, sorted, when a batch has gathered (or
+    /// on `drain_dedup`); otherwise they wait. What to do with the waiting
+    /// entries once the transaction is committed.
+    fn write_dedup(&mut self) -> Result<DedupOut> {
+        let new = std::mem::take(&mut self.new_dedup);
+        let gone = std::mem::take(&mut self.gone_dedup);
+        if !self.drain_dedup && !self.pending.due(new.len()) {
+            return Ok(DedupOut::Kept(gone, new));
+        }
+        let all = self.pending.merged(&gone, &new);
+        for (k, v) in &all {
+            self.dedup.insert(*k, *v)?;
+        }
+        // Every chunk stored so far has its entry in the table now.
+        let next = self.counter("next_chunk")?;
+        self.set_counter(DEDUP_INDEXED, next)?;
+        Ok(DedupOut::Written(all))
     }
 
     pub fn put_snapshot(&mut self, name: &str, rec: &[u8]) -> Result<()> {
@@ -1473,5 +1588,133 @@ mod born_tests {
             born(&s, 0),
             vec![(5, b"mod".to_vec()), (5, b"new".to_vec())]
         );
+    }
+}
+
+#[cfg(test)]
+mod dedup_batch_tests {
+    //! Dedup index entries wait in RAM and reach `dedup_v2` in batches
+    //! (`dedup/pending.rs`).
+    use super::*;
+
+    fn hash(i: u8) -> [u8; 32] {
+        [i; 32]
+    }
+
+    fn table(s: &MetaStore) -> Vec<([u8; 6], u64)> {
+        let mut v = Vec::new();
+        s.read()
+            .unwrap()
+            .for_each_dedup(|k, id| v.push((k, id)))
+            .unwrap();
+        v
+    }
+
+    fn found(s: &MetaStore, i: u8) -> Option<u64> {
+        s.read().unwrap().dedup(&hash(i)).unwrap()
+    }
+
+    fn put(s: &MetaStore, i: u8, chunk: u64) {
+        s.write(|w| w.put_dedup(&hash(i), chunk)).unwrap();
+    }
+
+    #[test]
+    fn entries_are_found_while_they_wait_and_written_in_one_batch() {
+        let d = tempfile::tempdir().unwrap();
+        let s = MetaStore::create(&d.path().join("m.redb")).unwrap();
+        s.dedup_pending().set_batch(3);
+        put(&s, 1, 10);
+        put(&s, 2, 20);
+        assert_eq!((found(&s, 1), found(&s, 2)), (Some(10), Some(20)));
+        assert!(table(&s).is_empty(), "written before the batch");
+        // A failed transaction adds nothing.
+        let r = s.write(|w| {
+            w.put_dedup(&hash(4), 40)?;
+            Err::<(), _>(MetaError::Db("test".into()))
+        });
+        assert!(r.is_err());
+        assert_eq!(found(&s, 4), None);
+        // The chunk of a waiting entry is removed: the entry goes.
+        s.write(|w| w.remove_dedup(&hash(2), 20)).unwrap();
+        assert_eq!(found(&s, 2), None);
+        put(&s, 3, 30);
+        assert_eq!(s.dedup_pending().len(), 2);
+        put(&s, 5, 50);
+        let keys = |v: &[u8]| {
+            v.iter()
+                .map(|&i| (dedup::key(&hash(i)), i as u64 * 10))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(table(&s), keys(&[1, 3, 5]), "the batch");
+        assert!(s.dedup_pending().is_empty());
+        // A removal reaches the table too.
+        s.write(|w| w.remove_dedup(&hash(3), 30)).unwrap();
+        assert_eq!(table(&s), keys(&[1, 5]));
+        // Closing writes what waits; a store opened again finds it.
+        put(&s, 6, 60);
+        s.drain_dedup().unwrap();
+        assert_eq!(table(&s), keys(&[1, 5, 6]));
+        drop(s);
+        let s = MetaStore::open(&d.path().join("m.redb"), 1 << 20, PageCache::new()).unwrap();
+        assert_eq!(found(&s, 6), Some(60));
+    }
+
+    /// Stores chunk `id` with its entry; its record is the hash itself
+    /// (what `reindex_dedup`'s reader gives back in these tests).
+    fn store_chunk(s: &MetaStore, i: u8, id: u64) {
+        s.write(|w| {
+            w.put_chunk(id, &hash(i))?;
+            w.put_dedup(&hash(i), id)?;
+            w.set_counter("next_chunk", id + 1)
+        })
+        .unwrap();
+    }
+
+    fn reindex(s: &MetaStore) -> u64 {
+        s.reindex_dedup(|raw| Some(raw.to_vec())).unwrap()
+    }
+
+    #[test]
+    fn entries_a_crash_lost_are_indexed_again_at_open() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("m.redb");
+        let s = MetaStore::create(&path).unwrap();
+        store_chunk(&s, 1, 10);
+        s.drain_dedup().unwrap();
+        store_chunk(&s, 2, 11);
+        store_chunk(&s, 3, 12);
+        s.write(|w| {
+            w.remove_chunk(12)?;
+            w.remove_dedup(&hash(3), 12)
+        })
+        .unwrap();
+        drop(s); // no drain: as after a crash
+        let s = MetaStore::open(&path, 1 << 20, PageCache::new()).unwrap();
+        assert_eq!(found(&s, 1), Some(10), "in the table before the crash");
+        assert_eq!(found(&s, 2), None, "lost with the crash");
+        assert_eq!(reindex(&s), 1, "chunk 10 was in the table, 12 is gone");
+        assert_eq!((found(&s, 2), found(&s, 3)), (Some(11), None));
+        let want = |v: &[(u8, u64)]| {
+            v.iter()
+                .map(|&(i, id)| (dedup::key(&hash(i)), id))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(table(&s), want(&[(1, 10), (2, 11)]), "written at once");
+        assert_eq!(reindex(&s), 0, "nothing left to index");
+    }
+
+    #[test]
+    fn a_store_without_the_counter_was_indexed_in_full() {
+        let d = tempfile::tempdir().unwrap();
+        let s = MetaStore::create(&d.path().join("m.redb")).unwrap();
+        store_chunk(&s, 1, 0);
+        s.write(|w| {
+            w.counters.remove(DEDUP_INDEXED)?;
+            Ok::<_, MetaError>(())
+        })
+        .unwrap();
+        assert_eq!(reindex(&s), 0, "an older release wrote every entry");
+        let r = s.read().unwrap();
+        assert_eq!(r.counter(DEDUP_INDEXED).unwrap(), 1);
     }
 }

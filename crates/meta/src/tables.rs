@@ -47,3 +47,9 @@ pub const WRITES: &str = "writes";
 /// The counter (in COUNTERS) holding the last TID at the end of the last
 /// write transaction that kept `BORN` up to date.
 pub const BORN_TID: &str = "born_tid";
+
+/// The counter (in COUNTERS) below which every stored chunk has its entry
+/// in `DEDUP` (or lost it to a newer chunk sharing its key): entries of
+/// newer chunks wait in RAM (`dedup/pending.rs`) and are indexed again at
+/// open (`MetaStore::reindex_dedup`).
+pub const DEDUP_INDEXED: &str = "dedup_indexed";

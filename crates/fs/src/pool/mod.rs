@@ -16,7 +16,7 @@ use crate::error::{FsError, Result};
 use crate::pool::config::PoolConfig;
 use crate::pool::superblock::{Superblock, SUPERBLOCK_LEN};
 use crate::types::{FileKind, Inode, Time, ROOT_INO};
-use cairn_data::{ChunkStore, SegmentRec};
+use cairn_data::{ChunkRec, ChunkStore, SegmentRec};
 use cairn_devices::device::{device_file_path, file_id, in_use, occupant, Occupant};
 use cairn_devices::private::{private_options, DIR_MODE};
 use cairn_devices::{
@@ -827,6 +827,11 @@ impl Pool {
         if add_missing_mirror(path, &sb, &descs, &*storage) {
             drop(meta);
             meta = open_meta()?;
+        }
+        let hash_of = |raw: &[u8]| ChunkRec::decode(raw).ok().map(|r| r.hash.to_vec());
+        let indexed = meta.reindex_dedup(hash_of)?;
+        if indexed > 0 {
+            tracing::info!("indexed {indexed} chunks stored after the last dedup index batch");
         }
         let r = meta.read()?;
         let mut devices = Vec::new();
