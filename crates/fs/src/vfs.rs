@@ -532,8 +532,10 @@ impl Fs {
         self.stopping.store(true, Ordering::SeqCst);
         self.kick_flusher();
         let r = self.flush();
-        if let Err(e) = self.pool.meta.drain_dedup() {
-            tracing::warn!("writing the waiting dedup index entries: {e}");
+        if let Err(e) = self.pool.meta.drain() {
+            tracing::warn!(
+                "writing the waiting dedup index entries and creation index removals: {e}"
+            );
         }
         let path = crate::pool::PoolPaths::heat(&self.pool.path);
         if let Err(e) = self.pool.chunks.heat.save(&path) {

@@ -22,8 +22,10 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
+mod born_lazy;
 mod by_tid;
 mod rollback;
+use born_lazy::{BornPending, BornRepair, BornTxn};
 pub use rollback::RolledBack;
 
 pub struct MetaStore {
@@ -40,6 +42,11 @@ pub struct MetaStore {
     headroom: Headroom,
     /// Dedup index entries not yet in the table (`dedup/pending.rs`).
     pending: Arc<Pending>,
+    /// Removals from the creation index not yet made (`born_lazy.rs`).
+    born_waiting: BornPending,
+    /// Held for the whole of `write`, past redb's commit, until the
+    /// waiting entries and removals are brought up to date.
+    writes: parking_lot::Mutex<()>,
 }
 
 /// The file's length changes only inside a write transaction (or a
@@ -211,6 +218,8 @@ impl MetaStore {
             mirror: parking_lot::Mutex::new(None),
             headroom: Headroom::default(),
             pending: Arc::default(),
+            born_waiting: BornPending::default(),
+            writes: parking_lot::Mutex::default(),
         };
         s.write(|w| {
             w.set_counter("last_tid", 0)?;
@@ -273,6 +282,8 @@ impl MetaStore {
             mirror: parking_lot::Mutex::new(mirror),
             headroom: Headroom::default(),
             pending: Arc::default(),
+            born_waiting: BornPending::default(),
+            writes: parking_lot::Mutex::default(),
         };
         // Converts tables of an older format, then creates the tables a
         // newer release added (opening them in a write transaction).
@@ -282,9 +293,14 @@ impl MetaStore {
         if moved > 0 {
             tracing::info!("converted {moved} dedup index entries to dedup_v2");
         }
-        let born = s.write(|w| w.ensure_born_index())?;
-        if born > 0 {
-            tracing::info!("indexed {born} live elements by create TID (born_v1)");
+        match s.write(|w| w.ensure_born_index())? {
+            BornRepair::Kept => {}
+            BornRepair::Redone(n) => {
+                tracing::info!("made {n} creation index removals a crash left waiting (born_v1)")
+            }
+            BornRepair::Rebuilt(n) => {
+                tracing::info!("indexed {n} live elements by create TID (born_v1)")
+            }
         }
         Ok(s)
     }
@@ -520,6 +536,8 @@ impl MetaStore {
             mirror: parking_lot::Mutex::new(None),
             headroom: Headroom::default(),
             pending: Arc::default(),
+            born_waiting: BornPending::default(),
+            writes: parking_lot::Mutex::default(),
         })
     }
 
@@ -536,16 +554,23 @@ impl MetaStore {
         })
     }
 
-    /// Writes every dedup index entry still waiting to the table, in one
-    /// transaction (at close: see `dedup/pending.rs`).
-    pub fn drain_dedup(&self) -> Result<()> {
-        if self.pending.is_empty() {
+    /// Writes every dedup index entry still waiting to the table and
+    /// makes every waiting creation index removal, in one transaction (at
+    /// close: see `dedup/pending.rs` and `store/born_lazy.rs`).
+    pub fn drain(&self) -> Result<()> {
+        if self.pending.is_empty() && self.born_waiting.is_empty() {
             return Ok(());
         }
         self.write(|w| {
             w.drain_dedup = true;
+            w.drain_all_born();
             Ok::<_, MetaError>(())
         })
+    }
+
+    /// The creation index removals waiting for their batch.
+    pub fn born_pending(&self) -> &BornPending {
+        &self.born_waiting
     }
 
     /// Indexes the chunks stored since the last batch of entries reached
@@ -588,6 +613,7 @@ impl MetaStore {
         let _grown = BumpOnDrop(&self.headroom);
         // A panic inside redb (a damaged page) aborts the transaction and
         // becomes an error, as in reads.
+        let _one = self.writes.lock();
         let run = std::panic::AssertUnwindSafe(|| {
             let db = self.db()?;
             let mut txn = db.begin_write().map_err(MetaError::from)?;
@@ -614,20 +640,21 @@ impl MetaStore {
                     new_dedup: Default::default(),
                     gone_dedup: Vec::new(),
                     drain_dedup: false,
+                    born_waiting: &self.born_waiting,
+                    born_txn: BornTxn::default(),
                 };
                 let r = f(&mut w)?;
                 let dedup = w.write_dedup()?;
-                // The creation index is complete up to the last TID.
-                let last = w.counter("last_tid")?;
-                w.set_counter(BORN_TID, last)?;
+                let born = w.finish_born()?;
                 // Counts write transactions: of two metadata copies that
                 // both check out, the one with more is the newer.
                 let n = w.counter(WRITES)?;
                 w.set_counter(WRITES, n + 1)?;
-                (r, dedup)
+                (r, dedup, born)
             };
             txn.commit().map_err(MetaError::from)?;
-            let (r, dedup) = r;
+            let (r, dedup, born) = r;
+            self.born_waiting.settle(born);
             match dedup {
                 DedupOut::Written(all) => self.pending.written(&all),
                 DedupOut::Kept(gone, added) => self.pending.keep(&gone, added),
@@ -961,8 +988,12 @@ pub struct MetaWrite<'t> {
     pending: &'t Pending,
     new_dedup: dedup::pending::Entries,
     gone_dedup: Vec<([u8; 6], [u8; 6])>,
-    /// Writes every waiting entry to the table (`MetaStore::drain_dedup`).
+    /// Writes every waiting entry to the table (`MetaStore::drain`).
     drain_dedup: bool,
+    /// Creation index removals: those waiting, and this transaction's
+    /// (`store/born_lazy.rs`).
+    born_waiting: &'t BornPending,
+    born_txn: BornTxn,
 }
 
 /// What a committed write transaction leaves of the waiting dedup entries.
@@ -1007,7 +1038,7 @@ impl MetaWrite<'_> {
         payload: Vec<u8>,
         tid: u64,
     ) -> Result<Element> {
-        self.born.remove((create_tid, key.as_bytes()))?;
+        self.born_gone(create_tid, key.as_bytes());
         assert!(
             create_tid < tid,
             "element {key} created at {create_tid} ended at {tid}"
@@ -1056,26 +1087,6 @@ impl MetaWrite<'_> {
         Ok(ended)
     }
 
-    /// Rebuilds the index of live elements by create TID unless the last
-    /// write transaction kept it (a release without it wrote the pool, or
-    /// the pool predates it). Returns the entries written (0: it was kept).
-    pub fn ensure_born_index(&mut self) -> Result<u64> {
-        let last = self.counter("last_tid")?;
-        let kept = self.counters.get(BORN_TID)?.map(|v| v.value());
-        if kept == Some(last) {
-            return Ok(0);
-        }
-        self.born.retain(|_, _| false)?;
-        let mut n = 0;
-        for r in self.live.iter()? {
-            let (k, v) = r?;
-            let (create_tid, _) = decode_value(k.value(), v.value())?;
-            self.born.insert((create_tid, k.value()), ())?;
-            n += 1;
-        }
-        Ok(n)
-    }
-
     /// Physically removes ended elements that no retained TID can see: an
     /// element is kept if some tid in `retained` (sorted) lies in
     /// [create_tid, delete_tid). Considers elements with delete_tid <=
@@ -1107,6 +1118,9 @@ impl MetaWrite<'_> {
             }
         }
         let mut removed = Vec::with_capacity(victims.len());
+        if !dry_run {
+            self.drain_born_before(cutoff)?;
+        }
         if dry_run {
             for (delete_tid, hk, key, create_tid) in victims {
                 let v = self.hist.get(hk.as_slice())?;
@@ -1193,6 +1207,7 @@ impl MetaWrite<'_> {
     /// Forgets the notes of elements that ended at or before `cutoff`
     /// (streams from before it are refused anyway: the prune horizon).
     pub fn forget_gone(&mut self, cutoff: u64) -> Result<()> {
+        self.drain_born_before(cutoff)?;
         let upto = (cutoff.saturating_add(1), &[][..]);
         Ok(self.gone.retain_in(..upto, |_, _| false)?)
     }
@@ -1652,7 +1667,7 @@ mod dedup_batch_tests {
         assert_eq!(table(&s), keys(&[1, 5]));
         // Closing writes what waits; a store opened again finds it.
         put(&s, 6, 60);
-        s.drain_dedup().unwrap();
+        s.drain().unwrap();
         assert_eq!(table(&s), keys(&[1, 5, 6]));
         drop(s);
         let s = MetaStore::open(&d.path().join("m.redb"), 1 << 20, PageCache::new()).unwrap();
@@ -1680,7 +1695,7 @@ mod dedup_batch_tests {
         let path = d.path().join("m.redb");
         let s = MetaStore::create(&path).unwrap();
         store_chunk(&s, 1, 10);
-        s.drain_dedup().unwrap();
+        s.drain().unwrap();
         store_chunk(&s, 2, 11);
         store_chunk(&s, 3, 12);
         s.write(|w| {

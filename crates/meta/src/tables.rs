@@ -20,9 +20,10 @@ pub const TIDS: TableDefinition<u64, u64> = TableDefinition::new("tids_v1");
 /// TID, history key), so that mirror streams still send their ends.
 pub const GONE: TableDefinition<(u64, &[u8]), ()> = TableDefinition::new("gone_v1");
 /// Index of live elements by create TID: (create_tid, element key) -> ().
-/// Exactly the live table's elements, so that "created after TID t" is a
-/// range (mirror streams); rebuilt at open when `BORN_TID` is not the last
-/// TID (a release without it wrote the pool).
+/// Every element of the live table, so that "created after TID t" is a
+/// range (mirror streams), and the entries of elements ended since the last
+/// batch of removals, which readers skip (`store/born_lazy.rs`); brought
+/// up to date at open when `BORN_TID` is not the last TID.
 pub const BORN: TableDefinition<(u64, &[u8]), ()> = TableDefinition::new("born_v1");
 /// Inodes with no links that were still open: removed at next mount.
 pub const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans_v1");
@@ -45,8 +46,13 @@ pub const DEDUP_V1: TableDefinition<&[u8], &[u8]> = TableDefinition::new("dedup_
 pub const WRITES: &str = "writes";
 
 /// The counter (in COUNTERS) holding the last TID at the end of the last
-/// write transaction that kept `BORN` up to date.
+/// write transaction that left `BORN` exact: no removal waiting
+/// (`store/born_lazy.rs`).
 pub const BORN_TID: &str = "born_tid";
+
+/// The counter (in COUNTERS) holding the last TID at the end of the last
+/// write transaction that left every new entry in `BORN`.
+pub const BORN_INSERTED: &str = "born_inserted";
 
 /// The counter (in COUNTERS) below which every stored chunk has its entry
 /// in `DEDUP` (or lost it to a newer chunk sharing its key): entries of
