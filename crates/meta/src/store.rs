@@ -575,7 +575,7 @@ impl MetaStore {
 
     /// Indexes the chunks stored since the last batch of entries reached
     /// the table (counter `DEDUP_INDEXED`), whose entries a crash or a
-    /// close without `drain_dedup` lost: called when the pool opens, before
+    /// close without `drain` lost: called when the pool opens, before
     /// anything looks a chunk up by hash (dedup, mirror streams).
     /// `hash_of` reads a chunk record's content hash (the record is the
     /// data layer's encoding). A store without the counter was written by

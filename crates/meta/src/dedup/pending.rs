@@ -1,12 +1,14 @@
 //! Dedup index entries not yet written to `dedup_v2`. A commit's new
 //! entries wait here, in RAM, and go to the table in one sorted batch once
 //! `BATCH` of them have gathered, or when the pool closes
-//! (`MetaStore::drain_dedup`). Written one commit at a time, each new
+//! (`MetaStore::drain`). Written one commit at a time, each new
 //! chunk's entry lands at a random place of the index: a commit of a few
 //! thousand random writes then rewrites one 4 KiB page of it per write.
-//! Lookups see these entries as they see the table's. An entry is only a
-//! candidate (see dedup.rs), so entries lost in a crash cost dedup of those
-//! chunks' content later, never data; `cairn check` verifies the table's.
+//! Lookups see these entries as they see the table's. A crash loses the
+//! waiting entries; the pool indexes their chunks again when it opens
+//! (counter `DEDUP_INDEXED`, `MetaStore::reindex_dedup`), since mirror
+//! streams find chunks by hash through the index. `cairn check` verifies
+//! the table's entries.
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
