@@ -582,6 +582,14 @@ impl MetaStore {
     /// a release that indexed every chunk at once. Returns the chunks
     /// indexed.
     pub fn reindex_dedup(&self, hash_of: impl Fn(&[u8]) -> Option<Vec<u8>>) -> Result<u64> {
+        let (indexed, next) = guarded(|| {
+            let t = self.db()?.begin_read()?.open_table(COUNTERS)?;
+            let next = t.get("next_chunk")?.map_or(0, |v| v.value());
+            Ok((t.get(DEDUP_INDEXED)?.map(|v| v.value()), next))
+        })?;
+        if indexed == Some(next) {
+            return Ok(0); // a clean close, or nothing stored since: no write
+        }
         self.write(|w| {
             let next = w.counter("next_chunk")?;
             let from = w.counters.get(DEDUP_INDEXED)?.map_or(next, |v| v.value());
@@ -1118,9 +1126,6 @@ impl MetaWrite<'_> {
             }
         }
         let mut removed = Vec::with_capacity(victims.len());
-        if !dry_run {
-            self.drain_born_before(cutoff)?;
-        }
         if dry_run {
             for (delete_tid, hk, key, create_tid) in victims {
                 let v = self.hist.get(hk.as_slice())?;
@@ -1137,6 +1142,7 @@ impl MetaWrite<'_> {
             }
             return Ok(removed);
         }
+        self.drain_born_before(cutoff)?;
         for (delete_tid, hk, key, create_tid) in victims {
             self.ends.remove((delete_tid, hk.as_slice()))?;
             let v = self

@@ -116,12 +116,20 @@ impl MetaWrite<'_> {
             all.extend(self.born_waiting.waiting.lock().iter().cloned());
             self.born_txn.drained = true;
         }
+        self.remove_entries(all)?;
+        Ok(())
+    }
+
+    /// Removes these entries from the index, in key order; returns how
+    /// many were there.
+    fn remove_entries(&mut self, mut all: Vec<Entry>) -> Result<u64> {
         all.sort_unstable();
         all.dedup();
+        let mut n = 0;
         for (tid, key) in &all {
-            self.born.remove((*tid, key.as_slice()))?;
+            n += u64::from(self.born.remove((*tid, key.as_slice()))?.is_some());
         }
-        Ok(())
+        Ok(n)
     }
 
     /// Before `ends_v1` or `gone_v1` entries up to `cutoff` are removed:
@@ -200,13 +208,7 @@ impl MetaWrite<'_> {
             let (key, create_tid) = split_hist_key(k.value().1)?;
             all.push((create_tid, key.as_bytes().to_vec()));
         }
-        all.sort_unstable();
-        all.dedup();
-        let mut n = 0;
-        for (tid, key) in &all {
-            n += u64::from(self.born.remove((*tid, key.as_slice()))?.is_some());
-        }
-        Ok(n)
+        self.remove_entries(all)
     }
 }
 
