@@ -532,6 +532,9 @@ impl Fs {
         self.stopping.store(true, Ordering::SeqCst);
         self.kick_flusher();
         let r = self.flush();
+        if let Err(e) = self.make_all_live_debts() {
+            tracing::warn!("making the waiting live reference decrements: {e}");
+        }
         if let Err(e) = self.pool.meta.drain() {
             tracing::warn!(
                 "writing the waiting dedup index entries and creation index removals: {e}"

@@ -24,8 +24,11 @@ use std::sync::Arc;
 
 mod born_lazy;
 mod by_tid;
+mod live_lazy;
 mod rollback;
 use born_lazy::{BornPending, BornRepair, BornTxn};
+use live_lazy::DebtsTxn;
+pub use live_lazy::{Debts, LiveDebts, OWING};
 pub use rollback::RolledBack;
 
 pub struct MetaStore {
@@ -44,6 +47,8 @@ pub struct MetaStore {
     pending: Arc<Pending>,
     /// Removals from the creation index not yet made (`born_lazy.rs`).
     born_waiting: BornPending,
+    /// Live reference decrements not yet made (`live_lazy.rs`).
+    live_waiting: LiveDebts,
     /// Held for the whole of `write`, past redb's commit, until the
     /// waiting entries and removals are brought up to date.
     writes: parking_lot::Mutex<()>,
@@ -219,6 +224,7 @@ impl MetaStore {
             headroom: Headroom::default(),
             pending: Arc::default(),
             born_waiting: BornPending::default(),
+            live_waiting: LiveDebts::default(),
             writes: parking_lot::Mutex::default(),
         };
         s.write(|w| {
@@ -283,8 +289,15 @@ impl MetaStore {
             headroom: Headroom::default(),
             pending: Arc::default(),
             born_waiting: BornPending::default(),
+            live_waiting: LiveDebts::default(),
             writes: parking_lot::Mutex::default(),
         };
+        let refs = match s.db()?.begin_read()?.open_table(COUNTERS) {
+            Ok(t) => t.get(LIVE_REFS)?.map_or(0, |v| v.value()),
+            Err(redb::TableError::TableDoesNotExist(_)) => 0,
+            Err(e) => return Err(e.into()),
+        };
+        s.live_waiting.opened_with(refs);
         // Converts tables of an older format, then creates the tables a
         // newer release added (opening them in a write transaction).
         let txn = s.db()?.begin_write()?;
@@ -537,6 +550,7 @@ impl MetaStore {
             headroom: Headroom::default(),
             pending: Arc::default(),
             born_waiting: BornPending::default(),
+            live_waiting: LiveDebts::default(),
             writes: parking_lot::Mutex::default(),
         })
     }
@@ -571,6 +585,19 @@ impl MetaStore {
     /// The creation index removals waiting for their batch.
     pub fn born_pending(&self) -> &BornPending {
         &self.born_waiting
+    }
+
+    /// The live reference decrements waiting for their batch.
+    pub fn live_debts(&self) -> &LiveDebts {
+        &self.live_waiting
+    }
+
+    /// A read view and the live reference decrements that wait in it,
+    /// taken together (no write transaction commits in between): a chunk
+    /// record's true live count is its stored one less what waits.
+    pub fn read_owing(&self) -> Result<(MetaRead, Debts)> {
+        let _one = self.writes.lock();
+        Ok((self.read()?, self.live_waiting.copy()))
     }
 
     /// Indexes the chunks stored since the last batch of entries reached
@@ -650,19 +677,23 @@ impl MetaStore {
                     drain_dedup: false,
                     born_waiting: &self.born_waiting,
                     born_txn: BornTxn::default(),
+                    live_waiting: &self.live_waiting,
+                    live_txn: DebtsTxn::default(),
                 };
                 let r = f(&mut w)?;
                 let dedup = w.write_dedup()?;
                 let born = w.finish_born()?;
+                let live = w.finish_live()?;
                 // Counts write transactions: of two metadata copies that
                 // both check out, the one with more is the newer.
                 let n = w.counter(WRITES)?;
                 w.set_counter(WRITES, n + 1)?;
-                (r, dedup, born)
+                (r, dedup, born, live)
             };
             txn.commit().map_err(MetaError::from)?;
-            let (r, dedup, born) = r;
+            let (r, dedup, born, live) = r;
             self.born_waiting.settle(born);
+            self.live_waiting.settle(live);
             match dedup {
                 DedupOut::Written(all) => self.pending.written(&all),
                 DedupOut::Kept(gone, added) => self.pending.keep(&gone, added),
@@ -1002,6 +1033,10 @@ pub struct MetaWrite<'t> {
     /// (`store/born_lazy.rs`).
     born_waiting: &'t BornPending,
     born_txn: BornTxn,
+    /// Live reference decrements: those waiting, and this transaction's
+    /// (`store/live_lazy.rs`).
+    live_waiting: &'t LiveDebts,
+    live_txn: DebtsTxn,
 }
 
 /// What a committed write transaction leaves of the waiting dedup entries.
@@ -1143,6 +1178,9 @@ impl MetaWrite<'_> {
             return Ok(removed);
         }
         self.drain_born_before(cutoff)?;
+        if !victims.is_empty() {
+            self.no_live_debts_before(cutoff)?;
+        }
         for (delete_tid, hk, key, create_tid) in victims {
             self.ends.remove((delete_tid, hk.as_slice()))?;
             let v = self
@@ -1241,6 +1279,7 @@ impl MetaWrite<'_> {
 
     pub fn remove_chunk(&mut self, id: u64) -> Result<()> {
         self.chunks.remove(id)?;
+        self.forget_live_debts(id);
         Ok(())
     }
 

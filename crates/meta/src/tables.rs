@@ -59,3 +59,12 @@ pub const BORN_INSERTED: &str = "born_inserted";
 /// newer chunks wait in RAM (`dedup/pending.rs`) and are indexed again at
 /// open (`MetaStore::reindex_dedup`).
 pub const DEDUP_INDEXED: &str = "dedup_indexed";
+
+/// The counter (in COUNTERS) holding a TID up to which every ended
+/// extent's live reference decrement is made (`store/live_lazy.rs`).
+pub const LIVE_TID: &str = "live_tid";
+
+/// The counter (in COUNTERS) saying what the chunk records' live counts
+/// are: absent or 0 before they existed (recounted at open), 1 exact, 2
+/// exact but for the decrements of the ends after `LIVE_TID`.
+pub const LIVE_REFS: &str = "live_refs";

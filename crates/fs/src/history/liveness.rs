@@ -28,20 +28,26 @@ use crate::types::Extent;
 use crate::vfs::Fs;
 use cairn_data::{ChunkRec, SegmentRec};
 use cairn_devices::SlotAddr;
-use cairn_meta::{MetaStore, MetaWrite, RecordType};
+use cairn_meta::store::{Debts, OWING};
+use cairn_meta::tables::LIVE_REFS;
+use cairn_meta::{Element, MetaStore, MetaWrite, RecordType};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// Counter set once every chunk record has a live count and every segment
-/// record its history-only bytes.
-const COUNTER: &str = "live_refs";
+/// Counter set to 1 once every chunk record has a live count and every
+/// segment record its history-only bytes (2 while decrements wait:
+/// `live_debts.rs`).
+const COUNTER: &str = LIVE_REFS;
 
 impl Fs {
     /// Call once per transaction that created or ended extents, after all
-    /// its element changes at `tid`: takes the live references of the
-    /// extents ended at `tid`, marks the chunks left with none as
-    /// history-only in their segments, then drops what `nohistory` files
-    /// do not keep. `touched` collects the segments whose records changed,
-    /// `freed` the slots of segments left empty.
+    /// its element changes at `tid`. The extents ended at `tid` lose their
+    /// live references: those of nohistory objects at once, before they
+    /// are dropped with what they alone referenced; in the chunk records of
+    /// the others the decrement waits (`live_debts.rs`) unless a batch has
+    /// gathered, when every waiting one is made. Either way a chunk left
+    /// with no live reference counts as history-only in its segment at
+    /// once. `touched` collects the segments whose records changed, `freed`
+    /// the slots of segments left empty.
     pub(crate) fn settle_ended(
         &self,
         w: &mut MetaWrite<'_>,
@@ -50,34 +56,97 @@ impl Fs {
         freed: &mut Vec<SlotAddr>,
     ) -> Result<()> {
         let ended = w.ended_at(tid)?;
-        let mut drops: BTreeMap<u64, u64> = BTreeMap::new();
-        for e in ended
-            .iter()
-            .filter(|e| e.key.rtype() == Some(RecordType::Extent))
-        {
-            for id in Extent::decode(&e.payload)?.chunks() {
-                *drops.entry(id).or_default() += 1;
+        let victim = self.nohistory_victims(w, tid, &ended)?;
+        let (mut now, mut later) = (Debts::new(), Debts::new());
+        for (e, &v) in ended.iter().zip(&victim) {
+            if e.key.rtype() == Some(RecordType::Extent) {
+                let to = if v { &mut now } else { &mut later };
+                for id in Extent::decode(&e.payload)?.chunks() {
+                    *to.entry(id).or_default() += 1;
+                }
             }
         }
-        for (id, n) in drops {
-            let raw = w
-                .chunk(id)?
-                .ok_or_else(|| FsError::Io(format!("an ended extent names missing chunk {id}")))?;
-            let mut rec = ChunkRec::decode(&raw)?;
-            if rec.live < n {
-                return Err(FsError::Io(format!(
-                    "chunk {id}: {n} live references ended, {} counted",
-                    rec.live
-                )));
-            }
+        let due = w.live_due(later.len());
+        for (&id, &n) in &later {
+            self.take_live(w, id, n, !due, touched)?;
+        }
+        for (&id, &n) in &now {
+            self.take_live(w, id, n, false, touched)?;
+        }
+        if due {
+            let debts = w.take_live_debts();
+            make_decrements(w, &debts)?;
+        }
+        let victims: Vec<Element> = (ended.into_iter().zip(victim))
+            .filter_map(|(e, v)| v.then_some(e))
+            .collect();
+        self.drop_nohistory(w, &victims, touched, freed)
+    }
+
+    /// Takes `n` live references from chunk `id`: in its record now, or
+    /// later (`owe`: the decrement waits). A chunk left with none counts as
+    /// history-only in its segment at once.
+    fn take_live(
+        &self,
+        w: &mut MetaWrite<'_>,
+        id: u64,
+        n: u64,
+        owe: bool,
+        touched: &mut BTreeSet<u64>,
+    ) -> Result<()> {
+        let raw = w
+            .chunk(id)?
+            .ok_or_else(|| FsError::Io(format!("an ended extent names missing chunk {id}")))?;
+        let mut rec = ChunkRec::decode(&raw)?;
+        let live = true_live(w, id, &rec)?;
+        if live < n {
+            return Err(FsError::Io(format!(
+                "chunk {id}: {n} live references ended, {live} counted"
+            )));
+        }
+        if live == n && self.pool.chunks.set_history_only(&rec, true) {
+            touched.insert(rec.segment);
+        }
+        if owe {
+            w.owe_live(id, n);
+        } else {
             rec.live -= n;
             w.put_chunk(id, &rec.encode())?;
-            if rec.live == 0 && self.pool.chunks.set_history_only(&rec, true) {
-                touched.insert(rec.segment);
-            }
         }
-        self.drop_nohistory(w, tid, &ended, touched, freed)
+        Ok(())
     }
+}
+
+/// Makes decrements that waited (`debts`: chunk id -> live references to
+/// lose) in the stored counts, in id order. Their segments already count
+/// them (`take_live`).
+pub(crate) fn make_decrements(w: &mut MetaWrite<'_>, debts: &Debts) -> Result<()> {
+    for (&id, &n) in debts {
+        let raw = w
+            .chunk(id)?
+            .ok_or_else(|| FsError::Io(format!("an ended extent names missing chunk {id}")))?;
+        let mut rec = ChunkRec::decode(&raw)?;
+        rec.live = rec.live.checked_sub(n).ok_or_else(|| {
+            FsError::Io(format!(
+                "chunk {id}: {n} live references ended, {} counted",
+                rec.live
+            ))
+        })?;
+        w.put_chunk(id, &rec.encode())?;
+    }
+    Ok(())
+}
+
+/// A chunk's true live count: the stored one less the decrements that
+/// wait for it.
+pub(crate) fn true_live(w: &MetaWrite<'_>, id: u64, rec: &ChunkRec) -> Result<u64> {
+    rec.live.checked_sub(w.live_owed(id)).ok_or_else(|| {
+        FsError::Io(format!(
+            "chunk {id}: {} live references stored, {} waiting to go",
+            rec.live,
+            w.live_owed(id)
+        ))
+    })
 }
 
 /// One more live reference to a stored chunk (dedup, clones); returns its
@@ -92,7 +161,8 @@ pub(crate) fn add_ref(
         .chunk(id)?
         .ok_or_else(|| FsError::Io(format!("a new reference names missing chunk {id}")))?;
     let mut rec = ChunkRec::decode(&raw)?;
-    if rec.history_only() && fs.pool.chunks.set_history_only(&rec, false) {
+    let history_only = rec.refs > 0 && true_live(w, id, &rec)? == 0;
+    if history_only && fs.pool.chunks.set_history_only(&rec, false) {
         touched.insert(rec.segment);
     }
     rec.refs += 1;
@@ -115,19 +185,18 @@ pub(crate) fn add_live(
         .chunk(id)?
         .ok_or_else(|| FsError::Io(format!("an extent names missing chunk {id}")))?;
     let mut rec = ChunkRec::decode(&raw)?;
-    let was = rec.live;
-    rec.live = rec
-        .live
+    let was = true_live(w, id, &rec)?;
+    let now = was
         .checked_add_signed(delta as _)
         .filter(|&l| l <= rec.refs)
         .ok_or_else(|| {
             FsError::Io(format!(
-                "chunk {id}: {} live of {} references, changed by {delta}",
-                rec.live, rec.refs
+                "chunk {id}: {was} live of {} references, changed by {delta}",
+                rec.refs
             ))
         })?;
-    let flips = (was == 0) != (rec.live == 0);
-    if flips && fs.pool.chunks.set_history_only(&rec, rec.live == 0) {
+    rec.live = (rec.live - was) + now;
+    if (was == 0) != (now == 0) && fs.pool.chunks.set_history_only(&rec, now == 0) {
         touched.insert(rec.segment);
     }
     w.put_chunk(id, &rec.encode())?;
@@ -140,7 +209,7 @@ pub(crate) fn add_live(
 /// (or new) costs one counter read.
 pub(crate) fn convert(meta: &MetaStore) -> Result<u64> {
     let r = meta.read()?;
-    if r.counter(COUNTER)? == 1 {
+    if matches!(r.counter(COUNTER)?, 1 | OWING) {
         return Ok(0);
     }
     let mut live: HashMap<u64, u64> = HashMap::new();

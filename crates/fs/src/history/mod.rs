@@ -2,6 +2,7 @@
 //! views, snapshots, prune and the content hashes of snapshot trees.
 
 pub mod asof;
+pub mod live_debts;
 pub mod liveness;
 pub mod nohistory;
 pub mod prune;

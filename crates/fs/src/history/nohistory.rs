@@ -47,21 +47,20 @@ impl Fs {
         Ok(())
     }
 
-    /// Removes the elements of nohistory objects among `ended` (everything
-    /// the commit at `tid` ended) that no snapshot sees, and releases what
-    /// they referenced. An object counts as nohistory if it has the switch
-    /// after the commit, or had it until this commit (deleted, or the
-    /// switch just removed).
-    pub(crate) fn drop_nohistory(
+    /// Which of `ended` (everything the commit at `tid` ended) belong to
+    /// nohistory objects and no snapshot sees: those go at once
+    /// (`drop_nohistory`). An object counts as nohistory if it has the
+    /// switch after the commit, or had it until this commit (deleted, or
+    /// the switch just removed).
+    pub(crate) fn nohistory_victims(
         &self,
-        w: &mut MetaWrite<'_>,
+        w: &MetaWrite<'_>,
         tid: u64,
         ended: &[Element],
-        touched: &mut BTreeSet<u64>,
-        freed: &mut Vec<SlotAddr>,
-    ) -> Result<()> {
+    ) -> Result<Vec<bool>> {
+        let mut victim = vec![false; ended.len()];
         if ended.is_empty() {
-            return Ok(());
+            return Ok(victim);
         }
         let mut off: HashMap<u64, bool> = HashMap::new();
         for e in ended {
@@ -70,9 +69,8 @@ impl Fs {
                 off.insert(e.key.obj(), true);
             }
         }
-        let mut victims = Vec::new();
         let mut snaps: Option<Vec<u64>> = None;
-        for e in ended {
+        for (e, v) in ended.iter().zip(victim.iter_mut()) {
             let obj = e.key.obj();
             let nohist = match off.get(&obj) {
                 Some(&b) => b,
@@ -91,19 +89,28 @@ impl Fs {
                 None => snaps.insert(snapshot_tids(w)?),
             };
             let i = snaps.partition_point(|&t| t < e.create_tid);
-            let seen = i < snaps.len() && snaps[i] < tid;
-            if !seen {
-                victims.push(e.clone());
-            }
+            *v = !(i < snaps.len() && snaps[i] < tid);
         }
+        Ok(victim)
+    }
+
+    /// Removes `victims` (see `nohistory_victims`), noting their ends for
+    /// mirror streams, and releases what they referenced.
+    pub(crate) fn drop_nohistory(
+        &self,
+        w: &mut MetaWrite<'_>,
+        victims: &[Element],
+        touched: &mut BTreeSet<u64>,
+        freed: &mut Vec<SlotAddr>,
+    ) -> Result<()> {
         if victims.is_empty() {
             return Ok(());
         }
-        for v in &victims {
+        for v in victims {
             w.remove_ended(v)?;
             w.note_gone(v)?;
         }
-        self.release_elements(w, &victims, touched, freed)?;
+        self.release_elements(w, victims, touched, freed)?;
         Ok(())
     }
 }

@@ -114,6 +114,9 @@ impl Fs {
             .map(|(n, b)| Snapshot::decode(&n, &b).map(|s| s.tid))
             .collect::<Result<Vec<u64>>>()?;
         retained.sort_unstable();
+        if !dry_run {
+            self.make_debts_before(w, cutoff)?;
+        }
         let removed = w.prune(from, cutoff, &retained, dry_run)?;
         if !dry_run {
             w.forget_gone(cutoff)?;

@@ -276,7 +276,10 @@ impl Fs {
                 let mut new = batch.append_stored(method, old.raw_len, &stored, &old.hash)?;
                 new.refs = old.refs;
                 new.live = old.live;
-                if new.history_only() {
+                // Segments count history-only chunks by their true live
+                // count: the stored one less the decrements that wait.
+                let owed = self.pool.meta.live_debts().owed(id);
+                if new.refs > 0 && new.live == owed {
                     self.pool.chunks.set_history_only(&new, true);
                 }
                 moves.push((id, old, new));
@@ -286,7 +289,13 @@ impl Fs {
         drop(r);
         // The old segments lose their chunks in memory only after the commit:
         // until then readers with the old records must still find them.
-        let olds: Vec<ChunkRec> = moves.iter().map(|m| m.1.clone()).collect();
+        let debts = self.pool.meta.live_debts();
+        let olds: Vec<ChunkRec> = (moves.iter())
+            .map(|(id, old, _)| ChunkRec {
+                live: old.live - debts.owed(*id),
+                ..old.clone()
+            })
+            .collect();
         let after = self.pool.chunks.preview_unref(&olds);
         let new_segs: BTreeSet<u64> = moves.iter().map(|m| m.2.segment).collect();
         self.pool.meta.write(|w| {

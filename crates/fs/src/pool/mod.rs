@@ -820,6 +820,7 @@ impl Pool {
             )
         };
         let mut meta = open_meta()?;
+        crate::history::live_debts::redo_live_debts(&meta)?;
         crate::history::liveness::convert(&meta)?;
         let descs: Vec<DeviceDesc> = (meta.read()?.devices()?.iter())
             .map(|(_, raw)| DeviceDesc::decode(raw))

@@ -47,6 +47,8 @@ impl Fs {
         };
         let (mut touched, mut freed) = (BTreeSet::new(), Vec::new());
         let r = self.pool.meta.write(|w| {
+            // The ends it removes must not be needed to redo a decrement.
+            self.make_debts_before(w, u64::MAX)?;
             let rb = w.rollback_to(snap.tid)?;
             // Live again first, so that no chunk they share is freed.
             for id in extent_chunks(&rb.restored)? {

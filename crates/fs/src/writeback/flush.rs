@@ -711,6 +711,9 @@ impl Fs {
                 w.put_chunk(id, &rec.encode())?;
                 continue;
             }
+            // Its segment counts it as history-only by its true live count
+            // (decrements may wait in the stored one).
+            rec.live = crate::history::liveness::true_live(w, id, &rec)?;
             w.remove_chunk(id)?;
             w.remove_dedup(&rec.hash, id)?;
             chunks += 1;

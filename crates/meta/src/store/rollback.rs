@@ -24,8 +24,10 @@ impl MetaWrite<'_> {
     /// Takes the elements back to their state at `tid`.
     pub fn rollback_to(&mut self, tid: u64) -> Result<RolledBack> {
         let mut out = RolledBack::default();
-        // Entries restored below may be waiting for their removal.
+        // Entries restored below may be waiting for their removal; the
+        // ends removed below must not be needed to redo a decrement.
         self.drain_born()?;
+        self.no_live_debts_before(u64::MAX)?;
         for e in super::by_tid::born_after(&self.born, &self.live, tid)? {
             self.remove_live(&e.key)?;
             out.removed_live.push(e);
