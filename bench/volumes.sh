@@ -9,8 +9,9 @@
 #     intent log and metadata). With and without a volume snapshot held, for
 #     pool record sizes 64K (default) and 4K, writing as fast as the server
 #     takes them; then, with 4K records, an A_SIZE (4G) volume written at
-#     A_RATE (1000) writes/s: fewer writes per commit over more metadata
-#     pages, so each write's metadata share is larger.
+#     A_RATE (1000) writes/s for A_SECS (60): fewer writes per commit over
+#     more metadata pages, so each write's metadata share is larger (and
+#     grows with the history the run leaves, so these rows run longer).
 # (b) The knfsd lesson: JOBS (64) concurrent clients, one connection each,
 #     queue depth 1, of 4 KiB random I/O (50% reads, 50% writes) for
 #     LOAD_SECS against a pool on an emulated slow disk (hdd: latency 2 ms,
@@ -26,7 +27,7 @@
 #     environment variables apply).
 # Environment: ROUNDS=3 WRITE_SECS=10 LOAD_SECS=10 JOBS=64, NO_BUILD=1 (use
 #   target/release/cairn as is), BIN, BENCH_DIR=/var/tmp, KEEP=1, LATENCY=1,
-#   A_SIZE=4G A_RATE=1000 (the rate-limited rows of (a)).
+#   A_SIZE=4G A_RATE=1000 A_SECS=60 (the rate-limited rows of (a)).
 # Needs root (mounts), fio with the nbd engine (`fio --enghelp=nbd`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,8 +79,8 @@ fill() {
 json_get() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 # ---------------------------------------------------------------- (a)
-bytes_per_write() { # RECORD SNAP(yes|no) SIZE RATE(0: unlimited): prints a table row
-    local rec=$1 snap=$2 size=$3 rate=$4 dev="$W/dev-data.0" wb0 du0 wb1 du1 client
+bytes_per_write() { # RECORD SNAP(yes|no) SIZE RATE(0: unlimited) SECS: prints a table row
+    local rec=$1 snap=$2 size=$3 rate=$4 secs=$5 dev="$W/dev-data.0" wb0 du0 wb1 du1 client
     new_pool --record-size "$rec" --device "ssd:$dev:12G" --sparse
     mount_pool
     "$BIN" volume create "$MNT" v "$size" --block-size 4K >/dev/null
@@ -90,27 +91,27 @@ bytes_per_write() { # RECORD SNAP(yes|no) SIZE RATE(0: unlimited): prints a tabl
     local limit=()
     [ "$rate" = 0 ] || limit=(--rate_iops="$rate")
     fio --name=rw --ioengine=nbd --uri="$(uri v)" --rw=randwrite --bs=4k --size="$size" \
-        --iodepth=16 "${limit[@]}" --time_based --runtime="$WRITE_SECS" --end_fsync=1 \
+        --iodepth=16 "${limit[@]}" --time_based --runtime="$secs" --end_fsync=1 \
         --output-format=json --output="$W/a.json"
     "$BIN" sync "$MNT" >/dev/null
     wb1=$(write_bytes) du1=$(alloc_bytes "$dev")
     client=$(json_get "$W/a.json" 'j["jobs"][0]["write"]["io_bytes"]')
     umount_pool
     [ "$rate" != 0 ] || rate=max
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$rate" "$rec" "$snap" \
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$size" "$rate" "$secs" "$rec" "$snap" \
         "$(div "$client" 1048576)" "$(div $((du1 - du0)) 1048576)" "$(div $((wb1 - wb0)) 1048576)" \
         "$(div $((du1 - du0)) "$client")" "$(div $((wb1 - wb0)) "$client")"
 }
 
-log "(a) bytes per 4 KiB random write, ${WRITE_SECS}s each"
-echo "### (a) Device bytes per client byte: 4 KiB random writes to a filled volume (${WRITE_SECS} s, then flush + commit)"
+log "(a) bytes per 4 KiB random write"
+echo "### (a) Device bytes per client byte: 4 KiB random writes to a filled volume (then flush + commit)"
 echo
-echo "| volume | writes/s | record size | snapshot held | client MiB | data device MiB | total written MiB (daemon) | data / client | total / client |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| volume | writes/s | seconds | record size | snapshot held | client MiB | data device MiB | total written MiB (daemon) | data / client | total / client |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for rec in 64K 4K; do
-    for snap in no yes; do bytes_per_write "$rec" "$snap" 1G 0; done
+    for snap in no yes; do bytes_per_write "$rec" "$snap" 1G 0 "$WRITE_SECS"; done
 done
-for snap in no yes; do bytes_per_write 4K "$snap" "${A_SIZE:-4G}" "${A_RATE:-1000}"; done
+for snap in no yes; do bytes_per_write 4K "$snap" "${A_SIZE:-4G}" "${A_RATE:-1000}" "${A_SECS:-60}"; done
 echo
 
 # ---------------------------------------------------------------- (b)
