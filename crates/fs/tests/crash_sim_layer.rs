@@ -44,13 +44,20 @@ fn make_pool(dir: &Path) -> PathBuf {
 }
 
 /// A pool made in `dir` and opened with a trace storage: the images
-/// before the trace, the recorder and the filesystem.
+/// before the trace, the recorder and the filesystem. The metadata
+/// updates that wait in RAM for a batch (dedup entries, creation index
+/// removals, live count decrements) are made every few, so that crashes
+/// fall both between batches and in the commits that make them.
 fn traced(dir: &Path) -> (Images, Arc<Recorder>, Arc<Fs>) {
     let pool = make_pool(dir);
     let base = read_images(&pool, &[]).unwrap();
     let rec = Recorder::new(&pool).unwrap();
     let storage = Arc::new(TraceStorage::new(rec.clone()));
     let fs = Fs::open(Pool::open_with(&pool, None, storage).unwrap()).unwrap();
+    let meta = &fs.pool().meta;
+    meta.dedup_pending().set_batch(5);
+    meta.born_pending().set_batch(5);
+    meta.live_debts().set_batch(2);
     (base, rec, fs)
 }
 
