@@ -70,9 +70,11 @@ new_pool() { # mkfs args...
 write_bytes() { awk '/^write_bytes/ { print $2 }' "/proc/$DAEMON_PID/io"; }
 alloc_bytes() { du -B1 "$1" | awk '{ print $1 }'; }
 # fill VOL SIZE: sequential 1 MiB writes over the whole volume, flushed.
+# Fresh random bytes in every write (fio reuses its buffers otherwise, and
+# dedup would store a fraction of the blocks).
 fill() {
     fio --name=fill --ioengine=nbd --uri="$(uri "$1")" --rw=write --bs=1M --size="$2" \
-        --iodepth=8 --end_fsync=1 --output=/dev/null
+        --iodepth=8 --refill_buffers --end_fsync=1 --output=/dev/null
     "$BIN" sync "$MNT" >/dev/null
 }
 # json_get FILE EXPR: evaluates EXPR on the fio JSON (as j) with python3.
@@ -91,7 +93,7 @@ bytes_per_write() { # RECORD SNAP(yes|no) SIZE RATE(0: unlimited) SECS: prints a
     local limit=()
     [ "$rate" = 0 ] || limit=(--rate_iops="$rate")
     fio --name=rw --ioengine=nbd --uri="$(uri v)" --rw=randwrite --bs=4k --size="$size" \
-        --iodepth=16 "${limit[@]}" --time_based --runtime="$secs" --end_fsync=1 \
+        --refill_buffers --iodepth=16 "${limit[@]}" --time_based --runtime="$secs" --end_fsync=1 \
         --output-format=json --output="$W/a.json"
     "$BIN" sync "$MNT" >/dev/null
     wb1=$(write_bytes) du1=$(alloc_bytes "$dev")
