@@ -94,10 +94,7 @@ impl Fs {
         owe: bool,
         touched: &mut BTreeSet<u64>,
     ) -> Result<()> {
-        let raw = w
-            .chunk(id)?
-            .ok_or_else(|| FsError::Io(format!("an ended extent names missing chunk {id}")))?;
-        let mut rec = ChunkRec::decode(&raw)?;
+        let mut rec = chunk_rec(w, id, "an ended extent names missing")?;
         let live = true_live(w, id, &rec)?;
         if live < n {
             return Err(FsError::Io(format!(
@@ -122,10 +119,7 @@ impl Fs {
 /// them (`take_live`).
 pub(crate) fn make_decrements(w: &mut MetaWrite<'_>, debts: &Debts) -> Result<()> {
     for (&id, &n) in debts {
-        let raw = w
-            .chunk(id)?
-            .ok_or_else(|| FsError::Io(format!("an ended extent names missing chunk {id}")))?;
-        let mut rec = ChunkRec::decode(&raw)?;
+        let mut rec = chunk_rec(w, id, "an ended extent names missing")?;
         rec.live = rec.live.checked_sub(n).ok_or_else(|| {
             FsError::Io(format!(
                 "chunk {id}: {n} live references ended, {} counted",
@@ -135,6 +129,14 @@ pub(crate) fn make_decrements(w: &mut MetaWrite<'_>, debts: &Debts) -> Result<()
         w.put_chunk(id, &rec.encode())?;
     }
     Ok(())
+}
+
+/// The record of chunk `id`, which `what` names (an error if it is gone).
+fn chunk_rec(w: &MetaWrite<'_>, id: u64, what: &str) -> Result<ChunkRec> {
+    let raw = w
+        .chunk(id)?
+        .ok_or_else(|| FsError::Io(format!("{what} chunk {id}")))?;
+    Ok(ChunkRec::decode(&raw)?)
 }
 
 /// A chunk's true live count: the stored one less the decrements that
@@ -157,10 +159,7 @@ pub(crate) fn add_ref(
     id: u64,
     touched: &mut BTreeSet<u64>,
 ) -> Result<u64> {
-    let raw = w
-        .chunk(id)?
-        .ok_or_else(|| FsError::Io(format!("a new reference names missing chunk {id}")))?;
-    let mut rec = ChunkRec::decode(&raw)?;
+    let mut rec = chunk_rec(w, id, "a new reference names missing")?;
     let history_only = rec.refs > 0 && true_live(w, id, &rec)? == 0;
     if history_only && fs.pool.chunks.set_history_only(&rec, false) {
         touched.insert(rec.segment);
@@ -181,10 +180,7 @@ pub(crate) fn add_live(
     delta: i64,
     touched: &mut BTreeSet<u64>,
 ) -> Result<()> {
-    let raw = w
-        .chunk(id)?
-        .ok_or_else(|| FsError::Io(format!("an extent names missing chunk {id}")))?;
-    let mut rec = ChunkRec::decode(&raw)?;
+    let mut rec = chunk_rec(w, id, "an extent names missing")?;
     let was = true_live(w, id, &rec)?;
     let now = was
         .checked_add_signed(delta as _)
