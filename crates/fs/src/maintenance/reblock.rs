@@ -292,7 +292,7 @@ impl Fs {
         let debts = self.pool.meta.live_debts();
         let olds: Vec<ChunkRec> = (moves.iter())
             .map(|(id, old, _)| ChunkRec {
-                live: old.live - debts.owed(*id),
+                live: old.live.saturating_sub(debts.owed(*id)),
                 ..old.clone()
             })
             .collect();
