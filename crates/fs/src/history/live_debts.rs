@@ -17,12 +17,11 @@
 //! check` reads the waiting decrements with its snapshot.
 
 use crate::error::{FsError, Result};
-use crate::history::liveness::make_decrements;
-use crate::types::Extent;
+use crate::history::liveness::{chunk_uses, make_decrements};
 use crate::vfs::Fs;
-use cairn_meta::store::{Debts, OWING};
+use cairn_meta::store::OWING;
 use cairn_meta::tables::{LIVE_REFS, LIVE_TID};
-use cairn_meta::{MetaStore, MetaWrite, RecordType};
+use cairn_meta::{MetaStore, MetaWrite};
 
 impl Fs {
     /// Makes every waiting decrement now, in one transaction.
@@ -41,7 +40,7 @@ impl Fs {
     /// them may be what redoes a waiting decrement after a crash, every
     /// waiting decrement is made first, in this transaction.
     pub(crate) fn make_debts_before(&self, w: &mut MetaWrite<'_>, cutoff: u64) -> Result<()> {
-        if w.live_waits() && cutoff >= w.counter(LIVE_TID)? {
+        if w.live_waits_before(cutoff)? {
             let debts = w.take_live_debts();
             make_decrements(w, &debts)?;
         }
@@ -63,14 +62,7 @@ pub(crate) fn redo_live_debts(meta: &MetaStore) -> Result<u64> {
     drop(r);
     let n = meta.write(|w| {
         w.live_redone();
-        let mut debts = Debts::new();
-        for e in w.ended_after(since)? {
-            if e.key.rtype() == Some(RecordType::Extent) {
-                for id in Extent::decode(&e.payload)?.chunks() {
-                    *debts.entry(id).or_default() += 1;
-                }
-            }
-        }
+        let debts = chunk_uses(&w.ended_after(since)?)?;
         make_decrements(w, &debts)?;
         Ok::<_, FsError>(debts.len() as u64)
     })?;

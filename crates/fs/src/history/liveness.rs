@@ -33,11 +33,6 @@ use cairn_meta::tables::LIVE_REFS;
 use cairn_meta::{Element, MetaStore, MetaWrite, RecordType};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// Counter set to 1 once every chunk record has a live count and every
-/// segment record its history-only bytes (2 while decrements wait:
-/// `live_debts.rs`).
-const COUNTER: &str = LIVE_REFS;
-
 impl Fs {
     /// Call once per transaction that created or ended extents, after all
     /// its element changes at `tid`. The extents ended at `tid` lose their
@@ -57,15 +52,10 @@ impl Fs {
     ) -> Result<()> {
         let ended = w.ended_at(tid)?;
         let victim = self.nohistory_victims(w, tid, &ended)?;
-        let (mut now, mut later) = (Debts::new(), Debts::new());
-        for (e, &v) in ended.iter().zip(&victim) {
-            if e.key.rtype() == Some(RecordType::Extent) {
-                let to = if v { &mut now } else { &mut later };
-                for id in Extent::decode(&e.payload)?.chunks() {
-                    *to.entry(id).or_default() += 1;
-                }
-            }
-        }
+        let of = |dropped: bool| {
+            (ended.iter().zip(&victim)).filter_map(move |(e, &v)| (v == dropped).then_some(e))
+        };
+        let (now, later) = (chunk_uses(of(true))?, chunk_uses(of(false))?);
         let due = w.live_due(later.len());
         for (&id, &n) in &later {
             self.take_live(w, id, n, !due, touched)?;
@@ -112,6 +102,19 @@ impl Fs {
         }
         Ok(())
     }
+}
+
+/// How many times the extents among `elements` name each chunk.
+pub(crate) fn chunk_uses<'a>(elements: impl IntoIterator<Item = &'a Element>) -> Result<Debts> {
+    let mut uses = Debts::new();
+    for e in elements {
+        if e.key.rtype() == Some(RecordType::Extent) {
+            for id in Extent::decode(&e.payload)?.chunks() {
+                *uses.entry(id).or_default() += 1;
+            }
+        }
+    }
+    Ok(uses)
 }
 
 /// Makes decrements that waited (`debts`: chunk id -> live references to
@@ -205,7 +208,7 @@ pub(crate) fn add_live(
 /// (or new) costs one counter read.
 pub(crate) fn convert(meta: &MetaStore) -> Result<u64> {
     let r = meta.read()?;
-    if matches!(r.counter(COUNTER)?, 1 | OWING) {
+    if matches!(r.counter(LIVE_REFS)?, 1 | OWING) {
         return Ok(0);
     }
     let mut live: HashMap<u64, u64> = HashMap::new();
@@ -252,7 +255,7 @@ pub(crate) fn convert(meta: &MetaStore) -> Result<u64> {
         for (id, s) in &segs {
             w.put_segment(*id, &s.encode())?;
         }
-        w.set_counter(COUNTER, 1)?;
+        w.set_counter(LIVE_REFS, 1)?;
         Ok::<_, FsError>(())
     })?;
     if n > 0 {

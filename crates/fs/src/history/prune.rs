@@ -5,12 +5,12 @@
 
 use crate::error::{FsError, Result};
 use crate::history::snapshot::{read_snapshots, Snapshot, SnapshotKind};
-use crate::types::{Extent, Time};
+use crate::types::Time;
 use crate::vfs::Fs;
 use cairn_data::ChunkRec;
 use cairn_devices::SlotAddr;
-use cairn_meta::{MetaWrite, RecordType};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use cairn_meta::MetaWrite;
+use std::collections::{BTreeSet, HashSet};
 
 /// What prune keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,15 +126,7 @@ impl Fs {
             ..Pruned::default()
         };
         if dry_run {
-            let mut drops: HashMap<u64, u64> = HashMap::new();
-            for e in removed
-                .iter()
-                .filter(|e| e.key.rtype() == Some(RecordType::Extent))
-            {
-                for id in Extent::decode(&e.payload)?.chunks() {
-                    *drops.entry(id).or_default() += 1;
-                }
-            }
+            let drops = crate::history::liveness::chunk_uses(&removed)?;
             for (id, n) in drops {
                 let raw = w
                     .chunk(id)?

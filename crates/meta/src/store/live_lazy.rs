@@ -213,11 +213,17 @@ impl MetaWrite<'_> {
         }
     }
 
+    /// Whether a decrement waits that one of the `ends_v1` entries up to
+    /// `cutoff` could be what redoes after a crash.
+    pub fn live_waits_before(&self, cutoff: u64) -> Result<bool> {
+        Ok(self.live_waits() && cutoff >= self.counter(LIVE_TID)?)
+    }
+
     /// Refuses to remove `ends_v1` entries up to `cutoff` while a
     /// decrement that one of them would redo after a crash waits (the
     /// filesystem layer makes them first).
     pub(super) fn no_live_debts_before(&self, cutoff: u64) -> Result<()> {
-        if self.live_waits() && cutoff >= self.counter(LIVE_TID)? {
+        if self.live_waits_before(cutoff)? {
             return Err(MetaError::Db(format!(
                 "live reference decrements wait for ends up to TID {cutoff}: make them first"
             )));
