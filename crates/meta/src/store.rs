@@ -1779,7 +1779,7 @@ mod dedup_batch_tests {
         assert_eq!((found(&s, 1), found(&s, 2)), (Some(0), None));
     }
 
-    fn reopen_without_drain(s: MetaStore, path: &Path) -> MetaStore {
+    pub(super) fn reopen_without_drain(s: MetaStore, path: &Path) -> MetaStore {
         drop(s);
         MetaStore::open(path, 1 << 20, PageCache::new()).unwrap()
     }

@@ -217,7 +217,6 @@ mod tests {
     use super::super::MetaStore;
     use crate::error::MetaError;
     use crate::key::{ElemKey, RecordType};
-    use crate::pagecache::PageCache;
     use crate::tables::{BORN, BORN_TID};
     use redb::{ReadableDatabase, ReadableTableMetadata};
 
@@ -250,10 +249,8 @@ mod tests {
         v.iter().map(|e| (e.create_tid, e.key.obj())).collect()
     }
 
-    fn reopen(s: MetaStore, path: &std::path::Path) -> MetaStore {
-        drop(s); // no drain: as after a crash
-        MetaStore::open(path, 1 << 20, PageCache::new()).unwrap()
-    }
+    /// Drops the store without a drain, as after a crash, and opens it.
+    use super::super::dedup_batch_tests::reopen_without_drain as reopen;
 
     fn clean_tid(s: &MetaStore) -> u64 {
         s.read().unwrap().counter(BORN_TID).unwrap()

@@ -273,9 +273,9 @@ impl MetaWrite<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::dedup_batch_tests::reopen_without_drain;
     use super::super::MetaStore;
     use crate::key::{ElemKey, RecordType};
-    use crate::pagecache::PageCache;
     use crate::tables::{LIVE_REFS, LIVE_TID};
 
     fn k(i: u64) -> ElemKey {
@@ -327,8 +327,7 @@ mod tests {
         assert!(r.is_err() && s.live_debts().owed(7) == 2, "nothing changed");
         // A crash: the store opens owing, and only a transaction that
         // redoes the decrements may say none wait.
-        drop(s);
-        let s = MetaStore::open(&path, 1 << 20, PageCache::new()).unwrap();
+        let s = reopen_without_drain(s, &path);
         assert!(s.live_debts().is_empty());
         s.write(|w| w.set_counter("other", 1)).unwrap();
         assert_eq!(counter(&s, LIVE_REFS), 2, "not redone yet");
