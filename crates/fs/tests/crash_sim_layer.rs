@@ -58,6 +58,7 @@ fn traced(dir: &Path) -> (Images, Arc<Recorder>, Arc<Fs>) {
     meta.dedup_pending().set_batch(5);
     meta.born_pending().set_batch(5);
     meta.live_debts().set_batch(2);
+    meta.hist_waiting().set_batch(4);
     (base, rec, fs)
 }
 

@@ -24,9 +24,12 @@ use std::sync::Arc;
 
 mod born_lazy;
 mod by_tid;
+mod hist_lazy;
 mod live_lazy;
 mod rollback;
 use born_lazy::{BornPending, BornRepair, BornTxn};
+pub use hist_lazy::FreshIndex;
+use hist_lazy::{ended_value, FreshKey, FreshView};
 use live_lazy::DebtsTxn;
 pub use live_lazy::{Debts, LiveDebts, OWING};
 pub use rollback::RolledBack;
@@ -49,6 +52,9 @@ pub struct MetaStore {
     born_waiting: BornPending,
     /// Live reference decrements not yet made (`live_lazy.rs`).
     live_waiting: LiveDebts,
+    /// Where the ended elements not yet merged into `hist_v1` are
+    /// (`hist_lazy.rs`).
+    fresh_index: Arc<FreshIndex>,
     /// Held for the whole of `write`, past redb's commit, until the
     /// waiting entries and removals are brought up to date.
     writes: parking_lot::Mutex<()>,
@@ -134,6 +140,7 @@ fn tid_before_time(
 fn get_asof(
     live: &impl ReadableTable<&'static [u8], &'static [u8]>,
     hist: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    fresh: &FreshView<'_, impl ReadableTable<FreshKey, &'static [u8]>>,
     key: &ElemKey,
     tid: u64,
 ) -> Result<Option<Element>> {
@@ -146,14 +153,22 @@ fn get_asof(
     let lo = hist_key(key.as_bytes(), 0);
     let hi = hist_key(key.as_bytes(), tid);
     let mut it = hist.range::<&[u8]>(lo.as_slice()..=hi.as_slice())?;
-    if let Some(r) = it.next_back() {
-        let (k, v) = r?;
-        let e = hist_element(k.value(), v.value())?;
-        if tid < e.delete_tid {
-            return Ok(Some(e));
+    let merged = match it.next_back() {
+        Some(r) => {
+            let (k, v) = r?;
+            Some(hist_element(k.value(), v.value())?)
         }
-    }
-    Ok(None)
+        None => None,
+    };
+    // The newest version created by `tid`, merged or still waiting.
+    let waiting = fresh
+        .range((Bound::Included(&lo), Bound::Included(&hi)))?
+        .pop();
+    let newest = match (merged, waiting) {
+        (Some(a), Some(b)) => Some(if b.create_tid > a.create_tid { b } else { a }),
+        (a, b) => a.or(b),
+    };
+    Ok(newest.filter(|e| tid < e.delete_tid))
 }
 
 fn hist_element(k: &[u8], v: &[u8]) -> Result<Element> {
@@ -225,6 +240,7 @@ impl MetaStore {
             pending: Arc::default(),
             born_waiting: BornPending::default(),
             live_waiting: LiveDebts::default(),
+            fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
         };
         s.write(|w| {
@@ -232,6 +248,7 @@ impl MetaStore {
             w.set_counter(DEDUP_INDEXED, 0)?;
             Ok::<_, MetaError>(())
         })?;
+        s.load_fresh_index()?;
         Ok(s)
     }
 
@@ -290,6 +307,7 @@ impl MetaStore {
             pending: Arc::default(),
             born_waiting: BornPending::default(),
             live_waiting: LiveDebts::default(),
+            fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
         };
         let refs = match s.db()?.begin_read()?.open_table(COUNTERS) {
@@ -315,7 +333,33 @@ impl MetaStore {
                 tracing::info!("indexed {n} live elements by create TID (born_v1)")
             }
         }
+        s.load_fresh_index()?;
+        // What a crash left waiting goes to `hist_v1` now, so that a
+        // release without `fresh_v1` opening the pool next finds it all.
+        let waiting = s.fresh_index.len();
+        if waiting > 0 {
+            s.write(|w| {
+                w.drain_hist = true;
+                Ok::<_, MetaError>(())
+            })?;
+            tracing::info!("merged {waiting} ended elements a crash left waiting (fresh_v1)");
+        }
         Ok(s)
+    }
+
+    /// Indexes the ended elements waiting in `fresh_v1` (`hist_lazy.rs`).
+    fn load_fresh_index(&self) -> Result<()> {
+        let txn = self.db()?.begin_read()?;
+        let merges = match txn.open_table(COUNTERS) {
+            Ok(t) => t.get(HIST_MERGES)?.map_or(0, |v| v.value()),
+            Err(redb::TableError::TableDoesNotExist(_)) => 0,
+            Err(e) => return Err(e.into()),
+        };
+        match txn.open_table(FRESH) {
+            Ok(t) => self.fresh_index.load(&t, merges),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Closes and opens the file again (verifying it, as at mount), after a
@@ -332,8 +376,9 @@ impl MetaStore {
         drop(db.take());
         let (new, mirror) = open_db(w)?;
         *db = Some(new);
+        drop(db);
         *self.mirror.lock() = mirror;
-        Ok(())
+        guarded(|| self.load_fresh_index())
     }
 
     /// What the mirror did so far (None: the metadata has one copy).
@@ -543,7 +588,7 @@ impl MetaStore {
         mem.write(0, &bytes).map_err(io)?;
         drop(bytes);
         let db = guarded(|| Ok(Database::builder().create_with_backend(mem)?))?;
-        Ok(MetaStore {
+        let s = MetaStore {
             db: parking_lot::RwLock::new(Some(db)),
             reopen: None,
             mirror: parking_lot::Mutex::new(None),
@@ -551,17 +596,30 @@ impl MetaStore {
             pending: Arc::default(),
             born_waiting: BornPending::default(),
             live_waiting: LiveDebts::default(),
+            fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
-        })
+        };
+        // Without the index (damage in `fresh_v1`), readers scan the table.
+        if let Err(e) = guarded(|| s.load_fresh_index()) {
+            tracing::warn!("ended elements waiting in fresh_v1 not indexed: {e}");
+        }
+        Ok(s)
     }
 
     pub fn read(&self) -> Result<MetaRead> {
         guarded(|| {
             let txn = self.db()?.begin_read()?;
+            let fresh = match txn.open_table(FRESH) {
+                Ok(t) => Some(t),
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(e.into()),
+            };
             Ok(MetaRead {
                 pending: self.pending.clone(),
                 live: txn.open_table(LIVE)?,
                 hist: txn.open_table(HIST)?,
+                fresh,
+                fresh_index: self.fresh_index.clone(),
                 chunks: txn.open_table(CHUNKS)?,
                 txn,
             })
@@ -572,11 +630,12 @@ impl MetaStore {
     /// makes every waiting creation index removal, in one transaction (at
     /// close: see `dedup/pending.rs` and `store/born_lazy.rs`).
     pub fn drain(&self) -> Result<()> {
-        if self.pending.is_empty() && self.born_waiting.is_empty() {
+        if self.pending.is_empty() && self.born_waiting.is_empty() && self.fresh_index.is_empty() {
             return Ok(());
         }
         self.write(|w| {
             w.drain_dedup = true;
+            w.drain_hist = true;
             w.drain_all_born();
             Ok::<_, MetaError>(())
         })
@@ -590,6 +649,11 @@ impl MetaStore {
     /// The live reference decrements waiting for their batch.
     pub fn live_debts(&self) -> &LiveDebts {
         &self.live_waiting
+    }
+
+    /// The ended elements waiting for their merge into `hist_v1`.
+    pub fn hist_waiting(&self) -> &FreshIndex {
+        &self.fresh_index
     }
 
     /// A read view and the live reference decrements that wait in it,
@@ -659,6 +723,9 @@ impl MetaStore {
                 let mut w = MetaWrite {
                     live: txn.open_table(LIVE).map_err(MetaError::from)?,
                     hist: txn.open_table(HIST).map_err(MetaError::from)?,
+                    fresh: txn.open_table(FRESH).map_err(MetaError::from)?,
+                    fresh_index: &self.fresh_index,
+                    drain_hist: false,
                     ends: txn.open_table(ENDS).map_err(MetaError::from)?,
                     chunks: txn.open_table(CHUNKS).map_err(MetaError::from)?,
                     segments: txn.open_table(SEGMENTS).map_err(MetaError::from)?,
@@ -684,16 +751,20 @@ impl MetaStore {
                 let dedup = w.write_dedup()?;
                 let born = w.finish_born()?;
                 let live = w.finish_live()?;
+                let merged = w.finish_hist()?;
                 // Counts write transactions: of two metadata copies that
                 // both check out, the one with more is the newer.
                 let n = w.counter(WRITES)?;
                 w.set_counter(WRITES, n + 1)?;
-                (r, dedup, born, live)
+                (r, dedup, born, live, merged)
             };
             txn.commit().map_err(MetaError::from)?;
-            let (r, dedup, born, live) = r;
+            let (r, dedup, born, live, merged) = r;
             self.born_waiting.settle(born);
             self.live_waiting.settle(live);
+            if let Some(merges) = merged {
+                self.fresh_index.merged_all(merges);
+            }
             match dedup {
                 DedupOut::Written(all) => self.pending.written(&all),
                 DedupOut::Kept(gone, added) => self.pending.keep(&gone, added),
@@ -711,10 +782,38 @@ pub struct MetaRead {
     pending: Arc<Pending>,
     live: ReadOnlyTable<&'static [u8], &'static [u8]>,
     hist: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    /// Ended elements not yet merged into `hist` (`hist_lazy.rs`); None
+    /// in a store that predates the table, opened without a write.
+    fresh: Option<ReadOnlyTable<FreshKey, &'static [u8]>>,
+    fresh_index: Arc<FreshIndex>,
     chunks: ReadOnlyTable<u64, &'static [u8]>,
 }
 
 impl MetaRead {
+    /// This snapshot's ended elements that wait for their merge.
+    fn fresh_view(&self) -> Result<FreshView<'_, ReadOnlyTable<FreshKey, &'static [u8]>>> {
+        Ok(FreshView {
+            table: self.fresh.as_ref(),
+            index: &self.fresh_index,
+            merges: self.counter(HIST_MERGES)?,
+        })
+    }
+
+    /// Every ended element: merged ones, then waiting ones.
+    fn each_ended(&self, mut f: impl FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+        for r in self.hist.iter()? {
+            let (k, v) = r?;
+            f(k.value(), v.value())?;
+        }
+        if let Some(t) = &self.fresh {
+            for r in t.iter()? {
+                let (k, v) = r?;
+                f(k.value().1, v.value())?;
+            }
+        }
+        Ok(())
+    }
+
     /// The live element with this key.
     pub fn get(&self, key: &ElemKey) -> Result<Option<Element>> {
         guarded(|| match self.live.get(key.as_bytes())? {
@@ -727,7 +826,7 @@ impl MetaRead {
     /// created by then, else the newest ended one created by then and
     /// deleted after it. Two B-tree lookups whatever the history length.
     pub fn get_asof(&self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
-        guarded(|| get_asof(&self.live, &self.hist, key, tid))
+        guarded(|| get_asof(&self.live, &self.hist, &self.fresh_view()?, key, tid))
     }
 
     /// Every element with this prefix that was visible at `tid`, in key
@@ -752,6 +851,8 @@ impl MetaRead {
                     out.push(e);
                 }
             }
+            let waiting = self.fresh_view()?.range((lo, hi))?;
+            out.extend(waiting.into_iter().filter(|e| e.visible_at(tid)));
             out.sort_by(|a, b| a.key.cmp(&b.key));
             Ok(out)
         })
@@ -768,6 +869,9 @@ impl MetaRead {
                 let (k, v) = r?;
                 out.push(hist_element(k.value(), v.value())?);
             }
+            let waiting = (Bound::Included(&lo[..]), Bound::Included(&hi[..]));
+            out.extend(self.fresh_view()?.range(waiting)?);
+            out.sort_by_key(|e| e.create_tid);
             out.extend(self.get(key)?);
             Ok(out)
         })
@@ -802,22 +906,20 @@ impl MetaRead {
                 let (k, v) = r?;
                 f(k.value(), live_element(k.value(), v.value()));
             }
-            for r in self.hist.iter()? {
-                let (k, v) = r?;
-                f(k.value(), hist_element(k.value(), v.value()));
-            }
-            Ok(())
+            self.each_ended(|k, v| {
+                f(k, hist_element(k, v));
+                Ok(())
+            })
         })
     }
 
     /// Every ended element (for check): calls `f` on each.
     pub fn for_each_hist(&self, mut f: impl FnMut(Element)) -> Result<()> {
         guarded(|| {
-            for r in self.hist.iter()? {
-                let (k, v) = r?;
-                f(hist_element(k.value(), v.value())?);
-            }
-            Ok(())
+            self.each_ended(|k, v| {
+                f(hist_element(k, v)?);
+                Ok(())
+            })
         })
     }
 
@@ -981,7 +1083,10 @@ impl MetaRead {
     /// The elements kept in history that ended after `since` (the `ends_v1`
     /// index).
     pub fn ended_after(&self, since: u64) -> Result<Vec<Element>> {
-        guarded(|| by_tid::ended_after(&self.txn.open_table(ENDS)?, &self.hist, since))
+        guarded(|| {
+            let ends = self.txn.open_table(ENDS)?;
+            by_tid::ended_after(&ends, &self.hist, self.fresh.as_ref(), since)
+        })
     }
 
     /// (tid, commit time ns) of every commit after `since`, in order.
@@ -999,7 +1104,17 @@ impl MetaRead {
 
     /// Numbers of live elements, ended elements and chunks.
     pub fn sizes(&self) -> Result<(u64, u64, u64)> {
-        guarded(|| Ok((self.live.len()?, self.hist.len()?, self.chunks.len()?)))
+        guarded(|| {
+            let waiting = match &self.fresh {
+                Some(t) => t.len()?,
+                None => 0,
+            };
+            Ok((
+                self.live.len()?,
+                self.hist.len()? + waiting,
+                self.chunks.len()?,
+            ))
+        })
     }
 }
 
@@ -1007,6 +1122,11 @@ impl MetaRead {
 pub struct MetaWrite<'t> {
     live: Table<'t, &'static [u8], &'static [u8]>,
     hist: Table<'t, &'static [u8], &'static [u8]>,
+    /// Ended elements not yet merged into `hist` (`store/hist_lazy.rs`).
+    fresh: Table<'t, FreshKey, &'static [u8]>,
+    fresh_index: &'t FreshIndex,
+    /// Merges every waiting ended element (`MetaStore::drain`).
+    drain_hist: bool,
     ends: Table<'t, (u64, &'static [u8]), ()>,
     chunks: Table<'t, u64, &'static [u8]>,
     segments: Table<'t, u64, &'static [u8]>,
@@ -1058,7 +1178,7 @@ impl MetaWrite<'_> {
     /// The element with this key as it was at `tid` (see
     /// `MetaRead::get_asof`).
     pub fn get_asof(&self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
-        get_asof(&self.live, &self.hist, key, tid)
+        get_asof(&self.live, &self.hist, &self.fresh_view()?, key, tid)
     }
 
     /// Ends the live element with this key at `tid` (moves it to history).
@@ -1087,8 +1207,7 @@ impl MetaWrite<'_> {
             "element {key} created at {create_tid} ended at {tid}"
         );
         let hk = hist_key(key.as_bytes(), create_tid);
-        self.hist
-            .insert(hk.as_slice(), encode_value(&hk, tid, &payload).as_slice())?;
+        self.keep_ended(tid, &hk, &encode_value(&hk, tid, &payload))?;
         self.ends.insert((tid, hk.as_slice()), ())?;
         self.ended.insert(hk, payload.clone());
         Ok(Element {
@@ -1163,9 +1282,8 @@ impl MetaWrite<'_> {
         let mut removed = Vec::with_capacity(victims.len());
         if dry_run {
             for (delete_tid, hk, key, create_tid) in victims {
-                let v = self.hist.get(hk.as_slice())?;
-                let payload = match v {
-                    Some(v) => decode_value(&hk, v.value())?.1,
+                let payload = match ended_value(Some(&self.fresh), &self.hist, delete_tid, &hk)? {
+                    Some(v) => decode_value(&hk, &v)?.1,
                     None => Vec::new(),
                 };
                 removed.push(Element {
@@ -1184,14 +1302,12 @@ impl MetaWrite<'_> {
         for (delete_tid, hk, key, create_tid) in victims {
             self.ends.remove((delete_tid, hk.as_slice()))?;
             let v = self
-                .hist
-                .remove(hk.as_slice())?
+                .take_ended(delete_tid, &hk)?
                 .ok_or_else(|| MetaError::Corrupt {
                     key: key.to_string(),
                     why: "ends index names a missing history element".into(),
                 })?;
-            let (_, payload) = decode_value(&hk, v.value())?;
-            drop(v);
+            let (_, payload) = decode_value(&hk, &v)?;
             removed.push(Element {
                 key,
                 create_tid,
@@ -1215,11 +1331,12 @@ impl MetaWrite<'_> {
             let payload = match self.ended.remove(hk) {
                 Some(p) => p,
                 None => {
-                    let v = self.hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
+                    let v = ended_value(Some(&self.fresh), &self.hist, delete_tid, hk)?;
+                    let v = v.ok_or_else(|| MetaError::Corrupt {
                         key: key.to_string(),
                         why: "ends index names a missing history element".into(),
                     })?;
-                    decode_value(hk, v.value())?.1
+                    decode_value(hk, &v)?.1
                 }
             };
             out.push(Element {
@@ -1237,7 +1354,7 @@ impl MetaWrite<'_> {
     pub fn remove_ended(&mut self, e: &Element) -> Result<bool> {
         let hk = hist_key(e.key.as_bytes(), e.create_tid);
         self.ends.remove((e.delete_tid, hk.as_slice()))?;
-        Ok(self.hist.remove(hk.as_slice())?.is_some())
+        Ok(self.take_ended(e.delete_tid, &hk)?.is_some())
     }
 
     /// Notes that ended element `e` was removed before the prune horizon

@@ -8,6 +8,10 @@ pub const LIVE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("live_v1");
 pub const HIST: TableDefinition<&[u8], &[u8]> = TableDefinition::new("hist_v1");
 /// Index of ended elements by delete_tid, for prune: (delete_tid, hist key).
 pub const ENDS: TableDefinition<(u64, &[u8]), ()> = TableDefinition::new("ends_v1");
+/// Ended elements not yet merged into `HIST`: (delete_tid, hist key) ->
+/// the value `HIST` will hold. An append, where an insert into `HIST` lands
+/// at a random place; merged in sorted batches (`store/hist_lazy.rs`).
+pub const FRESH: TableDefinition<(u64, &[u8]), &[u8]> = TableDefinition::new("fresh_v1");
 /// Chunk records (data layer encoding): chunk id -> ChunkRec.
 pub const CHUNKS: TableDefinition<u64, &[u8]> = TableDefinition::new("chunks_v1");
 /// Segment table (data layer encoding): segment id -> SegmentRec.
@@ -68,3 +72,8 @@ pub const LIVE_TID: &str = "live_tid";
 /// are: absent or 0 before they existed (recounted at open), 1 exact, 2
 /// exact but for the decrements of the ends after `LIVE_TID`.
 pub const LIVE_REFS: &str = "live_refs";
+
+/// The counter (in COUNTERS) of merges of `FRESH` into `HIST`: a read
+/// view's own value says which merges its snapshot holds
+/// (`store/hist_lazy.rs`).
+pub const HIST_MERGES: &str = "hist_merges";

@@ -3,6 +3,7 @@
 //! each checked against the table it indexes. Shared by read views and
 //! write transactions.
 
+use super::hist_lazy::{ended_value, FreshKey};
 use super::{hist_element, live_element};
 use crate::element::Element;
 use crate::error::{MetaError, Result};
@@ -35,21 +36,23 @@ pub(super) fn born_after(
 }
 
 /// The elements kept in history that ended after `since`, in delete TID
-/// order.
+/// order: merged into `hist`, or still waiting in `fresh`.
 pub(super) fn ended_after(
     ends: &impl ReadableTable<Index, ()>,
     hist: &impl ReadableTable<Bytes, Bytes>,
+    fresh: Option<&impl ReadableTable<FreshKey, Bytes>>,
     since: u64,
 ) -> Result<Vec<Element>> {
     let mut out = Vec::new();
     for r in ends.range((since.saturating_add(1), &[][..])..)? {
         let (k, _) = r?;
-        let hk = k.value().1;
-        let v = hist.get(hk)?.ok_or_else(|| MetaError::Corrupt {
+        let (delete_tid, hk) = k.value();
+        let v = ended_value(fresh, hist, delete_tid, hk)?;
+        let v = v.ok_or_else(|| MetaError::Corrupt {
             key: format!("{hk:02x?}"),
             why: "ends index names a missing history element".into(),
         })?;
-        out.push(hist_element(hk, v.value())?);
+        out.push(hist_element(hk, &v)?);
     }
     Ok(out)
 }

@@ -32,7 +32,7 @@ impl MetaWrite<'_> {
             self.remove_live(&e.key)?;
             out.removed_live.push(e);
         }
-        for e in super::by_tid::ended_after(&self.ends, &self.hist, tid)? {
+        for e in super::by_tid::ended_after(&self.ends, &self.hist, Some(&self.fresh), tid)? {
             self.remove_ended(&e)?;
             if e.create_tid > tid {
                 out.removed_hist.push(e);
