@@ -626,9 +626,10 @@ impl MetaStore {
         })
     }
 
-    /// Writes every dedup index entry still waiting to the table and
-    /// makes every waiting creation index removal, in one transaction (at
-    /// close: see `dedup/pending.rs` and `store/born_lazy.rs`).
+    /// Writes every dedup index entry still waiting to the table, makes
+    /// every waiting creation index removal and merges every ended element
+    /// waiting in `fresh_v1`, in one transaction (at close: see
+    /// `dedup/pending.rs`, `store/born_lazy.rs`, `store/hist_lazy.rs`).
     pub fn drain(&self) -> Result<()> {
         if self.pending.is_empty() && self.born_waiting.is_empty() && self.fresh_index.is_empty() {
             return Ok(());
@@ -824,7 +825,8 @@ impl MetaRead {
 
     /// The element with this key as it was at `tid`: the live one if it was
     /// created by then, else the newest ended one created by then and
-    /// deleted after it. Two B-tree lookups whatever the history length.
+    /// deleted after it. Two B-tree lookups whatever the history length,
+    /// and one for each version of the key waiting for its merge.
     pub fn get_asof(&self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
         guarded(|| get_asof(&self.live, &self.hist, &self.fresh_view()?, key, tid))
     }
