@@ -128,6 +128,11 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         "compression:     {} ({:.2}x)",
         i.compression, i.compression_ratio
     );
+    let w = &i.waiting;
+    println!(
+        "batched updates: {} dedup entries, {} creation index removals, {} live counts, {} old versions waiting",
+        w.dedup_entries, w.creation_index_removals, w.live_count_chunks, w.ended_elements
+    );
     for l in &i.locks {
         println!(
             "lock {:<10} taken {}, waited {} times ({:.1} ms in all, {:.1} ms at most)",

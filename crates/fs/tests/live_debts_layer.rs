@@ -9,6 +9,7 @@ mod common;
 
 use cairn_data::ChunkRec;
 use cairn_fs::maintenance::check::check_pool;
+use cairn_fs::maintenance::info::pool_info;
 use cairn_fs::{Fs, PrunePolicy};
 use cairn_meta::tables::{LIVE_REFS, LIVE_TID};
 use common::{file_in_root, make, noise, reopen};
@@ -61,9 +62,26 @@ fn decrements_wait_and_a_batch_a_shutdown_or_the_open_after_a_crash_makes_them()
     assert!(history_only_bytes(&fs) >= 8 * (64 << 10));
     assert_eq!(counter(&fs, LIVE_REFS), 2, "says decrements wait");
     assert_checks(&fs);
+    // `cairn info` shows what waits: the live counts of 8 chunks, and
+    // the old versions (8 extents and the inode's).
+    let w = pool_info(fs.pool()).unwrap().waiting;
+    assert_eq!(w.live_count_chunks, 8);
+    assert!(w.ended_elements >= 8, "{w:?}");
+    assert!(w.dedup_entries >= 12, "{w:?}");
     // A crash: the open makes them from the ends after live_tid.
     drop(fs);
     let fs = reopen(d.path());
+    let w = pool_info(fs.pool()).unwrap().waiting;
+    assert_eq!(
+        (
+            w.dedup_entries,
+            w.creation_index_removals,
+            w.live_count_chunks,
+            w.ended_elements
+        ),
+        (0, 0, 0, 0),
+        "the open made or merged every waiting update"
+    );
     assert!(fs.pool().meta.live_debts().is_empty());
     assert_eq!(stored_live(&fs), (4, 4));
     assert_eq!(counter(&fs, LIVE_REFS), 1);

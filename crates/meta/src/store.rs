@@ -1104,13 +1104,23 @@ impl MetaRead {
         })
     }
 
+    /// Ended elements waiting for their merge into `hist_v1` (of those
+    /// `sizes` counts).
+    pub fn ended_waiting(&self) -> Result<u64> {
+        guarded(|| {
+            Ok(self
+                .fresh
+                .as_ref()
+                .map(|t| t.len())
+                .transpose()?
+                .unwrap_or(0))
+        })
+    }
+
     /// Numbers of live elements, ended elements and chunks.
     pub fn sizes(&self) -> Result<(u64, u64, u64)> {
+        let waiting = self.ended_waiting()?;
         guarded(|| {
-            let waiting = match &self.fresh {
-                Some(t) => t.len()?,
-                None => 0,
-            };
             Ok((
                 self.live.len()?,
                 self.hist.len()? + waiting,

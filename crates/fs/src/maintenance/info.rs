@@ -88,6 +88,35 @@ pub struct PoolInfo {
     /// Lock contention since the mount (filled in by the daemon).
     #[serde(default)]
     pub locks: Vec<crate::contention::LockStats>,
+    /// Metadata updates that wait for their sorted batch.
+    #[serde(default)]
+    pub waiting: WaitingUpdates,
+}
+
+/// Per-write metadata updates that reach their tables in sorted batches
+/// (docs/ARCHITECTURE.md, "Commit"): how many wait now. The first three
+/// wait in RAM (the open after a crash redoes them); ended elements wait
+/// in `fresh_v1`, on disk.
+#[derive(Debug, Default, Serialize, serde::Deserialize)]
+pub struct WaitingUpdates {
+    /// New chunks' dedup index entries.
+    pub dedup_entries: u64,
+    /// Creation index entries of ended elements, to remove.
+    pub creation_index_removals: u64,
+    /// Chunks whose live count waits for decrements.
+    pub live_count_chunks: u64,
+    /// Old versions not yet merged into the history table.
+    pub ended_elements: u64,
+}
+
+fn waiting_updates(pool: &Pool, r: &cairn_meta::MetaRead) -> Result<WaitingUpdates> {
+    let m = &pool.meta;
+    Ok(WaitingUpdates {
+        dedup_entries: m.dedup_pending().len() as u64,
+        creation_index_removals: m.born_pending().len() as u64,
+        live_count_chunks: m.live_debts().len() as u64,
+        ended_elements: r.ended_waiting()?,
+    })
 }
 
 /// Every device with its fill; `each_segment(heat)` sees the decayed hits
@@ -194,6 +223,7 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
         ssd_cache: pool.chunks.ssd_cache().map(|c| c.stats()),
         mode_warnings: mode_warnings(pool),
         locks: Vec::new(),
+        waiting: waiting_updates(pool, &r)?,
     })
 }
 
