@@ -407,4 +407,62 @@ mod tests {
         assert_eq!(r.get(&k(1)).unwrap().unwrap().payload, b"1@20");
         assert_eq!(tables(&s), (0, 0));
     }
+
+    /// Readers on other threads, some holding their view across many
+    /// merges, always see every version their snapshot holds: key
+    /// `n % KEYS` is written at TID `n`, so the version of key `k` as of
+    /// `t` is the largest such `n` up to `t`.
+    #[test]
+    fn readers_racing_merges_see_every_version_their_snapshot_holds() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        const KEYS: u64 = 5;
+        const WRITES: u64 = 400;
+        let d = tempfile::tempdir().unwrap();
+        let s = MetaStore::create(&d.path().join("m.redb")).unwrap();
+        s.hist_waiting().set_batch(3);
+        let done = AtomicBool::new(false);
+        let expect = |k: u64, t: u64| (1..=t).rev().find(|n| n % KEYS == k);
+        std::thread::scope(|sc| {
+            for reader in 0..2u64 {
+                let (s, done) = (&s, &done);
+                sc.spawn(move || {
+                    let mut checked = 0u64;
+                    while !done.load(Ordering::SeqCst) || checked == 0 {
+                        let r = s.read().unwrap();
+                        let last = r.counter("last_tid").unwrap();
+                        for round in 0..4u64 {
+                            for i in 0..KEYS {
+                                let t = (last * (round + 1) / 4 + i + reader) % (last + 1);
+                                let got = r.get_asof(&k(i), t).unwrap().map(|e| e.payload);
+                                let want = expect(i, t).map(|n| format!("{i}@{n}").into_bytes());
+                                assert_eq!(got, want, "key {i} as of {t} (view at {last})");
+                                let all = r.versions(&k(i)).unwrap().len();
+                                let written = (1..=last).filter(|n| n % KEYS == i).count();
+                                assert_eq!(all, written, "versions of key {i} (view at {last})");
+                            }
+                            // Hold the view while merges go on.
+                            std::thread::sleep(std::time::Duration::from_millis(reader * 3));
+                        }
+                        checked += 1;
+                    }
+                });
+            }
+            for n in 1..=WRITES {
+                let i = n % KEYS;
+                s.write(|w| {
+                    w.put(&k(i), format!("{i}@{n}").as_bytes(), n)?;
+                    w.set_counter("last_tid", n)
+                })
+                .unwrap();
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        assert!(
+            s.read()
+                .unwrap()
+                .counter(crate::tables::HIST_MERGES)
+                .unwrap()
+                > 50
+        );
+    }
 }
