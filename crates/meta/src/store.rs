@@ -164,10 +164,10 @@ fn get_asof(
     let waiting = fresh
         .range((Bound::Included(&lo), Bound::Included(&hi)))?
         .pop();
-    let newest = match (merged, waiting) {
-        (Some(a), Some(b)) => Some(if b.create_tid > a.create_tid { b } else { a }),
-        (a, b) => a.or(b),
-    };
+    let newest = [waiting, merged]
+        .into_iter()
+        .flatten()
+        .max_by_key(|e| e.create_tid);
     Ok(newest.filter(|e| tid < e.delete_tid))
 }
 
@@ -338,6 +338,8 @@ impl MetaStore {
         // release without `fresh_v1` opening the pool next finds it all.
         let waiting = s.fresh_index.len();
         if waiting > 0 {
+            // Not `drain`: its dedup batch would mark the chunks a crash
+            // left unindexed as indexed before `reindex_dedup` runs.
             s.write(|w| {
                 w.drain_hist = true;
                 Ok::<_, MetaError>(())
@@ -609,16 +611,11 @@ impl MetaStore {
     pub fn read(&self) -> Result<MetaRead> {
         guarded(|| {
             let txn = self.db()?.begin_read()?;
-            let fresh = match txn.open_table(FRESH) {
-                Ok(t) => Some(t),
-                Err(redb::TableError::TableDoesNotExist(_)) => None,
-                Err(e) => return Err(e.into()),
-            };
             Ok(MetaRead {
                 pending: self.pending.clone(),
                 live: txn.open_table(LIVE)?,
                 hist: txn.open_table(HIST)?,
-                fresh,
+                fresh: std::sync::OnceLock::new(),
                 fresh_index: self.fresh_index.clone(),
                 chunks: txn.open_table(CHUNKS)?,
                 txn,
@@ -783,20 +780,42 @@ pub struct MetaRead {
     pending: Arc<Pending>,
     live: ReadOnlyTable<&'static [u8], &'static [u8]>,
     hist: ReadOnlyTable<&'static [u8], &'static [u8]>,
-    /// Ended elements not yet merged into `hist` (`hist_lazy.rs`); None
-    /// in a store that predates the table, opened without a write.
-    fresh: Option<ReadOnlyTable<FreshKey, &'static [u8]>>,
+    /// Ended elements not yet merged into `hist` (`hist_lazy.rs`), read
+    /// on first need: only history readers want them.
+    fresh: std::sync::OnceLock<FreshSnap>,
     fresh_index: Arc<FreshIndex>,
     chunks: ReadOnlyTable<u64, &'static [u8]>,
 }
 
+/// A read view's `fresh_v1` and its merge counter `hist_merges`.
+struct FreshSnap {
+    /// None in a store that predates the table, opened without a write.
+    table: Option<ReadOnlyTable<FreshKey, &'static [u8]>>,
+    merges: u64,
+}
+
 impl MetaRead {
+    /// This snapshot's `fresh_v1` and merge counter, opened once.
+    fn fresh_snap(&self) -> Result<&FreshSnap> {
+        if let Some(f) = self.fresh.get() {
+            return Ok(f);
+        }
+        let table = match self.txn.open_table(FRESH) {
+            Ok(t) => Some(t),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let merges = self.counter(HIST_MERGES)?;
+        Ok(self.fresh.get_or_init(|| FreshSnap { table, merges }))
+    }
+
     /// This snapshot's ended elements that wait for their merge.
     fn fresh_view(&self) -> Result<FreshView<'_, ReadOnlyTable<FreshKey, &'static [u8]>>> {
+        let f = self.fresh_snap()?;
         Ok(FreshView {
-            table: self.fresh.as_ref(),
+            table: f.table.as_ref(),
             index: &self.fresh_index,
-            merges: self.counter(HIST_MERGES)?,
+            merges: f.merges,
         })
     }
 
@@ -806,7 +825,7 @@ impl MetaRead {
             let (k, v) = r?;
             f(k.value(), v.value())?;
         }
-        if let Some(t) = &self.fresh {
+        if let Some(t) = &self.fresh_snap()?.table {
             for r in t.iter()? {
                 let (k, v) = r?;
                 f(k.value().1, v.value())?;
@@ -1087,7 +1106,7 @@ impl MetaRead {
     pub fn ended_after(&self, since: u64) -> Result<Vec<Element>> {
         guarded(|| {
             let ends = self.txn.open_table(ENDS)?;
-            by_tid::ended_after(&ends, &self.hist, self.fresh.as_ref(), since)
+            by_tid::ended_after(&ends, &self.hist, self.fresh_snap()?.table.as_ref(), since)
         })
     }
 
@@ -1109,7 +1128,8 @@ impl MetaRead {
     pub fn ended_waiting(&self) -> Result<u64> {
         guarded(|| {
             Ok(self
-                .fresh
+                .fresh_snap()?
+                .table
                 .as_ref()
                 .map(|t| t.len())
                 .transpose()?
