@@ -73,6 +73,8 @@ pub struct Fs {
     /// transaction per element. Dropped at every commit of a flush (with
     /// the state lock held) and at every flusher tick.
     ns_read: Mutex<Option<Arc<MetaRead>>>,
+    /// Blocks stored ahead of their commit by a tick (`tick.rs`).
+    pub(crate) ticks: crate::writeback::tick::Ticks,
     /// Blocks the last flushes wrote, for read-modify-write (`recent.rs`).
     pub(crate) recent: crate::writeback::recent::RecentBlocks,
     /// Room kept on the metadata's host filesystem (`reserve.rs`).
@@ -146,6 +148,7 @@ impl Fs {
             hashing: AtomicBool::new(false),
             ns_read: Mutex::new(None),
             recent,
+            ticks: Default::default(),
             reserve,
             stored: Default::default(),
             inode_count: Default::default(),
@@ -162,6 +165,7 @@ impl Fs {
         let logged = fs.open_intent_log()?;
         let fs = Arc::new(fs);
         fs.refresh_retained()?;
+        fs.load_tick_chunks(&logged)?;
         if !logged.is_empty() {
             tracing::info!(
                 "applying {} intent log record(s) left by a crash",
@@ -503,20 +507,29 @@ impl Fs {
 
     fn flusher_loop(&self) {
         let bg = self.background.enter("flusher");
-        let interval = Duration::from_secs_f64(self.pool.config.commit_interval_secs);
+        let c = &self.pool.config;
+        let interval = Duration::from_secs_f64(c.commit_interval_secs);
+        let tree = Duration::from_secs_f64(c.tree_commit_secs);
+        let ticks = self.intent.is_some() && tree > interval;
         while !self.stopping.load(Ordering::SeqCst) {
-            {
+            let kicked = {
                 let mut k = self.kick_lock.lock();
                 if !*k {
                     self.kick.wait_for(&mut k, interval);
                 }
-                *k = false;
-            }
+                std::mem::replace(&mut *k, false)
+            };
             // Bounds how long the shared view pins old pages of the store
             // when nothing is flushed (GC and the mover still commit).
             self.drop_ns_meta();
             bg.lower();
-            if let Err(e) = self.flush() {
+            // A kick wants a commit (the dirty limit, a full log, a
+            // snapshot); the interval alone, a tick unless the tree is due.
+            let r = match ticks && !kicked && !self.ticks.tree_due(tree) {
+                true => self.tick(),
+                false => self.flush(),
+            };
+            if let Err(e) = r {
                 tracing::error!("background flush failed: {e}");
             }
         }

@@ -121,8 +121,8 @@ struct Run {
 }
 
 /// Writes 14 files (one of 9 MiB, whose fsync commits instead of logging),
-/// overwrites parts of `f0` now and then, fsyncs after most steps and
-/// flushes once; then writes two files without fsync.
+/// overwrites parts of `f0` now and then, fsyncs or ticks after most steps
+/// and flushes once; then writes two files without fsync.
 fn workload(fs: &Fs, rec: &Recorder, rng: &mut StdRng) -> Run {
     let mut model = Model::new();
     let mut points = Vec::new();
@@ -155,7 +155,12 @@ fn workload(fs: &Fs, rec: &Recorder, rng: &mut StdRng) -> Run {
         if step == 7 {
             fs.flush().unwrap();
         } else if rng.gen_bool(0.7) {
-            fs.fsync(ino_of(fs, "f0")).unwrap();
+            // A tick (the flusher's step between tree commits) makes the
+            // changes as durable as an fsync, with the blocks in chunks.
+            match rng.gen_bool(0.4) {
+                true => fs.tick().unwrap(),
+                false => fs.fsync(ino_of(fs, "f0")).unwrap(),
+            }
         } else {
             continue;
         }

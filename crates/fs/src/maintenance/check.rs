@@ -239,7 +239,9 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
             ));
         }
         let e = seg_hist.entry(rec.segment).or_default();
-        if live_refs == 0 {
+        // No reference at all: a tick's chunk waiting for its commit
+        // (`writeback/tick.rs`), which its segment counts as live data.
+        if live_refs == 0 && rec.refs > 0 {
             *e += rec.len as u64;
         }
         let e = seg_live.entry(rec.segment).or_default();

@@ -13,8 +13,15 @@ pub const CONFIG_FORMAT: u32 = 1;
 pub struct PoolConfig {
     /// Version of this file's layout.
     pub format: u32,
-    /// Seconds between automatic commits of buffered writes.
+    /// Seconds between automatic commits of buffered writes: what a crash
+    /// may lose of writes nobody synced.
     pub commit_interval_secs: f64,
+    /// Seconds between commits of the element tree while the intent log
+    /// takes the changes in between: at each `commit_interval_secs` that is
+    /// not one, a tick stores the buffered blocks where they stay and logs
+    /// the changes naming them (`writeback/tick.rs`). At or below
+    /// `commit_interval_secs`, every interval commits the tree.
+    pub tree_commit_secs: f64,
     /// Buffered (dirty) data that triggers a flush, in MiB. Writers are
     /// throttled at twice this.
     pub dirty_limit_mib: u64,
@@ -112,6 +119,7 @@ impl Default for PoolConfig {
         PoolConfig {
             format: CONFIG_FORMAT,
             commit_interval_secs: 5.0,
+            tree_commit_secs: 30.0,
             dirty_limit_mib: 512,
             background_nice: 10,
             history_retention_secs: 86400,
@@ -175,6 +183,13 @@ impl PoolConfig {
             return bad(
                 "commit_interval_secs",
                 &self.commit_interval_secs,
+                "must be more than 0 and at most 3600",
+            );
+        }
+        if !(self.tree_commit_secs > 0.0 && self.tree_commit_secs <= 3600.0) {
+            return bad(
+                "tree_commit_secs",
+                &self.tree_commit_secs,
                 "must be more than 0 and at most 3600",
             );
         }

@@ -12,6 +12,7 @@ use crate::types::{Extent, Time};
 use crate::vfs::Fs;
 use crate::writeback::log_file::LogFile;
 use crate::writeback::overlay::{Block, Overlay};
+use crate::writeback::tick::TickTake;
 use cairn_data::{ChunkRec, Hash};
 use cairn_devices::SlotAddr;
 use cairn_meta::{ElemKey, Element, MetaError, MetaRead, MetaWrite, RecordType};
@@ -356,11 +357,12 @@ impl Fs {
     /// the flush lock: only this flush's own commit can drop a chunk, and it
     /// adds the new references before it prunes. Blocks are hashed a window
     /// per core ahead on other threads while this one seals and dedups.
-    fn write_blocks(&self, ov: &Overlay) -> Result<(Vec<Written>, BTreeSet<u64>)> {
+    fn write_blocks(&self, ov: &Overlay, take: &TickTake) -> Result<(Vec<Written>, BTreeSet<u64>)> {
         let mut blocks: Vec<(u64, u64, Block)> = ov
             .blocks
             .iter()
             .flat_map(|(&ino, m)| m.iter().map(move |(&b, d)| (ino, b, d.clone())))
+            .filter(|(ino, b, _)| !take.taken.contains_key(&(*ino, *b)))
             .collect();
         let (whole, pieced) = self.resolve_patches(ov)?;
         blocks.extend(whole);
@@ -392,6 +394,16 @@ impl Fs {
         })?;
         for (ino, blk, ext, patch) in pieced {
             sink.put_pieces(ino, blk, ext, patch)?;
+        }
+        // Blocks a tick stored: their chunks, nothing written again.
+        for (&(ino, blk), &id) in &take.taken {
+            let len = ov.blocks[&ino][&blk].len() as u32;
+            sink.out.push(Written {
+                ino,
+                blk,
+                len,
+                stored: Stored::Existing(id),
+            });
         }
         sink.finish(self)
     }
@@ -471,16 +483,20 @@ impl Fs {
     ) -> Result<Vec<SlotAddr>> {
         let t0 = std::time::Instant::now();
         self.meta_room(ov)?;
-        let (written, mut touched) = self.write_blocks(ov)?;
+        let take = self.tick_take(ov);
+        let (written, mut touched) = self.write_blocks(ov, &take)?;
         let t1 = t0.elapsed();
         let r = self.commit_meta(
             ov,
             (tid, next_ino),
-            prune_all,
+            (prune_all, &take),
             snaps,
             &written,
             &mut touched,
         );
+        if r.is_ok() {
+            self.ticks.retire(&take);
+        }
         tracing::debug!(
             "tid {tid}: {} blocks ({} bytes) written in {:?}, committed in {:?}",
             written.len(),
@@ -515,7 +531,7 @@ impl Fs {
         &self,
         ov: &Overlay,
         (tid, next_ino): (u64, u64),
-        prune_all: bool,
+        (prune_all, take): (bool, &TickTake),
         snaps: &[Snapshot],
         written: &[Written],
         touched: &mut BTreeSet<u64>,
@@ -583,6 +599,7 @@ impl Fs {
             }
             w.log_tid(tid, now)?;
             let mut freed = Vec::new();
+            self.drop_tick_chunks(w, take, touched, &mut freed)?;
             self.settle_ended(w, tid, touched, &mut freed)?;
             let from = w.counter("pruned_tid")?;
             let aged = w.tid_before_time(from, now.saturating_sub(retention))?;
@@ -714,22 +731,37 @@ impl Fs {
             // Its segment counts it as history-only by its true live count
             // (decrements may wait in the stored one).
             rec.live = crate::history::liveness::true_live(w, id, &rec)?;
-            w.remove_chunk(id)?;
-            w.remove_dedup(&rec.hash, id)?;
+            self.remove_chunk(w, id, &rec, touched, freed)?;
             chunks += 1;
             bytes += rec.len as u64;
-            let seg = self.pool.chunks.segment(rec.segment);
-            touched.insert(rec.segment);
-            if self.pool.chunks.unref_chunk(&rec).is_none() {
-                if let Some(s) = seg {
-                    freed.push(SlotAddr {
-                        device: s.device,
-                        slot: s.slot,
-                    });
-                }
-            }
         }
         Ok((chunks, bytes))
+    }
+
+    /// Removes chunk `id` (`rec`, with the live count its segment knows it
+    /// by) and its dedup entry, and gives its space back to the segment;
+    /// a segment left empty goes to `freed`.
+    pub(crate) fn remove_chunk(
+        &self,
+        w: &mut MetaWrite<'_>,
+        id: u64,
+        rec: &ChunkRec,
+        touched: &mut BTreeSet<u64>,
+        freed: &mut Vec<SlotAddr>,
+    ) -> Result<()> {
+        w.remove_chunk(id)?;
+        w.remove_dedup(&rec.hash, id)?;
+        let seg = self.pool.chunks.segment(rec.segment);
+        touched.insert(rec.segment);
+        if self.pool.chunks.unref_chunk(rec).is_none() {
+            if let Some(s) = seg {
+                freed.push(SlotAddr {
+                    device: s.device,
+                    slot: s.slot,
+                });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -746,7 +778,7 @@ pub(crate) fn change_count(ov: &Overlay) -> u64 {
 const HASH_WINDOW: usize = 64;
 
 /// A block's content hash, or None if it is all zeros (a hole).
-fn content_hash(data: &[u8]) -> Option<Hash> {
+pub(crate) fn content_hash(data: &[u8]) -> Option<Hash> {
     (!data.iter().all(|&b| b == 0)).then(|| cairn_data::chunk::hash_block(data))
 }
 
@@ -889,7 +921,7 @@ impl<'a> BlockSink<'a> {
 
 /// Each block compressed with `c` (None where that does not pay or `c` is
 /// none), split across the cores.
-fn compress_all<'b>(
+pub(crate) fn compress_all<'b>(
     c: cairn_data::Compression,
     blocks: impl Iterator<Item = &'b [u8]>,
 ) -> Vec<Option<(u8, Vec<u8>)>> {
@@ -919,7 +951,7 @@ fn compress_all<'b>(
 
 /// The stored chunk with content hash `h`: the index gives a candidate by
 /// the hash's first 6 bytes, and the chunk record's full hash confirms it.
-fn indexed_chunk(r: &MetaRead, h: &Hash) -> Result<Option<u64>> {
+pub(crate) fn indexed_chunk(r: &MetaRead, h: &Hash) -> Result<Option<u64>> {
     let Some(id) = r.dedup(h)? else {
         return Ok(None);
     };

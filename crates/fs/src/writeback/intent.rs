@@ -23,6 +23,7 @@ use crate::writeback::intent_record::{T_PATCH, T_SYMLINK, T_TRUNC, T_XATTR};
 use crate::writeback::log_file::{LogError, LogFile, Record};
 use crate::writeback::overlay::{Overlay, Unlogged};
 use crate::writeback::patch::Patch;
+use crate::writeback::tick::Ticks;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +50,12 @@ impl Fs {
     pub fn fsync(&self, _ino: u64) -> Result<()> {
         self.check_ok()?;
         let _busy = self.writes.begin();
+        self.log_changes()
+    }
+
+    /// The work of `fsync`, also a tick's last step (`tick.rs`), which is
+    /// no client write for the tier mover.
+    pub(crate) fn log_changes(&self) -> Result<()> {
         let Some(log) = &self.intent else {
             return self.flush();
         };
@@ -86,7 +93,7 @@ impl Fs {
             drop(lg);
             return if quiet { Ok(()) } else { self.flush() };
         }
-        encode_pending(&mut st, owed.as_deref(), &mut rec);
+        encode_pending(&mut st, owed.as_deref(), &self.ticks, &mut rec);
         let next_ino = self.next_ino();
         drop(st);
         match lg.append_record(next_ino, rec) {
@@ -312,7 +319,7 @@ impl Fs {
         let (next_ino, ov, changes) = self.seal_snapshot(&mut st, snap.tid);
         drop(st);
         let t2 = t0.elapsed();
-        encode_snapshot(&mut payload, None, &ov, &changes, &snap);
+        encode_snapshot(&mut payload, (None, &self.ticks), &ov, &changes, &snap);
         let (t3, bytes) = (t0.elapsed(), payload.len());
         let logged = lg.append_record(next_ino, payload);
         tracing::debug!(
@@ -362,7 +369,13 @@ impl Fs {
         let snap = Snapshot::new(name, tid, kind);
         let (next_ino, ov, changes) = self.seal_snapshot(&mut st, snap.tid);
         drop(st);
-        encode_snapshot(&mut payload, owed.as_deref(), &ov, &changes, &snap);
+        encode_snapshot(
+            &mut payload,
+            (owed.as_deref(), &self.ticks),
+            &ov,
+            &changes,
+            &snap,
+        );
         // The flusher waits for the log to retire the commit under way:
         // nothing commits the sealed changes before `sealed` is set.
         let logged = lg.append_record(next_ino, payload);
@@ -553,6 +566,12 @@ impl Fs {
                         self.replay_patch(st, ino, blk, off, bytes)?;
                     }
                 }
+                Entry::Stored {
+                    ino,
+                    blk,
+                    len,
+                    chunk,
+                } => self.replay_stored(st, ino, blk, len, chunk)?,
             }
         }
         Ok(snaps)
@@ -609,11 +628,11 @@ fn owed(lg: &LogFile, flushing: &Committing) -> Option<Arc<Overlay>> {
 /// Appends every change no record holds to `w`: those of `owed` (the
 /// overlay being committed, read without changing it, see `owed`), then
 /// those of every shard (`encode_unlogged`).
-fn encode_pending(st: &mut State, owed: Option<&Overlay>, w: &mut Vec<u8>) {
+fn encode_pending(st: &mut State, owed: Option<&Overlay>, t: &Ticks, w: &mut Vec<u8>) {
     if let Some(ov) = owed {
-        encode_entries(ov, &ov.unlogged, w);
+        encode_entries(ov, &ov.unlogged, t, w);
     }
-    encode_unlogged(st, w);
+    encode_unlogged(st, t, w);
 }
 
 /// About how many bytes the entries of `u` take in a record (room reserved
@@ -627,27 +646,27 @@ fn encoded_size(u: &Unlogged) -> usize {
 /// overlay `ov` sealed for the snapshot, then the snapshot.
 fn encode_snapshot(
     w: &mut Vec<u8>,
-    owed: Option<&Overlay>,
+    (owed, t): (Option<&Overlay>, &Ticks),
     ov: &Overlay,
     changes: &Unlogged,
     snap: &Snapshot,
 ) {
     w.reserve(encoded_size(changes));
     if let Some(o) = owed {
-        encode_entries(o, &o.unlogged, w);
+        encode_entries(o, &o.unlogged, t, w);
     }
-    encode_entries(ov, changes, w);
+    encode_entries(ov, changes, t, w);
     rec::put_snapshot(w, snap);
 }
 
 /// Appends the changes not yet logged of every shard to `w` as one record
 /// payload (every shard locked: a consistent cut), and clears them.
-fn encode_unlogged(st: &mut State, w: &mut Vec<u8>) {
+fn encode_unlogged(st: &mut State, t: &Ticks, w: &mut Vec<u8>) {
     let room: usize = st.shards().map(|s| encoded_size(&s.dirty.unlogged)).sum();
     w.reserve(room);
     for sh in st.shards_mut() {
         if !sh.dirty.unlogged.is_empty() {
-            encode_record(&mut sh.dirty, w);
+            encode_record(&mut sh.dirty, t, w);
         }
     }
 }
@@ -656,14 +675,15 @@ fn encode_unlogged(st: &mut State, w: &mut Vec<u8>) {
 /// clears them. Deletions and truncations come first (in the order they
 /// were made), then current values, so that applying the record to the
 /// state of the previous record gives the overlay's state now.
-fn encode_record(ov: &mut Overlay, w: &mut Vec<u8>) {
+fn encode_record(ov: &mut Overlay, t: &Ticks, w: &mut Vec<u8>) {
     let u = std::mem::take(&mut ov.unlogged);
-    encode_entries(ov, &u, w);
+    encode_entries(ov, &u, t, w);
 }
 
 /// Appends the changes `u` names, with their values in `ov`, to `w` as
-/// record entries (see `encode_record`).
-fn encode_entries(ov: &Overlay, u: &Unlogged, w: &mut Vec<u8>) {
+/// record entries (see `encode_record`); a block a tick stored is named by
+/// its chunk (`tick.rs`).
+fn encode_entries(ov: &Overlay, u: &Unlogged, t: &Ticks, w: &mut Vec<u8>) {
     for &ino in &u.inodes {
         if matches!(ov.inodes.get(&ino), Some(None)) {
             w.push(T_DELETE);
@@ -699,6 +719,10 @@ fn encode_entries(ov: &Overlay, u: &Unlogged, w: &mut Vec<u8>) {
         let Some(b) = ov.blocks.get(&ino).and_then(|m| m.get(&blk)) else {
             continue; // truncated or deleted since: a T_TRUNC/T_DELETE says so
         };
+        if let Some(chunk) = t.chunk_of(ino, blk, b) {
+            rec::put_stored(w, ino, blk, b.len(), chunk);
+            continue;
+        }
         let lo = (lo as usize).min(b.len());
         let hi = (hi as usize).clamp(lo, b.len());
         w.push(T_BLOCK);

@@ -19,6 +19,7 @@ pub(crate) const T_ORPHAN: u8 = 7;
 pub(crate) const T_BLOCK: u8 = 8;
 pub(crate) const T_PATCH: u8 = 9;
 pub(crate) const T_SNAPSHOT: u8 = 10;
+pub(crate) const T_STORED: u8 = 11;
 
 /// One decoded entry; byte fields borrow from the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +57,14 @@ pub(crate) enum Entry<'a> {
         len: usize,
         lo: usize,
         bytes: &'a [u8],
+    },
+    /// The whole block is `len` bytes long and its bytes are chunk
+    /// `chunk`, which a tick stored ahead of the commit (`tick.rs`).
+    Stored {
+        ino: u64,
+        blk: u64,
+        len: usize,
+        chunk: u64,
     },
     /// Ranges (offset, bytes) written over the block below.
     Patch {
@@ -118,6 +127,7 @@ fn entry<'a>(r: &mut Reader<'a>, record: u64) -> Result<Entry<'a>> {
         },
         T_BLOCK => block(r, record)?,
         T_PATCH => patch(r, record)?,
+        T_STORED => stored(r, record)?,
         T_SNAPSHOT => {
             let name = std::str::from_utf8(r.bytes()?)
                 .map_err(|_| corrupt("snapshot name is not UTF-8"))?;
@@ -142,6 +152,29 @@ fn block<'a>(r: &mut Reader<'a>, record: u64) -> Result<Entry<'a>> {
         lo,
         bytes,
     })
+}
+
+fn stored<'a>(r: &mut Reader<'a>, record: u64) -> Result<Entry<'a>> {
+    let (ino, blk) = (r.u64()?, r.u64()?);
+    let (len, chunk) = (r.u32()? as usize, r.u64()?);
+    if len == 0 || len as u64 > record || blk.checked_mul(record).is_none() {
+        return Err(corrupt("stored block entry out of range"));
+    }
+    Ok(Entry::Stored {
+        ino,
+        blk,
+        len,
+        chunk,
+    })
+}
+
+/// Writes a stored block entry (see `Entry::Stored`).
+pub(crate) fn put_stored(w: &mut Vec<u8>, ino: u64, blk: u64, len: usize, chunk: u64) {
+    w.push(T_STORED);
+    put_u64(w, ino);
+    put_u64(w, blk);
+    put_u32(w, len as u32);
+    put_u64(w, chunk);
 }
 
 fn patch<'a>(r: &mut Reader<'a>, record: u64) -> Result<Entry<'a>> {

@@ -12,3 +12,4 @@ pub mod overlay;
 pub mod patch;
 pub mod pieces;
 pub(crate) mod recent;
+pub(crate) mod tick;

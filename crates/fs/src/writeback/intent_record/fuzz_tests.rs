@@ -84,6 +84,14 @@ fn arb_entry() -> impl Strategy<Value = Entry<'static>> {
                 bytes: leak(b),
             }
         }),
+        (any::<u64>(), blk.clone(), 1..=RS as usize, any::<u64>()).prop_map(
+            |(ino, blk, len, chunk)| Entry::Stored {
+                ino,
+                blk,
+                len,
+                chunk
+            }
+        ),
         (
             any::<u64>(),
             blk,
@@ -181,6 +189,12 @@ fn encode(entries: &[Entry]) -> Vec<u8> {
                     put_bytes(&mut w, b);
                 }
             }
+            Entry::Stored {
+                ino,
+                blk,
+                len,
+                chunk,
+            } => put_stored(&mut w, *ino, *blk, *len, *chunk),
             Entry::Snapshot(snap) => put_snapshot(&mut w, snap),
         }
     }
@@ -204,6 +218,7 @@ fn check(b: &[u8]) -> std::result::Result<(), TestCaseError> {
                             prop_assert!((off + b.len()) as u64 <= RS);
                         }
                     }
+                    Entry::Stored { len, .. } => prop_assert!(*len > 0 && *len as u64 <= RS),
                     _ => {}
                 }
             }

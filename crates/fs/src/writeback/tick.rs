@@ -1,0 +1,418 @@
+//! Data ahead of the tree commit (the tick). A commit of the element tree
+//! costs about one B-tree leaf per block written at a random place (a 4
+//! KiB write to a large volume dirties a leaf of its own), so committing
+//! less often writes fewer bytes per write, but the commit interval also
+//! bounds what a crash loses of writes nobody synced. Between tree commits
+//! (`tree_commit_secs`), every `commit_interval_secs` a tick:
+//!
+//! 1. stores the blocks buffered since the last intent record as chunks,
+//!    where they stay (sorted, hashed and compressed as a flush does);
+//! 2. records those chunks in a small metadata transaction: chunk records
+//!    with no reference yet, new ids at the end of the table (appends);
+//! 3. logs, in one intent record, every change since the last record, with
+//!    those blocks named by chunk (`T_STORED`) instead of by their bytes.
+//!
+//! A mark ties the buffered block (its very buffer: a block written again is
+//! a new buffer) to its chunk; the commit that takes the block takes the
+//! chunk instead of writing the bytes again. A tick's chunk that no buffered
+//! block holds any more (written again, truncated, deleted) is removed by
+//! the next commit unless something came to reference it (dedup). After a
+//! crash, the replay reads a `T_STORED` block back from its chunk, and the
+//! open's first commit removes the tick chunks that no record named
+//! (counter `tick_chunks_from`: the first id a tick stored while any wait).
+
+use crate::error::Result;
+use crate::vfs::Fs;
+use crate::writeback::intent_record::{decode, Entry};
+use crate::writeback::log_file::Record;
+use crate::writeback::overlay::{Block, Overlay};
+use cairn_data::{ChunkRec, Hash};
+use cairn_devices::SlotAddr;
+use cairn_meta::MetaWrite;
+use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Counter: the first chunk id stored by a tick since no tick chunk waited
+/// for a commit (0: none waits).
+pub(crate) const TICK_CHUNKS_FROM: &str = "tick_chunks_from";
+
+/// Blocks stored ahead of their commit, and when the tree last committed.
+#[derive(Default)]
+pub(crate) struct Ticks(Mutex<TickState>);
+
+#[derive(Default)]
+struct TickState {
+    /// (inode, block) -> the buffered block a tick stored, and its chunk.
+    marks: HashMap<(u64, u64), (Block, u64)>,
+    /// Tick chunks no block is marked with (the block changed while the
+    /// tick stored it, or a crash left them): the next commit removes the
+    /// ones nothing references.
+    loose: BTreeSet<u64>,
+    /// When the element tree was last committed (None: not since open).
+    last_commit: Option<Instant>,
+}
+
+/// What one commit does with the tick chunks: the blocks of its overlay
+/// that take a chunk, and the chunks it removes if nothing references them.
+#[derive(Default)]
+pub(crate) struct TickTake {
+    pub taken: HashMap<(u64, u64), u64>,
+    pub dropped: Vec<u64>,
+    /// No tick chunk waits once this commit is made.
+    pub none_left: bool,
+}
+
+impl Ticks {
+    /// The chunk a tick stored `b` (at `ino`, `blk`) as, if it is that very
+    /// buffer.
+    pub(crate) fn chunk_of(&self, ino: u64, blk: u64, b: &Block) -> Option<u64> {
+        let t = self.0.lock();
+        let (m, id) = t.marks.get(&(ino, blk))?;
+        Arc::ptr_eq(m, b).then_some(*id)
+    }
+
+    fn mark(&self, ino: u64, blk: u64, b: Block, id: u64) {
+        let mut t = self.0.lock();
+        if let Some((_, old)) = t.marks.insert((ino, blk), (b, id)) {
+            t.loose.insert(old);
+        }
+    }
+
+    fn loosen(&self, ids: impl IntoIterator<Item = u64>) {
+        self.0.lock().loose.extend(ids);
+    }
+
+    /// Whether the tree is due for a commit (`every` since the last one).
+    pub(crate) fn tree_due(&self, every: Duration) -> bool {
+        let mut t = self.0.lock();
+        let last = *t.last_commit.get_or_insert_with(Instant::now);
+        last.elapsed() >= every
+    }
+
+    /// After the commit that took `take`: its marks and dropped chunks go.
+    pub(crate) fn retire(&self, take: &TickTake) {
+        let mut t = self.0.lock();
+        for k in take.taken.keys() {
+            t.marks.remove(k);
+        }
+        for id in &take.dropped {
+            t.loose.remove(id);
+        }
+        t.marks.retain(|_, (_, id)| !take.dropped.contains(id));
+        t.last_commit = Some(Instant::now());
+    }
+}
+
+impl Fs {
+    /// Buffered blocks a tick stored whose commit waits, and tick chunks
+    /// that no block holds any more (the next commit removes them).
+    pub fn ticked(&self) -> (usize, usize) {
+        let t = self.ticks.0.lock();
+        (t.marks.len(), t.loose.len())
+    }
+
+    /// What the commit of `ov` does with the tick chunks (called with the
+    /// flush lock held, before its transaction): the blocks it takes as
+    /// their chunks, and the chunks no buffered block holds any more. A
+    /// block only ever leaves the overlays (a commit takes it, a write
+    /// replaces it) under the flush lock or for good, so a chunk found
+    /// held by none now is never needed again.
+    pub(crate) fn tick_take(&self, ov: &Overlay) -> TickTake {
+        let t = self.ticks.0.lock();
+        if t.marks.is_empty() && t.loose.is_empty() {
+            return TickTake {
+                none_left: true,
+                ..Default::default()
+            };
+        }
+        let marks: Vec<((u64, u64), (Block, u64))> =
+            t.marks.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let mut dropped: Vec<u64> = t.loose.iter().copied().collect();
+        drop(t);
+        let held_in = |o: &Overlay, ino: u64, blk: u64, b: &Block| {
+            o.blocks
+                .get(&ino)
+                .and_then(|m| m.get(&blk))
+                .is_some_and(|x| Arc::ptr_eq(x, b))
+        };
+        let mut taken = HashMap::new();
+        let mut gone = 0;
+        let mut st = self.lock_all();
+        let sealed = self.sealed.lock();
+        let flushing = self.flushing.read();
+        for ((ino, blk), (b, id)) in &marks {
+            if held_in(ov, *ino, *blk, b) {
+                taken.insert((*ino, *blk), *id);
+                continue;
+            }
+            let elsewhere = held_in(st.dirty(*ino), *ino, *blk, b)
+                || flushing.newest_first().any(|o| held_in(o, *ino, *blk, b))
+                || sealed.iter().any(|s| held_in(&s.ov, *ino, *blk, b));
+            if !elsewhere {
+                dropped.push(*id);
+                gone += 1;
+            }
+        }
+        let none_left = taken.len() + gone == marks.len();
+        TickTake {
+            taken,
+            dropped,
+            none_left,
+        }
+    }
+
+    /// In the commit's transaction: removes the dropped tick chunks that
+    /// nothing came to reference, and clears `tick_chunks_from` when none
+    /// waits any more.
+    pub(crate) fn drop_tick_chunks(
+        &self,
+        w: &mut MetaWrite<'_>,
+        take: &TickTake,
+        touched: &mut BTreeSet<u64>,
+        freed: &mut Vec<SlotAddr>,
+    ) -> Result<()> {
+        for &id in &take.dropped {
+            let Some(raw) = w.chunk(id)? else { continue };
+            let rec = ChunkRec::decode(&raw)?;
+            if rec.refs == 0 {
+                // Its segment counts it as live data (never history-only).
+                self.remove_chunk(w, id, &ChunkRec { live: 1, ..rec }, touched, freed)?;
+            }
+        }
+        if take.none_left && w.counter(TICK_CHUNKS_FROM)? != 0 {
+            w.set_counter(TICK_CHUNKS_FROM, 0)?;
+        }
+        Ok(())
+    }
+
+    /// A tick (see the top of this file): stores the buffered blocks no
+    /// record holds, then logs every change as an fsync does, those blocks
+    /// by chunk. Without an intent log it is a flush.
+    pub fn tick(&self) -> Result<()> {
+        if self.intent.is_none() || self.must_commit.load(std::sync::atomic::Ordering::SeqCst) {
+            return self.flush();
+        }
+        if let Err(e) = self.store_ahead() {
+            tracing::warn!("storing buffered blocks ahead of the commit: {e}; committing instead");
+            return self.flush();
+        }
+        self.log_changes()
+    }
+
+    /// Steps 1 and 2 of a tick, under the flush lock (no commit runs
+    /// meanwhile, and each commit before this one's chunks took them).
+    fn store_ahead(&self) -> Result<()> {
+        let guard = self.flush_guard();
+        self.check_ok()?;
+        let todo = self.unstored_blocks();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let done = self.store_blocks(&todo).and_then(|stored| {
+            let ids = match stored.is_empty() {
+                true => Vec::new(),
+                false => self.record_tick_chunks(&stored)?,
+            };
+            Ok((stored, ids))
+        });
+        let (stored, ids) = match done {
+            Ok(x) => x,
+            Err(e) => {
+                // Nothing names what was stored: the segments in RAM go
+                // back to the committed table (as after a failed flush).
+                let table = crate::pool::segment_table(&self.meta()?)?;
+                self.pool.chunks.rollback(table)?;
+                return Err(e);
+            }
+        };
+        let mut st = self.lock_all();
+        let mut loose = Vec::new();
+        for ((n, _), id) in stored.iter().zip(ids) {
+            let (ino, blk, b) = &todo[*n];
+            let ov = st.dirty(*ino);
+            let held = ov.blocks.get(ino).and_then(|m| m.get(blk));
+            match held.is_some_and(|x| Arc::ptr_eq(x, b)) {
+                true => {
+                    // Logged by chunk from now on: its bytes no longer
+                    // count against a record's data.
+                    if let Some(&(lo, hi)) = ov.unlogged.blocks.get(&(*ino, *blk)) {
+                        ov.unlogged.bytes = ov.unlogged.bytes.saturating_sub((hi - lo) as u64);
+                    }
+                    self.ticks.mark(*ino, *blk, b.clone(), id);
+                }
+                false => loose.push(id),
+            }
+        }
+        drop(st);
+        self.ticks.loosen(loose);
+        drop(guard);
+        Ok(())
+    }
+
+    /// The whole buffered blocks changed since the last record that no
+    /// tick stored yet, sorted by file and block (patches are logged as
+    /// they are: small writes over committed blocks).
+    fn unstored_blocks(&self) -> Vec<(u64, u64, Block)> {
+        let st = self.lock_all();
+        let mut todo = Vec::new();
+        for sh in st.shards() {
+            let ov = &sh.dirty;
+            for &(ino, blk) in ov.unlogged.blocks.keys() {
+                let Some(b) = ov.blocks.get(&ino).and_then(|m| m.get(&blk)) else {
+                    continue;
+                };
+                if !b.is_empty() && self.ticks.chunk_of(ino, blk, b).is_none() {
+                    todo.push((ino, blk, b.clone()));
+                }
+            }
+        }
+        drop(st);
+        todo.sort_unstable_by_key(|t| (t.0, t.1));
+        todo
+    }
+
+    /// Stores the blocks with new content (not zeros, not a chunk the pool
+    /// holds already, not earlier in `todo`), compressed on every core, and
+    /// syncs them; returns (index in `todo`, chunk record) of each.
+    fn store_blocks(&self, todo: &[(u64, u64, Block)]) -> Result<Vec<(usize, ChunkRec)>> {
+        let hashes = hash_all(todo);
+        let r = self.meta()?;
+        let dedup = self.pool.config.dedup;
+        let mut seen: HashSet<Hash> = HashSet::new();
+        let mut news = Vec::new();
+        for (n, h) in hashes.into_iter().enumerate() {
+            let Some(h) = h else { continue };
+            if dedup
+                && (!seen.insert(h) || crate::writeback::flush::indexed_chunk(&r, &h)?.is_some())
+            {
+                continue;
+            }
+            news.push((n, h));
+        }
+        drop(r);
+        let raws = news.iter().map(|(n, _)| todo[*n].2.as_slice());
+        let packed = crate::writeback::flush::compress_all(self.pool.chunks.compression(), raws);
+        let mut batch = self.pool.chunks.batch();
+        let mut out = Vec::with_capacity(news.len());
+        for ((n, h), z) in news.into_iter().zip(packed) {
+            let raw = todo[n].2.as_slice();
+            let (method, bytes) = match &z {
+                Some((m, z)) => (*m, z.as_slice()),
+                None => (cairn_data::compress::RAW, raw),
+            };
+            out.push((n, batch.append_stored(method, raw.len() as u32, bytes, &h)?));
+        }
+        for (id, _) in batch.finish()? {
+            self.pool.chunks.heat.written(id);
+        }
+        Ok(out)
+    }
+
+    /// Step 2: the chunk records, with no reference yet, and the segments
+    /// they went to, in one transaction; returns their ids.
+    fn record_tick_chunks(&self, stored: &[(usize, ChunkRec)]) -> Result<Vec<u64>> {
+        let touched: BTreeSet<u64> = stored.iter().map(|(_, c)| c.segment).collect();
+        let dedup = self.pool.config.dedup;
+        let ids = self.pool.meta.write(|w| {
+            let first = w.counter("next_chunk")?;
+            if w.counter(TICK_CHUNKS_FROM)? == 0 {
+                w.set_counter(TICK_CHUNKS_FROM, first)?;
+            }
+            let mut ids = Vec::with_capacity(stored.len());
+            for (k, (_, rec)) in stored.iter().enumerate() {
+                let id = first + k as u64;
+                let rec = ChunkRec {
+                    refs: 0,
+                    live: 0,
+                    ..rec.clone()
+                };
+                w.put_chunk(id, &rec.encode())?;
+                if dedup {
+                    w.put_dedup(&rec.hash, id)?;
+                }
+                ids.push(id);
+            }
+            w.set_counter("next_chunk", first + stored.len() as u64)?;
+            self.store_segments(w, &touched)?;
+            Ok::<_, crate::error::FsError>(ids)
+        })?;
+        Ok(ids)
+    }
+}
+
+impl Fs {
+    /// Replays a `T_STORED` entry: the block's bytes are read back from its
+    /// chunk (verified whole) and buffered, marked with that chunk, so that
+    /// the commit after the replay takes the chunk as it is.
+    pub(crate) fn replay_stored(
+        &self,
+        st: &mut crate::vfs::State,
+        ino: u64,
+        blk: u64,
+        len: usize,
+        chunk: u64,
+    ) -> Result<()> {
+        let r = self.meta()?;
+        let bytes = self.with_chunk(&r, ino, blk, chunk, |rec| {
+            self.pool.chunks.read_chunk(rec, true)
+        })?;
+        if bytes.len() != len {
+            return Err(crate::writeback::intent_record::corrupt(&format!(
+                "inode {ino} block {blk}: chunk {chunk} holds {} bytes, the record says {len}",
+                bytes.len()
+            )));
+        }
+        let b: Block = Arc::new(bytes);
+        st.dirty(ino).put_block(ino, blk, b.clone(), 0, len);
+        self.ticks.mark(ino, blk, b, chunk);
+        Ok(())
+    }
+
+    /// At open, before the replay: the chunks ticks stored since the last
+    /// commit that left none waiting, less those the intent records to
+    /// replay name, are loose (the next commit removes the unreferenced).
+    pub(crate) fn load_tick_chunks(&self, records: &[Record]) -> Result<()> {
+        let mut named = HashSet::new();
+        for (_, rec) in records {
+            // A damaged record names none (the replay refuses it).
+            for e in decode(rec, self.record).unwrap_or_default() {
+                if let Entry::Stored { chunk, .. } = e {
+                    named.insert(chunk);
+                }
+            }
+        }
+        let r = self.meta()?;
+        let from = r.counter(TICK_CHUNKS_FROM)?;
+        if from == 0 {
+            return Ok(());
+        }
+        let next = r.counter("next_chunk")?;
+        self.ticks
+            .loosen((from..next).filter(|id| !named.contains(id)));
+        Ok(())
+    }
+}
+
+/// The content hash of each block (None: all zeros), on every core.
+fn hash_all(todo: &[(u64, u64, Block)]) -> Vec<Option<Hash>> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let per = todo.len().div_ceil(cores).max(1);
+    std::thread::scope(|sc| {
+        let parts: Vec<_> = todo
+            .chunks(per)
+            .map(|part| {
+                sc.spawn(move || {
+                    part.iter()
+                        .map(|t| crate::writeback::flush::content_hash(&t.2))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().expect("hashing does not panic"))
+            .collect()
+    })
+}
