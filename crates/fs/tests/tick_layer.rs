@@ -9,10 +9,31 @@ mod common;
 
 use cairn_data::ChunkRec;
 use cairn_fs::maintenance::check::check_pool;
-use cairn_fs::Fs;
-use common::{file_in_root, make, noise, reopen};
+use cairn_fs::{Fs, MkfsOptions, Pool, PoolConfig};
+use common::{file_in_root, noise};
+use std::path::Path;
+use std::sync::Arc;
 
 const BLOCK: usize = 64 << 10;
+
+/// Pools without dedup: a block stored again would be a new chunk, so only
+/// the tick's mark can make a commit take the chunk it stored.
+fn make(dir: &Path) -> Arc<Fs> {
+    let o = MkfsOptions {
+        sparse: true,
+        ..MkfsOptions::default()
+    };
+    cairn_fs::mkfs(&dir.join("pool"), o).unwrap();
+    reopen(dir)
+}
+
+fn reopen(dir: &Path) -> Arc<Fs> {
+    let config = PoolConfig {
+        dedup: false,
+        ..PoolConfig::default()
+    };
+    Fs::open(Pool::open(&dir.join("pool"), Some(config)).unwrap()).unwrap()
+}
 
 fn assert_checks(fs: &Fs) {
     let rep = check_pool(fs.pool()).unwrap();

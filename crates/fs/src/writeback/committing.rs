@@ -26,6 +26,11 @@ impl Committing {
         self.0.iter().rev().flatten().map(|o| &**o)
     }
 
+    /// The overlays as shared, in no particular order.
+    pub fn shared(&self) -> impl Iterator<Item = &Arc<Overlay>> {
+        self.0.iter().flatten()
+    }
+
     /// The overlays, the oldest (nearest the committed metadata) first.
     pub fn oldest_first(&self) -> impl Iterator<Item = &Overlay> {
         self.0.iter().flatten().map(|o| &**o)

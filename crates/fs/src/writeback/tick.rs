@@ -140,16 +140,18 @@ impl Fs {
         let mut taken = HashMap::new();
         let mut gone = 0;
         let mut st = self.lock_all();
-        let sealed = self.sealed.lock();
-        let flushing = self.flushing.read();
+        // Each a moment (`sealed` is a leaf lock): the overlays sealed and
+        // being committed, which only the flush lock's holder changes.
+        let mut others: Vec<Arc<Overlay>> =
+            self.sealed.lock().iter().map(|s| s.ov.clone()).collect();
+        others.extend(self.flushing.read().shared().cloned());
         for ((ino, blk), (b, id)) in &marks {
             if held_in(ov, *ino, *blk, b) {
                 taken.insert((*ino, *blk), *id);
                 continue;
             }
             let elsewhere = held_in(st.dirty(*ino), *ino, *blk, b)
-                || flushing.newest_first().any(|o| held_in(o, *ino, *blk, b))
-                || sealed.iter().any(|s| held_in(&s.ov, *ino, *blk, b));
+                || others.iter().any(|o| held_in(o, *ino, *blk, b));
             if !elsewhere {
                 dropped.push(*id);
                 gone += 1;
