@@ -764,7 +764,7 @@ impl MetaStore {
                 self.fresh_index.merged_all(merges);
             }
             match dedup {
-                DedupOut::Written(all) => self.pending.written(&all),
+                DedupOut::Written(gone, all) => self.pending.written(&gone, &all),
                 DedupOut::Kept(gone, added) => self.pending.keep(&gone, added),
             }
             Ok(r)
@@ -1193,8 +1193,9 @@ pub struct MetaWrite<'t> {
 
 /// What a committed write transaction leaves of the waiting dedup entries.
 enum DedupOut {
-    /// It wrote these to the table.
-    Written(dedup::pending::Entries),
+    /// It wrote these to the table, without those of the chunks it
+    /// removed (the first list).
+    Written(Vec<([u8; 6], [u8; 6])>, dedup::pending::Entries),
     /// It wrote none: its removals and additions wait.
     Kept(Vec<([u8; 6], [u8; 6])>, dedup::pending::Entries),
 }
@@ -1530,7 +1531,7 @@ impl MetaWrite<'_> {
         // Every chunk stored so far has its entry in the table now.
         let next = self.counter("next_chunk")?;
         self.set_counter(DEDUP_INDEXED, next)?;
-        Ok(DedupOut::Written(all))
+        Ok(DedupOut::Written(gone, all))
     }
 
     pub fn put_snapshot(&mut self, name: &str, rec: &[u8]) -> Result<()> {

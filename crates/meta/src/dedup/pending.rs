@@ -65,10 +65,12 @@ impl Pending {
         all
     }
 
-    /// After a committed transaction that wrote `written` to the table:
-    /// those entries wait no longer.
-    pub fn written(&self, written: &Entries) {
+    /// After a committed transaction that wrote `written` to the table,
+    /// leaving out `gone` (entries of chunks it removed): none of them
+    /// waits any more.
+    pub fn written(&self, gone: &[([u8; 6], [u8; 6])], written: &Entries) {
         let mut e = self.entries.lock();
+        forget(&mut e, gone);
         for (k, v) in written {
             if e.get(k) == Some(v) {
                 e.remove(k);
@@ -116,8 +118,22 @@ mod tests {
         // An entry replaced after the batch was taken stays.
         let all = p.merged(&[], &Entries::new());
         p.keep(&[], Entries::from([([1; 6], [12; 6])]));
-        p.written(&all);
+        p.written(&[], &all);
         assert_eq!(p.get(&[1; 6]), Some([12; 6]));
         assert_eq!(p.len(), 1);
+    }
+
+    #[test]
+    fn a_batch_that_leaves_out_a_removed_chunk_forgets_its_waiting_entry() {
+        let p = Pending::default();
+        p.keep(&[], Entries::from([([1; 6], [10; 6]), ([2; 6], [20; 6])]));
+        // A transaction removes chunk 10 and writes the batch: the entry
+        // is not written, and must not wait for the next batch either.
+        let gone = [([1; 6], [10; 6])];
+        let all = p.merged(&gone, &Entries::new());
+        assert_eq!(all, Entries::from([([2; 6], [20; 6])]));
+        p.written(&gone, &all);
+        assert_eq!(p.get(&[1; 6]), None);
+        assert!(p.is_empty());
     }
 }
