@@ -130,8 +130,8 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
     );
     let w = &i.waiting;
     println!(
-        "batched updates: {} dedup entries, {} creation index removals, {} live counts, {} old versions waiting",
-        w.dedup_entries, w.creation_index_removals, w.live_count_chunks, w.ended_elements
+        "batched updates: {} dedup entries, {} creation index removals, {} live counts, {} old versions waiting; {} chunks stored ahead of their tree commit",
+        w.dedup_entries, w.creation_index_removals, w.live_count_chunks, w.ended_elements, w.stored_ahead_chunks
     );
     for l in &i.locks {
         println!(

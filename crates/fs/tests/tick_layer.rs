@@ -73,6 +73,11 @@ fn the_commit_after_a_tick_takes_its_chunks_without_writing_the_blocks_again() {
     assert_eq!(chunks(&fs), (16, 16));
     assert_eq!(fs.ticked(), (16, 0));
     assert!(counter(&fs, "tick_chunks_from") > 0);
+    let waiting = |fs: &Fs| {
+        let info = cairn_fs::maintenance::info::pool_info(fs.pool()).unwrap();
+        info.waiting.stored_ahead_chunks
+    };
+    assert_eq!(waiting(&fs), 16, "cairn info shows them");
     assert_checks(&fs);
     assert_eq!(read_all(&fs, f, data.len()), data);
     let next = counter(&fs, "next_chunk");
@@ -81,6 +86,7 @@ fn the_commit_after_a_tick_takes_its_chunks_without_writing_the_blocks_again() {
     assert_eq!(counter(&fs, "next_chunk"), next, "no block written again");
     assert_eq!(chunks(&fs), (16, 0));
     assert_eq!(fs.ticked(), (0, 0));
+    assert_eq!(waiting(&fs), 0);
     assert_eq!(counter(&fs, "tick_chunks_from"), 0);
     assert_checks(&fs);
     drop(fs);

@@ -107,6 +107,9 @@ pub struct WaitingUpdates {
     pub live_count_chunks: u64,
     /// Old versions not yet merged into the history table.
     pub ended_elements: u64,
+    /// Chunks a tick stored whose tree commit waits (`writeback/tick.rs`).
+    #[serde(default)]
+    pub stored_ahead_chunks: u64,
 }
 
 fn waiting_updates(pool: &Pool, r: &cairn_meta::MetaRead) -> Result<WaitingUpdates> {
@@ -116,7 +119,23 @@ fn waiting_updates(pool: &Pool, r: &cairn_meta::MetaRead) -> Result<WaitingUpdat
         creation_index_removals: m.born_pending().len() as u64,
         live_count_chunks: m.live_debts().len() as u64,
         ended_elements: r.ended_waiting()?,
+        stored_ahead_chunks: stored_ahead(r)?,
     })
+}
+
+/// Tick chunks with no reference yet: from `tick_chunks_from` on.
+fn stored_ahead(r: &cairn_meta::MetaRead) -> Result<u64> {
+    let from = r.counter(crate::writeback::tick::TICK_CHUNKS_FROM)?;
+    if from == 0 {
+        return Ok(0);
+    }
+    let mut n = 0;
+    for id in from..r.counter("next_chunk")? {
+        if let Some(raw) = r.chunk(id)? {
+            n += u64::from(cairn_data::ChunkRec::decode(&raw)?.refs == 0);
+        }
+    }
+    Ok(n)
 }
 
 /// Every device with its fill; `each_segment(heat)` sees the decayed hits

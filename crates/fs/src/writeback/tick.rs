@@ -299,6 +299,8 @@ impl Fs {
         let mut batch = self.pool.chunks.batch();
         let mut out = Vec::with_capacity(news.len());
         for ((n, h), z) in news.into_iter().zip(packed) {
+            // For read-modify-write after the commit, as a flush keeps them.
+            self.recent.insert(h, &todo[n].2);
             let raw = todo[n].2.as_slice();
             let (method, bytes) = match &z {
                 Some((m, z)) => (*m, z.as_slice()),
