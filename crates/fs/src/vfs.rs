@@ -510,15 +510,16 @@ impl Fs {
         let c = &self.pool.config;
         let interval = Duration::from_secs_f64(c.commit_interval_secs);
         let tree = Duration::from_secs_f64(c.tree_commit_secs);
-        let ticks = self.intent.is_some() && tree > interval;
+        let ticks = self.ticks_on();
         while !self.stopping.load(Ordering::SeqCst) {
             let kicked = {
                 let mut k = self.kick_lock.lock();
-                if !*k {
+                if !*k && !self.ticks.asked() {
                     self.kick.wait_for(&mut k, interval);
                 }
                 std::mem::replace(&mut *k, false)
             };
+            self.ticks.take_asked();
             // Bounds how long the shared view pins old pages of the store
             // when nothing is flushed (GC and the mover still commit).
             self.drop_ns_meta();
@@ -537,6 +538,20 @@ impl Fs {
 
     pub(crate) fn kick_flusher(&self) {
         *self.kick_lock.lock() = true;
+        self.kick.notify_one();
+    }
+
+    /// Whether the flusher ticks between tree commits (`tick.rs`): the
+    /// pool has an intent log and commits its tree less often than its
+    /// commit interval.
+    pub(crate) fn ticks_on(&self) -> bool {
+        let c = &self.pool.config;
+        self.intent.is_some() && c.tree_commit_secs > c.commit_interval_secs
+    }
+
+    /// Wakes the flusher for a tick (`Ticks::wants_tick`), not a commit.
+    pub(crate) fn ask_tick(&self) {
+        let _k = self.kick_lock.lock();
         self.kick.notify_one();
     }
 

@@ -215,3 +215,45 @@ fn tick_chunks_no_record_names_after_a_crash_go_at_the_next_commit() {
     assert_eq!(counter(&fs, "tick_chunks_from"), 0);
     assert_checks(&fs);
 }
+
+#[test]
+fn writes_to_a_small_record_pool_ask_for_a_tick_before_the_interval() {
+    let d = tempfile::tempdir().unwrap();
+    let o = MkfsOptions {
+        sparse: true,
+        record_size: 4096,
+        ..MkfsOptions::default()
+    };
+    cairn_fs::mkfs(&d.path().join("pool"), o).unwrap();
+    // No interval falls in the test: only the writes can start a tick.
+    let config = PoolConfig {
+        dedup: false,
+        commit_interval_secs: 3000.0,
+        tree_commit_secs: 3600.0,
+        ..PoolConfig::default()
+    };
+    let fs = Fs::open(Pool::open(&d.path().join("pool"), Some(config)).unwrap()).unwrap();
+    let f = file_in_root(&fs, "f");
+    fs.flush().unwrap();
+    fs.spawn_flusher();
+    let tid = fs.last_tid();
+    // 12 MiB of 4 KiB blocks: past the 8 MiB after which writes ask.
+    let data = noise(12 << 20, 10);
+    for (i, part) in data.chunks(4096).enumerate() {
+        fs.write(f, (i * 4096) as u64, part).unwrap();
+    }
+    let stored = || {
+        let info = cairn_fs::maintenance::info::pool_info(fs.pool()).unwrap();
+        info.waiting.stored_ahead_chunks
+    };
+    let t0 = std::time::Instant::now();
+    while stored() == 0 && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(stored() >= 2048, "a tick stored the first 8 MiB: {}", stored());
+    assert_eq!(fs.last_tid(), tid, "a tick, not a tree commit");
+    assert_eq!(read_all(&fs, f, data.len()), data);
+    fs.shutdown().unwrap();
+    assert_eq!(stored(), 0);
+    assert_checks(&fs);
+}

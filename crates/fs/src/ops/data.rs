@@ -367,6 +367,8 @@ impl Fs {
             self.flush()?;
         } else if early || dirty > limit / 2 {
             self.kick_flusher();
+        } else if self.ticks_on() && self.ticks.wants_tick(self.record <= SMALL_RECORD, written) {
+            self.ask_tick();
         }
         Ok(())
     }

@@ -38,9 +38,25 @@ use std::time::{Duration, Instant};
 /// for a commit (0: none waits).
 pub(crate) const TICK_CHUNKS_FROM: &str = "tick_chunks_from";
 
+/// Written bytes after which a pool of small records asks for a tick
+/// before its interval (`Ticks::wants_tick`): what one fsync record holds.
+/// A durable snapshot or an fsync then logs at most about this much.
+const TICK_BYTES: u64 = 8 << 20;
+
+/// The least time between two ticks asked for by writes.
+const TICK_GAP: Duration = Duration::from_millis(250);
+
 /// Blocks stored ahead of their commit, and when the tree last committed.
 #[derive(Default)]
-pub(crate) struct Ticks(Mutex<TickState>);
+pub(crate) struct Ticks(Mutex<TickState>, TickAsk);
+
+/// Writes asking for a tick before the interval.
+#[derive(Default)]
+struct TickAsk {
+    /// Bytes users had written into the dirty overlay at the last tick.
+    written: std::sync::atomic::AtomicU64,
+    asked: std::sync::atomic::AtomicBool,
+}
 
 #[derive(Default)]
 struct TickState {
@@ -52,6 +68,8 @@ struct TickState {
     loose: BTreeSet<u64>,
     /// When the element tree was last committed (None: not since open).
     last_commit: Option<Instant>,
+    /// When the last tick ran.
+    last_tick: Option<Instant>,
 }
 
 /// What one commit does with the tick chunks: the blocks of its overlay
@@ -84,6 +102,45 @@ impl Ticks {
         self.0.lock().loose.extend(ids);
     }
 
+    /// Whether writes (`written` bytes in the dirty overlay now) should
+    /// ask for a tick now: in a pool of small records (each block costs
+    /// more to commit than to write, so its tree commits wait longest),
+    /// once `TICK_BYTES` were written since the last tick, at most every
+    /// `TICK_GAP`. Notes the ask.
+    pub(crate) fn wants_tick(&self, small_records: bool, written: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let since = written.saturating_sub(self.1.written.load(Relaxed));
+        if !small_records || since < TICK_BYTES || self.1.asked.load(Relaxed) {
+            return false;
+        }
+        let t = self.0.lock();
+        if t.last_tick.is_some_and(|l| l.elapsed() < TICK_GAP) {
+            return false;
+        }
+        !self.1.asked.swap(true, Relaxed)
+    }
+
+    /// Whether writes asked for a tick that has not run yet.
+    pub(crate) fn asked(&self) -> bool {
+        self.1.asked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Takes the writes' ask (the flusher, before it acts on it: a failed
+    /// round does not make it spin).
+    pub(crate) fn take_asked(&self) -> bool {
+        self.1
+            .asked
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A tick starts with `written` bytes in the dirty overlay.
+    fn ticked(&self, written: u64) {
+        self.1
+            .written
+            .store(written, std::sync::atomic::Ordering::Relaxed);
+        self.0.lock().last_tick = Some(Instant::now());
+    }
+
     /// Whether the tree is due for a commit (`every` since the last one).
     pub(crate) fn tree_due(&self, every: Duration) -> bool {
         let mut t = self.0.lock();
@@ -102,6 +159,10 @@ impl Ticks {
         }
         t.marks.retain(|_, (_, id)| !take.dropped.contains(id));
         t.last_commit = Some(Instant::now());
+        // The overlay's written count starts again from 0.
+        self.1
+            .written
+            .store(0, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -208,6 +269,7 @@ impl Fs {
     fn store_ahead(&self) -> Result<()> {
         let guard = self.flush_guard();
         self.check_ok()?;
+        self.ticks.ticked(self.load.written());
         let todo = self.unstored_blocks();
         if todo.is_empty() {
             return Ok(());
