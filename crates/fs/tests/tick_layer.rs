@@ -250,7 +250,11 @@ fn writes_to_a_small_record_pool_ask_for_a_tick_before_the_interval() {
     while stored() == 0 && t0.elapsed() < std::time::Duration::from_secs(20) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(stored() >= 2048, "a tick stored the first 8 MiB: {}", stored());
+    assert!(
+        stored() >= 2048,
+        "a tick stored the first 8 MiB: {}",
+        stored()
+    );
     assert_eq!(fs.last_tid(), tid, "a tick, not a tree commit");
     assert_eq!(read_all(&fs, f, data.len()), data);
     fs.shutdown().unwrap();

@@ -119,7 +119,7 @@ impl Default for PoolConfig {
         PoolConfig {
             format: CONFIG_FORMAT,
             commit_interval_secs: 5.0,
-            tree_commit_secs: 30.0,
+            tree_commit_secs: 60.0,
             dirty_limit_mib: 512,
             background_nice: 10,
             history_retention_secs: 86400,

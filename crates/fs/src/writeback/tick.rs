@@ -39,8 +39,11 @@ use std::time::{Duration, Instant};
 pub(crate) const TICK_CHUNKS_FROM: &str = "tick_chunks_from";
 
 /// Written bytes after which a pool of small records asks for a tick
-/// before its interval (`Ticks::wants_tick`): what one fsync record holds.
-/// A durable snapshot or an fsync then logs at most about this much.
+/// before its interval (`Ticks::wants_tick`), so that a durable snapshot
+/// or an fsync logs at most about this much: what one fsync record holds.
+/// Each tick's transaction costs about 1 MiB of metadata writes whatever
+/// it holds (redb saves its allocator state at every commit, for a quick
+/// repair after a crash), so ticks cannot be much more frequent.
 const TICK_BYTES: u64 = 8 << 20;
 
 /// The least time between two ticks asked for by writes.
@@ -134,7 +137,7 @@ impl Ticks {
     }
 
     /// A tick starts with `written` bytes in the dirty overlay.
-    fn ticked(&self, written: u64) {
+    fn note_tick(&self, written: u64) {
         self.1
             .written
             .store(written, std::sync::atomic::Ordering::Relaxed);
@@ -157,7 +160,8 @@ impl Ticks {
         for id in &take.dropped {
             t.loose.remove(id);
         }
-        t.marks.retain(|_, (_, id)| !take.dropped.contains(id));
+        let dropped: HashSet<u64> = take.dropped.iter().copied().collect();
+        t.marks.retain(|_, (_, id)| !dropped.contains(id));
         t.last_commit = Some(Instant::now());
         // The overlay's written count starts again from 0.
         self.1
@@ -269,7 +273,7 @@ impl Fs {
     fn store_ahead(&self) -> Result<()> {
         let guard = self.flush_guard();
         self.check_ok()?;
-        self.ticks.ticked(self.load.written());
+        self.ticks.note_tick(self.load.written());
         let todo = self.unstored_blocks();
         if todo.is_empty() {
             return Ok(());
