@@ -929,22 +929,22 @@ pub(crate) fn compress_all<'b>(
     if c == cairn_data::Compression::None {
         return vec![None; blocks.len()];
     }
+    on_every_core(&blocks, |b| cairn_data::compress::compress(c, b))
+}
+
+/// `f` of each item, in order, the items split across the cores.
+pub(crate) fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let per = blocks.len().div_ceil(cores).max(1);
+    let per = items.len().div_ceil(cores).max(1);
+    let f = &f;
     std::thread::scope(|sc| {
-        let parts: Vec<_> = blocks
+        let parts: Vec<_> = items
             .chunks(per)
-            .map(|part| {
-                sc.spawn(move || {
-                    part.iter()
-                        .map(|b| cairn_data::compress::compress(c, b))
-                        .collect::<Vec<_>>()
-                })
-            })
+            .map(|part| sc.spawn(move || part.iter().map(f).collect::<Vec<_>>()))
             .collect();
         parts
             .into_iter()
-            .flat_map(|h| h.join().expect("compression does not panic"))
+            .flat_map(|h| h.join().expect("a worker does not panic"))
             .collect()
     })
 }

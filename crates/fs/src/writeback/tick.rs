@@ -467,22 +467,5 @@ impl Fs {
 
 /// The content hash of each block (None: all zeros), on every core.
 fn hash_all(todo: &[(u64, u64, Block)]) -> Vec<Option<Hash>> {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let per = todo.len().div_ceil(cores).max(1);
-    std::thread::scope(|sc| {
-        let parts: Vec<_> = todo
-            .chunks(per)
-            .map(|part| {
-                sc.spawn(move || {
-                    part.iter()
-                        .map(|t| crate::writeback::flush::content_hash(&t.2))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|h| h.join().expect("hashing does not panic"))
-            .collect()
-    })
+    crate::writeback::flush::on_every_core(todo, |t| crate::writeback::flush::content_hash(&t.2))
 }
