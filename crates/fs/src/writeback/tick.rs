@@ -46,8 +46,10 @@ pub(crate) const TICK_CHUNKS_FROM: &str = "tick_chunks_from";
 /// repair after a crash), so ticks cannot be much more frequent.
 const TICK_BYTES: u64 = 8 << 20;
 
-/// The least time between two ticks asked for by writes.
-const TICK_GAP: Duration = Duration::from_millis(250);
+/// The least time between two ticks asked for by writes: faster writers
+/// (a volume at 32,000 ops/s writes 8 MiB in about 0.2 s) would otherwise
+/// tick several times a second, each tick a commit's worth of fsyncs.
+const TICK_GAP: Duration = Duration::from_secs(1);
 
 /// Blocks stored ahead of their commit, and when the tree last committed.
 #[derive(Default)]
