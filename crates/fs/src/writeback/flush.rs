@@ -562,10 +562,7 @@ impl Fs {
                     Stored::New(rec) => {
                         let id = next_chunk;
                         next_chunk += 1;
-                        w.put_chunk(id, &rec.encode())?;
-                        if self.pool.config.dedup {
-                            w.put_dedup(&rec.hash, id)?;
-                        }
+                        self.put_new_chunk(w, id, rec)?;
                         id
                     }
                     Stored::Existing(id) => add_ref(self, w, *id, touched)?,
@@ -664,10 +661,7 @@ impl Fs {
                 Stored::New(rec) => {
                     let id = *next_chunk;
                     *next_chunk += 1;
-                    w.put_chunk(id, &rec.encode())?;
-                    if self.pool.config.dedup {
-                        w.put_dedup(&rec.hash, id)?;
-                    }
+                    self.put_new_chunk(w, id, rec)?;
                     piece_ids.insert((at.n, k), id);
                     id
                 }
@@ -681,6 +675,20 @@ impl Fs {
         }
         assert!(news.next().is_none(), "a new piece per chunk");
         Ok(ext)
+    }
+
+    /// Records new chunk `id` and, when the pool dedups, its index entry.
+    pub(crate) fn put_new_chunk(
+        &self,
+        w: &mut MetaWrite<'_>,
+        id: u64,
+        rec: &ChunkRec,
+    ) -> Result<()> {
+        w.put_chunk(id, &rec.encode())?;
+        if self.pool.config.dedup {
+            w.put_dedup(&rec.hash, id)?;
+        }
+        Ok(())
     }
 
     /// Writes the records of the segments a transaction changed.
@@ -865,14 +873,7 @@ impl<'a> BlockSink<'a> {
             let Stored::Pending(h) = self.out[at].stored else {
                 unreachable!("a new block is pending");
             };
-            let n = raw.len() as u32;
-            let rec = match z {
-                Some((method, z)) => self.batch.append_stored(method, n, &z, &h)?,
-                None => self
-                    .batch
-                    .append_stored(cairn_data::compress::RAW, n, raw, &h)?,
-            };
-            self.out[at].stored = Stored::New(rec);
+            self.out[at].stored = Stored::New(append_block(&mut self.batch, raw, z, &h)?);
         }
         Ok(())
     }
@@ -946,6 +947,21 @@ pub(crate) fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R +
             .into_iter()
             .flat_map(|h| h.join().expect("a worker does not panic"))
             .collect()
+    })
+}
+
+/// Appends a block with content hash `h` to `batch`: as `compress_all`
+/// packed it (`z`), or raw.
+pub(crate) fn append_block(
+    batch: &mut cairn_data::WriteBatch<'_>,
+    raw: &[u8],
+    z: Option<(u8, Vec<u8>)>,
+    h: &Hash,
+) -> Result<ChunkRec> {
+    let n = raw.len() as u32;
+    Ok(match z {
+        Some((method, z)) => batch.append_stored(method, n, &z, h)?,
+        None => batch.append_stored(cairn_data::compress::RAW, n, raw, h)?,
     })
 }
 

@@ -369,12 +369,8 @@ impl Fs {
         for ((n, h), z) in news.into_iter().zip(packed) {
             // For read-modify-write after the commit, as a flush keeps them.
             self.recent.insert(h, &todo[n].2);
-            let raw = todo[n].2.as_slice();
-            let (method, bytes) = match &z {
-                Some((m, z)) => (*m, z.as_slice()),
-                None => (cairn_data::compress::RAW, raw),
-            };
-            out.push((n, batch.append_stored(method, raw.len() as u32, bytes, &h)?));
+            let rec = crate::writeback::flush::append_block(&mut batch, &todo[n].2, z, &h)?;
+            out.push((n, rec));
         }
         for (id, _) in batch.finish()? {
             self.pool.chunks.heat.written(id);
@@ -386,7 +382,6 @@ impl Fs {
     /// they went to, in one transaction; returns their ids.
     fn record_tick_chunks(&self, stored: &[(usize, ChunkRec)]) -> Result<Vec<u64>> {
         let touched: BTreeSet<u64> = stored.iter().map(|(_, c)| c.segment).collect();
-        let dedup = self.pool.config.dedup;
         let ids = self.pool.meta.write(|w| {
             let first = w.counter("next_chunk")?;
             if w.counter(TICK_CHUNKS_FROM)? == 0 {
@@ -400,10 +395,7 @@ impl Fs {
                     live: 0,
                     ..rec.clone()
                 };
-                w.put_chunk(id, &rec.encode())?;
-                if dedup {
-                    w.put_dedup(&rec.hash, id)?;
-                }
+                self.put_new_chunk(w, id, &rec)?;
                 ids.push(id);
             }
             w.set_counter("next_chunk", first + stored.len() as u64)?;
