@@ -92,6 +92,15 @@ impl FsError {
         }
     }
 
+    /// A write to the metadata store failed (for space or I/O): redb
+    /// fails the handle from then on, so the store must be opened again.
+    pub fn failed_meta_write(&self) -> bool {
+        matches!(
+            self,
+            FsError::Meta(MetaError::NoSpace(_) | MetaError::Io(_))
+        )
+    }
+
     /// Why the metadata store was refused at open, if it failed its
     /// integrity check (see `salvage`).
     pub fn meta_damage(&self) -> Option<&str> {

@@ -180,6 +180,15 @@ impl Fs {
                 }
                 r => r?,
             }
+            if fs.ticks.unread_waiting() {
+                // Its placeholders must never be read: the pool mounts
+                // once the commit took their chunks.
+                return Err(FsError::Failed(
+                    "no room to commit the intent log's replay, which holds blocks whose data \
+                     cannot be read (see the log): free space on the host and mount again"
+                        .into(),
+                ));
+            }
         }
         let orphans = fs.meta()?.orphans()?;
         // A mirror's orphans are its source's (still open there): they go

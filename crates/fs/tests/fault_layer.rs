@@ -7,7 +7,9 @@
 //! after a single EIO; a lasting EIO on the metadata file stops the
 //! filesystem, and a remount finds the last commit, what was fsynced
 //! since, and a clean pool; a commit that fails under a snapshot taken
-//! during it stops the filesystem, and a remount keeps both.
+//! during it stops the filesystem, and a remount keeps both; a tick that
+//! meets a full device or a failed metadata write forgets what it stored,
+//! falls back to a commit, and loses nothing.
 
 use cairn_data::chunk::CHUNK_MAGIC;
 use cairn_data::CHUNK_HEADER_LEN;
@@ -525,4 +527,50 @@ fn a_record_logged_during_a_failed_commit_is_not_replayed_over_its_retry() {
     drop(fs); // a crash right after the retry's commit
     let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
     expect_files(&fs, &files);
+}
+
+#[test]
+fn a_tick_that_meets_a_full_device_or_a_failed_metadata_write_loses_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path());
+    let (fs, st) = open_faulty(&pool);
+    let dev = st.control(&pool.join("data.0"));
+    let meta = st.control(&pool.join("meta.redb"));
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    let mut data = pattern(2 << 20);
+    fs.write(f.ino, 0, &data).unwrap();
+    fs.flush().unwrap();
+    // The device is full: the tick cannot store the blocks, nor can the
+    // commit it falls back to; the changes stay buffered and readable.
+    let full = dev.add(Fault::no_space());
+    let second: Vec<u8> = pattern(1 << 20).iter().map(|b| b ^ 0x5a).collect();
+    fs.write(f.ino, 0, &second).unwrap();
+    data[..second.len()].copy_from_slice(&second);
+    let e = fs.tick().unwrap_err();
+    assert_eq!(e.errno(), libc::ENOSPC, "{e}");
+    assert!(dev.hits(full) > 0);
+    assert_eq!(fs.ticked(), (0, 0), "no block marked with a chunk");
+    assert_eq!(fs.read(f.ino, 0, 2 << 20).unwrap(), data);
+    dev.clear();
+    fs.flush().unwrap();
+    // The tick's metadata transaction fails once: the store is opened
+    // again and the commit the tick falls back to makes the changes.
+    let once = meta.add(Fault::eio(Ops::WRITE).when(When::Times(1)));
+    let third: Vec<u8> = pattern(1 << 20).iter().map(|b| b ^ 0xa5).collect();
+    fs.write(f.ino, 1 << 20, &third).unwrap();
+    data[1 << 20..].copy_from_slice(&third);
+    fs.tick().unwrap();
+    assert_eq!(meta.hits(once), 1);
+    assert_eq!(fs.ticked(), (0, 0));
+    assert_eq!(fs.read(f.ino, 0, 2 << 20).unwrap(), data);
+    // A tick that works, then a crash: everything is there.
+    fs.write(f.ino, 0, b"ticked").unwrap();
+    data[..6].copy_from_slice(b"ticked");
+    fs.tick().unwrap();
+    drop(fs);
+    let p = Pool::open(&pool, None).unwrap();
+    let rep = check_pool(&p).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    let fs = Fs::open(p).unwrap();
+    assert_eq!(fs.read(f.ino, 0, 2 << 20).unwrap(), data);
 }

@@ -3,7 +3,10 @@
 //! naming them by chunk. The commit after it takes those chunks instead of
 //! writing the blocks again; a block written again, truncated or deleted
 //! leaves its tick chunk to be removed; after a crash the replay reads the
-//! blocks back from their chunks, and the chunks no record names go.
+//! blocks back from their chunks, and the chunks no record names go; a
+//! chunk the replay cannot read keeps its block (reads of it fail, the pool
+//! mounts) unless a logged change needs its bytes (then the mount waits
+//! until it reads); snapshots taken while ticks run hold their state.
 
 mod common;
 
@@ -259,5 +262,204 @@ fn writes_to_a_small_record_pool_ask_for_a_tick_before_the_interval() {
     assert_eq!(read_all(&fs, f, data.len()), data);
     fs.shutdown().unwrap();
     assert_eq!(stored(), 0);
+    assert_checks(&fs);
+}
+
+/// Flips bytes of `pattern` where a pool's data device holds it (the
+/// blocks are noise: stored as they are, whatever the compression).
+fn damage_on_device(pool: &Path, pattern: &[u8]) -> (std::path::PathBuf, u64, Vec<u8>) {
+    for entry in walk(pool) {
+        let name = entry.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("intent") || name.starts_with("meta") {
+            continue;
+        }
+        for (start, raw) in data_extents(&entry) {
+            if let Some(i) = raw.windows(pattern.len()).position(|w| w == pattern) {
+                let at = start + i as u64;
+                let old = pattern.to_vec();
+                let bad: Vec<u8> = old.iter().map(|b| !b).collect();
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&entry)
+                    .unwrap();
+                std::os::unix::fs::FileExt::write_all_at(&f, &bad, at).unwrap();
+                return (entry, at, old);
+            }
+        }
+    }
+    panic!("the block's bytes are on no device file");
+}
+
+/// The allocated extents of a (sparse) file: (offset, bytes).
+fn data_extents(path: &Path) -> Vec<(u64, Vec<u8>)> {
+    use std::os::unix::io::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as i64;
+    let mut out = Vec::new();
+    let mut at = 0i64;
+    while at < len {
+        // SAFETY: plain lseek calls on a file this function owns.
+        let start = unsafe { libc::lseek(f.as_raw_fd(), at, libc::SEEK_DATA) };
+        if start < 0 {
+            break;
+        }
+        let end = unsafe { libc::lseek(f.as_raw_fd(), start, libc::SEEK_HOLE) };
+        let mut buf = vec![0u8; (end - start) as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, start as u64).unwrap();
+        out.push((start as u64, buf));
+        at = end;
+    }
+    out
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        match p.is_dir() {
+            true => out.extend(walk(&p)),
+            false => out.push(p),
+        }
+    }
+    out
+}
+
+#[test]
+fn a_tick_chunk_the_replay_cannot_read_fails_reads_of_its_block_only() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let f = file_in_root(&fs, "f");
+    let g = file_in_root(&fs, "g");
+    fs.flush().unwrap();
+    let data = noise(4 * BLOCK, 11);
+    let gdata = noise(2 * BLOCK, 12);
+    fs.write(f, 0, &data).unwrap();
+    fs.write(g, 0, &gdata).unwrap();
+    fs.tick().unwrap();
+    drop(fs); // a crash: the blocks are in tick chunks, named by the log
+    damage_on_device(&d.path().join("pool"), &data[BLOCK + 1000..BLOCK + 1064]);
+    // The pool mounts: the damaged block keeps its chunk and fails its
+    // reads (EIO, never other bytes); every other block reads.
+    let fs = reopen(d.path());
+    let e = fs.read(f, BLOCK as u64, 10).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert_eq!(fs.read(f, 0, BLOCK as u32).unwrap(), data[..BLOCK]);
+    let rest = fs.read(f, 2 * BLOCK as u64, 2 * BLOCK as u32).unwrap();
+    assert_eq!(rest, data[2 * BLOCK..]);
+    assert_eq!(read_all(&fs, g, gdata.len()), gdata);
+    assert_eq!(fs.ticked(), (0, 0), "the replay's commit took every chunk");
+    let rep = fs.scrub(&|_, _| {}).unwrap();
+    assert_eq!(rep.damaged.len(), 1, "{:?}", rep.damaged);
+    // Written again, the block reads.
+    let again = noise(BLOCK, 13);
+    fs.write(f, BLOCK as u64, &again).unwrap();
+    fs.flush().unwrap();
+    assert_eq!(fs.read(f, BLOCK as u64, BLOCK as u32).unwrap(), again);
+    drop(fs);
+    let fs = reopen(d.path());
+    assert_eq!(fs.read(f, BLOCK as u64, BLOCK as u32).unwrap(), again);
+}
+
+#[test]
+fn a_logged_change_over_a_tick_chunk_the_replay_cannot_read_refuses_the_mount_until_it_reads() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let f = file_in_root(&fs, "f");
+    fs.flush().unwrap();
+    let mut data = noise(4 * BLOCK, 14);
+    fs.write(f, 0, &data).unwrap();
+    fs.tick().unwrap();
+    // A small write over the stored block 1, synced: its record holds
+    // only the bytes written, the rest is the tick chunk's.
+    fs.write(f, BLOCK as u64 + 10, b"synced").unwrap();
+    data[BLOCK + 10..BLOCK + 16].copy_from_slice(b"synced");
+    fs.fsync(f).unwrap();
+    drop(fs);
+    let (file, at, old) =
+        damage_on_device(&d.path().join("pool"), &data[BLOCK + 1000..BLOCK + 1064]);
+    let config = PoolConfig {
+        dedup: false,
+        ..PoolConfig::default()
+    };
+    let pool = Pool::open(&d.path().join("pool"), Some(config)).unwrap();
+    let e = Fs::open(pool)
+        .err()
+        .expect("the replay cannot rebuild block 1");
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert!(e.to_string().contains("cannot be read"), "{e}");
+    // Nothing was lost: once the device reads again, the pool mounts with
+    // every byte, the synced write included.
+    let dev = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&dev, &old, at).unwrap();
+    let fs = reopen(d.path());
+    assert_eq!(read_all(&fs, f, data.len()), data);
+    assert_checks(&fs);
+}
+
+#[test]
+fn snapshots_taken_while_ticks_run_hold_exactly_their_state_and_survive_a_crash() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+    const BLOCKS: u64 = 24;
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let f = file_in_root(&fs, "f");
+    let mut model = noise(BLOCKS as usize * BLOCK, 20);
+    fs.write(f, 0, &model).unwrap();
+    fs.flush().unwrap();
+    let (stop, ticks) = (AtomicBool::new(false), AtomicU64::new(0));
+    let mut snaps: Vec<(String, Vec<u8>)> = Vec::new();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(SeqCst) {
+                fs.tick().unwrap();
+                ticks.fetch_add(1, SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        });
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..90u64 {
+            for k in 0..4u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let at = (x % BLOCKS) as usize * BLOCK;
+                let bytes = match k % 2 {
+                    0 => noise(BLOCK, 100 + round * 4 + k),
+                    _ => noise(100, 100 + round * 4 + k),
+                };
+                let at = at + if k % 2 == 0 { 0 } else { 333 };
+                fs.write(f, at as u64, &bytes).unwrap();
+                model[at..at + bytes.len()].copy_from_slice(&bytes);
+            }
+            if round % 3 == 0 {
+                let name = format!("s{round}");
+                let kind = cairn_fs::SnapshotKind::Named;
+                match round % 2 {
+                    0 => fs.snapshot_create(&name, kind).unwrap(),
+                    _ => fs.snapshot_cut(&name, kind).unwrap(),
+                };
+                snaps.push((name, model.clone()));
+            }
+            if round % 7 == 0 {
+                fs.fsync(f).unwrap();
+            }
+        }
+        stop.store(true, SeqCst);
+    });
+    assert!(ticks.load(SeqCst) >= 5, "the ticks ran");
+    fs.fsync(f).unwrap();
+    let verify = |fs: &Fs| {
+        assert_eq!(read_all(fs, f, model.len()), model);
+        for (name, want) in &snaps {
+            let s = fs.snapshot(name).unwrap();
+            let got = fs.asof_read(f, s.tid, 0, want.len() as u32).unwrap();
+            assert!(got == *want, "snapshot {name} differs");
+        }
+    };
+    verify(&fs);
+    drop(fs); // a crash
+    let fs = reopen(d.path());
+    verify(&fs);
+    assert_eq!(chunks(&fs).1, 0, "no tick chunk left unreferenced");
     assert_checks(&fs);
 }

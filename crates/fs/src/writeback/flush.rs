@@ -177,7 +177,7 @@ impl Fs {
     /// caller stops it); otherwise the overlay's changes go back for the
     /// next flush, and a failed device has the error counted.
     fn take_back(&self, e: &FsError, ov: Arc<Overlay>, tid: u64) -> Result<bool> {
-        let meta_failed = matches!(e, FsError::Meta(MetaError::NoSpace(_) | MetaError::Io(_)));
+        let meta_failed = e.failed_meta_write();
         let device = e.failed_device();
         if !e.is_no_space() && !meta_failed && device.is_none() {
             tracing::error!("commit of tid {tid} failed");
@@ -519,7 +519,7 @@ impl Fs {
         let changes = change_count(ov);
         let need = self.reserve.headroom(changes);
         match self.pool.meta.ensure_headroom(need) {
-            Err(cairn_meta::MetaError::NoRoom(why)) if self.reserve.spend() => {
+            Err(MetaError::NoRoom(why)) if self.reserve.spend() => {
                 tracing::warn!("{why}: spent the metadata reserve");
                 Ok(self.pool.meta.ensure_headroom(need)?)
             }

@@ -68,9 +68,18 @@ impl Fs {
             // A snapshot ended the region during a commit: the next record
             // goes to the other region once that commit frees it, which is
             // sooner than a flush of our own after it and the snapshot's.
-            self.intent_retired
+            let waited = self
+                .intent_retired
                 .wait_for(&mut lg, Duration::from_millis(20));
             self.check_ok()?;
+            if waited.timed_out() && lg.waits_for_commit() && !self.flush_lock.is_locked() {
+                // No commit under way to wait for (no flusher runs, as in
+                // a pool a command opened): the sealed changes are
+                // committed here (the flush lock before the log's).
+                drop(lg);
+                drop(self.flush_guard());
+                lg = log.lock();
+            }
         }
         // A logged snapshot whose commit just failed stops the filesystem:
         // nothing may be logged after it (see `snapshot_logged`).
@@ -589,6 +598,7 @@ impl Fs {
         lo: usize,
         bytes: &[u8],
     ) -> Result<()> {
+        self.refuse_unread(st, ino, blk, lo == 0 && bytes.len() == len)?;
         let mut buf = self.editable_block(st, ino, blk)?;
         buf.resize(len, 0);
         buf[lo..lo + bytes.len()].copy_from_slice(bytes);
@@ -611,6 +621,7 @@ impl Fs {
         let rs = self.record;
         let size = self.inode(st, ino)?.size;
         let valid = size.saturating_sub(blk * rs).min(rs) as usize;
+        self.refuse_unread(st, ino, blk, off == 0 && bytes.len() >= valid)?;
         self.write_part(st, ino, blk, off, bytes, valid)
     }
 }

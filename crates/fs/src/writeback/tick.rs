@@ -71,6 +71,11 @@ struct TickState {
     /// tick stored it, or a crash left them): the next commit removes the
     /// ones nothing references.
     loose: BTreeSet<u64>,
+    /// Marked blocks the replay could not read back from their chunk (a
+    /// damaged or unreadable device): their buffers are placeholders, never
+    /// read; the commit takes the chunk as it is, so reads of the block
+    /// fail until it is written again.
+    unread: HashSet<(u64, u64)>,
     /// When the element tree was last committed (None: not since open).
     last_commit: Option<Instant>,
     /// When the last tick ran.
@@ -101,6 +106,23 @@ impl Ticks {
         if let Some((_, old)) = t.marks.insert((ino, blk), (b, id)) {
             t.loose.insert(old);
         }
+    }
+
+    /// Whether `b` (at `ino`, `blk`) is a placeholder for a chunk the
+    /// replay could not read (see `TickState::unread`).
+    pub(crate) fn is_unread(&self, ino: u64, blk: u64, b: &Block) -> Option<u64> {
+        let t = self.0.lock();
+        if !t.unread.contains(&(ino, blk)) {
+            return None;
+        }
+        let (m, id) = t.marks.get(&(ino, blk))?;
+        Arc::ptr_eq(m, b).then_some(*id)
+    }
+
+    /// Whether a placeholder still waits for the commit that takes it.
+    pub(crate) fn unread_waiting(&self) -> bool {
+        let t = self.0.lock();
+        t.unread.iter().any(|k| t.marks.contains_key(k))
     }
 
     fn loosen(&self, ids: impl IntoIterator<Item = u64>) {
@@ -164,6 +186,8 @@ impl Ticks {
         }
         let dropped: HashSet<u64> = take.dropped.iter().copied().collect();
         t.marks.retain(|_, (_, id)| !dropped.contains(id));
+        let TickState { marks, unread, .. } = &mut *t;
+        unread.retain(|k| marks.contains_key(k));
         t.last_commit = Some(Instant::now());
         // The overlay's written count starts again from 0.
         self.1
@@ -290,10 +314,7 @@ impl Fs {
         let (stored, ids) = match done {
             Ok(x) => x,
             Err(e) => {
-                // Nothing names what was stored: the segments in RAM go
-                // back to the committed table (as after a failed flush).
-                let table = crate::pool::segment_table(&self.meta()?)?;
-                self.pool.chunks.rollback(table)?;
+                self.forget_tick_writes(&e)?;
                 return Err(e);
             }
         };
@@ -318,6 +339,23 @@ impl Fs {
         drop(st);
         self.ticks.loosen(loose);
         drop(guard);
+        Ok(())
+    }
+
+    /// After a failed tick, as after a failed flush: nothing names what it
+    /// stored, so the segments in RAM go back to the committed table; a
+    /// failed metadata write reopens the store; a failed device write
+    /// counts against its device (the flush that follows avoids it).
+    fn forget_tick_writes(&self, e: &crate::error::FsError) -> Result<()> {
+        if e.failed_meta_write() {
+            self.pool.meta.reopen()?;
+        }
+        if let Some(dev) = e.failed_device() {
+            let n = self.pool.chunks.devices().note_write_error(dev);
+            tracing::error!("device {dev}: {n} failed writes");
+        }
+        let table = crate::pool::segment_table(&self.meta()?)?;
+        self.pool.chunks.rollback(table)?;
         Ok(())
     }
 
@@ -419,19 +457,61 @@ impl Fs {
         chunk: u64,
     ) -> Result<()> {
         let r = self.meta()?;
-        let bytes = self.with_chunk(&r, ino, blk, chunk, |rec| {
-            self.pool.chunks.read_chunk(rec, true)
-        })?;
-        if bytes.len() != len {
+        if r.chunk(chunk)?.is_none() {
             return Err(crate::writeback::intent_record::corrupt(&format!(
-                "inode {ino} block {blk}: chunk {chunk} holds {} bytes, the record says {len}",
-                bytes.len()
+                "inode {ino} block {blk}: the record names chunk {chunk}, which is missing"
             )));
         }
-        let b: Block = Arc::new(bytes);
+        let read = self.with_chunk(&r, ino, blk, chunk, |rec| {
+            self.pool.chunks.read_chunk(rec, true)
+        });
+        let b: Block = match read {
+            Ok(bytes) if bytes.len() == len => Arc::new(bytes),
+            Ok(bytes) => {
+                return Err(crate::writeback::intent_record::corrupt(&format!(
+                    "inode {ino} block {blk}: chunk {chunk} holds {} bytes, the record says {len}",
+                    bytes.len()
+                )))
+            }
+            Err(e) => {
+                // The block keeps its chunk as it is: reads of it fail
+                // (EIO) until it is written again, and the rest of the pool
+                // mounts. A placeholder holds its place, never read.
+                tracing::error!(
+                    "inode {ino} block {blk}: its logged data (chunk {chunk}) cannot be read: \
+                     {e}; the block keeps that chunk, and reads of it fail until it is written again"
+                );
+                let b: Block = Arc::new(vec![0; len]);
+                self.ticks.0.lock().unread.insert((ino, blk));
+                b
+            }
+        };
         st.dirty(ino).put_block(ino, blk, b.clone(), 0, len);
         self.ticks.mark(ino, blk, b, chunk);
         Ok(())
+    }
+
+    /// Refuses a replayed change that needs the bytes of a block the
+    /// replay could not read back (see `TickState::unread`), unless it
+    /// replaces the whole block (`whole`).
+    pub(crate) fn refuse_unread(
+        &self,
+        st: &mut crate::vfs::State,
+        ino: u64,
+        blk: u64,
+        whole: bool,
+    ) -> Result<()> {
+        let Some(b) = st.dirty(ino).blocks.get(&ino).and_then(|m| m.get(&blk)) else {
+            return Ok(());
+        };
+        match self.ticks.is_unread(ino, blk, b) {
+            Some(chunk) if !whole => Err(crate::error::FsError::Io(format!(
+                "inode {ino} block {blk}: a logged change needs the block's bytes, and its \
+                 chunk {chunk} cannot be read; the intent log cannot be replayed until the \
+                 device holding it reads again"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// At open, before the replay: the chunks ticks stored since the last
