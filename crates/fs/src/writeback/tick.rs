@@ -466,7 +466,11 @@ impl Fs {
             self.pool.chunks.read_chunk(rec, true)
         });
         let b: Block = match read {
-            Ok(bytes) if bytes.len() == len => Arc::new(bytes),
+            Ok(bytes) if bytes.len() == len => {
+                // An earlier entry's placeholder for this block is gone.
+                self.ticks.0.lock().unread.remove(&(ino, blk));
+                Arc::new(bytes)
+            }
             Ok(bytes) => {
                 return Err(crate::writeback::intent_record::corrupt(&format!(
                     "inode {ino} block {blk}: chunk {chunk} holds {} bytes, the record says {len}",
