@@ -6,7 +6,8 @@
 //! blocks back from their chunks, and the chunks no record names go; a
 //! chunk the replay cannot read keeps its block (reads of it fail, the pool
 //! mounts) unless a logged change needs its bytes (then the mount waits
-//! until it reads); snapshots taken while ticks run hold their state.
+//! until it reads, and so does a replay with no room to commit it);
+//! snapshots taken while ticks run hold their state.
 
 mod common;
 
@@ -488,4 +489,45 @@ fn a_damaged_tick_chunk_a_later_tick_superseded_costs_nothing_at_replay() {
     let fs = reopen(d.path());
     assert_eq!(read_all(&fs, f, data.len()), data);
     assert_eq!(fs.ticked(), (0, 0));
+}
+
+#[test]
+fn with_no_room_to_commit_a_replay_holding_an_unreadable_block_the_open_waits_for_space() {
+    use cairn_devices::backend::{Fault, FaultStorage};
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let f = file_in_root(&fs, "f");
+    let g = file_in_root(&fs, "g");
+    fs.flush().unwrap();
+    let data = noise(2 * BLOCK, 17);
+    fs.write(f, 0, &data).unwrap();
+    fs.tick().unwrap();
+    // Logged by its bytes: the replay's commit must write it.
+    let gdata = noise(BLOCK, 18);
+    fs.write(g, 0, &gdata).unwrap();
+    fs.fsync(g).unwrap();
+    drop(fs);
+    let (dev, _, _) = damage_on_device(&d.path().join("pool"), &data[BLOCK + 1000..BLOCK + 1064]);
+    let st = Arc::new(FaultStorage::per_file(
+        Arc::new(cairn_devices::HostStorage),
+        7,
+    ));
+    let config = PoolConfig {
+        dedup: false,
+        ..PoolConfig::default()
+    };
+    let pool = Pool::open_with(&d.path().join("pool"), Some(config), st.clone()).unwrap();
+    let full = st.control(&dev).add(Fault::no_space());
+    // A placeholder must never be read: no mount with it in RAM.
+    let e = Fs::open(pool)
+        .err()
+        .expect("the replay cannot be committed");
+    assert!(e.to_string().contains("no room to commit"), "{e}");
+    assert!(st.control(&dev).hits(full) > 0);
+    // With room again, the pool mounts: only the damaged block fails.
+    let fs = reopen(d.path());
+    assert_eq!(read_all(&fs, g, gdata.len()), gdata);
+    assert_eq!(fs.read(f, 0, BLOCK as u32).unwrap(), data[..BLOCK]);
+    let e = fs.read(f, BLOCK as u64, 10).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
 }
