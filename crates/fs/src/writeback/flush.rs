@@ -184,14 +184,29 @@ impl Fs {
             return Ok(false);
         }
         tracing::warn!("commit of tid {tid} failed: {e}; its changes stay buffered");
-        if let Err(e2) = self.keep_uncommitted(ov, tid, meta_failed) {
+        if let Err(e2) = self.keep_uncommitted(ov, tid, e) {
             return Err(self.stop(e2));
         }
-        if let Some(dev) = device {
+        Ok(true)
+    }
+
+    /// After a failed commit or tick (`e`), nothing names what it wrote:
+    /// the data layer's segments in RAM go back to the committed table,
+    /// the store is opened again if its write failed (redb fails such a
+    /// handle from then on; the cached view goes first, it holds the old
+    /// one), and a failed device write counts against its device.
+    pub(crate) fn forget_failed_writes(&self, e: &FsError) -> Result<()> {
+        self.drop_ns_meta();
+        if e.failed_meta_write() {
+            self.pool.meta.reopen()?;
+        }
+        let table = crate::pool::segment_table(&self.meta()?)?;
+        self.pool.chunks.rollback(table)?;
+        if let Some(dev) = e.failed_device() {
             let n = self.pool.chunks.devices().note_write_error(dev);
             tracing::error!("device {dev}: {n} failed writes");
         }
-        Ok(true)
+        Ok(())
     }
 
     /// Commits the changes a snapshot cut sealed, with its snapshots, as
@@ -274,12 +289,11 @@ impl Fs {
         e
     }
 
-    /// A commit failed for lack of space: its overlay goes back under the
-    /// changes made since (nothing users were told was written is lost),
-    /// the data layer forgets the segments the flush wrote, and the store
-    /// is opened again if its file write failed (redb fails such a handle
-    /// from then on). The next flush tries again.
-    fn keep_uncommitted(&self, ov: Arc<Overlay>, tid: u64, meta_failed: bool) -> Result<()> {
+    /// A commit failed (`e`: for lack of space, a metadata or a device
+    /// write): its overlay goes back under the changes made since (nothing
+    /// users were told was written is lost), and what it wrote is
+    /// forgotten (`forget_failed_writes`). The next flush tries again.
+    fn keep_uncommitted(&self, ov: Arc<Overlay>, tid: u64, e: &FsError) -> Result<()> {
         self.must_commit.store(true, Ordering::SeqCst);
         let mut lg = self.log_guard();
         let mut st = self.lock_all();
@@ -311,13 +325,7 @@ impl Fs {
             }
         }
         drop(st);
-        self.drop_ns_meta();
-        if meta_failed {
-            self.pool.meta.reopen()?;
-        }
-        let table = crate::pool::segment_table(&self.meta()?)?;
-        self.pool.chunks.rollback(table)?;
-        Ok(())
+        self.forget_failed_writes(e)
     }
 
     /// The overlay of a cut sealed during a commit that failed

@@ -66,20 +66,27 @@ struct TickAsk {
 #[derive(Default)]
 struct TickState {
     /// (inode, block) -> the buffered block a tick stored, and its chunk.
-    marks: HashMap<(u64, u64), (Block, u64)>,
+    marks: HashMap<(u64, u64), Mark>,
     /// Tick chunks no block is marked with (the block changed while the
     /// tick stored it, or a crash left them): the next commit removes the
     /// ones nothing references.
     loose: BTreeSet<u64>,
-    /// Marked blocks the replay could not read back from their chunk (a
-    /// damaged or unreadable device): their buffers are placeholders, never
-    /// read; the commit takes the chunk as it is, so reads of the block
-    /// fail until it is written again.
-    unread: HashSet<(u64, u64)>,
     /// When the element tree was last committed (None: not since open).
     last_commit: Option<Instant>,
     /// When the last tick ran.
     last_tick: Option<Instant>,
+}
+
+/// A buffered block (that very buffer) and the tick chunk it is stored as.
+#[derive(Clone)]
+struct Mark {
+    block: Block,
+    chunk: u64,
+    /// The replay could not read the chunk back (a damaged or unreadable
+    /// device): `block` is a placeholder, never read; the commit takes the
+    /// chunk as it is, so reads of the block fail until it is written
+    /// again.
+    unread: bool,
 }
 
 /// What one commit does with the tick chunks: the blocks of its overlay
@@ -97,32 +104,33 @@ impl Ticks {
     /// buffer.
     pub(crate) fn chunk_of(&self, ino: u64, blk: u64, b: &Block) -> Option<u64> {
         let t = self.0.lock();
-        let (m, id) = t.marks.get(&(ino, blk))?;
-        Arc::ptr_eq(m, b).then_some(*id)
+        let m = t.marks.get(&(ino, blk))?;
+        Arc::ptr_eq(&m.block, b).then_some(m.chunk)
     }
 
-    fn mark(&self, ino: u64, blk: u64, b: Block, id: u64) {
+    fn mark(&self, ino: u64, blk: u64, block: Block, chunk: u64, unread: bool) {
         let mut t = self.0.lock();
-        if let Some((_, old)) = t.marks.insert((ino, blk), (b, id)) {
-            t.loose.insert(old);
+        let m = Mark {
+            block,
+            chunk,
+            unread,
+        };
+        if let Some(old) = t.marks.insert((ino, blk), m) {
+            t.loose.insert(old.chunk);
         }
     }
 
-    /// Whether `b` (at `ino`, `blk`) is a placeholder for a chunk the
-    /// replay could not read (see `TickState::unread`).
+    /// The chunk `b` (at `ino`, `blk`) is a placeholder for, if the replay
+    /// could not read it (see `Mark::unread`).
     pub(crate) fn is_unread(&self, ino: u64, blk: u64, b: &Block) -> Option<u64> {
         let t = self.0.lock();
-        if !t.unread.contains(&(ino, blk)) {
-            return None;
-        }
-        let (m, id) = t.marks.get(&(ino, blk))?;
-        Arc::ptr_eq(m, b).then_some(*id)
+        let m = t.marks.get(&(ino, blk))?;
+        (m.unread && Arc::ptr_eq(&m.block, b)).then_some(m.chunk)
     }
 
     /// Whether a placeholder still waits for the commit that takes it.
     pub(crate) fn unread_waiting(&self) -> bool {
-        let t = self.0.lock();
-        t.unread.iter().any(|k| t.marks.contains_key(k))
+        self.0.lock().marks.values().any(|m| m.unread)
     }
 
     fn loosen(&self, ids: impl IntoIterator<Item = u64>) {
@@ -185,9 +193,7 @@ impl Ticks {
             t.loose.remove(id);
         }
         let dropped: HashSet<u64> = take.dropped.iter().copied().collect();
-        t.marks.retain(|_, (_, id)| !dropped.contains(id));
-        let TickState { marks, unread, .. } = &mut *t;
-        unread.retain(|k| marks.contains_key(k));
+        t.marks.retain(|_, m| !dropped.contains(&m.chunk));
         t.last_commit = Some(Instant::now());
         // The overlay's written count starts again from 0.
         self.1
@@ -218,8 +224,7 @@ impl Fs {
                 ..Default::default()
             };
         }
-        let marks: Vec<((u64, u64), (Block, u64))> =
-            t.marks.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let marks: Vec<((u64, u64), Mark)> = t.marks.iter().map(|(k, v)| (*k, v.clone())).collect();
         let mut dropped: Vec<u64> = t.loose.iter().copied().collect();
         drop(t);
         let held_in = |o: &Overlay, ino: u64, blk: u64, b: &Block| {
@@ -236,7 +241,15 @@ impl Fs {
         let mut others: Vec<Arc<Overlay>> =
             self.sealed.lock().iter().map(|s| s.ov.clone()).collect();
         others.extend(self.flushing.read().shared().cloned());
-        for ((ino, blk), (b, id)) in &marks {
+        for (
+            (ino, blk),
+            Mark {
+                block: b,
+                chunk: id,
+                ..
+            },
+        ) in &marks
+        {
             if held_in(ov, *ino, *blk, b) {
                 taken.insert((*ino, *blk), *id);
                 continue;
@@ -314,7 +327,7 @@ impl Fs {
         let (stored, ids) = match done {
             Ok(x) => x,
             Err(e) => {
-                self.forget_tick_writes(&e)?;
+                self.forget_failed_writes(&e)?;
                 return Err(e);
             }
         };
@@ -331,7 +344,7 @@ impl Fs {
                     if let Some(&(lo, hi)) = ov.unlogged.blocks.get(&(*ino, *blk)) {
                         ov.unlogged.bytes = ov.unlogged.bytes.saturating_sub((hi - lo) as u64);
                     }
-                    self.ticks.mark(*ino, *blk, b.clone(), id);
+                    self.ticks.mark(*ino, *blk, b.clone(), id, false);
                 }
                 false => loose.push(id),
             }
@@ -339,23 +352,6 @@ impl Fs {
         drop(st);
         self.ticks.loosen(loose);
         drop(guard);
-        Ok(())
-    }
-
-    /// After a failed tick, as after a failed flush: nothing names what it
-    /// stored, so the segments in RAM go back to the committed table; a
-    /// failed metadata write reopens the store; a failed device write
-    /// counts against its device (the flush that follows avoids it).
-    fn forget_tick_writes(&self, e: &crate::error::FsError) -> Result<()> {
-        if e.failed_meta_write() {
-            self.pool.meta.reopen()?;
-        }
-        if let Some(dev) = e.failed_device() {
-            let n = self.pool.chunks.devices().note_write_error(dev);
-            tracing::error!("device {dev}: {n} failed writes");
-        }
-        let table = crate::pool::segment_table(&self.meta()?)?;
-        self.pool.chunks.rollback(table)?;
         Ok(())
     }
 
@@ -465,12 +461,8 @@ impl Fs {
         let read = self.with_chunk(&r, ino, blk, chunk, |rec| {
             self.pool.chunks.read_chunk(rec, true)
         });
-        let b: Block = match read {
-            Ok(bytes) if bytes.len() == len => {
-                // An earlier entry's placeholder for this block is gone.
-                self.ticks.0.lock().unread.remove(&(ino, blk));
-                Arc::new(bytes)
-            }
+        let (b, unread): (Block, bool) = match read {
+            Ok(bytes) if bytes.len() == len => (Arc::new(bytes), false),
             Ok(bytes) => {
                 return Err(crate::writeback::intent_record::corrupt(&format!(
                     "inode {ino} block {blk}: chunk {chunk} holds {} bytes, the record says {len}",
@@ -485,18 +477,16 @@ impl Fs {
                     "inode {ino} block {blk}: its logged data (chunk {chunk}) cannot be read: \
                      {e}; the block keeps that chunk, and reads of it fail until it is written again"
                 );
-                let b: Block = Arc::new(vec![0; len]);
-                self.ticks.0.lock().unread.insert((ino, blk));
-                b
+                (Arc::new(vec![0; len]), true)
             }
         };
         st.dirty(ino).put_block(ino, blk, b.clone(), 0, len);
-        self.ticks.mark(ino, blk, b, chunk);
+        self.ticks.mark(ino, blk, b, chunk, unread);
         Ok(())
     }
 
     /// Refuses a replayed change that needs the bytes of a block the
-    /// replay could not read back (see `TickState::unread`), unless it
+    /// replay could not read back (see `Mark::unread`), unless it
     /// replaces the whole block (`whole`).
     pub(crate) fn refuse_unread(
         &self,
