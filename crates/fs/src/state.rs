@@ -203,6 +203,11 @@ impl Fs {
         self.lock_shards(idx)
     }
 
+    /// Locks shard `i` alone.
+    pub(crate) fn lock_shard(&self, i: usize) -> State<'_> {
+        self.lock_shards(vec![i])
+    }
+
     /// Locks every shard (in order): a consistent cut of all changes.
     pub(crate) fn lock_all(&self) -> State<'_> {
         self.lock_shards((0..SHARDS).collect())

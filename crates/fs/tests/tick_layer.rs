@@ -531,3 +531,51 @@ fn with_no_room_to_commit_a_replay_holding_an_unreadable_block_the_open_waits_fo
     let e = fs.read(f, BLOCK as u64, 10).unwrap_err();
     assert_eq!(e.errno(), libc::EIO, "{e}");
 }
+
+#[test]
+fn blocks_written_while_a_tick_stores_others_are_stored_by_another_pass_not_a_tree_commit() {
+    use cairn_devices::backend::{Fault, FaultControl, FaultStorage, Ops, When};
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let f = file_in_root(&fs, "f");
+    fs.flush().unwrap();
+    drop(fs);
+    let control = FaultControl::new(3);
+    let st = Arc::new(FaultStorage::shared(
+        Arc::new(cairn_devices::HostStorage),
+        control.clone(),
+    ));
+    let config = PoolConfig {
+        dedup: false,
+        ..PoolConfig::default()
+    };
+    let pool = Pool::open_with(&d.path().join("pool"), Some(config), st).unwrap();
+    let fs = Fs::open(pool).unwrap();
+    let mut data = noise(4 * BLOCK, 21);
+    fs.write(f, 0, &data).unwrap();
+    let tid = counter(&fs, "last_tid");
+    // The first pass's data write waits long enough for a writer to buffer
+    // more than one intent record holds (8 MiB) meanwhile.
+    let slow = Fault::hang(Ops::WRITE, std::time::Duration::from_millis(1500));
+    let hang = control.add(slow.when(When::Times(1)));
+    let ticker = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.tick())
+    };
+    while control.hits(hang) == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let more = noise(192 * BLOCK, 22);
+    fs.write(f, data.len() as u64, &more).unwrap();
+    data.extend_from_slice(&more);
+    ticker.join().unwrap().unwrap();
+    // Stored by a second pass and logged by chunk: the tree is not
+    // committed before it is due.
+    assert_eq!(counter(&fs, "last_tid"), tid, "the tick committed the tree");
+    assert_eq!(fs.ticked(), (196, 0));
+    drop(fs); // a crash
+    let fs = reopen(d.path());
+    assert_eq!(read_all(&fs, f, data.len()), data);
+    assert_eq!(chunks(&fs).1, 0);
+    assert_checks(&fs);
+}

@@ -359,16 +359,27 @@ impl Fs {
     /// metadata tree) than to write, and a commit that batches more blocks
     /// rewrites fewer metadata pages per block (4 KiB random volume writes:
     /// about 48 us of commit per block at an eighth, 24 at half). Writers
-    /// wait for a flush above twice the limit.
+    /// wait for a flush above twice the limit. Blocks a tick stored count
+    /// only towards the whole limit (RAM): committing them is one reference
+    /// each, and a tree committed less often writes fewer metadata pages
+    /// per block (`tick.rs`).
     fn throttle(&self, dirty: u64, whole: u64, written: u64) -> Result<()> {
         let limit = self.pool.config.dirty_limit_mib << 20;
-        let early = self.record > SMALL_RECORD && written > limit / 8 && whole > limit / 8;
-        if dirty > 2 * limit {
-            self.flush()?;
-        } else if early || dirty > limit / 2 {
-            self.kick_flusher();
-        } else if self.ticks_on() && self.ticks.wants_tick(self.record <= SMALL_RECORD, written) {
-            self.ask_tick();
+        let load = Buffered {
+            dirty,
+            whole,
+            written,
+            stored: self.ticks.stored_bytes(),
+        };
+        match load.wants(limit, self.record > SMALL_RECORD) {
+            Wants::Flush => self.flush()?,
+            Wants::Commit => self.kick_flusher(),
+            Wants::Nothing => {
+                let small = self.record <= SMALL_RECORD;
+                if self.ticks_on() && self.ticks.wants_tick(small, written) {
+                    self.ask_tick();
+                }
+            }
         }
         Ok(())
     }
@@ -548,4 +559,80 @@ pub(crate) fn copy_block_part(out: &mut [u8], off: u64, bstart: u64, data: &[u8]
     let src = (lo - bstart) as usize;
     let n = (hi - lo) as usize;
     out[dst..dst + n].copy_from_slice(&data[src..src + n]);
+}
+
+/// What a writer's throttle sees (bytes; see `Fs::throttle`).
+struct Buffered {
+    dirty: u64,
+    whole: u64,
+    written: u64,
+    /// Of `dirty`, in blocks a tick stored (`Ticks::stored_bytes`).
+    stored: u64,
+}
+
+/// What the buffered writes want of the flusher.
+#[derive(Debug, PartialEq)]
+enum Wants {
+    /// The writer flushes itself (above twice the limit).
+    Flush,
+    /// The flusher commits.
+    Commit,
+    Nothing,
+}
+
+impl Buffered {
+    fn wants(&self, limit: u64, big_records: bool) -> Wants {
+        let early = big_records && self.written > limit / 8 && self.whole > limit / 8;
+        let unstored = self.dirty.saturating_sub(self.stored);
+        if self.dirty > 2 * limit {
+            Wants::Flush
+        } else if early || unstored > limit / 2 || self.dirty > limit {
+            Wants::Commit
+        } else {
+            Wants::Nothing
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Buffered, Wants};
+
+    const MIB: u64 = 1 << 20;
+
+    fn small_pool(dirty: u64, stored: u64) -> Wants {
+        let b = Buffered {
+            dirty: dirty * MIB,
+            whole: dirty * MIB,
+            written: dirty * MIB,
+            stored: stored * MIB,
+        };
+        b.wants(512 * MIB, false)
+    }
+
+    #[test]
+    fn blocks_a_tick_stored_count_only_towards_the_whole_dirty_limit() {
+        // Half the limit not stored: a commit, as before ticks.
+        assert_eq!(small_pool(257, 0), Wants::Commit);
+        assert_eq!(small_pool(255, 0), Wants::Nothing);
+        // Stored by ticks: up to the whole limit before a commit.
+        assert_eq!(small_pool(500, 300), Wants::Nothing);
+        assert_eq!(small_pool(500, 200), Wants::Commit);
+        assert_eq!(small_pool(513, 513), Wants::Commit);
+        // Above twice the limit the writer flushes, stored or not.
+        assert_eq!(small_pool(1025, 1025), Wants::Flush);
+    }
+
+    #[test]
+    fn pools_of_large_records_commit_after_an_eighth_of_whole_blocks() {
+        let b = |whole: u64| Buffered {
+            dirty: 100 * MIB,
+            whole: whole * MIB,
+            written: 100 * MIB,
+            stored: 0,
+        };
+        assert_eq!(b(65).wants(512 * MIB, true), Wants::Commit);
+        assert_eq!(b(63).wants(512 * MIB, true), Wants::Nothing);
+        assert_eq!(b(65).wants(512 * MIB, false), Wants::Nothing);
+    }
 }

@@ -23,7 +23,7 @@ use crate::writeback::intent_record::{T_PATCH, T_SYMLINK, T_TRUNC, T_XATTR};
 use crate::writeback::log_file::{LogError, LogFile, Record};
 use crate::writeback::overlay::{Overlay, Unlogged};
 use crate::writeback::patch::Patch;
-use crate::writeback::tick::Ticks;
+use crate::writeback::tick::Marks;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +34,7 @@ use std::time::Duration;
 /// `snapshot_fits`), because waiting for a commit of that much takes far
 /// longer than writing it to the log (4 KiB random writes: about 40 us of
 /// commit per block, against 0.3 ms per MiB of log).
-const MAX_RECORD_DATA: u64 = 8 << 20;
+pub(crate) const MAX_RECORD_DATA: u64 = 8 << 20;
 
 /// Bytes a snapshot record is assumed to need per change besides the
 /// block bytes (keys, inodes, names), when it is checked against the room
@@ -102,7 +102,7 @@ impl Fs {
             drop(lg);
             return if quiet { Ok(()) } else { self.flush() };
         }
-        encode_pending(&mut st, owed.as_deref(), &self.ticks, &mut rec);
+        encode_pending(&mut st, owed.as_deref(), &self.ticks.marks(), &mut rec);
         let next_ino = self.next_ino();
         drop(st);
         match lg.append_record(next_ino, rec) {
@@ -328,7 +328,13 @@ impl Fs {
         let (next_ino, ov, changes) = self.seal_snapshot(&mut st, snap.tid);
         drop(st);
         let t2 = t0.elapsed();
-        encode_snapshot(&mut payload, (None, &self.ticks), &ov, &changes, &snap);
+        encode_snapshot(
+            &mut payload,
+            (None, &self.ticks.marks()),
+            &ov,
+            &changes,
+            &snap,
+        );
         let (t3, bytes) = (t0.elapsed(), payload.len());
         let logged = lg.append_record(next_ino, payload);
         tracing::debug!(
@@ -380,7 +386,7 @@ impl Fs {
         drop(st);
         encode_snapshot(
             &mut payload,
-            (owed.as_deref(), &self.ticks),
+            (owed.as_deref(), &self.ticks.marks()),
             &ov,
             &changes,
             &snap,
@@ -639,7 +645,7 @@ fn owed(lg: &LogFile, flushing: &Committing) -> Option<Arc<Overlay>> {
 /// Appends every change no record holds to `w`: those of `owed` (the
 /// overlay being committed, read without changing it, see `owed`), then
 /// those of every shard (`encode_unlogged`).
-fn encode_pending(st: &mut State, owed: Option<&Overlay>, t: &Ticks, w: &mut Vec<u8>) {
+fn encode_pending(st: &mut State, owed: Option<&Overlay>, t: &Marks, w: &mut Vec<u8>) {
     if let Some(ov) = owed {
         encode_entries(ov, &ov.unlogged, t, w);
     }
@@ -657,7 +663,7 @@ fn encoded_size(u: &Unlogged) -> usize {
 /// overlay `ov` sealed for the snapshot, then the snapshot.
 fn encode_snapshot(
     w: &mut Vec<u8>,
-    (owed, t): (Option<&Overlay>, &Ticks),
+    (owed, t): (Option<&Overlay>, &Marks),
     ov: &Overlay,
     changes: &Unlogged,
     snap: &Snapshot,
@@ -672,7 +678,7 @@ fn encode_snapshot(
 
 /// Appends the changes not yet logged of every shard to `w` as one record
 /// payload (every shard locked: a consistent cut), and clears them.
-fn encode_unlogged(st: &mut State, t: &Ticks, w: &mut Vec<u8>) {
+fn encode_unlogged(st: &mut State, t: &Marks, w: &mut Vec<u8>) {
     let room: usize = st.shards().map(|s| encoded_size(&s.dirty.unlogged)).sum();
     w.reserve(room);
     for sh in st.shards_mut() {
@@ -686,7 +692,7 @@ fn encode_unlogged(st: &mut State, t: &Ticks, w: &mut Vec<u8>) {
 /// clears them. Deletions and truncations come first (in the order they
 /// were made), then current values, so that applying the record to the
 /// state of the previous record gives the overlay's state now.
-fn encode_record(ov: &mut Overlay, t: &Ticks, w: &mut Vec<u8>) {
+fn encode_record(ov: &mut Overlay, t: &Marks, w: &mut Vec<u8>) {
     let u = std::mem::take(&mut ov.unlogged);
     encode_entries(ov, &u, t, w);
 }
@@ -694,7 +700,7 @@ fn encode_record(ov: &mut Overlay, t: &Ticks, w: &mut Vec<u8>) {
 /// Appends the changes `u` names, with their values in `ov`, to `w` as
 /// record entries (see `encode_record`); a block a tick stored is named by
 /// its chunk (`tick.rs`).
-fn encode_entries(ov: &Overlay, u: &Unlogged, t: &Ticks, w: &mut Vec<u8>) {
+fn encode_entries(ov: &Overlay, u: &Unlogged, t: &Marks, w: &mut Vec<u8>) {
     for &ino in &u.inodes {
         if matches!(ov.inodes.get(&ino), Some(None)) {
             w.push(T_DELETE);

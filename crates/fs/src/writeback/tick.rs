@@ -30,7 +30,7 @@ use cairn_data::{ChunkRec, Hash};
 use cairn_devices::SlotAddr;
 use cairn_meta::MetaWrite;
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,18 @@ pub(crate) const TICK_CHUNKS_FROM: &str = "tick_chunks_from";
 /// it holds (redb saves its allocator state at every commit, for a quick
 /// repair after a crash), so ticks cannot be much more frequent.
 const TICK_BYTES: u64 = 8 << 20;
+
+/// How many blocks a tick looks at under a shard lock at a time: each
+/// takes a few hundred ns (lookups in large maps), and every request to
+/// the shard waits meanwhile (a volume is one inode, so one shard).
+const LOCKED_BATCH: usize = 512;
+
+/// How many passes a tick makes at most to store the blocks written while
+/// it stored others, and the unlogged bytes that make it stop earlier
+/// (half what a record holds: the record's own room is for what comes in
+/// meanwhile).
+const STORE_PASSES: usize = 3;
+const TICK_LOG_BYTES: u64 = crate::writeback::intent::MAX_RECORD_DATA / 2;
 
 /// The least time between two ticks asked for by writes: faster writers
 /// (a volume at 32,000 ops/s writes 8 MiB in about 0.2 s) would otherwise
@@ -61,12 +73,14 @@ struct TickAsk {
     /// Bytes users had written into the dirty overlay at the last tick.
     written: std::sync::atomic::AtomicU64,
     asked: std::sync::atomic::AtomicBool,
+    /// Bytes of the blocks marked (`Ticks::stored_bytes`).
+    stored: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
 struct TickState {
     /// (inode, block) -> the buffered block a tick stored, and its chunk.
-    marks: HashMap<(u64, u64), Mark>,
+    marks: BTreeMap<(u64, u64), Mark>,
     /// Tick chunks no block is marked with (the block changed while the
     /// tick stored it, or a crash left them): the next commit removes the
     /// ones nothing references.
@@ -99,25 +113,48 @@ pub(crate) struct TickTake {
     pub none_left: bool,
 }
 
-impl Ticks {
+/// The marks, locked once for a pass over many blocks (a tick's blocks are
+/// looked up under every shard lock, which stalls requests: one lock per
+/// block cost about as much as the rest of the pass).
+pub(crate) struct Marks<'a>(
+    parking_lot::MutexGuard<'a, TickState>,
+    &'a std::sync::atomic::AtomicU64,
+);
+
+impl Marks<'_> {
     /// The chunk a tick stored `b` (at `ino`, `blk`) as, if it is that very
     /// buffer.
     pub(crate) fn chunk_of(&self, ino: u64, blk: u64, b: &Block) -> Option<u64> {
-        let t = self.0.lock();
-        let m = t.marks.get(&(ino, blk))?;
+        let m = self.0.marks.get(&(ino, blk))?;
         Arc::ptr_eq(&m.block, b).then_some(m.chunk)
     }
 
-    fn mark(&self, ino: u64, blk: u64, block: Block, chunk: u64, unread: bool) {
-        let mut t = self.0.lock();
+    fn mark(&mut self, ino: u64, blk: u64, block: Block, chunk: u64, unread: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.1.fetch_add(block.len() as u64, Relaxed);
         let m = Mark {
             block,
             chunk,
             unread,
         };
-        if let Some(old) = t.marks.insert((ino, blk), m) {
-            t.loose.insert(old.chunk);
+        if let Some(old) = self.0.marks.insert((ino, blk), m) {
+            self.1.fetch_sub(old.block.len() as u64, Relaxed);
+            self.0.loose.insert(old.chunk);
         }
+    }
+}
+
+impl Ticks {
+    pub(crate) fn marks(&self) -> Marks<'_> {
+        Marks(self.0.lock(), &self.1.stored)
+    }
+
+    /// Bytes of the buffered blocks a tick stored whose commit waits: they
+    /// cost RAM until it, but nothing more to commit than a reference, so
+    /// the dirty limit counts them apart (`Fs::throttle`). Each mark holds
+    /// its buffer, also one written again since, so this counts those too.
+    pub(crate) fn stored_bytes(&self) -> u64 {
+        self.1.stored.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The chunk `b` (at `ino`, `blk`) is a placeholder for, if the replay
@@ -183,17 +220,25 @@ impl Ticks {
         last.elapsed() >= every
     }
 
-    /// After the commit that took `take`: its marks and dropped chunks go.
+    /// After the commit that took `take`: its marks and dropped chunks go
+    /// (every mark when none is left: the flush lock kept ticks from making
+    /// new ones since `tick_take`).
     pub(crate) fn retire(&self, take: &TickTake) {
         let mut t = self.0.lock();
-        for k in take.taken.keys() {
-            t.marks.remove(k);
-        }
         for id in &take.dropped {
             t.loose.remove(id);
         }
-        let dropped: HashSet<u64> = take.dropped.iter().copied().collect();
-        t.marks.retain(|_, m| !dropped.contains(&m.chunk));
+        if take.none_left {
+            t.marks.clear();
+        } else {
+            let dropped: HashSet<u64> = take.dropped.iter().copied().collect();
+            t.marks
+                .retain(|k, m| !take.taken.contains_key(k) && !dropped.contains(&m.chunk));
+        }
+        let left = t.marks.values().map(|m| m.block.len() as u64).sum();
+        self.1
+            .stored
+            .store(left, std::sync::atomic::Ordering::Relaxed);
         t.last_commit = Some(Instant::now());
         // The overlay's written count starts again from 0.
         self.1
@@ -233,32 +278,32 @@ impl Fs {
                 .and_then(|m| m.get(&blk))
                 .is_some_and(|x| Arc::ptr_eq(x, b))
         };
-        let mut taken = HashMap::new();
-        let mut gone = 0;
-        let mut st = self.lock_all();
-        // Each a moment (`sealed` is a leaf lock): the overlays sealed and
-        // being committed, which only the flush lock's holder changes.
-        let mut others: Vec<Arc<Overlay>> =
-            self.sealed.lock().iter().map(|s| s.ov.clone()).collect();
-        others.extend(self.flushing.read().shared().cloned());
-        for (
-            (ino, blk),
-            Mark {
-                block: b,
-                chunk: id,
-                ..
-            },
-        ) in &marks
-        {
-            if held_in(ov, *ino, *blk, b) {
-                taken.insert((*ino, *blk), *id);
-                continue;
+        // The overlay to commit is sealed: no lock needed to look in it.
+        let (mut taken, mut rest) = (HashMap::new(), Vec::new());
+        for ((ino, blk), m) in &marks {
+            if held_in(ov, *ino, *blk, &m.block) {
+                taken.insert((*ino, *blk), m.chunk);
+            } else {
+                rest.push(((*ino, *blk), m));
             }
-            let elsewhere = held_in(st.dirty(*ino), *ino, *blk, b)
-                || others.iter().any(|o| held_in(o, *ino, *blk, b));
-            if !elsewhere {
-                dropped.push(*id);
-                gone += 1;
+        }
+        let mut gone = 0;
+        if !rest.is_empty() {
+            let mut st = self.lock_all();
+            // Each a moment (`sealed` is a leaf lock): the overlays sealed
+            // and being committed, which only the flush lock's holder
+            // changes.
+            let mut others: Vec<Arc<Overlay>> =
+                self.sealed.lock().iter().map(|s| s.ov.clone()).collect();
+            others.extend(self.flushing.read().shared().cloned());
+            for ((ino, blk), m) in rest {
+                let b = &m.block;
+                let elsewhere = held_in(st.dirty(ino), ino, blk, b)
+                    || others.iter().any(|o| held_in(o, ino, blk, b));
+                if !elsewhere {
+                    dropped.push(m.chunk);
+                    gone += 1;
+                }
             }
         }
         let none_left = taken.len() + gone == marks.len();
@@ -300,11 +345,28 @@ impl Fs {
         if self.intent.is_none() || self.must_commit.load(std::sync::atomic::Ordering::SeqCst) {
             return self.flush();
         }
-        if let Err(e) = self.store_ahead() {
-            tracing::warn!("storing buffered blocks ahead of the commit: {e}; committing instead");
-            return self.flush();
+        // Blocks written while a pass stored others are stored by another
+        // (fewer each time): logged by their bytes instead, a slow pass
+        // would leave more than a record holds, and the log would commit
+        // the tree, long before it is due.
+        for pass in 0..STORE_PASSES {
+            if pass > 0 && self.unlogged_bytes() <= TICK_LOG_BYTES {
+                break;
+            }
+            if let Err(e) = self.store_ahead() {
+                tracing::warn!(
+                    "storing buffered blocks ahead of the commit: {e}; committing instead"
+                );
+                return self.flush();
+            }
         }
         self.log_changes()
+    }
+
+    /// Bytes of block changes the next intent record would hold.
+    fn unlogged_bytes(&self) -> u64 {
+        let st = self.lock_all();
+        st.shards().map(|s| s.dirty.unlogged.bytes).sum()
     }
 
     /// Steps 1 and 2 of a tick, under the flush lock (no commit runs
@@ -331,25 +393,29 @@ impl Fs {
                 return Err(e);
             }
         };
-        let mut st = self.lock_all();
         let mut loose = Vec::new();
-        for ((n, _), id) in stored.iter().zip(ids) {
-            let (ino, blk, b) = &todo[*n];
-            let ov = st.dirty(*ino);
-            let held = ov.blocks.get(ino).and_then(|m| m.get(blk));
-            match held.is_some_and(|x| Arc::ptr_eq(x, b)) {
-                true => {
-                    // Logged by chunk from now on: its bytes no longer
-                    // count against a record's data.
-                    if let Some(&(lo, hi)) = ov.unlogged.blocks.get(&(*ino, *blk)) {
-                        ov.unlogged.bytes = ov.unlogged.bytes.saturating_sub((hi - lo) as u64);
+        let stored: Vec<(usize, u64)> = stored.iter().map(|(n, _)| *n).zip(ids).collect();
+        for batch in stored.chunks(LOCKED_BATCH) {
+            let inos: Vec<u64> = batch.iter().map(|(n, _)| todo[*n].0).collect();
+            let mut st = self.lock_inos(&inos);
+            let mut marks = self.ticks.marks();
+            for &(n, id) in batch {
+                let (ino, blk, b) = &todo[n];
+                let ov = st.dirty(*ino);
+                let held = ov.blocks.get(ino).and_then(|m| m.get(blk));
+                match held.is_some_and(|x| Arc::ptr_eq(x, b)) {
+                    true => {
+                        // Logged by chunk from now on: its bytes no longer
+                        // count against a record's data.
+                        if let Some(&(lo, hi)) = ov.unlogged.blocks.get(&(*ino, *blk)) {
+                            ov.unlogged.bytes = ov.unlogged.bytes.saturating_sub((hi - lo) as u64);
+                        }
+                        marks.mark(*ino, *blk, b.clone(), id, false);
                     }
-                    self.ticks.mark(*ino, *blk, b.clone(), id, false);
+                    false => loose.push(id),
                 }
-                false => loose.push(id),
             }
         }
-        drop(st);
         self.ticks.loosen(loose);
         drop(guard);
         Ok(())
@@ -357,24 +423,42 @@ impl Fs {
 
     /// The whole buffered blocks changed since the last record that no
     /// tick stored yet, sorted by file and block (patches are logged as
-    /// they are: small writes over committed blocks).
+    /// they are: small writes over committed blocks). Not a cut: a block
+    /// written during the pass may be missed (the record logs its bytes).
     fn unstored_blocks(&self) -> Vec<(u64, u64, Block)> {
-        let st = self.lock_all();
         let mut todo = Vec::new();
-        for sh in st.shards() {
-            let ov = &sh.dirty;
-            for &(ino, blk) in ov.unlogged.blocks.keys() {
-                let Some(b) = ov.blocks.get(&ino).and_then(|m| m.get(&blk)) else {
-                    continue;
-                };
-                if !b.is_empty() && self.ticks.chunk_of(ino, blk, b).is_none() {
-                    todo.push((ino, blk, b.clone()));
-                }
+        for shard in 0..crate::state::SHARDS {
+            let mut from = (0, 0);
+            while let Some(next) = self.unstored_in(shard, from, &mut todo) {
+                from = next;
             }
         }
-        drop(st);
         todo.sort_unstable_by_key(|t| (t.0, t.1));
         todo
+    }
+
+    /// Adds to `todo` the unstored blocks of `shard` from key `from`, at
+    /// most `LOCKED_BATCH` looked at under its lock; returns the key to go
+    /// on from, if any.
+    fn unstored_in(
+        &self,
+        shard: usize,
+        from: (u64, u64),
+        todo: &mut Vec<(u64, u64, Block)>,
+    ) -> Option<(u64, u64)> {
+        let st = self.lock_shard(shard);
+        let marks = self.ticks.marks();
+        let ov = &st.shards().next().expect("the shard is held").dirty;
+        let mut keys = ov.unlogged.blocks.range(from..).map(|(k, _)| *k);
+        for (ino, blk) in keys.by_ref().take(LOCKED_BATCH) {
+            let Some(b) = ov.blocks.get(&ino).and_then(|m| m.get(&blk)) else {
+                continue;
+            };
+            if !b.is_empty() && marks.chunk_of(ino, blk, b).is_none() {
+                todo.push((ino, blk, b.clone()));
+            }
+        }
+        keys.next()
     }
 
     /// Stores the blocks with new content (not zeros, not a chunk the pool
@@ -406,7 +490,8 @@ impl Fs {
             let rec = crate::writeback::flush::append_block(&mut batch, &todo[n].2, z, &h)?;
             out.push((n, rec));
         }
-        for (id, _) in batch.finish()? {
+        let fin = batch.finish()?;
+        for (id, _) in fin {
             self.pool.chunks.heat.written(id);
         }
         Ok(out)
@@ -481,7 +566,7 @@ impl Fs {
             }
         };
         st.dirty(ino).put_block(ino, blk, b.clone(), 0, len);
-        self.ticks.mark(ino, blk, b, chunk, unread);
+        self.ticks.marks().mark(ino, blk, b, chunk, unread);
         Ok(())
     }
 
