@@ -30,7 +30,7 @@ use cairn_data::{ChunkRec, Hash};
 use cairn_devices::SlotAddr;
 use cairn_meta::MetaWrite;
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,7 +80,7 @@ struct TickAsk {
 #[derive(Default)]
 struct TickState {
     /// (inode, block) -> the buffered block a tick stored, and its chunk.
-    marks: BTreeMap<(u64, u64), Mark>,
+    marks: HashMap<(u64, u64), Mark>,
     /// Tick chunks no block is marked with (the block changed while the
     /// tick stored it, or a crash left them): the next commit removes the
     /// ones nothing references.
@@ -113,9 +113,9 @@ pub(crate) struct TickTake {
     pub none_left: bool,
 }
 
-/// The marks, locked once for a pass over many blocks (a tick's blocks are
-/// looked up under every shard lock, which stalls requests: one lock per
-/// block cost about as much as the rest of the pass).
+/// The marks, locked once for a pass over many blocks rather than once
+/// per block (the passes run under shard locks, which requests wait for),
+/// with the count of their bytes.
 pub(crate) struct Marks<'a>(
     parking_lot::MutexGuard<'a, TickState>,
     &'a std::sync::atomic::AtomicU64,
