@@ -168,6 +168,12 @@ impl<'a> State<'a> {
     pub fn shards(&self) -> impl Iterator<Item = &Shard> {
         self.held.iter().map(|(_, g, _)| &**g)
     }
+
+    /// Bytes of block changes in the held shards that no intent record
+    /// holds yet (what the next record would log by their bytes).
+    pub fn unlogged_bytes(&self) -> u64 {
+        self.shards().map(|s| s.dirty.unlogged.bytes).sum()
+    }
 }
 
 fn unlocked(ino: u64) -> ! {

@@ -32,11 +32,16 @@ fn make(dir: &Path) -> Arc<Fs> {
 }
 
 fn reopen(dir: &Path) -> Arc<Fs> {
+    Fs::open(pool_on(dir, Arc::new(cairn_devices::HostStorage))).unwrap()
+}
+
+/// The pool in `dir` (without dedup, as `make` wants it) over `storage`.
+fn pool_on(dir: &Path, storage: Arc<dyn cairn_devices::Storage>) -> Pool {
     let config = PoolConfig {
         dedup: false,
         ..PoolConfig::default()
     };
-    Fs::open(Pool::open(&dir.join("pool"), Some(config)).unwrap()).unwrap()
+    Pool::open_with(&dir.join("pool"), Some(config), storage).unwrap()
 }
 
 fn assert_checks(fs: &Fs) {
@@ -512,11 +517,7 @@ fn with_no_room_to_commit_a_replay_holding_an_unreadable_block_the_open_waits_fo
         Arc::new(cairn_devices::HostStorage),
         7,
     ));
-    let config = PoolConfig {
-        dedup: false,
-        ..PoolConfig::default()
-    };
-    let pool = Pool::open_with(&d.path().join("pool"), Some(config), st.clone()).unwrap();
+    let pool = pool_on(d.path(), st.clone());
     let full = st.control(&dev).add(Fault::no_space());
     // A placeholder must never be read: no mount with it in RAM.
     let e = Fs::open(pool)
@@ -545,12 +546,7 @@ fn blocks_written_while_a_tick_stores_others_are_stored_by_another_pass_not_a_tr
         Arc::new(cairn_devices::HostStorage),
         control.clone(),
     ));
-    let config = PoolConfig {
-        dedup: false,
-        ..PoolConfig::default()
-    };
-    let pool = Pool::open_with(&d.path().join("pool"), Some(config), st).unwrap();
-    let fs = Fs::open(pool).unwrap();
+    let fs = Fs::open(pool_on(d.path(), st)).unwrap();
     let mut data = noise(4 * BLOCK, 21);
     fs.write(f, 0, &data).unwrap();
     let tid = counter(&fs, "last_tid");

@@ -155,8 +155,7 @@ impl Fs {
     /// has room for the commit that must follow (call with every shard
     /// locked).
     fn fits_a_record(&self, st: &State, owed: Option<&Overlay>, max: u64) -> bool {
-        let bytes: u64 = st.shards().map(|s| s.dirty.unlogged.bytes).sum::<u64>()
-            + owed.map_or(0, |o| o.unlogged.bytes);
+        let bytes = st.unlogged_bytes() + owed.map_or(0, |o| o.unlogged.bytes);
         let changes = st
             .shards()
             .map(|s| crate::writeback::flush::change_count(&s.dirty))

@@ -350,7 +350,7 @@ impl Fs {
         // would leave more than a record holds, and the log would commit
         // the tree, long before it is due.
         for pass in 0..STORE_PASSES {
-            if pass > 0 && self.unlogged_bytes() <= TICK_LOG_BYTES {
+            if pass > 0 && self.lock_all().unlogged_bytes() <= TICK_LOG_BYTES {
                 break;
             }
             if let Err(e) = self.store_ahead() {
@@ -361,12 +361,6 @@ impl Fs {
             }
         }
         self.log_changes()
-    }
-
-    /// Bytes of block changes the next intent record would hold.
-    fn unlogged_bytes(&self) -> u64 {
-        let st = self.lock_all();
-        st.shards().map(|s| s.dirty.unlogged.bytes).sum()
     }
 
     /// Steps 1 and 2 of a tick, under the flush lock (no commit runs
@@ -490,8 +484,7 @@ impl Fs {
             let rec = crate::writeback::flush::append_block(&mut batch, &todo[n].2, z, &h)?;
             out.push((n, rec));
         }
-        let fin = batch.finish()?;
-        for (id, _) in fin {
+        for (id, _) in batch.finish()? {
             self.pool.chunks.heat.written(id);
         }
         Ok(out)
