@@ -7,14 +7,15 @@
 //!
 //! Modules form layers, bottom to top; each refers only to modules below
 //! it (tests/layering.rs checks this):
-//! compress, error -> aligned -> chunk -> records -> heat, cache, wpipe ->
-//! open_segment -> segments -> writer -> readahead -> store -> read,
-//! relocate.
+//! compress, error -> aligned -> chunk -> records -> heat, cache, wpipe,
+//! dead_pages -> open_segment -> segments -> writer -> readahead -> store
+//! -> read, relocate.
 
 mod aligned;
 pub mod cache;
 pub mod chunk;
 pub mod compress;
+mod dead_pages;
 pub mod error;
 pub mod heat;
 mod open_segment;

@@ -5,6 +5,7 @@
 //! slots). The chunk store (`store.rs`) holds one and delegates to it.
 
 use crate::chunk::CHUNK_HEADER_LEN;
+use crate::dead_pages::{Dead, DeadPages};
 use crate::error::{DataError, Result};
 use crate::open_segment::OpenSegment;
 use crate::records::{corrupt, ChunkRec, SegmentRec};
@@ -32,6 +33,9 @@ pub(crate) struct Segments {
     /// dropped segment's old slot is released, so no read in flight can see
     /// the slot reused.
     pub(crate) io_gate: RwLock<()>,
+    /// Chunks that died or went to history only, to drop from the host's
+    /// page cache after the commit (`release_slots`).
+    dead: DeadPages,
 }
 
 impl Segments {
@@ -57,6 +61,7 @@ impl Segments {
             segment_size,
             open_tail: AtomicU64::new(0),
             io_gate: RwLock::new(()),
+            dead: DeadPages::default(),
         })
     }
 
@@ -140,11 +145,48 @@ impl Segments {
         if rec.live == 0 {
             s.hist = s.hist.saturating_sub(rec.len as u64);
         }
-        if s.chunks == 0 && !open {
-            segs.remove(&rec.segment);
-            return None;
+        let dead = self.dead_chunk(s, rec);
+        let left = match s.chunks == 0 && !open {
+            true => segs.remove(&rec.segment).and(None),
+            false => Some(s.clone()),
+        };
+        drop(segs);
+        self.note_dead(dead);
+        left
+    }
+
+    /// Where the bytes of `rec` (in segment `s`) lie, for `note_dead`.
+    fn dead_chunk(&self, s: &SegmentRec, rec: &ChunkRec) -> Dead {
+        Dead {
+            device: s.device,
+            slot: s.slot,
+            offset: rec.offset as u64,
+            len: rec.len as u64,
         }
-        Some(s.clone())
+    }
+
+    /// Notes bytes no client reads again (see `dead_pages.rs`): dropped
+    /// from the page cache after the commit, or now if many wait.
+    fn note_dead(&self, d: Dead) {
+        if self.dead.note(d) {
+            self.drop_dead_pages();
+        }
+    }
+
+    /// Drops the noted bytes from the host's page cache.
+    fn drop_dead_pages(&self) {
+        let base = |dev: u32, slot: u64| {
+            let d = self.devices.device(dev).ok()?;
+            (slot < d.header.slot_count()).then(|| d.slot_offset(slot))
+        };
+        for (dev, ranges) in self.dead.take(base) {
+            let Ok(d) = self.devices.device(dev) else {
+                continue;
+            };
+            for (off, len) in ranges {
+                d.drop_cached(off, len);
+            }
+        }
     }
 
     /// Moves a chunk's bytes into or out of its segment's `hist`: see
@@ -160,6 +202,11 @@ impl Segments {
         } else {
             s.hist.saturating_sub(n)
         };
+        let dead = to_history.then(|| self.dead_chunk(s, rec));
+        drop(segs);
+        if let Some(d) = dead {
+            self.note_dead(d);
+        }
         true
     }
 
@@ -216,6 +263,7 @@ impl Segments {
     /// Gives the slots of dropped segments back to their devices, after
     /// waiting for reads in flight (the I/O gate).
     pub(crate) fn release_slots(&self, freed: &[SlotAddr]) -> Result<()> {
+        self.drop_dead_pages();
         if freed.is_empty() {
             return Ok(());
         }

@@ -500,4 +500,65 @@ mod page_cache_tests {
             "64 KiB chunks: {hot} of {all} pages cached"
         );
     }
+
+    /// Chunks that die or go to history only leave the page cache once
+    /// their commit is made (`release_slots`), so that they do not push
+    /// live chunks out of it; the live ones stay.
+    #[test]
+    fn dead_and_history_only_chunks_leave_the_page_cache_after_the_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        let spec = DeviceSpec::tier(DeviceClass::Ssd, path.clone(), Some(96 << 20));
+        let d = Device::create(&spec, 0, [0; 16], 16 << 20).unwrap();
+        let s = ChunkStore::new(Arc::new(DeviceSet::new(vec![d]).unwrap()), vec![], 1).unwrap();
+        let mut b = s.batch();
+        let recs: Vec<_> = (0..512u32)
+            .map(|i| {
+                let x: Vec<u8> = (0..4096u32)
+                    .map(|j| (j ^ i.wrapping_mul(7919)) as u8)
+                    .collect();
+                b.append(&x, &hash_block(&x)).unwrap()
+            })
+            .collect();
+        b.finish().unwrap();
+        let span = |r: std::ops::Range<usize>| {
+            let (_, at) = s.segs.locate(&recs[r.start]).unwrap();
+            let last = &recs[r.end - 1];
+            (at, (last.offset + last.len - recs[r.start].offset) as usize)
+        };
+        let cached = |r| {
+            let (at, len) = span(r);
+            resident(&path, at, len)
+        };
+        for r in &recs[..128] {
+            s.unref_chunk(r).unwrap();
+        }
+        for r in &recs[128..256] {
+            assert!(s.set_history_only(r, true));
+        }
+        let (hot, all) = cached(0..256);
+        assert!(
+            hot * 10 >= all * 9,
+            "before the commit: {hot} of {all} cached"
+        );
+        s.release_slots(&[]).unwrap();
+        // All but the page shared with the first live chunk (and the rest
+        // of a large folio of the host's cache that it ends in).
+        let (hot, all) = cached(0..256);
+        assert!(
+            hot * 20 <= all,
+            "dead and history-only chunks: {hot} of {all} pages cached"
+        );
+        let (hot, all) = cached(256..512);
+        assert!(
+            hot * 10 >= all * 9,
+            "live chunks: {hot} of {all} pages cached"
+        );
+        assert_eq!(s.read_chunk(&recs[300], true).unwrap().len(), 4096);
+        assert_eq!(
+            s.read_chunk(&recs[0], true).unwrap().len(),
+            4096,
+            "still on the device"
+        );
+    }
 }

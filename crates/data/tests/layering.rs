@@ -19,6 +19,7 @@ const ORDER: &[&str] = &[
     "heat",
     "cache",
     "wpipe",
+    "dead_pages",
     "open_segment",
     "segments",
     "writer",

@@ -711,6 +711,12 @@ impl Device {
         self.io.will_need(offset, len);
     }
 
+    /// Hint that `len` bytes at `offset` will not be read again (see
+    /// `Backend::drop_cached`).
+    pub fn drop_cached(&self, offset: u64, len: u64) {
+        self.io.drop_cached(offset, len);
+    }
+
     pub fn sync(&self) -> Result<()> {
         self.io.sync_data().map_err(io_err(&self.path))
     }

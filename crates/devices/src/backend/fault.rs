@@ -418,6 +418,10 @@ impl Backend for FaultBackend {
         self.inner.will_need(off, len)
     }
 
+    fn drop_cached(&self, off: u64, len: u64) {
+        self.inner.drop_cached(off, len)
+    }
+
     fn host_file(&self) -> Option<&File> {
         self.inner.host_file()
     }

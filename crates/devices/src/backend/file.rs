@@ -209,6 +209,18 @@ impl Backend for FileBackend {
         }
     }
 
+    fn drop_cached(&self, off: u64, len: u64) {
+        // SAFETY: plain posix_fadvise on an fd we own.
+        unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                off as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+    }
+
     fn host_file(&self) -> Option<&File> {
         Some(&self.file)
     }

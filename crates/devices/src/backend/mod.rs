@@ -98,6 +98,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// (a failed fetch shows, if at all, at the read).
     fn will_need(&self, _off: u64, _len: u64) {}
 
+    /// Hint: `len` bytes at `off` will not be read again (a chunk that died
+    /// or that only history holds); a backend over the host's page cache
+    /// drops them from it, so that they do not push out live data. Never
+    /// fails, and the bytes stay on the device.
+    fn drop_cached(&self, _off: u64, _len: u64) {}
+
     /// The host file under this backend, for what only a host file has
     /// (flock, fstatvfs, fallocate, block device checks). Wrappers pass
     /// it through; I/O must not bypass the backend through it.
