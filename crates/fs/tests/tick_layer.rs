@@ -575,3 +575,67 @@ fn blocks_written_while_a_tick_stores_others_are_stored_by_another_pass_not_a_tr
     assert_eq!(chunks(&fs).1, 0);
     assert_checks(&fs);
 }
+
+#[test]
+fn a_durable_snapshot_taken_while_a_tick_stores_does_not_wait_for_it_and_holds_its_state() {
+    use cairn_devices::backend::{Fault, FaultControl, FaultStorage, Ops, When};
+    use std::time::{Duration, Instant};
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let f = file_in_root(&fs, "f");
+    fs.flush().unwrap();
+    drop(fs);
+    let control = FaultControl::new(5);
+    let st = Arc::new(FaultStorage::shared(
+        Arc::new(cairn_devices::HostStorage),
+        control.clone(),
+    ));
+    let fs = Fs::open(pool_on(d.path(), st)).unwrap();
+    let mut data = noise(4 * BLOCK, 31);
+    fs.write(f, 0, &data).unwrap();
+    // The pass holds the flush lock while its data write waits.
+    let slow = Fault::hang(Ops::WRITE, Duration::from_millis(1500));
+    let hang = control.add(slow.when(When::Times(1)));
+    let ticker = {
+        let fs = fs.clone();
+        std::thread::spawn(move || fs.tick())
+    };
+    while control.hits(hang) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A block the pass is storing, written again, and a new one.
+    let b = noise(2 * BLOCK, 32);
+    fs.write(f, 3 * BLOCK as u64, &b).unwrap();
+    data.truncate(3 * BLOCK);
+    data.extend_from_slice(&b);
+    let t = Instant::now();
+    let s = fs
+        .snapshot_create("s", cairn_fs::SnapshotKind::Named)
+        .unwrap();
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_millis(1000),
+        "the snapshot waited {took:?} for the tick's pass"
+    );
+    assert!(!ticker.is_finished(), "the pass was still held up");
+    // After the snapshot, over blocks the pass stores.
+    let mut now = data.clone();
+    let c = noise(BLOCK, 33);
+    fs.write(f, BLOCK as u64, &c).unwrap();
+    now[BLOCK..2 * BLOCK].copy_from_slice(&c);
+    ticker.join().unwrap().unwrap();
+    fs.fsync(f).unwrap();
+    let check = |fs: &Fs| {
+        // Its commit made first (`snapshot` waits for it).
+        assert_eq!(fs.snapshot("s").unwrap().tid, s.tid);
+        assert_eq!(fs.asof_read(f, s.tid, 0, data.len() as u32).unwrap(), data);
+        assert_eq!(read_all(fs, f, now.len()), now);
+    };
+    check(&fs);
+    drop(fs); // a crash
+    let fs = reopen(d.path());
+    check(&fs);
+    fs.flush().unwrap();
+    assert_eq!(chunks(&fs).1, 0, "a tick chunk left unreferenced");
+    assert_checks(&fs);
+}

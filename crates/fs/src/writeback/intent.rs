@@ -305,15 +305,16 @@ impl Fs {
                 return Ok(Some(snap));
             }
         }
-        let t0 = std::time::Instant::now();
+        if let Some(snap) = self.snapshot_during_tick(log, name, kind)? {
+            return Ok(Some(snap));
+        }
         let last = self.flush_guard();
         self.check_ok()?;
         self.refuse_taken_name(name)?;
         let room = self.pool.chunks.free_bytes();
         let mut lg = log.lock();
-        let mut payload = lg.record_buffer();
-        let mut st = self.lock_all();
-        let t1 = t0.elapsed();
+        let payload = lg.record_buffer();
+        let st = self.lock_all();
         // The snapshot's record must end a region on the last commit (a
         // clone whose commit failed left the log sealed for the next TID).
         if !lg.is_on(*last) || !self.snapshot_fits(&st, &lg, room, None) {
@@ -324,30 +325,86 @@ impl Fs {
         // Holding the flush lock, after `commit_sealed`: no commit is under
         // way, so every change not logged is in the dirty overlays.
         let snap = Snapshot::new(name, *last + 1, kind);
+        let logged = self.log_snapshot(st, &mut lg, payload, &snap);
+        drop(lg);
+        drop(last);
+        self.logged_or_committed(snap, logged)
+    }
+
+    /// `snapshot_logged` while a tick stores blocks ahead of the commit
+    /// (`tick.rs`), without waiting for its pass (tens of milliseconds):
+    /// the pass holds the flush lock, so no commit runs, as if this held
+    /// it, and it lets go of it only after `Ticks::storing_on` says so
+    /// under every shard lock, which this holds while it seals. Blocks the
+    /// pass stores after the seal are no longer in the dirty overlays: it
+    /// leaves their chunks loose, and the snapshot's commit writes them.
+    /// None when no pass runs, or as `snapshot_logged`.
+    fn snapshot_during_tick(
+        &self,
+        log: &parking_lot::Mutex<LogFile>,
+        name: &str,
+        kind: SnapshotKind,
+    ) -> Result<Option<Snapshot>> {
+        let Some(last) = self.ticks.storing_on() else {
+            return Ok(None);
+        };
+        self.check_ok()?;
+        self.refuse_taken_name(name)?;
+        let room = self.pool.chunks.free_bytes();
+        let mut lg = log.lock();
+        let payload = lg.record_buffer();
+        let st = self.lock_all();
+        // The same pass, or another on the same commit: the names read
+        // above are still those committed.
+        let quiet = self.sealed.lock().is_empty() && st.flushing.is_empty();
+        if self.ticks.storing_on() != Some(last)
+            || !quiet
+            || !lg.is_on(last)
+            || !self.snapshot_fits(&st, &lg, room, None)
+        {
+            drop(st);
+            lg.recycle(payload);
+            return Ok(None);
+        }
+        let snap = Snapshot::new(name, last + 1, kind);
+        let logged = self.log_snapshot(st, &mut lg, payload, &snap);
+        drop(lg);
+        self.logged_or_committed(snap, logged)
+    }
+
+    /// The cut and record of a logged snapshot, with no commit under way
+    /// and none able to start (`snap.tid` is the next TID): seals the
+    /// changes, then encodes them after the shards' locks are released
+    /// (`seal_snapshot`), appends the record and ends the log's region.
+    fn log_snapshot(
+        &self,
+        mut st: State<'_>,
+        lg: &mut LogFile,
+        mut payload: Vec<u8>,
+        snap: &Snapshot,
+    ) -> std::result::Result<(), LogError> {
+        let t0 = std::time::Instant::now();
         let (next_ino, ov, changes) = self.seal_snapshot(&mut st, snap.tid);
         drop(st);
-        let t2 = t0.elapsed();
+        let t1 = t0.elapsed();
         encode_snapshot(
             &mut payload,
             (None, &self.ticks.marks()),
             &ov,
             &changes,
-            &snap,
+            snap,
         );
-        let (t3, bytes) = (t0.elapsed(), payload.len());
+        let (t2, bytes) = (t0.elapsed(), payload.len());
         let logged = lg.append_record(next_ino, payload);
         tracing::debug!(
-            "snapshot {name}: {bytes} bytes logged; locks in {t1:?}, cut in {:?}, \
-             encoded in {:?}, written in {:?}",
+            "snapshot {}: {bytes} bytes logged; cut in {t1:?}, encoded in {:?}, written in {:?}",
+            snap.name,
             t2 - t1,
-            t3 - t2,
-            t0.elapsed() - t3
+            t0.elapsed() - t2
         );
         lg.seal(snap.tid);
-        drop(lg);
-        self.leave_sealed(ov, next_ino, &snap, logged.is_ok());
-        drop(last);
-        self.logged_or_committed(snap, logged)
+        self.leave_sealed(ov, next_ino, snap, logged.is_ok());
+        logged
     }
 
     /// `snapshot_logged` while a flush commits the changes it sealed,

@@ -68,13 +68,52 @@ const TICK_GAP: Duration = Duration::from_secs(1);
 pub(crate) struct Ticks(Mutex<TickState>, TickAsk);
 
 /// Writes asking for a tick before the interval.
-#[derive(Default)]
 struct TickAsk {
     /// Bytes users had written into the dirty overlay at the last tick.
     written: std::sync::atomic::AtomicU64,
     asked: std::sync::atomic::AtomicBool,
     /// Bytes of the blocks marked (`Ticks::stored_bytes`).
     stored: std::sync::atomic::AtomicU64,
+    /// The last committed TID while a pass holds the flush lock, else
+    /// `NOT_STORING` (`Ticks::storing_on`).
+    storing_on: std::sync::atomic::AtomicU64,
+}
+
+const NOT_STORING: u64 = u64::MAX;
+
+impl Default for TickAsk {
+    fn default() -> Self {
+        TickAsk {
+            written: Default::default(),
+            asked: Default::default(),
+            stored: Default::default(),
+            storing_on: NOT_STORING.into(),
+        }
+    }
+}
+
+/// A store pass's hold of the flush lock, made known to durable snapshots
+/// (`Fs::snapshot_during_tick`). Dropped before the flush lock: it says so
+/// under every shard lock, so that a snapshot that saw the pass under them
+/// seals while the pass still holds the flush lock.
+struct StoringPass<'a>(&'a Fs);
+
+impl<'a> StoringPass<'a> {
+    fn begin(fs: &'a Fs, last: u64) -> Self {
+        fs.ticks
+            .1
+            .storing_on
+            .store(last, std::sync::atomic::Ordering::SeqCst);
+        StoringPass(fs)
+    }
+}
+
+impl Drop for StoringPass<'_> {
+    fn drop(&mut self) {
+        let _st = self.0.lock_all();
+        let on = &self.0.ticks.1.storing_on;
+        on.store(NOT_STORING, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 #[derive(Default)]
@@ -147,6 +186,14 @@ impl Marks<'_> {
 impl Ticks {
     pub(crate) fn marks(&self) -> Marks<'_> {
         Marks(self.0.lock(), &self.1.stored)
+    }
+
+    /// The last committed TID, while a tick's store pass holds the flush
+    /// lock (no commit can run); read it under every shard lock to rely on
+    /// it (see `StoringPass`).
+    pub(crate) fn storing_on(&self) -> Option<u64> {
+        let on = self.1.storing_on.load(std::sync::atomic::Ordering::SeqCst);
+        (on != NOT_STORING).then_some(on)
     }
 
     /// Bytes of the buffered blocks a tick stored whose commit waits: they
@@ -368,6 +415,7 @@ impl Fs {
     fn store_ahead(&self) -> Result<()> {
         let guard = self.flush_guard();
         self.check_ok()?;
+        let _pass = StoringPass::begin(self, *guard);
         self.ticks.note_tick(self.load.written());
         let todo = self.unstored_blocks();
         if todo.is_empty() {
@@ -411,7 +459,6 @@ impl Fs {
             }
         }
         self.ticks.loosen(loose);
-        drop(guard);
         Ok(())
     }
 
