@@ -155,20 +155,21 @@ impl Segments {
         left
     }
 
-    /// Where the bytes of `rec` (in segment `s`) lie, for `note_dead`.
-    fn dead_chunk(&self, s: &SegmentRec, rec: &ChunkRec) -> Dead {
-        Dead {
+    /// Where the bytes of `rec` (in segment `s`) lie, for `note_dead`, if
+    /// its I/O goes through the page cache (larger chunks bypass it).
+    fn dead_chunk(&self, s: &SegmentRec, rec: &ChunkRec) -> Option<Dead> {
+        crate::aligned::cached(rec.raw_len).then_some(Dead {
             device: s.device,
             slot: s.slot,
             offset: rec.offset as u64,
             len: rec.len as u64,
-        }
+        })
     }
 
     /// Notes bytes no client reads again (see `dead_pages.rs`): dropped
     /// from the page cache after the commit, or now if many wait.
-    fn note_dead(&self, d: Dead) {
-        if self.dead.note(d) {
+    fn note_dead(&self, d: Option<Dead>) {
+        if d.is_some_and(|d| self.dead.note(d)) {
             self.drop_dead_pages();
         }
     }
@@ -202,11 +203,9 @@ impl Segments {
         } else {
             s.hist.saturating_sub(n)
         };
-        let dead = to_history.then(|| self.dead_chunk(s, rec));
+        let dead = self.dead_chunk(s, rec).filter(|_| to_history);
         drop(segs);
-        if let Some(d) = dead {
-            self.note_dead(d);
-        }
+        self.note_dead(dead);
         true
     }
 
