@@ -418,7 +418,7 @@ mod tests {
 #[cfg(test)]
 mod page_cache_tests {
     use crate::chunk::hash_block;
-    use crate::ChunkStore;
+    use crate::{ChunkRec, ChunkStore};
     use cairn_devices::{Device, DeviceClass, DeviceSet, DeviceSpec};
     use std::os::fd::AsRawFd;
     use std::path::Path;
@@ -453,11 +453,21 @@ mod page_cache_tests {
         (v.iter().filter(|b| *b & 1 == 1).count(), n)
     }
 
-    /// Writes `n` distinct blocks of `size` bytes in one batch; returns the
-    /// device byte range they landed in.
-    fn write_blocks(s: &ChunkStore, n: u32, size: usize, seed: u32) -> (u64, usize) {
+    /// A store over one 96 MiB file device with 16 MiB segments, and the
+    /// file's path.
+    fn file_store(dir: &Path) -> (ChunkStore, std::path::PathBuf) {
+        let path = dir.join("d");
+        let spec = DeviceSpec::tier(DeviceClass::Ssd, path.clone(), Some(96 << 20));
+        let d = Device::create(&spec, 0, [0; 16], 16 << 20).unwrap();
+        let s = ChunkStore::new(Arc::new(DeviceSet::new(vec![d]).unwrap()), vec![], 1).unwrap();
+        (s, path)
+    }
+
+    /// Appends `n` distinct blocks of `size` bytes in one batch; returns
+    /// their records.
+    fn append_blocks(s: &ChunkStore, n: u32, size: usize, seed: u32) -> Vec<ChunkRec> {
         let mut b = s.batch();
-        let recs: Vec<_> = (0..n)
+        let recs = (0..n)
             .map(|i| {
                 let x: Vec<u8> = (0..size as u32)
                     .map(|j| (j.wrapping_mul(2654435761) ^ (i + seed)) as u8)
@@ -466,12 +476,23 @@ mod page_cache_tests {
             })
             .collect();
         b.finish().unwrap();
+        recs
+    }
+
+    /// The device byte range of `recs`, written one after the other into
+    /// one segment of device 0.
+    fn span(s: &ChunkStore, recs: &[ChunkRec]) -> (u64, usize) {
         let (first, last) = (&recs[0], &recs[recs.len() - 1]);
         assert_eq!(first.segment, last.segment, "one segment");
         let (dev, at) = s.segs.locate(first).unwrap();
-        let len = (last.offset + last.len - first.offset) as usize;
         assert_eq!(dev.id(), 0);
-        (at, len)
+        (at, (last.offset + last.len - first.offset) as usize)
+    }
+
+    /// Writes `n` distinct blocks of `size` bytes in one batch; returns the
+    /// device byte range they landed in.
+    fn write_blocks(s: &ChunkStore, n: u32, size: usize, seed: u32) -> (u64, usize) {
+        span(s, &append_blocks(s, n, size, seed))
     }
 
     /// Small chunks (volume blocks) are written through the page cache and
@@ -480,10 +501,7 @@ mod page_cache_tests {
     #[test]
     fn small_chunks_are_written_through_the_page_cache_large_ones_past_it() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d");
-        let spec = DeviceSpec::tier(DeviceClass::Ssd, path.clone(), Some(96 << 20));
-        let d = Device::create(&spec, 0, [0; 16], 16 << 20).unwrap();
-        let s = ChunkStore::new(Arc::new(DeviceSet::new(vec![d]).unwrap()), vec![], 1).unwrap();
+        let (s, path) = file_store(dir.path());
 
         let (at, len) = write_blocks(&s, 512, 4096, 0);
         let (hot, all) = resident(&path, at, len);
@@ -507,27 +525,10 @@ mod page_cache_tests {
     #[test]
     fn dead_and_history_only_chunks_leave_the_page_cache_after_the_commit() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d");
-        let spec = DeviceSpec::tier(DeviceClass::Ssd, path.clone(), Some(96 << 20));
-        let d = Device::create(&spec, 0, [0; 16], 16 << 20).unwrap();
-        let s = ChunkStore::new(Arc::new(DeviceSet::new(vec![d]).unwrap()), vec![], 1).unwrap();
-        let mut b = s.batch();
-        let recs: Vec<_> = (0..512u32)
-            .map(|i| {
-                let x: Vec<u8> = (0..4096u32)
-                    .map(|j| (j ^ i.wrapping_mul(7919)) as u8)
-                    .collect();
-                b.append(&x, &hash_block(&x)).unwrap()
-            })
-            .collect();
-        b.finish().unwrap();
-        let span = |r: std::ops::Range<usize>| {
-            let (_, at) = s.segs.locate(&recs[r.start]).unwrap();
-            let last = &recs[r.end - 1];
-            (at, (last.offset + last.len - recs[r.start].offset) as usize)
-        };
-        let cached = |r| {
-            let (at, len) = span(r);
+        let (s, path) = file_store(dir.path());
+        let recs = append_blocks(&s, 512, 4096, 0);
+        let cached = |r: std::ops::Range<usize>| {
+            let (at, len) = span(&s, &recs[r]);
             resident(&path, at, len)
         };
         for r in &recs[..128] {

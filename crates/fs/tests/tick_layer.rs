@@ -12,6 +12,7 @@
 mod common;
 
 use cairn_data::ChunkRec;
+use cairn_devices::backend::{Fault, FaultControl, FaultStorage, Ops, When};
 use cairn_fs::maintenance::check::check_pool;
 use cairn_fs::{Fs, MkfsOptions, Pool, PoolConfig};
 use common::{file_in_root, noise};
@@ -498,7 +499,6 @@ fn a_damaged_tick_chunk_a_later_tick_superseded_costs_nothing_at_replay() {
 
 #[test]
 fn with_no_room_to_commit_a_replay_holding_an_unreadable_block_the_open_waits_for_space() {
-    use cairn_devices::backend::{Fault, FaultStorage};
     let d = tempfile::tempdir().unwrap();
     let fs = make(d.path());
     let f = file_in_root(&fs, "f");
@@ -533,25 +533,27 @@ fn with_no_room_to_commit_a_replay_holding_an_unreadable_block_the_open_waits_fo
     assert_eq!(e.errno(), libc::EIO, "{e}");
 }
 
-#[test]
-fn blocks_written_while_a_tick_stores_others_are_stored_by_another_pass_not_a_tree_commit() {
-    use cairn_devices::backend::{Fault, FaultControl, FaultStorage, Ops, When};
-    let d = tempfile::tempdir().unwrap();
-    let fs = make(d.path());
+/// A pool in `dir` with a file "f", reopened over a fault backend: the
+/// filesystem, the file and the faults' control.
+fn with_faults(dir: &Path, seed: u64) -> (Arc<Fs>, u64, Arc<FaultControl>) {
+    let fs = make(dir);
     let f = file_in_root(&fs, "f");
     fs.flush().unwrap();
     drop(fs);
-    let control = FaultControl::new(3);
+    let control = FaultControl::new(seed);
     let st = Arc::new(FaultStorage::shared(
         Arc::new(cairn_devices::HostStorage),
         control.clone(),
     ));
-    let fs = Fs::open(pool_on(d.path(), st)).unwrap();
-    let mut data = noise(4 * BLOCK, 21);
-    fs.write(f, 0, &data).unwrap();
-    let tid = counter(&fs, "last_tid");
-    // The first pass's data write waits long enough for a writer to buffer
-    // more than one intent record holds (8 MiB) meanwhile.
+    (Fs::open(pool_on(dir, st)).unwrap(), f, control)
+}
+
+/// A tick in a thread whose first device write (its first pass's data)
+/// waits 1.5 s, holding the flush lock; returns once that write began.
+fn tick_held(
+    fs: &Arc<Fs>,
+    control: &FaultControl,
+) -> std::thread::JoinHandle<cairn_fs::Result<()>> {
     let slow = Fault::hang(Ops::WRITE, std::time::Duration::from_millis(1500));
     let hang = control.add(slow.when(When::Times(1)));
     let ticker = {
@@ -561,6 +563,19 @@ fn blocks_written_while_a_tick_stores_others_are_stored_by_another_pass_not_a_tr
     while control.hits(hang) == 0 {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
+    ticker
+}
+
+#[test]
+fn blocks_written_while_a_tick_stores_others_are_stored_by_another_pass_not_a_tree_commit() {
+    let d = tempfile::tempdir().unwrap();
+    let (fs, f, control) = with_faults(d.path(), 3);
+    let mut data = noise(4 * BLOCK, 21);
+    fs.write(f, 0, &data).unwrap();
+    let tid = counter(&fs, "last_tid");
+    // The first pass's data write waits long enough for a writer to buffer
+    // more than one intent record holds (8 MiB) meanwhile.
+    let ticker = tick_held(&fs, &control);
     let more = noise(192 * BLOCK, 22);
     fs.write(f, data.len() as u64, &more).unwrap();
     data.extend_from_slice(&more);
@@ -578,31 +593,13 @@ fn blocks_written_while_a_tick_stores_others_are_stored_by_another_pass_not_a_tr
 
 #[test]
 fn a_durable_snapshot_taken_while_a_tick_stores_does_not_wait_for_it_and_holds_its_state() {
-    use cairn_devices::backend::{Fault, FaultControl, FaultStorage, Ops, When};
     use std::time::{Duration, Instant};
     let d = tempfile::tempdir().unwrap();
-    let fs = make(d.path());
-    let f = file_in_root(&fs, "f");
-    fs.flush().unwrap();
-    drop(fs);
-    let control = FaultControl::new(5);
-    let st = Arc::new(FaultStorage::shared(
-        Arc::new(cairn_devices::HostStorage),
-        control.clone(),
-    ));
-    let fs = Fs::open(pool_on(d.path(), st)).unwrap();
+    let (fs, f, control) = with_faults(d.path(), 5);
     let mut data = noise(4 * BLOCK, 31);
     fs.write(f, 0, &data).unwrap();
     // The pass holds the flush lock while its data write waits.
-    let slow = Fault::hang(Ops::WRITE, Duration::from_millis(1500));
-    let hang = control.add(slow.when(When::Times(1)));
-    let ticker = {
-        let fs = fs.clone();
-        std::thread::spawn(move || fs.tick())
-    };
-    while control.hits(hang) == 0 {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let ticker = tick_held(&fs, &control);
     // A block the pass is storing, written again, and a new one.
     let b = noise(2 * BLOCK, 32);
     fs.write(f, 3 * BLOCK as u64, &b).unwrap();

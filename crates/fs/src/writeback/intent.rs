@@ -309,26 +309,14 @@ impl Fs {
             return Ok(Some(snap));
         }
         let last = self.flush_guard();
-        self.check_ok()?;
-        self.refuse_taken_name(name)?;
-        let room = self.pool.chunks.free_bytes();
-        let mut lg = log.lock();
-        let payload = lg.record_buffer();
-        let st = self.lock_all();
-        // The snapshot's record must end a region on the last commit (a
-        // clone whose commit failed left the log sealed for the next TID).
-        if !lg.is_on(*last) || !self.snapshot_fits(&st, &lg, room, None) {
-            drop(st);
-            lg.recycle(payload);
-            return Ok(None);
-        }
         // Holding the flush lock, after `commit_sealed`: no commit is under
         // way, so every change not logged is in the dirty overlays.
-        let snap = Snapshot::new(name, *last + 1, kind);
-        let logged = self.log_snapshot(st, &mut lg, payload, &snap);
-        drop(lg);
+        let logged = self.log_snapshot_on(log, name, kind, *last, |_| true)?;
         drop(last);
-        self.logged_or_committed(snap, logged)
+        match logged {
+            Some((snap, logged)) => self.logged_or_committed(snap, logged),
+            None => Ok(None),
+        }
     }
 
     /// `snapshot_logged` while a tick stores blocks ahead of the commit
@@ -348,41 +336,49 @@ impl Fs {
         let Some(last) = self.ticks.storing_on() else {
             return Ok(None);
         };
+        // The same pass, or another on the same commit: the names read
+        // before the locks are still those committed.
+        let same_pass = |st: &State| {
+            self.ticks.storing_on() == Some(last)
+                && st.flushing.is_empty()
+                && self.sealed.lock().is_empty()
+        };
+        match self.log_snapshot_on(log, name, kind, last, same_pass)? {
+            Some((snap, logged)) => self.logged_or_committed(snap, logged),
+            None => Ok(None),
+        }
+    }
+
+    /// A logged snapshot on `last`, the last committed TID, while no commit
+    /// can start (the caller holds the flush lock, or saw a tick's pass
+    /// hold it), if `still` holds under every shard lock and the log and
+    /// the pool can take it (else None): seals the changes as the next TID,
+    /// encodes them once the shards' locks are released (`seal_snapshot`),
+    /// appends the record and ends the log's region. Returns the snapshot
+    /// and how its record went, for `logged_or_committed` (called with
+    /// the flush lock released: it may wait for the commit).
+    fn log_snapshot_on(
+        &self,
+        log: &parking_lot::Mutex<LogFile>,
+        name: &str,
+        kind: SnapshotKind,
+        last: u64,
+        still: impl Fn(&State) -> bool,
+    ) -> Result<Option<(Snapshot, std::result::Result<(), LogError>)>> {
         self.check_ok()?;
         self.refuse_taken_name(name)?;
         let room = self.pool.chunks.free_bytes();
         let mut lg = log.lock();
-        let payload = lg.record_buffer();
-        let st = self.lock_all();
-        // The same pass, or another on the same commit: the names read
-        // above are still those committed.
-        let quiet = self.sealed.lock().is_empty() && st.flushing.is_empty();
-        if self.ticks.storing_on() != Some(last)
-            || !quiet
-            || !lg.is_on(last)
-            || !self.snapshot_fits(&st, &lg, room, None)
-        {
+        let mut payload = lg.record_buffer();
+        let mut st = self.lock_all();
+        // The snapshot's record must end a region on the last commit (a
+        // clone whose commit failed left the log sealed for the next TID).
+        if !still(&st) || !lg.is_on(last) || !self.snapshot_fits(&st, &lg, room, None) {
             drop(st);
             lg.recycle(payload);
             return Ok(None);
         }
         let snap = Snapshot::new(name, last + 1, kind);
-        let logged = self.log_snapshot(st, &mut lg, payload, &snap);
-        drop(lg);
-        self.logged_or_committed(snap, logged)
-    }
-
-    /// The cut and record of a logged snapshot, with no commit under way
-    /// and none able to start (`snap.tid` is the next TID): seals the
-    /// changes, then encodes them after the shards' locks are released
-    /// (`seal_snapshot`), appends the record and ends the log's region.
-    fn log_snapshot(
-        &self,
-        mut st: State<'_>,
-        lg: &mut LogFile,
-        mut payload: Vec<u8>,
-        snap: &Snapshot,
-    ) -> std::result::Result<(), LogError> {
         let t0 = std::time::Instant::now();
         let (next_ino, ov, changes) = self.seal_snapshot(&mut st, snap.tid);
         drop(st);
@@ -392,19 +388,18 @@ impl Fs {
             (None, &self.ticks.marks()),
             &ov,
             &changes,
-            snap,
+            &snap,
         );
         let (t2, bytes) = (t0.elapsed(), payload.len());
         let logged = lg.append_record(next_ino, payload);
         tracing::debug!(
-            "snapshot {}: {bytes} bytes logged; cut in {t1:?}, encoded in {:?}, written in {:?}",
-            snap.name,
+            "snapshot {name}: {bytes} bytes logged; cut in {t1:?}, encoded in {:?}, written in {:?}",
             t2 - t1,
             t0.elapsed() - t2
         );
         lg.seal(snap.tid);
-        self.leave_sealed(ov, next_ino, snap, logged.is_ok());
-        logged
+        self.leave_sealed(ov, next_ino, &snap, logged.is_ok());
+        Ok(Some((snap, logged)))
     }
 
     /// `snapshot_logged` while a flush commits the changes it sealed,
