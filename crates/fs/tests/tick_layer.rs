@@ -620,6 +620,12 @@ fn a_durable_snapshot_taken_while_a_tick_stores_does_not_wait_for_it_and_holds_i
     let c = noise(BLOCK, 33);
     fs.write(f, BLOCK as u64, &c).unwrap();
     now[BLOCK..2 * BLOCK].copy_from_slice(&c);
+    // The same name again while the pass runs: refused (once the pass and
+    // the first snapshot's commit are done), and the first one kept.
+    let e = fs
+        .snapshot_create("s", cairn_fs::SnapshotKind::Named)
+        .unwrap_err();
+    assert!(matches!(e, cairn_fs::FsError::SnapshotExists(_)), "{e}");
     ticker.join().unwrap().unwrap();
     fs.fsync(f).unwrap();
     let check = |fs: &Fs| {
