@@ -150,6 +150,20 @@ fn open_raw(p: &Path, flags: libc::c_int) -> io::Result<()> {
     Ok(())
 }
 
+/// Opens `p` with `flags` and writes one byte: the first error, if any. On
+/// a view the open itself may succeed (the kernel opens files without
+/// asking the daemon, and root passes every permission check), the write
+/// may not.
+fn open_write_raw(p: &Path, flags: libc::c_int) -> io::Result<()> {
+    let c = cpath(p);
+    let fd =
+        cvt(unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) } as libc::c_long)?;
+    let fd = fd as libc::c_int;
+    let r = cvt(unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) } as libc::c_long);
+    unsafe { libc::close(fd) };
+    r.map(|_| ())
+}
+
 fn truncate_raw(p: &Path, len: i64) -> io::Result<()> {
     let c = cpath(p);
     cvt(unsafe { libc::truncate(c.as_ptr(), len) } as libc::c_long).map(|_| ())
@@ -598,17 +612,20 @@ fn view_read_only(ro: &mut Ro, view: &Path, live: &Path, what: &str) {
     assert_file(&p("d/f"), &pattern(1, 100_000), &ctx("read d/f"));
     assert!(p("e").is_dir(), "{}", ctx("empty dir e missing"));
     ro.erofs(
-        open_raw(&p("top"), libc::O_WRONLY),
-        &ctx("open(top, O_WRONLY)"),
-    );
-    ro.erofs(open_raw(&p("top"), libc::O_RDWR), &ctx("open(top, O_RDWR)"));
-    ro.erofs(
-        open_raw(&p("top"), libc::O_WRONLY | libc::O_APPEND),
-        &ctx("open(top, O_WRONLY|O_APPEND)"),
+        open_write_raw(&p("top"), libc::O_WRONLY),
+        &ctx("open(top, O_WRONLY) + write"),
     );
     ro.erofs(
-        open_raw(&p("d/f"), libc::O_WRONLY | libc::O_TRUNC),
-        &ctx("open(d/f, O_WRONLY|O_TRUNC)"),
+        open_write_raw(&p("top"), libc::O_RDWR),
+        &ctx("open(top, O_RDWR) + write"),
+    );
+    ro.erofs(
+        open_write_raw(&p("top"), libc::O_WRONLY | libc::O_APPEND),
+        &ctx("open(top, O_WRONLY|O_APPEND) + write"),
+    );
+    ro.erofs(
+        open_write_raw(&p("d/f"), libc::O_WRONLY | libc::O_TRUNC),
+        &ctx("open(d/f, O_WRONLY|O_TRUNC) + write"),
     );
     ro.erofs(
         open_raw(&p("new"), libc::O_WRONLY | libc::O_CREAT),
@@ -654,6 +671,9 @@ fn view_read_only(ro: &mut Ro, view: &Path, live: &Path, what: &str) {
         &cross,
         &ctx("rename view/top -> live (EROFS or EXDEV)"),
     );
+    // The refused writes left no trace, not even in the kernel's cache.
+    assert_file(&p("top"), b"top v1", &ctx("read top after the refusals"));
+    assert_file(&p("d/f"), &pattern(1, 100_000), &ctx("read d/f after"));
 }
 
 #[test]
@@ -702,7 +722,10 @@ fn history_views_are_read_only() {
     // A single file or directory version: `top@@0x..` and `d@@0x..`.
     let top = at_tid(&m.join("top"), tid);
     assert_file(&top, b"top v1", "top@@tid");
-    ro.erofs(open_raw(&top, libc::O_WRONLY), "open(top@@tid, O_WRONLY)");
+    ro.erofs(
+        open_write_raw(&top, libc::O_WRONLY),
+        "open(top@@tid, O_WRONLY) + write",
+    );
     ro.erofs(truncate_raw(&top, 0), "truncate(top@@tid)");
     ro.erofs(
         fs::set_permissions(&top, Permissions::from_mode(0o600)),
@@ -773,6 +796,61 @@ fn history_views_are_read_only() {
         ".snapshots/s2 entries"
     );
     verify_ok(&m, "s1", "after the refused writes");
+    fs.finish();
+}
+
+/// Root may map a view file shared and writable (the kernel opens files
+/// without asking the daemon), but the page it dirties is refused when it
+/// is written back, and then dropped from the kernel's cache: no reader of
+/// the view sees the byte, even while the writer keeps its mapping.
+#[test]
+fn a_view_written_through_a_shared_mapping_keeps_its_bytes() {
+    let fs = Fs::new();
+    let m = fs.mnt.clone();
+    let data = pattern(7, 10_000);
+    fs::write(m.join("f"), &data).unwrap();
+    let tid = sync_tid(&m);
+    fs::write(m.join("f"), b"changed").unwrap();
+    let view = at_tid(&m.join("f"), tid);
+    assert_file(&view, &data, "f@@tid before");
+
+    // The kernel no longer asks the daemon about opens (opens.rs).
+    let f = OpenOptions::new().read(true).write(true).open(&view);
+    let f = f.expect("open f@@tid read-write");
+    use std::os::fd::AsRawFd;
+    let len = 4096;
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap: {}", io::Error::last_os_error());
+    unsafe { *(p as *mut u8) = data[0] ^ 0xff };
+    let synced = unsafe { libc::msync(p, len, libc::MS_SYNC) };
+    assert_eq!(synced, -1, "msync of a dirtied view page succeeded");
+    let t0 = Instant::now();
+    loop {
+        let got = fs::read(&view).unwrap();
+        if got == data {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the refused page is still served 10 s later (first byte {:#x}, want {:#x})",
+            got[0],
+            data[0]
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    unsafe { libc::munmap(p, len) };
+    drop(f);
+    assert_file(&view, &data, "f@@tid after the mapping is gone");
+    assert_file(&m.join("f"), b"changed", "live f");
     fs.finish();
 }
 

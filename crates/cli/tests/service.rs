@@ -490,6 +490,51 @@ fn metrics_are_valid_and_agree_with_info() {
     cairn(&[&"umount", &p.mnt]);
 }
 
+/// The kernel opens and closes files of a live pool without asking the
+/// daemon (crates/fuse/src/opens.rs): 50 files made, then each opened ten
+/// times to read and once to append, cost at most the one OPEN and the one
+/// CREATE that teach the kernel, and no RELEASE at all.
+#[test]
+fn opens_and_closes_of_a_live_pool_reach_no_daemon() {
+    let p = Pool::new("");
+    let port = free_port();
+    mount_with_metrics(&p, port);
+    let d = p.mnt.join("d");
+    std::fs::create_dir(&d).unwrap();
+    for i in 0..50 {
+        std::fs::write(d.join(format!("f{i}")), format!("file {i}\n")).unwrap();
+    }
+    for i in 0..50 {
+        let f = d.join(format!("f{i}"));
+        for _ in 0..10 {
+            assert_eq!(std::fs::read(&f).unwrap(), format!("file {i}\n").as_bytes());
+        }
+        let mut a = std::fs::OpenOptions::new().append(true).open(&f).unwrap();
+        a.write_all(b"more\n").unwrap();
+    }
+    for i in 0..50 {
+        let got = std::fs::read(d.join(format!("f{i}"))).unwrap();
+        assert_eq!(got, format!("file {i}\nmore\n").as_bytes(), "f{i}");
+    }
+    let (st, text) = http(port, "GET", "/metrics");
+    assert_eq!(st, 200);
+    let m = parse_metrics(&text);
+    let n = |op: &str| m[&format!("cairn_fuse_requests_total{{op=\"{op}\"}}")];
+    assert!(
+        n("open") <= 1.0,
+        "{} OPEN requests for 600 opens",
+        n("open")
+    );
+    assert!(n("create") <= 1.0, "{} CREATE requests", n("create"));
+    assert_eq!(n("release"), 0.0, "RELEASE requests for 600 closes");
+    assert!(
+        n("write") >= 100.0,
+        "{} WRITE requests for 100 writes",
+        n("write")
+    );
+    cairn(&[&"umount", &p.mnt]);
+}
+
 #[test]
 fn metrics_refuse_remote_addresses_unless_allowed() {
     let p = Pool::new("");

@@ -1,14 +1,16 @@
 //! FUSE frontend: maps the kernel's requests onto `cairn_fs::Fs`. Mounted
 //! with default_permissions (the kernel checks permissions), allow_other when
-//! run as root, writeback cache, 1 MiB writes, readdirplus and parallel
-//! directory operations, served by several threads with cloned fds and, where
-//! the kernel has it, by FUSE over io_uring (transport.rs); the mount's
-//! read-ahead is raised once it exists (bdi.rs). Requests are counted and
-//! timed for the metrics endpoint when enabled (metrics.rs).
+//! run as root, without OPEN and RELEASE requests (opens.rs), 1 MiB writes,
+//! readdirplus and parallel directory operations, served by several threads
+//! with cloned fds and, where the kernel has it, by FUSE over io_uring
+//! (transport.rs); the mount's read-ahead is raised once it exists (bdi.rs).
+//! Requests are counted and timed for the metrics endpoint when enabled
+//! (metrics.rs).
 
 mod attr;
 mod bdi;
 pub mod metrics;
+mod opens;
 mod ops;
 mod ratelimit;
 mod transport;
@@ -65,7 +67,10 @@ pub fn serve(
     transport: Transport,
 ) -> std::io::Result<()> {
     let cfg = config_ro(threads, &fsname(&fs), prepare(transport)?, is_mirror(&fs));
-    let session = fuser::Session::new(CairnFuse::new(fs), mountpoint, &cfg)?;
+    let fuse = CairnFuse::new(fs);
+    let invalidator = fuse.invalidator();
+    let session = fuser::Session::new(fuse, mountpoint, &cfg)?;
+    invalidator.set(session.notifier());
     bdi::tune(mountpoint);
     session.run()
 }
@@ -78,7 +83,10 @@ pub fn spawn(
     transport: Transport,
 ) -> std::io::Result<fuser::BackgroundSession> {
     let cfg = config_ro(threads, &fsname(&fs), prepare(transport)?, is_mirror(&fs));
-    let session = fuser::spawn_mount(CairnFuse::new(fs), mountpoint, &cfg)?;
+    let fuse = CairnFuse::new(fs);
+    let invalidator = fuse.invalidator();
+    let session = fuser::spawn_mount(fuse, mountpoint, &cfg)?;
+    invalidator.set(session.notifier());
     bdi::tune(mountpoint);
     Ok(session)
 }

@@ -7,6 +7,7 @@
 
 use crate::attr::{file_attr, file_attr_blocks, from_system, time_or_now};
 use crate::metrics::{self, Op};
+use crate::opens::Invalidator;
 use crate::views::{Node, Views, SNAPDIR_INO};
 use cairn_fs::{
     Ctx, DirEntry, FileKind, Fs, FsError, Inode, RenameFlags as CRename, SetAttr, XattrMode,
@@ -34,6 +35,9 @@ pub struct CairnFuse {
     /// so everything is cached as briefly as the views, and file pages are
     /// dropped at each open.
     mirror: bool,
+    /// The kernel opens files without asking (opens.rs): all but a mirror.
+    no_open: bool,
+    invalidator: Invalidator,
 }
 
 impl CairnFuse {
@@ -43,7 +47,14 @@ impl CairnFuse {
             fs,
             views: Views::default(),
             mirror,
+            no_open: !mirror,
+            invalidator: Invalidator::default(),
         }
+    }
+
+    /// Where the session's notifier goes once the session exists.
+    pub fn invalidator(&self) -> Invalidator {
+        self.invalidator.clone()
     }
 
     /// How long the kernel may cache the attributes and entry of `ino`.
@@ -246,8 +257,9 @@ fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
 
 impl Filesystem for CairnFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // No FUSE_WRITEBACK_CACHE: without OPEN, a refused write to a view
+        // must fail in write(2) itself (opens.rs).
         for cap in [
-            InitFlags::FUSE_WRITEBACK_CACHE,
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
@@ -505,6 +517,10 @@ impl Filesystem for CairnFuse {
                 Err(e) => reply.error(errno(e)),
             };
         }
+        if self.no_open {
+            // The kernel opens by itself from now on, and sends no RELEASE.
+            return reply.error(Errno::ENOSYS);
+        }
         match self.fs.open_file(ino.0) {
             Ok(_) => reply.opened(FileHandle(0), self.open_flags()),
             Err(e) => reply.error(errno(e)),
@@ -557,7 +573,8 @@ impl Filesystem for CairnFuse {
     ) {
         let _t = metrics::timer(Op::Write);
         if self.in_view(&[ino]) {
-            return reply.error(Errno::EROFS);
+            reply.error(Errno::EROFS);
+            return self.invalidator.drop_pages_after_reply(ino.0);
         }
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             if let Err(e) = self.fs.kill_setid(ino.0) {
@@ -575,8 +592,8 @@ impl Filesystem for CairnFuse {
 
     /// close(2) needs nothing from us (durability is fsync's), so FLUSH is
     /// answered ENOSYS: the kernel then stops sending it, which saves a
-    /// round trip per close. Dirty pages are written back before that point
-    /// either way (writeback cache), and their errors still reach close.
+    /// round trip per close. Every write(2) has reached us before its call
+    /// returned (no writeback cache), with its error.
     fn flush(
         &self,
         _req: &Request,
@@ -814,6 +831,10 @@ impl Filesystem for CairnFuse {
         reply: ReplyCreate,
     ) {
         let _t = metrics::timer(Op::Create);
+        if self.no_open {
+            // The kernel makes the file with MKNOD and opens it by itself.
+            return reply.error(Errno::ENOSYS);
+        }
         if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
