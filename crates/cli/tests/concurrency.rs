@@ -1481,12 +1481,24 @@ fn fuse_handoffs_run_on_the_adaptive_worker_pool() {
     fs.mount();
     let path = fs.p("big");
     let mut f = std::fs::File::create(&path).unwrap();
-    for i in 0..8u8 {
+    // 12 writes for 8 hand-offs: the first requests after the mount may
+    // still come through /dev/fuse, before the rings are registered.
+    for i in 0..12u8 {
         std::io::Write::write_all(&mut f, &vec![i; 1 << 20]).unwrap();
         f.sync_all().unwrap();
     }
     drop(f);
-    let info = common::hist::pool_info(&fs.mnt);
+    // A job counts as completed just after its reply is out, so the last
+    // one may still be counting when the write returns.
+    let t0 = std::time::Instant::now();
+    let info = loop {
+        let info = common::hist::pool_info(&fs.mnt);
+        let w = common::hist::field(&info, "fuse_workers");
+        if common::hist::field_u64(w, "completed") >= 8 || t0.elapsed().as_secs() >= 5 {
+            break info;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let w = common::hist::field(&info, "fuse_workers");
     let n = |k: &str| common::hist::field_u64(w, k);
     assert!(n("completed") >= 8, "handed-off requests: {w:?}");
