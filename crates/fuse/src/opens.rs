@@ -1,7 +1,7 @@
 //! How opens reach the daemon: mostly, they do not. A live pool answers the
 //! first OPEN (and CREATE) with ENOSYS, which tells the kernel to open files
 //! by itself from then on and to send no RELEASE at close (FUSE's no-open
-//! mode, Linux 3.14+). A small-file workload crosses into the daemon about
+//! mode, Linux 4.19+). A small-file workload crosses into the daemon about
 //! half as often: under the blogbench-style load three requests in four
 //! were an OPEN or a RELEASE. Nothing needed them:
 //!
