@@ -15,10 +15,11 @@
 //! Historical views are read-only, and without OPEN the kernel lets root
 //! open a view file for writing. That is why the mount has no writeback
 //! cache: every write(2) is a WRITE request, refused with EROFS before the
-//! call returns, and the kernel drops the pages it filled for it. Pages of a
-//! view written through a shared mapping are refused the same way when the
-//! kernel writes them back, and `Invalidator` then drops them from the
-//! kernel's cache, so no reader sees bytes the view never held. A mirror
+//! call returns, and the kernel drops the pages it filled for it. A page of
+//! a view that root dirties through a shared mapping is refused the same
+//! way when the kernel writes it back (msync, or within the dirty expiry),
+//! and `Invalidator` then drops it from the kernel's cache; until that
+//! write-back, readers of the page see what the mapping holds. A mirror
 //! pool keeps OPEN: its tree changes behind the kernel's back and each open
 //! drops the file's cached pages.
 
