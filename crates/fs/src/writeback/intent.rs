@@ -305,14 +305,16 @@ impl Fs {
                 return Ok(Some(snap));
             }
         }
-        if let Some(snap) = self.snapshot_during_tick(log, name, kind)? {
-            return Ok(Some(snap));
-        }
-        let last = self.flush_guard();
-        // Holding the flush lock, after `commit_sealed`: no commit is under
-        // way, so every change not logged is in the dirty overlays.
-        let logged = self.log_snapshot_on(log, name, kind, *last, |_| true)?;
-        drop(last);
+        let logged = match self.snapshot_during_tick(log, name, kind)? {
+            Some(logged) => Some(logged),
+            None => {
+                let last = self.flush_guard();
+                // Holding the flush lock, after `commit_sealed`: no commit is
+                // under way, so every change not logged is in the dirty
+                // overlays.
+                self.log_snapshot_on(log, name, kind, *last, |_| true)?
+            }
+        };
         match logged {
             Some((snap, logged)) => self.logged_or_committed(snap, logged),
             None => Ok(None),
@@ -326,13 +328,13 @@ impl Fs {
     /// under every shard lock, which this holds while it seals. Blocks the
     /// pass stores after the seal are no longer in the dirty overlays: it
     /// leaves their chunks loose, and the snapshot's commit writes them.
-    /// None when no pass runs, or as `snapshot_logged`.
+    /// None when no pass runs, else as `log_snapshot_on`.
     fn snapshot_during_tick(
         &self,
         log: &parking_lot::Mutex<LogFile>,
         name: &str,
         kind: SnapshotKind,
-    ) -> Result<Option<Snapshot>> {
+    ) -> Result<Option<(Snapshot, std::result::Result<(), LogError>)>> {
         let Some(last) = self.ticks.storing_on() else {
             return Ok(None);
         };
@@ -343,10 +345,7 @@ impl Fs {
                 && st.flushing.is_empty()
                 && self.sealed.lock().is_empty()
         };
-        match self.log_snapshot_on(log, name, kind, last, same_pass)? {
-            Some((snap, logged)) => self.logged_or_committed(snap, logged),
-            None => Ok(None),
-        }
+        self.log_snapshot_on(log, name, kind, last, same_pass)
     }
 
     /// A logged snapshot on `last`, the last committed TID, while no commit
