@@ -16,7 +16,7 @@
  * Runs ITERATIONS iterations of SECONDS each and prints, per iteration,
  *   iteration N reads R writes W
  * where R counts whole files read and W counts files written, rewritten and
- * appended to during that iteration.
+ * appended to during that iteration (followed by those three counts).
  *
  * Usage: blogbench DIR [writers rewriters commenters readers iterations seconds max_blogs]
  * Build: cc -O2 -pthread -o blogbench blogbench.c
@@ -112,6 +112,9 @@ static int write_file(const char *path, int flags, uint64_t *s, char *buf, size_
     return 0;
 }
 
+/* the writes, split by kind: new blog files, rewrites, appends */
+static long wrote_new, wrote_rewrite, wrote_append;
+
 static void count(long *c, long n) { __atomic_fetch_add(c, n, __ATOMIC_RELAXED); }
 
 /* A random published blog, read-locked (or -1 when none could be taken). */
@@ -161,11 +164,13 @@ static void create_blog(uint64_t *s, char *buf)
     snprintf(path, sizeof path, "%s/article", dir);
     write_file(path, O_CREAT | O_TRUNC, s, buf, (size_t)rnd(s, 1, 64) * 1024);
     count(&writes, 1);
+    count(&wrote_new, 1);
     bl->npics = (int)rnd(s, 1, MAX_PICS);
     for (int i = 0; i < bl->npics; i++) {
         snprintf(path, sizeof path, "%s/picture-%d", dir, i);
         write_file(path, O_CREAT | O_TRUNC, s, buf, (size_t)rnd(s, 4, 200) * 1024);
         count(&writes, 1);
+        count(&wrote_new, 1);
     }
     bl->valid = 1;
     pthread_rwlock_unlock(&bl->lock);
@@ -204,13 +209,16 @@ static void *run(void *arg)
             if (rename(tmp, path) < 0)
                 fatal("rename", tmp);
             count(&writes, 1);
+            count(&wrote_rewrite, 1);
             pthread_rwlock_unlock(&blogs[b].lock);
             break;
         case 'c': /* append a comment */
             if ((b = pick(&s)) < 0) { idle(); break; }
             snprintf(path, sizeof path, "%s/blog-%ld/article", root, b);
-            if (write_file(path, O_APPEND, &s, buf, (size_t)rnd(&s, 1, 4) * 1024) == 0)
+            if (write_file(path, O_APPEND, &s, buf, (size_t)rnd(&s, 1, 4) * 1024) == 0) {
                 count(&writes, 1);
+                count(&wrote_append, 1);
+            }
             pthread_rwlock_unlock(&blogs[b].lock);
             break;
         default: { /* read a whole file */
@@ -271,7 +279,7 @@ int main(int argc, char **argv)
     char *buf = malloc(BUF_MAX + 8);
     for (long i = 0; i < 4 * (nw > 0 ? nw : 1) && i < max_blogs; i++)
         create_blog(&s, buf);
-    reads = writes = 0;
+    reads = writes = wrote_new = wrote_rewrite = wrote_append = 0;
 
     long total = nw + nr + nc + nread, n = 0;
     struct worker *ws = calloc((size_t)total, sizeof *ws);
@@ -295,7 +303,11 @@ int main(int argc, char **argv)
             ;
         long r = __atomic_exchange_n(&reads, 0, __ATOMIC_RELAXED);
         long w = __atomic_exchange_n(&writes, 0, __ATOMIC_RELAXED);
-        printf("iteration %ld reads %ld writes %ld\n", it, r, w);
+        long wn = __atomic_exchange_n(&wrote_new, 0, __ATOMIC_RELAXED);
+        long wr = __atomic_exchange_n(&wrote_rewrite, 0, __ATOMIC_RELAXED);
+        long wa = __atomic_exchange_n(&wrote_append, 0, __ATOMIC_RELAXED);
+        printf("iteration %ld reads %ld writes %ld (new %ld rewritten %ld appended %ld)\n", it,
+               r, w, wn, wr, wa);
         fflush(stdout);
     }
     stop = 1;

@@ -103,8 +103,8 @@ pub struct UringConfig {
     /// Run ring threads at `SCHED_IDLE` between requests (root only), so the
     /// scheduler sees their CPU as free when a reply wakes the caller and
     /// keeps the caller there. Reads and writes are served at normal
-    /// priority, and a thread that waits for its CPU is raised to normal
-    /// priority for a while (see `sched.rs`).
+    /// priority, and a thread that waits for its CPU is raised for a while
+    /// (see `uring_sched.rs`).
     pub idle_priority: bool,
     /// Entries registered per thread: requests it can hold at once (those
     /// handed to workers keep theirs until they reply).

@@ -13,10 +13,22 @@
 //!   normal priority;
 //! - a monitor thread samples each ring thread's run-queue wait
 //!   (`/proc/self/task/TID/schedstat`) and raises a thread that waited more
-//!   than `STARVED` in a `PERIOD` to normal priority for `BOOST`.
+//!   than `STARVED` in a `PERIOD` for `BOOST`: to `SCHED_FIFO` (the lowest
+//!   real-time priority), so that its requests run as soon as they come, as
+//!   a kernel filesystem's would. Normal priority is not enough: with eight
+//!   threads reading cached files on each CPU (the blogbench-style load), a
+//!   raised ring thread still waited 600-800 ms per second for its CPU, the
+//!   writers waiting on it slept half the time, and their score halved
+//!   after the first iterations.
+//! - A raised thread that ran more than `HOGGING` in a period is doing long
+//!   work (an inline flush, a large copy), not short requests: it drops to
+//!   normal priority for the rest of its boost, so it cannot hold its CPU
+//!   from other processes. The kernel's real-time throttling bounds the
+//!   rest. `SCHED_RESET_ON_FORK` keeps threads it starts at normal priority.
 //!
-//! Leaving `SCHED_IDLE` needs CAP_SYS_NICE (or RLIMIT_NICE), so the idle
-//! policy is only used when running as root.
+//! Changing these policies needs CAP_SYS_NICE (or RLIMIT_NICE and
+//! RLIMIT_RTPRIO), so the idle policy is only used when running as root; a
+//! refused `SCHED_FIFO` falls back to normal priority.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -32,8 +44,11 @@ use log::debug;
 const PERIOD: Duration = Duration::from_millis(100);
 /// Run-queue wait within one period that counts as starving.
 const STARVED: Duration = Duration::from_millis(20);
-/// How long a starved thread keeps normal priority.
+/// How long a starved thread stays raised.
 const BOOST: Duration = Duration::from_secs(2);
+/// Run time within one period above which a raised thread counts as doing
+/// long work rather than short requests.
+const HOGGING: Duration = Duration::from_millis(50);
 
 /// True when this process may return a thread from `SCHED_IDLE`.
 pub(crate) fn can_leave_idle() -> bool {
@@ -54,8 +69,19 @@ pub(crate) struct ThreadSched {
     tid: AtomicI32,
     /// The thread uses the idle policy between requests.
     idle: AtomicBool,
-    /// The monitor raised it to normal priority.
+    /// The monitor raised it (to `Level::Realtime` or `Level::Normal`).
     boosted: AtomicBool,
+}
+
+/// The policy the monitor keeps a ring thread at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Level {
+    /// `SCHED_IDLE`: between requests, on a CPU nothing else wants.
+    Idle,
+    /// `SCHED_OTHER`: raised, but doing long work.
+    Normal,
+    /// `SCHED_FIFO` at the lowest priority: raised while starved.
+    Realtime,
 }
 
 impl ThreadSched {
@@ -81,32 +107,78 @@ impl ThreadSched {
         }
     }
 
-    fn boost(&self, on: bool) {
+    fn set_level(&self, level: Level) {
         let tid = self.tid.load(Ordering::Relaxed);
         if tid == 0 || !self.idle.load(Ordering::Relaxed) {
             return;
         }
-        self.boosted.store(on, Ordering::Relaxed);
-        let policy = if on {
-            libc::SCHED_OTHER
-        } else {
-            libc::SCHED_IDLE
+        self.boosted.store(level != Level::Idle, Ordering::Relaxed);
+        let ok = match level {
+            Level::Idle => set_policy(tid, libc::SCHED_IDLE),
+            Level::Normal => set_policy(tid, libc::SCHED_OTHER),
+            Level::Realtime => {
+                let p = libc::sched_param { sched_priority: 1 };
+                // SAFETY: plain syscall on a live thread of this process.
+                let rt = unsafe {
+                    libc::sched_setscheduler(tid, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &p)
+                } == 0;
+                rt || set_policy(tid, libc::SCHED_OTHER)
+            }
         };
-        if !set_policy(tid, policy) {
-            debug!("fuse ring: cannot change the policy of thread {tid}");
+        if !ok {
+            debug!("fuse ring: cannot set thread {tid} to {level:?}");
         }
     }
 
-    /// Total run-queue wait of the thread so far.
-    fn wait_time(&self) -> Option<Duration> {
+    /// Total time the thread ran and waited in the run queue so far.
+    fn times(&self) -> Option<Times> {
         let tid = self.tid.load(Ordering::Relaxed);
         if tid == 0 {
             return None;
         }
         let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-        let ns: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
-        Some(Duration::from_nanos(ns))
+        let mut f = s.split_whitespace().map(|v| v.parse::<u64>().ok());
+        let ran = Duration::from_nanos(f.next()??);
+        let waited = Duration::from_nanos(f.next()??);
+        Some(Times { ran, waited })
     }
+}
+
+/// CPU time a thread ran, and spent runnable but waiting for its CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Times {
+    ran: Duration,
+    waited: Duration,
+}
+
+impl Times {
+    fn since(self, before: Option<Times>) -> Times {
+        match before {
+            Some(b) => Times {
+                ran: self.ran.saturating_sub(b.ran),
+                waited: self.waited.saturating_sub(b.waited),
+            },
+            None => Times::default(),
+        }
+    }
+}
+
+/// The level a ring thread moves to after a period in which it ran and
+/// waited `last`, being at `now_at` and `raised` (None: it stays). A
+/// starved thread is raised, to real time unless it ran long; a raised
+/// thread that ran long drops to normal. Lowering back to idle when the
+/// boost ends is the caller's.
+fn next_level(last: Times, now_at: Level, raised: bool) -> Option<Level> {
+    let hogging = last.ran > HOGGING;
+    if last.waited > STARVED {
+        let want = if hogging {
+            Level::Normal
+        } else {
+            Level::Realtime
+        };
+        return (want != now_at).then_some(want);
+    }
+    (raised && hogging && now_at == Level::Realtime).then_some(Level::Normal)
 }
 
 /// Something that owns a `ThreadSched` (a ring).
@@ -139,8 +211,9 @@ impl Monitor {
 }
 
 fn watch(rings: &[Arc<dyn HasSched>], stop: &(parking_lot::Mutex<bool>, parking_lot::Condvar)) {
-    let mut last: Vec<Option<Duration>> = rings.iter().map(|r| r.sched().wait_time()).collect();
+    let mut last: Vec<Option<Times>> = rings.iter().map(|r| r.sched().times()).collect();
     let mut until: Vec<Option<Instant>> = vec![None; rings.len()];
+    let mut level = vec![Level::Idle; rings.len()];
     loop {
         {
             let mut stopped = stop.0.lock();
@@ -154,22 +227,79 @@ fn watch(rings: &[Arc<dyn HasSched>], stop: &(parking_lot::Mutex<bool>, parking_
         let now = Instant::now();
         for (i, r) in rings.iter().enumerate() {
             let sched = r.sched();
-            let wait = sched.wait_time();
-            let waited = match (wait, last[i]) {
-                (Some(w), Some(l)) => w.saturating_sub(l),
-                _ => Duration::ZERO,
-            };
-            last[i] = wait;
-            if waited > STARVED {
-                if until[i].is_none() {
-                    debug!("fuse ring thread {i} waited {waited:?} for its CPU: normal priority");
-                    sched.boost(true);
-                }
+            let times = sched.times();
+            let period = times.map_or(Times::default(), |t| t.since(last[i]));
+            last[i] = times;
+            if period.waited > STARVED {
                 until[i] = Some(now + BOOST);
             } else if until[i].is_some_and(|t| now >= t) {
                 until[i] = None;
-                sched.boost(false);
+                level[i] = Level::Idle;
+                sched.set_level(Level::Idle);
+                continue;
+            }
+            if let Some(l) = next_level(period, level[i], until[i].is_some()) {
+                debug!(
+                    "fuse ring thread {i} ran {:?}, waited {:?}: {l:?}",
+                    period.ran, period.waited
+                );
+                level[i] = l;
+                sched.set_level(l);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ran_ms: u64, waited_ms: u64) -> Times {
+        Times {
+            ran: Duration::from_millis(ran_ms),
+            waited: Duration::from_millis(waited_ms),
+        }
+    }
+
+    #[test]
+    fn a_starved_thread_serving_short_requests_goes_real_time() {
+        assert_eq!(
+            next_level(t(5, 80), Level::Idle, false),
+            Some(Level::Realtime)
+        );
+        assert_eq!(
+            next_level(t(5, 80), Level::Normal, true),
+            Some(Level::Realtime)
+        );
+        // Already there: no change.
+        assert_eq!(next_level(t(5, 80), Level::Realtime, true), None);
+        // Not starved, not raised: stays idle.
+        assert_eq!(next_level(t(5, 10), Level::Idle, false), None);
+        assert_eq!(next_level(t(90, 5), Level::Idle, false), None);
+    }
+
+    #[test]
+    fn a_raised_thread_that_runs_long_drops_to_normal() {
+        assert_eq!(
+            next_level(t(60, 5), Level::Realtime, true),
+            Some(Level::Normal)
+        );
+        // Starved while running long: normal, not real time.
+        assert_eq!(
+            next_level(t(60, 30), Level::Idle, false),
+            Some(Level::Normal)
+        );
+        assert_eq!(
+            next_level(t(60, 30), Level::Realtime, true),
+            Some(Level::Normal)
+        );
+        // Short work again while raised: stays where it is until starved.
+        assert_eq!(next_level(t(5, 5), Level::Normal, true), None);
+    }
+
+    #[test]
+    fn times_since_an_earlier_sample_are_the_difference() {
+        assert_eq!(t(30, 50).since(Some(t(10, 20))), t(20, 30));
+        assert_eq!(t(30, 50).since(None), Times::default());
     }
 }

@@ -329,6 +329,22 @@ impl Fs {
             .collect()
     }
 
+    /// Name and scheduling policy (SCHED_OTHER 0, SCHED_FIFO 1, SCHED_IDLE
+    /// 5, ...) of every thread of the foreground daemon.
+    pub fn daemon_thread_policies(&self) -> Vec<(String, i32)> {
+        let pid = self.child.as_ref().expect("not mounted").id();
+        let rd = fs::read_dir(format!("/proc/{pid}/task")).expect("daemon tasks");
+        rd.flatten()
+            .filter_map(|t| {
+                let comm = fs::read_to_string(t.path().join("comm")).ok()?;
+                let stat = fs::read_to_string(t.path().join("stat")).ok()?;
+                // Field 41 (policy), counted after the ")" that ends comm.
+                let policy = stat.rsplit_once(')')?.1.split_whitespace().nth(38)?;
+                Some((comm.trim().to_string(), policy.parse().ok()?))
+            })
+            .collect()
+    }
+
     /// Pids of processes (other than us) whose command line mentions this
     /// pool: daemons started by this test, e.g. in daemon (non-foreground) mode.
     pub fn daemon_pids(&self) -> Vec<i32> {
