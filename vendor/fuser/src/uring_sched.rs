@@ -20,6 +20,9 @@
 //!   raised ring thread still waited 600-800 ms per second for its CPU, the
 //!   writers waiting on it slept half the time, and their score halved
 //!   after the first iterations.
+//! - A boost that ends while more threads are runnable than there are CPUs
+//!   is extended: at real time the thread no longer starves, and dropping
+//!   it would cost a starved period before the monitor raised it again.
 //! - A raised thread that ran more than `HOGGING` in a period is doing long
 //!   work (an inline flush, a large copy), not short requests: it drops to
 //!   normal priority for the rest of its boost, so it cannot hold its CPU
@@ -163,6 +166,20 @@ impl Times {
     }
 }
 
+/// True when more threads are runnable than there are CPUs (`procs_running`
+/// of /proc/stat, less the monitor itself): the CPUs are contended.
+fn busy_cpus() -> bool {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return false;
+    };
+    let running = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("procs_running "))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    running.is_some_and(|r| r.saturating_sub(1) > cpus)
+}
+
 /// The level a ring thread moves to after a period in which it ran and
 /// waited `last`, being at `now_at` and `raised` (None: it stays). A
 /// starved thread is raised, to real time unless it ran long; a raised
@@ -233,6 +250,12 @@ fn watch(rings: &[Arc<dyn HasSched>], stop: &(parking_lot::Mutex<bool>, parking_
             if period.waited > STARVED {
                 until[i] = Some(now + BOOST);
             } else if until[i].is_some_and(|t| now >= t) {
+                if busy_cpus() {
+                    // Still raised, the thread cannot starve, but dropping
+                    // it now would cost a starved period to raise it again.
+                    until[i] = Some(now + BOOST);
+                    continue;
+                }
                 until[i] = None;
                 level[i] = Level::Idle;
                 sched.set_level(Level::Idle);
