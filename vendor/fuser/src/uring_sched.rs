@@ -23,8 +23,11 @@
 //! - A boost that ends while more threads are runnable than there are CPUs
 //!   is extended: at real time the thread no longer starves, and dropping
 //!   it would cost a starved period before the monitor raised it again.
-//! - A raised thread that ran more than `HOGGING` in a period is doing long
-//!   work (an inline flush, a large copy), not short requests: it drops to
+//! - A raised thread that ran more than `HOGGING` in a period, in runs of
+//!   `LONG_RUN` or more on average, is doing long work (an inline flush, a
+//!   large copy), not short requests (those run for tens of microseconds
+//!   and then wait for the next; under the blogbench-style load one ring
+//!   thread served them for over half of each second): it drops to
 //!   normal priority for the rest of its boost, so it cannot hold its CPU
 //!   from other processes. The kernel's real-time throttling bounds the
 //!   rest. `SCHED_RESET_ON_FORK` keeps threads it starts at normal priority.
@@ -52,6 +55,8 @@ const BOOST: Duration = Duration::from_secs(2);
 /// Run time within one period above which a raised thread counts as doing
 /// long work rather than short requests.
 const HOGGING: Duration = Duration::from_millis(50);
+/// Average length of a run on the CPU above which a thread's work is long.
+const LONG_RUN: Duration = Duration::from_millis(1);
 
 /// True when this process may return a thread from `SCHED_IDLE`.
 pub(crate) fn can_leave_idle() -> bool {
@@ -143,7 +148,8 @@ impl ThreadSched {
         let mut f = s.split_whitespace().map(|v| v.parse::<u64>().ok());
         let ran = Duration::from_nanos(f.next()??);
         let waited = Duration::from_nanos(f.next()??);
-        Some(Times { ran, waited })
+        let runs = f.next()??;
+        Some(Times { ran, waited, runs })
     }
 }
 
@@ -152,6 +158,8 @@ impl ThreadSched {
 struct Times {
     ran: Duration,
     waited: Duration,
+    /// Times the thread was put on its CPU.
+    runs: u64,
 }
 
 impl Times {
@@ -160,6 +168,7 @@ impl Times {
             Some(b) => Times {
                 ran: self.ran.saturating_sub(b.ran),
                 waited: self.waited.saturating_sub(b.waited),
+                runs: self.runs.saturating_sub(b.runs),
             },
             None => Times::default(),
         }
@@ -186,7 +195,7 @@ fn busy_cpus() -> bool {
 /// thread that ran long drops to normal. Lowering back to idle when the
 /// boost ends is the caller's.
 fn next_level(last: Times, now_at: Level, raised: bool) -> Option<Level> {
-    let hogging = last.ran > HOGGING;
+    let hogging = last.ran > HOGGING && last.ran > LONG_RUN * last.runs.max(1) as u32;
     if last.waited > STARVED {
         let want = if hogging {
             Level::Normal
@@ -277,10 +286,12 @@ fn watch(rings: &[Arc<dyn HasSched>], stop: &(parking_lot::Mutex<bool>, parking_
 mod tests {
     use super::*;
 
+    /// Ran and waited that many ms, in runs of 5 ms (long work).
     fn t(ran_ms: u64, waited_ms: u64) -> Times {
         Times {
             ran: Duration::from_millis(ran_ms),
             waited: Duration::from_millis(waited_ms),
+            runs: ran_ms / 5,
         }
     }
 
@@ -318,6 +329,24 @@ mod tests {
         );
         // Short work again while raised: stays where it is until starved.
         assert_eq!(next_level(t(5, 5), Level::Normal, true), None);
+    }
+
+    #[test]
+    fn a_raised_thread_serving_many_short_requests_stays_real_time() {
+        // 560 ms in 28,000 runs of 20 us: short requests, however many.
+        let busy = Times {
+            runs: 28_000,
+            ..t(560, 0)
+        };
+        assert_eq!(next_level(busy, Level::Realtime, true), None);
+        let starved = Times {
+            runs: 28_000,
+            ..t(560, 300)
+        };
+        assert_eq!(
+            next_level(starved, Level::Idle, false),
+            Some(Level::Realtime)
+        );
     }
 
     #[test]
