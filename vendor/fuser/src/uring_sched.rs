@@ -256,15 +256,12 @@ fn watch(rings: &[Arc<dyn HasSched>], stop: &(parking_lot::Mutex<bool>, parking_
             let times = sched.times();
             let period = times.map_or(Times::default(), |t| t.since(last[i]));
             last[i] = times;
-            if period.waited > STARVED {
+            let ended = until[i].is_some_and(|t| now >= t);
+            // A raised thread on contended CPUs no longer starves, but
+            // dropping it would cost a starved period to raise it again.
+            if period.waited > STARVED || (ended && busy_cpus()) {
                 until[i] = Some(now + BOOST);
-            } else if until[i].is_some_and(|t| now >= t) {
-                if busy_cpus() {
-                    // Still raised, the thread cannot starve, but dropping
-                    // it now would cost a starved period to raise it again.
-                    until[i] = Some(now + BOOST);
-                    continue;
-                }
+            } else if ended {
                 until[i] = None;
                 level[i] = Level::Idle;
                 sched.set_level(Level::Idle);
