@@ -39,6 +39,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicI32;
+use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -65,7 +66,14 @@ pub(crate) fn can_leave_idle() -> bool {
 }
 
 fn set_policy(tid: i32, policy: i32) -> bool {
-    let p = libc::sched_param { sched_priority: 0 };
+    set_policy_at(tid, policy, 0)
+}
+
+/// `policy` at static priority `priority` (0 except for real-time ones).
+fn set_policy_at(tid: i32, policy: i32, priority: i32) -> bool {
+    let p = libc::sched_param {
+        sched_priority: priority,
+    };
     // SAFETY: plain syscall; tid 0 is the calling thread.
     unsafe { libc::sched_setscheduler(tid, policy, &p) == 0 }
 }
@@ -77,12 +85,13 @@ pub(crate) struct ThreadSched {
     tid: AtomicI32,
     /// The thread uses the idle policy between requests.
     idle: AtomicBool,
-    /// The monitor raised it (to `Level::Realtime` or `Level::Normal`).
-    boosted: AtomicBool,
+    /// The `Level` the monitor set last (as u8; `Idle` until raised).
+    level: AtomicU8,
 }
 
 /// The policy the monitor keeps a ring thread at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum Level {
     /// `SCHED_IDLE`: between requests, on a CPU nothing else wants.
     Idle,
@@ -104,33 +113,41 @@ impl ThreadSched {
 
     /// Runs one request's handler; bulk requests at normal priority.
     pub(crate) fn serve(&self, bulk: bool, handler: impl FnOnce()) {
-        let raise =
-            bulk && self.idle.load(Ordering::Relaxed) && !self.boosted.load(Ordering::Relaxed);
+        let raise = bulk && self.idle.load(Ordering::Relaxed) && !self.raised();
         if raise {
             set_policy(0, libc::SCHED_OTHER);
         }
         handler();
-        if raise && !self.boosted.load(Ordering::Relaxed) {
+        if raise && !self.raised() {
             set_policy(0, libc::SCHED_IDLE);
         }
     }
 
+    fn level(&self) -> Level {
+        match self.level.load(Ordering::Relaxed) {
+            l if l == Level::Normal as u8 => Level::Normal,
+            l if l == Level::Realtime as u8 => Level::Realtime,
+            _ => Level::Idle,
+        }
+    }
+
+    /// The monitor raised it (to `Level::Realtime` or `Level::Normal`).
+    fn raised(&self) -> bool {
+        self.level() != Level::Idle
+    }
+
     fn set_level(&self, level: Level) {
+        self.level.store(level as u8, Ordering::Relaxed);
         let tid = self.tid.load(Ordering::Relaxed);
         if tid == 0 || !self.idle.load(Ordering::Relaxed) {
             return;
         }
-        self.boosted.store(level != Level::Idle, Ordering::Relaxed);
         let ok = match level {
             Level::Idle => set_policy(tid, libc::SCHED_IDLE),
             Level::Normal => set_policy(tid, libc::SCHED_OTHER),
             Level::Realtime => {
-                let p = libc::sched_param { sched_priority: 1 };
-                // SAFETY: plain syscall on a live thread of this process.
-                let rt = unsafe {
-                    libc::sched_setscheduler(tid, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &p)
-                } == 0;
-                rt || set_policy(tid, libc::SCHED_OTHER)
+                let fifo = libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK;
+                set_policy_at(tid, fifo, 1) || set_policy(tid, libc::SCHED_OTHER)
             }
         };
         if !ok {
@@ -239,7 +256,6 @@ impl Monitor {
 fn watch(rings: &[Arc<dyn HasSched>], stop: &(parking_lot::Mutex<bool>, parking_lot::Condvar)) {
     let mut last: Vec<Option<Times>> = rings.iter().map(|r| r.sched().times()).collect();
     let mut until: Vec<Option<Instant>> = vec![None; rings.len()];
-    let mut level = vec![Level::Idle; rings.len()];
     loop {
         {
             let mut stopped = stop.0.lock();
@@ -263,16 +279,14 @@ fn watch(rings: &[Arc<dyn HasSched>], stop: &(parking_lot::Mutex<bool>, parking_
                 until[i] = Some(now + BOOST);
             } else if ended {
                 until[i] = None;
-                level[i] = Level::Idle;
                 sched.set_level(Level::Idle);
                 continue;
             }
-            if let Some(l) = next_level(period, level[i], until[i].is_some()) {
+            if let Some(l) = next_level(period, sched.level(), until[i].is_some()) {
                 debug!(
                     "fuse ring thread {i} ran {:?}, waited {:?}: {l:?}",
                     period.ran, period.waited
                 );
-                level[i] = l;
                 sched.set_level(l);
             }
         }
