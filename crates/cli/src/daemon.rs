@@ -37,7 +37,7 @@ pub fn mount(a: MountArgs) -> Result<()> {
     let ready = crate::ready::Ready::from_env();
     let r = mount_checked(a, &ready);
     if let Err(e) = &r {
-        ready.fail(&format!("{e:#}"));
+        ready.fail(&crate::error_chain(e));
     }
     r
 }

@@ -46,10 +46,28 @@ fn main() {
     if let Err(e) = run(cli) {
         // Not eprintln: a daemon's stderr is its log, which may be full.
         use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "cairn: {e:#}");
+        let _ = writeln!(std::io::stderr(), "cairn: {}", error_chain(&e));
         let usage = e.downcast_ref::<control::client::UsageError>().is_some();
         std::process::exit(if usage { 2 } else { 1 });
     }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause whose
+/// text a message before it already holds (library errors that print
+/// their cause in their own message would otherwise say it twice).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let m = cause.to_string();
+        if out.contains(&m) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&m);
+    }
+    out
 }
 
 /// Reports and listings stop quietly when their reader goes away (`cairn
@@ -115,5 +133,23 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Service(c) => service::run(c),
         Cmd::Completions { shell } => help::completions(shell),
         Cmd::Man { dir } => help::man(&dir),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {0}")]
+    struct Outer(#[from] std::io::Error);
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let io = std::io::Error::other("disk on fire");
+        let e = anyhow::Error::from(Outer(io)).context("mirror copy");
+        assert_eq!(error_chain(&e), "mirror copy: outer: disk on fire");
+        let e = anyhow::anyhow!("inner").context("middle").context("top");
+        assert_eq!(error_chain(&e), "top: middle: inner");
     }
 }

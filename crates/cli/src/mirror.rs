@@ -379,7 +379,7 @@ fn follow(src: &Path, dst: &Path, interval: f64) -> Result<()> {
             Ok(None) => failing = false,
             Err(e) if !failing => {
                 failing = true;
-                eprintln!("cairn: mirror stream: {e:#}; retrying");
+                eprintln!("cairn: mirror stream: {}; retrying", crate::error_chain(&e));
             }
             Err(_) => {}
         }

@@ -158,7 +158,7 @@ fn restore_in(b: &Bucket, m: &Manifest, s: &Session, pool: &Path) -> Result<Valu
             out: text(&lacking),
         };
         s.call(req)
-            .map_err(|e| cairn_mirror::StreamError::Refused(format!("{e:#}")))?;
+            .map_err(|e| cairn_mirror::StreamError::Refused(crate::error_chain(&e)))?;
         let l = cairn_mirror::negotiate::decode(&std::fs::read(&lacking)?)?;
         Ok(l.into_iter().collect())
     };
