@@ -229,7 +229,20 @@ fn holds_socket(pid: u32, inode: u64) -> bool {
 }
 
 impl Drop for S3Server {
+    /// Stops the server; in a failing test, first says whether it was
+    /// still running and prints the tail of its log.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            let state = match self.child.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(None)) => "running".to_string(),
+                Some(Ok(Some(st))) => format!("exited ({st})"),
+                Some(Err(e)) => format!("unknown ({e})"),
+                None => "stopped by the test".to_string(),
+            };
+            let log = std::fs::read(self.log()).unwrap_or_default();
+            let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(4000)..]);
+            eprintln!("[s3s-fs on port {}: {state}; log tail]\n{tail}", self.port);
+        }
         self.stop();
     }
 }
