@@ -527,6 +527,12 @@ fn opens_and_closes_of_a_live_pool_reach_no_daemon() {
     );
     assert!(n("create") <= 1.0, "{} CREATE requests", n("create"));
     assert_eq!(n("release"), 0.0, "RELEASE requests for 600 closes");
+    // The kernel makes each new file with MKNOD (the no-open mode).
+    assert!(
+        n("mknod") >= 50.0,
+        "{} MKNOD requests for 50 new files",
+        n("mknod")
+    );
     assert!(
         n("write") >= 100.0,
         "{} WRITE requests for 100 writes",

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 /// The operations counted, by name (the `op` label).
-pub const OPS: [&str; 18] = [
+pub const OPS: [&str; 20] = [
     "lookup",
     "getattr",
     "setattr",
@@ -26,6 +26,8 @@ pub const OPS: [&str; 18] = [
     "readdirplus",
     "create",
     "statfs",
+    "mknod",
+    "getxattr",
     "other",
 ];
 
@@ -80,6 +82,8 @@ pub(crate) enum Op {
     Readdirplus,
     Create,
     Statfs,
+    Mknod,
+    Getxattr,
     Other,
 }
 

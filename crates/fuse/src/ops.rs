@@ -388,7 +388,7 @@ impl Filesystem for CairnFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let _t = metrics::timer(Op::Other);
+        let _t = metrics::timer(Op::Mknod);
         if self.fixed_name(parent, name) {
             return reply.error(Errno::EROFS);
         }
@@ -786,7 +786,7 @@ impl Filesystem for CairnFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _t = metrics::timer(Op::Other);
+        let _t = metrics::timer(Op::Getxattr);
         let r = match self.views.node(ino.0) {
             Ok(Node::View { ino, tid }) => self.fs.asof_getxattr(ino, tid, name.as_bytes()),
             Ok(Node::SnapDir) => Err(FsError::NoAttr),

@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# What one kernel round trip costs, and how many a small-file load makes:
+# the profile behind the mail-server (postmark) target of bench/smp.sh.
+#   1. Round trip: a C loop of getxattr(2) of a missing attribute (a request
+#      no cache answers: every call reaches the file system) on the native
+#      directory, bindfs (FUSE over /dev/fuse) and Cairn (FUSE over
+#      io_uring); microseconds per call, median of RUNS rounds.
+#   2. Requests: postmark (PM_FILES files, PM_TRANSACTIONS transactions,
+#      PM_SUBDIRS subdirectories, as bench/smp.sh runs it) on a fresh Cairn
+#      pool under `perf record -e sched:sched_switch -g`: every time postmark
+#      blocks in a FUSE request, its kernel stack says which system call and
+#      which kernel path asked. Printed per call site, with the daemon's own
+#      request counts (its metrics endpoint) beside them.
+#   3. The floor: requests x round trip, against postmark's whole run time
+#      (creation, transactions, deletion) on the native directory, btrfs on a
+#      loop device and Cairn. No FUSE file system that the kernel asks this
+#      often can run the load in less than the floor, whatever its handlers
+#      do.
+# Needs root (mounts, a loop device), gcc, bindfs, postmark, btrfs-progs and
+# perf (linux-perf), installed with apt-get when missing.
+# Environment (defaults): RUNS=3 RT_CALLS=200000 PM_FILES=5000
+#   PM_TRANSACTIONS=20000 PM_SUBDIRS=10 BENCH_DIR=/var/tmp BIN=(cargo build)
+#   METRICS_PORT=9599 KEEP=1 (keep the work dir)
+set -euo pipefail
+shopt -s inherit_errexit
+
+RUNS=${RUNS:-3}
+RT_CALLS=${RT_CALLS:-200000}
+PM_FILES=${PM_FILES:-5000}
+PM_TRANSACTIONS=${PM_TRANSACTIONS:-20000}
+PM_SUBDIRS=${PM_SUBDIRS:-10}
+BENCH_DIR=${BENCH_DIR:-/var/tmp}
+METRICS_PORT=${METRICS_PORT:-9599}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export PATH="$HOME/.cargo/bin:$PATH"
+. "$(dirname "$0")/lib.sh"
+
+ensure_tools() {
+    local pkgs=() pair
+    for pair in postmark:postmark bindfs:bindfs cc:gcc perf:linux-perf \
+        fusermount3:fuse3 python3:python3 curl:curl mkfs.btrfs:btrfs-progs \
+        losetup:mount; do
+        command -v "${pair%%:*}" >/dev/null || pkgs+=("${pair#*:}")
+    done
+    if [ ${#pkgs[@]} -gt 0 ]; then
+        log "installing ${pkgs[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q "${pkgs[@]}" >&2 ||
+            { apt-get update -q >&2 && apt-get install -y -q "${pkgs[@]}" >&2; } ||
+            die "could not install ${pkgs[*]}"
+    fi
+}
+
+[ "$(id -u)" = 0 ] || die "run as root (mounts, perf tracepoints)"
+ensure_tools
+if [ -z "${BIN:-}" ]; then
+    log "building cairn (release)"
+    (cd "$ROOT" && cargo build --release -q -p cairn-cli)
+    BIN=$ROOT/target/release/cairn
+fi
+W=$(mktemp -d "$BENCH_DIR/cairn-roundtrip.XXXXXX")
+LOOP=""
+cleanup() {
+    unmount_fuse_targets
+    if is_mounted "$W/btrfsmnt"; then umount "$W/btrfsmnt" || umount -l "$W/btrfsmnt"; fi
+    if [ -n "$LOOP" ]; then losetup -d "$LOOP"; fi
+    [ -n "${KEEP:-}" ] || rm -rf "$W"
+}
+trap cleanup EXIT
+mkdir -p "$W/native" "$W/bindmnt" "$W/cairnmnt" "$W/btrfsmnt"
+
+mount_cairn() {
+    "$BIN" mkfs "$W/pool" --device "ssd:$W/pool/data.0:8G" >/dev/null
+    "$BIN" mount "$W/pool" "$W/cairnmnt" "$@" >/dev/null
+}
+umount_cairn() {
+    "$BIN" umount "$W/cairnmnt" >/dev/null
+    rm -rf "$W/pool"
+}
+
+# ------------------------------------------------------------ 1. round trip
+
+cat >"$W/rt.c" <<'EOF'
+/* Microseconds per getxattr(2) of a missing attribute on argv[1]. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/xattr.h>
+#include <time.h>
+int main(int argc, char **argv) {
+    if (argc != 3) return 2;
+    long n = atol(argv[2]);
+    char buf[64];
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++)
+        if (getxattr(argv[1], "user.cairn-bench-none", buf, sizeof buf) >= 0 ||
+            (errno != ENODATA && errno != EOPNOTSUPP)) {
+            perror("getxattr");
+            return 1;
+        }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("%.3f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e3 / n);
+    return 0;
+}
+EOF
+cc -O2 -o "$W/rt" "$W/rt.c"
+echo x >"$W/native/f"
+bindfs "$W/native" "$W/bindmnt"
+mount_cairn
+echo x >"$W/cairnmnt/f"
+declare -A RT
+for t in native bindmnt cairnmnt; do
+    vals=()
+    for _ in $(seq "$RUNS"); do
+        vals+=("$("$W/rt" "$W/$t/f" "$RT_CALLS")")
+    done
+    RT[$t]=$(median "${vals[@]}")
+    log "round trip on $t: ${vals[*]} us"
+done
+fusermount3 -u "$W/bindmnt"
+umount_cairn
+
+# -------------------------------------------------------------- 2. requests
+
+cat >"$W/postmark.cfg" <<EOF
+set location $W/cairnmnt
+set number $PM_FILES
+set transactions $PM_TRANSACTIONS
+set size 500 10000
+set subdirectories $PM_SUBDIRS
+run
+quit
+EOF
+# postmark's own run time (no tracing) on the native directory and on btrfs,
+# for scale.
+truncate -s 8G "$W/btrfs.img"
+LOOP=$(losetup -f --show "$W/btrfs.img")
+mkfs.btrfs -q -f "$LOOP" >&2
+mount "$LOOP" "$W/btrfsmnt"
+declare -A PM_S
+for t in native btrfsmnt; do
+    sed "s|$W/cairnmnt|$W/$t|" "$W/postmark.cfg" >"$W/postmark-$t.cfg"
+    t0=$(now)
+    (cd "$W" && postmark "postmark-$t.cfg" >/dev/null)
+    PM_S[$t]=$(elapsed "$t0")
+done
+umount "$W/btrfsmnt"
+losetup -d "$LOOP"
+LOOP=""
+mount_cairn --metrics "127.0.0.1:$METRICS_PORT"
+t0=$(now)
+(cd "$W" && postmark postmark.cfg >/dev/null)
+cairn_s=$(elapsed "$t0")
+curl -s "http://127.0.0.1:$METRICS_PORT/metrics" >"$W/metrics.before"
+(cd "$W" && perf record -q -o "$W/perf.data" -e sched:sched_switch -g -- \
+    postmark postmark.cfg >/dev/null 2>"$W/perf.err") ||
+    die "perf record failed: $(cat "$W/perf.err")"
+curl -s "http://127.0.0.1:$METRICS_PORT/metrics" >"$W/metrics.after"
+umount_cairn
+perf script -i "$W/perf.data" -F comm,ip,sym 2>/dev/null >"$W/stacks"
+
+python3 - "$W/stacks" "$W/metrics.before" "$W/metrics.after" "${RT[cairnmnt]}" \
+    "${RT[native]}" "${RT[bindmnt]}" "${PM_S[native]}" "${PM_S[btrfsmnt]}" "$cairn_s" <<'EOF'
+import collections, re, sys
+stacks, before, after = sys.argv[1:4]
+rt_cairn, rt_native, rt_bindfs, native_s, btrfs_s, cairn_s = map(float, sys.argv[4:10])
+
+# Call sites: the frames between the FUSE request and the system call.
+sites = collections.Counter()
+def flush(comm, frames):
+    if comm != "postmark" or "__fuse_simple_request" not in frames:
+        return
+    chain = []
+    for f in frames[frames.index("__fuse_simple_request") + 1:]:
+        if f.startswith(("__x64_sys", "__do_sys", "do_syscall_64")):
+            chain.append(f.removeprefix("__x64_sys_").removeprefix("__do_sys_"))
+            break
+        chain.append(f)
+    sites[" < ".join(chain[:1] + chain[1:-1][:3] + chain[-1:])] += 1
+comm, frames = None, []
+for line in open(stacks):
+    if line.strip() and not line[0].isspace():
+        flush(comm, frames)
+        comm, frames = line.split()[0], []
+    elif line.strip():
+        parts = line.split(None, 1)
+        frames.append(parts[1].strip() if len(parts) > 1 else "?")
+flush(comm, frames)
+
+def requests(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r'cairn_fuse_requests_total\{op="(\w+)"\} (\S+)', line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+b, a = requests(before), requests(after)
+ops = {op: a[op] - b.get(op, 0) for op in a if a[op] - b.get(op, 0) > 0}
+
+total = sum(sites.values())
+print("\n## One round trip (getxattr of a missing attribute, median, microseconds)\n")
+print("| native | bindfs | cairn | cairn - native (the crossing) | bindfs/cairn |")
+print("|---:|---:|---:|---:|---:|")
+print(f"| {rt_native:.2f} | {rt_bindfs:.2f} | {rt_cairn:.2f} | {rt_cairn - rt_native:.2f} | {rt_bindfs / rt_cairn:.2f} |")
+print(f"\n## Where postmark waits for the daemon ({total} waits in one run)\n")
+print("| waits | kernel path (FUSE request < ... < system call) |")
+print("|---:|---|")
+for k, v in sites.most_common(14):
+    print(f"| {v} | {k} |")
+print("\n## The daemon's requests in the same run (metrics)\n")
+print("| request | count |")
+print("|---|---:|")
+for op, n in sorted(ops.items(), key=lambda x: -x[1]):
+    print(f"| {op} | {n:.0f} |")
+floor = sum(ops.values()) * (rt_cairn - rt_native) / 1e6
+print("\n## The floor\n")
+print(f"- {sum(ops.values()):.0f} requests x {rt_cairn - rt_native:.2f} us of crossing = {floor:.2f} s")
+print(f"- postmark's whole run (creation, transactions, deletion): native {native_s:.2f} s, btrfs {btrfs_s:.2f} s, cairn {cairn_s:.2f} s")
+print(f"- the crossing alone takes {floor / btrfs_s:.2f}x btrfs's whole run and {floor / cairn_s:.2f} of Cairn's")
+print(f"- Cairn's run less the crossing: {cairn_s - floor:.2f} s (btrfs {btrfs_s:.2f} s)")
+EOF
