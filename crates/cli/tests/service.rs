@@ -541,6 +541,72 @@ fn opens_and_closes_of_a_live_pool_reach_no_daemon() {
     cairn(&[&"umount", &p.mnt]);
 }
 
+/// A name looked up and not found in the live tree is remembered by the
+/// kernel (a negative entry): asking again for it reaches no daemon, and
+/// making it through the mount shows it at once. Names that can appear
+/// behind the kernel's back are asked for every time: a snapshot taken
+/// after `.snapshots/NAME` was not found is there at once.
+#[test]
+fn missing_names_of_the_live_tree_are_remembered_by_the_kernel() {
+    let p = Pool::new("");
+    let port = free_port();
+    mount_with_metrics(&p, port);
+    let lookups = || {
+        let (_, text) = http(port, "GET", "/metrics");
+        parse_metrics(&text)["cairn_fuse_requests_total{op=\"lookup\"}"]
+    };
+    let d = p.mnt.join("d");
+    std::fs::create_dir(&d).unwrap();
+    let missing = d.join("not-yet");
+    let before = lookups();
+    for _ in 0..100 {
+        let e = std::fs::metadata(&missing).expect_err("a missing name was found");
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    }
+    let asked = lookups() - before;
+    assert!(
+        asked <= 2.0,
+        "{asked} LOOKUPs for 100 stats of one missing name"
+    );
+    std::fs::write(&missing, b"made").unwrap();
+    assert_eq!(std::fs::read(&missing).unwrap(), b"made");
+    std::fs::rename(&missing, d.join("moved")).unwrap();
+    assert!(!missing.exists());
+    std::fs::create_dir(&missing).unwrap();
+    assert!(missing.is_dir());
+
+    // A view name of a TID not reached yet: missing now, there once the
+    // pool has committed that far.
+    let tid = info(&p.mnt)["current_tid"].as_u64().expect("current_tid");
+    let ahead = d.join(format!("moved@@0x{:x}", tid + 2));
+    assert!(!ahead.exists(), "a view of a TID not reached yet");
+    for i in 0..10 {
+        if info(&p.mnt)["current_tid"].as_u64().unwrap() >= tid + 2 {
+            break;
+        }
+        std::fs::write(d.join(format!("tick{i}")), b"tick").unwrap();
+        cairn(&[&"sync", &p.mnt]);
+    }
+    assert!(
+        ahead.is_file(),
+        "a view name not found before its TID stays hidden"
+    );
+
+    let snap = p.mnt.join(".snapshots").join("later");
+    assert!(!snap.exists(), "a snapshot before it was taken");
+    let out = cairn(&[&"snapshot", &"create", &p.mnt, &"later"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        snap.join("d").join("moved").is_file(),
+        "a snapshot taken after its name was not found stays hidden"
+    );
+    cairn(&[&"umount", &p.mnt]);
+}
+
 #[test]
 fn metrics_refuse_remote_addresses_unless_allowed() {
     let p = Pool::new("");

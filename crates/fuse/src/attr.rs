@@ -58,6 +58,28 @@ pub fn file_attr(i: &Inode) -> FileAttr {
     file_attr_blocks(i, i.size.div_ceil(512))
 }
 
+/// The attributes of a negative entry: node 0 tells the kernel the name
+/// does not exist; the rest is never read.
+pub fn missing() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 65536,
+        flags: 0,
+    }
+}
+
 /// Attributes with st_blocks given (512-byte units really stored).
 pub fn file_attr_blocks(i: &Inode, blocks: u64) -> FileAttr {
     FileAttr {

@@ -5,7 +5,7 @@
 //! FORGET gives them back: an unlinked inode lives while the kernel may
 //! still open it.
 
-use crate::attr::{file_attr, file_attr_blocks, from_system, time_or_now};
+use crate::attr::{self, file_attr, file_attr_blocks, from_system, time_or_now};
 use crate::metrics::{self, Op};
 use crate::opens::Invalidator;
 use crate::views::{Node, Views, SNAPDIR_INO};
@@ -83,6 +83,15 @@ impl CairnFuse {
     /// removed: the directory is a view, or the name is a view name.
     fn fixed_name(&self, parent: INodeNo, name: &OsStr) -> bool {
         self.in_view(&[parent]) || self.views.is_view_name(parent.0, name.as_bytes())
+    }
+
+    /// Whether the kernel may remember that `name` is missing from
+    /// `parent`: in the live tree of a live pool every name is made through
+    /// this mount, which replaces the kernel's negative entry. A view,
+    /// `.snapshots` and `@@` names gain entries behind the kernel's back (a
+    /// snapshot taken later), and so does a mirror pool's whole tree.
+    fn missing_is_cacheable(&self, parent: INodeNo, name: &OsStr) -> bool {
+        !self.mirror && !self.fixed_name(parent, name)
     }
 
     /// Attributes of any inode, real or view.
@@ -293,7 +302,13 @@ impl Filesystem for CairnFuse {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _t = metrics::timer(Op::Lookup);
-        self.entry(reply, self.lookup_any(parent.0, name.as_bytes()));
+        let r = self.lookup_any(parent.0, name.as_bytes());
+        if matches!(r, Err(FsError::NotFound)) && self.missing_is_cacheable(parent, name) {
+            // A negative entry (node 0): the kernel answers this name
+            // itself for the TTL, or until it makes the name through us.
+            return reply.entry(&TTL, &attr::missing(), Generation(0));
+        }
+        self.entry(reply, r);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
