@@ -8,6 +8,21 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int(
 
 is_mounted() { grep -q " $1 " /proc/self/mountinfo; }
 
+# install_missing COMMAND:PACKAGE...: installs with apt-get the Debian
+# package of each command that is not on PATH.
+install_missing() {
+    local pkgs=() pair
+    for pair in "$@"; do
+        command -v "${pair%%:*}" >/dev/null || pkgs+=("${pair#*:}")
+    done
+    [ ${#pkgs[@]} -gt 0 ] || return 0
+    log "installing ${pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q "${pkgs[@]}" >&2 ||
+        { apt-get update -q >&2 && apt-get install -y -q "${pkgs[@]}" >&2; } ||
+        die "could not install ${pkgs[*]}"
+}
+
 # Unmounts the FUSE targets under $W (cairn, base, bindfs), lazily if busy.
 unmount_fuse_targets() {
     if is_mounted "$W/cairnmnt"; then

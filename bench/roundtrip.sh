@@ -36,24 +36,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export PATH="$HOME/.cargo/bin:$PATH"
 . "$(dirname "$0")/lib.sh"
 
-ensure_tools() {
-    local pkgs=() pair
-    for pair in postmark:postmark bindfs:bindfs cc:gcc perf:linux-perf \
-        fusermount3:fuse3 python3:python3 curl:curl mkfs.btrfs:btrfs-progs \
-        losetup:mount; do
-        command -v "${pair%%:*}" >/dev/null || pkgs+=("${pair#*:}")
-    done
-    if [ ${#pkgs[@]} -gt 0 ]; then
-        log "installing ${pkgs[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get install -y -q "${pkgs[@]}" >&2 ||
-            { apt-get update -q >&2 && apt-get install -y -q "${pkgs[@]}" >&2; } ||
-            die "could not install ${pkgs[*]}"
-    fi
-}
-
 [ "$(id -u)" = 0 ] || die "run as root (mounts, perf tracepoints)"
-ensure_tools
+install_missing postmark:postmark bindfs:bindfs cc:gcc perf:linux-perf fusermount3:fuse3 \
+    python3:python3 curl:curl mkfs.btrfs:btrfs-progs losetup:mount
 if [ -z "${BIN:-}" ]; then
     log "building cairn (release)"
     (cd "$ROOT" && cargo build --release -q -p cairn-cli)

@@ -107,18 +107,8 @@ has_target() { [[ " ${TARGETS[*]} " == *" $1 "* ]]; }
 
 # Installs the Debian packages of the missing tools.
 ensure_tools() {
-    local pkgs=() pair
-    for pair in dbench:dbench postmark:postmark sqlite3:sqlite3 fio:fio bindfs:bindfs \
-        mkfs.btrfs:btrfs-progs python3:python3 cc:gcc fusermount3:fuse3 losetup:mount; do
-        command -v "${pair%%:*}" >/dev/null || pkgs+=("${pair#*:}")
-    done
-    if [ ${#pkgs[@]} -gt 0 ]; then
-        log "installing ${pkgs[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get install -y -q "${pkgs[@]}" >&2 ||
-            { apt-get update -q >&2 && apt-get install -y -q "${pkgs[@]}" >&2; } ||
-            die "could not install ${pkgs[*]}"
-    fi
+    install_missing dbench:dbench postmark:postmark sqlite3:sqlite3 fio:fio bindfs:bindfs \
+        mkfs.btrfs:btrfs-progs python3:python3 cc:gcc fusermount3:fuse3 losetup:mount
     python3 -c 'import sqlite3' || die "python3 has no sqlite3 module"
 }
 
