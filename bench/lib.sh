@@ -8,6 +8,15 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int(
 
 is_mounted() { grep -q " $1 " /proc/self/mountinfo; }
 
+# postmark_cfg DIR: the postmark run of bench/smp.sh in DIR: PM_FILES files
+# of 500-10000 bytes in PM_SUBDIRS subdirectories, PM_TRANSACTIONS
+# transactions.
+postmark_cfg() {
+    printf 'set location %s\nset number %s\nset transactions %s\nset size 500 10000\n' \
+        "$1" "$PM_FILES" "$PM_TRANSACTIONS"
+    printf 'set subdirectories %s\nrun\nquit\n' "$PM_SUBDIRS"
+}
+
 # install_missing COMMAND:PACKAGE...: installs with apt-get the Debian
 # package of each command that is not on PATH.
 install_missing() {

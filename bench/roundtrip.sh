@@ -110,15 +110,6 @@ umount_cairn
 
 # -------------------------------------------------------------- 2. requests
 
-cat >"$W/postmark.cfg" <<EOF
-set location $W/cairnmnt
-set number $PM_FILES
-set transactions $PM_TRANSACTIONS
-set size 500 10000
-set subdirectories $PM_SUBDIRS
-run
-quit
-EOF
 # postmark's own run time (no tracing), RUNS rounds on tmpfs, the native
 # directory, btrfs and Cairn, interleaved; the medians.
 mount -t tmpfs -o size=2G tmpfs "$W/tmpfs"
@@ -129,7 +120,7 @@ mount "$LOOP" "$W/btrfsmnt"
 mount_cairn --metrics "127.0.0.1:$METRICS_PORT"
 declare -A PM_S
 for t in tmpfs native btrfsmnt cairnmnt; do
-    sed "s|$W/cairnmnt|$W/$t|" "$W/postmark.cfg" >"$W/postmark-$t.cfg"
+    postmark_cfg "$W/$t" >"$W/postmark-$t.cfg"
 done
 for r in $(seq "$RUNS"); do
     for t in tmpfs native btrfsmnt cairnmnt; do
@@ -150,7 +141,7 @@ losetup -d "$LOOP"
 LOOP=""
 curl -s "http://127.0.0.1:$METRICS_PORT/metrics" >"$W/metrics.before"
 (cd "$W" && perf record -q -o "$W/perf.data" -e sched:sched_switch -g -- \
-    postmark postmark.cfg >/dev/null 2>"$W/perf.err") ||
+    postmark postmark-cairnmnt.cfg >/dev/null 2>"$W/perf.err") ||
     die "perf record failed: $(cat "$W/perf.err")"
 curl -s "http://127.0.0.1:$METRICS_PORT/metrics" >"$W/metrics.after"
 umount_cairn

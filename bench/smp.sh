@@ -270,15 +270,7 @@ print("postmark %.1f" % (n / (t1 - t0)))
 '
 
 bench_postmark() {
-    cat >"$W/postmark.cfg" <<EOF
-set location $2
-set number $PM_FILES
-set transactions $PM_TRANSACTIONS
-set size 500 10000
-set subdirectories $PM_SUBDIRS
-run
-quit
-EOF
+    postmark_cfg "$2" >"$W/postmark.cfg"
     (cd "$W" && python3 -c "$POSTMARK_PY" "$W/postmark.cfg" "$PM_TRANSACTIONS")
 }
 
