@@ -207,11 +207,11 @@ fn busy_cpus() -> bool {
 }
 
 /// The level a ring thread moves to after a period in which it ran and
-/// waited `last`, being at `now_at` and `raised` (None: it stays). A
-/// starved thread is raised, to real time unless it ran long; a raised
-/// thread that ran long drops to normal. Lowering back to idle when the
-/// boost ends is the caller's.
-fn next_level(last: Times, now_at: Level, raised: bool) -> Option<Level> {
+/// waited `last`, being at `now_at` (None: it stays). A starved thread is
+/// raised, to real time unless it ran long; a real-time thread that ran
+/// long drops to normal. Lowering back to idle when the boost ends is the
+/// caller's.
+fn next_level(last: Times, now_at: Level) -> Option<Level> {
     let hogging = last.ran > HOGGING && last.ran > LONG_RUN * last.runs.max(1) as u32;
     if last.waited > STARVED {
         let want = if hogging {
@@ -221,7 +221,7 @@ fn next_level(last: Times, now_at: Level, raised: bool) -> Option<Level> {
         };
         return (want != now_at).then_some(want);
     }
-    (raised && hogging && now_at == Level::Realtime).then_some(Level::Normal)
+    (hogging && now_at == Level::Realtime).then_some(Level::Normal)
 }
 
 /// Something that owns a `ThreadSched` (a ring).
@@ -282,7 +282,7 @@ fn watch(rings: &[Arc<dyn HasSched>], stop: &(parking_lot::Mutex<bool>, parking_
                 sched.set_level(Level::Idle);
                 continue;
             }
-            if let Some(l) = next_level(period, sched.level(), until[i].is_some()) {
+            if let Some(l) = next_level(period, sched.level()) {
                 debug!(
                     "fuse ring thread {i} ran {:?}, waited {:?}: {l:?}",
                     period.ran, period.waited
@@ -308,38 +308,23 @@ mod tests {
 
     #[test]
     fn a_starved_thread_serving_short_requests_goes_real_time() {
-        assert_eq!(
-            next_level(t(5, 80), Level::Idle, false),
-            Some(Level::Realtime)
-        );
-        assert_eq!(
-            next_level(t(5, 80), Level::Normal, true),
-            Some(Level::Realtime)
-        );
+        assert_eq!(next_level(t(5, 80), Level::Idle), Some(Level::Realtime));
+        assert_eq!(next_level(t(5, 80), Level::Normal), Some(Level::Realtime));
         // Already there: no change.
-        assert_eq!(next_level(t(5, 80), Level::Realtime, true), None);
+        assert_eq!(next_level(t(5, 80), Level::Realtime), None);
         // Not starved, not raised: stays idle.
-        assert_eq!(next_level(t(5, 10), Level::Idle, false), None);
-        assert_eq!(next_level(t(90, 5), Level::Idle, false), None);
+        assert_eq!(next_level(t(5, 10), Level::Idle), None);
+        assert_eq!(next_level(t(90, 5), Level::Idle), None);
     }
 
     #[test]
     fn a_raised_thread_that_runs_long_drops_to_normal() {
-        assert_eq!(
-            next_level(t(60, 5), Level::Realtime, true),
-            Some(Level::Normal)
-        );
+        assert_eq!(next_level(t(60, 5), Level::Realtime), Some(Level::Normal));
         // Starved while running long: normal, not real time.
-        assert_eq!(
-            next_level(t(60, 30), Level::Idle, false),
-            Some(Level::Normal)
-        );
-        assert_eq!(
-            next_level(t(60, 30), Level::Realtime, true),
-            Some(Level::Normal)
-        );
+        assert_eq!(next_level(t(60, 30), Level::Idle), Some(Level::Normal));
+        assert_eq!(next_level(t(60, 30), Level::Realtime), Some(Level::Normal));
         // Short work again while raised: stays where it is until starved.
-        assert_eq!(next_level(t(5, 5), Level::Normal, true), None);
+        assert_eq!(next_level(t(5, 5), Level::Normal), None);
     }
 
     #[test]
@@ -349,15 +334,12 @@ mod tests {
             runs: 28_000,
             ..t(560, 0)
         };
-        assert_eq!(next_level(busy, Level::Realtime, true), None);
+        assert_eq!(next_level(busy, Level::Realtime), None);
         let starved = Times {
             runs: 28_000,
             ..t(560, 300)
         };
-        assert_eq!(
-            next_level(starved, Level::Idle, false),
-            Some(Level::Realtime)
-        );
+        assert_eq!(next_level(starved, Level::Idle), Some(Level::Realtime));
     }
 
     #[test]
