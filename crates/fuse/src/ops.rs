@@ -267,7 +267,9 @@ fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
 impl Filesystem for CairnFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // No FUSE_WRITEBACK_CACHE: without OPEN, a refused write to a view
-        // must fail in write(2) itself (opens.rs).
+        // must fail in write(2) itself (opens.rs); and it makes small-file
+        // loads slower, not faster (a SETATTR of the times at each close
+        // and unlink: ARCHITECTURE.md, the round-trip floor).
         for cap in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
