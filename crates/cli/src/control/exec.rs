@@ -8,30 +8,70 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Runs `req`. `progress(done, total)` reports long work. `background`
-/// says the snapshot hash may be left to a background thread.
+/// Runs `req`. `progress(done, total)` reports long work.
 pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Value, FsError> {
     match req {
         Request::Sync => {
             fs.flush()?;
             Ok(json!({ "tid": fs.last_tid() }))
         }
-        Request::Info => {
-            let mut info = cairn_fs::maintenance::info::pool_info(fs.pool())?;
-            info.locks = fs.lock_stats();
-            let mut v = serde_json::to_value(info).expect("info serializes");
-            v["volumes"] = serde_json::to_value(fs.volumes()?).expect("volumes serialize");
-            v["nbd"] = crate::nbd::stats_json();
-            v["fuse_workers"] =
-                serde_json::to_value(cairn_fuse::workers::stats()).expect("worker stats serialize");
-            // The counters the metrics endpoint serves (mount daemon only).
-            v["service"] = serde_json::to_value(fs.service_stats()?).expect("stats serialize");
-            if cairn_fuse::metrics::enabled() {
-                v["fuse"] = serde_json::to_value(cairn_fuse::metrics::snapshot())
-                    .expect("fuse stats serialize");
-            }
-            Ok(v)
-        }
+        Request::Info => info(fs),
+        Request::SnapshotCreate { .. }
+        | Request::SnapshotList
+        | Request::SnapshotDelete { .. }
+        | Request::SnapshotVerify { .. } => snapshot(fs, req),
+        Request::History { .. }
+        | Request::Prune { .. }
+        | Request::Reblock { .. }
+        | Request::Gc { .. }
+        | Request::Scrub => maintenance(fs, req, progress),
+        Request::DeviceAdd { .. }
+        | Request::DeviceRemove { .. }
+        | Request::TierStatus
+        | Request::Migrate => devices(fs, req, progress),
+        Request::MirrorRead { .. }
+        | Request::MirrorCandidates { .. }
+        | Request::MirrorLacking { .. }
+        | Request::MirrorWrite { .. }
+        | Request::MirrorStatus
+        | Request::MirrorPromote
+        | Request::MirrorRollback { .. }
+        | Request::MirrorHold { .. }
+        | Request::MirrorRelease { .. } => mirror(fs, req, progress),
+        r => volume(fs, r),
+    }
+}
+
+/// A report as JSON (every report type serializes).
+fn report(r: impl serde::Serialize) -> Result<Value, FsError> {
+    Ok(serde_json::to_value(r).expect("report serializes"))
+}
+
+fn not_for(family: &str, r: Request) -> Result<Value, FsError> {
+    Err(FsError::BadRequest(format!(
+        "not a {family} request: {r:?}"
+    )))
+}
+
+/// `info`: the pool's figures, and in the daemon its frontends' counters.
+fn info(fs: &Arc<Fs>) -> Result<Value, FsError> {
+    let mut info = cairn_fs::maintenance::info::pool_info(fs.pool())?;
+    info.locks = fs.lock_stats();
+    let mut v = report(info)?;
+    v["volumes"] = report(fs.volumes()?)?;
+    v["nbd"] = crate::nbd::stats_json();
+    v["fuse_workers"] = report(cairn_fuse::workers::stats())?;
+    // The counters the metrics endpoint serves (mount daemon only).
+    v["service"] = report(fs.service_stats()?)?;
+    if cairn_fuse::metrics::enabled() {
+        v["fuse"] = report(cairn_fuse::metrics::snapshot())?;
+    }
+    Ok(v)
+}
+
+/// The snapshot requests.
+fn snapshot(fs: &Arc<Fs>, req: Request) -> Result<Value, FsError> {
+    match req {
         Request::SnapshotCreate { name, auto, wait } => {
             let (name, kind) = if auto {
                 let now = cairn_fs::Time::now().as_nanos() as u64;
@@ -71,12 +111,15 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             fs.snapshot_delete(&name)?;
             Ok(json!({ "deleted": name }))
         }
-        Request::SnapshotVerify { name } => {
-            Ok(serde_json::to_value(fs.snapshot_verify(&name)?).expect("report serializes"))
-        }
-        Request::History { ino } => {
-            Ok(serde_json::to_value(fs.history(ino)?).expect("history serializes"))
-        }
+        Request::SnapshotVerify { name } => report(fs.snapshot_verify(&name)?),
+        r => not_for("snapshot", r),
+    }
+}
+
+/// History, prune, reblock, gc and scrub.
+fn maintenance(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Value, FsError> {
+    match req {
+        Request::History { ino } => report(fs.history(ino)?),
         Request::Prune {
             dry_run,
             retention_secs,
@@ -89,7 +132,7 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             p.keep_daily = keep_daily.unwrap_or(p.keep_daily);
             p.keep_weekly = keep_weekly.unwrap_or(p.keep_weekly);
             p.keep_monthly = keep_monthly.unwrap_or(p.keep_monthly);
-            Ok(serde_json::to_value(fs.prune(&p, dry_run)?).expect("report serializes"))
+            report(fs.prune(&p, dry_run)?)
         }
         Request::Reblock {
             max_live_pct,
@@ -100,12 +143,17 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
                 files,
                 rate_limit: 0,
             };
-            Ok(serde_json::to_value(fs.reblock(&o, progress)?).expect("report serializes"))
+            report(fs.reblock(&o, progress)?)
         }
-        Request::Gc { max_live_pct } => {
-            Ok(serde_json::to_value(fs.gc(max_live_pct, 0, progress)?).expect("report serializes"))
-        }
-        Request::Scrub => Ok(serde_json::to_value(fs.scrub(progress)?).expect("report serializes")),
+        Request::Gc { max_live_pct } => report(fs.gc(max_live_pct, 0, progress)?),
+        Request::Scrub => report(fs.scrub(progress)?),
+        r => not_for("maintenance", r),
+    }
+}
+
+/// Device add and remove, tier status and the mover.
+fn devices(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Value, FsError> {
+    match req {
         Request::DeviceAdd { spec } => {
             let spec: cairn_devices::DeviceSpec = spec
                 .parse()
@@ -121,9 +169,17 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             Ok(json!({ "device": id, "meta_mirror_at_next_mount": later }))
         }
         Request::DeviceRemove { device } => {
-            let r = fs.device_remove(std::path::Path::new(&device), progress)?;
-            Ok(serde_json::to_value(r).expect("report serializes"))
+            report(fs.device_remove(std::path::Path::new(&device), progress)?)
         }
+        Request::TierStatus => report(fs.tier_status()),
+        Request::Migrate => report(fs.migrate(progress)?),
+        r => not_for("device", r),
+    }
+}
+
+/// The mirror-stream requests.
+fn mirror(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Value, FsError> {
+    match req {
         Request::MirrorRead {
             since,
             path,
@@ -156,28 +212,21 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
             Ok(json!({}))
         }
         Request::MirrorRelease { mirror } => Ok(json!({ "released": fs.mirror_release(&mirror)? })),
-        Request::TierStatus => {
-            Ok(serde_json::to_value(fs.tier_status()).expect("status serializes"))
-        }
-        Request::Migrate => {
-            Ok(serde_json::to_value(fs.migrate(progress)?).expect("report serializes"))
-        }
-        r => volume(fs, r),
+        r => not_for("mirror", r),
     }
 }
 
 /// The volume requests.
 fn volume(fs: &Arc<Fs>, req: Request) -> Result<Value, FsError> {
-    let info = |i| Ok(serde_json::to_value(i).expect("volume serializes"));
     match req {
         Request::VolumeCreate {
             name,
             size,
             block_size,
-        } => info(fs.volume_create(&name, size, block_size)?),
-        Request::VolumeList => Ok(serde_json::to_value(fs.volumes()?).expect("serializes")),
+        } => report(fs.volume_create(&name, size, block_size)?),
+        Request::VolumeList => report(fs.volumes()?),
         Request::VolumeResize { name, size, shrink } => {
-            info(fs.volume_resize(&name, size, shrink)?)
+            report(fs.volume_resize(&name, size, shrink)?)
         }
         Request::VolumeDelete {
             name,
@@ -191,8 +240,8 @@ fn volume(fs: &Arc<Fs>, req: Request) -> Result<Value, FsError> {
             Ok(json!({ "volume": name, "snapshot": snap, "export": s.name,
                 "tid": s.tid, "time_ns": s.time_ns }))
         }
-        Request::VolumeClone { name, snap, new } => info(fs.volume_clone(&name, &snap, &new)?),
-        Request::VolumeRollback { name, snap } => info(fs.volume_rollback(&name, &snap)?),
-        r => Err(FsError::BadRequest(format!("not a volume request: {r:?}"))),
+        Request::VolumeClone { name, snap, new } => report(fs.volume_clone(&name, &snap, &new)?),
+        Request::VolumeRollback { name, snap } => report(fs.volume_rollback(&name, &snap)?),
+        r => not_for("volume", r),
     }
 }

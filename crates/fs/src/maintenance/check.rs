@@ -178,42 +178,12 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
     rep.inodes = s.inodes.len() as u64;
     rep.extents = s.extents.len() as u64;
     let rs = pool.record_size();
-    let mut users: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
-    for (ino, blk, x, live) in &s.extents {
-        if *live {
-            for id in x.chunks() {
-                users.entry(id).or_default().push((*ino, *blk));
-            }
-            if let Some(i) = s.inodes.get(ino) {
-                if blk * rs >= i.size.max(1) {
-                    rep.problems.push(format!(
-                        "{}: extent at offset {} beyond end of file",
-                        where_(&paths, *ino),
-                        blk * rs
-                    ));
-                }
-            }
-        }
-    }
-    let mut seg_live: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    let mut seg_hist: BTreeMap<u64, u64> = BTreeMap::new();
+    let users = check_extents(&s, &paths, rs, &mut rep.problems);
     let mut chunk_recs = Vec::new();
     r.for_each_chunk(|id, raw| chunk_recs.push((id, ChunkRec::decode(raw))))?;
-    let mut index = Vec::new();
-    r.for_each_dedup(|key, id| index.push((key, id)))?;
-    for (key, id) in index {
-        let ok = r
-            .chunk(id)?
-            .and_then(|raw| ChunkRec::decode(&raw).ok())
-            .is_some_and(|rec| cairn_meta::dedup::key(&rec.hash) == key);
-        if !ok {
-            rep.problems.push(format!(
-                "dedup index entry {} names chunk {id}, which is missing or holds other content",
-                crate::history::snapshot::hex(&key)
-            ));
-        }
-    }
+    check_dedup_index(&r, &mut rep.problems)?;
     check_pieces(&s, &chunk_recs, &paths, rs, &mut rep.problems);
+    let mut segs = SegCount::default();
     for (id, rec) in chunk_recs {
         rep.chunks += 1;
         let rec = match rec {
@@ -223,76 +193,159 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
                 continue;
             }
         };
-        let counted = s.refs.remove(&id).unwrap_or(0);
-        if counted != rec.refs {
-            rep.problems.push(format!(
-                "chunk {id}: reference count {} but {counted} elements use it",
-                rec.refs
-            ));
-        }
-        let live_refs = s.live_refs.remove(&id).unwrap_or(0);
-        let owed = owed.get(&id).copied().unwrap_or(0);
-        if live_refs + owed != rec.live {
-            rep.problems.push(format!(
-                "chunk {id}: live reference count {} ({owed} to go) but {live_refs} live elements use it",
-                rec.live
-            ));
-        }
-        let e = seg_hist.entry(rec.segment).or_default();
-        // No reference at all: a tick's chunk waiting for its commit
-        // (`writeback/tick.rs`), which its segment counts as live data.
-        if live_refs == 0 && rec.refs > 0 {
-            *e += rec.len as u64;
-        }
-        let e = seg_live.entry(rec.segment).or_default();
-        e.0 += rec.len as u64;
-        e.1 += 1;
+        check_chunk_refs(id, &rec, &mut s, &owed, &mut segs, &mut rep.problems);
         match pool.chunks.read_chunk(&rec, true) {
             Ok(d) => rep.bytes_verified += d.len() as u64,
-            Err(err) => {
-                let who: Vec<String> = users
-                    .get(&id)
-                    .into_iter()
-                    .flatten()
-                    .map(|(ino, blk)| format!("{} offset {}", where_(&paths, *ino), blk * rs))
-                    .collect();
-                rep.problems.push(format!(
-                    "chunk {id} ({}): {err}",
-                    if who.is_empty() {
-                        "history only".into()
-                    } else {
-                        who.join(", ")
-                    }
+            Err(err) => rep
+                .problems
+                .push(unreadable_chunk(id, &err, &users, &paths, rs)),
+        }
+    }
+    for (chunk, n) in &s.refs {
+        rep.problems
+            .push(format!("{n} element(s) reference missing chunk {chunk}"));
+    }
+    check_segments(pool, segs, &mut rep.problems);
+    Ok(rep)
+}
+
+/// Which live file blocks use each chunk, for naming the files a damaged
+/// chunk hurts; and no live extent past its file's end.
+fn check_extents(
+    s: &Scan,
+    paths: &HashMap<u64, String>,
+    rs: u64,
+    problems: &mut Vec<String>,
+) -> HashMap<u64, Vec<(u64, u64)>> {
+    let mut users: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+    for (ino, blk, x, live) in &s.extents {
+        if !*live {
+            continue;
+        }
+        for id in x.chunks() {
+            users.entry(id).or_default().push((*ino, *blk));
+        }
+        if let Some(i) = s.inodes.get(ino) {
+            if blk * rs >= i.size.max(1) {
+                problems.push(format!(
+                    "{}: extent at offset {} beyond end of file",
+                    where_(paths, *ino),
+                    blk * rs
                 ));
             }
         }
     }
-    for (chunk, n) in s.refs {
-        rep.problems
-            .push(format!("{n} element(s) reference missing chunk {chunk}"));
+    users
+}
+
+/// Every dedup index entry names a stored chunk of that content.
+fn check_dedup_index(r: &cairn_meta::MetaRead, problems: &mut Vec<String>) -> Result<()> {
+    let mut index = Vec::new();
+    r.for_each_dedup(|key, id| index.push((key, id)))?;
+    for (key, id) in index {
+        let ok = r
+            .chunk(id)?
+            .and_then(|raw| ChunkRec::decode(&raw).ok())
+            .is_some_and(|rec| cairn_meta::dedup::key(&rec.hash) == key);
+        if !ok {
+            problems.push(format!(
+                "dedup index entry {} names chunk {id}, which is missing or holds other content",
+                crate::history::snapshot::hex(&key)
+            ));
+        }
     }
+    Ok(())
+}
+
+/// What the chunk records say each segment holds: live bytes and chunks,
+/// and history-only bytes.
+#[derive(Default)]
+struct SegCount {
+    live: BTreeMap<u64, (u64, u64)>,
+    hist: BTreeMap<u64, u64>,
+}
+
+/// A chunk's reference counts against the elements found, counting it into
+/// its segment's figures.
+fn check_chunk_refs(
+    id: u64,
+    rec: &ChunkRec,
+    s: &mut Scan,
+    owed: &BTreeMap<u64, u64>,
+    segs: &mut SegCount,
+    problems: &mut Vec<String>,
+) {
+    let counted = s.refs.remove(&id).unwrap_or(0);
+    if counted != rec.refs {
+        problems.push(format!(
+            "chunk {id}: reference count {} but {counted} elements use it",
+            rec.refs
+        ));
+    }
+    let live_refs = s.live_refs.remove(&id).unwrap_or(0);
+    let owed = owed.get(&id).copied().unwrap_or(0);
+    if live_refs + owed != rec.live {
+        problems.push(format!(
+            "chunk {id}: live reference count {} ({owed} to go) but {live_refs} live elements use it",
+            rec.live
+        ));
+    }
+    let e = segs.hist.entry(rec.segment).or_default();
+    // No reference at all: a tick's chunk waiting for its commit
+    // (`writeback/tick.rs`), which its segment counts as live data.
+    if live_refs == 0 && rec.refs > 0 {
+        *e += rec.len as u64;
+    }
+    let e = segs.live.entry(rec.segment).or_default();
+    e.0 += rec.len as u64;
+    e.1 += 1;
+}
+
+/// A chunk that failed to read or verify, with the files it belongs to.
+fn unreadable_chunk(
+    id: u64,
+    err: &dyn std::fmt::Display,
+    users: &HashMap<u64, Vec<(u64, u64)>>,
+    paths: &HashMap<u64, String>,
+    rs: u64,
+) -> String {
+    let who: Vec<String> = users
+        .get(&id)
+        .into_iter()
+        .flatten()
+        .map(|(ino, blk)| format!("{} offset {}", where_(paths, *ino), blk * rs))
+        .collect();
+    let who = if who.is_empty() {
+        "history only".into()
+    } else {
+        who.join(", ")
+    };
+    format!("chunk {id} ({who}): {err}")
+}
+
+/// The segment table's accounting against what the chunk records say.
+fn check_segments(pool: &Pool, mut segs: SegCount, problems: &mut Vec<String>) {
     for (id, seg) in pool.chunks.segment_table() {
-        let (live, n) = seg_live.remove(&id).unwrap_or((0, 0));
+        let (live, n) = segs.live.remove(&id).unwrap_or((0, 0));
         if seg.live != live || seg.chunks != n {
-            rep.problems.push(format!(
+            problems.push(format!(
                 "segment {id}: accounts {} bytes in {} chunks, found {live} in {n}",
                 seg.live, seg.chunks
             ));
         }
-        let hist = seg_hist.remove(&id).unwrap_or(0);
+        let hist = segs.hist.remove(&id).unwrap_or(0);
         if seg.hist != hist {
-            rep.problems.push(format!(
+            problems.push(format!(
                 "segment {id}: accounts {} history-only bytes, found {hist}",
                 seg.hist
             ));
         }
     }
-    for (id, _) in seg_live {
-        rep.problems.push(format!(
+    for id in segs.live.keys() {
+        problems.push(format!(
             "chunks stored in segment {id}, which is not in the segment table"
         ));
     }
-    Ok(rep)
 }
 
 /// The index of live elements by create TID names each live element once,
