@@ -38,7 +38,7 @@ use crate::vfs::Fs;
 use cairn_data::Relocation;
 use cairn_devices::Device;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -178,6 +178,111 @@ fn tier_devices(fs: &Fs) -> Vec<(u32, u8, u64, u64)> {
         .collect()
 }
 
+/// What a mover round starts from (`Fs::census`).
+struct Census {
+    /// Closed segments and their devices.
+    segs: Vec<(u64, u32)>,
+    /// Segments whose every chunk only history references.
+    hist_only: HashSet<u64>,
+    heat: HashMap<u64, cairn_data::HeatSample>,
+    /// Per tier device: (id, class rank, total slots, free slots).
+    devs: Vec<(u32, u8, u64, u64)>,
+    /// Class rank per tier device.
+    rank: HashMap<u32, u8>,
+}
+
+/// One planned segment move. Forced moves make room for new writes and are
+/// not held to tier_rate_mib (the slower device's own speed is then the
+/// limit).
+struct Move {
+    segment: u64,
+    up: bool,
+    forced: bool,
+}
+
+impl Census {
+    /// (decayed reads, idle seconds) of a segment; never read: (0, max).
+    fn cold(&self, id: &u64) -> (f64, u64) {
+        (self.heat.get(id)).map_or((0.0, u64::MAX), |h| (h.hits, h.idle_secs))
+    }
+
+    /// The round's moves: demotions per faster device, then promotions.
+    fn plan(&self, c: &crate::pool::config::PoolConfig) -> Vec<Move> {
+        let slowest = self.devs.iter().map(|d| d.1).max().unwrap_or(0);
+        // Promotion candidates, hottest first (never history-only ones).
+        let mut hot: Vec<u64> = (self.segs.iter())
+            .filter(|(id, d)| {
+                self.rank
+                    .get(d)
+                    .is_some_and(|&r| self.devs.iter().any(|x| x.1 < r))
+                    && self.cold(id).0 >= c.tier_promote_hits
+                    && !self.hist_only.contains(id)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        hot.sort_by(|a, b| self.cold(b).0.total_cmp(&self.cold(a).0));
+        let mut plan = Vec::new();
+        for &(dev, r, total, free) in &self.devs {
+            if r != slowest && total != 0 {
+                plan.extend(self.demotions(c, dev, total, free, hot.len() as u64));
+            }
+        }
+        let up = |segment| Move {
+            segment,
+            up: true,
+            forced: false,
+        };
+        plan.extend(hot.into_iter().map(up));
+        plan
+    }
+
+    /// Demotions from one faster device, coldest first: enough to bring it
+    /// under the cap, and to make room for `hot` segments.
+    fn demotions(
+        &self,
+        c: &crate::pool::config::PoolConfig,
+        dev: u32,
+        total: u64,
+        free: u64,
+        hot: u64,
+    ) -> Vec<Move> {
+        let cap = total * c.tier_fast_full_pct as u64 / 100;
+        let used = total - free;
+        let over = used.saturating_sub(cap);
+        let for_hot = hot.saturating_sub(cap.saturating_sub(used));
+        let mut cands: Vec<u64> = (self.segs.iter())
+            .filter(|(id, d)| {
+                *d == dev && (self.hist_only.contains(id) || self.cold(id).0 < c.tier_promote_hits)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        // History-only segments first; then fewest reads first; among
+        // equals, the longest idle first.
+        cands.sort_by(|a, b| {
+            let (x, y) = (self.cold(a), self.cold(b));
+            let (ha, hb) = (self.hist_only.contains(a), self.hist_only.contains(b));
+            hb.cmp(&ha).then(x.0.total_cmp(&y.0)).then(y.1.cmp(&x.1))
+        });
+        // Over the cap: the coldest go, however recently read (new writes
+        // need the room). Room for hot segments: only those idle for
+        // tier_demote_idle_secs.
+        let (forced, rest) = cands.split_at((over as usize).min(cands.len()));
+        let idle = (rest.iter())
+            .filter(|id| self.hist_only.contains(id) || self.cold(id).1 >= c.tier_demote_idle_secs)
+            .take(for_hot as usize);
+        let down = |forced| {
+            move |&segment: &u64| Move {
+                segment,
+                up: false,
+                forced,
+            }
+        };
+        (forced.iter().map(down(true)))
+            .chain(idle.map(down(false)))
+            .collect()
+    }
+}
+
 impl Fs {
     /// Moves one segment to a device `pick` accepts: copy and sync without
     /// locks, then switch under the flush lock. Returns the bytes copied,
@@ -233,90 +338,10 @@ impl Fs {
         let c = &self.pool.config;
         let mut rep = MigrateReport::default();
         let mut rate = RateLimit::new(c.tier_rate_mib << 20);
-        let full = c.tier_fast_full_pct as u64;
-        let table: Vec<(u64, cairn_data::SegmentRec)> = self
-            .pool
-            .chunks
-            .segment_table()
-            .into_iter()
-            .filter(|(id, _)| !self.pool.chunks.is_open(*id))
-            .collect();
-        let segs: Vec<(u64, u32)> = table.iter().map(|(id, s)| (*id, s.device)).collect();
-        // Segments whose every chunk only history references.
-        let hist_only: std::collections::HashSet<u64> = table
-            .iter()
-            .filter(|(_, s)| s.chunks > 0 && s.live_data() == 0)
-            .map(|(id, _)| *id)
-            .collect();
-        let heat: HashMap<u64, cairn_data::HeatSample> = self
-            .pool
-            .chunks
-            .heat
-            .samples()
-            .into_iter()
-            .map(|h| (h.segment, h))
-            .collect();
-        let cold = |id: &u64| {
-            heat.get(id)
-                .map_or((0.0, u64::MAX), |h| (h.hits, h.idle_secs))
-        };
-        let devs = tier_devices(self);
-        let rank: HashMap<u32, u8> = devs.iter().map(|d| (d.0, d.1)).collect();
-        let slowest = devs.iter().map(|d| d.1).max().unwrap_or(0);
-        // Promotion candidates, hottest first (never history-only ones).
-        let mut hot: Vec<u64> = segs
-            .iter()
-            .filter(|(id, d)| {
-                rank.get(d).is_some_and(|&r| devs.iter().any(|x| x.1 < r))
-                    && cold(id).0 >= c.tier_promote_hits
-                    && !hist_only.contains(id)
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        hot.sort_by(|a, b| cold(b).0.total_cmp(&cold(a).0));
-        // Demotion candidates per faster device, coldest first: enough to
-        // bring it under the cap and make room for the hot segments.
-        // (segment, up, forced): forced moves make room for new writes
-        // and are not held to tier_rate_mib (the slower device's own speed
-        // is then the limit).
-        let mut plan: Vec<(u64, bool, bool)> = Vec::new();
-        for &(dev, r, total, free) in &devs {
-            if r == slowest || total == 0 {
-                continue;
-            }
-            let cap = total * full / 100;
-            let used = total - free;
-            let over = used.saturating_sub(cap);
-            let room = cap.saturating_sub(used);
-            let for_hot = (hot.len() as u64).saturating_sub(room);
-            let mut cands: Vec<u64> = segs
-                .iter()
-                .filter(|(id, d)| {
-                    *d == dev && (hist_only.contains(id) || cold(id).0 < c.tier_promote_hits)
-                })
-                .map(|(id, _)| *id)
-                .collect();
-            // History-only segments first; then fewest reads first; among
-            // equals, the longest idle first.
-            cands.sort_by(|a, b| {
-                let (x, y) = (cold(a), cold(b));
-                let (ha, hb) = (hist_only.contains(a), hist_only.contains(b));
-                hb.cmp(&ha).then(x.0.total_cmp(&y.0)).then(y.1.cmp(&x.1))
-            });
-            // Over the cap: the coldest go, however recently read (new
-            // writes need the room). Room for hot segments: only those idle
-            // for tier_demote_idle_secs.
-            let (forced, rest) = cands.split_at((over as usize).min(cands.len()));
-            let idle = rest
-                .iter()
-                .filter(|id| hist_only.contains(id) || cold(id).1 >= c.tier_demote_idle_secs)
-                .take(for_hot as usize);
-            plan.extend(forced.iter().map(|id| (*id, false, true)));
-            plan.extend(idle.map(|id| (*id, false, false)));
-        }
-        plan.extend(hot.into_iter().map(|id| (id, true, false)));
+        let census = self.census();
+        let plan = census.plan(c);
         let total = plan.len() as u64;
-        for (n, (id, up, forced)) in plan.into_iter().enumerate() {
+        for (n, m) in plan.into_iter().enumerate() {
             if self.stopping.load(Ordering::SeqCst) {
                 break;
             }
@@ -324,31 +349,32 @@ impl Fs {
             let Some(from) = self
                 .pool
                 .chunks
-                .segment(id)
-                .and_then(|s| rank.get(&s.device).copied())
+                .segment(m.segment)
+                .and_then(|s| census.rank.get(&s.device).copied())
             else {
                 continue;
             };
-            if forced {
+            if m.forced {
                 rep.yielded_ms += self.yield_to_writers().as_millis() as u64;
             }
-            let moved = if up {
-                self.move_segment(id, |d, t, f| {
+            let full = c.tier_fast_full_pct as u64;
+            let moved = if m.up {
+                self.move_segment(m.segment, |d, t, f| {
                     d.class().rank() < from && (t - f + 1) * 100 <= t * full
                 })
             } else {
-                self.move_segment(id, |d, _, _| d.class().rank() > from)
+                self.move_segment(m.segment, |d, _, _| d.class().rank() > from)
             };
             match moved {
                 Ok(Some(bytes)) => {
                     rep.bytes += bytes;
-                    self.maint_stats.moved(up, bytes);
-                    if up {
+                    self.maint_stats.moved(m.up, bytes);
+                    if m.up {
                         rep.promoted += 1
                     } else {
                         rep.demoted += 1
                     }
-                    if !forced {
+                    if !m.forced {
                         rate.spend(bytes);
                     }
                 }
@@ -359,6 +385,32 @@ impl Fs {
         }
         progress(total, total);
         Ok(rep)
+    }
+
+    /// What a mover round starts from: the closed segments, their heat and
+    /// the tier devices.
+    fn census(&self) -> Census {
+        let table: Vec<(u64, cairn_data::SegmentRec)> = self
+            .pool
+            .chunks
+            .segment_table()
+            .into_iter()
+            .filter(|(id, _)| !self.pool.chunks.is_open(*id))
+            .collect();
+        let devs = tier_devices(self);
+        Census {
+            segs: table.iter().map(|(id, s)| (*id, s.device)).collect(),
+            hist_only: table
+                .iter()
+                .filter(|(_, s)| s.chunks > 0 && s.live_data() == 0)
+                .map(|(id, _)| *id)
+                .collect(),
+            heat: (self.pool.chunks.heat.samples().into_iter())
+                .map(|h| (h.segment, h))
+                .collect(),
+            rank: devs.iter().map(|d| (d.0, d.1)).collect(),
+            devs,
+        }
     }
 
     /// Waits while client writes keep coming (see `QUIET`), at most
