@@ -24,22 +24,7 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             eprintln!("{}", describe_read(&v));
             Ok(())
         }
-        MirrorCmd::Write { t, input, force } => {
-            let dir = private_dir()?;
-            let path = match input {
-                Some(p) => absolute(&p)?,
-                None => spool_stdin(dir.path())?,
-            };
-            let v = call(
-                &t.target,
-                Request::MirrorWrite {
-                    path: text(&path),
-                    force,
-                },
-            )?;
-            print(&v, t.json, describe_write);
-            Ok(())
-        }
+        MirrorCmd::Write { t, input, force } => write_cmd(&t, input, force),
         MirrorCmd::Copy {
             src,
             dst,
@@ -47,30 +32,14 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             batch_mib,
             json,
             credentials_file,
-        } => {
-            // What was written before the command is in the copy.
-            call(&src, Request::Sync)?;
-            let v = match cairn_objstore::locator::is_locator(&text(&dst)) {
-                true => {
-                    let b = crate::mirror_bucket::open(&text(&dst), credentials_file.as_deref())?;
-                    crate::mirror_bucket::copy(&src, &b, resync, batch_mib)?
-                }
-                false => {
-                    let dest = Dest::parse(&dst)?;
-                    let v = copy(&src, &dest, resync, batch_mib)?;
-                    dest.close()?;
-                    v
-                }
-            };
-            print(&v, json, |v| {
-                let second = match v.get("bucket") {
-                    Some(_) => crate::mirror_bucket::describe_copy(v),
-                    None => describe_write(&v["write"]),
-                };
-                format!("{}\n{second}", describe_read(&v["read"]))
-            });
-            Ok(())
-        }
+        } => copy_cmd(
+            &src,
+            &dst,
+            resync,
+            batch_mib,
+            json,
+            credentials_file.as_deref(),
+        ),
         MirrorCmd::Restore {
             bucket,
             pool,
@@ -96,24 +65,7 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             });
             Ok(())
         }
-        MirrorCmd::Lacking(t) => {
-            // Hashes on stdin; those the pool lacks as hex JSON (for ssh).
-            let dir = private_dir()?;
-            let (wanted, out) = (spool_stdin(dir.path())?, dir.path().join("lacking"));
-            call(
-                &t.target,
-                Request::MirrorLacking {
-                    path: text(&wanted),
-                    out: text(&out),
-                },
-            )?;
-            let hex: String = std::fs::read(&out)?
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            println!("{}", json!({ "lacking": hex }));
-            Ok(())
-        }
+        MirrorCmd::Lacking(t) => lacking_cmd(&t),
         MirrorCmd::Rollback { t, snapshot } => {
             let v = call(&t.target, Request::MirrorRollback { snapshot })?;
             print(&v, t.json, describe_rollback);
@@ -130,6 +82,75 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `mirror write`: applies a stream file, or stdin spooled to a private file.
+fn write_cmd(t: &crate::args::TargetArgs, input: Option<PathBuf>, force: bool) -> Result<()> {
+    let dir = private_dir()?;
+    let path = match input {
+        Some(p) => absolute(&p)?,
+        None => spool_stdin(dir.path())?,
+    };
+    let req = Request::MirrorWrite {
+        path: text(&path),
+        force,
+    };
+    let v = call(&t.target, req)?;
+    print(&v, t.json, describe_write);
+    Ok(())
+}
+
+/// `mirror copy`: to a pool here or over ssh, or into a bucket.
+fn copy_cmd(
+    src: &Path,
+    dst: &Path,
+    resync: bool,
+    batch_mib: u64,
+    json: bool,
+    credentials_file: Option<&Path>,
+) -> Result<()> {
+    // What was written before the command is in the copy.
+    call(src, Request::Sync)?;
+    let v = match cairn_objstore::locator::is_locator(&text(dst)) {
+        true => {
+            let b = crate::mirror_bucket::open(&text(dst), credentials_file)?;
+            crate::mirror_bucket::copy(src, &b, resync, batch_mib)?
+        }
+        false => {
+            let dest = Dest::parse(dst)?;
+            let v = copy(src, &dest, resync, batch_mib)?;
+            dest.close()?;
+            v
+        }
+    };
+    print(&v, json, |v| {
+        let second = match v.get("bucket") {
+            Some(_) => crate::mirror_bucket::describe_copy(v),
+            None => describe_write(&v["write"]),
+        };
+        format!("{}\n{second}", describe_read(&v["read"]))
+    });
+    Ok(())
+}
+
+/// `mirror lacking`: hashes on stdin; those the pool lacks as hex JSON
+/// (for ssh).
+fn lacking_cmd(t: &crate::args::TargetArgs) -> Result<()> {
+    let dir = private_dir()?;
+    let (wanted, out) = (spool_stdin(dir.path())?, dir.path().join("lacking"));
+    call(
+        &t.target,
+        Request::MirrorLacking {
+            path: text(&wanted),
+            out: text(&out),
+        },
+    )?;
+    let hex: String = std::fs::read(&out)?
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    println!("{}", json!({ "lacking": hex }));
+    Ok(())
 }
 
 /// Where a mirror is: a pool here (directory or mount point; opened once

@@ -97,6 +97,36 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
     for w in &i.mode_warnings {
         println!("WARNING: {w}");
     }
+    print_summary(&i);
+    for l in &i.locks {
+        println!(
+            "lock {:<10} taken {}, waited {} times ({:.1} ms in all, {:.1} ms at most)",
+            l.name,
+            l.acquired,
+            l.waited,
+            l.wait_us_total as f64 / 1000.0,
+            l.wait_us_max as f64 / 1000.0
+        );
+    }
+    print_devices(&i.devices);
+    print_caches(&i);
+    println!("volumes:");
+    crate::volume::print_volume_table(&vols);
+    print_nbd(&nbd);
+    if fw.is_object() {
+        let wait = &fw["queue_wait"];
+        let mean =
+            wait["total_us"].as_u64().unwrap_or(0) / wait["count"].as_u64().unwrap_or(0).max(1);
+        println!(
+            "fuse workers:    {}",
+            workers_line(&fw, mean, ("max", wait["max_us"].as_u64().unwrap_or(0)))
+        );
+    }
+    Ok(())
+}
+
+/// Identity, sizes, dedup, compression and batched work of `info`.
+fn print_summary(i: &cairn_fs::maintenance::info::PoolInfo) {
     println!("pool:            {} ({})", i.pool, i.uuid);
     println!("format version:  {}", i.format_version);
     println!("record size:     {}", human(i.record_size as u64));
@@ -133,18 +163,12 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         "batched updates: {} dedup entries, {} creation index removals, {} live counts, {} old versions waiting; {} chunks stored ahead of their tree commit",
         w.dedup_entries, w.creation_index_removals, w.live_count_chunks, w.ended_elements, w.stored_ahead_chunks
     );
-    for l in &i.locks {
-        println!(
-            "lock {:<10} taken {}, waited {} times ({:.1} ms in all, {:.1} ms at most)",
-            l.name,
-            l.acquired,
-            l.waited,
-            l.wait_us_total as f64 / 1000.0,
-            l.wait_us_max as f64 / 1000.0
-        );
-    }
+}
+
+/// The device table of `info`.
+fn print_devices(devices: &[cairn_fs::maintenance::info::DeviceInfo]) {
     println!("devices:");
-    for d in &i.devices {
+    for d in devices {
         let mut notes = String::new();
         if d.draining {
             notes.push_str(" [draining]");
@@ -178,6 +202,10 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
             );
         }
     }
+}
+
+/// The RAM and SSD read caches of `info`.
+fn print_caches(i: &cairn_fs::maintenance::info::PoolInfo) {
     println!("RAM read cache:  {}", human(i.ram_cache_bytes));
     if let Some(c) = &i.ssd_cache {
         println!(
@@ -194,19 +222,6 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
             c.meta_entries, c.meta_hits, c.meta_misses
         );
     }
-    println!("volumes:");
-    crate::volume::print_volume_table(&vols);
-    print_nbd(&nbd);
-    if fw.is_object() {
-        let wait = &fw["queue_wait"];
-        let mean =
-            wait["total_us"].as_u64().unwrap_or(0) / wait["count"].as_u64().unwrap_or(0).max(1);
-        println!(
-            "fuse workers:    {}",
-            workers_line(&fw, mean, ("max", wait["max_us"].as_u64().unwrap_or(0)))
-        );
-    }
-    Ok(())
 }
 
 /// An adaptive worker pool's state (crates/workpool `Stats`), and its

@@ -324,26 +324,7 @@ fn mkfs_in(
         return Err(FsError::PoolExists(pool.display().to_string()));
     }
     let cwd = std::env::current_dir().map_err(io(pool))?;
-    for d in &mut opts.devices {
-        d.path = cwd.join(&d.path);
-        d.sparse |= opts.sparse;
-    }
-    if opts.devices.is_empty() {
-        let mut spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), None);
-        spec.sparse = opts.sparse;
-        opts.devices.push(spec);
-    }
-    if !opts.devices.iter().any(|d| d.role == DeviceRole::Tier) {
-        return Err(FsError::BadRequest(
-            "a pool needs at least one tier device (cache devices add no capacity)".into(),
-        ));
-    }
-    if let Some(d) = opts.devices.iter().find(|d| d.class.is_object_store()) {
-        return Err(FsError::BadRequest(format!(
-            "{}: an s3 tier is added to a pool with `cairn device add` after mkfs (the pool's first devices hold its metadata)",
-            d.path.display()
-        )));
-    }
+    settle_devices(pool, &cwd, &mut opts)?;
     let files = check_devices(&opts)?;
     check_meta_home(pool, &opts)?;
     // Everything is checked: from here on the old pool (with --force) goes.
@@ -372,34 +353,14 @@ fn mkfs_in(
         }
         descs.push(DeviceDesc::new(pool, &dev, spec));
     }
-    meta.write(|w| {
-        for d in &descs {
-            w.put_device(d.id, &d.encode())?;
-        }
-        w.put(
-            &ElemKey::new(ROOT_INO, RecordType::Inode, &[]),
-            &root_inode(now).encode(),
-            1,
-        )?;
-        w.set_counter("last_tid", 1)?;
-        w.set_counter("next_ino", ROOT_INO + 1)?;
-        w.set_counter("next_chunk", 1)?;
-        w.set_counter("next_segment", 1)?;
-        w.log_tid(1, now.as_nanos() as u64)?;
-        if opts.mirror {
-            crate::replica::Role::Unbound.write(w)?;
-        }
-        Ok::<_, FsError>(())
-    })?;
+    write_first_tid(&meta, &descs, now, opts.mirror)?;
     drop(meta);
     let explicit = opts.meta_mirror.as_ref().map(|d| cwd.join(d));
     let target = match &explicit {
         Some(dir) => Some(explicit_mirror(pool, dir, &home, uuid, &mut warnings)?),
         None => mirror_home(pool, &opts.devices, &home, uuid)?,
     };
-    let tiers = opts
-        .devices
-        .iter()
+    let tiers = (opts.devices.iter())
         .filter(|d| d.role == DeviceRole::Tier)
         .count();
     if target.is_none() && tiers >= 2 {
@@ -430,6 +391,56 @@ fn mkfs_in(
         .and_then(|f| f.sync_all())
         .map_err(io(pool))?;
     Ok((sb, warnings))
+}
+
+/// Makes device paths absolute, adds the default device (a file in the
+/// pool) when none is given, and refuses sets a pool cannot start from.
+fn settle_devices(pool: &Path, cwd: &Path, opts: &mut MkfsOptions) -> Result<()> {
+    for d in &mut opts.devices {
+        d.path = cwd.join(&d.path);
+        d.sparse |= opts.sparse;
+    }
+    if opts.devices.is_empty() {
+        let mut spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), None);
+        spec.sparse = opts.sparse;
+        opts.devices.push(spec);
+    }
+    if !opts.devices.iter().any(|d| d.role == DeviceRole::Tier) {
+        return Err(FsError::BadRequest(
+            "a pool needs at least one tier device (cache devices add no capacity)".into(),
+        ));
+    }
+    if let Some(d) = opts.devices.iter().find(|d| d.class.is_object_store()) {
+        return Err(FsError::BadRequest(format!(
+            "{}: an s3 tier is added to a pool with `cairn device add` after mkfs (the pool's first devices hold its metadata)",
+            d.path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// TID 1: the devices, the empty root directory and the counters (and the
+/// unbound mirror role of a pool made to be a mirror).
+fn write_first_tid(meta: &MetaStore, descs: &[DeviceDesc], now: Time, mirror: bool) -> Result<()> {
+    meta.write(|w| {
+        for d in descs {
+            w.put_device(d.id, &d.encode())?;
+        }
+        w.put(
+            &ElemKey::new(ROOT_INO, RecordType::Inode, &[]),
+            &root_inode(now).encode(),
+            1,
+        )?;
+        w.set_counter("last_tid", 1)?;
+        w.set_counter("next_ino", ROOT_INO + 1)?;
+        w.set_counter("next_chunk", 1)?;
+        w.set_counter("next_segment", 1)?;
+        w.log_tid(1, now.as_nanos() as u64)?;
+        if mirror {
+            crate::replica::Role::Unbound.write(w)?;
+        }
+        Ok::<_, FsError>(())
+    })
 }
 
 /// Writes the superblock file (mode 0600) and syncs it.
