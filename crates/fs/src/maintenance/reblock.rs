@@ -58,6 +58,9 @@ struct Group {
     place: Option<u8>,
 }
 
+/// A chunk copied by reblock: (id, old record, new record).
+type Moved = (u64, ChunkRec, ChunkRec);
+
 impl Fs {
     /// Rewrites fragmented segments and files. `progress(done, total)` is
     /// called in bytes to move.
@@ -246,47 +249,7 @@ impl Fs {
         }
         let _last = self.flush_guard();
         self.check_ok()?;
-        let r = self.meta()?;
-        let mut moves = Vec::new();
-        let mut looked = 0;
-        {
-            let mut batch = match place {
-                Some(rank) => self.pool.chunks.batch_on(rank),
-                None => self.pool.chunks.batch(),
-            };
-            // A file's extents can name one chunk more than once (a piece
-            // split in two by a later write): move it once, or its old
-            // segment would lose it twice and the first copy would leak.
-            let mut seen = std::collections::HashSet::new();
-            for &id in ids {
-                if !seen.insert(id) {
-                    continue;
-                }
-                let Some(raw) = r.chunk(id)? else { continue };
-                let old = ChunkRec::decode(&raw)?;
-                looked += old.len as u64;
-                let (method, stored) = match self.pool.chunks.read_stored(&old) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        tracing::error!("reblock: chunk {id} left in place: {e}");
-                        rep.damaged.push(format!("chunk {id}: {e}"));
-                        continue;
-                    }
-                };
-                let mut new = batch.append_stored(method, old.raw_len, &stored, &old.hash)?;
-                new.refs = old.refs;
-                new.live = old.live;
-                // Segments count history-only chunks by their true live
-                // count: the stored one less the decrements that wait.
-                let owed = self.pool.meta.live_debts().owed(id);
-                if new.refs > 0 && new.live == owed {
-                    self.pool.chunks.set_history_only(&new, true);
-                }
-                moves.push((id, old, new));
-            }
-            batch.finish()?;
-        }
-        drop(r);
+        let (moves, looked) = self.copy_chunks(ids, place, rep)?;
         // The old segments lose their chunks in memory only after the commit:
         // until then readers with the old records must still find them.
         let debts = self.pool.meta.live_debts();
@@ -314,8 +277,70 @@ impl Fs {
             }
             Ok::<_, crate::FsError>(())
         })?;
+        let freed = self.retire_moved(&moves, &olds)?;
+        rep.chunks_moved += moves.len() as u64;
+        rep.bytes_moved += moves.iter().map(|m| m.2.len as u64).sum::<u64>();
+        rep.segments_freed += freed;
+        Ok(looked)
+    }
+
+    /// Copies the chunks still stored to new places (each once), with their
+    /// counts; a chunk that cannot be read stays where it is, named in the
+    /// report. Returns (id, old record, new record) per copy, and the bytes
+    /// looked at.
+    fn copy_chunks(
+        &self,
+        ids: &[u64],
+        place: Option<u8>,
+        rep: &mut ReblockReport,
+    ) -> Result<(Vec<Moved>, u64)> {
+        let r = self.meta()?;
+        let mut moves = Vec::new();
+        let mut looked = 0;
+        let mut batch = match place {
+            Some(rank) => self.pool.chunks.batch_on(rank),
+            None => self.pool.chunks.batch(),
+        };
+        // A file's extents can name one chunk more than once (a piece
+        // split in two by a later write): move it once, or its old
+        // segment would lose it twice and the first copy would leak.
+        let mut seen = std::collections::HashSet::new();
+        for &id in ids {
+            if !seen.insert(id) {
+                continue;
+            }
+            let Some(raw) = r.chunk(id)? else { continue };
+            let old = ChunkRec::decode(&raw)?;
+            looked += old.len as u64;
+            let (method, stored) = match self.pool.chunks.read_stored(&old) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!("reblock: chunk {id} left in place: {e}");
+                    rep.damaged.push(format!("chunk {id}: {e}"));
+                    continue;
+                }
+            };
+            let mut new = batch.append_stored(method, old.raw_len, &stored, &old.hash)?;
+            new.refs = old.refs;
+            new.live = old.live;
+            // Segments count history-only chunks by their true live
+            // count: the stored one less the decrements that wait.
+            let owed = self.pool.meta.live_debts().owed(id);
+            if new.refs > 0 && new.live == owed {
+                self.pool.chunks.set_history_only(&new, true);
+            }
+            moves.push((id, old, new));
+        }
+        batch.finish()?;
+        Ok((moves, looked))
+    }
+
+    /// After the commit: heat follows the chunks, the old segments lose
+    /// them, and emptied segments give their slots back. Returns the
+    /// segments freed.
+    fn retire_moved(&self, moves: &[Moved], olds: &[ChunkRec]) -> Result<u64> {
         let heat = &self.pool.chunks.heat;
-        for (_, old, new) in &moves {
+        for (_, old, new) in moves {
             if let Some(s) = self.pool.chunks.segment(old.segment) {
                 heat.carry(
                     old.segment,
@@ -325,7 +350,7 @@ impl Fs {
             }
         }
         let mut freed = Vec::new();
-        for old in &olds {
+        for old in olds {
             let seg = self.pool.chunks.segment(old.segment);
             if self.pool.chunks.unref_chunk(old).is_none() {
                 freed.extend(seg.map(|s| SlotAddr {
@@ -335,9 +360,6 @@ impl Fs {
             }
         }
         self.pool.chunks.release_slots(&freed)?;
-        rep.chunks_moved += moves.len() as u64;
-        rep.bytes_moved += moves.iter().map(|m| m.2.len as u64).sum::<u64>();
-        rep.segments_freed += freed.len() as u64;
-        Ok(looked)
+        Ok(freed.len() as u64)
     }
 }
