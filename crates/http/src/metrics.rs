@@ -4,6 +4,7 @@
 //! scanning ones from the last scan, and the closures' (FUSE, NBD).
 
 use crate::scan::ScanCache;
+use cairn_fs::service_stats::ServiceStats;
 use cairn_fs::Fs;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
@@ -82,7 +83,6 @@ fn hist(name: &str, help: &str, h: &cairn_fs::service_stats::HistSnapshot) -> Sa
 }
 
 fn service(fs: &Fs, v: &mut Vec<Sample>) {
-    use Kind::*;
     let s = match fs.service_stats() {
         Ok(s) => s,
         Err(e) => {
@@ -90,7 +90,17 @@ fn service(fs: &Fs, v: &mut Vec<Sample>) {
             return;
         }
     };
-    let n = |name: &str, help: &str, k, x: f64| Sample::new(name, help, k, x);
+    commits(&s, v);
+    caches(&s, v);
+    device_io(&s, v);
+    maintenance(&s, v);
+    tier_mover(&s, v);
+}
+
+/// The last TID, dirty bytes, commit times and snapshots.
+fn commits(s: &ServiceStats, v: &mut Vec<Sample>) {
+    use Kind::*;
+    let n = Sample::new;
     v.push(n(
         "cairn_tid",
         "The last committed transaction id.",
@@ -151,6 +161,12 @@ fn service(fs: &Fs, v: &mut Vec<Sample>) {
             age,
         ));
     }
+}
+
+/// The RAM and SSD read caches.
+fn caches(s: &ServiceStats, v: &mut Vec<Sample>) {
+    use Kind::*;
+    let n = Sample::new;
     v.push(n(
         "cairn_ram_cache_bytes",
         "Bytes held by the RAM read cache.",
@@ -194,6 +210,12 @@ fn service(fs: &Fs, v: &mut Vec<Sample>) {
         Gauge,
         c.entries as f64,
     ));
+}
+
+/// Bytes moved and errors, pool-wide and per device.
+fn device_io(s: &ServiceStats, v: &mut Vec<Sample>) {
+    use Kind::*;
+    let n = Sample::new;
     let (pr, pw) = s
         .devices
         .iter()
@@ -243,6 +265,12 @@ fn service(fs: &Fs, v: &mut Vec<Sample>) {
         )));
     }
     v.extend(groups.into_iter().flatten());
+}
+
+/// Runs, progress and work of gc, reblock, scrub, prune and migrate.
+fn maintenance(s: &ServiceStats, v: &mut Vec<Sample>) {
+    use Kind::*;
+    let n = Sample::new;
     let mut groups: [Vec<Sample>; 5] = Default::default();
     for t in &s.tasks {
         let l = |x: Sample| x.label("task", t.task);
@@ -289,6 +317,12 @@ fn service(fs: &Fs, v: &mut Vec<Sample>) {
         Counter,
         s.scrub_damaged_chunks as f64,
     ));
+}
+
+/// What the tier mover moved.
+fn tier_mover(s: &ServiceStats, v: &mut Vec<Sample>) {
+    use Kind::*;
+    let n = Sample::new;
     v.push(n(
         "cairn_tier_promoted_bytes",
         "Bytes the tier mover promoted to faster tiers.",
