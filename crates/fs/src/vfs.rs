@@ -112,8 +112,23 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
 
 impl Fs {
     /// Opens the filesystem of a pool and finishes what a crash left behind
-    /// (orphaned inodes). No scan of the pool is needed.
+    /// (the intent log's records, orphaned inodes). No scan of the pool is
+    /// needed.
     pub fn open(pool: Pool) -> Result<Arc<Fs>> {
+        let mut fs = Fs::with_pool(pool)?;
+        let logged = fs.open_intent_log()?;
+        let fs = Arc::new(fs);
+        fs.refresh_retained()?;
+        fs.load_tick_chunks(&logged)?;
+        if !logged.is_empty() {
+            fs.replay_left_intent(&logged)?;
+        }
+        fs.remove_orphans()?;
+        Ok(fs)
+    }
+
+    /// The in-memory state of a pool just opened: nothing buffered yet.
+    fn with_pool(pool: Pool) -> Result<Fs> {
         let r = pool.meta.read()?;
         let next_ino = r.counter("next_ino")?;
         let last_tid = r.counter("last_tid")?;
@@ -126,7 +141,7 @@ impl Fs {
             crate::pool::reserve::Reserve::open(&crate::pool::PoolPaths::meta(&pool.path));
         let holds = crate::replica::holds::Holds::load(&pool.path);
         let background = crate::background::Background::new(pool.config.background_nice);
-        let mut fs = Fs {
+        Ok(Fs {
             pool,
             shards: (0..crate::state::SHARDS)
                 .map(|_| Mutex::new(Default::default()))
@@ -161,51 +176,54 @@ impl Fs {
             commit_stats: Default::default(),
             maint_stats: Default::default(),
             writes: Default::default(),
-        };
-        let logged = fs.open_intent_log()?;
-        let fs = Arc::new(fs);
-        fs.refresh_retained()?;
-        fs.load_tick_chunks(&logged)?;
-        if !logged.is_empty() {
-            tracing::info!(
-                "applying {} intent log record(s) left by a crash",
-                logged.len()
-            );
-            fs.replay_intent(&logged)?;
-            // Without room to commit them now (a full host), the changes
-            // stay buffered and logged; the flusher tries again.
-            match fs.flush() {
-                Err(e) if e.is_no_space() => {
-                    tracing::warn!("the intent log's changes wait for space: {e}")
-                }
-                r => r?,
+        })
+    }
+
+    /// Applies and commits the intent log records a crash left.
+    fn replay_left_intent(&self, logged: &[crate::writeback::log_file::Record]) -> Result<()> {
+        tracing::info!(
+            "applying {} intent log record(s) left by a crash",
+            logged.len()
+        );
+        self.replay_intent(logged)?;
+        // Without room to commit them now (a full host), the changes
+        // stay buffered and logged; the flusher tries again.
+        match self.flush() {
+            Err(e) if e.is_no_space() => {
+                tracing::warn!("the intent log's changes wait for space: {e}")
             }
-            if fs.ticks.unread_waiting() {
-                // Its placeholders must never be read: the pool mounts
-                // once the commit took their chunks.
-                return Err(FsError::Failed(
-                    "no room to commit the intent log's replay, which holds blocks whose data \
-                     cannot be read (see the log): free space on the host and mount again"
-                        .into(),
-                ));
-            }
+            r => r?,
         }
-        let orphans = fs.meta()?.orphans()?;
+        if self.ticks.unread_waiting() {
+            // Its placeholders must never be read: the pool mounts
+            // once the commit took their chunks.
+            return Err(FsError::Failed(
+                "no room to commit the intent log's replay, which holds blocks whose data \
+                 cannot be read (see the log): free space on the host and mount again"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Removes the inodes a crash left unlinked but not yet freed.
+    fn remove_orphans(&self) -> Result<()> {
+        let orphans = self.meta()?.orphans()?;
         // A mirror's orphans are its source's (still open there): they go
         // when the source's stream ends them, never by a commit here.
-        if !orphans.is_empty() && !fs.mirror_role()?.is_mirror() {
+        if !orphans.is_empty() && !self.mirror_role()?.is_mirror() {
             tracing::info!(
                 "removing {} orphaned inode(s) left by a crash",
                 orphans.len()
             );
-            let mut st = fs.lock_all();
+            let mut st = self.lock_all();
             for ino in orphans {
                 st.dirty(ino).delete_inode(ino);
             }
             drop(st);
-            fs.flush()?;
+            self.flush()?;
         }
-        Ok(fs)
+        Ok(())
     }
 
     pub fn pool(&self) -> &Pool {
