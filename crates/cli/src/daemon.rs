@@ -198,6 +198,49 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
         .append(true)
         .open(&log)?;
     let log_start = out.metadata()?.len();
+    let mut cmd = daemon_command(pool, a)?;
+    // stdout is not needed (the daemon logs through tracing); stderr keeps
+    // panics in the log.
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(out);
+    let status = crate::ready::StatusPipe::new()?;
+    status.pass_to(&mut cmd);
+    // SAFETY: setsid is async-signal-safe; detaches from our terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let mnt = a.mountpoint.canonicalize()?;
+    wait_ready(status, &mut child, &log, log_start)?;
+    // The daemon says it is mounted: check that the mount is there, is
+    // this pool's and answers, and that the daemon still runs.
+    let ours = cairn_mounts()?
+        .iter()
+        .any(|(m, p)| *m == mnt && Path::new(p) == pool);
+    let answers = std::fs::metadata(&mnt).is_ok();
+    if !ours || !answers || child.try_wait()?.is_some() {
+        bail!(
+            "the daemon reported a mount on {} that is not there or not answering; its log:\n{}",
+            mnt.display(),
+            log_since(&log, log_start)
+        );
+    }
+    println!(
+        "mounted {} on {} (pid {}, log {})",
+        pool.display(),
+        mnt.display(),
+        child.id(),
+        log.display()
+    );
+    print_warnings(&log, log_start);
+    Ok(())
+}
+
+/// The command line of the daemon: this binary, `mount --foreground`, and
+/// the options given to this mount.
+fn daemon_command(pool: &Path, a: &MountArgs) -> Result<Command> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("mount")
         .arg(pool)
@@ -221,23 +264,19 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
     if a.metrics_allow_remote {
         cmd.arg("--metrics-allow-remote");
     }
-    // stdout is not needed (the daemon logs through tracing); stderr keeps
-    // panics in the log.
-    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(out);
-    let status = crate::ready::StatusPipe::new()?;
-    status.pass_to(&mut cmd);
-    // SAFETY: setsid is async-signal-safe; detaches from our terminal.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn()?;
-    let mnt = a.mountpoint.canonicalize()?;
-    let answer = status.wait(Duration::from_secs(60));
-    match answer {
-        Some(Ok(())) => {}
+    Ok(cmd)
+}
+
+/// Waits (at most a minute) for the daemon to say it mounted; its refusal,
+/// its early exit or the timeout is the error.
+fn wait_ready(
+    status: crate::ready::StatusPipe,
+    child: &mut std::process::Child,
+    log: &Path,
+    log_start: u64,
+) -> Result<()> {
+    match status.wait(Duration::from_secs(60)) {
+        Some(Ok(())) => Ok(()),
         Some(Err(why)) => {
             let _ = child.wait();
             bail!("{why}");
@@ -251,32 +290,10 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
             let st = child.wait()?;
             bail!(
                 "the daemon exited ({st}) before mounting; its log:\n{}",
-                log_since(&log, log_start)
+                log_since(log, log_start)
             );
         }
     }
-    // The daemon says it is mounted: check that the mount is there, is
-    // this pool's and answers, and that the daemon still runs.
-    let ours = cairn_mounts()?
-        .iter()
-        .any(|(m, p)| *m == mnt && Path::new(p) == pool);
-    let answers = std::fs::metadata(&mnt).is_ok();
-    if !ours || !answers || child.try_wait()?.is_some() {
-        bail!(
-            "the daemon reported a mount on {} that is not there or not answering; its log:\n{}",
-            mnt.display(),
-            log_since(&log, log_start)
-        );
-    }
-    println!(
-        "mounted {} on {} (pid {}, log {})",
-        pool.display(),
-        mnt.display(),
-        child.id(),
-        log.display()
-    );
-    print_warnings(&log, log_start);
-    Ok(())
 }
 
 /// Passes the NBD flags on to the daemon (socket paths made absolute).
