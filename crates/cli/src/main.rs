@@ -94,9 +94,10 @@ fn run(cli: args::Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Mkfs(a) => {
             let opts = a.options()?;
-            let (sb, warnings) = cairn_fs::pool::mkfs_report(&a.pool, opts)
+            let made = cairn_fs::pool::mkfs_report(&a.pool, opts)
                 .with_context(|| format!("mkfs {}", a.pool.display()))?;
-            for w in &warnings {
+            let sb = &made.superblock;
+            for w in &made.warnings {
                 eprintln!("cairn: WARNING: {w}");
             }
             if let Some(c) = &a.compression {
@@ -111,6 +112,9 @@ fn run(cli: args::Cli) -> Result<()> {
                 sb.record_size >> 10,
                 sb.segment_size >> 20
             );
+            for d in &made.devices {
+                println!("  {d}");
+            }
             Ok(())
         }
         Cmd::Mount(a) => daemon::mount(a),

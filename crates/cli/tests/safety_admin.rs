@@ -133,6 +133,38 @@ fn mkfs_never_formats_a_pool_in_use() {
     fs.finish();
 }
 
+/// mkfs says what each device got: its size, whether its blocks are
+/// reserved, and for a size the administrator did not give, how it was
+/// chosen (a default device takes 90% of the host's free space).
+#[test]
+fn mkfs_says_what_each_device_got() {
+    let fs = Fs::create();
+    let spec = format!("ssd:{}:64M", fs.dev("a.dev"));
+    let out = cairn_ok(&mkfs_args(&fs.pool, &["--device", &spec]));
+    let size = info_json(&fs.pool)["devices"][0]["size"]
+        .as_u64()
+        .expect("device size");
+    let line = format!(
+        "device 0: ssd tier {}, {} usable (blocks reserved)",
+        fs.dev("a.dev"),
+        cairn_devices::size::human(size)
+    );
+    assert!(out.contains(&line), "mkfs output lacks {line:?}:\n{out}");
+    assert!(
+        !out.contains("90%"),
+        "a size given is not explained:\n{out}"
+    );
+    let other = fs.dir.join("other");
+    let out = cairn_ok(&mkfs_args(&other, &["--sparse"]));
+    let size = info_json(&other)["devices"][0]["size"].as_u64().unwrap();
+    let line = format!(
+        "device 0: ssd tier {}, {} usable (sparse: blocks not reserved; 90% of the free space",
+        other.join("data.0").display(),
+        cairn_devices::size::human(size)
+    );
+    assert!(out.contains(&line), "mkfs output lacks {line:?}:\n{out}");
+}
+
 // ------------------------------------------------------------ item 2
 
 #[test]

@@ -228,12 +228,12 @@ fn root_inode(now: Time) -> Inode {
 /// Creates a pool. The superblock is written last, so an interrupted mkfs
 /// leaves no pool that looks valid.
 pub fn mkfs(pool: &Path, opts: MkfsOptions) -> Result<Superblock> {
-    mkfs_report(pool, opts).map(|(sb, _)| sb)
+    mkfs_report(pool, opts).map(|r| r.superblock)
 }
 
 /// `mkfs` writing the pool's files through `storage`.
 pub fn mkfs_with(pool: &Path, opts: MkfsOptions, storage: &dyn Storage) -> Result<Superblock> {
-    mkfs_report_with(pool, opts, storage).map(|(sb, _)| sb)
+    mkfs_report_with(pool, opts, storage).map(|r| r.superblock)
 }
 
 /// Creates a pool (see `mkfs`) and returns warnings for the administrator
@@ -242,8 +242,18 @@ pub fn mkfs_with(pool: &Path, opts: MkfsOptions, storage: &dyn Storage) -> Resul
 /// an open pool uses; without `force`, an existing pool and a device that
 /// holds a Cairn header or any data in its first MiB. A failed mkfs removes
 /// exactly what it created.
-pub fn mkfs_report(pool: &Path, opts: MkfsOptions) -> Result<(Superblock, Vec<String>)> {
+pub fn mkfs_report(pool: &Path, opts: MkfsOptions) -> Result<MkfsReport> {
     mkfs_report_with(pool, opts, &HostStorage)
+}
+
+/// What `mkfs_report` made, and what the administrator should hear of it.
+#[derive(Debug)]
+pub struct MkfsReport {
+    pub superblock: Superblock,
+    pub warnings: Vec<String>,
+    /// One line per device made: id, class, role, path, size, and whether
+    /// its blocks are reserved.
+    pub devices: Vec<String>,
 }
 
 /// `mkfs_report` writing the pool's files through `storage`.
@@ -251,7 +261,7 @@ pub fn mkfs_report_with(
     pool: &Path,
     opts: MkfsOptions,
     storage: &dyn Storage,
-) -> Result<(Superblock, Vec<String>)> {
+) -> Result<MkfsReport> {
     validate(&opts)?;
     // A relative pool path ("pool") has an empty parent: work on the
     // absolute one, so every check below names a real directory.
@@ -309,7 +319,7 @@ fn mkfs_in(
     mut opts: MkfsOptions,
     storage: &dyn Storage,
     made: &mut Created,
-) -> Result<(Superblock, Vec<String>)> {
+) -> Result<MkfsReport> {
     made.create_dirs(pool)?;
     let pool = &pool.canonicalize().map_err(io(pool))?;
     made.will_create(&PoolPaths::lock(pool));
@@ -341,6 +351,7 @@ fn mkfs_in(
     let now = Time::now();
     let mut descs = Vec::new();
     let mut warnings = Vec::new();
+    let mut lines = Vec::new();
     for (id, spec) in opts.devices.iter().enumerate() {
         made.will_create(&files[id]);
         let dev = Device::create_with(spec, id as u32, uuid, opts.segment_size, storage)?;
@@ -351,6 +362,7 @@ fn mkfs_in(
                 dev.path.display()
             ));
         }
+        lines.push(device_line(&dev, spec.size.is_some()));
         descs.push(DeviceDesc::new(pool, &dev, spec));
     }
     write_first_tid(&meta, &descs, now, opts.mirror)?;
@@ -390,7 +402,33 @@ fn mkfs_in(
     File::open(pool)
         .and_then(|f| f.sync_all())
         .map_err(io(pool))?;
-    Ok((sb, warnings))
+    Ok(MkfsReport {
+        superblock: sb,
+        warnings,
+        devices: lines,
+    })
+}
+
+/// "device 0: ssd tier /p/data.0, 1.8 GiB (blocks reserved)", and for a
+/// size the administrator did not give (`sized`), how Cairn chose it: a
+/// file device takes 90% of its filesystem's free space.
+fn device_line(dev: &Device, sized: bool) -> String {
+    let size = cairn_devices::size::human(dev.header.size - dev.header.data_offset);
+    let blocks = match dev.is_sparse() {
+        true => "sparse: blocks not reserved",
+        false => "blocks reserved",
+    };
+    let chosen = match sized || !dev.path.is_file() {
+        true => "",
+        false => "; 90% of the free space on its filesystem: give CLASS:PATH:SIZE to choose",
+    };
+    format!(
+        "device {}: {} {} {}, {size} usable ({blocks}{chosen})",
+        dev.id(),
+        dev.class(),
+        dev.role,
+        dev.path.display()
+    )
 }
 
 /// Makes device paths absolute, adds the default device (a file in the
