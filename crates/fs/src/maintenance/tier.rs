@@ -584,3 +584,81 @@ impl Fs {
         Some(h)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::config::PoolConfig;
+
+    /// Device 0 fast (rank 0, 10 slots, `free` free), device 1 slow
+    /// (rank 2); `segs` are (segment, device, hits, idle seconds,
+    /// history-only).
+    fn census(free: u64, segs: &[(u64, u32, f64, u64, bool)]) -> Census {
+        let devs = vec![(0, 0, 10, free), (1, 2, 100, 100)];
+        Census {
+            segs: segs.iter().map(|s| (s.0, s.1)).collect(),
+            hist_only: segs.iter().filter(|s| s.4).map(|s| s.0).collect(),
+            heat: (segs.iter())
+                .map(|s| {
+                    let h = cairn_data::HeatSample {
+                        segment: s.0,
+                        hits: s.2,
+                        idle_secs: s.3,
+                    };
+                    (s.0, h)
+                })
+                .collect(),
+            rank: devs.iter().map(|d| (d.0, d.1)).collect(),
+            devs,
+        }
+    }
+
+    fn moves(plan: &[Move]) -> Vec<(u64, bool, bool)> {
+        plan.iter().map(|m| (m.segment, m.up, m.forced)).collect()
+    }
+
+    #[test]
+    fn over_the_cap_history_only_segments_leave_first_then_the_coldest() {
+        let c = PoolConfig::default(); // cap 90%: 9 of 10 slots
+                                       // All 10 slots used: one segment must go, forced. Segment 3 holds
+                                       // history only and was read recently; it still goes before the
+                                       // live segment 2, which was never read.
+        let segs = [
+            (1, 0, 3.0, 5, false),
+            (2, 0, 0.0, u64::MAX, false),
+            (3, 0, 1.0, 1, true),
+        ];
+        assert_eq!(moves(&census(0, &segs).plan(&c)), [(3, false, true)]);
+        // Two over the cap: then the live one never read.
+        let c2 = PoolConfig {
+            tier_fast_full_pct: 80,
+            ..PoolConfig::default()
+        };
+        assert_eq!(
+            moves(&census(0, &segs).plan(&c2)),
+            [(3, false, true), (2, false, true)]
+        );
+    }
+
+    #[test]
+    fn hot_segments_come_up_and_idle_ones_make_room_for_them() {
+        let c = PoolConfig::default();
+        // Fast device at its cap (1 free of 10: exactly 9 used): no forced
+        // move. Segment 9 on the slow device is hot; it needs one slot,
+        // which an idle live segment (idle past tier_demote_idle_secs)
+        // gives, not a recently read one.
+        let segs = [
+            (1, 0, 1.0, 5, false),
+            (2, 0, 0.5, 10_000, false),
+            (9, 1, 10.0, 1, false),
+        ];
+        assert_eq!(
+            moves(&census(1, &segs).plan(&c)),
+            [(2, false, false), (9, true, false)]
+        );
+        // A history-only segment on the slow device is never promoted,
+        // however often it was read.
+        let segs = [(9, 1, 50.0, 1, true)];
+        assert!(census(5, &segs).plan(&c).is_empty());
+    }
+}
