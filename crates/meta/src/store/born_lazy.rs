@@ -250,7 +250,7 @@ mod tests {
     }
 
     /// Drops the store without a drain, as after a crash, and opens it.
-    use super::super::dedup_batch_tests::reopen_without_drain as reopen;
+    use super::super::tests::dedup_batch_tests::reopen_without_drain as reopen;
 
     fn clean_tid(s: &MetaStore) -> u64 {
         s.read().unwrap().counter(BORN_TID).unwrap()

@@ -273,7 +273,7 @@ impl MetaWrite<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::dedup_batch_tests::reopen_without_drain;
+    use super::super::tests::dedup_batch_tests::reopen_without_drain;
     use super::super::MetaStore;
     use crate::key::{ElemKey, RecordType};
     use crate::tables::{LIVE_REFS, LIVE_TID};

@@ -1,0 +1,381 @@
+//! Reading committed metadata: `MetaRead`, a consistent read-only view of
+//! one committed state (a redb read transaction), and its lookups, scans
+//! and as-of reads.
+
+use super::*;
+
+/// A consistent read-only view of the committed metadata.
+pub struct MetaRead {
+    pub(super) txn: ReadTransaction,
+    pub(super) pending: Arc<Pending>,
+    pub(super) live: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub(super) hist: ReadOnlyTable<&'static [u8], &'static [u8]>,
+    /// Ended elements not yet merged into `hist` (`hist_lazy.rs`), read
+    /// on first need: only history readers want them.
+    pub(super) fresh: std::sync::OnceLock<FreshSnap>,
+    pub(super) fresh_index: Arc<FreshIndex>,
+    pub(super) chunks: ReadOnlyTable<u64, &'static [u8]>,
+}
+
+/// A read view's `fresh_v1` and its merge counter `hist_merges`.
+pub(super) struct FreshSnap {
+    /// None in a store that predates the table, opened without a write.
+    pub(super) table: Option<ReadOnlyTable<FreshKey, &'static [u8]>>,
+    pub(super) merges: u64,
+}
+
+impl MetaRead {
+    /// This snapshot's `fresh_v1` and merge counter, opened once.
+    fn fresh_snap(&self) -> Result<&FreshSnap> {
+        if let Some(f) = self.fresh.get() {
+            return Ok(f);
+        }
+        let table = match self.txn.open_table(FRESH) {
+            Ok(t) => Some(t),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let merges = self.counter(HIST_MERGES)?;
+        Ok(self.fresh.get_or_init(|| FreshSnap { table, merges }))
+    }
+
+    /// This snapshot's ended elements that wait for their merge.
+    fn fresh_view(&self) -> Result<FreshView<'_, ReadOnlyTable<FreshKey, &'static [u8]>>> {
+        let f = self.fresh_snap()?;
+        Ok(FreshView {
+            table: f.table.as_ref(),
+            index: &self.fresh_index,
+            merges: f.merges,
+        })
+    }
+
+    /// Every ended element: merged ones, then waiting ones.
+    fn each_ended(&self, mut f: impl FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+        for r in self.hist.iter()? {
+            let (k, v) = r?;
+            f(k.value(), v.value())?;
+        }
+        if let Some(t) = &self.fresh_snap()?.table {
+            for r in t.iter()? {
+                let (k, v) = r?;
+                f(k.value().1, v.value())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The live element with this key.
+    pub fn get(&self, key: &ElemKey) -> Result<Option<Element>> {
+        guarded(|| match self.live.get(key.as_bytes())? {
+            Some(v) => live_element(key.as_bytes(), v.value()).map(Some),
+            None => Ok(None),
+        })
+    }
+
+    /// The element with this key as it was at `tid`: the live one if it was
+    /// created by then, else the newest ended one created by then and
+    /// deleted after it. Two B-tree lookups whatever the history length,
+    /// and one for each version of the key waiting for its merge.
+    pub fn get_asof(&self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
+        guarded(|| get_asof(&self.live, &self.hist, &self.fresh_view()?, key, tid))
+    }
+
+    /// Every element with this prefix that was visible at `tid`, in key
+    /// order: the live ones created by then merged with the ended ones that
+    /// were alive then. Costs the prefix's live elements plus its history.
+    pub fn scan_asof(&self, prefix: &[u8], tid: u64) -> Result<Vec<Element>> {
+        guarded(|| {
+            let (lo, end) = range_bounds(prefix);
+            let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let mut out = Vec::new();
+            for r in self.live.range::<&[u8]>((lo, hi))? {
+                let (k, v) = r?;
+                let e = live_element(k.value(), v.value())?;
+                if e.create_tid <= tid {
+                    out.push(e);
+                }
+            }
+            for r in self.hist.range::<&[u8]>((lo, hi))? {
+                let (k, v) = r?;
+                let e = hist_element(k.value(), v.value())?;
+                if e.visible_at(tid) {
+                    out.push(e);
+                }
+            }
+            let waiting = self.fresh_view()?.range((lo, hi))?;
+            out.extend(waiting.into_iter().filter(|e| e.visible_at(tid)));
+            out.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok(out)
+        })
+    }
+
+    /// Every version of one element still stored, oldest first (ended ones
+    /// from history, then the live one).
+    pub fn versions(&self, key: &ElemKey) -> Result<Vec<Element>> {
+        guarded(|| {
+            let lo = hist_key(key.as_bytes(), 0);
+            let hi = hist_key(key.as_bytes(), TID_MAX);
+            let mut out = Vec::new();
+            for r in self.hist.range::<&[u8]>(lo.as_slice()..=hi.as_slice())? {
+                let (k, v) = r?;
+                out.push(hist_element(k.value(), v.value())?);
+            }
+            let waiting = (Bound::Included(&lo[..]), Bound::Included(&hi[..]));
+            out.extend(self.fresh_view()?.range(waiting)?);
+            out.sort_by_key(|e| e.create_tid);
+            out.extend(self.get(key)?);
+            Ok(out)
+        })
+    }
+
+    /// All live elements whose key starts with `prefix`, in key order,
+    /// starting at `from` (inclusive) if given.
+    pub fn scan(&self, prefix: &[u8], from: Option<&[u8]>, limit: usize) -> Result<Vec<Element>> {
+        guarded(|| {
+            let (lo, end) = range_bounds(prefix);
+            let lo = from.map_or(lo, Bound::Included);
+            let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let mut out = Vec::new();
+            for r in self.live.range::<&[u8]>((lo, hi))? {
+                let (k, v) = r?;
+                out.push(live_element(k.value(), v.value())?);
+                if out.len() >= limit {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Every live and ended element, for check and scrub: calls `f` with
+    /// each stored key and the element, or the error that decoding it gave
+    /// (the walk goes on past damaged records; it stops only where redb
+    /// cannot go on).
+    pub fn for_each_checked(&self, mut f: impl FnMut(&[u8], Result<Element>)) -> Result<()> {
+        guarded(|| {
+            for r in self.live.iter()? {
+                let (k, v) = r?;
+                f(k.value(), live_element(k.value(), v.value()));
+            }
+            self.each_ended(|k, v| {
+                f(k, hist_element(k, v));
+                Ok(())
+            })
+        })
+    }
+
+    /// Every ended element (for check): calls `f` on each.
+    pub fn for_each_hist(&self, mut f: impl FnMut(Element)) -> Result<()> {
+        guarded(|| {
+            self.each_ended(|k, v| {
+                f(hist_element(k, v)?);
+                Ok(())
+            })
+        })
+    }
+
+    /// Every live element (for check): calls `f` on each.
+    pub fn for_each_live(&self, mut f: impl FnMut(Element)) -> Result<()> {
+        guarded(|| {
+            for r in self.live.iter()? {
+                let (k, v) = r?;
+                f(live_element(k.value(), v.value())?);
+            }
+            Ok(())
+        })
+    }
+
+    pub fn chunk(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        guarded(|| Ok(self.chunks.get(id)?.map(|v| v.value().to_vec())))
+    }
+
+    pub fn for_each_chunk(&self, mut f: impl FnMut(u64, &[u8])) -> Result<()> {
+        guarded(|| {
+            for r in self.chunks.iter()? {
+                let (k, v) = r?;
+                f(k.value(), v.value());
+            }
+            Ok(())
+        })
+    }
+
+    pub fn segments(&self) -> Result<Vec<(u64, Vec<u8>)>> {
+        guarded(|| {
+            let t = self.txn.open_table(SEGMENTS)?;
+            let mut out = Vec::new();
+            for r in t.iter()? {
+                let (k, v) = r?;
+                out.push((k.value(), v.value().to_vec()));
+            }
+            Ok(out)
+        })
+    }
+
+    pub fn counter(&self, name: &str) -> Result<u64> {
+        guarded(|| {
+            let t = self.txn.open_table(COUNTERS)?;
+            Ok(t.get(name)?.map_or(0, |v| v.value()))
+        })
+    }
+
+    pub fn orphans(&self) -> Result<Vec<u64>> {
+        guarded(|| {
+            let t = self.txn.open_table(ORPHANS)?;
+            let mut out = Vec::new();
+            for r in t.iter()? {
+                out.push(r?.0.value());
+            }
+            Ok(out)
+        })
+    }
+
+    pub fn devices(&self) -> Result<Vec<(u32, Vec<u8>)>> {
+        guarded(|| {
+            let t = self.txn.open_table(DEVICES)?;
+            let mut out = Vec::new();
+            for r in t.iter()? {
+                let (k, v) = r?;
+                out.push((k.value(), v.value().to_vec()));
+            }
+            Ok(out)
+        })
+    }
+
+    /// The chunk the index names for this hash: a candidate whose record
+    /// the caller must confirm holds the same full hash (see dedup.rs).
+    pub fn dedup(&self, hash: &[u8]) -> Result<Option<u64>> {
+        if let Some(v) = self.pending.get(&dedup::key(hash)) {
+            return Ok(Some(dedup::decode(v)));
+        }
+        guarded(|| {
+            let t = self.txn.open_table(DEDUP)?;
+            Ok(t.get(dedup::key(hash))?.map(|v| dedup::decode(v.value())))
+        })
+    }
+
+    /// Every dedup index entry: (first 7 hash bytes, chunk id).
+    pub fn for_each_dedup(&self, mut f: impl FnMut([u8; 6], u64)) -> Result<()> {
+        guarded(|| {
+            let t = self.txn.open_table(DEDUP)?;
+            for r in t.iter()? {
+                let (k, v) = r?;
+                f(k.value(), dedup::decode(v.value()));
+            }
+            Ok(())
+        })
+    }
+
+    /// Entries in the dedup index and the bytes of the pages that hold it
+    /// (keys, values, branch pages and free space inside pages): the most
+    /// RAM the index takes when all of it is cached.
+    pub fn dedup_size(&self) -> Result<(u64, u64)> {
+        guarded(|| {
+            let t = self.txn.open_table(DEDUP)?;
+            let s = t.stats()?;
+            let bytes = s.stored_bytes() + s.metadata_bytes() + s.fragmented_bytes();
+            Ok((t.len()? + self.pending.len() as u64, bytes))
+        })
+    }
+
+    /// All snapshots: name -> encoded record.
+    pub fn snapshots(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        guarded(|| {
+            let t = self.txn.open_table(SNAPSHOTS)?;
+            let mut out = Vec::new();
+            for r in t.iter()? {
+                let (k, v) = r?;
+                out.push((k.value().to_string(), v.value().to_vec()));
+            }
+            Ok(out)
+        })
+    }
+
+    /// The newest TID committed at or before `time_ns`.
+    pub fn tid_before_time(&self, time_ns: u64) -> Result<Option<u64>> {
+        guarded(|| tid_before_time(&self.txn.open_table(TIDS)?, 0, time_ns))
+    }
+
+    /// (tid, commit time ns) of the newest commit at or before `tid`.
+    pub fn tid_time(&self, tid: u64) -> Result<Option<(u64, u64)>> {
+        guarded(|| {
+            let t = self.txn.open_table(TIDS)?;
+            let r = t.range(..=tid)?.next_back();
+            Ok(match r {
+                Some(r) => {
+                    let (k, v) = r?;
+                    Some((k.value(), v.value()))
+                }
+                None => None,
+            })
+        })
+    }
+
+    /// (delete_tid, key, create_tid) of the ended elements removed without
+    /// history (`note_gone`) that ended after `since`.
+    pub fn gone_after(&self, since: u64) -> Result<Vec<(u64, Vec<u8>, u64)>> {
+        guarded(|| {
+            let t = self.txn.open_table(GONE)?;
+            let mut out = Vec::new();
+            for r in t.range((since.saturating_add(1), &[][..])..)? {
+                let (k, _) = r?;
+                let (tid, hk) = k.value();
+                let (key, create) = split_hist_key(hk)?;
+                out.push((tid, key.0, create));
+            }
+            Ok(out)
+        })
+    }
+
+    /// The live elements created after `since` (the `born_v1` index).
+    pub fn born_after(&self, since: u64) -> Result<Vec<Element>> {
+        guarded(|| by_tid::born_after(&self.txn.open_table(BORN)?, &self.live, since))
+    }
+
+    /// The elements kept in history that ended after `since` (the `ends_v1`
+    /// index).
+    pub fn ended_after(&self, since: u64) -> Result<Vec<Element>> {
+        guarded(|| {
+            let ends = self.txn.open_table(ENDS)?;
+            by_tid::ended_after(&ends, &self.hist, self.fresh_snap()?.table.as_ref(), since)
+        })
+    }
+
+    /// (tid, commit time ns) of every commit after `since`, in order.
+    pub fn tids_after(&self, since: u64) -> Result<Vec<(u64, u64)>> {
+        guarded(|| {
+            let t = self.txn.open_table(TIDS)?;
+            let mut out = Vec::new();
+            for r in t.range(since.saturating_add(1)..)? {
+                let (k, v) = r?;
+                out.push((k.value(), v.value()));
+            }
+            Ok(out)
+        })
+    }
+
+    /// Ended elements waiting for their merge into `hist_v1` (of those
+    /// `sizes` counts).
+    pub fn ended_waiting(&self) -> Result<u64> {
+        guarded(|| {
+            Ok(self
+                .fresh_snap()?
+                .table
+                .as_ref()
+                .map(|t| t.len())
+                .transpose()?
+                .unwrap_or(0))
+        })
+    }
+
+    /// Numbers of live elements, ended elements and chunks.
+    pub fn sizes(&self) -> Result<(u64, u64, u64)> {
+        let waiting = self.ended_waiting()?;
+        guarded(|| {
+            Ok((
+                self.live.len()?,
+                self.hist.len()? + waiting,
+                self.chunks.len()?,
+            ))
+        })
+    }
+}

@@ -1,0 +1,422 @@
+//! Changing metadata: `MetaWrite`, the tables of one write transaction
+//! (elements ended into history, chunks, segments, counters, dedup
+//! entries, snapshots, devices), committed by `MetaStore::write`.
+
+use super::*;
+
+/// The tables of one write transaction.
+pub struct MetaWrite<'t> {
+    pub(super) live: Table<'t, &'static [u8], &'static [u8]>,
+    pub(super) hist: Table<'t, &'static [u8], &'static [u8]>,
+    /// Ended elements not yet merged into `hist` (`store/hist_lazy.rs`).
+    pub(super) fresh: Table<'t, FreshKey, &'static [u8]>,
+    pub(super) fresh_index: &'t FreshIndex,
+    /// Merges every waiting ended element (`MetaStore::drain`).
+    pub(super) drain_hist: bool,
+    pub(super) ends: Table<'t, (u64, &'static [u8]), ()>,
+    pub(super) chunks: Table<'t, u64, &'static [u8]>,
+    pub(super) segments: Table<'t, u64, &'static [u8]>,
+    pub(super) counters: Table<'t, &'static str, u64>,
+    pub(super) tids: Table<'t, u64, u64>,
+    pub(super) orphans: Table<'t, u64, ()>,
+    pub(super) devices: Table<'t, u32, &'static [u8]>,
+    pub(super) snapshots: Table<'t, &'static str, &'static [u8]>,
+    pub(super) dedup: Table<'t, [u8; 6], [u8; 6]>,
+    pub(super) gone: Table<'t, (u64, &'static [u8]), ()>,
+    pub(super) born: Table<'t, (u64, &'static [u8]), ()>,
+    /// The payloads of the elements this transaction ended, by history
+    /// key: `ended_at` takes them from here instead of looking each one up
+    /// in `hist` again.
+    pub(super) ended: HashMap<Vec<u8>, Vec<u8>>,
+    /// Dedup entries: those waiting (`dedup/pending.rs`), those this
+    /// transaction adds, and those of the chunks it removes.
+    pub(super) pending: &'t Pending,
+    pub(super) new_dedup: dedup::pending::Entries,
+    pub(super) gone_dedup: Vec<([u8; 6], [u8; 6])>,
+    /// Writes every waiting entry to the table (`MetaStore::drain`).
+    pub(super) drain_dedup: bool,
+    /// Creation index removals: those waiting, and this transaction's
+    /// (`store/born_lazy.rs`).
+    pub(super) born_waiting: &'t BornPending,
+    pub(super) born_txn: BornTxn,
+    /// Live reference decrements: those waiting, and this transaction's
+    /// (`store/live_lazy.rs`).
+    pub(super) live_waiting: &'t LiveDebts,
+    pub(super) live_txn: DebtsTxn,
+}
+
+/// What a committed write transaction leaves of the waiting dedup entries.
+pub(super) enum DedupOut {
+    /// It wrote these to the table, without those of the chunks it
+    /// removed (the first list).
+    Written(Vec<([u8; 6], [u8; 6])>, dedup::pending::Entries),
+    /// It wrote none: its removals and additions wait.
+    Kept(Vec<([u8; 6], [u8; 6])>, dedup::pending::Entries),
+}
+
+impl MetaWrite<'_> {
+    pub fn get(&self, key: &ElemKey) -> Result<Option<Element>> {
+        match self.live.get(key.as_bytes())? {
+            Some(v) => live_element(key.as_bytes(), v.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The element with this key as it was at `tid` (see
+    /// `MetaRead::get_asof`).
+    pub fn get_asof(&self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
+        get_asof(&self.live, &self.hist, &self.fresh_view()?, key, tid)
+    }
+
+    /// Ends the live element with this key at `tid` (moves it to history).
+    /// Returns it, with its delete_tid set.
+    pub fn end(&mut self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
+        let Some(old) = self.live.remove(key.as_bytes())? else {
+            return Ok(None);
+        };
+        let (create_tid, payload) = decode_value(key.as_bytes(), old.value())?;
+        drop(old);
+        self.move_to_history(key, create_tid, payload, tid)
+            .map(Some)
+    }
+
+    /// Moves an element just taken out of `live` to history, ended at `tid`.
+    fn move_to_history(
+        &mut self,
+        key: &ElemKey,
+        create_tid: u64,
+        payload: Vec<u8>,
+        tid: u64,
+    ) -> Result<Element> {
+        self.born_gone(create_tid, key.as_bytes());
+        assert!(
+            create_tid < tid,
+            "element {key} created at {create_tid} ended at {tid}"
+        );
+        let hk = hist_key(key.as_bytes(), create_tid);
+        self.keep_ended(tid, &hk, &encode_value(&hk, tid, &payload))?;
+        self.ends.insert((tid, hk.as_slice()), ())?;
+        self.ended.insert(hk, payload.clone());
+        Ok(Element {
+            key: key.clone(),
+            create_tid,
+            delete_tid: tid,
+            payload,
+        })
+    }
+
+    /// Removes the live element under `key` without keeping it in history
+    /// (a mirror replacing its own first elements with its source's).
+    pub fn remove_live(&mut self, key: &ElemKey) -> Result<bool> {
+        let Some(old) = self.live.remove(key.as_bytes())? else {
+            return Ok(false);
+        };
+        let (create_tid, _) = decode_value(key.as_bytes(), old.value())?;
+        drop(old);
+        self.born.remove((create_tid, key.as_bytes()))?;
+        Ok(true)
+    }
+
+    /// Adds a new live element created at `tid`, ending the current one.
+    /// Returns the ended element, if any. One insert into `live` replaces
+    /// the current element and hands it back (no separate remove).
+    pub fn put(&mut self, key: &ElemKey, payload: &[u8], tid: u64) -> Result<Option<Element>> {
+        let value = encode_value(key.as_bytes(), tid, payload);
+        let old = match self.live.insert(key.as_bytes(), value.as_slice())? {
+            Some(v) => Some(decode_value(key.as_bytes(), v.value())?),
+            None => None,
+        };
+        let ended = match old {
+            Some((create_tid, payload)) => {
+                Some(self.move_to_history(key, create_tid, payload, tid)?)
+            }
+            None => None,
+        };
+        self.born.insert((tid, key.as_bytes()), ())?;
+        Ok(ended)
+    }
+
+    /// Physically removes ended elements that no retained TID can see: an
+    /// element is kept if some tid in `retained` (sorted) lies in
+    /// [create_tid, delete_tid). Considers elements with delete_tid <=
+    /// `cutoff` and above `from` (elements ended at or before `from` were
+    /// looked at by an earlier prune with the same or more retained TIDs).
+    /// With `dry_run` nothing is removed. Returns what was (or would be)
+    /// removed, for the caller to release chunks.
+    pub fn prune(
+        &mut self,
+        from: u64,
+        cutoff: u64,
+        retained: &[u64],
+        dry_run: bool,
+    ) -> Result<Vec<Element>> {
+        debug_assert!(retained.windows(2).all(|w| w[0] <= w[1]));
+        let mut victims = Vec::new();
+        if from >= cutoff {
+            return Ok(Vec::new());
+        }
+        let lo = (from + 1, &[][..]);
+        for r in self.ends.range(lo..=(cutoff, &[0xffu8; 64][..]))? {
+            let (k, _) = r?;
+            let (delete_tid, hk) = k.value();
+            let (key, create_tid) = split_hist_key(hk)?;
+            let i = retained.partition_point(|&t| t < create_tid);
+            let seen = i < retained.len() && retained[i] < delete_tid;
+            if !seen {
+                victims.push((delete_tid, hk.to_vec(), key, create_tid));
+            }
+        }
+        let mut removed = Vec::with_capacity(victims.len());
+        if dry_run {
+            for (delete_tid, hk, key, create_tid) in victims {
+                let payload = match ended_value(Some(&self.fresh), &self.hist, delete_tid, &hk)? {
+                    Some(v) => decode_value(&hk, &v)?.1,
+                    None => Vec::new(),
+                };
+                removed.push(Element {
+                    key,
+                    create_tid,
+                    delete_tid,
+                    payload,
+                });
+            }
+            return Ok(removed);
+        }
+        self.drain_born_before(cutoff)?;
+        if !victims.is_empty() {
+            self.no_live_debts_before(cutoff)?;
+        }
+        for (delete_tid, hk, key, create_tid) in victims {
+            self.ends.remove((delete_tid, hk.as_slice()))?;
+            let v = self
+                .take_ended(delete_tid, &hk)?
+                .ok_or_else(|| MetaError::Corrupt {
+                    key: key.to_string(),
+                    why: "ends index names a missing history element".into(),
+                })?;
+            let (_, payload) = decode_value(&hk, &v)?;
+            removed.push(Element {
+                key,
+                create_tid,
+                delete_tid,
+                payload,
+            });
+        }
+        Ok(removed)
+    }
+
+    /// The elements this transaction (or any commit at `tid`) ended at
+    /// `tid`, from the `ends` index: one range, no scan of history. The
+    /// payloads this transaction ended are handed over from RAM (once; a
+    /// second call reads them from `hist`).
+    pub fn ended_at(&mut self, tid: u64) -> Result<Vec<Element>> {
+        let mut out = Vec::new();
+        for r in self.ends.range((tid, &[][..])..=(tid, &[0xffu8; 64][..]))? {
+            let (k, _) = r?;
+            let (delete_tid, hk) = k.value();
+            let (key, create_tid) = split_hist_key(hk)?;
+            let payload = match self.ended.remove(hk) {
+                Some(p) => p,
+                None => {
+                    let v = ended_value(Some(&self.fresh), &self.hist, delete_tid, hk)?;
+                    let v = v.ok_or_else(|| MetaError::Corrupt {
+                        key: key.to_string(),
+                        why: "ends index names a missing history element".into(),
+                    })?;
+                    decode_value(hk, &v)?.1
+                }
+            };
+            out.push(Element {
+                key,
+                create_tid,
+                delete_tid,
+                payload,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Physically removes one ended element (and its `ends` entry), as
+    /// prune does; returns false if it was not stored.
+    pub fn remove_ended(&mut self, e: &Element) -> Result<bool> {
+        let hk = hist_key(e.key.as_bytes(), e.create_tid);
+        self.ends.remove((e.delete_tid, hk.as_slice()))?;
+        Ok(self.take_ended(e.delete_tid, &hk)?.is_some())
+    }
+
+    /// Notes that ended element `e` was removed before the prune horizon
+    /// (no history kept for it): mirror streams still send its end.
+    pub fn note_gone(&mut self, e: &Element) -> Result<()> {
+        let hk = hist_key(e.key.as_bytes(), e.create_tid);
+        self.gone.insert((e.delete_tid, hk.as_slice()), ())?;
+        Ok(())
+    }
+
+    /// Forgets the notes of elements that ended at or before `cutoff`
+    /// (streams from before it are refused anyway: the prune horizon).
+    pub fn forget_gone(&mut self, cutoff: u64) -> Result<()> {
+        self.drain_born_before(cutoff)?;
+        let upto = (cutoff.saturating_add(1), &[][..]);
+        Ok(self.gone.retain_in(..upto, |_, _| false)?)
+    }
+
+    /// Live elements with this prefix (for deleting a whole object).
+    pub fn scan(&self, prefix: &[u8]) -> Result<Vec<Element>> {
+        let (lo, end) = range_bounds(prefix);
+        let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        let mut out = Vec::new();
+        for r in self.live.range::<&[u8]>((lo, hi))? {
+            let (k, v) = r?;
+            out.push(live_element(k.value(), v.value())?);
+        }
+        Ok(out)
+    }
+
+    pub fn chunk(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self.chunks.get(id)?.map(|v| v.value().to_vec()))
+    }
+
+    pub fn put_chunk(&mut self, id: u64, rec: &[u8]) -> Result<()> {
+        self.chunks.insert(id, rec)?;
+        Ok(())
+    }
+
+    pub fn remove_chunk(&mut self, id: u64) -> Result<()> {
+        self.chunks.remove(id)?;
+        self.forget_live_debts(id);
+        Ok(())
+    }
+
+    pub fn put_segment(&mut self, id: u64, rec: &[u8]) -> Result<()> {
+        self.segments.insert(id, rec)?;
+        Ok(())
+    }
+
+    pub fn remove_segment(&mut self, id: u64) -> Result<()> {
+        self.segments.remove(id)?;
+        Ok(())
+    }
+
+    pub fn counter(&self, name: &str) -> Result<u64> {
+        Ok(self.counters.get(name)?.map_or(0, |v| v.value()))
+    }
+
+    pub fn set_counter(&mut self, name: &str, v: u64) -> Result<()> {
+        self.counters.insert(name, v)?;
+        Ok(())
+    }
+
+    pub fn log_tid(&mut self, tid: u64, time_ns: u64) -> Result<()> {
+        self.tids.insert(tid, time_ns)?;
+        Ok(())
+    }
+
+    /// The newest TID committed at or before `time_ns`, searching from
+    /// `from` on (TIDs and their times both grow).
+    pub fn tid_before_time(&self, from: u64, time_ns: u64) -> Result<Option<u64>> {
+        tid_before_time(&self.tids, from, time_ns)
+    }
+
+    pub fn add_orphan(&mut self, ino: u64) -> Result<()> {
+        self.orphans.insert(ino, ())?;
+        Ok(())
+    }
+
+    pub fn remove_orphan(&mut self, ino: u64) -> Result<()> {
+        self.orphans.remove(ino)?;
+        Ok(())
+    }
+
+    /// The candidate chunk for this hash (see MetaRead::dedup): this
+    /// transaction's entries, then those waiting, then the table's.
+    pub fn dedup(&self, hash: &[u8]) -> Result<Option<u64>> {
+        let key = dedup::key(hash);
+        if let Some(v) = self.new_dedup.get(&key).copied().or(self.pending.get(&key)) {
+            return Ok(Some(dedup::decode(v)));
+        }
+        Ok(self.dedup.get(key)?.map(|v| dedup::decode(v.value())))
+    }
+
+    /// Indexes `chunk` under `hash`. An entry of another chunk whose hash
+    /// shares the first 6 bytes is replaced (that content loses dedup only).
+    /// The entry waits with others and reaches the table in a batch
+    /// (`dedup/pending.rs`).
+    pub fn put_dedup(&mut self, hash: &[u8], chunk: u64) -> Result<()> {
+        if chunk < dedup::MAX_INDEXED_CHUNK {
+            self.new_dedup
+                .insert(dedup::key(hash), dedup::encode(chunk));
+        }
+        Ok(())
+    }
+
+    /// Removes the index entry of `hash` if it names `chunk`, wherever it
+    /// is (this transaction's, waiting, or in the table).
+    pub fn remove_dedup(&mut self, hash: &[u8], chunk: u64) -> Result<()> {
+        if chunk >= dedup::MAX_INDEXED_CHUNK {
+            return Ok(());
+        }
+        let (key, val) = (dedup::key(hash), dedup::encode(chunk));
+        if self.new_dedup.get(&key) == Some(&val) {
+            self.new_dedup.remove(&key);
+        }
+        if self.pending.get(&key) == Some(val) {
+            self.gone_dedup.push((key, val));
+        }
+        if self.dedup.get(key)?.map(|v| v.value()) == Some(val) {
+            self.dedup.remove(key)?;
+        }
+        Ok(())
+    }
+
+    /// At the end of the transaction: writes the waiting entries and this
+    /// transaction's to the table, sorted, when a batch has gathered (or
+    /// on `drain_dedup`); otherwise they wait. What to do with the waiting
+    /// entries once the transaction is committed.
+    pub(super) fn write_dedup(&mut self) -> Result<DedupOut> {
+        let new = std::mem::take(&mut self.new_dedup);
+        let gone = std::mem::take(&mut self.gone_dedup);
+        if !self.drain_dedup && !self.pending.due(new.len()) {
+            return Ok(DedupOut::Kept(gone, new));
+        }
+        let all = self.pending.merged(&gone, &new);
+        for (k, v) in &all {
+            self.dedup.insert(*k, *v)?;
+        }
+        // Every chunk stored so far has its entry in the table now.
+        let next = self.counter("next_chunk")?;
+        self.set_counter(DEDUP_INDEXED, next)?;
+        Ok(DedupOut::Written(gone, all))
+    }
+
+    pub fn put_snapshot(&mut self, name: &str, rec: &[u8]) -> Result<()> {
+        self.snapshots.insert(name, rec)?;
+        Ok(())
+    }
+
+    pub fn remove_snapshot(&mut self, name: &str) -> Result<bool> {
+        Ok(self.snapshots.remove(name)?.is_some())
+    }
+
+    pub fn snapshots(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for r in self.snapshots.iter()? {
+            let (k, v) = r?;
+            out.push((k.value().to_string(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    pub fn snapshot(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.snapshots.get(name)?.map(|v| v.value().to_vec()))
+    }
+
+    pub fn remove_device(&mut self, id: u32) -> Result<()> {
+        self.devices.remove(id)?;
+        Ok(())
+    }
+
+    pub fn put_device(&mut self, id: u32, desc: &[u8]) -> Result<()> {
+        self.devices.insert(id, desc)?;
+        Ok(())
+    }
+}
