@@ -291,7 +291,9 @@ fn crash_point_sweep() {
 /// page cache intact) reopens at its last durability point.
 #[test]
 fn workload_recovers_at_its_last_durability_point() {
-    for seed in 1..=4u64 {
+    // Seed 778787368 renames a file onto another of its names (a no-op),
+    // which the model once took for a move.
+    for seed in [1, 2, 3, 4, 778787368u64] {
         let dir = tempfile::tempdir().unwrap();
         make(dir.path());
         let fs = open(dir.path());

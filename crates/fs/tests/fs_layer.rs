@@ -116,6 +116,36 @@ fn namespace_errors_and_rename_flags() {
     assert_eq!(names.len(), 4, "., .., d, y: {names:?}");
 }
 
+/// POSIX: when both names of a rename are links to the same file, rename
+/// succeeds and does nothing; both names stay, and so does the link count,
+/// after a commit and a reopen too. (The crash sweep's model once removed
+/// the source name here, and reported the file as unexpected.)
+#[test]
+fn rename_onto_another_name_of_the_same_file_changes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path(), None);
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"a", 0o644).unwrap();
+    fs.write(f.ino, 0, b"data").unwrap();
+    fs.link(f.ino, ROOT_INO, b"b").unwrap();
+    fs.rename(ROOT_INO, b"a", ROOT_INO, b"b", RenameFlags::default())
+        .unwrap();
+    let check = |fs: &Fs| {
+        for name in [&b"a"[..], b"b"] {
+            let n = String::from_utf8_lossy(name);
+            assert_eq!(fs.lookup(ROOT_INO, name).unwrap().ino, f.ino, "{n}");
+        }
+        assert_eq!(fs.getattr(f.ino).unwrap().nlink, 2);
+    };
+    check(&fs);
+    fs.flush().unwrap();
+    drop(fs);
+    let fs = reopen(d.path());
+    check(&fs);
+    let mut buf = vec![0; 4];
+    fs.read_into(f.ino, 0, &mut buf).unwrap();
+    assert_eq!(buf, b"data");
+}
+
 #[test]
 fn history_is_kept_and_current_lookup_ignores_it() {
     let d = tempfile::tempdir().unwrap();

@@ -183,9 +183,14 @@ pub fn run(fs: &Fs, seed: u64, ops: usize, trace: &dyn Fn() -> usize) -> Vec<Poi
                     let (p1, p2) = (dir_ino(fs, d1), dir_ino(fs, d2));
                     fs.rename(p1, n1.as_bytes(), p2, n2.as_bytes(), RenameFlags::default())
                         .unwrap();
-                    let g = m.paths.remove(&path).unwrap();
-                    m.paths.insert(to, g);
-                    m.forget_orphans();
+                    // Onto another name of the same file (a hard link made
+                    // by the case below), POSIX rename does nothing.
+                    let g = m.paths[&path];
+                    if m.paths.get(&to) != Some(&g) {
+                        m.paths.remove(&path);
+                        m.paths.insert(to, g);
+                        m.forget_orphans();
+                    }
                 }
             }
             55..=59 if exists => {
