@@ -349,19 +349,13 @@ fn mkfs_in(
     made.will_create(&home);
     let meta = MetaStore::create_with(&home, storage)?;
     let now = Time::now();
-    let mut descs = Vec::new();
     let mut warnings = Vec::new();
     let mut lines = Vec::new();
+    let mut descs = Vec::new();
     for (id, spec) in opts.devices.iter().enumerate() {
         made.will_create(&files[id]);
         let dev = Device::create_with(spec, id as u32, uuid, opts.segment_size, storage)?;
-        warnings.extend(crate::pool::perms::exposed_device(pool, &dev.path));
-        if spec.sparse {
-            warnings.push(format!(
-                "device {} is sparse (--sparse): its blocks are not reserved, so writes fail when the host filesystem fills",
-                dev.path.display()
-            ));
-        }
+        warnings.extend(device_warnings(pool, &dev, spec));
         lines.push(device_line(&dev, spec.size.is_some()));
         descs.push(DeviceDesc::new(pool, &dev, spec));
     }
@@ -407,6 +401,21 @@ fn mkfs_in(
         warnings,
         devices: lines,
     })
+}
+
+/// What the administrator should know of a device just made: other users
+/// can read it, or its blocks are not reserved.
+fn device_warnings(pool: &Path, dev: &Device, spec: &DeviceSpec) -> Vec<String> {
+    let mut w: Vec<String> = crate::pool::perms::exposed_device(pool, &dev.path)
+        .into_iter()
+        .collect();
+    if spec.sparse {
+        w.push(format!(
+            "device {} is sparse (--sparse): its blocks are not reserved, so writes fail when the host filesystem fills",
+            dev.path.display()
+        ));
+    }
+    w
 }
 
 /// "device 0: ssd tier /p/data.0, 1.8 GiB (blocks reserved)", and for a
