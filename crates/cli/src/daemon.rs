@@ -128,11 +128,35 @@ fn open_pool(pool: &Path, config: PoolConfig) -> Result<Pool> {
     Ok(Pool::open_with(pool, Some(config), storage)?)
 }
 
+/// A pool that cannot open for want of room on its host filesystem: says
+/// which filesystem, what it has free and what a mount needs there.
+fn no_room_hint(e: anyhow::Error, pool: &Path, config: &PoolConfig) -> anyhow::Error {
+    let full = e.chain().any(|c| {
+        c.downcast_ref::<cairn_fs::FsError>()
+            .is_some_and(|e| e.is_no_space())
+            || (c.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| io.raw_os_error() == Some(libc::ENOSPC))
+    });
+    if !full {
+        return e;
+    }
+    let free = cairn_devices::device::host_space(pool)
+        .map_or("?".into(), |(_, free)| cairn_devices::size::human(free));
+    e.context(format!(
+        "the filesystem holding {} is full ({free} free): a mount needs room there for the \
+         metadata store, its {} MiB intent log and its 64 MiB metadata reserve; free space \
+         on it and mount again",
+        pool.display(),
+        config.intent_log_mib
+    ))
+}
+
 fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> {
     init_logging();
     let config = config_for(a)?;
-    let p = open_pool(pool, config.clone())?;
-    let fs = Fs::open(p)?;
+    let room = |e| no_room_hint(e, pool, &config);
+    let p = open_pool(pool, config.clone()).map_err(room)?;
+    let fs = Fs::open(p).map_err(|e| room(e.into()))?;
     let flusher = fs.spawn_flusher();
     let sock = PoolPaths::control(pool);
     crate::control::server::spawn(fs.clone(), &sock)

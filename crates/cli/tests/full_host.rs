@@ -5,7 +5,8 @@
 //! answering; deleting a file commits; once the filler is gone, writes work
 //! again without a remount; a kill -9 while full loses nothing committed;
 //! after a remount every file whose fsync succeeded reads back exactly,
-//! the deleted file stays deleted and `cairn check` is clean.
+//! the deleted file stays deleted and `cairn check` is clean. A first
+//! mount on a host with no byte free fails, naming the full filesystem.
 
 mod common;
 
@@ -29,6 +30,19 @@ impl LoopFs {
         fs::create_dir(&mnt).unwrap();
         fs::File::create(&img).unwrap().set_len(mib << 20).unwrap();
         sh(tmp.path(), "mkfs.ext4 -q -F img && mount -o loop img host");
+        LoopFs { mnt, _tmp: tmp }
+    }
+
+    /// A tmpfs of `mib` MiB instead: no delayed allocation, so a filler
+    /// leaves no byte free.
+    fn tmpfs(mib: u64) -> LoopFs {
+        let tmp = tempfile::tempdir().unwrap();
+        let mnt = tmp.path().join("host");
+        fs::create_dir(&mnt).unwrap();
+        sh(
+            tmp.path(),
+            &format!("mount -t tmpfs -o size={mib}M tmpfs host"),
+        );
         LoopFs { mnt, _tmp: tmp }
     }
 }
@@ -145,5 +159,34 @@ fn full_host_gives_enospc_keeps_fsynced_data_and_recovers_without_remount() {
         "{}",
         tail(&log, 30)
     );
+    fs_.finish();
+}
+
+/// A pool whose host filesystem has no byte left cannot even open its
+/// metadata store for a first mount (with a little room it mounts, short
+/// of its reserve and intent log, and logs warnings). The mount fails
+/// saying which filesystem is full and what to do, and mounts once space
+/// is freed.
+#[test]
+fn a_mount_on_a_full_host_says_which_filesystem_to_free() {
+    let host = LoopFs::tmpfs(128);
+    let mut fs_ = Fs::create();
+    fs_.pool = host.mnt.join("pool");
+    let dev = fs_.pool.join("dev0");
+    fs_.mkfs(&["--device", &format!("ssd:{}:32M", dev.display())]);
+    fill(&host.mnt, "filler");
+    let out = cairn(&[os("mount"), fs_.pool.as_os_str(), fs_.mnt.as_os_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "mounted on a full host: {err}");
+    let want = format!("the filesystem holding {} is full", fs_.pool.display());
+    assert!(
+        err.contains(&want) && err.contains("free space on it and mount again"),
+        "{err}"
+    );
+    assert!(!fs_.is_mounted(), "a failed mount left a mount behind");
+    fs::remove_file(host.mnt.join("filler")).unwrap();
+    fs_.mount();
+    write_synced(&fs_.p("x"), b"after");
+    assert_eq!(fs::read(fs_.p("x")).unwrap(), b"after");
     fs_.finish();
 }
