@@ -137,11 +137,13 @@ fn no_room_hint(e: anyhow::Error, pool: &Path, config: &PoolConfig) -> anyhow::E
             || (c.downcast_ref::<std::io::Error>())
                 .is_some_and(|io| io.raw_os_error() == Some(libc::ENOSPC))
     });
-    if !full {
-        return e;
-    }
-    let free = cairn_devices::device::host_space(pool)
-        .map_or("?".into(), |(_, free)| cairn_devices::size::human(free));
+    // What a first mount makes there, and some room for the store to grow;
+    // with more free, the ENOSPC came from elsewhere (the pool's devices).
+    let need = (config.intent_log_mib + 64 + 16) << 20;
+    let free = match cairn_devices::device::host_space(pool) {
+        Some((_, free)) if full && free < need => cairn_devices::size::human(free),
+        _ => return e,
+    };
     e.context(format!(
         "the filesystem holding {} is full ({free} free): a mount needs room there for the \
          metadata store, its {} MiB intent log and its 64 MiB metadata reserve; free space \
