@@ -139,17 +139,19 @@ fn no_room_hint(e: anyhow::Error, pool: &Path, config: &PoolConfig) -> anyhow::E
     });
     // What a first mount makes there, and some room for the store to grow;
     // with more free, the ENOSPC came from elsewhere (the pool's devices).
-    let need = (config.intent_log_mib + 64 + 16) << 20;
+    let reserve = cairn_fs::pool::reserve::MAX_BYTES;
+    let need = ((config.intent_log_mib + 16) << 20) + reserve;
     let free = match cairn_devices::device::host_space(pool) {
         Some((_, free)) if full && free < need => cairn_devices::size::human(free),
         _ => return e,
     };
     e.context(format!(
         "the filesystem holding {} is full ({free} free): a mount needs room there for the \
-         metadata store, its {} MiB intent log and its 64 MiB metadata reserve; free space \
+         metadata store, its {} MiB intent log and its {} MiB metadata reserve; free space \
          on it and mount again",
         pool.display(),
-        config.intent_log_mib
+        config.intent_log_mib,
+        reserve >> 20
     ))
 }
 

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Largest reserve; smaller on small host filesystems (1/16 of their size).
-const MAX_BYTES: u64 = 64 << 20;
+pub const MAX_BYTES: u64 = 64 << 20;
 
 pub struct Reserve {
     path: PathBuf,
