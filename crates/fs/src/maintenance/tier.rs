@@ -340,6 +340,7 @@ impl Fs {
         let mut rate = RateLimit::new(c.tier_rate_mib << 20);
         let census = self.census();
         let plan = census.plan(c);
+        let full = c.tier_fast_full_pct as u64;
         let total = plan.len() as u64;
         for (n, m) in plan.into_iter().enumerate() {
             if self.stopping.load(Ordering::SeqCst) {
@@ -357,7 +358,6 @@ impl Fs {
             if m.forced {
                 rep.yielded_ms += self.yield_to_writers().as_millis() as u64;
             }
-            let full = c.tier_fast_full_pct as u64;
             let moved = if m.up {
                 self.move_segment(m.segment, |d, t, f| {
                     d.class().rank() < from && (t - f + 1) * 100 <= t * full
