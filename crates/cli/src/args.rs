@@ -471,6 +471,12 @@ pub struct MountArgs {
     /// /dev/fuse only.
     #[arg(long, default_value = "auto", value_parser = transport_arg)]
     pub io_uring: cairn_fuse::Transport,
+    /// Mount a pool whose intent log is damaged in the middle (a record
+    /// unreadable in both of its copies, valid ones after it): replay the
+    /// records before the damage and drop the rest, losing their fsync'd
+    /// changes. Without it such a mount is refused, naming what is lost.
+    #[arg(long)]
+    pub discard_damaged_log: bool,
     #[command(flatten)]
     pub nbd: NbdArgs,
     /// Serve Prometheus metrics (/metrics) and the read-only dashboard (/)

@@ -23,6 +23,7 @@ fn config_for(a: &MountArgs) -> Result<PoolConfig> {
     if let Some(z) = &a.compression {
         c.compression = z.clone();
     }
+    c.discard_damaged_log = a.discard_damaged_log;
     crate::nbd::apply(&mut c, &a.nbd)?;
     if let Some(m) = &a.metrics {
         c.metrics_listen = m.clone();
@@ -276,6 +277,9 @@ fn daemon_command(pool: &Path, a: &MountArgs) -> Result<Command> {
         .arg("--foreground");
     cmd.arg("--threads").arg(a.threads.to_string());
     cmd.arg("--io-uring").arg(a.io_uring.to_string());
+    if a.discard_damaged_log {
+        cmd.arg("--discard-damaged-log");
+    }
     if let Some(s) = a.commit_interval {
         cmd.arg("--commit-interval").arg(s.to_string());
     }

@@ -54,6 +54,10 @@ pub enum FsError {
     Config(String),
     #[error("the filesystem stopped after a failed commit: {0}; remount to recover the last committed state")]
     Failed(String),
+    /// The intent log holds fsync'd changes it cannot give back (damage in
+    /// the middle of it, or a log that cannot be read): the mount refuses.
+    #[error("{0}")]
+    DamagedLog(String),
     #[error("no snapshot named {0:?}")]
     NoSnapshot(String),
     /// Internal: an operation found inode {0}, whose state shard it does

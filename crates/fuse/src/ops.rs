@@ -8,7 +8,7 @@
 use crate::attr::{self, file_attr, file_attr_blocks, from_system, time_or_now};
 use crate::metrics::{self, Op};
 use crate::opens::Invalidator;
-use crate::views::{Node, Views, SNAPDIR_INO};
+use crate::views::{self, Node, Views, SNAPDIR_INO};
 use cairn_fs::{
     Ctx, DirEntry, FileKind, Fs, FsError, Inode, RenameFlags as CRename, SetAttr, XattrMode,
     ROOT_INO,
@@ -805,6 +805,7 @@ impl Filesystem for CairnFuse {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _t = metrics::timer(Op::Getxattr);
         let r = match self.views.node(ino.0) {
+            Ok(Node::View { .. }) if views::hides_xattr(name.as_bytes()) => Err(FsError::NoAttr),
             Ok(Node::View { ino, tid }) => self.fs.asof_getxattr(ino, tid, name.as_bytes()),
             Ok(Node::SnapDir) => Err(FsError::NoAttr),
             Ok(Node::Real(i)) => self.fs.getxattr(i, name.as_bytes()),
@@ -816,7 +817,10 @@ impl Filesystem for CairnFuse {
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _t = metrics::timer(Op::Other);
         let r = match self.views.node(ino.0) {
-            Ok(Node::View { ino, tid }) => self.fs.asof_listxattr(ino, tid),
+            Ok(Node::View { ino, tid }) => self
+                .fs
+                .asof_listxattr(ino, tid)
+                .map(views::without_hidden_xattrs),
             Ok(Node::SnapDir) => Ok(Vec::new()),
             Ok(Node::Real(i)) => self.fs.listxattr(i),
             Err(e) => Err(e),

@@ -5,7 +5,7 @@
 //! VIEW_BASE up, counted by lookups and dropped when the kernel forgets
 //! them. Everything under a view is read-only.
 
-use cairn_fs::{Fs, FsError, Inode, Result, ROOT_INO};
+use cairn_fs::{FileKind, Fs, FsError, Inode, Result, ROOT_INO};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 
@@ -34,6 +34,44 @@ struct Table {
 #[derive(Default)]
 pub struct Views {
     t: Mutex<Table>,
+}
+
+/// Set-uid and set-gid bits of files (not directories, where set-gid only
+/// steers new files' groups).
+const SET_ID: u16 = 0o6000;
+/// Every permission bit of a device node.
+const ALL_PERMS: u16 = 0o7777;
+
+/// Views behave as if mounted `nosuid,nodev`, whatever the live tree's
+/// options: an old version must not keep granting what the live tree took
+/// back (a set-uid bit since removed, a device node since tightened). The
+/// kernel honours set-id bits and opens device nodes from the attributes we
+/// give it, so a view's file loses its set-id bits and a view's device node
+/// every permission bit (with default_permissions no user but root can open
+/// it, and root can open the device itself anyway). File capabilities are
+/// hidden as well (`hides_xattr`).
+pub fn nosuid_nodev(i: &mut Inode) {
+    match i.kind {
+        FileKind::CharDev | FileKind::BlockDev => i.perm &= !ALL_PERMS,
+        FileKind::Dir => {}
+        _ => i.perm &= !SET_ID,
+    }
+}
+
+/// Extended attributes a view does not show: `security.capability` would
+/// grant file capabilities at exec, which a `nosuid` mount ignores.
+pub fn hides_xattr(name: &[u8]) -> bool {
+    name == b"security.capability"
+}
+
+/// `list` (NUL-terminated names, as listxattr gives them) without the names
+/// that `hides_xattr` hides.
+pub fn without_hidden_xattrs(list: Vec<u8>) -> Vec<u8> {
+    list.split_inclusive(|&b| b == 0)
+        .filter(|n| !hides_xattr(n.strip_suffix(&[0]).unwrap_or(n)))
+        .flatten()
+        .copied()
+        .collect()
 }
 
 /// Splits `NAME@@0x<hex>` into (NAME, tid). HAMMER writes 16 hex digits;
@@ -94,9 +132,11 @@ impl Views {
 
     /// An inode as seen through a view: its number is the view inode; its
     /// mode is the one it had (as ZFS and HAMMER show it: every change
-    /// gets EROFS anyway, and `cp -a` out of a view keeps the modes).
+    /// gets EROFS anyway, and `cp -a` out of a view keeps the modes), less
+    /// what a `nosuid,nodev` mount would refuse (`nosuid_nodev`).
     pub fn present(&self, mut i: Inode, tid: u64, looked_up: bool) -> Inode {
         i.ino = self.vino(i.ino, tid, looked_up);
+        nosuid_nodev(&mut i);
         i
     }
 

@@ -37,9 +37,15 @@ pub struct PoolConfig {
     pub meta_cache_mib: u64,
     /// Size of the intent log file (`POOL/intent.log`, two regions), in
     /// MiB: a snapshot goes through the log when the changes since the last
-    /// commit fit half of it. Applied at an open that finds nothing in the
-    /// log to replay.
+    /// commit fit a quarter of it (each region keeps two copies of its
+    /// records). Applied at an open that finds nothing in the log to replay.
     pub intent_log_mib: u64,
+    /// Set for one mount by `cairn mount --discard-damaged-log`, never read
+    /// from or written to the file: an intent log damaged in both copies of
+    /// a record is replayed up to that record and the rest of its run is
+    /// dropped, instead of refusing the mount.
+    #[serde(skip)]
+    pub discard_damaged_log: bool,
     /// Automatic snapshots (`cairn snapshot auto`) kept by prune: the newest
     /// of each of the last N days, ISO weeks and months (UTC) that have one.
     pub keep_daily: u32,
@@ -125,6 +131,7 @@ impl Default for PoolConfig {
             history_retention_secs: 86400,
             meta_cache_mib: 256,
             intent_log_mib: 128,
+            discard_damaged_log: false,
             keep_daily: 7,
             keep_weekly: 4,
             keep_monthly: 6,

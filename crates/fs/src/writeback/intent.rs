@@ -11,7 +11,7 @@
 //! (a record holds all that changed, not only the file's). Concurrent
 //! fsyncs share records (group commit): each drains everything pending.
 
-use crate::error::Result;
+use crate::error::{FsError, Result};
 use crate::history::snapshot::{Snapshot, SnapshotKind};
 use crate::types::DirEnt;
 use crate::vfs::{Fs, State};
@@ -20,10 +20,11 @@ use crate::writeback::flush::Sealed;
 use crate::writeback::intent_record::{self as rec, put_bytes, put_opt, put_u32, put_u64};
 use crate::writeback::intent_record::{Entry, T_BLOCK, T_DELETE, T_DIRENT, T_INODE, T_ORPHAN};
 use crate::writeback::intent_record::{T_PATCH, T_SYMLINK, T_TRUNC, T_XATTR};
-use crate::writeback::log_file::{LogError, LogFile, Record};
+use crate::writeback::log_file::{Damage, LogError, LogFile, OnDamage, Record};
 use crate::writeback::overlay::{Overlay, Unlogged};
 use crate::writeback::patch::Patch;
 use crate::writeback::tick::Marks;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,7 +109,7 @@ impl Fs {
         match lg.append_record(next_ino, rec) {
             Ok(()) => {
                 lg.settle_sealed();
-                if lg.used() > lg.region_len() / 4 * 3 {
+                if lg.used() > lg.capacity() / 4 * 3 {
                     // Seal before the region fills: a full one makes fsync
                     // wait for a commit. Not much sooner: each seal is a
                     // commit, which takes CPU from the requests.
@@ -182,8 +183,21 @@ impl Fs {
         let last = *self.flush_lock.get_mut();
         let size = self.pool.config.intent_log_mib << 20;
         let floor = self.intent_floor(last)?;
-        match LogFile::open(&path, self.pool.sb.uuid, last, &*self.pool.storage, size) {
+        let on_damage = match self.pool.config.discard_damaged_log {
+            true => OnDamage::Discard,
+            false => OnDamage::Refuse,
+        };
+        let storage = &*self.pool.storage;
+        match LogFile::open_with(&path, self.pool.sb.uuid, last, storage, size, on_damage) {
             Ok((log, mut recs)) => {
+                if let Some(d) = &log.discarded {
+                    tracing::error!(
+                        "{d}; --discard-damaged-log: replaying the {} record(s) before it and \
+                         dropping it and the {} after it",
+                        d.first_lost,
+                        d.after.len()
+                    );
+                }
                 // Held by the last commit (a retry, see `LogFile::taken_back`).
                 recs.retain(|(h, _)| h.base_tid != last || h.seq >= floor);
                 self.intent = Some(parking_lot::Mutex::new(log));
@@ -193,11 +207,39 @@ impl Fs {
                 }
                 Ok(recs)
             }
+            Err(LogError::Damaged(d)) => Err(FsError::DamagedLog(self.refusal(&d))),
+            Err(e) if path_holds_records(&path) && on_damage == OnDamage::Refuse => {
+                Err(FsError::DamagedLog(format!(
+                    "{e}; the intent log may hold fsync'd changes that are not committed. \
+                     Mount with --discard-damaged-log to mount without them (the log is made \
+                     again)"
+                )))
+            }
             Err(e) => {
                 tracing::warn!("{e}: fsync commits instead of logging");
                 Ok(Vec::new())
             }
         }
+    }
+
+    /// Why a mount refuses a damaged log, what would be lost and how to go
+    /// on.
+    fn refusal(&self, d: &Damage) -> String {
+        let paths = self
+            .meta()
+            .and_then(|r| crate::maintenance::check::live_paths(&r));
+        let paths = paths.unwrap_or_default();
+        format!(
+            "{d}. Applying the records before it alone would lose the fsync'd changes of \
+             record {} (unreadable) and of those after it, which touch {}. Nothing was \
+             changed. To mount anyway, replaying the records before the damage and dropping \
+             the rest: `cairn mount POOL MNT --discard-damaged-log`; first copy what you need \
+             from a read-only look at the last commit if you can (`--salvage`, where \
+             available), or keep a copy of {} for later analysis",
+            d.first_lost,
+            touched(d, self.record, &paths),
+            d.path.display()
+        )
     }
 
     /// How many of the first intent records on top of `last` (the last
@@ -851,4 +893,67 @@ fn encode_values(ov: &Overlay, u: &Unlogged, w: &mut Vec<u8>) {
             w.push(open as u8);
         }
     }
+}
+
+/// Whether the log file at `path` exists with a log's length: records it
+/// may hold are not to be dropped for an error reading it.
+fn path_holds_records(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.len() >= crate::writeback::log_file::LEGACY_LOG_SIZE)
+}
+
+/// What the records of a damaged run after the damage touch, for a
+/// person: the paths of the inodes they change or name, from the
+/// committed tree (`paths`) and the entries the run's records make, or
+/// their numbers.
+fn touched(d: &Damage, record_size: u64, paths: &HashMap<u64, String>) -> String {
+    let mut paths = paths.clone();
+    let all = d.before.iter().chain(&d.after);
+    for e in all.flat_map(|(_, rec)| rec::decode(rec, record_size).unwrap_or_default()) {
+        if let Entry::Dirent {
+            dir,
+            subkey,
+            ent: Some(ent),
+        } = e
+        {
+            let name = crate::types::split_dirent_subkey(subkey).map_or(subkey, |k| k.1);
+            let dir = paths
+                .get(&dir)
+                .map_or(format!("inode {dir}"), |p| p.clone());
+            let p = format!(
+                "{}/{}",
+                dir.trim_end_matches('/'),
+                String::from_utf8_lossy(name)
+            );
+            paths.entry(ent.ino).or_insert(p);
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    for (h, rec) in &d.after {
+        let Ok(entries) = rec::decode(rec, record_size) else {
+            out.insert(format!("(record {}: undecodable)", h.seq));
+            continue;
+        };
+        out.extend(entries.iter().filter_map(entry_ino).map(|ino| {
+            paths
+                .get(&ino)
+                .cloned()
+                .unwrap_or_else(|| format!("inode {ino}"))
+        }));
+    }
+    let list: Vec<String> = out.into_iter().collect();
+    format!("the files [{}]", list.join(", "))
+}
+
+/// The inode an intent entry changes (a directory entry's: the one it
+/// names).
+fn entry_ino(e: &Entry) -> Option<u64> {
+    Some(match e {
+        Entry::Dirent { ent: Some(ent), .. } => ent.ino,
+        Entry::Dirent { dir, .. } => *dir,
+        Entry::Inode(i) => i.ino,
+        Entry::Block { ino, .. } | Entry::Patch { ino, .. } | Entry::Stored { ino, .. } => *ino,
+        Entry::Trunc { ino, .. } | Entry::Symlink { ino, .. } | Entry::Xattr { ino, .. } => *ino,
+        Entry::Delete(ino) | Entry::Orphan { ino, .. } => *ino,
+        Entry::Snapshot(_) => return None,
+    })
 }

@@ -6,7 +6,12 @@
 //! a commit. A region is free again once the commit after it is made. Each
 //! record names the pool, the TID it applies on top of and its place in
 //! its region's sequence, and carries a checksum, so a torn record, a stale
-//! one and one of another pool are all ignored. Layout in docs/FORMAT.md
+//! one and one of another pool are all ignored. Each record is written
+//! twice, at its place in the region's first half and at the same place in
+//! its second half, so that one damaged sector loses no record; a record
+//! damaged in both places, with valid ones of its run after it, is damage,
+//! not a torn tail: the open refuses (`LogError::Damaged`) unless told to
+//! drop the damaged run's rest (scan.rs). Layout in docs/FORMAT.md
 //! ("Intent log"). The file is opened through the pool's storage
 //! (`cairn_devices::Storage`).
 
@@ -15,10 +20,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod scan;
+
 pub const MAGIC: [u8; 8] = *b"CAIRNIL\0";
-/// 2: two regions. Version 1 logs (one region of the whole file) are read
-/// at open, in region 0.
-pub const VERSION: u16 = 2;
+/// 3: two regions, each record also at its place in its region's second
+/// half. Version 2 logs (two regions, one copy) and version 1 logs (one
+/// region of the whole file, read in region 0) are read at open.
+pub const VERSION: u16 = 3;
+const VERSION_UNMIRRORED: u16 = 2;
 const VERSION_ONE_REGION: u16 = 1;
 pub const HEADER_LEN: usize = 64;
 /// Default size of a log file (`intent_log_mib`): two regions of 64 MiB,
@@ -31,8 +40,9 @@ pub const LOG_SIZE: u64 = 128 << 20;
 /// read with the regions it has (half its length); with nothing to replay
 /// it is made again at the size asked for.
 pub const LEGACY_LOG_SIZE: u64 = 32 << 20;
-/// How much of each region's start is written with zeros when the log is
-/// made (where fsync's records go), so that those writes overwrite
+/// How much of each region is written with zeros when the log is made
+/// (half at the start of each half: where fsync's records and their copies
+/// go), so that those writes overwrite
 /// allocated blocks and fdatasync has no file metadata to commit; the rest
 /// is allocated by the first record that reaches it (a large snapshot's).
 const ZERO_FILLED: u64 = 16 << 20;
@@ -54,6 +64,89 @@ pub struct RecordHead {
 /// A record read back: its header and payload.
 pub type Record = (RecordHead, Vec<u8>);
 
+/// How a region's records are laid out, by its first record's version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Version 1: one region over the whole file, one copy.
+    OneRegion,
+    /// Version 2: records in their region, one copy.
+    Unmirrored,
+    /// Version 3: records in their region's first half, each copied at the
+    /// same place in its second half.
+    Mirrored,
+}
+
+impl Layout {
+    fn version(self) -> u16 {
+        match self {
+            Layout::OneRegion => VERSION_ONE_REGION,
+            Layout::Unmirrored => VERSION_UNMIRRORED,
+            Layout::Mirrored => VERSION,
+        }
+    }
+
+    /// How far records may reach from their region's start.
+    fn limit(self, region_len: u64) -> u64 {
+        match self {
+            Layout::OneRegion => 2 * region_len,
+            Layout::Unmirrored => region_len,
+            Layout::Mirrored => region_len / 2,
+        }
+    }
+
+    /// Where each record's places are, from its place in the first half.
+    fn copies(self, region_len: u64) -> Vec<u64> {
+        match self {
+            Layout::Mirrored => vec![0, region_len / 2],
+            _ => vec![0],
+        }
+    }
+}
+
+/// A run of records that stopped at a record damaged in every place it
+/// has, with valid records of the same run after it: the fsync'd changes
+/// of the damaged record and of every one after it would be lost.
+#[derive(Debug)]
+pub struct Damage {
+    pub path: PathBuf,
+    pub region: u64,
+    /// The TID the run applies on top of.
+    pub base_tid: u64,
+    /// The sequence number of the first record that cannot be read.
+    pub first_lost: u64,
+    /// The valid records before it.
+    pub before: Vec<Record>,
+    /// The valid records after it (their changes are lost with it).
+    pub after: Vec<Record>,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let last = self.after.last().map_or(self.first_lost, |r| r.0.seq);
+        write!(
+            f,
+            "intent log {}: record {} of region {} (on TID {:#x}) is damaged in both of its \
+             copies, and {} valid record(s) of the same run follow it (up to record {last})",
+            self.path.display(),
+            self.first_lost,
+            self.region,
+            self.base_tid,
+            self.after.len()
+        )
+    }
+}
+
+/// What an open does with a damaged log (`Damage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDamage {
+    /// Refuses: `LogError::Damaged`.
+    Refuse,
+    /// Replays the records before the damage and drops the rest of that
+    /// run (the records are overwritten with zeros); the damage is in
+    /// `LogFile::discarded`.
+    Discard,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     #[error("intent log {0}: {1}")]
@@ -63,6 +156,8 @@ pub enum LogError {
     /// Where the valid records end: what follows is not one.
     #[error("no intent record here: {0}")]
     NoRecord(&'static str),
+    #[error("{0}")]
+    Damaged(Box<Damage>),
 }
 
 /// The open log, where the next record goes.
@@ -77,8 +172,11 @@ pub struct LogFile {
     /// Where the next record goes, from the region's start.
     pos: u64,
     seq: u64,
-    /// How far records of the region may reach from its start:
-    /// `region_len`, or the whole file for a version 1 log found at open.
+    /// How the region's records are laid out: mirrored, or the layout of
+    /// an older log found at open (records on it keep its layout).
+    layout: Layout,
+    /// How far records of the region may reach from its start
+    /// (`Layout::limit`).
     limit: u64,
     /// Size of each region: half the file.
     region_len: u64,
@@ -99,6 +197,8 @@ pub struct LogFile {
     retried: u64,
     /// The last record's buffer, for the next (`record_buffer`).
     spare: Vec<u8>,
+    /// The damage an open told to discard it found (`OnDamage::Discard`).
+    pub discarded: Option<Box<Damage>>,
 }
 
 impl LogFile {
@@ -116,6 +216,18 @@ impl LogFile {
         storage: &dyn Storage,
         size: u64,
     ) -> Result<(Self, Vec<Record>), LogError> {
+        Self::open_with(path, uuid, last_tid, storage, size, OnDamage::Refuse)
+    }
+
+    /// `open`, doing `on_damage` with a damaged log (`Damage`).
+    pub fn open_with(
+        path: &Path,
+        uuid: [u8; 16],
+        last_tid: u64,
+        storage: &dyn Storage,
+        size: u64,
+        on_damage: OnDamage,
+    ) -> Result<(Self, Vec<Record>), LogError> {
         let err = |e| LogError::Io(path.to_path_buf(), e);
         let size = size.clamp(LEGACY_LOG_SIZE, MAX_LOG_SIZE) & !((1 << 20) - 1);
         let file = storage.open(path, &OpenHow::CREATE).map_err(err)?;
@@ -128,13 +240,13 @@ impl LogFile {
             len = size;
         }
         let region_len = len.min(MAX_LOG_SIZE) / 2;
-        let (log, recs) = Self::read(path, file, uuid, last_tid, region_len)?;
-        if recs.is_empty() && region_len != size / 2 {
+        let (log, recs) = Self::read(path, file, uuid, last_tid, region_len, on_damage)?;
+        if recs.is_empty() && log.discarded.is_none() && region_len != size / 2 {
             // Nothing to replay: made again at the size asked for (a log
             // of an older version, or `intent_log_mib` changed).
             let file = log.file;
             make(&*file, size, region_len * 2).map_err(err)?;
-            return Self::read(path, file, uuid, last_tid, size / 2);
+            return Self::read(path, file, uuid, last_tid, size / 2, on_damage);
         }
         Ok((log, recs))
     }
@@ -147,6 +259,7 @@ impl LogFile {
         uuid: [u8; 16],
         last_tid: u64,
         region_len: u64,
+        on_damage: OnDamage,
     ) -> Result<(Self, Vec<Record>), LogError> {
         let err = |e| LogError::Io(path.to_path_buf(), e);
         let mut log = LogFile {
@@ -157,19 +270,25 @@ impl LogFile {
             base_tid: last_tid,
             pos: 0,
             seq: 0,
-            limit: region_len,
+            layout: Layout::Mirrored,
+            limit: Layout::Mirrored.limit(region_len),
             region_len,
             owes_sealed: false,
             broken_until: 0,
             pending_seal: 0,
             retried: 0,
             spare: Vec::new(),
+            discarded: None,
         };
+        let live = [last_tid, last_tid + 1];
         let mut found = Vec::new();
         for region in 0..2 {
-            let s = log.scan(region).map_err(err)?;
+            let s = log.scan(region, &live).map_err(err)?;
+            if !s.after.is_empty() {
+                log.damaged(region, &s, on_damage)?;
+            }
             let base = s.records.first().map(|r| r.0.base_tid);
-            if base == Some(last_tid) || base == Some(last_tid + 1) {
+            if base.is_some_and(|b| live.contains(&b)) {
                 found.push((region, s));
             }
         }
@@ -179,56 +298,38 @@ impl LogFile {
             log.base_tid = s.records[0].0.base_tid;
             log.pos = s.end;
             log.seq = s.records.len() as u64;
-            log.limit = s.limit;
+            log.layout = s.layout;
+            log.limit = s.layout.limit(region_len);
         }
         let recs = found.into_iter().flat_map(|(_, s)| s.records).collect();
         Ok((log, recs))
     }
 
-    /// Reads the valid records of `region` in order from its start: each
-    /// must belong to this pool and to the first one's base TID, have the
-    /// next sequence number and a good checksum.
-    fn scan(&self, region: u64) -> io::Result<Scan> {
-        let start = region * self.region_len;
-        let mut s = Scan {
-            records: Vec::new(),
-            end: 0,
-            limit: self.region_len,
-        };
-        loop {
-            let mut h = [0u8; HEADER_LEN];
-            if s.end + HEADER_LEN as u64 > s.limit {
-                break;
-            }
-            self.file.read_at(&mut h, start + s.end)?;
-            let Ok((head, len, version)) = parse_head(&h) else {
-                break;
-            };
-            if s.records.is_empty() && version == VERSION_ONE_REGION && region == 0 {
-                s.limit = 2 * self.region_len;
-            }
-            let first = s.records.first().map(|r: &Record| r.0.base_tid);
-            if head.uuid != self.uuid
-                || version != version_of(s.limit, self.region_len)
-                || first.is_some_and(|b| b != head.base_tid)
-                || head.seq != s.records.len() as u64
-            {
-                break;
-            }
-            let end = s.end + (HEADER_LEN + len) as u64;
-            if end > s.limit {
-                break;
-            }
-            let mut payload = vec![0u8; len];
-            self.file
-                .read_at(&mut payload, start + s.end + HEADER_LEN as u64)?;
-            if checksum(&h, &payload) != u32::from_le_bytes(h[56..60].try_into().unwrap()) {
-                break;
-            }
-            s.records.push((head, payload));
-            s.end = end;
+    /// The run `s` of `region` stopped at damage (`Damage`): refused, or
+    /// its rest overwritten with zeros in every place (`OnDamage`), so that
+    /// its records never count again.
+    fn damaged(&mut self, region: u64, s: &scan::Scan, on: OnDamage) -> Result<(), LogError> {
+        let base = s.records.first().or(s.after.first()).map(|r| r.0.base_tid);
+        let d = Box::new(Damage {
+            path: self.path.clone(),
+            region,
+            base_tid: base.unwrap_or(self.base_tid),
+            first_lost: s.records.len() as u64,
+            before: s.records.clone(),
+            after: s.after.clone(),
+        });
+        if on == OnDamage::Refuse {
+            return Err(LogError::Damaged(d));
         }
-        Ok(s)
+        let err = |e| LogError::Io(self.path.clone(), e);
+        let start = region * self.region_len;
+        let limit = s.layout.limit(self.region_len);
+        for copy in s.layout.copies(self.region_len) {
+            zero(&*self.file, start + copy + s.end, start + copy + limit).map_err(err)?;
+        }
+        self.file.sync_data().map_err(err)?;
+        self.discarded = Some(d);
+        Ok(())
     }
 
     /// True when no record is on top of `last_tid`: the region records go
@@ -259,6 +360,11 @@ impl LogFile {
         self.region_len
     }
 
+    /// How many bytes of records the current region can hold.
+    pub fn capacity(&self) -> u64 {
+        self.limit
+    }
+
     /// The largest payload the next record can have.
     pub fn room(&self) -> u64 {
         self.limit.saturating_sub(self.pos + HEADER_LEN as u64)
@@ -282,7 +388,8 @@ impl LogFile {
         self.base_tid = tid;
         self.pos = 0;
         self.seq = 0;
-        self.limit = self.region_len;
+        self.layout = Layout::Mirrored;
+        self.limit = Layout::Mirrored.limit(self.region_len);
     }
 
     /// The commit of `tid` failed and its changes went back to the dirty
@@ -417,17 +524,17 @@ impl LogFile {
             seq: self.seq,
             next_ino,
         };
-        let head = encode_head(
-            &head,
-            rec.len() - HEADER_LEN,
-            version_of(self.limit, self.region_len),
-        );
+        let head = encode_head(&head, rec.len() - HEADER_LEN, self.layout.version());
         rec[..HEADER_LEN].copy_from_slice(&head);
         let sum = checksum(&rec[..HEADER_LEN], &rec[HEADER_LEN..]);
         rec[56..60].copy_from_slice(&sum.to_le_bytes());
-        let written = self
-            .file
-            .write_at(&rec, self.region * self.region_len + self.pos)
+        let at = self.region * self.region_len + self.pos;
+        assert!(
+            self.pos + len <= self.limit && self.limit <= 2 * self.region_len,
+            "a record stays inside its region's half"
+        );
+        let written = (self.layout.copies(self.region_len).into_iter())
+            .try_for_each(|copy| self.file.write_at(&rec, at + copy))
             .and_then(|()| self.file.sync_data());
         self.recycle(rec);
         if let Err(e) = written {
@@ -440,43 +547,31 @@ impl LogFile {
     }
 }
 
-/// One region's records as `LogFile::scan` read them.
-struct Scan {
-    records: Vec<Record>,
-    /// Where they end, from the region's start.
-    end: u64,
-    /// How far they may reach (see `LogFile::limit`).
-    limit: u64,
-}
-
-/// The record version of a region whose records may reach `limit` from
-/// its start: a version 1 log is one region of the whole file.
-fn version_of(limit: u64, region_len: u64) -> u16 {
-    match limit > region_len {
-        true => VERSION_ONE_REGION,
-        false => VERSION,
-    }
-}
-
 /// Makes `f` a log of `size` bytes with no record: zeros over its first
 /// `old` bytes (a log whose records no longer apply) and over the start of
-/// each region (`ZERO_FILLED`), the rest left to the file system to
-/// allocate.
+/// each half of each region (`ZERO_FILLED` per region), the rest left to the
+/// file system to allocate.
 fn make(f: &dyn Backend, size: u64, old: u64) -> io::Result<()> {
-    let zeros = vec![0u8; 1 << 20];
-    let fill = |from: u64, to: u64| -> io::Result<()> {
-        let mut at = from;
-        while at < to {
-            f.write_at(&zeros, at)?;
-            at += zeros.len() as u64;
-        }
-        Ok(())
-    };
     f.set_len(size)?;
-    let head = ZERO_FILLED.min(size / 2);
-    fill(0, head.max(old.min(size)))?;
-    fill(size / 2, size / 2 + head)?;
+    let quarter = size / 4;
+    let head = (ZERO_FILLED / 2).min(quarter);
+    zero(f, 0, head.max(old.min(size)))?;
+    for q in 1..4 {
+        zero(f, q * quarter, q * quarter + head)?;
+    }
     f.sync_data()
+}
+
+/// Writes zeros over `[from, to)` of `f`.
+fn zero(f: &dyn Backend, from: u64, to: u64) -> io::Result<()> {
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zeros.len() as u64) as usize;
+        f.write_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 fn encode_head(h: &RecordHead, len: usize, version: u16) -> [u8; HEADER_LEN] {
@@ -567,9 +662,11 @@ mod tests {
         // Another pool, or a TID committed on top of them, sees none.
         assert!(payloads(&p, [8u8; 16], 5).is_empty());
         assert!(payloads(&p, uuid, 6).is_empty());
-        // A torn last record: the ones before it stay.
+        // A torn last record (in both of its places): the ones before it
+        // stay.
         let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
         f.write_all_at(b"X", end - 2).unwrap();
+        f.write_all_at(b"X", end - 2 + LOG_SIZE / 4).unwrap();
         let (mut log, recs) = LogFile::open(&p, uuid, 5, &HostStorage, LOG_SIZE).unwrap();
         assert_eq!(recs.len(), 2);
         // Sealed as TID 6: later records go to the other region, on 6.
@@ -763,7 +860,7 @@ mod tests {
                 seq: 0,
                 next_ino: 2,
             };
-            let mut rec = encode_head(&h, pl.len(), VERSION).to_vec();
+            let mut rec = encode_head(&h, pl.len(), VERSION_UNMIRRORED).to_vec();
             rec.extend_from_slice(pl);
             let sum = checksum(&rec[..HEADER_LEN], pl);
             rec[56..60].copy_from_slice(&sum.to_le_bytes());
@@ -793,6 +890,91 @@ mod tests {
         let (log, _) = LogFile::open(&p, uuid, 7, &HostStorage, LEGACY_LOG_SIZE).unwrap();
         assert_eq!(log.region_len(), legacy);
         assert_eq!(std::fs::metadata(&p).unwrap().len(), LEGACY_LOG_SIZE);
+    }
+
+    /// A log on TID 5 holding records "r0".."r4" (each 66 bytes in the
+    /// log), and where each starts in the file.
+    fn five_records(p: &Path) -> Vec<u64> {
+        let (mut log, _) = LogFile::open(p, [7; 16], 5, &HostStorage, LOG_SIZE).unwrap();
+        let mut at = Vec::new();
+        for i in 0..5 {
+            at.push(log.region * log.region_len + log.pos);
+            log.append(1, format!("r{i}").as_bytes()).unwrap();
+        }
+        at
+    }
+
+    fn damage(p: &Path, at: u64) {
+        let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+        f.write_all_at(&[0xff; 16], at).unwrap();
+    }
+
+    fn open_on_5(p: &Path, on: OnDamage) -> Result<(LogFile, Vec<Record>), LogError> {
+        LogFile::open_with(p, [7; 16], 5, &HostStorage, LOG_SIZE, on)
+    }
+
+    /// Each record is also at its place in the region's second half: damage
+    /// to one place (payload or header) loses nothing.
+    #[test]
+    fn a_record_damaged_in_one_place_is_read_from_its_copy() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let at = five_records(&p);
+        let half = LOG_SIZE / 4;
+        damage(&p, at[1] + HEADER_LEN as u64);
+        damage(&p, at[2] + 8);
+        damage(&p, at[3] + half + 40);
+        let recs = open_on_5(&p, OnDamage::Refuse).unwrap().1;
+        let got: Vec<_> = recs.iter().map(|r| r.1.clone()).collect();
+        let want: Vec<_> = (0..5).map(|i| format!("r{i}").into_bytes()).collect();
+        assert_eq!(got, want);
+    }
+
+    /// A record damaged in both places with valid records after it is
+    /// damage, not a torn tail: the open refuses, naming the record; told
+    /// to discard, it gives the records before and wipes the rest, so that
+    /// a later open finds a clean log.
+    #[test]
+    fn damage_in_both_places_before_valid_records_refuses_or_is_discarded() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let at = five_records(&p);
+        let half = LOG_SIZE / 4;
+        damage(&p, at[2] + HEADER_LEN as u64);
+        damage(&p, at[2] + half);
+        let Err(LogError::Damaged(dmg)) = open_on_5(&p, OnDamage::Refuse) else {
+            panic!("damage taken for a torn tail");
+        };
+        assert_eq!((dmg.first_lost, dmg.base_tid, dmg.region), (2, 5, 0));
+        let after: Vec<_> = dmg.after.iter().map(|r| r.0.seq).collect();
+        assert_eq!(after, vec![3, 4]);
+        assert!(dmg.to_string().contains("record 2"), "{dmg}");
+        let (log, recs) = open_on_5(&p, OnDamage::Discard).unwrap();
+        assert_eq!(recs.len(), 2);
+        assert_eq!(log.discarded.as_ref().map(|d| d.first_lost), Some(2));
+        assert_eq!((log.pos, log.seq), (at[2], 2));
+        drop(log);
+        let (log, recs) = open_on_5(&p, OnDamage::Refuse).unwrap();
+        assert_eq!((recs.len(), log.discarded.is_none()), (2, true));
+    }
+
+    /// The first record damaged in both places, others after it: damage.
+    /// The last one damaged in both places: a torn tail, not damage.
+    #[test]
+    fn the_first_record_damaged_is_damage_and_the_last_a_torn_tail() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        let at = five_records(&p);
+        let half = LOG_SIZE / 4;
+        damage(&p, at[4] + HEADER_LEN as u64);
+        damage(&p, at[4] + half + HEADER_LEN as u64);
+        assert_eq!(open_on_5(&p, OnDamage::Refuse).unwrap().1.len(), 4);
+        damage(&p, at[0]);
+        damage(&p, at[0] + half);
+        let Err(LogError::Damaged(dmg)) = open_on_5(&p, OnDamage::Refuse) else {
+            panic!("damage of the first record taken for an empty log");
+        };
+        assert_eq!((dmg.first_lost, dmg.after.len()), (0, 3));
     }
 
     fn payloads_of(p: &Path, uuid: [u8; 16], tid: u64) -> Vec<Vec<u8>> {
