@@ -223,7 +223,11 @@ fn every_route_wants_the_token_when_one_is_set() {
         ] {
             let (st, head, body) = get_ok(addr, p, &bad);
             assert_eq!(st, 401, "{p} with {bad:?}");
-            assert!(head.to_ascii_lowercase().contains("www-authenticate: basic"), "{head}");
+            assert!(
+                head.to_ascii_lowercase()
+                    .contains("www-authenticate: basic"),
+                "{head}"
+            );
             assert!(!body.contains(secret) && !body.contains(SECRET_DIR));
         }
         let (st, _, _) = get_ok(addr, p, &format!("Authorization: Bearer {secret}\r\n"));
