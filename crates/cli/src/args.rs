@@ -486,6 +486,10 @@ pub struct MountArgs {
     /// Allow a metrics address that is not loopback (no authentication).
     #[arg(long = "metrics-allow-remote")]
     pub metrics_allow_remote: bool,
+    /// Serve the dashboard's routes that give paths and snapshot names
+    /// (/api/info, /api/tier, /api/snapshots; sets metrics_detail).
+    #[arg(long = "metrics-detail")]
+    pub metrics_detail: bool,
 }
 
 /// Where and how the daemon serves volumes over NBD (each overrides the

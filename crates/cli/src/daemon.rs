@@ -29,6 +29,7 @@ fn config_for(a: &MountArgs) -> Result<PoolConfig> {
         c.metrics_listen = m.clone();
     }
     c.metrics_allow_remote |= a.metrics_allow_remote;
+    c.metrics_detail |= a.metrics_detail;
     c.validate()?;
     Ok(c)
 }
@@ -159,6 +160,8 @@ fn no_room_hint(e: anyhow::Error, pool: &Path, config: &PoolConfig) -> anyhow::E
 fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> {
     init_logging();
     let config = config_for(a)?;
+    // A bad token file stops the mount before the pool opens.
+    let token = crate::metrics::token(&config)?;
     let room = |e| no_room_hint(e, pool, &config);
     let p = open_pool(pool, config.clone()).map_err(room)?;
     let fs = Fs::open(p).map_err(|e| room(e.into()))?;
@@ -177,7 +180,7 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, a.io_uring)
         .with_context(|| format!("mounting on {}", mnt.display()));
     let session = session.inspect_err(|_| crate::nbd::stop())?;
-    let http = crate::metrics::start(&fs, &config).inspect_err(|_| crate::nbd::stop())?;
+    let http = crate::metrics::start(&fs, &config, token).inspect_err(|_| crate::nbd::stop())?;
     tracing::info!("pool {} mounted on {}", pool.display(), mnt.display());
     ready.ok();
     let m2 = mnt.clone();
@@ -295,6 +298,9 @@ fn daemon_command(pool: &Path, a: &MountArgs) -> Result<Command> {
     }
     if a.metrics_allow_remote {
         cmd.arg("--metrics-allow-remote");
+    }
+    if a.metrics_detail {
+        cmd.arg("--metrics-detail");
     }
     Ok(cmd)
 }

@@ -6,12 +6,26 @@
 use anyhow::{Context, Result};
 use cairn_fs::{Fs, PoolConfig};
 use cairn_http::{Kind, Sample, Value};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The token of metrics_token_file, when the server runs and has one.
+pub fn token(c: &PoolConfig) -> Result<Option<cairn_http::Token>> {
+    if c.metrics_address()?.is_none() || c.metrics_token_file.is_empty() {
+        return Ok(None);
+    }
+    let t = cairn_http::Token::from_file(Path::new(&c.metrics_token_file))?;
+    Ok(Some(t))
+}
+
 /// Starts the server when the config asks for one (metrics_listen), and
 /// turns on the FUSE counters.
-pub fn start(fs: &Arc<Fs>, c: &PoolConfig) -> Result<Option<cairn_http::Server>> {
+pub fn start(
+    fs: &Arc<Fs>,
+    c: &PoolConfig,
+    token: Option<cairn_http::Token>,
+) -> Result<Option<cairn_http::Server>> {
     let Some(addr) = c.metrics_address()? else {
         return Ok(None);
     };
@@ -20,6 +34,8 @@ pub fn start(fs: &Arc<Fs>, c: &PoolConfig) -> Result<Option<cairn_http::Server>>
         addr,
         allow_remote: c.metrics_allow_remote,
         scan_interval: Duration::from_secs(c.metrics_scan_interval_secs),
+        detail: c.metrics_detail,
+        token,
     };
     let extra: Vec<cairn_http::ExtraFn> = vec![
         Box::new(logical_samples),
@@ -102,12 +118,14 @@ fn fuse_samples() -> Vec<Sample> {
     v
 }
 
+/// Per NBD server, labelled by its index in `cairn info`'s list (its
+/// address may be a socket's path: not a label anyone may read).
 fn nbd_samples() -> Vec<Sample> {
     let servers = crate::nbd::server_stats();
     let mut groups: [Vec<Sample>; 8] = Default::default();
-    for (addr, st) in servers {
+    for (index, (_, st)) in servers.into_iter().enumerate() {
         let s = |name: &str, help: &str, k, x: u64| {
-            Sample::new(name, help, k, x as f64).label("server", &addr)
+            Sample::new(name, help, k, x as f64).label("server", index)
         };
         for (cmd, c) in &st.commands {
             groups[0].push(

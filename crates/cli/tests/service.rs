@@ -126,8 +126,18 @@ fn free_port() -> u16 {
 
 /// (status, body) of `METHOD path` on 127.0.0.1:port.
 fn http(port: u16, method: &str, path: &str) -> (u16, String) {
+    http_auth(port, method, path, "")
+}
+
+/// `http` with these header lines (each ending in CRLF).
+fn http_auth(port: u16, method: &str, path: &str, headers: &str) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "{method} {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: localhost\r\n{headers}\r\n"
+    )
+    .unwrap();
     let mut r = String::new();
     s.read_to_string(&mut r).unwrap();
     let (head, body) = r.split_once("\r\n\r\n").unwrap_or((&r, ""));
@@ -262,11 +272,11 @@ fn metrics_are_valid_and_agree_with_info() {
     let copy = std::fs::metadata(p.mnt.join("copy0")).unwrap().len();
     cairn(&[&"sync", &p.mnt]);
     for k in 0..3 {
-        cairn(&[&"snapshot", &"create", &p.mnt, &format!("s{k}")]);
+        cairn(&[&"snapshot", &"create", &p.mnt, &format!("secret-snap{k}")]);
         std::thread::sleep(Duration::from_millis(1100));
     }
-    cairn(&[&"volume", &"create", &p.mnt, &"vol", &"16M"]);
-    let uri = format!("nbd+unix:///vol?socket={}", sock.display());
+    cairn(&[&"volume", &"create", &p.mnt, &"secretvol", &"16M"]);
+    let uri = format!("nbd+unix:///secretvol?socket={}", sock.display());
     run(Command::new("qemu-io").args([
         "-f",
         "raw",
@@ -455,7 +465,8 @@ fn metrics_are_valid_and_agree_with_info() {
     // (copy0 was made by copy_file_range, not written.)
     assert!(fuse_w >= bytes as f64);
     let nbd = &i["nbd"][0];
-    let srv = nbd["address"].as_str().unwrap();
+    // Servers by index: the address (here a socket's path) is no label.
+    let srv = "0";
     let nbd_w = u(&nbd["stats"]["commands"]["write"]["bytes"]);
     assert_eq!(nbd_w, (1 << 20) as f64);
     assert_eq!(
@@ -484,6 +495,16 @@ fn metrics_are_valid_and_agree_with_info() {
     assert!(get("cairn_fuse_queue_wait_seconds_count") >= 1.0);
     assert!(get("cairn_fuse_requests_total{op=\"write\"}") > 0.0);
     assert!(get("cairn_fuse_request_duration_seconds_count{op=\"write\"}") > 0.0);
+    // No path or name of the pool in what anyone may read.
+    let tmp = p.pool.parent().unwrap().display().to_string();
+    for route in ["/metrics", "/api/metrics", "/api/heatmap"] {
+        let (st, body) = http(port, "GET", route);
+        assert_eq!(st, 200, "{route}");
+        for secret in [tmp.as_str(), "nbd.sock", "secret"] {
+            assert!(!body.contains(secret), "{route} gives {secret:?}");
+        }
+    }
+    assert_eq!(http(port, "GET", "/api/info").0, 403);
     // Read-only: other methods are refused.
     assert_eq!(http(port, "POST", "/metrics").0, 405);
     assert_eq!(http(port, "DELETE", "/api/info").0, 405);
@@ -776,10 +797,19 @@ fn dashboard_in_headless_chromium() {
             .current_dir(&dir));
     }
     // Two tiers (heat map rows); the pool's directory, hence its path and
-    // its devices' paths, and a snapshot's name carry the payload.
-    let p = Pool::with(PAYLOAD, &[("nvme", "64M"), ("hdd", "256M")], &[], "");
+    // its devices' paths, and a snapshot's name carry the payload. The
+    // detailed API on (paths and names), a token the browser logs in with.
+    let p = Pool::with(
+        PAYLOAD,
+        &[("nvme", "64M"), ("hdd", "256M")],
+        &[],
+        "metrics_detail = true",
+    );
+    let token = "dashboard-t0ken";
+    set_token(&p, token, 0o600);
     let port = free_port();
     mount_with_metrics(&p, port);
+    assert_eq!(http(port, "GET", "/").0, 401);
     let bytes = workload(&p.mnt, 4);
     let evil_snap = PAYLOAD.replace("__xss=1", "__xss=2");
     for name in ["snap0", evil_snap.as_str()] {
@@ -792,6 +822,7 @@ fn dashboard_in_headless_chromium() {
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
     std::fs::create_dir_all(&shots).unwrap();
     let out = run(Command::new("node")
+        .env("CAIRN_METRICS_TOKEN", token)
         .arg(dir.join("dashboard.mjs"))
         .arg(format!("http://127.0.0.1:{port}/"))
         .arg(&p.mnt)
@@ -870,6 +901,133 @@ fn dashboard_in_headless_chromium() {
         .unwrap();
     }
     cairn(&[&"umount", &p.mnt]);
+}
+
+/// Writes `token` to a file beside the pool (mode `mode`) and names it as
+/// the pool's metrics_token_file.
+fn set_token(p: &Pool, token: &str, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let f = p.pool.parent().unwrap().join("metrics.token");
+    std::fs::write(&f, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+    let cfg = p.pool.join("cairn.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let mut text: String = text
+        .lines()
+        .filter(|l| !l.starts_with("metrics_token_file"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    text.push_str(&format!(
+        "metrics_token_file = {:?}\n",
+        f.display().to_string()
+    ));
+    std::fs::write(&cfg, text).unwrap();
+}
+
+#[test]
+fn metrics_token_and_detail_switch_of_a_mount() {
+    let p = Pool::new("");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let token = "mount-t0ken-4242";
+    // A token file others may read: no mount, and the reason.
+    set_token(&p, token, 0o644);
+    let out = Command::new(CAIRN)
+        .arg("mount")
+        .arg(&p.pool)
+        .arg(&p.mnt)
+        .args(["--metrics", &addr])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a token file of mode 644 was accepted"
+    );
+    assert!(err.contains("chmod 600") && !err.contains(token), "{err}");
+    assert!(!p.mounted());
+    set_token(&p, token, 0o600);
+    cairn(&[
+        &"mount",
+        &p.pool,
+        &p.mnt,
+        &"--metrics",
+        &addr,
+        &"--metrics-detail",
+    ]);
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    for route in ["/", "/metrics", "/api/metrics", "/api/info"] {
+        assert_eq!(http(port, "GET", route).0, 401, "{route}");
+        let wrong = http_auth(port, "GET", route, "Authorization: Bearer x\r\n");
+        assert_eq!(wrong.0, 401, "{route}");
+        assert_eq!(http_auth(port, "GET", route, &bearer).0, 200, "{route}");
+    }
+    // The detail switch: the pool's path for whoever has the token.
+    let (_, body) = http_auth(port, "GET", "/api/info", &bearer);
+    let pool = p.pool.display().to_string();
+    assert!(body.contains(&pool), "{body}");
+    cairn(&[&"umount", &p.mnt]);
+    let log = std::fs::read_to_string(p.pool.join("cairn.log")).unwrap();
+    assert!(!log.contains(token), "the token is in the log");
+}
+
+/// A client with a 4 KiB receive buffer that pipelines `n` GETs of
+/// /metrics and never reads (its writes from a thread: they block once
+/// the server stops reading). Connected while the value lives.
+fn stalled_client(port: u16, n: usize) -> socket2::Socket {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    s.connect(&addr.into()).unwrap();
+    let mut w = s.try_clone().unwrap();
+    w.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+    std::thread::spawn(move || {
+        let req = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        for _ in 0..n {
+            if w.write_all(req).is_err() {
+                return;
+            }
+        }
+    });
+    s
+}
+
+#[test]
+fn a_metrics_client_that_never_reads_stalls_neither_scrapes_nor_umount() {
+    let p = Pool::new("");
+    let port = free_port();
+    mount_with_metrics(&p, port);
+    let bad = stalled_client(port, 2000);
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = Instant::now();
+    let (st, text) = http(port, "GET", "/metrics");
+    assert_eq!(st, 200);
+    assert!(text.contains("cairn_tid"));
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // umount returns within seconds while the client is still connected.
+    let t0 = Instant::now();
+    let mut umount = Command::new(CAIRN)
+        .arg("umount")
+        .arg(&p.mnt)
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(st) = umount.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = umount.kill();
+            panic!("cairn umount still running after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let took = t0.elapsed();
+    assert!(status.success());
+    eprintln!("cairn umount took {took:?} with the stalled client connected");
+    assert!(took < Duration::from_secs(10), "cairn umount took {took:?}");
+    assert!(!p.mounted());
+    drop(bad);
 }
 
 #[test]

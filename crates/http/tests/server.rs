@@ -179,6 +179,8 @@ fn metrics_heatmap_and_page_of_a_two_tier_pool() {
         addr: "127.0.0.1:0".parse().unwrap(),
         allow_remote: false,
         scan_interval: Duration::from_secs(3600),
+        detail: false,
+        token: None,
     };
     let srv = cairn_http::serve(fs.clone(), opts, Vec::new()).unwrap();
     let addr = srv.addr();

@@ -6,6 +6,8 @@
 // screenshots. Prints JSON for tests/service.rs to compare with
 // `cairn info --json` and /api/heatmap.
 // Usage: node dashboard.mjs URL MOUNTPOINT SCREENSHOT_DIR
+// With CAIRN_METRICS_TOKEN set, the browser logs in as a user would at
+// its prompt: any name, the token as password.
 import { chromium } from "playwright-core";
 import fs from "node:fs";
 import path from "node:path";
@@ -19,7 +21,9 @@ try {
   // bypassCSP: Playwright's waitForFunction evaluates strings, which the
   // page's policy forbids; and without the policy's wall the injection
   // checks below test the page's own text-only insertion of pool strings.
-  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 }, bypassCSP: true });
+  const token = process.env.CAIRN_METRICS_TOKEN;
+  const httpCredentials = token ? { username: "cairn", password: token } : undefined;
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 }, bypassCSP: true, httpCredentials });
   const dialogs = [], errors = [];
   page.on("dialog", (d) => { dialogs.push(d.message()); d.dismiss(); });
   page.on("pageerror", (e) => errors.push(String(e)));

@@ -118,6 +118,15 @@ pub struct PoolConfig {
     /// counts, logical bytes, dedup and compression ratios); the cheap ones
     /// are read at each scrape.
     pub metrics_scan_interval_secs: u64,
+    /// Serves the dashboard's routes that give the pool's and devices'
+    /// paths and snapshot names (/api/info, /api/tier, /api/snapshots);
+    /// off, they answer 403 and /metrics gives only figures.
+    pub metrics_detail: bool,
+    /// A file (mode 0600 or narrower: a wider one is refused) holding a
+    /// token every metrics and dashboard request must carry
+    /// (`Authorization: Bearer TOKEN`, or a browser's login with the token
+    /// as password); empty: none.
+    pub metrics_token_file: String,
 }
 
 impl Default for PoolConfig {
@@ -161,6 +170,8 @@ impl Default for PoolConfig {
             metrics_listen: String::new(),
             metrics_allow_remote: false,
             metrics_scan_interval_secs: 30,
+            metrics_detail: false,
+            metrics_token_file: String::new(),
         }
     }
 }

@@ -36,11 +36,14 @@ function set(id, text, value) {
   if (value !== undefined) e.dataset.value = String(value);
 }
 function rows(tbody, list) { tbody.replaceChildren(...list); }
+// null for a route of the detailed API the admin left off (403).
 async function get(path) {
   const r = await fetch(path, { cache: "no-store" });
+  if (r.status === 403) return null;
   if (!r.ok) throw new Error(path + ": " + r.status);
   return r.json();
 }
+const NO_DETAIL = "hidden: the detailed API is off (metrics_detail)";
 function sum(samples, name, filter) {
   let s = 0;
   for (const x of samples) if (x.name === name && (!filter || filter(x))) s += typeof x.value === "number" ? x.value : 0;
@@ -225,15 +228,18 @@ function onSnapshots(list) {
 async function tick() {
   try {
     const [m, j] = await Promise.all([get("/api/metrics"), get("/api/info")]);
-    onMetrics(m); onInfo(j);
+    onMetrics(m);
+    if (j) onInfo(j); else set("pool", NO_DETAIL);
     set("status", "updated " + new Date().toLocaleTimeString());
   } catch (e) { set("status", "error: " + e.message); }
 }
 async function slow() {
   try {
-    onTier(await get("/api/tier"));
+    const t = await get("/api/tier");
+    if (t) onTier(t);
     onHeatmap(await get("/api/heatmap?cells=4096"));
-    onSnapshots(await get("/api/snapshots"));
+    const s = await get("/api/snapshots");
+    if (s) onSnapshots(s); else set("snapage", NO_DETAIL);
   } catch (e) { set("status", "error: " + e.message); }
 }
 tick().then(slow);
