@@ -57,6 +57,13 @@ fn stop(fs: &Fs, mnt: &Path) {
     if let Err(e) = fs.flush() {
         tracing::warn!("flushing before the unmount: {e}");
     }
+    if !still_ours(fs, mnt) {
+        tracing::info!(
+            "{} is no longer this pool's mount; the daemon exits once the kernel lets go of it",
+            mnt.display()
+        );
+        return;
+    }
     let said = match fusermount(&["-u"], mnt) {
         Ok(()) => return,
         Err(said) => said,
@@ -66,6 +73,14 @@ fn stop(fs: &Fs, mnt: &Path) {
         mnt.display()
     );
     detach(mnt);
+}
+
+/// Whether `mnt` still is this pool's mount (a later signal after a
+/// detach must not unmount whatever was mounted there since).
+fn still_ours(fs: &Fs, mnt: &Path) -> bool {
+    let pool = &fs.pool().path;
+    crate::daemon::cairn_mounts()
+        .is_ok_and(|m| m.iter().any(|(m, p)| m == mnt && Path::new(p) == pool))
 }
 
 /// Runs `fusermount3 ARGS MNT`; its complaint when it fails.
@@ -98,9 +113,11 @@ fn detach(mnt: &Path) {
     // SAFETY: umount2 with a valid NUL-terminated path.
     let forced = unsafe { libc::umount2(c.as_ptr(), libc::MNT_FORCE) };
     let force_err = std::io::Error::last_os_error();
+    // Once a forced unmount succeeded, the path is no longer this mount:
+    // nothing is detached then (it could be another mount below).
     // SAFETY: as above.
-    let detached = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0
-        || forced == 0
+    let detached = forced == 0
+        || unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0
         || fusermount(&["-u", "-z"], mnt).is_ok();
     let aborted = forced == 0 || force_err.raw_os_error() == Some(libc::EBUSY);
     match (aborted, detached) {

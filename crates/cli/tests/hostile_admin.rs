@@ -137,7 +137,30 @@ fn another_user_is_told_the_pool_needs_root() {
         assert!(!err.contains("neither a Cairn pool"), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
+    undo_by_another_user_restores_the_bytes(&fs);
     fs.finish();
+}
+
+/// `undo` reads through the mount, not the control socket: a user who may
+/// write a file gets its old bytes back, and a warning that its mode (set
+/// by its owner only) stays.
+fn undo_by_another_user_restores_the_bytes(fs: &Fs) {
+    let g = fs.p("g");
+    fs::write(&g, b"old version").unwrap();
+    chmod(&g, 0o644);
+    cairn_ok(&[os("sync"), fs.mnt.as_os_str()]);
+    chmod(&g, 0o666);
+    fs::write(&g, b"new version, longer").unwrap();
+    cairn_ok(&[os("sync"), fs.mnt.as_os_str()]);
+    let out = cairn_ok(&[os("history"), g.as_os_str(), os("--json")]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let old = v.as_array().unwrap().iter().find(|e| e["size"] == 11);
+    let tid = old.expect("the old version")["tid"].as_u64().unwrap();
+    let tid = format!("{tid:#x}");
+    let o = as_nobody(CAIRN, &[os("undo"), g.as_os_str(), os("--tid"), os(&tid)]);
+    assert!(o.status.success(), "undo as nobody: {}", describe(&o));
+    assert!(stderr(&o).contains("mode stays"), "{}", describe(&o));
+    assert_eq!(fs::read(&g).unwrap(), b"old version");
 }
 
 // ------------------------------------------------------------ item 14

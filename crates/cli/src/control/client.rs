@@ -32,8 +32,13 @@ pub fn resolve(target: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
     let t = target
         .canonicalize()
         .with_context(|| format!("{}", target.display()))?;
+    // A directory this user may not enter: a pool (mounted or not), unless
+    // it lies inside a mount (then its pool is checked below).
     if denied(&t) {
         let mnt = cairn_mounts()?.into_iter().find(|(_, p)| Path::new(p) == t);
+        if mnt.is_none() && mount_of(&t)?.is_some() {
+            return resolve_in_mount(target, &t);
+        }
         return Err(no_access(
             &t,
             mnt.as_ref().map(|(m, _)| m.as_path()),
@@ -47,7 +52,12 @@ pub fn resolve(target: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
             .map(|(m, _)| m);
         return Ok((t, mnt));
     }
-    match mount_of(&t)? {
+    resolve_in_mount(target, &t)
+}
+
+/// The pool and mount point of a canonical path `t` inside a Cairn mount.
+fn resolve_in_mount(target: &Path, t: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
+    match mount_of(t)? {
         Some((m, p)) => Ok((p, Some(m))),
         None => Err(UsageError(format!(
             "{} is neither a Cairn pool nor inside a Cairn mount",
