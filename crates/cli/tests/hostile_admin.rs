@@ -60,7 +60,10 @@ fn sigterm_on_a_busy_mount_flushes_unmounts_and_exits() {
             .is_ok_and(|m| m.len() > 0)),
         "the busy writer never wrote"
     );
+    // A second signal while stopping (systemd's SIGINT-after-SIGTERM, an
+    // impatient ^C) is logged, not lost.
     fs.signal(libc::SIGTERM);
+    fs.signal(libc::SIGINT);
     let st = fs.wait_exit(Duration::from_secs(30));
     let _ = writer.kill();
     let _ = writer.wait();
@@ -76,6 +79,7 @@ fn sigterm_on_a_busy_mount_flushes_unmounts_and_exits() {
     );
     let log = fs.daemon_output();
     assert!(log.contains("SIGTERM received"), "{log}");
+    assert!(log.contains("SIGINT received"), "{log}");
     fs.mount();
     assert_bytes_eq(&fs::read(fs.p("synced")).unwrap(), &synced, "synced");
     assert_bytes_eq(&fs::read(fs.p("written")).unwrap(), &written, "written");
