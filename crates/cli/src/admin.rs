@@ -214,14 +214,29 @@ pub fn undo(a: &UndoArgs) -> Result<()> {
         .open(&dst)
         .with_context(|| format!("{}", dst.display()))?;
     let n = std::io::copy(&mut from, &mut to)?;
-    to.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
     to.sync_all()?;
+    restore_mode(&to, &dst, meta.mode() & 0o7777);
     println!(
         "restored {} ({n} bytes) from {}",
         dst.display(),
         src.display()
     );
     Ok(())
+}
+
+/// Gives the restored file the old version's mode; only its owner (or
+/// root) may, so for another user it is a warning: the bytes are restored.
+fn restore_mode(f: &std::fs::File, dst: &std::path::Path, mode: u32) {
+    let same = f.metadata().is_ok_and(|m| m.mode() & 0o7777 == mode);
+    if same {
+        return;
+    }
+    if let Err(e) = f.set_permissions(std::fs::Permissions::from_mode(mode)) {
+        eprintln!(
+            "cairn: warning: {} is restored, but its mode stays (setting it to {mode:04o}, as in that version, needs its owner or root: {e})",
+            dst.display()
+        );
+    }
 }
 
 pub fn prune(a: &PruneArgs) -> Result<()> {

@@ -95,7 +95,9 @@ pub enum MirrorCmd {
         output: Option<PathBuf>,
     },
     /// Apply a stream (FILE or stdin) to a mirror pool; the whole stream is
-    /// checked before anything is applied.
+    /// checked before anything is applied. Streams given one after another
+    /// (`cat a.stream b.stream`) are applied in order; bytes after the
+    /// last that are not a stream are refused.
     Write {
         #[command(flatten)]
         t: TargetArgs,

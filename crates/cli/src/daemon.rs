@@ -54,6 +54,7 @@ fn mount_checked(a: MountArgs, ready: &crate::ready::Ready) -> Result<()> {
         bail!("mount point {} is not a directory", a.mountpoint.display());
     }
     let mnt = a.mountpoint.canonicalize()?;
+    refuse_inside_pool(&mnt, &pool)?;
     refuse_mount_point(&mnt)?;
     if pool_locked(&pool) {
         let at = cairn_mounts()?
@@ -69,6 +70,23 @@ fn mount_checked(a: MountArgs, ready: &crate::ready::Ready) -> Result<()> {
         return serve(&pool, &a, ready);
     }
     spawn_daemon(&pool, &a)
+}
+
+/// Refuses a mount point that is the pool directory or inside it: the
+/// mount would hide the pool's own files from every later command.
+fn refuse_inside_pool(mnt: &Path, pool: &Path) -> Result<()> {
+    if !mnt.starts_with(pool) {
+        return Ok(());
+    }
+    let what = match mnt == pool {
+        true => "is the pool directory itself".to_string(),
+        false => format!("is inside the pool directory {}", pool.display()),
+    };
+    Err(crate::control::client::UsageError(format!(
+        "mount point {} {what}: the mount would hide the pool's own files; mount it on a directory outside the pool",
+        mnt.display()
+    ))
+    .into())
 }
 
 /// Refuses a mount point that already is one (of any filesystem): a
@@ -183,15 +201,7 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let http = crate::metrics::start(&fs, &config, token).inspect_err(|_| crate::nbd::stop())?;
     tracing::info!("pool {} mounted on {}", pool.display(), mnt.display());
     ready.ok();
-    let m2 = mnt.clone();
-    let mut signals =
-        signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
-    std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            tracing::info!("signal received, unmounting");
-            let _ = Command::new("fusermount3").arg("-u").arg(&m2).status();
-        }
-    });
+    crate::stop::on_signals(fs.clone(), mnt.clone())?;
     let joined = session.join();
     // Clients stop before the pool closes: what they flushed is durable,
     // and nothing writes after the final commit.
@@ -423,6 +433,7 @@ pub fn umount(mnt: &Path) -> Result<()> {
     let Some((_, pool)) = cairn_mounts()?.into_iter().find(|(m, _)| *m == mnt) else {
         bail!("{} is not a mounted Cairn pool", mnt.display());
     };
+    let daemon = crate::daemon_wait::Daemon::of_pool(Path::new(&pool));
     let out = Command::new("fusermount3")
         .arg("-u")
         .arg(&mnt)
@@ -432,14 +443,36 @@ pub fn umount(mnt: &Path) -> Result<()> {
     if !out.status.success() {
         bail!("{}", umount_failure(&mnt, &pool, &out.stderr));
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    // The daemon flushes after the kernel lets go; wait until it exits and
-    // releases the pool.
-    while Instant::now() < deadline && pool_locked(Path::new(&pool)) {
-        std::thread::sleep(Duration::from_millis(20));
+    // The daemon flushes after the kernel lets go; wait until it exits.
+    let wait = Duration::from_secs(120);
+    let exited = match &daemon {
+        Some(d) => d.wait_exit(wait),
+        None => wait_unlocked(Path::new(&pool), wait),
+    };
+    if !exited {
+        let pid = daemon.map_or(String::new(), |d| format!(" (pid {})", d.pid));
+        bail!(
+            "{} is unmounted, but its daemon{pid} is still flushing after {} s; it finishes by itself (see {})",
+            mnt.display(),
+            wait.as_secs(),
+            PoolPaths::log(Path::new(&pool)).display()
+        );
     }
     println!("unmounted {}", mnt.display());
     Ok(())
+}
+
+/// Waits for the pool's lock to be released (when no daemon answered on
+/// the control socket); whether it was.
+fn wait_unlocked(pool: &Path, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    while pool_locked(pool) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
 }
 
 /// Why `fusermount3 -u` failed, in its own words, and what to do.

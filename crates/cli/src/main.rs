@@ -5,6 +5,7 @@ mod admin;
 mod args;
 mod control;
 mod daemon;
+mod daemon_wait;
 mod help;
 mod logging;
 mod metrics;
@@ -14,6 +15,7 @@ mod nbd;
 mod ready;
 mod report;
 mod service;
+mod stop;
 mod tiering;
 mod volume;
 

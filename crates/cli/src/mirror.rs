@@ -624,8 +624,12 @@ fn describe_rollback(v: &Value) -> String {
 }
 
 fn describe_write(v: &Value) -> String {
+    let streams = match v["streams"].as_u64() {
+        Some(n) if n > 1 => format!(" of {n} streams"),
+        _ => String::new(),
+    };
     format!(
-        "mirror: TID {:#x} -> {:#x}: {} changes, {} new chunks, in {} batches",
+        "mirror: TID {:#x} -> {:#x}: {} changes, {} new chunks, in {} batches{streams}",
         v["since"].as_u64().unwrap_or(0),
         v["upto"].as_u64().unwrap_or(0),
         v["events"],
@@ -718,7 +722,8 @@ pub fn write_from(
             std::fs::File::open(path).map_err(|e| FsError::BadRequest(format!("{path}: {e}")))?;
         Ok::<_, FsError>(std::io::BufReader::with_capacity(1 << 20, f))
     };
-    cairn_mirror::check_stream(open()?).map_err(refused)?;
+    cairn_mirror::check_streams(open()?)
+        .map_err(|e| FsError::BadRequest(format!("{e}; nothing was applied")))?;
     let opts = cairn_mirror::ApplyOptions { force };
     let total = std::fs::metadata(path).map_or(0, |m| m.len());
     let input = Counting {
@@ -728,9 +733,9 @@ pub fn write_from(
         total,
         progress,
     };
-    let r = cairn_mirror::apply_stream(fs, input, opts).map_err(refused)?;
+    let r = cairn_mirror::apply_streams(fs, input, opts).map_err(refused)?;
     Ok(
-        json!({ "since": r.since, "upto": r.upto, "events": r.events, "chunks": r.chunks, "batches": r.batches }),
+        json!({ "since": r.since, "upto": r.upto, "events": r.events, "chunks": r.chunks, "batches": r.batches, "streams": r.streams }),
     )
 }
 

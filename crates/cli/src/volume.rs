@@ -237,8 +237,21 @@ fn done(t: &VolTarget, v: Value, line: &str) -> Result<()> {
     Ok(())
 }
 
-/// One volume's line after a change.
+/// One volume's line after a change, and a warning when the volume is
+/// larger than the pool (volumes are thin: writes fail once it is full).
 fn one(t: &VolTarget, what: &str, v: Value) -> Result<()> {
+    let (size, cap) = (v["size"].as_u64(), v["pool_capacity"].as_u64());
+    if let (Some(size), Some(cap)) = (size, cap) {
+        if size > cap {
+            eprintln!(
+                "cairn: warning: volume {} ({}) is larger than the pool's capacity ({}, {} free): volumes are thin-provisioned, so its writes fail with ENOSPC once the pool is full; add a device (`cairn device add`) before it fills",
+                v["name"].as_str().unwrap_or(""),
+                human(size),
+                human(cap),
+                human(v["pool_available"].as_u64().unwrap_or(0))
+            );
+        }
+    }
     let line = format!(
         "{what} volume {}: {} ({} bytes), block size {}",
         v["name"].as_str().unwrap_or(""),

@@ -22,6 +22,8 @@ pub struct ApplyReport {
     pub batches: u64,
     pub events: u64,
     pub chunks: u64,
+    /// Streams applied (several when streams were given one after another).
+    pub streams: u64,
 }
 
 /// How a mirror takes a stream.
@@ -35,8 +37,60 @@ pub struct ApplyOptions {
 /// checksums, record syntax, TID order, the end frame); returns its
 /// header.
 pub fn check_stream(input: impl Read) -> Result<Header> {
+    check_one(&mut FrameReader::new(input))
+}
+
+/// Checks every stream of an input that holds several one after another
+/// (`cat a.stream b.stream`), each starting where the one before ends,
+/// and refuses bytes after the last that are not a stream; returns their
+/// headers.
+pub fn check_streams(input: impl Read) -> Result<Vec<Header>> {
     let mut r = FrameReader::new(input);
-    let header = read_header(&mut r)?;
+    let mut headers: Vec<Header> = Vec::new();
+    loop {
+        let start = r.offset();
+        let h = check_one(&mut r).map_err(|e| not_a_stream(e, &headers, start))?;
+        if let Some(prev) = headers.last() {
+            follows(prev, &h, headers.len() + 1)?;
+        }
+        headers.push(h);
+        if r.at_end()? {
+            return Ok(headers);
+        }
+        r.next_stream();
+    }
+}
+
+/// An error in a stream after the first: said with what came before.
+fn not_a_stream(e: StreamError, before: &[Header], at: u64) -> StreamError {
+    match before.last() {
+        None => e,
+        Some(last) => StreamError::Trailing {
+            streams: before.len(),
+            upto: last.upto,
+            at,
+            why: Box::new(e),
+        },
+    }
+}
+
+/// Stream `n` must take up where stream `n - 1` ends, from the same pool.
+fn follows(prev: &Header, h: &Header, n: usize) -> Result<()> {
+    if h.source == prev.source && h.since == prev.upto {
+        return Ok(());
+    }
+    Err(StreamError::Refused(format!(
+        "stream {n} of the input holds the changes of pool {} after TID {:#x}, and stream {} ends at TID {:#x} of pool {}: streams given together must follow each other",
+        uuid(&h.source),
+        h.since,
+        n - 1,
+        prev.upto,
+        uuid(&prev.source)
+    )))
+}
+
+fn check_one<R: Read>(r: &mut FrameReader<R>) -> Result<Header> {
+    let header = read_header(r)?;
     let mut last = header.since;
     loop {
         let (kind, body) = r.read_frame()?;
@@ -60,12 +114,53 @@ pub fn check_stream(input: impl Read) -> Result<Header> {
 
 /// Applies a stream to `fs`, a mirror pool.
 pub fn apply_stream(fs: &Fs, input: impl Read, opts: ApplyOptions) -> Result<ApplyReport> {
+    apply_one(fs, &mut FrameReader::new(input), opts)
+}
+
+/// Applies the streams of an input that holds several one after another
+/// (check them first with `check_streams`); a failure says how many were
+/// applied before it.
+pub fn apply_streams(fs: &Fs, input: impl Read, opts: ApplyOptions) -> Result<ApplyReport> {
     let mut r = FrameReader::new(input);
-    let header = read_header(&mut r)?;
+    let mut total: Option<ApplyReport> = None;
+    loop {
+        let rep = apply_one(fs, &mut r, opts).map_err(|e| after_applied(e, total))?;
+        total = Some(match total {
+            None => rep,
+            Some(t) => ApplyReport {
+                since: t.since,
+                upto: rep.upto,
+                batches: t.batches + rep.batches,
+                events: t.events + rep.events,
+                chunks: t.chunks + rep.chunks,
+                streams: t.streams + 1,
+            },
+        });
+        if r.at_end()? {
+            return Ok(total.unwrap_or_default());
+        }
+        r.next_stream();
+    }
+}
+
+fn after_applied(e: StreamError, done: Option<ApplyReport>) -> StreamError {
+    match done {
+        None => e,
+        Some(d) => StreamError::AfterApplied {
+            streams: d.streams,
+            upto: d.upto,
+            why: Box::new(e),
+        },
+    }
+}
+
+fn apply_one<R: Read>(fs: &Fs, r: &mut FrameReader<R>, opts: ApplyOptions) -> Result<ApplyReport> {
+    let header = read_header(r)?;
     bind(fs, &header, opts)?;
     let mut rep = ApplyReport {
         since: header.since,
         upto: header.since,
+        streams: 1,
         ..ApplyReport::default()
     };
     let mut ids = HashMap::new();

@@ -12,6 +12,21 @@ pub enum StreamError {
     Refused(String),
     #[error(transparent)]
     Fs(#[from] cairn_fs::FsError),
+    #[error("the input holds {streams} complete stream(s), up to TID {upto:#x}, then at byte {at} data that is not a complete mirror stream: {why}")]
+    Trailing {
+        streams: usize,
+        upto: u64,
+        at: u64,
+        why: Box<StreamError>,
+    },
+    #[error(
+        "{why} (the {streams} stream(s) before it were applied: the mirror is at TID {upto:#x})"
+    )]
+    AfterApplied {
+        streams: u64,
+        upto: u64,
+        why: Box<StreamError>,
+    },
     #[error("mirror bucket: {0}")]
     Store(#[from] cairn_objstore::ObjError),
 }

@@ -75,20 +75,60 @@ impl<W: Write> FrameWriter<W> {
     }
 }
 
-/// Reads numbered frames, checking each.
+/// Reads numbered frames, checking each. Streams may follow each other in
+/// one input: `at_end` says whether more bytes follow, `next_stream`
+/// starts the numbering again for the next one.
 pub struct FrameReader<R: Read> {
     input: R,
     seq: u64,
+    /// A byte read by `at_end`, not yet consumed.
+    pending: Option<u8>,
+    /// Bytes consumed so far.
+    pos: u64,
 }
 
 impl<R: Read> FrameReader<R> {
     pub fn new(input: R) -> Self {
-        FrameReader { input, seq: 0 }
+        FrameReader {
+            input,
+            seq: 0,
+            pending: None,
+            pos: 0,
+        }
     }
 
-    /// Frames read so far.
+    /// Frames read so far (in this stream).
     pub fn count(&self) -> u64 {
         self.seq
+    }
+
+    /// Bytes of the input consumed so far.
+    pub fn offset(&self) -> u64 {
+        self.pos
+    }
+
+    /// Whether the input ends here (reads one byte ahead to know).
+    pub fn at_end(&mut self) -> Result<bool> {
+        if self.pending.is_some() {
+            return Ok(false);
+        }
+        let mut b = [0u8; 1];
+        loop {
+            match self.input.read(&mut b) {
+                Ok(0) => return Ok(true),
+                Ok(_) => {
+                    self.pending = Some(b[0]);
+                    return Ok(false);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Starts reading the next stream of the input (frames numbered from 0).
+    pub fn next_stream(&mut self) {
+        self.seq = 0;
     }
 
     /// The next frame; `Truncated` when the input ends (at or inside a
@@ -108,6 +148,7 @@ impl<R: Read> FrameReader<R> {
         // no more than what the input had.
         let mut body = Vec::new();
         (&mut self.input).take(len as u64).read_to_end(&mut body)?;
+        self.pos += body.len() as u64;
         if body.len() < len as usize {
             return Err(StreamError::Truncated(self.seq));
         }
@@ -134,14 +175,22 @@ impl<R: Read> FrameReader<R> {
 
     fn fill(&mut self, buf: &mut [u8]) -> Result<()> {
         let mut at = 0;
+        if let (Some(first), Some(b)) = (buf.first_mut(), self.pending.take()) {
+            *first = b;
+            at = 1;
+        }
         while at < buf.len() {
             match self.input.read(&mut buf[at..]) {
-                Ok(0) => return Err(StreamError::Truncated(self.seq)),
+                Ok(0) => {
+                    self.pos += at as u64;
+                    return Err(StreamError::Truncated(self.seq));
+                }
                 Ok(n) => at += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.into()),
             }
         }
+        self.pos += at as u64;
         Ok(())
     }
 }

@@ -14,6 +14,8 @@ pub mod negotiate;
 pub mod read;
 pub mod records;
 
-pub use apply::{apply_stream, check_stream, ApplyOptions, ApplyReport};
+pub use apply::{
+    apply_stream, apply_streams, check_stream, check_streams, ApplyOptions, ApplyReport,
+};
 pub use error::{Result, StreamError};
 pub use read::{read_stream, read_stream_limited, Held, Limits, ReadReport};

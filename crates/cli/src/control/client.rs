@@ -32,6 +32,19 @@ pub fn resolve(target: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
     let t = target
         .canonicalize()
         .with_context(|| format!("{}", target.display()))?;
+    // A directory this user may not enter: a pool (mounted or not), unless
+    // it lies inside a mount (then its pool is checked below).
+    if denied(&t) {
+        let mnt = cairn_mounts()?.into_iter().find(|(_, p)| Path::new(p) == t);
+        if mnt.is_none() && mount_of(&t)?.is_some() {
+            return resolve_in_mount(target, &t);
+        }
+        return Err(no_access(
+            &t,
+            mnt.as_ref().map(|(m, _)| m.as_path()),
+            mnt.is_some(),
+        ));
+    }
     if PoolPaths::superblock(&t).exists() {
         let mnt = cairn_mounts()?
             .into_iter()
@@ -39,7 +52,12 @@ pub fn resolve(target: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
             .map(|(m, _)| m);
         return Ok((t, mnt));
     }
-    match mount_of(&t)? {
+    resolve_in_mount(target, &t)
+}
+
+/// The pool and mount point of a canonical path `t` inside a Cairn mount.
+fn resolve_in_mount(target: &Path, t: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
+    match mount_of(t)? {
         Some((m, p)) => Ok((p, Some(m))),
         None => Err(UsageError(format!(
             "{} is neither a Cairn pool nor inside a Cairn mount",
@@ -47,6 +65,39 @@ pub fn resolve(target: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
         ))
         .into()),
     }
+}
+
+/// Whether this user may not look into `dir` (a pool directory is open
+/// to its owner only).
+fn denied(dir: &Path) -> bool {
+    let e = PoolPaths::superblock(dir).symlink_metadata().err();
+    e.is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+}
+
+/// Says who may use a pool this user may not look into: its owner (root
+/// as a rule), or the members of its group if the directory is open to
+/// them. `mnt` is where it is mounted, if it is; `known`, whether `pool`
+/// is known to be a pool.
+fn no_access(pool: &Path, mnt: Option<&Path>, known: bool) -> anyhow::Error {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(pool).ok();
+    let owner = match meta.as_ref().map(|m| m.uid()) {
+        Some(0) | None => "root".to_string(),
+        Some(uid) => format!("root or its owner (uid {uid})"),
+    };
+    let group = match &meta {
+        Some(m) if m.mode() & 0o050 == 0o050 => format!(" or the pool's group (gid {})", m.gid()),
+        _ => String::new(),
+    };
+    let what = match (mnt, known) {
+        (Some(m), _) => format!("pool {} (mounted on {})", pool.display(), m.display()),
+        (None, true) => format!("pool {}", pool.display()),
+        (None, false) => format!("{} (if it is a Cairn pool)", pool.display()),
+    };
+    anyhow!(
+        "permission denied: {what} is open to {owner}{group} only; this command needs its control socket {} (or its files, when it is not mounted): run it as root (e.g. with sudo)",
+        PoolPaths::control(pool).display()
+    )
 }
 
 /// The Cairn mount (mount point, pool) that a canonical path lies on: the
@@ -121,7 +172,10 @@ pub struct Session {
 
 impl Session {
     pub fn open(target: &Path) -> Result<Session> {
-        let (pool, _) = resolve(target)?;
+        let (pool, mnt) = resolve(target)?;
+        if denied(&pool) {
+            return Err(no_access(&pool, mnt.as_deref(), true));
+        }
         let open = match pool_locked(&pool) {
             true => None,
             false => Some(Fs::open(Pool::open(&pool, None)?)?),
@@ -164,7 +218,14 @@ impl Drop for Session {
 
 fn remote(pool: &Path, req: &Request, progress: &dyn Fn(u64, u64)) -> Result<Value> {
     let sock = PoolPaths::control(pool);
-    let mut s = UnixStream::connect(&sock).with_context(|| {
+    let conn = UnixStream::connect(&sock);
+    if conn
+        .as_ref()
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    {
+        return Err(no_access(pool, None, true));
+    }
+    let mut s = conn.with_context(|| {
         format!(
             "pool {} is in use but its daemon does not answer on {}",
             pool.display(),

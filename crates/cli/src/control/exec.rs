@@ -216,6 +216,15 @@ fn mirror(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Val
     }
 }
 
+/// A volume's reply with the pool's capacity and free space (volumes are
+/// thin: the client warns of one larger than the pool).
+fn with_room(fs: &Arc<Fs>, mut v: Value) -> Result<Value, FsError> {
+    let st = fs.statfs();
+    v["pool_capacity"] = (st.blocks * st.bsize as u64).into();
+    v["pool_available"] = (st.bavail * st.bsize as u64).into();
+    Ok(v)
+}
+
 /// The volume requests.
 fn volume(fs: &Arc<Fs>, req: Request) -> Result<Value, FsError> {
     match req {
@@ -223,10 +232,10 @@ fn volume(fs: &Arc<Fs>, req: Request) -> Result<Value, FsError> {
             name,
             size,
             block_size,
-        } => report(fs.volume_create(&name, size, block_size)?),
+        } => with_room(fs, report(fs.volume_create(&name, size, block_size)?)?),
         Request::VolumeList => report(fs.volumes()?),
         Request::VolumeResize { name, size, shrink } => {
-            report(fs.volume_resize(&name, size, shrink)?)
+            with_room(fs, report(fs.volume_resize(&name, size, shrink)?)?)
         }
         Request::VolumeDelete {
             name,
