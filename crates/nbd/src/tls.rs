@@ -141,12 +141,21 @@ pub fn init_dir(dir: &Path, names: &[String]) -> Result<(), NbdError> {
     Ok(())
 }
 
+/// Bytes read from the socket at most at once.
+const RX: usize = 16 << 10;
+
 /// A TLS session over a TCP socket, shared by clones: reads go to the
-/// socket without the session's lock (one reader at a time), writes
-/// encrypt and send under it.
+/// socket without the session's lock (one clone reads), writes encrypt
+/// and send under it.
 pub(crate) struct TlsStream {
     session: Arc<Mutex<rustls::ServerConnection>>,
     sock: TcpStream,
+    /// Bytes read from the socket, `rx_pos..rx_len` not yet given to the
+    /// session (it takes them a few KiB at a time, and only while no
+    /// decrypted data waits: its buffer has a limit).
+    rx: Vec<u8>,
+    rx_pos: usize,
+    rx_len: usize,
 }
 
 impl TlsStream {
@@ -160,33 +169,39 @@ impl TlsStream {
             c.complete_io(&mut s)
                 .map_err(|e| NbdError::Tls(format!("handshake: {e}")))?;
         }
-        Ok(TlsStream {
-            session: Arc::new(Mutex::new(c)),
+        Ok(TlsStream::with(Arc::new(Mutex::new(c)), sock))
+    }
+
+    fn with(session: Arc<Mutex<rustls::ServerConnection>>, sock: TcpStream) -> TlsStream {
+        TlsStream {
+            session,
             sock,
-        })
+            rx: Vec::new(),
+            rx_pos: 0,
+            rx_len: 0,
+        }
     }
 
     pub fn try_clone(&self) -> io::Result<TlsStream> {
-        Ok(TlsStream {
-            session: self.session.clone(),
-            sock: self.sock.try_clone()?,
-        })
+        Ok(TlsStream::with(
+            self.session.clone(),
+            self.sock.try_clone()?,
+        ))
     }
 
     pub fn tcp(&self) -> &TcpStream {
         &self.sock
     }
 
-    /// Feeds `n` bytes read from the socket to the session.
-    fn feed(&self, mut rd: &[u8]) -> io::Result<()> {
-        let mut c = self.session.lock();
-        while !rd.is_empty() {
-            c.read_tls(&mut rd)?;
-            if let Err(e) = c.process_new_packets() {
-                // Tell the client why (an alert), then fail.
-                let _ = c.write_tls(&mut &self.sock);
-                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-            }
+    /// Gives the session some of the bytes read from the socket and
+    /// sends what it has to say (alerts, tickets).
+    fn feed(&mut self, c: &mut rustls::ServerConnection) -> io::Result<()> {
+        let mut rd = &self.rx[self.rx_pos..self.rx_len];
+        self.rx_pos += c.read_tls(&mut rd)?;
+        if let Err(e) = c.process_new_packets() {
+            // Tell the client why (an alert), then fail.
+            let _ = c.write_tls(&mut &self.sock);
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
         }
         while c.wants_write() {
             c.write_tls(&mut &self.sock)?;
@@ -197,19 +212,26 @@ impl TlsStream {
 
 impl Read for TlsStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let mut tmp = vec![0u8; 16 << 10];
         loop {
-            match self.session.lock().reader().read(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                r => return r,
+            {
+                let session = self.session.clone();
+                let mut c = session.lock();
+                match c.reader().read(buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    r => return r,
+                }
+                if self.rx_pos < self.rx_len {
+                    self.feed(&mut c)?;
+                    continue;
+                }
             }
-            // Nothing decrypted is waiting: read the socket (at most one
-            // record's worth, so that the session's buffer has room).
-            let n = (&self.sock).read(&mut tmp)?;
+            // Nothing waits, decrypted or not: read the socket unlocked.
+            self.rx.resize(RX, 0);
+            let n = (&self.sock).read(&mut self.rx)?;
             if n == 0 {
                 return Ok(0);
             }
-            self.feed(&tmp[..n])?;
+            (self.rx_pos, self.rx_len) = (0, n);
         }
     }
 }

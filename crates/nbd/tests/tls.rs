@@ -105,7 +105,19 @@ fn nbdinfo_nbdcopy_and_qemu_io_work_over_tls() {
     assert_eq!(b.len() as u64, SIZE);
     assert!(b[1 << 20..(1 << 20) + 65536].iter().all(|&x| x == 0xab));
     assert!(b[..1 << 20].iter().all(|&x| x == 0));
-    assert!(s.stats().command("write").count >= 1);
+    // A whole image in (many large writes in flight on several
+    // connections), then out again.
+    let input = t.path().join("in.img");
+    let data: Vec<u8> = (0..SIZE).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&input, &data).unwrap();
+    let (i, c) = (input.to_str().unwrap(), copy.to_str().unwrap());
+    run_ok("nbdcopy", &["--flush", i, &tls_uri(&s, "disk", &d)]);
+    run_ok("nbdcopy", &[&tls_uri(&s, "disk", &d), c]);
+    assert!(
+        std::fs::read(&copy).unwrap() == data,
+        "nbdcopy over TLS in and out"
+    );
+    assert!(s.stats().command("write").count >= 2);
 }
 
 #[test]
