@@ -29,6 +29,7 @@ fn config_for(a: &MountArgs) -> Result<PoolConfig> {
     }
     c.metrics_allow_remote |= a.metrics_allow_remote;
     c.validate()?;
+    crate::nbd::tcp_security(&c, &a.nbd)?;
     Ok(c)
 }
 
@@ -171,7 +172,7 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let mover = fs.spawn_mover();
     let mnt = a.mountpoint.canonicalize()?;
     if crate::nbd::wanted(&config) {
-        crate::nbd::start(&fs, &config)?;
+        crate::nbd::start(&fs, &config, &a.nbd)?;
     }
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, a.io_uring)
         .with_context(|| format!("mounting on {}", mnt.display()));
@@ -334,6 +335,18 @@ fn nbd_flags(cmd: &mut Command, n: &crate::args::NbdArgs) -> Result<()> {
     }
     if n.allow_remote {
         cmd.arg("--nbd-allow-remote");
+    }
+    if let Some(d) = &n.tls {
+        cmd.arg("--nbd-tls").arg(std::path::absolute(d)?);
+    }
+    if n.insecure {
+        cmd.arg("--nbd-insecure");
+    }
+    if let Some(b) = n.budget {
+        cmd.arg("--nbd-budget").arg(b.to_string());
+    }
+    if let Some(t) = n.io_timeout {
+        cmd.arg("--nbd-io-timeout").arg(t.to_string());
     }
     if let Some(m) = n.workers_min {
         cmd.arg("--nbd-workers-min").arg(m.to_string());
