@@ -97,9 +97,11 @@ fn mount_at(mnt: &Path) -> Result<Option<(String, String)>> {
 
 /// Logs to stderr (the pool's log when started by `cairn mount`) through
 /// a writer that drops and counts what cannot be written (logging.rs).
+/// rustls only from its errors: it warns on every NBD TLS connection from
+/// libnbd, which sends the server's IP address as its SNI name.
 pub(crate) fn init_logging() {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG").unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
+        .unwrap_or_else(|_| "info,rustls=error".into());
     let stderr = std::os::fd::AsFd::as_fd(&std::io::stderr())
         .try_clone_to_owned()
         .map(std::fs::File::from);
