@@ -76,6 +76,7 @@ fn server_config(c: &PoolConfig, a: &NbdArgs) -> ServerConfig {
     s.pool.max = c.nbd_workers_max;
     s.allow_remote = c.nbd_allow_remote;
     s.insecure_tcp = a.insecure;
+    s.after_close = Some(return_memory);
     if let Some(b) = a.budget {
         s.budget = b;
     }
@@ -83,6 +84,16 @@ fn server_config(c: &PoolConfig, a: &NbdArgs) -> ServerConfig {
         s.io_timeout = std::time::Duration::from_secs(t.max(1));
     }
     s
+}
+
+/// After an NBD connection closed: mimalloc returns the pages that freed
+/// buffers held. Its purge of freed memory otherwise waits for a later
+/// allocation, which an idle daemon may not make: 40 hostile connections
+/// left 270 MiB resident after they closed, 3 GB before the budget.
+fn return_memory() {
+    // SAFETY: mi_collect only walks mimalloc's own structures and may be
+    // called from any thread at any time.
+    unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
 /// Starts the servers the (validated) config asks for.

@@ -45,6 +45,9 @@ pub struct ServerConfig {
     /// Serves TCP without TLS (any local user can connect). Without it
     /// and without `tls`, `serve_tcp` refuses to start.
     pub insecure_tcp: bool,
+    /// Called on a connection's thread after it closed: e.g. to have the
+    /// allocator return the pages its buffers held.
+    pub after_close: Option<fn()>,
 }
 
 impl Default for ServerConfig {
@@ -61,6 +64,7 @@ impl Default for ServerConfig {
             io_timeout: Duration::from_secs(30),
             tls: None,
             insecure_tcp: false,
+            after_close: None,
         }
     }
 }
@@ -272,6 +276,9 @@ fn spawn_connection(inner: &Arc<Inner>, s: Sock) -> io::Result<()> {
         .spawn(move || {
             connection(&i, s);
             i.conns.lock().remove(&id);
+            if let Some(f) = i.config.after_close {
+                f();
+            }
         })?;
     conns.insert(id, (keep, Some(t)));
     Ok(())
