@@ -154,6 +154,13 @@ pub struct NbdServeArgs {
     /// Serve TCP without TLS: any local user can read and write the volumes.
     #[arg(long)]
     pub insecure: bool,
+    /// Bytes of payloads in flight across all connections (default 256M).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub budget: Option<u64>,
+    /// A WRITE's payload must arrive, and a reply be taken, within SECS
+    /// (default 30).
+    #[arg(long, value_name = "SECS")]
+    pub io_timeout: Option<u64>,
     /// Worker threads kept when idle.
     #[arg(long, value_name = "N")]
     pub workers_min: Option<usize>,
@@ -170,9 +177,10 @@ impl NbdServeArgs {
             allow_remote: self.allow_remote,
             tls: self.tls.clone(),
             insecure: self.insecure,
+            budget: self.budget,
+            io_timeout: self.io_timeout,
             workers_min: self.workers_min,
             workers_max: self.workers_max,
-            ..NbdArgs::default()
         }
     }
 }

@@ -143,7 +143,7 @@ fn read_requests(
                 Ok(p) => p,
                 Err(e) => {
                     land(conn, moved);
-                    return Err(e.into());
+                    return Err(e);
                 }
             }
         } else {
