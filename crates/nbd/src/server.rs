@@ -311,8 +311,10 @@ fn handshake_and_serve(inner: &Inner, s: Sock) -> Result<(), NbdError> {
     s.set_write_timeout(Some(c.handshake_timeout))?;
     let (neg, (mut r, w)) = handshake(inner, &s).inspect_err(|e| {
         inner.counters.handshake_failures.fetch_add(1, SeqCst);
+        // Debug only: any local user can make these (counted in
+        // handshake_failures), and a log line each would let them fill it.
         if matches!(e, NbdError::Tls(_) | NbdError::TlsRequired) {
-            tracing::info!("nbd: connection refused: {e}");
+            tracing::debug!("nbd: connection refused: {e}");
         }
     })?;
     s.set_read_timeout(None)?;
