@@ -505,9 +505,25 @@ pub struct NbdArgs {
     /// Serve the volumes over NBD on this Unix socket (created 0600).
     #[arg(long = "nbd-socket", value_name = "PATH")]
     pub socket: Option<PathBuf>,
-    /// Allow a TCP address that is not loopback (no authentication, no TLS).
+    /// Allow a TCP address that is not loopback.
     #[arg(long = "nbd-allow-remote")]
     pub allow_remote: bool,
+    /// Require TLS of TCP clients, with the certificates in DIR (made by
+    /// `cairn nbd tls-init DIR`): a client needs DIR's client certificate.
+    #[arg(long = "nbd-tls", value_name = "DIR")]
+    pub tls: Option<PathBuf>,
+    /// Serve NBD over TCP without TLS: any local user can then read and
+    /// write every volume.
+    #[arg(long = "nbd-insecure")]
+    pub insecure: bool,
+    /// Bytes of NBD payloads in flight across all connections (default
+    /// 256M); a client that asks for more waits.
+    #[arg(long = "nbd-budget", value_name = "SIZE", value_parser = size_arg)]
+    pub budget: Option<u64>,
+    /// A WRITE's payload must arrive, and a reply be taken, within SECS
+    /// (default 30), else the connection is closed.
+    #[arg(long = "nbd-io-timeout", value_name = "SECS")]
+    pub io_timeout: Option<u64>,
     /// NBD worker threads kept when idle.
     #[arg(long = "nbd-workers-min", value_name = "N")]
     pub workers_min: Option<usize>,

@@ -31,6 +31,7 @@ fn config_for(a: &MountArgs) -> Result<PoolConfig> {
     c.metrics_allow_remote |= a.metrics_allow_remote;
     c.metrics_detail |= a.metrics_detail;
     c.validate()?;
+    crate::nbd::tcp_security(&c, &a.nbd)?;
     Ok(c)
 }
 
@@ -116,9 +117,11 @@ fn mount_at(mnt: &Path) -> Result<Option<(String, String)>> {
 
 /// Logs to stderr (the pool's log when started by `cairn mount`) through
 /// a writer that drops and counts what cannot be written (logging.rs).
+/// rustls only from its errors: it warns on every NBD TLS connection from
+/// libnbd, which sends the server's IP address as its SNI name.
 pub(crate) fn init_logging() {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG").unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CAIRN_LOG")
+        .unwrap_or_else(|_| "info,rustls=error".into());
     let stderr = std::os::fd::AsFd::as_fd(&std::io::stderr())
         .try_clone_to_owned()
         .map(std::fs::File::from);
@@ -193,7 +196,7 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let mover = fs.spawn_mover();
     let mnt = a.mountpoint.canonicalize()?;
     if crate::nbd::wanted(&config) {
-        crate::nbd::start(&fs, &config)?;
+        crate::nbd::start(&fs, &config, &a.nbd)?;
     }
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, a.io_uring)
         .with_context(|| format!("mounting on {}", mnt.display()));
@@ -354,6 +357,18 @@ fn nbd_flags(cmd: &mut Command, n: &crate::args::NbdArgs) -> Result<()> {
     }
     if n.allow_remote {
         cmd.arg("--nbd-allow-remote");
+    }
+    if let Some(d) = &n.tls {
+        cmd.arg("--nbd-tls").arg(std::path::absolute(d)?);
+    }
+    if n.insecure {
+        cmd.arg("--nbd-insecure");
+    }
+    if let Some(b) = n.budget {
+        cmd.arg("--nbd-budget").arg(b.to_string());
+    }
+    if let Some(t) = n.io_timeout {
+        cmd.arg("--nbd-io-timeout").arg(t.to_string());
     }
     if let Some(m) = n.workers_min {
         cmd.arg("--nbd-workers-min").arg(m.to_string());

@@ -110,6 +110,28 @@ pub enum NbdCmd {
         after_help = "Example: cairn nbd serve /srv/pool --socket /run/cairn-nbd.sock\n         nbdinfo --list 'nbd+unix:///?socket=/run/cairn-nbd.sock'"
     )]
     Serve(NbdServeArgs),
+    /// Write a new TLS directory for NBD over TCP: a CA, a server
+    /// certificate and key, a client certificate and key (all 0600, the
+    /// directory 0700; nothing is overwritten). Serve with `--nbd-tls DIR`
+    /// (or `nbd serve --tls DIR`); give clients the directory (or a copy
+    /// of ca-cert.pem, client-cert.pem and client-key.pem).
+    #[command(
+        name = "tls-init",
+        after_help = "Example: cairn nbd tls-init /etc/cairn/nbd-tls
+         cairn mount /srv/pool /mnt --nbd 127.0.0.1:10809 --nbd-tls /etc/cairn/nbd-tls
+         nbdinfo 'nbds://127.0.0.1:10809/VOL?tls-certificates=/etc/cairn/nbd-tls'"
+    )]
+    TlsInit(NbdTlsInitArgs),
+}
+
+#[derive(Args)]
+pub struct NbdTlsInitArgs {
+    /// The directory to write (created 0700).
+    pub dir: PathBuf,
+    /// A host name or IP address clients connect to, besides localhost,
+    /// 127.0.0.1 and ::1 (repeat for several).
+    #[arg(long = "name", value_name = "NAME")]
+    pub names: Vec<String>,
 }
 
 #[derive(Args)]
@@ -125,6 +147,20 @@ pub struct NbdServeArgs {
     /// Allow a TCP address that is not loopback.
     #[arg(long)]
     pub allow_remote: bool,
+    /// Require TLS of TCP clients, with the certificates in DIR (made by
+    /// `cairn nbd tls-init DIR`).
+    #[arg(long, value_name = "DIR")]
+    pub tls: Option<PathBuf>,
+    /// Serve TCP without TLS: any local user can read and write the volumes.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Bytes of payloads in flight across all connections (default 256M).
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub budget: Option<u64>,
+    /// A WRITE's payload must arrive, and a reply be taken, within SECS
+    /// (default 30).
+    #[arg(long, value_name = "SECS")]
+    pub io_timeout: Option<u64>,
     /// Worker threads kept when idle.
     #[arg(long, value_name = "N")]
     pub workers_min: Option<usize>,
@@ -139,6 +175,10 @@ impl NbdServeArgs {
             listen: self.listen.clone(),
             socket: self.socket.clone(),
             allow_remote: self.allow_remote,
+            tls: self.tls.clone(),
+            insecure: self.insecure,
+            budget: self.budget,
+            io_timeout: self.io_timeout,
             workers_min: self.workers_min,
             workers_max: self.workers_max,
         }
@@ -310,5 +350,6 @@ pub fn print_volume_table(v: &Value) {
 pub fn nbd(c: NbdCmd) -> Result<()> {
     match c {
         NbdCmd::Serve(a) => crate::nbd::serve_unmounted(&a).context("nbd serve"),
+        NbdCmd::TlsInit(a) => crate::nbd::tls_init(&a).context("nbd tls-init"),
     }
 }

@@ -94,14 +94,16 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// A pool mounted with `--nbd-socket DIR/nbd.sock` and `--nbd 127.0.0.1:0`.
+/// A pool mounted with `--nbd-socket DIR/nbd.sock` and `--nbd 127.0.0.1:0
+/// --nbd-insecure` (plain TCP; TLS is tested in nbd_hostile.rs).
 fn nbd_pool(tcp: bool) -> (Fs, PathBuf) {
     let mut fs = Fs::create();
     fs.mkfs(&[]);
     let sock = fs.dir.join("nbd.sock");
     fs.mount_args = vec!["--nbd-socket".into(), s(&sock).into()];
     if tcp {
-        fs.mount_args.extend(["--nbd".into(), "127.0.0.1:0".into()]);
+        let tcp = ["--nbd", "127.0.0.1:0", "--nbd-insecure"];
+        fs.mount_args.extend(tcp.map(String::from));
     }
     fs.mount();
     (fs, sock)
@@ -422,7 +424,7 @@ fn refusals_of_bad_nbd_settings() {
         "nothing mounted after refusals"
     );
     fs.set_config("nbd_workers_min", "8");
-    fs.mount_args = ["--nbd", "0.0.0.0:0", "--nbd-allow-remote"]
+    fs.mount_args = ["--nbd", "0.0.0.0:0", "--nbd-allow-remote", "--nbd-insecure"]
         .map(String::from)
         .to_vec();
     fs.mount();
@@ -496,6 +498,7 @@ fn nbd_serve_on_an_unmounted_pool() {
         s(&sock),
         "--listen",
         "127.0.0.1:0",
+        "--insecure",
         "--workers-max",
         "16",
     ];

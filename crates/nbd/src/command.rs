@@ -45,9 +45,14 @@ pub(crate) fn check(neg: &Negotiated, r: &Request) -> Result<(), u32> {
         };
     }
     let writes = matches!(r.kind, CMD_WRITE | CMD_WRITE_ZEROES);
-    // A zero length counts as out of range, as nbdkit has it.
+    // A zero length is an invalid argument for every command that takes
+    // a range (EINVAL, the same for a READ and a WRITE); only a range
+    // past the end is ENOSPC for the commands that write.
+    if r.length == 0 {
+        return Err(EINVAL);
+    }
     let end = r.offset.checked_add(r.length as u64);
-    if r.length == 0 || end.is_none_or(|end| end > neg.export.size()) {
+    if end.is_none_or(|end| end > neg.export.size()) {
         return Err(if writes { ENOSPC } else { EINVAL });
     }
     if r.kind == CMD_READ && r.length > MAX_PAYLOAD {

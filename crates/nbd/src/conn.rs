@@ -3,18 +3,23 @@
 //! one connection's requests run concurrently; while its requests are
 //! quick, a short one runs on the reader itself (see INLINE_MAX). Replies go out
 //! whole under the connection's write lock. The reader stops taking requests
-//! while too many are in flight, and on NBD_CMD_DISC, a read error or
-//! the server's shutdown it waits for its requests before closing.
+//! while too many are in flight, or while the server-wide memory budget
+//! (budget.rs) has no room for the request, before reading its payload;
+//! a WRITE's payload must then arrive within the server's io_timeout
+//! (read in pieces, so a stalled client holds little more than it sent).
+//! On NBD_CMD_DISC, a read error or the server's shutdown it waits for
+//! its requests before closing.
 
+use crate::budget::Budget;
 use crate::command::{check, encode_reply, execute, Reply};
 use crate::error::NbdError;
-use crate::handshake::{read_bounded, Negotiated};
+use crate::handshake::Negotiated;
 use crate::proto::*;
 use crate::server::Sock;
 use crate::stats::{command_name, Counters};
 use cairn_workpool::Pool;
 use parking_lot::{Condvar, Mutex};
-use std::io::{BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,7 +40,12 @@ const QUICK: Duration = Duration::from_micros(200);
 /// Requests in a row that must have been quick before one runs inline.
 const QUICK_STREAK: u32 = 32;
 
-/// Limits on one connection's requests in flight.
+/// A WRITE's payload is read in pieces of at most this many bytes, its
+/// buffer growing as they arrive.
+const PIECE: usize = 1 << 20;
+
+/// Limits on one connection's requests in flight (its share of the
+/// server's budget, `ServerConfig::budget`).
 #[derive(Debug, Clone, Copy)]
 pub struct FlightLimits {
     pub requests: usize,
@@ -47,9 +57,19 @@ impl Default for FlightLimits {
     fn default() -> Self {
         FlightLimits {
             requests: 64,
-            bytes: 128 << 20,
+            bytes: 64 << 20,
         }
     }
+}
+
+/// What a connection's reader needs from the server.
+pub(crate) struct Shared<'a> {
+    pub pool: &'a Pool,
+    pub counters: Arc<Counters>,
+    pub budget: Arc<Budget>,
+    pub limits: FlightLimits,
+    /// A WRITE's payload must arrive within this time of its header.
+    pub io_timeout: Duration,
 }
 
 /// What the pool's jobs share with the reader.
@@ -57,6 +77,7 @@ struct Conn {
     neg: Negotiated,
     writer: Mutex<Sock>,
     counters: Arc<Counters>,
+    budget: Arc<Budget>,
     /// (requests, bytes) in flight.
     flight: Mutex<(usize, u64)>,
     landed: Condvar,
@@ -69,19 +90,18 @@ pub(crate) fn transmission(
     reader: &mut BufReader<Sock>,
     sock: Sock,
     neg: Negotiated,
-    pool: &Pool,
-    counters: Arc<Counters>,
-    limits: FlightLimits,
+    sh: &Shared,
 ) -> Result<(), NbdError> {
     let conn = Arc::new(Conn {
         neg,
         writer: Mutex::new(sock),
-        counters,
+        counters: sh.counters.clone(),
+        budget: sh.budget.clone(),
         flight: Mutex::new((0, 0)),
         landed: Condvar::new(),
         quick: AtomicU32::new(0),
     });
-    let r = read_requests(reader, &conn, pool, limits);
+    let r = read_requests(reader, &conn, sh);
     let mut f = conn.flight.lock();
     while f.0 > 0 {
         conn.landed.wait(&mut f);
@@ -92,8 +112,7 @@ pub(crate) fn transmission(
 fn read_requests(
     reader: &mut BufReader<Sock>,
     conn: &Arc<Conn>,
-    pool: &Pool,
-    limits: FlightLimits,
+    sh: &Shared,
 ) -> Result<(), NbdError> {
     loop {
         let mut hdr = [0u8; REQUEST_LEN];
@@ -118,13 +137,13 @@ fn read_requests(
         } else {
             0
         };
-        wait_for_room(conn, limits, moved);
+        wait_for_room(conn, sh.limits, moved);
         let payload = if is_write {
-            match read_bounded(reader, req.length) {
+            match read_payload(reader, req.length, sh.io_timeout) {
                 Ok(p) => p,
                 Err(e) => {
                     land(conn, moved);
-                    return Err(e.into());
+                    return Err(e);
                 }
             }
         } else {
@@ -137,7 +156,7 @@ fn read_requests(
             continue;
         }
         let c = conn.clone();
-        pool.submit(move || {
+        sh.pool.submit(move || {
             run(&c, req, payload);
             land(&c, moved);
         });
@@ -153,20 +172,81 @@ fn is_short(req: &Request) -> bool {
     }
 }
 
+/// Waits for room in the connection's share, then in the server's
+/// budget (the socket is not read meanwhile: back-pressure).
 fn wait_for_room(conn: &Conn, limits: FlightLimits, moved: u64) {
-    let mut f = conn.flight.lock();
-    while f.0 > 0 && (f.0 >= limits.requests || f.1 + moved > limits.bytes) {
-        conn.landed.wait(&mut f);
+    {
+        let mut f = conn.flight.lock();
+        while f.0 > 0 && (f.0 >= limits.requests || f.1 + moved > limits.bytes) {
+            conn.landed.wait(&mut f);
+        }
+        f.0 += 1;
+        f.1 += moved;
     }
-    f.0 += 1;
-    f.1 += moved;
+    conn.budget.take(moved);
 }
 
 fn land(conn: &Conn, moved: u64) {
+    conn.budget.give(moved);
     let mut f = conn.flight.lock();
     f.0 -= 1;
     f.1 -= moved;
     conn.landed.notify_all();
+}
+
+/// Reads a WRITE's payload of `len` bytes, which must all arrive within
+/// `timeout`; the buffer grows as pieces arrive (at most doubling, never
+/// past `len`), so a client that stalls holds little more than it sent.
+fn read_payload(
+    reader: &mut BufReader<Sock>,
+    len: u32,
+    timeout: Duration,
+) -> Result<Vec<u8>, NbdError> {
+    let len = len as usize;
+    let mut v = Vec::new();
+    if reader.buffer().len() >= len {
+        v.extend_from_slice(&reader.buffer()[..len]);
+        reader.consume(len);
+        return Ok(v);
+    }
+    let deadline = Instant::now() + timeout;
+    let r = read_pieces(reader, &mut v, len, deadline);
+    reader.get_ref().set_read_timeout(None)?;
+    r.map(|()| v)
+}
+
+fn read_pieces(
+    reader: &mut BufReader<Sock>,
+    v: &mut Vec<u8>,
+    len: usize,
+    deadline: Instant,
+) -> Result<(), NbdError> {
+    while v.len() < len {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(NbdError::PayloadTimeout(len as u32));
+        }
+        reader.get_ref().set_read_timeout(Some(left))?;
+        let want = (len - v.len()).min(PIECE);
+        if v.capacity() < v.len() + want {
+            let cap = (v.capacity() * 2).max(v.len() + want).min(len);
+            v.reserve_exact(cap - v.len());
+        }
+        match reader.by_ref().take(want as u64).read_to_end(v) {
+            Ok(n) if n < want => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(NbdError::PayloadTimeout(len as u32))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Runs one request on a worker and sends its reply.

@@ -24,6 +24,19 @@ pub enum NbdError {
     PayloadTooLarge(u32),
     #[error("client aborted the handshake")]
     Aborted,
+    #[error("a WRITE payload of {0} bytes did not arrive in time; closing")]
+    PayloadTimeout(u32),
+    #[error("client did not start TLS (NBD_OPT_STARTTLS), which this server requires")]
+    TlsRequired,
+    #[error("refusing NBD over TCP without TLS: give a TLS directory, or allow plain TCP explicitly (insecure_tcp)")]
+    PlainTcpRefused,
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("{path}: {why}")]
+    TlsFile {
+        path: std::path::PathBuf,
+        why: String,
+    },
 }
 
 /// NBD error values (the wire uses Linux errno numbers).

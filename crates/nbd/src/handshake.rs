@@ -2,7 +2,11 @@
 //! until the client picks an export (NBD_OPT_EXPORT_NAME or NBD_OPT_GO)
 //! or leaves. Unknown options get NBD_REP_ERR_UNSUP, malformed ones
 //! NBD_REP_ERR_INVALID, and the client may carry on; a bad magic, unknown
-//! client flags or oversized option data close the connection.
+//! client flags or oversized option data close the connection. When the
+//! server requires TLS, every option but NBD_OPT_STARTTLS and
+//! NBD_OPT_ABORT gets NBD_REP_ERR_TLS_REQD (NBD_OPT_EXPORT_NAME, which
+//! has no error reply, closes) until the client has started TLS; the
+//! options then start over on the TLS session.
 
 use crate::error::NbdError;
 use crate::export::{Export, Exports};
@@ -19,10 +23,30 @@ pub(crate) struct Negotiated {
     pub base_allocation: bool,
 }
 
+/// Where the handshake stands with TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TlsMode {
+    /// Not offered (a Unix socket, or plain TCP allowed).
+    Off,
+    /// Required and not started yet.
+    Required,
+    /// Started: the options go over TLS.
+    Started,
+}
+
+/// How the options phase ended.
+pub(crate) enum Outcome {
+    Go(Negotiated),
+    /// The client sent NBD_OPT_STARTTLS and got its ack: the TLS
+    /// handshake comes next, then the options start over.
+    StartTls,
+}
+
 /// Handshake state between options.
 struct Options<'a, W> {
     w: &'a mut W,
     exports: &'a dyn Exports,
+    tls: TlsMode,
     structured: bool,
     /// The export name and whether base:allocation was selected for it
     /// by the last NBD_OPT_SET_META_CONTEXT.
@@ -62,12 +86,22 @@ pub fn negotiate<R: Read, W: Write>(
     handshake(r, w, exports).map(|n| n.name)
 }
 
-/// Runs the handshake on a fresh connection.
+/// Runs the handshake on a fresh connection (without TLS).
 pub(crate) fn handshake<R: Read, W: Write>(
     r: &mut R,
     w: &mut W,
     exports: &dyn Exports,
 ) -> Result<Negotiated, NbdError> {
+    let no_zeroes = greet(r, w)?;
+    match options(r, w, exports, no_zeroes, TlsMode::Off)? {
+        Outcome::Go(n) => Ok(n),
+        Outcome::StartTls => Err(NbdError::Tls("STARTTLS while TLS is off".into())),
+    }
+}
+
+/// Sends the greeting and reads the client's flags; true when the
+/// client asked for no zeroes after NBD_OPT_EXPORT_NAME.
+pub(crate) fn greet<R: Read, W: Write>(r: &mut R, w: &mut W) -> Result<bool, NbdError> {
     let mut greeting = NBDMAGIC.to_be_bytes().to_vec();
     greeting.extend_from_slice(&IHAVEOPT.to_be_bytes());
     greeting.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
@@ -80,10 +114,21 @@ pub(crate) fn handshake<R: Read, W: Write>(
     if client_flags & !known != 0 || client_flags & FLAG_C_FIXED_NEWSTYLE == 0 {
         return Err(NbdError::BadClientFlags(client_flags));
     }
-    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+    Ok(client_flags & FLAG_C_NO_ZEROES != 0)
+}
+
+/// Reads options until the client picks an export or starts TLS.
+pub(crate) fn options<R: Read, W: Write>(
+    r: &mut R,
+    w: &mut W,
+    exports: &dyn Exports,
+    no_zeroes: bool,
+    tls: TlsMode,
+) -> Result<Outcome, NbdError> {
     let mut o = Options {
         w,
         exports,
+        tls,
         structured: false,
         meta: None,
     };
@@ -110,15 +155,30 @@ impl<W: Write> Options<'_, W> {
         self.w.flush()
     }
 
-    /// Handles one option; `Some` when transmission starts.
+    /// Handles one option; `Some` when transmission or TLS starts.
     fn option(
         &mut self,
         opt: u32,
         data: &[u8],
         no_zeroes: bool,
-    ) -> Result<Option<Negotiated>, NbdError> {
+    ) -> Result<Option<Outcome>, NbdError> {
+        if self.tls == TlsMode::Required && !matches!(opt, OPT_STARTTLS | OPT_ABORT) {
+            if opt == OPT_EXPORT_NAME {
+                return Err(NbdError::TlsRequired); // no error reply exists
+            }
+            self.reply(
+                opt,
+                REP_ERR_TLS_REQD,
+                b"TLS required: send NBD_OPT_STARTTLS",
+            )?;
+            return Ok(None);
+        }
+        let go = |n: Option<Negotiated>| n.map(Outcome::Go);
         match opt {
-            OPT_EXPORT_NAME => self.export_name(data, no_zeroes).map(Some),
+            OPT_STARTTLS => self.starttls(data),
+            OPT_EXPORT_NAME => self
+                .export_name(data, no_zeroes)
+                .map(|n| Some(Outcome::Go(n))),
             OPT_ABORT => {
                 // The client may already be gone; the ack is a courtesy.
                 let _ = self.reply(opt, REP_ACK, &[]);
@@ -138,8 +198,8 @@ impl<W: Write> Options<'_, W> {
                 self.reply(opt, REP_ACK, &[])?;
                 Ok(None)
             }
-            OPT_INFO | OPT_GO => self.info_or_go(opt, data),
-            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => self.meta_context(opt, data),
+            OPT_INFO | OPT_GO => self.info_or_go(opt, data).map(go),
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => self.meta_context(opt, data).map(go),
             _ => {
                 self.reply(opt, REP_ERR_UNSUP, b"option not supported")?;
                 Ok(None)
@@ -147,7 +207,23 @@ impl<W: Write> Options<'_, W> {
         }
     }
 
-    fn invalid(&mut self, opt: u32, why: &str) -> Result<Option<Negotiated>, NbdError> {
+    /// NBD_OPT_STARTTLS: acked when TLS is required and not started yet.
+    fn starttls(&mut self, data: &[u8]) -> Result<Option<Outcome>, NbdError> {
+        match self.tls {
+            _ if !data.is_empty() => self.invalid(OPT_STARTTLS, "takes no data"),
+            TlsMode::Off => {
+                self.reply(OPT_STARTTLS, REP_ERR_UNSUP, b"TLS is not offered here")?;
+                Ok(None)
+            }
+            TlsMode::Started => self.invalid(OPT_STARTTLS, "TLS already started"),
+            TlsMode::Required => {
+                self.reply(OPT_STARTTLS, REP_ACK, &[])?;
+                Ok(Some(Outcome::StartTls))
+            }
+        }
+    }
+
+    fn invalid<T>(&mut self, opt: u32, why: &str) -> Result<Option<T>, NbdError> {
         self.reply(opt, REP_ERR_INVALID, why.as_bytes())?;
         Ok(None)
     }

@@ -3,9 +3,13 @@
 //! any storage implementing `Export`; Cairn's volumes are served through
 //! `PoolExports` (volume.rs). Each connection has a reader
 //! thread; requests run on a shared adaptive worker pool
-//! (`cairn-workpool`), so a slow device gets more workers up to a limit.
+//! (`cairn-workpool`), so a slow device gets more workers up to a limit;
+//! one memory budget bounds the payloads in flight across connections
+//! (budget.rs). TCP clients must start TLS with a client certificate
+//! (tls.rs) unless the server is told to allow plain TCP.
 //! See docs/FORMAT.md, "NBD (on the wire)", for the subset served.
 
+mod budget;
 mod command;
 mod conn;
 mod error;
@@ -15,6 +19,8 @@ mod mem;
 pub mod proto;
 mod server;
 mod stats;
+mod tls;
+mod tls_gen;
 mod unix;
 mod volume;
 
@@ -25,4 +31,7 @@ pub use handshake::negotiate;
 pub use mem::MemExport;
 pub use server::{serve_tcp, serve_unix, Address, Server, ServerConfig, ShutdownHandle};
 pub use stats::{CommandStats, Stats};
+pub use tls::{
+    init_dir as tls_init_dir, TlsConfig, CA_CERT, CLIENT_CERT, CLIENT_KEY, SERVER_CERT, SERVER_KEY,
+};
 pub use volume::{PoolExports, VolumeExport};

@@ -1,13 +1,16 @@
-//! The listener: TCP (loopback unless `allow_remote`) or a Unix socket
-//! created 0600; a thread per connection for the handshake and the
-//! request reader; one adaptive worker pool shared by all connections;
-//! a shutdown handle that closes the listener and every connection.
+//! The listener: TCP (loopback unless `allow_remote`; TLS required
+//! unless `insecure_tcp`) or a Unix socket created 0600; a thread per
+//! connection for the handshake and the request reader; one adaptive
+//! worker pool and one memory budget shared by all connections; a
+//! shutdown handle that closes the listener and every connection.
 
-use crate::conn::{transmission, FlightLimits};
+use crate::budget::Budget;
+use crate::conn::{transmission, FlightLimits, Shared};
 use crate::error::NbdError;
 use crate::export::Exports;
-use crate::handshake::handshake;
+use crate::handshake::{greet, options, Negotiated, Outcome, TlsMode};
 use crate::stats::{Counters, Stats};
+use crate::tls::{TlsConfig, TlsStream};
 use cairn_workpool::Pool;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -28,7 +31,23 @@ pub struct ServerConfig {
     pub allow_remote: bool,
     /// A client must finish its handshake within this time.
     pub handshake_timeout: Duration,
+    /// Each connection's share of the budget.
     pub flight: FlightLimits,
+    /// Bytes of READ and WRITE payloads in flight across all connections
+    /// (at least one largest request, 32 MiB).
+    pub budget: u64,
+    /// A WRITE's payload must arrive within this time of its header, and
+    /// a reply must be taken by the client within it: else the
+    /// connection is closed (its memory given back).
+    pub io_timeout: Duration,
+    /// TLS for TCP clients (NBD_OPT_STARTTLS, client certificates).
+    pub tls: Option<TlsConfig>,
+    /// Serves TCP without TLS (any local user can connect). Without it
+    /// and without `tls`, `serve_tcp` refuses to start.
+    pub insecure_tcp: bool,
+    /// Called on a connection's thread after it closed: e.g. to have the
+    /// allocator return the pages its buffers held.
+    pub after_close: Option<fn()>,
 }
 
 impl Default for ServerConfig {
@@ -41,14 +60,20 @@ impl Default for ServerConfig {
             allow_remote: false,
             handshake_timeout: Duration::from_secs(30),
             flight: FlightLimits::default(),
+            budget: 256 << 20,
+            io_timeout: Duration::from_secs(30),
+            tls: None,
+            insecure_tcp: false,
+            after_close: None,
         }
     }
 }
 
-/// A connected socket of either kind.
+/// A connected socket of any kind.
 pub(crate) enum Sock {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(TlsStream),
 }
 
 impl Sock {
@@ -56,6 +81,7 @@ impl Sock {
         Ok(match self {
             Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
             Sock::Unix(s) => Sock::Unix(s.try_clone()?),
+            Sock::Tls(s) => Sock::Tls(s.try_clone()?),
         })
     }
 
@@ -64,13 +90,23 @@ impl Sock {
         let _ = match self {
             Sock::Tcp(s) => s.shutdown(Shutdown::Both),
             Sock::Unix(s) => s.shutdown(Shutdown::Both),
+            Sock::Tls(s) => s.tcp().shutdown(Shutdown::Both),
         };
     }
 
-    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Sock::Tcp(s) => s.set_read_timeout(t),
             Sock::Unix(s) => s.set_read_timeout(t),
+            Sock::Tls(s) => s.tcp().set_read_timeout(t),
+        }
+    }
+
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.set_write_timeout(t),
+            Sock::Unix(s) => s.set_write_timeout(t),
+            Sock::Tls(s) => s.tcp().set_write_timeout(t),
         }
     }
 }
@@ -80,6 +116,7 @@ impl Read for Sock {
         match self {
             Sock::Tcp(s) => s.read(b),
             Sock::Unix(s) => s.read(b),
+            Sock::Tls(s) => s.read(b),
         }
     }
 }
@@ -89,6 +126,7 @@ impl Write for Sock {
         match self {
             Sock::Tcp(s) => s.write(b),
             Sock::Unix(s) => s.write(b),
+            Sock::Tls(s) => s.write(b),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -115,6 +153,7 @@ struct Inner {
     exports: Arc<dyn Exports>,
     pool: Pool,
     counters: Arc<Counters>,
+    budget: Arc<Budget>,
     config: ServerConfig,
     address: Address,
     stop: AtomicBool,
@@ -134,18 +173,25 @@ pub struct Server {
 pub struct ShutdownHandle(Arc<Inner>);
 
 /// Serves `exports` on a TCP address; a non-loopback address is refused
-/// unless `config.allow_remote`. Port 0 picks a free port (see
-/// `Server::address`).
+/// unless `config.allow_remote`, plain TCP unless `config.insecure_tcp`
+/// (give `config.tls`). Port 0 picks a free port (see `Server::address`).
 pub fn serve_tcp(
     addr: SocketAddr,
     exports: Arc<dyn Exports>,
     config: ServerConfig,
 ) -> Result<Server, NbdError> {
+    if config.tls.is_none() && !config.insecure_tcp {
+        return Err(NbdError::PlainTcpRefused);
+    }
     if !addr.ip().is_loopback() {
         if !config.allow_remote {
             return Err(NbdError::RemoteRefused(addr));
         }
-        tracing::warn!("NBD server listening on non-loopback {addr}: no authentication, no TLS");
+        if config.tls.is_none() {
+            tracing::warn!(
+                "NBD server listening on non-loopback {addr}: no authentication, no TLS"
+            );
+        }
     }
     let l = TcpListener::bind(addr)?;
     let bound = l.local_addr()?;
@@ -174,6 +220,7 @@ fn start(
         exports,
         pool: Pool::new(config.pool.clone()),
         counters: Arc::new(Counters::default()),
+        budget: Arc::new(Budget::new(config.budget)),
         config,
         address,
         stop: AtomicBool::new(false),
@@ -229,6 +276,9 @@ fn spawn_connection(inner: &Arc<Inner>, s: Sock) -> io::Result<()> {
         .spawn(move || {
             connection(&i, s);
             i.conns.lock().remove(&id);
+            if let Some(f) = i.config.after_close {
+                f();
+            }
         })?;
     conns.insert(id, (keep, Some(t)));
     Ok(())
@@ -245,19 +295,76 @@ fn connection(inner: &Inner, s: Sock) {
     c.open.fetch_sub(1, SeqCst);
 }
 
+/// A connection's reader (buffered) and writer.
+type Halves = (BufReader<Sock>, Sock);
+
+fn halves(s: &Sock) -> io::Result<Halves> {
+    Ok((
+        BufReader::with_capacity(256 << 10, s.try_clone()?),
+        s.try_clone()?,
+    ))
+}
+
 fn handshake_and_serve(inner: &Inner, s: Sock) -> Result<(), NbdError> {
-    let mut w = s.try_clone()?;
-    let mut r = BufReader::with_capacity(256 << 10, s.try_clone()?);
-    s.set_read_timeout(Some(inner.config.handshake_timeout))?;
-    let neg = handshake(&mut r, &mut w, &*inner.exports).inspect_err(|_| {
+    let c = &inner.config;
+    s.set_read_timeout(Some(c.handshake_timeout))?;
+    s.set_write_timeout(Some(c.handshake_timeout))?;
+    let (neg, (mut r, w)) = handshake(inner, &s).inspect_err(|e| {
         inner.counters.handshake_failures.fetch_add(1, SeqCst);
+        // Debug only: any local user can make these (counted in
+        // handshake_failures), and a log line each would let them fill it.
+        if matches!(e, NbdError::Tls(_) | NbdError::TlsRequired) {
+            tracing::debug!("nbd: connection refused: {e}");
+        }
     })?;
     s.set_read_timeout(None)?;
+    s.set_write_timeout(Some(c.io_timeout))?;
     tracing::debug!("nbd client opened export {:?}", neg.name);
-    let counters = inner.counters.clone();
-    let r = transmission(&mut r, w, neg, &inner.pool, counters, inner.config.flight);
+    let sh = Shared {
+        pool: &inner.pool,
+        counters: inner.counters.clone(),
+        budget: inner.budget.clone(),
+        limits: c.flight,
+        io_timeout: c.io_timeout,
+    };
+    let r = transmission(&mut r, w, neg, &sh);
     s.shutdown();
     r
+}
+
+/// The handshake, with TLS first when the server requires it of TCP
+/// clients; returns the export and the (maybe TLS) halves to serve it on.
+fn handshake(inner: &Inner, s: &Sock) -> Result<(Negotiated, Halves), NbdError> {
+    let (mut r, mut w) = halves(s)?;
+    let no_zeroes = greet(&mut r, &mut w)?;
+    let tls = match (s, &inner.config.tls) {
+        (Sock::Tcp(t), Some(cfg)) => Some((t, cfg)),
+        _ => None,
+    };
+    let mode = if tls.is_some() {
+        TlsMode::Required
+    } else {
+        TlsMode::Off
+    };
+    let ex = &*inner.exports;
+    let outcome = options(&mut r, &mut w, ex, no_zeroes, mode)?;
+    match (outcome, tls) {
+        (Outcome::Go(n), _) => Ok((n, (r, w))),
+        (Outcome::StartTls, Some((t, cfg))) => {
+            if !r.buffer().is_empty() {
+                return Err(NbdError::Tls(
+                    "client sent data before the TLS handshake".into(),
+                ));
+            }
+            let t = Sock::Tls(TlsStream::accept(cfg, t.try_clone()?)?);
+            let (mut r, mut w) = halves(&t)?;
+            match options(&mut r, &mut w, ex, no_zeroes, TlsMode::Started)? {
+                Outcome::Go(n) => Ok((n, (r, w))),
+                Outcome::StartTls => Err(NbdError::Tls("STARTTLS twice".into())),
+            }
+        }
+        (Outcome::StartTls, None) => Err(NbdError::Tls("STARTTLS while TLS is off".into())),
+    }
 }
 
 impl Server {
@@ -267,7 +374,10 @@ impl Server {
     }
 
     pub fn stats(&self) -> Stats {
-        self.inner.counters.snapshot(self.inner.pool.stats())
+        let b = &self.inner.budget;
+        let mut s = self.inner.counters.snapshot(self.inner.pool.stats());
+        (s.budget, s.bytes_in_flight, s.bytes_in_flight_peak) = (b.limit(), b.used(), b.peak());
+        s
     }
 
     pub fn shutdown_handle(&self) -> ShutdownHandle {

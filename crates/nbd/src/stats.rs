@@ -59,6 +59,9 @@ impl Counters {
             connections_open: self.open.load(Relaxed),
             handshake_failures: self.handshake_failures.load(Relaxed),
             inline: self.inline.load(Relaxed),
+            budget: 0,
+            bytes_in_flight: 0,
+            bytes_in_flight_peak: 0,
             commands: commands.collect(),
             pool,
         }
@@ -84,6 +87,13 @@ pub struct Stats {
     /// Requests run on their connection's reader thread, not handed to
     /// the pool: short ones that came alone.
     pub inline: u64,
+    /// The server's budget of READ and WRITE payload bytes in flight,
+    /// across all connections.
+    pub budget: u64,
+    /// Payload bytes in flight now (taken from the budget).
+    pub bytes_in_flight: u64,
+    /// The most ever in flight at once (never above `budget`).
+    pub bytes_in_flight_peak: u64,
     /// By command name: read, write, disc, flush, trim, cache,
     /// write_zeroes, block_status, unknown.
     pub commands: BTreeMap<String, CommandStats>,

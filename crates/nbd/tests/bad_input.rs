@@ -335,3 +335,27 @@ fn a_full_pool_answers_enospc_and_keeps_what_was_acknowledged() {
         assert!(&got == want, "MiB {k} after a restart");
     }
 }
+
+/// A zero-length request (the protocol allows length 0) gets EINVAL for
+/// every command that takes a range, WRITE and READ alike, whatever the
+/// offset, and the connection stays usable.
+#[test]
+fn zero_length_requests_all_answer_einval() {
+    let (_, s) = server();
+    let mut c = Client::tcp(tcp_addr(&s));
+    c.go("disk", false);
+    for off in [0, 4096, SIZE] {
+        assert_eq!(
+            c.request(CMD_WRITE, 0, off, 0, &[]).0,
+            EINVAL,
+            "write at {off}"
+        );
+        assert_eq!(c.read(off, 0).0, EINVAL, "read at {off}");
+        assert_eq!(c.request(CMD_WRITE_ZEROES, 0, off, 0, &[]).0, EINVAL);
+        assert_eq!(c.request(CMD_TRIM, 0, off, 0, &[]).0, EINVAL);
+        assert_eq!(c.request(CMD_CACHE, 0, off, 0, &[]).0, EINVAL);
+    }
+    assert_eq!(c.write(0, b"after"), 0);
+    assert_eq!(c.read(0, 5), (0, b"after".to_vec()));
+    c.disconnect();
+}

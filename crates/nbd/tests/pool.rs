@@ -104,11 +104,15 @@ fn remote_addresses_need_allow_remote() {
     let (_, ex) = disk_exports();
     let ex: Arc<dyn cairn_nbd::Exports> = Arc::new(ex);
     let addr = "0.0.0.0:0".parse().unwrap();
-    let r = cairn_nbd::serve_tcp(addr, ex.clone(), ServerConfig::default());
+    let plain = ServerConfig {
+        insecure_tcp: true,
+        ..ServerConfig::default()
+    };
+    let r = cairn_nbd::serve_tcp(addr, ex.clone(), plain.clone());
     assert!(matches!(r, Err(cairn_nbd::NbdError::RemoteRefused(_))));
     let cfg = ServerConfig {
         allow_remote: true,
-        ..ServerConfig::default()
+        ..plain
     };
     let s = cairn_nbd::serve_tcp(addr, ex, cfg).expect("allowed when asked");
     let port = tcp_addr(&s).port();

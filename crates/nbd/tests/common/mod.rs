@@ -41,8 +41,10 @@ pub fn disk_exports() -> (Arc<MemExport>, StaticExports) {
     (disk, ex)
 }
 
-pub fn start_tcp(ex: StaticExports, config: ServerConfig) -> Server {
+/// A TCP server; plain TCP unless the config gives TLS.
+pub fn start_tcp(ex: StaticExports, mut config: ServerConfig) -> Server {
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    config.insecure_tcp |= config.tls.is_none();
     serve_tcp(addr, Arc::new(ex), config).expect("server starts")
 }
 
