@@ -423,7 +423,9 @@ mod tests {
         let load = |p: &std::path::Path| {
             let p = p.to_path_buf();
             let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || tx.send(PoolConfig::load(&p).map_err(|e| e.to_string())));
+            std::thread::spawn(move || {
+                let _ = tx.send(PoolConfig::load(&p).map_err(|e| e.to_string()));
+            });
             rx.recv_timeout(Duration::from_secs(10))
                 .expect("loading the config hung")
         };
