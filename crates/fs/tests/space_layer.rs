@@ -173,3 +173,43 @@ fn a_pool_on_a_host_without_fallocate_takes_writes() {
     fs.shutdown().unwrap();
     drop(fs);
 }
+
+/// Issue 50 item 5, the log's part: when the pool's devices are what ran
+/// out (the local tier full, its s3 tier's store down), the pool goes
+/// short of space saying so, not that the filesystem holding the
+/// metadata reserve is full (the host has room).
+#[test]
+fn a_pool_out_of_slots_says_so_not_that_the_host_is_full() {
+    let mut s3 = S3Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("s3.creds");
+    write_credentials(&creds);
+    let mut o = MkfsOptions::default();
+    o.devices.push(DeviceSpec::tier(
+        DeviceClass::Nvme,
+        dir.path().join("nvme"),
+        Some(33 * MIB as u64),
+    ));
+    std::fs::create_dir_all(dir.path().join("nvme")).unwrap();
+    let pool = dir.path().join("pool");
+    mkfs(&pool, o).unwrap();
+    let fs = Fs::open(Pool::open(&pool, Some(s3_config(&creds))).unwrap()).unwrap();
+    let spec: DeviceSpec = s3.spec("down").parse().unwrap();
+    fs.device_add(&spec).unwrap();
+    s3.stop();
+    let r = write_file(&fs, "big", &noise(64 * MIB, 7));
+    assert!(
+        r.is_err(),
+        "64 MiB stored with 32 MiB of nvme and the store down"
+    );
+    // The first flushes find the store down; then it counts as such.
+    for _ in 0..3 {
+        if fs.space_status().is_some() {
+            break;
+        }
+        let _ = fs.flush();
+    }
+    let st = fs.space_status().expect("short of space, and why");
+    assert!(st.contains("the pool's devices are full"), "{st}");
+    assert!(!st.contains("meta.reserve"), "{st}");
+}
