@@ -94,7 +94,7 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         v["fuse_workers"].clone(),
     );
     let i: cairn_fs::maintenance::info::PoolInfo = serde_json::from_value(v)?;
-    for w in &i.mode_warnings {
+    for w in i.mode_warnings.iter().chain(&i.space_warning) {
         println!("WARNING: {w}");
     }
     print_summary(&i);

@@ -165,8 +165,14 @@ impl Heat {
 
     /// Loads a saved table; a missing or damaged file gives an empty one.
     pub fn load(path: &Path, segment_size: u64) -> Heat {
-        let Ok(b) = std::fs::read(path) else {
-            return Heat::new(segment_size);
+        // Type-checked and bounded (a symlink to /dev/zero is not read on).
+        let b = match cairn_devices::private::read_small(path, 1 << 30) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Heat::new(segment_size),
+            Err(e) => {
+                tracing::warn!("{}: ignored: {e}", path.display());
+                return Heat::new(segment_size);
+            }
         };
         Heat::decode(&b, segment_size).unwrap_or_else(|e| {
             tracing::warn!("{}: ignored: {e}", path.display());

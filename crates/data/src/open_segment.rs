@@ -70,6 +70,8 @@ pub struct OpenSegment {
     pub(crate) buf: SegBuf,
     /// Bytes up to here are written to the device.
     pub(crate) written: u32,
+    /// On an object-store device: written whole when closed (`writer.rs`).
+    pub(crate) whole: bool,
 }
 
 impl OpenSegment {

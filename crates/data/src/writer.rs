@@ -12,6 +12,12 @@
 //! what follows it); where direct I/O is refused, each buffered write starts
 //! its write-back at once. Only after `finish` may metadata that references
 //! the new chunks be committed.
+//!
+//! A segment placed on an object-store device (the local tiers are full)
+//! is kept in its buffer until it is closed and then written whole, in one
+//! write: the store takes whole objects only, and any sync of the device
+//! (this batch's, the tier mover's) may upload what is staged. `finish`
+//! closes such a segment, so no later batch appends to it.
 
 use crate::aligned::cached;
 use crate::chunk::{header_of, Hash, CHUNK_HEADER_LEN};
@@ -118,7 +124,7 @@ impl<'a> WriteBatch<'a> {
             self.segs.open_tail.store(tail, Ordering::Relaxed);
         }
         let id = o.id;
-        if (o.used - o.written) as usize >= WRITE_CHUNK {
+        if !o.whole && (o.used - o.written) as usize >= WRITE_CHUNK {
             self.write_buffer()?;
         }
         let mut segs = self.segs.table.write();
@@ -161,8 +167,9 @@ impl<'a> WriteBatch<'a> {
         let mut next = SegBuf::new(self.pipe.take_buffer(BUF_CAP)?);
         next.push(&[o.buf.tail(keep_from - o.buf_start as usize)]);
         let full = std::mem::replace(&mut o.buf, next);
-        // Through the page cache when mostly small chunks (see CACHED_CHUNK).
-        let cached = 2 * self.cached_bytes >= (o.used - o.written) as u64;
+        // Through the page cache when mostly small chunks (see CACHED_CHUNK);
+        // a whole object-store segment in one write, never in pieces.
+        let cached = !o.whole && 2 * self.cached_bytes >= (o.used - o.written) as u64;
         self.cached_bytes = 0;
         self.pipe.submit(dev, at, full.padded(len), len, cached)?;
         self.devices.insert(o.addr.device);
@@ -196,6 +203,9 @@ impl<'a> WriteBatch<'a> {
                 .or_else(|_| devices.allocate()),
         }
         .map_err(|_| DataError::NoSpace)?;
+        let whole = devices
+            .device(addr.device)
+            .is_ok_and(|d| d.class().is_object_store());
         let id = self.segs.next_segment.fetch_add(1, Ordering::SeqCst);
         self.segs.table.write().insert(
             id,
@@ -216,6 +226,7 @@ impl<'a> WriteBatch<'a> {
             buf_start: 0,
             buf: self.new_buffer()?,
             written: 0,
+            whole,
         });
         self.touched.insert(id);
         Ok(())
@@ -232,7 +243,10 @@ impl<'a> WriteBatch<'a> {
     /// Writes everything out and syncs the touched devices. Returns the
     /// segment records to commit with the metadata.
     pub fn finish(mut self) -> Result<Vec<(u64, SegmentRec)>> {
-        self.write_buffer()?;
+        match self.open.as_ref().is_some_and(|o| o.whole) {
+            true => self.close_open()?,
+            false => self.write_buffer()?,
+        }
         self.pipe.drain()?;
         for d in &self.devices {
             let dev = self.segs.devices.device(*d)?;

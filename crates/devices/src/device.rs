@@ -592,7 +592,20 @@ impl Device {
     fn read_error(&self, e: std::io::Error) -> DeviceError {
         self.read_errors
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        io_err(&self.path)(e)
+        self.io_error(e)
+    }
+
+    /// An I/O error of this device: for an object store, what the store
+    /// did (timed out, refused, unreachable, with its endpoint: the
+    /// client's message), else the host's error.
+    fn io_error(&self, e: std::io::Error) -> DeviceError {
+        match self.object_tier() {
+            Some(_) => DeviceError::ObjectStore {
+                path: self.path.clone(),
+                why: e.to_string(),
+            },
+            None => io_err(&self.path)(e),
+        }
     }
 
     fn wrote(&self, bytes: usize) {
@@ -693,7 +706,7 @@ impl Device {
         if e.raw_os_error() == Some(libc::ENOSPC) {
             DeviceError::NoSpace
         } else {
-            io_err(&self.path)(e)
+            self.io_error(e)
         }
     }
 

@@ -43,6 +43,45 @@ pub fn tighten_file(f: &File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Reads a small file Cairn keeps (the pool's config and superblock, a
+/// credentials file): refused unless it is a regular file once symlinks
+/// are followed (a FIFO, `/dev/zero` or a directory gets a clear error,
+/// not a hang), and never more than `limit` bytes are read, so a file
+/// that is or becomes endless cannot fill the memory.
+pub fn read_small(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    // O_NONBLOCK: opening a FIFO does not wait for a writer.
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let t = f.metadata()?.file_type();
+    if !t.is_file() {
+        let kind = match () {
+            _ if t.is_dir() => "a directory",
+            _ if t.is_char_device() => "a character device",
+            _ if t.is_block_device() => "a block device",
+            _ if t.is_fifo() => "a FIFO",
+            _ if t.is_socket() => "a socket",
+            _ => "not a file",
+        };
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file ({kind})"),
+        ));
+    }
+    let mut buf = Vec::new();
+    f.take(limit + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {limit} bytes: not a file Cairn wrote"),
+        ));
+    }
+    Ok(buf)
+}
+
 /// True when users other than the owner may read the file (or, for a
 /// directory, list or enter it).
 pub fn readable_by_others(mode: u32) -> bool {
@@ -70,5 +109,21 @@ mod tests {
             0o600
         );
         assert!(readable_by_others(0o640) && !readable_by_others(0o600));
+    }
+
+    #[test]
+    fn small_files_are_read_with_a_limit_and_a_type_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"0123456789").unwrap();
+        assert_eq!(read_small(&p, 10).unwrap(), b"0123456789");
+        let e = read_small(&p, 9).unwrap_err().to_string();
+        assert!(e.contains("larger than 9 bytes"), "{e}");
+        let e = read_small(Path::new("/dev/zero"), 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("character device"), "{e}");
+        let e = read_small(dir.path(), 1 << 20).unwrap_err().to_string();
+        assert!(e.contains("directory"), "{e}");
     }
 }

@@ -1,6 +1,7 @@
 //! The set of devices of a pool and placement of new segments: the fastest
 //! class with a free slot wins, so a full fast device spills to slower ones
-//! and ENOSPC only comes when every device is full. A device that failed a
+//! (local tiers full: to an object-store tier) and ENOSPC only comes when
+//! every device is full. A device that failed a
 //! write is placed after every device without errors (whatever their
 //! speed), and after `FAILING_AFTER` failed writes it is *failing*: it gets
 //! new segments only when no other device has a free slot (a pool of one
@@ -155,9 +156,15 @@ impl DeviceSet {
         Ok(m[i].map.mark_used(addr.slot))
     }
 
-    /// Allocates a slot on the fastest tier device that has one.
+    /// Allocates a slot for a new segment on the fastest local tier device
+    /// that has one; when every local tier is full, on an object-store
+    /// device whose store answers (the writer then writes the segment
+    /// whole: `cairn_data::WriteBatch`), so the pool holds as much as all
+    /// its tiers together.
     pub fn allocate(&self) -> Result<SlotAddr> {
-        self.allocate_where(|_, _, _| true)
+        self.allocate_where(|_, _, _| true).or_else(|_| {
+            self.allocate_among(|d, _, _| d.class().is_object_store() && d.is_available())
+        })
     }
 
     /// Allocates a slot on the fastest tier device, not draining, for which

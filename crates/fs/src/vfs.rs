@@ -268,6 +268,12 @@ impl Fs {
         Ok(())
     }
 
+    /// Why the pool refuses data writes (short of space) or runs without
+    /// a metadata reserve, for `info`; None when neither.
+    pub fn space_status(&self) -> Option<String> {
+        self.reserve.status()
+    }
+
     pub(crate) fn check_ok(&self) -> Result<()> {
         match &*self.failed.lock() {
             Some(why) => Err(FsError::Failed(why.clone())),

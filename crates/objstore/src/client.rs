@@ -150,15 +150,17 @@ impl ObjectClient {
                         | object_store::Error::AlreadyExists { .. }
                 );
                 ObjError::Request {
+                    endpoint: self.locator.endpoint.clone(),
                     op,
                     key: key.to_string(),
-                    why: e.to_string(),
+                    why: crate::error::classify(&e),
                     down,
                 }
             }
             Err(_) => {
                 self.stats.timeouts.fetch_add(1, Relaxed);
                 ObjError::Timeout {
+                    endpoint: self.locator.endpoint.clone(),
                     op,
                     key: key.to_string(),
                     secs: limit.as_secs(),

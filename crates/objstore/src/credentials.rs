@@ -56,9 +56,40 @@ impl Credentials {
                 meta.mode() & 0o777
             )));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(bad("not a regular file".into()));
+        }
+        let text = read_limited(path).map_err(bad)?;
         parse(&text).map_err(bad)
     }
+}
+
+/// Largest credentials file read (a few lines in practice).
+const MAX_BYTES: u64 = 64 << 10;
+
+/// The file's text, at most `MAX_BYTES` of it (the file could be
+/// replaced by something endless after the type check: the read is
+/// bounded all the same). O_NONBLOCK: a FIFO put there meanwhile does not
+/// hang the open.
+fn read_limited(path: &Path) -> std::result::Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    if !f.metadata().map_err(|e| e.to_string())?.is_file() {
+        return Err("not a regular file".into());
+    }
+    let mut buf = Vec::new();
+    (f.take(MAX_BYTES + 1).read_to_end(&mut buf)).map_err(|e| e.to_string())?;
+    if buf.len() as u64 > MAX_BYTES {
+        return Err(format!(
+            "larger than {MAX_BYTES} bytes: not a credentials file"
+        ));
+    }
+    String::from_utf8(buf).map_err(|_| "not UTF-8 text".into())
 }
 
 fn parse(text: &str) -> std::result::Result<Credentials, String> {
@@ -114,5 +145,24 @@ mod tests {
             !shown.contains("s3cr3t") && !shown.contains("AKID"),
             "{shown}"
         );
+    }
+
+    /// A credentials file that is /dev/zero (or endless, or huge) is
+    /// refused with a clear error, with bounded memory.
+    #[test]
+    fn an_endless_or_huge_credentials_file_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("creds");
+        let mut text = "aws_access_key_id = AKID\naws_secret_access_key = s\n".to_string();
+        text.push_str(&"# comment\n".repeat(10_000));
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = Credentials::from_file(&p).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
+        let e = Credentials::from_file(Path::new("/dev/zero"));
+        // /dev/zero is 0666: refused for its mode or its type, never read.
+        assert!(e.is_err());
+        let e = read_limited(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 }

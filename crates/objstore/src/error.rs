@@ -7,8 +7,9 @@ pub enum ObjError {
     BadLocator { spec: String, why: String },
     #[error("object-store credentials: {0}")]
     Credentials(String),
-    #[error("object store: {op} {key}: no answer within {secs} s")]
+    #[error("object store {endpoint}: {op} {key}: timed out (no answer within {secs} s)")]
     Timeout {
+        endpoint: String,
         op: &'static str,
         key: String,
         secs: u64,
@@ -16,9 +17,11 @@ pub enum ObjError {
     #[error("object store: {op} {key}: not found")]
     NotFound { op: &'static str, key: String },
     /// The store answered no, or did not answer (`down`: connection
-    /// refused, 5xx after the retries).
-    #[error("object store: {op} {key}: {why}")]
+    /// refused, 5xx after the retries); `why` starts with what happened
+    /// (`classify`).
+    #[error("object store {endpoint}: {op} {key}: {why}")]
     Request {
+        endpoint: String,
         op: &'static str,
         key: String,
         why: String,
@@ -39,6 +42,41 @@ impl ObjError {
             ObjError::Request { down, .. } => *down,
             _ => false,
         }
+    }
+}
+
+/// What a failed request came to, in words an administrator acts on:
+/// "connection refused", "timed out", "unreachable" (no route, DNS,
+/// reset), from the I/O error deepest in `e`'s source chain, followed by
+/// the client's own message. Other errors keep their message.
+pub fn classify(e: &(dyn std::error::Error + 'static)) -> String {
+    use std::io::ErrorKind::*;
+    let mut cause = None;
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(x) = at {
+        if let Some(io) = x.downcast_ref::<std::io::Error>() {
+            cause = Some(match io.kind() {
+                ConnectionRefused => "connection refused (nothing listens there)",
+                TimedOut => "timed out",
+                ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => {
+                    "connection lost"
+                }
+                HostUnreachable | NetworkUnreachable | NotConnected | AddrNotAvailable => {
+                    "unreachable"
+                }
+                _ => "unreachable",
+            });
+        }
+        at = x.source();
+    }
+    let text = e.to_string();
+    let cause = cause.or_else(|| {
+        text.contains("error sending request")
+            .then_some("unreachable")
+    });
+    match cause {
+        Some(c) => format!("{c}: {text}"),
+        None => text,
     }
 }
 

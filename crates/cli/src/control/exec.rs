@@ -57,6 +57,7 @@ fn not_for(family: &str, r: Request) -> Result<Value, FsError> {
 fn info(fs: &Arc<Fs>) -> Result<Value, FsError> {
     let mut info = cairn_fs::maintenance::info::pool_info(fs.pool())?;
     info.locks = fs.lock_stats();
+    info.space_warning = fs.space_status();
     let mut v = report(info)?;
     v["volumes"] = report(fs.volumes()?)?;
     v["nbd"] = crate::nbd::stats_json();

@@ -179,6 +179,22 @@ impl Inner {
         }
     }
 
+    /// An error at once while the store does not answer (see `read_at`).
+    fn fail_if_unreachable(&self) -> io::Result<()> {
+        if self.client.stats.reachable() {
+            return Ok(());
+        }
+        self.client.stats.errors.fetch_add(1, Ordering::Relaxed);
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "object store {} unreachable: its last request timed out or got no answer \
+                 (retried in the background every second)",
+                self.client.locator().endpoint
+            ),
+        ))
+    }
+
     /// Up to `n` bytes of `part` from `from` (fewer at its end): one
     /// ranged GET.
     fn get(&self, part: Part, from: u64, n: u64) -> io::Result<Bytes> {
@@ -262,14 +278,14 @@ impl Backend for S3Backend {
             // A store that did not answer the last request fails reads at
             // once until the background probe hears from it again: a large
             // read of many chunks costs one time limit, not one per chunk.
-            if !inner.client.stats.reachable() {
-                inner.client.stats.errors.fetch_add(1, Ordering::Relaxed);
-                return Err(io::Error::other(format!(
-                    "object store {} unreachable",
-                    inner.client.locator().endpoint
-                )));
-            }
-            let get = |from: u64, n: u64| inner.get(part, from, n);
+            // Checked again before each GET: a read that waited for a
+            // read-ahead window whose GET timed out fails then, rather
+            // than spending a second time limit of its own.
+            inner.fail_if_unreachable()?;
+            let get = |from: u64, n: u64| {
+                inner.fail_if_unreachable()?;
+                inner.get(part, from, n)
+            };
             if let Part::Slot(slot) = part {
                 if inner.ahead.read(slot, within, &mut buf[r.clone()], get)? == Served::Yes {
                     return Ok(());

@@ -85,6 +85,10 @@ pub struct PoolInfo {
     /// pool directory that other users can read. Empty when all is private.
     #[serde(default)]
     pub mode_warnings: Vec<String>,
+    /// Why the pool refuses data writes (short of space, and what ran
+    /// out) or runs without a metadata reserve (filled in by the daemon).
+    #[serde(default)]
+    pub space_warning: Option<String>,
     /// Lock contention since the mount (filled in by the daemon).
     #[serde(default)]
     pub locks: Vec<crate::contention::LockStats>,
@@ -241,6 +245,7 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
         ram_cache_bytes: pool.chunks.ram_cache_bytes(),
         ssd_cache: pool.chunks.ssd_cache().map(|c| c.stats()),
         mode_warnings: mode_warnings(pool),
+        space_warning: None,
         locks: Vec::new(),
         waiting: waiting_updates(pool, &r)?,
     })

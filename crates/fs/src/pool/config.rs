@@ -8,6 +8,9 @@ use std::path::Path;
 
 pub const CONFIG_FORMAT: u32 = 1;
 
+/// Largest config file read (what Cairn writes is under 4 KiB).
+pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PoolConfig {
@@ -179,7 +182,9 @@ impl Default for PoolConfig {
 impl PoolConfig {
     pub fn load(path: &Path) -> Result<PoolConfig> {
         let bad = |why: String| FsError::Config(format!("{}: {why}", path.display()));
-        let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+        let raw = cairn_devices::private::read_small(path, CONFIG_MAX_BYTES)
+            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        let text = String::from_utf8(raw).map_err(|_| bad("not UTF-8 text".into()))?;
         let c: PoolConfig = toml::from_str(&text).map_err(|e| bad(toml_error(&e, &text)))?;
         if c.format != CONFIG_FORMAT {
             return Err(bad(format!(
@@ -254,8 +259,34 @@ impl PoolConfig {
         if !(1..=600).contains(&self.s3_timeout_secs) {
             return bad("s3_timeout_secs", &self.s3_timeout_secs, "must be 1 to 600");
         }
+        self.validate_memory(machine_memory_mib())?;
         self.validate_nbd()?;
         self.validate_metrics()
+    }
+
+    /// The keys that size RAM buffers, against the machine's memory
+    /// (`ram_mib`, None: unknown, nothing checked): the dirty limit (writers
+    /// buffer up to twice it) and each cache must fit.
+    fn validate_memory(&self, ram_mib: Option<u64>) -> Result<()> {
+        let Some(ram) = ram_mib else { return Ok(()) };
+        let keys = [
+            (
+                "dirty_limit_mib",
+                self.dirty_limit_mib,
+                ram / 2,
+                " (writers buffer up to twice it)",
+            ),
+            ("meta_cache_mib", self.meta_cache_mib, ram, ""),
+            ("read_cache_mib", self.read_cache_mib, ram, ""),
+        ];
+        for (key, val, max, why) in keys {
+            if val > max {
+                return Err(FsError::Config(format!(
+                    "{key} = {val}: more than this machine's memory allows ({ram} MiB of RAM: at most {max}{why})"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The metrics keys: an address that parses and is loopback unless
@@ -370,6 +401,16 @@ impl PoolConfig {
     }
 }
 
+/// The machine's memory in MiB (sysinfo), None if unknown.
+fn machine_memory_mib() -> Option<u64> {
+    // SAFETY: sysinfo fills the zeroed struct we own.
+    let mut si: libc::sysinfo = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sysinfo(&mut si) } != 0 || si.totalram == 0 {
+        return None;
+    }
+    Some((si.totalram as u64).saturating_mul(si.mem_unit.max(1) as u64) >> 20)
+}
+
 /// A TOML error on one line: where, and what is wrong (toml's message
 /// names the key, e.g. "unknown field `x`, expected one of ...").
 fn toml_error(e: &toml::de::Error, text: &str) -> String {
@@ -387,6 +428,77 @@ fn toml_error(e: &toml::de::Error, text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::PoolConfig;
+
+    /// `cairn.toml` pointing at something endless or blocking (a FIFO,
+    /// `/dev/zero`) or grown huge is refused with an error naming it, at
+    /// once, with bounded memory (each load runs in a thread the test
+    /// gives 10 s).
+    #[test]
+    fn a_config_that_is_not_a_small_regular_file_is_refused() {
+        use std::time::Duration;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("cairn.toml");
+        let load = |p: &std::path::Path| {
+            let p = p.to_path_buf();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(PoolConfig::load(&p).map_err(|e| e.to_string()));
+            });
+            rx.recv_timeout(Duration::from_secs(10))
+                .expect("loading the config hung")
+        };
+        let mut big = String::from("format = 1\n");
+        big.push_str(&"# padding\n".repeat(200_000));
+        std::fs::write(&p, big).unwrap();
+        let e = load(&p).unwrap_err();
+        assert!(e.contains("cairn.toml") && e.contains("larger than"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+        let fifo = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = load(&p).unwrap_err();
+        assert!(e.contains("not a regular file (a FIFO)"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &p).unwrap();
+        let e = load(&p).unwrap_err();
+        assert!(e.contains("character device"), "{e}");
+    }
+
+    /// RAM-sized keys beyond the machine's memory are refused, naming the
+    /// key, the value and the memory; the defaults pass on this machine.
+    #[test]
+    fn ram_sized_keys_are_bounded_by_the_machines_memory() {
+        PoolConfig::default().validate().unwrap();
+        for (c, key, val) in [
+            (
+                PoolConfig {
+                    dirty_limit_mib: 100_000_000,
+                    ..PoolConfig::default()
+                },
+                "dirty_limit_mib",
+                "100000000",
+            ),
+            (
+                PoolConfig {
+                    meta_cache_mib: 99_999_999,
+                    ..PoolConfig::default()
+                },
+                "meta_cache_mib",
+                "99999999",
+            ),
+        ] {
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(&format!("{key} = {val}")), "{e}");
+            assert!(e.contains("MiB of RAM"), "{e}");
+        }
+        let small = PoolConfig {
+            dirty_limit_mib: 600,
+            ..PoolConfig::default()
+        };
+        let e = small.validate_memory(Some(1024)).unwrap_err().to_string();
+        assert!(e.contains("1024 MiB of RAM: at most 512"), "{e}");
+        small.validate_memory(Some(2048)).unwrap();
+    }
 
     #[test]
     fn background_nice_is_a_nice_value() {

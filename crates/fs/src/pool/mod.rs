@@ -774,14 +774,15 @@ fn meta_device(pool: &Path, set: &DeviceSet) -> Option<Arc<Device>> {
 
 pub fn read_superblock(pool: &Path) -> Result<Superblock> {
     let p = PoolPaths::superblock(pool);
-    let b = std::fs::read(&p).map_err(|e| {
+    // A superblock is SUPERBLOCK_LEN bytes: read no more than one byte past.
+    let b = cairn_devices::private::read_small(&p, SUPERBLOCK_LEN as u64 + 1).map_err(|e| {
         FsError::NotAPool(format!(
             "{}: {}",
             pool.display(),
             if e.kind() == std::io::ErrorKind::NotFound {
                 "no superblock (not a pool; create one with `cairn mkfs`)".to_string()
             } else {
-                e.to_string()
+                format!("superblock: {e}")
             }
         ))
     })?;

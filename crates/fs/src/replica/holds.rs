@@ -41,7 +41,8 @@ pub(crate) struct Holds {
 impl Holds {
     pub(crate) fn load(pool: &Path) -> Holds {
         let path = pool.join("mirror-holds.json");
-        let map = match std::fs::read(&path) {
+        // Bounded and type-checked like the config (`read_small`).
+        let map = match cairn_devices::private::read_small(&path, 16 << 20) {
             Ok(b) => match serde_json::from_slice::<HoldFile>(&b) {
                 Ok(f) if f.version == 1 => f.holds,
                 _ => {
@@ -49,7 +50,11 @@ impl Holds {
                     BTreeMap::new()
                 }
             },
-            Err(_) => BTreeMap::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => {
+                tracing::warn!("{}: {e}; mirror holds dropped", path.display());
+                BTreeMap::new()
+            }
         };
         Holds {
             path,

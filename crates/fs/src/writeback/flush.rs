@@ -129,13 +129,35 @@ impl Fs {
                 false => Err(e),
             };
         }
-        if e.is_no_space() && self.reserve.spend() {
+        if e.is_no_space() && self.reserve.spend_for(&self.no_space_cause(&e)) {
             // The reserve gave the metadata room: try once more.
             return self.flush_try(prune_all, retry);
         }
         match e.is_no_space() {
             true => Err(FsError::NoSpace),
             false => Err(e),
+        }
+    }
+
+    /// What ran out of space, for the log and `info`: the pool's devices
+    /// (every slot taken), or a host filesystem under them or the metadata.
+    fn no_space_cause(&self, e: &FsError) -> String {
+        use cairn_data::DataError;
+        use cairn_devices::DeviceError;
+        match e {
+            FsError::NoSpace
+            | FsError::Data(DataError::NoSpace)
+            | FsError::Data(DataError::Device(DeviceError::NoSpace))
+            | FsError::Device(DeviceError::NoSpace) => {
+                let (total, free) = self.pool.chunks.devices().slot_totals();
+                format!(
+                    "the pool's devices are full ({} of {total} segment slots in use, none \
+                     free on a device that takes new data)",
+                    total - free
+                )
+            }
+            FsError::Data(_) => format!("a host filesystem under a pool device is full ({e})"),
+            _ => format!("the filesystem holding the metadata is full ({e})"),
         }
     }
 
