@@ -31,7 +31,7 @@ fn config_for(a: &MountArgs) -> Result<PoolConfig> {
     c.metrics_allow_remote |= a.metrics_allow_remote;
     c.metrics_detail |= a.metrics_detail;
     c.validate()?;
-    crate::nbd::tcp_security(&c, &a.nbd)?;
+    crate::nbd::tcp_security(&c)?;
     Ok(c)
 }
 

@@ -28,6 +28,10 @@ pub fn apply(c: &mut PoolConfig, a: &NbdArgs) -> Result<()> {
         c.nbd_socket = std::path::absolute(s)?.to_string_lossy().into_owned();
     }
     c.nbd_allow_remote |= a.allow_remote;
+    if let Some(d) = &a.tls {
+        c.nbd_tls = std::path::absolute(d)?.to_string_lossy().into_owned();
+    }
+    c.nbd_insecure |= a.insecure;
     if let Some(n) = a.workers_min {
         c.nbd_workers_min = n;
     }
@@ -42,13 +46,15 @@ pub fn wanted(c: &PoolConfig) -> bool {
     !c.nbd_listen.is_empty() || !c.nbd_socket.is_empty()
 }
 
-/// TLS for TCP clients, from `--nbd-tls DIR`: None when not serving
-/// TCP, or when `--nbd-insecure` allows plain TCP; an error when TCP is
+/// TLS for TCP clients, from `--nbd-tls DIR` or `nbd_tls` (folded into
+/// the config by `apply`): None when not serving TCP, or when
+/// `--nbd-insecure` (`nbd_insecure`) allows plain TCP; an error when TCP is
 /// asked for with neither (or when DIR's files are missing or open).
-pub fn tcp_security(c: &PoolConfig, a: &NbdArgs) -> Result<Option<TlsConfig>> {
+pub fn tcp_security(c: &PoolConfig) -> Result<Option<TlsConfig>> {
     let tcp = c.nbd_address()?;
-    let Some(dir) = &a.tls else {
-        if tcp.is_some() && !a.insecure {
+    let dir = (!c.nbd_tls.is_empty()).then(|| std::path::PathBuf::from(&c.nbd_tls));
+    let Some(dir) = &dir else {
+        if tcp.is_some() && !c.nbd_insecure {
             bail!(
                 "NBD over TCP ({}) needs TLS, or any local user could read and write \
                  the volumes: create certificates with `cairn nbd tls-init DIR` and add \
@@ -60,8 +66,8 @@ pub fn tcp_security(c: &PoolConfig, a: &NbdArgs) -> Result<Option<TlsConfig>> {
         }
         return Ok(None);
     };
-    if a.insecure {
-        bail!("TLS (--nbd-tls) and plain TCP (--nbd-insecure) contradict each other: give one");
+    if c.nbd_insecure {
+        bail!("TLS (--nbd-tls, nbd_tls) and plain TCP (--nbd-insecure, nbd_insecure) contradict each other: give one");
     }
     if tcp.is_none() {
         bail!("TLS (--nbd-tls) is for TCP: give a TCP address too (the Unix socket needs no TLS)");
@@ -75,7 +81,7 @@ fn server_config(c: &PoolConfig, a: &NbdArgs) -> ServerConfig {
     s.pool.min = c.nbd_workers_min;
     s.pool.max = c.nbd_workers_max;
     s.allow_remote = c.nbd_allow_remote;
-    s.insecure_tcp = a.insecure;
+    s.insecure_tcp = c.nbd_insecure;
     s.after_close = Some(return_memory);
     if let Some(b) = a.budget {
         s.budget = b;
@@ -102,7 +108,7 @@ pub fn start(fs: &Arc<Fs>, c: &PoolConfig, a: &NbdArgs) -> Result<()> {
     let mut started = Vec::new();
     if let Some(addr) = c.nbd_address()? {
         let mut cfg = server_config(c, a);
-        cfg.tls = tcp_security(c, a)?;
+        cfg.tls = tcp_security(c)?;
         let tls = if cfg.tls.is_some() {
             "TLS, client certificates"
         } else {
@@ -181,7 +187,7 @@ pub fn serve_unmounted(a: &NbdServeArgs) -> Result<()> {
     let nbd = a.nbd_args();
     apply(&mut c, &nbd)?;
     c.validate()?;
-    tcp_security(&c, &nbd)?;
+    tcp_security(&c)?;
     if !wanted(&c) {
         bail!("give --listen ADDR and/or --socket PATH (or set nbd_listen / nbd_socket in the pool's cairn.toml)");
     }

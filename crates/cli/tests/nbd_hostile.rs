@@ -444,3 +444,31 @@ fn nbd_serve_gives_memory_back_after_hostile_clients_left() {
     assert!(st.success(), "{st}");
     fs.check();
 }
+
+/// The same rule from the pool's cairn.toml: `nbd_listen` alone is refused,
+/// `nbd_tls` serves TLS, `nbd_insecure` plain TCP.
+#[test]
+fn tcp_nbd_from_the_config_needs_nbd_tls_or_nbd_insecure() {
+    let mut fs = Fs::create();
+    fs.mkfs(&[]);
+    let (p, m) = (s(&fs.pool).to_string(), s(&fs.mnt).to_string());
+    fs.set_config("nbd_listen", "\"127.0.0.1:0\"");
+    cairn_err(&["mount", &p, &m], "needs TLS");
+    let tls = fs.dir.join("tls");
+    cairn_ok(&["nbd", "tls-init", s(&tls)]);
+    fs.set_config("nbd_tls", &format!("{:?}", s(&tls)));
+    fs.set_config("nbd_insecure", "true");
+    cairn_err(&["mount", &p, &m], "contradict");
+    fs.set_config("nbd_insecure", "false");
+    fs.mount();
+    let a = tcp_address(&fs.mnt);
+    let plain = tool("nbdinfo", &["--list", &format!("nbd://{a}")]);
+    assert!(!plain.status.success(), "plain TCP listed volumes");
+    fs.unmount();
+    fs.set_config("nbd_tls", "\"\"");
+    fs.set_config("nbd_insecure", "true");
+    fs.mount();
+    let a = tcp_address(&fs.mnt);
+    tool_ok("nbdinfo", &["--list", &format!("nbd://{a}")]);
+    fs.finish();
+}

@@ -1,7 +1,7 @@
 //! The intent log (fast fsync): after an fsync, a crash (the Fs dropped
 //! without a flush) keeps exactly the state at that fsync, in every file;
-//! fsync does not commit a TID; a damaged log record is ignored with the
-//! records before it kept. A seeded model test runs random operations with
+//! fsync does not commit a TID; a log record damaged in one place is read
+//! from its copy, and a last record damaged in both is a torn tail. A seeded model test runs random operations with
 //! random fsync, flush and crash points (CAIRN_INTENT_SEEDS seeds).
 
 use cairn_fs::{Ctx, FileKind, Fs, SetAttr, XattrMode, ROOT_INO};
@@ -49,23 +49,50 @@ fn fsync_is_durable_without_a_commit() {
     assert_eq!(fs.read(f.ino, 0, 300_000).unwrap(), want);
 }
 
+/// A record damaged in one place is read from its copy (the same place in
+/// the region's second half); the last record damaged in both is a torn
+/// tail: the records before it stay.
 #[test]
-fn a_damaged_record_ends_the_replay_and_earlier_ones_stay() {
+fn a_damaged_record_is_read_from_its_copy_and_a_torn_last_one_dropped() {
     let d = tempfile::tempdir().unwrap();
     let fs = make(d.path());
     let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
     fs.write(f.ino, 0, b"one").unwrap();
     fs.fsync(f.ino).unwrap();
     let log = d.path().join("pool/intent.log");
-    let first_end = first_record_end(&log);
+    let first_end = first_record_end(&log) as usize;
     fs.write(f.ino, 0, b"two").unwrap();
     fs.fsync(f.ino).unwrap();
     drop(fs);
-    // Damage the second record's payload.
-    let mut raw = std::fs::read(&log).unwrap();
-    raw[first_end as usize + 70] ^= 0xff;
-    std::fs::write(&log, raw).unwrap();
+    let copy = std::fs::metadata(&log).unwrap().len() as usize / 4;
+    let damage = |at: usize| {
+        let mut raw = std::fs::read(&log).unwrap();
+        raw[at] ^= 0xff;
+        std::fs::write(&log, raw).unwrap();
+    };
+    // The second record's payload, in its first place.
+    damage(first_end + 70);
     let fs = reopen(d.path());
+    let f = fs.lookup(ROOT_INO, b"f").unwrap();
+    assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"two");
+    drop(fs);
+    // The replay was committed; a new crash after two more records, the
+    // last damaged in both places.
+    let d2 = tempfile::tempdir().unwrap();
+    let fs = make(d2.path());
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, b"one").unwrap();
+    fs.fsync(f.ino).unwrap();
+    let log = d2.path().join("pool/intent.log");
+    let first_end = first_record_end(&log) as usize;
+    fs.write(f.ino, 0, b"two").unwrap();
+    fs.fsync(f.ino).unwrap();
+    drop(fs);
+    let mut raw = std::fs::read(&log).unwrap();
+    raw[first_end + 70] ^= 0xff;
+    raw[copy + first_end + 70] ^= 0xff;
+    std::fs::write(&log, raw).unwrap();
+    let fs = reopen(d2.path());
     let f = fs.lookup(ROOT_INO, b"f").unwrap();
     assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"one");
 }

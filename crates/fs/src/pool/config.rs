@@ -94,6 +94,13 @@ pub struct PoolConfig {
     pub nbd_listen: String,
     /// ... and/or on this Unix socket, created 0600 ("" : not).
     pub nbd_socket: String,
+    /// TCP clients must use TLS with the certificates in this directory
+    /// (made by `cairn nbd tls-init DIR`; "" : none). TCP NBD needs this or
+    /// `nbd_insecure`.
+    pub nbd_tls: String,
+    /// Serve NBD over TCP without TLS: any local user can then read and
+    /// write every volume.
+    pub nbd_insecure: bool,
     /// Allows an nbd_listen address that is not loopback (no
     /// authentication, no TLS: only on a trusted network).
     pub nbd_allow_remote: bool,
@@ -164,6 +171,8 @@ impl Default for PoolConfig {
             tier_rate_mib: 64,
             nbd_listen: String::new(),
             nbd_socket: String::new(),
+            nbd_tls: String::new(),
+            nbd_insecure: false,
             nbd_allow_remote: false,
             nbd_workers_min: 2,
             nbd_workers_max: 128,
