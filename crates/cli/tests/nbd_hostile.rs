@@ -42,23 +42,6 @@ fn tool_ok(name: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// `cairn ARGS` that must fail with `want` in its stderr.
-fn cairn_err(args: &[&str], want: &str) -> String {
-    let o = cairn(args);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(
-        !o.status.success(),
-        "cairn {args:?} worked\n{}",
-        describe(&o)
-    );
-    assert!(
-        err.contains(want),
-        "cairn {args:?}: want {want:?}\n{}",
-        describe(&o)
-    );
-    err
-}
-
 /// The daemon's TCP NBD address (from `cairn info --json`).
 fn tcp_address(mnt: &Path) -> String {
     let v: Value = serde_json::from_str(&cairn_ok(&["info", s(mnt), "--json"])).unwrap();

@@ -69,23 +69,6 @@ fn random_file(p: &Path, len: u64, salt: u64) {
     std::fs::write(p, pattern(seed() ^ salt, len as usize)).unwrap();
 }
 
-/// `cairn ARGS` that must fail: its stderr, which must contain `want`.
-fn cairn_err(args: &[&str], want: &str) -> String {
-    let o = cairn(args);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(
-        !o.status.success(),
-        "cairn {args:?} succeeded\n{}",
-        describe(&o)
-    );
-    assert!(
-        err.contains(want),
-        "cairn {args:?}: want {want:?}\n{}",
-        describe(&o)
-    );
-    err
-}
-
 fn json(args: &[&str]) -> Value {
     serde_json::from_str(&cairn_ok(args)).expect("JSON output")
 }

@@ -49,52 +49,45 @@ fn fsync_is_durable_without_a_commit() {
     assert_eq!(fs.read(f.ino, 0, 300_000).unwrap(), want);
 }
 
+/// A pool in `dir` whose file "f" was fsynced as "one", then as "two",
+/// and left by a crash: its log, and where the second record starts.
+fn two_fsyncs(dir: &Path) -> (std::path::PathBuf, usize) {
+    let fs = make(dir);
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    fs.write(f.ino, 0, b"one").unwrap();
+    fs.fsync(f.ino).unwrap();
+    let log = dir.join("pool/intent.log");
+    let first_end = first_record_end(&log) as usize;
+    fs.write(f.ino, 0, b"two").unwrap();
+    fs.fsync(f.ino).unwrap();
+    drop(fs);
+    (log, first_end)
+}
+
+/// Flips a byte of the log at `p` at each of `places`.
+fn flip(p: &Path, places: &[usize]) {
+    let mut raw = std::fs::read(p).unwrap();
+    for &at in places {
+        raw[at] ^= 0xff;
+    }
+    std::fs::write(p, raw).unwrap();
+}
+
 /// A record damaged in one place is read from its copy (the same place in
 /// the region's second half); the last record damaged in both is a torn
 /// tail: the records before it stay.
 #[test]
 fn a_damaged_record_is_read_from_its_copy_and_a_torn_last_one_dropped() {
-    let d = tempfile::tempdir().unwrap();
-    let fs = make(d.path());
-    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
-    fs.write(f.ino, 0, b"one").unwrap();
-    fs.fsync(f.ino).unwrap();
-    let log = d.path().join("pool/intent.log");
-    let first_end = first_record_end(&log) as usize;
-    fs.write(f.ino, 0, b"two").unwrap();
-    fs.fsync(f.ino).unwrap();
-    drop(fs);
-    let copy = std::fs::metadata(&log).unwrap().len() as usize / 4;
-    let damage = |at: usize| {
-        let mut raw = std::fs::read(&log).unwrap();
-        raw[at] ^= 0xff;
-        std::fs::write(&log, raw).unwrap();
-    };
-    // The second record's payload, in its first place.
-    damage(first_end + 70);
-    let fs = reopen(d.path());
-    let f = fs.lookup(ROOT_INO, b"f").unwrap();
-    assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"two");
-    drop(fs);
-    // The replay was committed; a new crash after two more records, the
-    // last damaged in both places.
-    let d2 = tempfile::tempdir().unwrap();
-    let fs = make(d2.path());
-    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
-    fs.write(f.ino, 0, b"one").unwrap();
-    fs.fsync(f.ino).unwrap();
-    let log = d2.path().join("pool/intent.log");
-    let first_end = first_record_end(&log) as usize;
-    fs.write(f.ino, 0, b"two").unwrap();
-    fs.fsync(f.ino).unwrap();
-    drop(fs);
-    let mut raw = std::fs::read(&log).unwrap();
-    raw[first_end + 70] ^= 0xff;
-    raw[copy + first_end + 70] ^= 0xff;
-    std::fs::write(&log, raw).unwrap();
-    let fs = reopen(d2.path());
-    let f = fs.lookup(ROOT_INO, b"f").unwrap();
-    assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"one");
+    for (both, want) in [(false, b"two"), (true, b"one")] {
+        let d = tempfile::tempdir().unwrap();
+        let (log, second) = two_fsyncs(d.path());
+        let copy = std::fs::metadata(&log).unwrap().len() as usize / 4;
+        let places = [second + 70, copy + second + 70];
+        flip(&log, &places[..if both { 2 } else { 1 }]);
+        let fs = reopen(d.path());
+        let f = fs.lookup(ROOT_INO, b"f").unwrap();
+        assert_eq!(fs.read(f.ino, 0, 10).unwrap(), want, "both: {both}");
+    }
 }
 
 /// A file grown by small appends, each fsynced (a database's write-ahead

@@ -103,6 +103,23 @@ pub fn cairn_ok<S: AsRef<OsStr>>(args: &[S]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `cairn ARGS` that must fail: its stderr, which must contain `want`.
+pub fn cairn_err(args: &[&str], want: &str) -> String {
+    let o = cairn(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        !o.status.success(),
+        "cairn {args:?} succeeded\n{}",
+        describe(&o)
+    );
+    assert!(
+        err.contains(want),
+        "cairn {args:?}: want {want:?}\n{}",
+        describe(&o)
+    );
+    err
+}
+
 /// Runs a bash script in `dir` (with `set -euxo pipefail`), asserts success and
 /// returns stdout. On failure the script, stdout and stderr are shown.
 pub fn sh(dir: &Path, script: &str) -> String {
