@@ -207,8 +207,9 @@ fn tick_chunks_no_record_names_after_a_crash_go_at_the_next_commit() {
         .write(true)
         .open(d.path().join("pool/intent.log"))
         .unwrap();
-    let half = log.metadata().unwrap().len() / 2;
-    for at in [0, half] {
+    // Each region's records and their copies (in its second half).
+    let quarter = log.metadata().unwrap().len() / 4;
+    for at in [0, quarter, 2 * quarter, 3 * quarter] {
         std::os::unix::fs::FileExt::write_all_at(&log, &vec![0u8; 1 << 20], at).unwrap();
     }
     drop(log);
