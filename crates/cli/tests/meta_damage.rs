@@ -169,6 +169,12 @@ fn damaged_metadata_reads_exact_or_eio_and_check_never_panics() {
             "{what}: cairn check must exit 0 or 3\n{}",
             describe(&out)
         );
+        // The guard around redb's reads catches its panics; none may print.
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("panicked"),
+            "{what}: cairn check printed a panic\n{}",
+            describe(&out)
+        );
         if !ok {
             assert_eq!(
                 code,

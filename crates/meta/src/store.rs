@@ -26,6 +26,7 @@ mod born_lazy;
 mod by_tid;
 mod hist_lazy;
 mod live_lazy;
+mod quiet;
 mod read;
 mod rollback;
 mod write;
@@ -208,8 +209,7 @@ fn damaged_or(path: &Path, e: redb::DatabaseError) -> MetaError {
 /// page that slipped past the checks can cause) into an error for the one
 /// caller instead of killing the thread that serves it.
 fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .unwrap_or_else(|p| Err(MetaError::Panicked(panic_text(&*p))))
+    quiet::catch(f).unwrap_or_else(|p| Err(MetaError::Panicked(panic_text(&*p))))
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
@@ -462,7 +462,7 @@ impl Drop for MetaStore {
     /// panic in a drop would abort: it is contained here.
     fn drop(&mut self) {
         if let Some(db) = self.db.get_mut().take() {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+            let _ = quiet::catch(move || drop(db));
         }
     }
 }
@@ -774,8 +774,7 @@ impl MetaStore {
             }
             Ok(r)
         });
-        std::panic::catch_unwind(run)
-            .unwrap_or_else(|p| Err(MetaError::Panicked(panic_text(&*p)).into()))
+        quiet::catch(run).unwrap_or_else(|p| Err(MetaError::Panicked(panic_text(&*p)).into()))
     }
 }
 
