@@ -158,6 +158,9 @@ fn no_room_hint(e: anyhow::Error, pool: &Path, config: &PoolConfig) -> anyhow::E
 fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> {
     init_logging();
     let config = config_for(a)?;
+    if a.salvage {
+        return crate::salvage::serve(pool, a, config, ready);
+    }
     let room = |e| no_room_hint(e, pool, &config);
     let p = open_pool(pool, config.clone()).map_err(room)?;
     let fs = Fs::open(p).map_err(|e| room(e.into()))?;
@@ -263,6 +266,9 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
         log.display()
     );
     print_warnings(&log, log_start);
+    if a.salvage {
+        println!("{}", crate::salvage::mounted_line(pool, &mnt));
+    }
     Ok(())
 }
 
@@ -291,6 +297,9 @@ fn daemon_command(pool: &Path, a: &MountArgs) -> Result<Command> {
     }
     if a.metrics_allow_remote {
         cmd.arg("--metrics-allow-remote");
+    }
+    if a.salvage {
+        cmd.arg("--salvage");
     }
     Ok(cmd)
 }

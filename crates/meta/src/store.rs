@@ -64,6 +64,8 @@ pub struct MetaStore {
     /// Held for the whole of `write`, past redb's commit, until the
     /// waiting entries and removals are brought up to date.
     writes: parking_lot::Mutex<()>,
+    /// Opened by `open_salvage`: its pages were not verified.
+    salvage: bool,
 }
 
 /// The file's length changes only inside a write transaction (or a
@@ -247,6 +249,7 @@ impl MetaStore {
             live_waiting: LiveDebts::default(),
             fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
+            salvage: false,
         };
         s.write(|w| {
             w.set_counter("last_tid", 0)?;
@@ -314,6 +317,7 @@ impl MetaStore {
             live_waiting: LiveDebts::default(),
             fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
+            salvage: false,
         };
         let refs = match s.db()?.begin_read()?.open_table(COUNTERS) {
             Ok(t) => t.get(LIVE_REFS)?.map_or(0, |v| v.value()),
@@ -605,6 +609,7 @@ impl MetaStore {
             live_waiting: LiveDebts::default(),
             fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
+            salvage: true,
         };
         // Without the index (damage in `fresh_v1`), readers scan the table.
         if let Err(e) = guarded(|| s.load_fresh_index()) {
@@ -623,6 +628,7 @@ impl MetaStore {
                 fresh: std::sync::OnceLock::new(),
                 fresh_index: self.fresh_index.clone(),
                 chunks: txn.open_table(CHUNKS)?,
+                salvage: self.salvage,
                 txn,
             })
         })

@@ -15,6 +15,9 @@ pub struct MetaRead {
     pub(super) fresh: std::sync::OnceLock<FreshSnap>,
     pub(super) fresh_index: Arc<FreshIndex>,
     pub(super) chunks: ReadOnlyTable<u64, &'static [u8]>,
+    /// A view of a damaged store opened for salvage (`open_salvage`):
+    /// live elements are checked against history (`not_ended`).
+    pub(super) salvage: bool,
 }
 
 /// A read view's `fresh_v1` and its merge counter `hist_merges`.
@@ -67,9 +70,35 @@ impl MetaRead {
     /// The live element with this key.
     pub fn get(&self, key: &ElemKey) -> Result<Option<Element>> {
         guarded(|| match self.live.get(key.as_bytes())? {
-            Some(v) => live_element(key.as_bytes(), v.value()).map(Some),
+            Some(v) => self
+                .not_ended(live_element(key.as_bytes(), v.value())?)
+                .map(Some),
             None => Ok(None),
         })
+    }
+
+    /// In a store opened for salvage, whose pages were not verified, a
+    /// damaged branch page can lead a lookup to a stale leaf of an older
+    /// commit, whose records (an overwritten extent...) pass their own
+    /// checksums: a live element whose version history says ended is
+    /// refused as damaged rather than served. (History that prune removed
+    /// cannot be checked so.)
+    fn not_ended(&self, e: Element) -> Result<Element> {
+        if !self.salvage {
+            return Ok(e);
+        }
+        let hk = hist_key(e.key.as_bytes(), e.create_tid);
+        let merged = self.hist.get(hk.as_slice())?.is_some();
+        let waiting = !(self.fresh_view()?)
+            .range((Bound::Included(&hk), Bound::Included(&hk)))?
+            .is_empty();
+        if merged || waiting {
+            return Err(MetaError::Corrupt {
+                key: e.key.to_string(),
+                why: "a version that history says ended (a stale page of a damaged store)".into(),
+            });
+        }
+        Ok(e)
     }
 
     /// The element with this key as it was at `tid`: the live one if it was
@@ -138,7 +167,7 @@ impl MetaRead {
             let mut out = Vec::new();
             for r in self.live.range::<&[u8]>((lo, hi))? {
                 let (k, v) = r?;
-                out.push(live_element(k.value(), v.value())?);
+                out.push(self.not_ended(live_element(k.value(), v.value())?)?);
                 if out.len() >= limit {
                     break;
                 }
@@ -209,6 +238,31 @@ impl MetaRead {
             }
             Ok(out)
         })
+    }
+
+    /// One segment record, looked up alone: in a damaged store (salvage)
+    /// a record can often be reached this way when a full pass stops at a
+    /// damaged page before it.
+    pub fn segment(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        guarded(|| {
+            let t = self.txn.open_table(SEGMENTS)?;
+            Ok(t.get(id)?.map(|v| v.value().to_vec()))
+        })
+    }
+
+    /// The segment records a full pass reads before damage stops it, and
+    /// what stopped it (None: the pass reached the end). For salvage.
+    pub fn segments_until_damage(&self) -> (Vec<(u64, Vec<u8>)>, Option<MetaError>) {
+        let mut out = Vec::new();
+        let r = guarded(|| {
+            let t = self.txn.open_table(SEGMENTS)?;
+            for r in t.iter()? {
+                let (k, v) = r?;
+                out.push((k.value(), v.value().to_vec()));
+            }
+            Ok(())
+        });
+        (out, r.err())
     }
 
     pub fn counter(&self, name: &str) -> Result<u64> {
