@@ -147,28 +147,32 @@ fn salvage_and_rebuild(pool: &Path, mnt: &Path, tree: &Tree, report: &str, what:
         mnt.as_os_str(),
         os("--salvage"),
     ]);
+    // Without a root inode there is nothing to serve: a clear refusal.
+    let root_lost = String::from_utf8_lossy(&out.stderr).contains("root directory's inode");
     assert!(
-        out.status.success(),
+        out.status.success() || (root_lost && report.contains("PROBLEM: /: DAMAGED")),
         "{what}: mount --salvage failed\ncheck said:\n{report}\n{}",
         describe(&out)
     );
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("SALVAGE"),
+        root_lost || String::from_utf8_lossy(&out.stdout).contains("SALVAGE"),
         "{what}: a salvage mount must say so\n{}",
         describe(&out)
     );
     let intact = intact_files(tree, report);
-    read_tree(mnt, tree, &intact, what, "salvage mount");
-    assert_eq!(
-        fs::write(mnt.join("new-file"), b"x").map_err(|e| e.raw_os_error()),
-        Err(Some(libc::EROFS)),
-        "{what}: a salvage mount is read-only"
-    );
-    let out = cairn_umount(mnt);
-    if !out.status.success() {
-        lazy_unmount(mnt);
+    if out.status.success() {
+        read_tree(mnt, tree, &intact, what, "salvage mount");
+        assert_eq!(
+            fs::write(mnt.join("new-file"), b"x").map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EROFS)),
+            "{what}: a salvage mount is read-only"
+        );
+        let out = cairn_umount(mnt);
+        if !out.status.success() {
+            lazy_unmount(mnt);
+        }
+        assert!(wait_unmounted(mnt, std::time::Duration::from_secs(20)));
     }
-    assert!(wait_unmounted(mnt, std::time::Duration::from_secs(20)));
     assert!(
         fs::read(&meta).unwrap() == before,
         "{what}: the salvage mount changed meta.redb"
@@ -220,7 +224,7 @@ fn salvage_and_rebuild(pool: &Path, mnt: &Path, tree: &Tree, report: &str, what:
 }
 
 /// Every file of `intact` reads its exact bytes; every other one its exact
-/// bytes or EIO (or, after a rebuild, is gone).
+/// bytes, EIO, or is missing.
 fn read_tree(mnt: &Path, tree: &Tree, intact: &[usize], what: &str, when: &str) {
     for (i, (rel, want)) in tree.iter().enumerate() {
         match read_file(&mnt.join(rel)) {
@@ -230,10 +234,11 @@ fn read_tree(mnt: &Path, tree: &Tree, intact: &[usize], what: &str, when: &str) 
                 got.len(),
                 first_diff(&got, want)
             ),
-            // After a rebuild, a file that was lost is gone.
+            // A file check does not call intact may be missing: after a
+            // rebuild (lost), and in a salvage mount when a damaged branch
+            // page hides its name from the lookup. Never other bytes.
             Err(e) => assert!(
-                !intact.contains(&i)
-                    && (e == libc::EIO || (e == libc::ENOENT && when == "after the rebuild")),
+                !intact.contains(&i) && (e == libc::EIO || e == libc::ENOENT),
                 "{what} ({when}): {rel} failed with errno {e} (check called it intact: {})",
                 intact.contains(&i)
             ),

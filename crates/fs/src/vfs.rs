@@ -143,6 +143,18 @@ impl Fs {
             })
         };
         let (next_ino, last_tid) = (counter("next_ino"), counter("last_tid"));
+        let root = ElemKey::new(crate::types::ROOT_INO, RecordType::Inode, &[]);
+        let why = match r.get(&root) {
+            Ok(Some(_)) => None,
+            Ok(None) => Some("missing".to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = why {
+            return Err(FsError::Io(format!(
+                "salvage: the root directory's inode cannot be read ({why}): nothing can be \
+                 served; `cairn salvage POOL --rebuild` puts what it finds under lost+found"
+            )));
+        }
         drop(r);
         let mut fs = Fs::with_counters(pool, next_ino, last_tid);
         fs.salvage = true;

@@ -131,10 +131,7 @@ fn walk(r: &MetaRead, rs: u64, segs: &HashMap<u64, SegmentRec>) -> Result<Found>
     let mut f = Found::default();
     walk_from(r, rs, segs, &mut f, vec![(ROOT_INO, "/".to_string())]);
     let tid = r.counter("last_tid").unwrap_or(1).max(1);
-    if !f.kept.contains_key(&ROOT_INO) {
-        let root = new_dir(ROOT_INO, ROOT_INO, 0o755, tid);
-        f.kept.insert(ROOT_INO, root);
-    }
+    (f.kept.entry(ROOT_INO)).or_insert_with(|| new_dir(ROOT_INO, ROOT_INO, 0o755, tid));
     adopt(r, rs, segs, &mut f, tid);
     Ok(f)
 }
