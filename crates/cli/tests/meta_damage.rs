@@ -223,6 +223,24 @@ fn salvage_and_rebuild(pool: &Path, mnt: &Path, tree: &Tree, report: &str, what:
     true
 }
 
+/// What the differing 4 KiB at `at` of a read look like, for the message:
+/// zeros, or where in the tree those bytes are.
+fn where_from(tree: &Tree, got: &[u8], at: Option<usize>) -> String {
+    let Some(at) = at else {
+        return String::new();
+    };
+    let piece = &got[at..(at + 4096).min(got.len())];
+    if piece.iter().all(|b| *b == 0) {
+        return "zeros there".into();
+    }
+    for (rel, data) in tree {
+        if let Some(p) = data.windows(piece.len()).position(|w| w == piece) {
+            return format!("those bytes are {rel} at {p}");
+        }
+    }
+    "bytes found nowhere in the tree (an older version?)".into()
+}
+
 /// Every file of `intact` reads its exact bytes; every other one its exact
 /// bytes, EIO, or is missing.
 fn read_tree(mnt: &Path, tree: &Tree, intact: &[usize], what: &str, when: &str) {
@@ -230,9 +248,10 @@ fn read_tree(mnt: &Path, tree: &Tree, intact: &[usize], what: &str, when: &str) 
         match read_file(&mnt.join(rel)) {
             Ok(got) => assert!(
                 got == *want,
-                "{what} ({when}): {rel} read {} bytes that differ (first difference at {:?})",
+                "{what} ({when}): {rel} read {} bytes that differ (first difference at {:?}; {})",
                 got.len(),
-                first_diff(&got, want)
+                first_diff(&got, want),
+                where_from(tree, &got, first_diff(&got, want))
             ),
             // A file check does not call intact may be missing: after a
             // rebuild (lost), and in a salvage mount when a damaged branch

@@ -63,7 +63,7 @@ pub fn open_salvage_pool(path: &Path, config: PoolConfig) -> Result<Pool> {
 }
 
 /// The pool's devices, opened, with their records: as the device table
-/// says, or, when it cannot be read, every file in the pool directory
+/// says, or, when it or a record in it cannot be read, every file in the pool directory
 /// whose header names this pool (devices elsewhere are then not found).
 pub(crate) fn pool_devices(
     r: &MetaRead,
@@ -80,9 +80,20 @@ pub(crate) fn pool_devices(
     };
     let (mut devs, mut descs) = (Vec::new(), Vec::new());
     for (_, raw) in table {
-        let desc = DeviceDesc::decode(&raw)?;
-        devs.push(desc.open(path, sb, &*HostStorage::shared(), &config.object_options())?);
-        descs.push(desc);
+        let opened = DeviceDesc::decode(&raw).and_then(|d| {
+            let dev = d.open(path, sb, &*HostStorage::shared(), &config.object_options())?;
+            Ok((dev, d))
+        });
+        match opened {
+            Ok((dev, d)) => {
+                devs.push(dev);
+                descs.push(d);
+            }
+            Err(e) => {
+                tracing::warn!("salvage: a device record is damaged ({e}); looking for the pool's devices in {}", path.display());
+                return devices_in_dir(path, sb);
+            }
+        }
     }
     Ok((devs, descs))
 }

@@ -82,22 +82,24 @@ impl MetaRead {
     }
 
     /// In a salvage view, a key is looked up by a pass from the first
-    /// record of its object and type, as `scan` (and so `cairn check`'s
+    /// record of its object, as `scan` (and so `cairn check`'s
     /// walk) finds it, not by a direct descent: a damaged separator key in
     /// a branch page can mislead a descent to another leaf (a hole read as
     /// zeros, a name missing), and then the mount and check would not agree
     /// on what is intact. A pass that fails is an error.
     fn by_pass(&self, key: &ElemKey) -> Result<Option<Vec<u8>>> {
         let k = key.as_bytes();
-        let lo = &k[..k.len().min(9)];
-        let mut found = None;
-        for r in self.live.range::<&[u8]>(lo..=k)? {
+        // To the object's end, not to the key: a damaged page can hold a
+        // key out of order, which would end a pass bounded by the key.
+        let (lo, end) = range_bounds(&k[..k.len().min(8)]);
+        let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        for r in self.live.range::<&[u8]>((lo, hi))? {
             let (at, v) = r?;
             if at.value() == k {
-                found = Some(v.value().to_vec());
+                return Ok(Some(v.value().to_vec()));
             }
         }
-        Ok(found)
+        Ok(None)
     }
 
     /// In a store opened for salvage, whose pages were not verified, a
@@ -203,9 +205,23 @@ impl MetaRead {
             let (lo, end) = range_bounds(prefix);
             let lo = from.map_or(lo, Bound::Included);
             let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            // A salvage view starts every pass at its object's first
+            // record, as `get` does (`by_pass`), and skips to `lo`.
+            let obj = range_bounds(&prefix[..prefix.len().min(8)]);
+            let obj_end = obj.1.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let (start, stop) = match self.salvage {
+                true => (obj.0, obj_end),
+                false => (lo, hi),
+            };
             let mut out = Vec::new();
-            for r in self.live.range::<&[u8]>((lo, hi))? {
+            for r in self.live.range::<&[u8]>((start, stop))? {
                 let (k, v) = r?;
+                // A salvage pass goes to the object's end and keeps what
+                // lies in the range asked (a damaged page can hold a key
+                // out of order).
+                if !in_range(k.value(), lo, hi) {
+                    continue;
+                }
                 out.push(self.not_ended(live_element(k.value(), v.value())?)?);
                 if out.len() >= limit {
                     break;
@@ -471,4 +487,19 @@ impl MetaRead {
             ))
         })
     }
+}
+
+/// True if `k` lies between the bounds.
+fn in_range(k: &[u8], lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    let above = match lo {
+        Bound::Included(l) => k >= l,
+        Bound::Excluded(l) => k > l,
+        Bound::Unbounded => true,
+    };
+    let below = match hi {
+        Bound::Included(h) => k <= h,
+        Bound::Excluded(h) => k < h,
+        Bound::Unbounded => true,
+    };
+    above && below
 }
