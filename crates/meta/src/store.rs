@@ -66,6 +66,10 @@ pub struct MetaStore {
     writes: parking_lot::Mutex<()>,
     /// Opened by `open_salvage`: its pages were not verified.
     salvage: bool,
+    /// In a salvage store, the live element keys the creation index names
+    /// (`born_v1`, as far as it reads), to tell a record the damage hides
+    /// from a hole or a missing name.
+    named: Arc<std::collections::BTreeSet<Vec<u8>>>,
 }
 
 /// The file's length changes only inside a write transaction (or a
@@ -250,6 +254,7 @@ impl MetaStore {
             fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
             salvage: false,
+            named: Arc::default(),
         };
         s.write(|w| {
             w.set_counter("last_tid", 0)?;
@@ -318,6 +323,7 @@ impl MetaStore {
             fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
             salvage: false,
+            named: Arc::default(),
         };
         let refs = match s.db()?.begin_read()?.open_table(COUNTERS) {
             Ok(t) => t.get(LIVE_REFS)?.map_or(0, |v| v.value()),
@@ -610,12 +616,31 @@ impl MetaStore {
             fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
             salvage: true,
+            named: Arc::default(),
         };
         // Without the index (damage in `fresh_v1`), readers scan the table.
         if let Err(e) = guarded(|| s.load_fresh_index()) {
             tracing::warn!("ended elements waiting in fresh_v1 not indexed: {e}");
         }
+        let mut s = s;
+        s.named = Arc::new(s.born_names());
         Ok(s)
+    }
+
+    /// The element keys `born_v1` names, as far as a pass reads it.
+    fn born_names(&self) -> std::collections::BTreeSet<Vec<u8>> {
+        let mut names = std::collections::BTreeSet::new();
+        let r = guarded(|| {
+            let t = self.db()?.begin_read()?.open_table(BORN)?;
+            for e in t.iter()? {
+                names.insert(e?.0.value().1.to_vec());
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            tracing::warn!("salvage: the creation index could not be read to the end: {e}");
+        }
+        names
     }
 
     pub fn read(&self) -> Result<MetaRead> {
@@ -629,6 +654,7 @@ impl MetaStore {
                 fresh_index: self.fresh_index.clone(),
                 chunks: txn.open_table(CHUNKS)?,
                 salvage: self.salvage,
+                named: self.named.clone(),
                 txn,
             })
         })

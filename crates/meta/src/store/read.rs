@@ -18,6 +18,8 @@ pub struct MetaRead {
     /// A view of a damaged store opened for salvage (`open_salvage`):
     /// live elements are checked against history (`not_ended`).
     pub(super) salvage: bool,
+    /// In a salvage view, the keys the creation index names.
+    pub(super) named: Arc<std::collections::BTreeSet<Vec<u8>>>,
 }
 
 /// A read view's `fresh_v1` and its merge counter `hist_merges`.
@@ -99,7 +101,21 @@ impl MetaRead {
                 return Ok(Some(v.value().to_vec()));
             }
         }
+        self.unreached(std::iter::once(k))?;
         Ok(None)
+    }
+
+    /// In a salvage view, a key the creation index names that no pass
+    /// reached is a record the damage hides: an error, not a hole or a
+    /// missing name.
+    fn unreached<'k>(&self, mut keys: impl Iterator<Item = &'k [u8]>) -> Result<()> {
+        match keys.find(|k| self.named.contains(*k)) {
+            Some(k) => Err(MetaError::Corrupt {
+                key: ElemKey(k.to_vec()).to_string(),
+                why: "named by the creation index but out of reach (a damaged page)".into(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// In a store opened for salvage, whose pages were not verified, a
@@ -226,6 +242,15 @@ impl MetaRead {
                 if out.len() >= limit {
                     break;
                 }
+            }
+            if self.salvage {
+                // Up to the last key returned when the limit cut the scan.
+                let last = out.last().filter(|_| out.len() >= limit);
+                let hi = last.map_or(hi, |e| Bound::Included(e.key.as_bytes()));
+                let got: std::collections::HashSet<&[u8]> =
+                    out.iter().map(|e| e.key.as_bytes()).collect();
+                let named = self.named.range::<[u8], _>((lo, hi));
+                self.unreached(named.map(|k| k.as_slice()).filter(|k| !got.contains(k)))?;
             }
             Ok(out)
         })
