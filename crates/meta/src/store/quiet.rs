@@ -4,7 +4,8 @@
 //! unreadable, so the default hook's "thread '…' panicked at …" text on
 //! stderr would only alarm. The hook installed here stays silent while the
 //! panicking thread is inside a guard and hands every other panic to the
-//! hook that was there before it (unchanged output for real bugs).
+//! hook that was there before it (unchanged output for real bugs), as it
+//! does a panic during unwinding, which aborts the process.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -22,7 +23,9 @@ fn install() {
     HOOK.call_once(|| {
         let before = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if !inside() {
+            // A panic while one unwinds (a drop panicking) aborts the
+            // process: never quiet, so that its cause is seen.
+            if !inside() || std::thread::panicking() {
                 before(info)
             }
         }));
