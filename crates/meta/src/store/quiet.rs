@@ -14,6 +14,8 @@ use std::sync::Once;
 thread_local! {
     /// How many guards this thread is inside (guards nest).
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// A guarded panic is unwinding on this thread.
+    static UNWINDING: Cell<bool> = const { Cell::new(false) };
 }
 
 static HOOK: Once = Once::new();
@@ -23,9 +25,10 @@ fn install() {
     HOOK.call_once(|| {
         let before = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            // A panic while one unwinds (a drop panicking) aborts the
-            // process: never quiet, so that its cause is seen.
-            if !inside() || std::thread::panicking() {
+            // A second panic while a guarded one unwinds (a drop
+            // panicking) aborts the process: never quiet, so that its
+            // cause is seen.
+            if !inside() || UNWINDING.with(|u| u.replace(true)) {
                 before(info)
             }
         }));
@@ -52,7 +55,9 @@ pub(crate) fn catch<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
     install();
     DEPTH.with(|d| d.set(d.get() + 1));
     let _leave = Leave;
-    catch_unwind(AssertUnwindSafe(f))
+    let r = catch_unwind(AssertUnwindSafe(f));
+    UNWINDING.with(|u| u.set(false));
+    r
 }
 
 #[cfg(test)]
