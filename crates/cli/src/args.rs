@@ -27,6 +27,12 @@ pub enum Cmd {
     Umount(UmountArgs),
     /// Verify every element, reference and chunk of an unmounted pool.
     Check(PoolArg),
+    /// A pool whose metadata store is damaged: say what a rebuild keeps
+    /// and loses, or (--rebuild) write a new store from what is readable.
+    #[command(
+        after_help = "Example:\n  cairn salvage /srv/pool             # what a rebuild would keep and lose\n  cairn salvage /srv/pool --rebuild   # the damaged store is kept aside"
+    )]
+    Salvage(SalvageArgs),
     /// Show devices, usage and counters of a pool (mounted or not).
     Info(InfoArgs),
     /// Commit buffered writes now and print the committed TID.
@@ -492,6 +498,21 @@ pub struct MountArgs {
     /// (/api/info, /api/tier, /api/snapshots; sets metrics_detail).
     #[arg(long = "metrics-detail")]
     pub metrics_detail: bool,
+    /// Mount a pool whose metadata store fails its integrity check,
+    /// read-only: files whose records read intact are served, the others
+    /// give EIO; nothing is written to the pool.
+    #[arg(long)]
+    pub salvage: bool,
+}
+
+#[derive(Args)]
+pub struct SalvageArgs {
+    /// Pool directory (unmounted).
+    pub pool: PathBuf,
+    /// Write a new metadata store from what is readable; the damaged one
+    /// is renamed aside (meta.redb.damaged-TIME), never deleted.
+    #[arg(long)]
+    pub rebuild: bool,
 }
 
 /// Where and how the daemon serves volumes over NBD (each overrides the

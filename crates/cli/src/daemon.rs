@@ -181,6 +181,9 @@ fn no_room_hint(e: anyhow::Error, pool: &Path, config: &PoolConfig) -> anyhow::E
 fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> {
     init_logging();
     let config = config_for(a)?;
+    if a.salvage {
+        return crate::salvage::serve(pool, a, config, ready);
+    }
     // A bad token file stops the mount before the pool opens.
     let token = crate::metrics::token(&config)?;
     let room = |e| no_room_hint(e, pool, &config);
@@ -280,6 +283,9 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
         log.display()
     );
     print_warnings(&log, log_start);
+    if a.salvage {
+        println!("{}", crate::salvage::mounted_line(pool, &mnt));
+    }
     Ok(())
 }
 
@@ -314,6 +320,9 @@ fn daemon_command(pool: &Path, a: &MountArgs) -> Result<Command> {
     }
     if a.metrics_detail {
         cmd.arg("--metrics-detail");
+    }
+    if a.salvage {
+        cmd.arg("--salvage");
     }
     Ok(cmd)
 }

@@ -14,6 +14,7 @@ mod mirror_bucket;
 mod nbd;
 mod ready;
 mod report;
+mod salvage;
 mod service;
 mod stop;
 mod tiering;
@@ -122,6 +123,7 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Mount(a) => daemon::mount(a),
         Cmd::Umount(a) => daemon::umount(&a.mountpoint),
         Cmd::Check(a) => report::check(&a.pool),
+        Cmd::Salvage(a) => salvage::run(&a),
         Cmd::Info(a) => report::info(&a.pool, a.json),
         Cmd::Sync(t) => admin::sync(&t),
         Cmd::Snapshot(c) => admin::snapshot(c),

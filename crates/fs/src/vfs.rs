@@ -97,6 +97,9 @@ pub struct Fs {
     pub(crate) holds: crate::replica::holds::Holds,
     /// The background threads and their CPU priority (`background.rs`).
     pub(crate) background: crate::background::Background,
+    /// Opened for salvage: read-only, from a copy in RAM of a damaged
+    /// metadata store (`open_salvage`).
+    salvage: bool,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -127,12 +130,63 @@ impl Fs {
         Ok(fs)
     }
 
+    /// Opens the filesystem of a pool opened for salvage
+    /// (`maintenance::salvage::open_salvage_pool`) to be mounted read-only:
+    /// no intent log, no orphan removal, nothing committed. Counters and
+    /// snapshots that cannot be read are logged and done without.
+    pub fn open_salvage(pool: Pool) -> Result<Arc<Fs>> {
+        let r = pool.meta.read()?;
+        let counter = |name: &str| {
+            r.counter(name).unwrap_or_else(|e| {
+                tracing::warn!("salvage: counter {name} cannot be read: {e}");
+                0
+            })
+        };
+        let (next_ino, last_tid) = (counter("next_ino"), counter("last_tid"));
+        let root = ElemKey::new(crate::types::ROOT_INO, RecordType::Inode, &[]);
+        let why = match r.get(&root) {
+            Ok(Some(_)) => None,
+            Ok(None) => Some("missing".to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = why {
+            return Err(FsError::Io(format!(
+                "salvage: the root directory's inode cannot be read ({why}): nothing can be \
+                 served; `cairn salvage POOL --rebuild` puts what it finds under lost+found"
+            )));
+        }
+        drop(r);
+        let mut fs = Fs::with_counters(pool, next_ino, last_tid);
+        fs.salvage = true;
+        let fs = Arc::new(fs);
+        if let Err(e) = fs.refresh_retained() {
+            tracing::warn!("salvage: the snapshot table cannot be read: {e}");
+        }
+        Ok(fs)
+    }
+
+    /// True when mounted for salvage (`open_salvage`) or a mirror: every
+    /// change is refused (a read-only mount).
+    pub fn read_only(&self) -> bool {
+        self.salvage || self.mirror_role().is_ok_and(|r| r.is_mirror())
+    }
+
+    /// True when opened for salvage (`open_salvage`).
+    pub fn is_salvage(&self) -> bool {
+        self.salvage
+    }
+
     /// The in-memory state of a pool just opened: nothing buffered yet.
     fn with_pool(pool: Pool) -> Result<Fs> {
         let r = pool.meta.read()?;
         let next_ino = r.counter("next_ino")?;
         let last_tid = r.counter("last_tid")?;
         drop(r);
+        Ok(Fs::with_counters(pool, next_ino, last_tid))
+    }
+
+    /// `with_pool` with the counters read.
+    fn with_counters(pool: Pool, next_ino: u64, last_tid: u64) -> Fs {
         let record = pool.record_size();
         let recent = crate::writeback::recent::RecentBlocks::new(
             (pool.config.dirty_limit_mib << 20) as usize / 2,
@@ -141,8 +195,9 @@ impl Fs {
             crate::pool::reserve::Reserve::open(&crate::pool::PoolPaths::meta(&pool.path));
         let holds = crate::replica::holds::Holds::load(&pool.path);
         let background = crate::background::Background::new(pool.config.background_nice);
-        Ok(Fs {
+        Fs {
             pool,
+            salvage: false,
             shards: (0..crate::state::SHARDS)
                 .map(|_| Mutex::new(Default::default()))
                 .collect(),
@@ -176,7 +231,7 @@ impl Fs {
             commit_stats: Default::default(),
             maint_stats: Default::default(),
             writes: Default::default(),
-        })
+        }
     }
 
     /// Applies and commits the intent log records a crash left.

@@ -91,9 +91,10 @@ pub fn spawn(
     Ok(session)
 }
 
-/// A mirror pool is mounted read-only: it changes only by streams.
+/// A mirror pool is mounted read-only (it changes only by streams), and so
+/// is a pool mounted for salvage.
 fn is_mirror(fs: &Fs) -> bool {
-    fs.mirror_role().is_ok_and(|r| r.is_mirror())
+    fs.read_only()
 }
 
 /// The mount's source name: the pool path, so tools can find the pool.

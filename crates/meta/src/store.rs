@@ -26,6 +26,7 @@ mod born_lazy;
 mod by_tid;
 mod hist_lazy;
 mod live_lazy;
+mod quiet;
 mod read;
 mod rollback;
 mod write;
@@ -63,6 +64,12 @@ pub struct MetaStore {
     /// Held for the whole of `write`, past redb's commit, until the
     /// waiting entries and removals are brought up to date.
     writes: parking_lot::Mutex<()>,
+    /// Opened by `open_salvage`: its pages were not verified.
+    salvage: bool,
+    /// In a salvage store, the live element keys the creation index names
+    /// (`born_v1`, as far as it reads), to tell a record the damage hides
+    /// from a hole or a missing name.
+    named: Arc<std::collections::BTreeSet<Vec<u8>>>,
 }
 
 /// The file's length changes only inside a write transaction (or a
@@ -208,8 +215,7 @@ fn damaged_or(path: &Path, e: redb::DatabaseError) -> MetaError {
 /// page that slipped past the checks can cause) into an error for the one
 /// caller instead of killing the thread that serves it.
 fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .unwrap_or_else(|p| Err(MetaError::Panicked(panic_text(&*p))))
+    quiet::catch(f).unwrap_or_else(|p| Err(MetaError::Panicked(panic_text(&*p))))
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
@@ -247,6 +253,8 @@ impl MetaStore {
             live_waiting: LiveDebts::default(),
             fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
+            salvage: false,
+            named: Arc::default(),
         };
         s.write(|w| {
             w.set_counter("last_tid", 0)?;
@@ -314,6 +322,8 @@ impl MetaStore {
             live_waiting: LiveDebts::default(),
             fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
+            salvage: false,
+            named: Arc::default(),
         };
         let refs = match s.db()?.begin_read()?.open_table(COUNTERS) {
             Ok(t) => t.get(LIVE_REFS)?.map_or(0, |v| v.value()),
@@ -462,7 +472,7 @@ impl Drop for MetaStore {
     /// panic in a drop would abort: it is contained here.
     fn drop(&mut self) {
         if let Some(db) = self.db.get_mut().take() {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
+            let _ = quiet::catch(move || drop(db));
         }
     }
 }
@@ -605,12 +615,32 @@ impl MetaStore {
             live_waiting: LiveDebts::default(),
             fresh_index: Arc::default(),
             writes: parking_lot::Mutex::default(),
+            salvage: true,
+            named: Arc::default(),
         };
         // Without the index (damage in `fresh_v1`), readers scan the table.
         if let Err(e) = guarded(|| s.load_fresh_index()) {
             tracing::warn!("ended elements waiting in fresh_v1 not indexed: {e}");
         }
+        let mut s = s;
+        s.named = Arc::new(s.born_names());
         Ok(s)
+    }
+
+    /// The element keys `born_v1` names, as far as a pass reads it.
+    fn born_names(&self) -> std::collections::BTreeSet<Vec<u8>> {
+        let mut names = std::collections::BTreeSet::new();
+        let r = guarded(|| {
+            let t = self.db()?.begin_read()?.open_table(BORN)?;
+            for e in t.iter()? {
+                names.insert(e?.0.value().1.to_vec());
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            tracing::warn!("salvage: the creation index could not be read to the end: {e}");
+        }
+        names
     }
 
     pub fn read(&self) -> Result<MetaRead> {
@@ -623,6 +653,8 @@ impl MetaStore {
                 fresh: std::sync::OnceLock::new(),
                 fresh_index: self.fresh_index.clone(),
                 chunks: txn.open_table(CHUNKS)?,
+                salvage: self.salvage,
+                named: self.named.clone(),
                 txn,
             })
         })
@@ -774,8 +806,7 @@ impl MetaStore {
             }
             Ok(r)
         });
-        std::panic::catch_unwind(run)
-            .unwrap_or_else(|p| Err(MetaError::Panicked(panic_text(&*p)).into()))
+        quiet::catch(run).unwrap_or_else(|p| Err(MetaError::Panicked(panic_text(&*p)).into()))
     }
 }
 

@@ -5,15 +5,166 @@
 //! be read intact is named by path. A full pass over each table then reports
 //! what failed there, since that damage may belong to no file the walk
 //! reached. Nothing is written.
+//!
+//! `cairn mount --salvage` opens such a pool read-only the same way
+//! (`open_salvage_pool`): every file whose records read intact is served,
+//! the others give EIO, and nothing is written to the pool.
 
-use crate::error::Result;
+use crate::error::{FsError, Result};
 use crate::maintenance::check::CheckReport;
-use crate::pool::{read_superblock, PoolPaths};
-use crate::types::{split_dirent_subkey, DirEnt, Extent, FileKind, Inode, ROOT_INO};
-use cairn_data::ChunkRec;
-use cairn_meta::{ElemKey, MetaRead, MetaStore, RecordType};
-use std::collections::{HashSet, VecDeque};
+use crate::maintenance::rebuild;
+use crate::pool::config::PoolConfig;
+use crate::pool::superblock::Superblock;
+use crate::pool::{read_superblock, DeviceDesc, Pool, PoolPaths};
+use crate::types::ROOT_INO;
+use cairn_data::{ChunkRec, ChunkStore, SegmentRec};
+use cairn_devices::{Device, DeviceRole, DeviceSet, HostStorage};
+use cairn_meta::{MetaRead, MetaStore, PageCache, RecordType};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::Path;
+use std::sync::Arc;
+
+/// At most this many segment records are looked up one by one when a
+/// full pass over the segment table stops at damage.
+const MAX_SEGMENT_LOOKUPS: u64 = 1 << 22;
+
+/// Opens, read-only, a pool whose metadata store failed its integrity
+/// check (`cairn mount --salvage`): the store as a copy in RAM whose reads
+/// are all guarded (its file is never written), the devices to read
+/// chunks from and the segment records that can be read. No SSD cache
+/// and no background work: nothing is written to the pool's devices.
+pub fn open_salvage_pool(path: &Path, config: PoolConfig) -> Result<Pool> {
+    let sb = read_superblock(path)?;
+    let lock = crate::pool::take_lock(path)?;
+    let meta = MetaStore::open_salvage(&PoolPaths::meta(path))?;
+    let r = meta.read()?;
+    let storage = HostStorage::shared();
+    let (devices, _) = pool_devices(&r, path, &sb, &config)?;
+    let table = readable_segments(&r);
+    let next_segment = (r.counter("next_segment").unwrap_or(0))
+        .max(table.iter().map(|(id, _)| id + 1).max().unwrap_or(1));
+    drop(r);
+    let set = Arc::new(DeviceSet::new(devices)?);
+    let chunks = ChunkStore::new(set, table, next_segment)?;
+    chunks.set_ram_cache(config.read_cache_mib << 20);
+    chunks.set_readahead(config.readahead_kib << 10);
+    Ok(Pool {
+        path: path.to_path_buf(),
+        sb,
+        config,
+        meta,
+        meta_pages: PageCache::new(),
+        meta_home: None,
+        chunks,
+        mode_warnings: Vec::new(),
+        storage,
+        _lock: lock,
+    })
+}
+
+/// The pool's devices, opened, with their records: as the device table
+/// says, or, when it or a record in it cannot be read, every file in the pool directory
+/// whose header names this pool (devices elsewhere are then not found).
+pub(crate) fn pool_devices(
+    r: &MetaRead,
+    path: &Path,
+    sb: &Superblock,
+    config: &PoolConfig,
+) -> Result<(Vec<Device>, Vec<DeviceDesc>)> {
+    let table = match r.devices() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!("salvage: the device table cannot be read ({e}); looking for the pool's devices in {}", path.display());
+            return devices_in_dir(path, sb);
+        }
+    };
+    let (mut devs, mut descs) = (Vec::new(), Vec::new());
+    for (_, raw) in table {
+        let opened = DeviceDesc::decode(&raw).and_then(|d| {
+            let dev = d.open(path, sb, &*HostStorage::shared(), &config.object_options())?;
+            Ok((dev, d))
+        });
+        match opened {
+            Ok((dev, d)) => {
+                devs.push(dev);
+                descs.push(d);
+            }
+            Err(e) => {
+                tracing::warn!("salvage: a device record is damaged ({e}); looking for the pool's devices in {}", path.display());
+                return devices_in_dir(path, sb);
+            }
+        }
+    }
+    Ok((devs, descs))
+}
+
+/// The files in the pool directory that are devices of this pool.
+fn devices_in_dir(path: &Path, sb: &Superblock) -> Result<(Vec<Device>, Vec<DeviceDesc>)> {
+    let (mut devs, mut descs) = (Vec::new(), Vec::new());
+    let dir =
+        std::fs::read_dir(path).map_err(|e| FsError::Io(format!("{}: {e}", path.display())))?;
+    for e in dir
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+    {
+        let storage = HostStorage::shared();
+        let Ok(dev) = Device::open_with(&e.path(), sb.uuid, DeviceRole::Tier, None, &*storage)
+        else {
+            continue;
+        };
+        descs.push(DeviceDesc {
+            version: 1,
+            id: dev.id(),
+            class: dev.class(),
+            path: e.file_name().into(),
+            role: DeviceRole::Tier,
+            emulate: None,
+        });
+        devs.push(dev);
+    }
+    if devs.is_empty() {
+        return Err(FsError::Io(format!(
+            "the device table cannot be read and no device of this pool is in {}",
+            path.display()
+        )));
+    }
+    Ok((devs, descs))
+}
+
+/// The segment records that can be read: a full pass, then, if damage
+/// stopped it, a lookup of each other id below `next_segment` (a record
+/// past a damaged page is often reachable from the root by another path).
+/// Records that fail their checksum are left out (their chunks give EIO).
+pub(crate) fn readable_segments(r: &MetaRead) -> Vec<(u64, SegmentRec)> {
+    let (mut raw, stopped) = r.segments_until_damage();
+    if let Some(e) = stopped {
+        tracing::warn!("salvage: the segment table could not be read in one pass ({e}); looking its records up one by one");
+        let seen: HashSet<u64> = raw.iter().map(|(id, _)| *id).collect();
+        let next = r.counter("next_segment").unwrap_or(0);
+        for id in (0..next.min(MAX_SEGMENT_LOOKUPS)).filter(|id| !seen.contains(id)) {
+            if let Ok(Some(v)) = r.segment(id) {
+                raw.push((id, v));
+            }
+        }
+    }
+    let mut bad = 0;
+    let table: Vec<(u64, SegmentRec)> = raw
+        .into_iter()
+        .filter_map(|(id, v)| match SegmentRec::decode(&v) {
+            Ok(rec) => Some((id, rec)),
+            Err(_) => {
+                bad += 1;
+                None
+            }
+        })
+        .collect();
+    if bad > 0 {
+        tracing::warn!(
+            "salvage: {bad} segment record(s) fail their checksum; their chunks give EIO"
+        );
+    }
+    table
+}
 
 /// The report for a pool whose metadata store is damaged: always has at
 /// least one problem (the failed integrity check itself).
@@ -45,8 +196,11 @@ pub fn salvage_pool(pool: &Path, why: &str) -> Result<CheckReport> {
     Ok(rep)
 }
 
-/// Walks the live tree from the root, naming each file whose records fail.
+/// Walks the live tree from the root, naming each file whose records fail
+/// (the same test a rebuild keeps a file by: `rebuild::object`).
 fn walk(r: &MetaRead, rs: u64, rep: &mut CheckReport) {
+    let segs: HashMap<u64, SegmentRec> = readable_segments(r).into_iter().collect();
+    let mut chunks = BTreeMap::new();
     let mut q = VecDeque::from([(ROOT_INO, "/".to_string())]);
     let mut seen = HashSet::new();
     while let Some((ino, path)) = q.pop_front() {
@@ -54,82 +208,17 @@ fn walk(r: &MetaRead, rs: u64, rep: &mut CheckReport) {
             continue;
         }
         rep.inodes += 1;
-        let inode = match r.get(&ElemKey::new(ino, RecordType::Inode, &[])) {
-            Ok(Some(e)) => Inode::decode(ino, &e.payload).map_err(|e| e.to_string()),
-            Ok(None) => Err("inode record missing".to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        let inode = match inode {
-            Ok(i) => i,
-            Err(why) => {
-                rep.problems.push(format!("{path}: DAMAGED: inode: {why}"));
-                continue;
+        match rebuild::object(r, ino, rs, &segs, &mut chunks) {
+            Ok(k) => {
+                rep.extents += (k.elems.iter())
+                    .filter(|e| e.key.rtype() == Some(RecordType::Extent))
+                    .count() as u64;
+                q.extend(rebuild::children(&k, &path));
             }
-        };
-        let res = match inode.kind {
-            FileKind::Dir => entries(r, ino, &path, &mut q),
-            FileKind::File => extents(r, ino, &inode, rs, rep),
-            _ => Ok(()),
-        };
-        if let Err(why) = res {
-            rep.problems.push(format!("{path}: DAMAGED: {why}"));
+            Err(why) => rep.problems.push(format!("{path}: DAMAGED: {why}")),
         }
     }
-}
-
-fn entries(
-    r: &MetaRead,
-    dir: u64,
-    path: &str,
-    q: &mut VecDeque<(u64, String)>,
-) -> std::result::Result<(), String> {
-    let prefix = ElemKey::prefix(dir, RecordType::DirEntry);
-    let ents = r
-        .scan(&prefix, None, usize::MAX)
-        .map_err(|e| format!("directory entries: {e}"))?;
-    for e in ents {
-        let (_, name) = split_dirent_subkey(e.key.sub()).map_err(|e| e.to_string())?;
-        let name = String::from_utf8_lossy(name).into_owned();
-        let d = DirEnt::decode(&e.payload).map_err(|err| format!("entry {name:?}: {err}"))?;
-        let base = if path == "/" { "" } else { path };
-        q.push_back((d.ino, format!("{base}/{name}")));
-    }
-    Ok(())
-}
-
-/// A file's extents must decode and name chunk records that decode.
-fn extents(
-    r: &MetaRead,
-    ino: u64,
-    inode: &Inode,
-    rs: u64,
-    rep: &mut CheckReport,
-) -> std::result::Result<(), String> {
-    let prefix = ElemKey::prefix(ino, RecordType::Extent);
-    let exts = r
-        .scan(&prefix, None, usize::MAX)
-        .map_err(|e| format!("extents: {e}"))?;
-    for e in exts {
-        rep.extents += 1;
-        let blk = u64::from_be_bytes(e.key.sub().try_into().unwrap_or([0xff; 8]));
-        let at = blk.saturating_mul(rs);
-        let x = Extent::decode(&e.payload).map_err(|err| format!("extent at {at}: {err}"))?;
-        if at >= inode.size.max(1) {
-            return Err(format!("extent at offset {at} beyond end of file"));
-        }
-        for id in x.chunks() {
-            match r.chunk(id) {
-                Ok(Some(raw)) => {
-                    ChunkRec::decode(&raw)
-                        .map_err(|err| format!("offset {at}: chunk record {id}: {err}"))?;
-                    rep.chunks += 1;
-                }
-                Ok(None) => return Err(format!("offset {at}: chunk record {id} missing")),
-                Err(err) => return Err(format!("offset {at}: chunk record {id}: {err}")),
-            }
-        }
-    }
-    Ok(())
+    rep.chunks = chunks.len() as u64;
 }
 
 /// Full passes over the tables: failures here may be damage in records

@@ -811,10 +811,10 @@ pub struct Pool {
     pub mode_warnings: Vec<String>,
     /// How the pool's files are opened (the host's, or a test storage).
     pub storage: Arc<dyn Storage>,
-    _lock: File,
+    pub(crate) _lock: File,
 }
 
-fn take_lock(pool: &Path) -> Result<File> {
+pub(crate) fn take_lock(pool: &Path) -> Result<File> {
     use std::os::fd::AsRawFd;
     let p = PoolPaths::lock(pool);
     let f = private_options()

@@ -15,6 +15,11 @@ pub struct MetaRead {
     pub(super) fresh: std::sync::OnceLock<FreshSnap>,
     pub(super) fresh_index: Arc<FreshIndex>,
     pub(super) chunks: ReadOnlyTable<u64, &'static [u8]>,
+    /// A view of a damaged store opened for salvage (`open_salvage`):
+    /// live elements are checked against history (`not_ended`).
+    pub(super) salvage: bool,
+    /// In a salvage view, the keys the creation index names.
+    pub(super) named: Arc<std::collections::BTreeSet<Vec<u8>>>,
 }
 
 /// A read view's `fresh_v1` and its merge counter `hist_merges`.
@@ -66,10 +71,91 @@ impl MetaRead {
 
     /// The live element with this key.
     pub fn get(&self, key: &ElemKey) -> Result<Option<Element>> {
-        guarded(|| match self.live.get(key.as_bytes())? {
-            Some(v) => live_element(key.as_bytes(), v.value()).map(Some),
-            None => Ok(None),
+        guarded(|| {
+            let value = match self.salvage {
+                true => self.by_pass(key)?,
+                false => self.live.get(key.as_bytes())?.map(|v| v.value().to_vec()),
+            };
+            match value {
+                Some(v) => self.not_ended(live_element(key.as_bytes(), &v)?).map(Some),
+                None => Ok(None),
+            }
         })
+    }
+
+    /// In a salvage view, a key is looked up by a pass from the first
+    /// record of its object, as `scan` (and so `cairn check`'s
+    /// walk) finds it, not by a direct descent: a damaged separator key in
+    /// a branch page can mislead a descent to another leaf (a hole read as
+    /// zeros, a name missing), and then the mount and check would not agree
+    /// on what is intact. A pass that fails is an error.
+    fn by_pass(&self, key: &ElemKey) -> Result<Option<Vec<u8>>> {
+        let k = key.as_bytes();
+        // To the object's end, not to the key: a damaged page can hold a
+        // key out of order, which would end a pass bounded by the key.
+        let (lo, end) = range_bounds(&k[..k.len().min(8)]);
+        let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        for r in self.live.range::<&[u8]>((lo, hi))? {
+            let (at, v) = r?;
+            if at.value() == k {
+                return Ok(Some(v.value().to_vec()));
+            }
+        }
+        self.unreached(std::iter::once(k))?;
+        Ok(None)
+    }
+
+    /// In a salvage view, a key the creation index names that no pass
+    /// reached is a record the damage hides: an error, not a hole or a
+    /// missing name.
+    fn unreached<'k>(&self, mut keys: impl Iterator<Item = &'k [u8]>) -> Result<()> {
+        match keys.find(|k| self.named.contains(*k)) {
+            Some(k) => Err(MetaError::Corrupt {
+                key: ElemKey(k.to_vec()).to_string(),
+                why: "named by the creation index but out of reach (a damaged page)".into(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// In a store opened for salvage, whose pages were not verified, a
+    /// damaged branch page can lead a lookup to a stale leaf of an older
+    /// commit, whose records (an overwritten extent...) pass their own
+    /// checksums. A live element is served only if one of two other trees
+    /// vouches for it and neither says otherwise: history (`hist_v1`,
+    /// `fresh_v1`) must not hold its version as ended, and the creation
+    /// index (`born_v1`) must hold it. Where neither can be read it is
+    /// refused as damaged. (A stale version whose history prune removed and
+    /// whose creation entry a crash left cannot be told apart.)
+    fn not_ended(&self, e: Element) -> Result<Element> {
+        if !self.salvage {
+            return Ok(e);
+        }
+        let stale = |why: &str| MetaError::Corrupt {
+            key: e.key.to_string(),
+            why: format!("{why} (a stale page of a damaged store)"),
+        };
+        let ended = guarded(|| self.ended(&e));
+        let born = guarded(|| {
+            let t = self.txn.open_table(BORN)?;
+            Ok(t.get((e.create_tid, e.key.as_bytes()))?.is_some())
+        });
+        match (ended, born) {
+            (Ok(true), _) => Err(stale("a version that history says ended")),
+            (_, Ok(false)) => Err(stale("a version the creation index does not hold")),
+            (Err(h), Err(_)) => Err(stale(&format!("cannot be verified: {h}"))),
+            _ => Ok(e),
+        }
+    }
+
+    /// True if history holds this version of the element as ended.
+    fn ended(&self, e: &Element) -> Result<bool> {
+        let hk = hist_key(e.key.as_bytes(), e.create_tid);
+        if self.hist.get(hk.as_slice())?.is_some() {
+            return Ok(true);
+        }
+        let waiting = (self.fresh_view()?).range((Bound::Included(&hk), Bound::Included(&hk)))?;
+        Ok(!waiting.is_empty())
     }
 
     /// The element with this key as it was at `tid`: the live one if it was
@@ -135,13 +221,36 @@ impl MetaRead {
             let (lo, end) = range_bounds(prefix);
             let lo = from.map_or(lo, Bound::Included);
             let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            // A salvage view starts every pass at its object's first
+            // record, as `get` does (`by_pass`), and skips to `lo`.
+            let obj = range_bounds(&prefix[..prefix.len().min(8)]);
+            let obj_end = obj.1.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let (start, stop) = match self.salvage {
+                true => (obj.0, obj_end),
+                false => (lo, hi),
+            };
             let mut out = Vec::new();
-            for r in self.live.range::<&[u8]>((lo, hi))? {
+            for r in self.live.range::<&[u8]>((start, stop))? {
                 let (k, v) = r?;
-                out.push(live_element(k.value(), v.value())?);
+                // A salvage pass goes to the object's end and keeps what
+                // lies in the range asked (a damaged page can hold a key
+                // out of order).
+                if !in_range(k.value(), lo, hi) {
+                    continue;
+                }
+                out.push(self.not_ended(live_element(k.value(), v.value())?)?);
                 if out.len() >= limit {
                     break;
                 }
+            }
+            if self.salvage {
+                // Up to the last key returned when the limit cut the scan.
+                let last = out.last().filter(|_| out.len() >= limit);
+                let hi = last.map_or(hi, |e| Bound::Included(e.key.as_bytes()));
+                let got: std::collections::HashSet<&[u8]> =
+                    out.iter().map(|e| e.key.as_bytes()).collect();
+                let named = self.named.range::<[u8], _>((lo, hi));
+                self.unreached(named.map(|k| k.as_slice()).filter(|k| !got.contains(k)))?;
             }
             Ok(out)
         })
@@ -209,6 +318,31 @@ impl MetaRead {
             }
             Ok(out)
         })
+    }
+
+    /// One segment record, looked up alone: in a damaged store (salvage)
+    /// a record can often be reached this way when a full pass stops at a
+    /// damaged page before it.
+    pub fn segment(&self, id: u64) -> Result<Option<Vec<u8>>> {
+        guarded(|| {
+            let t = self.txn.open_table(SEGMENTS)?;
+            Ok(t.get(id)?.map(|v| v.value().to_vec()))
+        })
+    }
+
+    /// The segment records a full pass reads before damage stops it, and
+    /// what stopped it (None: the pass reached the end). For salvage.
+    pub fn segments_until_damage(&self) -> (Vec<(u64, Vec<u8>)>, Option<MetaError>) {
+        let mut out = Vec::new();
+        let r = guarded(|| {
+            let t = self.txn.open_table(SEGMENTS)?;
+            for r in t.iter()? {
+                let (k, v) = r?;
+                out.push((k.value(), v.value().to_vec()));
+            }
+            Ok(())
+        });
+        (out, r.err())
     }
 
     pub fn counter(&self, name: &str) -> Result<u64> {
@@ -378,4 +512,19 @@ impl MetaRead {
             ))
         })
     }
+}
+
+/// True if `k` lies between the bounds.
+fn in_range(k: &[u8], lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    let above = match lo {
+        Bound::Included(l) => k >= l,
+        Bound::Excluded(l) => k > l,
+        Bound::Unbounded => true,
+    };
+    let below = match hi {
+        Bound::Included(h) => k <= h,
+        Bound::Excluded(h) => k < h,
+        Bound::Unbounded => true,
+    };
+    above && below
 }
