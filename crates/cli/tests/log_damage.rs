@@ -127,12 +127,28 @@ fn a_record_damaged_in_both_copies_refuses_the_mount_until_discarded() {
         "mounted a damaged log: {}",
         describe(&out)
     );
-    for want in ["record 4", "damaged", "--discard-damaged-log", "files [/f]"] {
+    for want in [
+        "record 4",
+        "damaged",
+        "--discard-damaged-log",
+        "--salvage",
+        "files [/f]",
+    ] {
         assert!(err.contains(want), "refusal lacks {want:?}: {err}");
     }
     assert!(
         fs::read(&log).unwrap() == before,
         "a refused mount changed the log"
+    );
+    // The advice works: a read-only look at the last commit (f was never
+    // committed), which leaves the log as it is.
+    let out = try_mount(&fs_, &["--salvage"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(!fs_.p("f").exists(), "the salvage view replayed the log");
+    assert!(cairn_umount(&fs_.mnt).status.success());
+    assert!(
+        fs::read(&log).unwrap() == before,
+        "--salvage changed the log"
     );
     fs_.mount_args.push("--discard-damaged-log".into());
     fs_.mount();

@@ -232,13 +232,14 @@ impl Fs {
         format!(
             "{d}. Applying the records before it alone would lose the fsync'd changes of \
              record {} (unreadable) and of those after it, which touch {}. Nothing was \
-             changed. To mount anyway, replaying the records before the damage and dropping \
-             the rest: `cairn mount POOL MNT --discard-damaged-log`; first copy what you need \
-             from a read-only look at the last commit if you can (`--salvage`, where \
-             available), or keep a copy of {} for later analysis",
+             changed. To see the pool as last committed, read-only and without the log: \
+             `cairn mount {pool} MNT --salvage`. To mount it replaying the records before the \
+             damage and dropping the rest: `cairn mount {pool} MNT --discard-damaged-log` \
+             (keep a copy of {} first if the lost changes matter)",
             d.first_lost,
             touched(d, self.record, &paths),
-            d.path.display()
+            d.path.display(),
+            pool = self.pool.path.display()
         )
     }
 
