@@ -140,6 +140,25 @@ fn check_version(b: &[u8], what: &str) -> Result<()> {
 }
 
 impl Inode {
+    /// An empty directory `ino` in `parent`, owned by root, made `now`.
+    pub fn empty_dir(ino: u64, parent: u64, perm: u16, now: Time) -> Inode {
+        Inode {
+            ino,
+            kind: FileKind::Dir,
+            perm,
+            uid: 0,
+            gid: 0,
+            nlink: 2,
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            rdev: 0,
+            parent,
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(96);
         b.push(PAYLOAD_VERSION);

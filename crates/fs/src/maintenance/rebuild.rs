@@ -161,22 +161,7 @@ fn walk_from(
 
 /// An empty directory `ino` in `parent`, created at `tid`.
 fn new_dir(ino: u64, parent: u64, perm: u16, tid: u64) -> Kept {
-    let now = Time::now();
-    let inode = Inode {
-        ino,
-        kind: FileKind::Dir,
-        perm,
-        uid: 0,
-        gid: 0,
-        nlink: 2,
-        size: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        crtime: now,
-        rdev: 0,
-        parent,
-    };
+    let inode = Inode::empty_dir(ino, parent, perm, Time::now());
     Kept {
         elems: vec![live(
             ElemKey::new(ino, RecordType::Inode, &[]),

@@ -15,7 +15,7 @@ pub mod superblock;
 use crate::error::{FsError, Result};
 use crate::pool::config::PoolConfig;
 use crate::pool::superblock::{Superblock, SUPERBLOCK_LEN};
-use crate::types::{FileKind, Inode, Time, ROOT_INO};
+use crate::types::{Inode, Time, ROOT_INO};
 use cairn_data::{ChunkRec, ChunkStore, SegmentRec};
 use cairn_devices::device::{device_file_path, file_id, in_use, occupant, Occupant};
 use cairn_devices::private::{private_options, DIR_MODE};
@@ -205,24 +205,6 @@ fn validate(opts: &MkfsOptions) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-fn root_inode(now: Time) -> Inode {
-    Inode {
-        ino: ROOT_INO,
-        kind: FileKind::Dir,
-        perm: 0o755,
-        uid: 0,
-        gid: 0,
-        nlink: 2,
-        size: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        crtime: now,
-        rdev: 0,
-        parent: ROOT_INO,
-    }
 }
 
 /// Creates a pool. The superblock is written last, so an interrupted mkfs
@@ -475,7 +457,7 @@ fn write_first_tid(meta: &MetaStore, descs: &[DeviceDesc], now: Time, mirror: bo
         }
         w.put(
             &ElemKey::new(ROOT_INO, RecordType::Inode, &[]),
-            &root_inode(now).encode(),
+            &Inode::empty_dir(ROOT_INO, ROOT_INO, 0o755, now).encode(),
             1,
         )?;
         w.set_counter("last_tid", 1)?;
