@@ -1,5 +1,5 @@
 //! The intent log's file: a preallocated file beside the metadata store
-//! that fsync appends records to (one write and one fdatasync each). It is
+//! that fsync appends records to (two writes, one per copy, and one fdatasync each). It is
 //! two regions used in turn: records go to one until a flush seals the
 //! changes they hold for its commit (`seal`); later records go to the
 //! other, on top of the TID being committed, so that fsync never waits for
@@ -94,12 +94,11 @@ impl Layout {
         }
     }
 
-    /// Where each record's places are, from its place in the first half.
-    fn copies(self, region_len: u64) -> Vec<u64> {
-        match self {
-            Layout::Mirrored => vec![0, region_len / 2],
-            _ => vec![0],
-        }
+    /// Where each record's places are, from its place in the first half
+    /// (no allocation: a record write, on fsync's path, asks each time).
+    fn copies(self, region_len: u64) -> impl Iterator<Item = u64> {
+        let copy = (self == Layout::Mirrored).then_some(region_len / 2);
+        std::iter::once(0).chain(copy)
     }
 }
 
@@ -175,9 +174,6 @@ pub struct LogFile {
     /// How the region's records are laid out: mirrored, or the layout of
     /// an older log found at open (records on it keep its layout).
     layout: Layout,
-    /// How far records of the region may reach from its start
-    /// (`Layout::limit`).
-    limit: u64,
     /// Size of each region: half the file.
     region_len: u64,
     /// The overlay being committed has changes no record holds: the next
@@ -271,7 +267,6 @@ impl LogFile {
             pos: 0,
             seq: 0,
             layout: Layout::Mirrored,
-            limit: Layout::Mirrored.limit(region_len),
             region_len,
             owes_sealed: false,
             broken_until: 0,
@@ -299,7 +294,6 @@ impl LogFile {
             log.pos = s.end;
             log.seq = s.records.len() as u64;
             log.layout = s.layout;
-            log.limit = s.layout.limit(region_len);
         }
         let recs = found.into_iter().flat_map(|(_, s)| s.records).collect();
         Ok((log, recs))
@@ -362,12 +356,12 @@ impl LogFile {
 
     /// How many bytes of records the current region can hold.
     pub fn capacity(&self) -> u64 {
-        self.limit
+        self.layout.limit(self.region_len)
     }
 
     /// The largest payload the next record can have.
     pub fn room(&self) -> u64 {
-        self.limit.saturating_sub(self.pos + HEADER_LEN as u64)
+        self.capacity().saturating_sub(self.pos + HEADER_LEN as u64)
     }
 
     /// The changes so far are sealed, to be committed as `tid`, the TID
@@ -389,7 +383,6 @@ impl LogFile {
         self.pos = 0;
         self.seq = 0;
         self.layout = Layout::Mirrored;
-        self.limit = Layout::Mirrored.limit(self.region_len);
     }
 
     /// The commit of `tid` failed and its changes went back to the dirty
@@ -513,7 +506,7 @@ impl LogFile {
         );
         assert_eq!(self.pending_seal, 0, "no record before a pending seal");
         let len = rec.len() as u64;
-        if self.pos + len > self.limit {
+        if self.pos + len > self.capacity() {
             self.recycle(rec);
             self.broken_until = self.base_tid + 1;
             return Err(LogError::Full);
@@ -530,10 +523,10 @@ impl LogFile {
         rec[56..60].copy_from_slice(&sum.to_le_bytes());
         let at = self.region * self.region_len + self.pos;
         assert!(
-            self.pos + len <= self.limit && self.limit <= 2 * self.region_len,
+            self.pos + len <= self.capacity() && self.capacity() <= 2 * self.region_len,
             "a record stays inside its region's half"
         );
-        let written = (self.layout.copies(self.region_len).into_iter())
+        let written = (self.layout.copies(self.region_len))
             .try_for_each(|copy| self.file.write_at(&rec, at + copy))
             .and_then(|()| self.file.sync_data());
         self.recycle(rec);
