@@ -1,6 +1,6 @@
 //! The intent log's file: a preallocated file beside the metadata store
-//! that fsync appends records to (two writes, one per copy, and one fdatasync each). It is
-//! two regions used in turn: records go to one until a flush seals the
+//! that fsync appends records to (two writes, one per copy, and one
+//! fdatasync each). It is two regions used in turn: records go to one until a flush seals the
 //! changes they hold for its commit (`seal`); later records go to the
 //! other, on top of the TID being committed, so that fsync never waits for
 //! a commit. A region is free again once the commit after it is made. Each
