@@ -1,11 +1,3 @@
-//! The intent log's file: a preallocated file beside the metadata store
-//! that fsync appends records to (two writes, one per copy, and one
-//! fdatasync each). It is two regions used in turn: records go to one until a flush seals the
-//! changes they hold for its commit (`seal`); later records go to the
-//! other, on top of the TID being committed, so that fsync never waits for
-//! a commit. A region is free again once the commit after it is made. Each
-//! record names the pool, the TID it applies on top of and its place in
-//! its region's sequence, and carries a checksum, so a torn record, a stale
 //! one and one of another pool are all ignored. Each record is written
 //! twice, at its place in the region's first half and at the same place in
 //! its second half, so that one damaged sector loses no record; a record
