@@ -44,12 +44,7 @@ pub fn on_signals(fs: Arc<Fs>, mnt: PathBuf) -> Result<()> {
 }
 
 fn signal_name(sig: i32) -> String {
-    match sig {
-        libc::SIGTERM => "SIGTERM".into(),
-        libc::SIGINT => "SIGINT".into(),
-        libc::SIGHUP => "SIGHUP".into(),
-        n => format!("signal {n}"),
-    }
+    signal_hook::low_level::signal_name(sig).map_or_else(|| format!("signal {sig}"), str::to_owned)
 }
 
 /// Flushes, then unmounts; a busy mount is aborted and detached.

@@ -293,11 +293,11 @@ impl SsdCache {
     /// Returns the entries loaded (0 if there was no valid file).
     pub fn load(&self, path: &std::path::Path) -> u64 {
         // Type-checked and bounded (a symlink to /dev/zero is not read on).
-        let Ok(b) = crate::private::read_small(path, 1 << 30) else {
-            let _ = std::fs::remove_file(path);
+        let read = crate::private::read_small(path, 1 << 30);
+        let _ = std::fs::remove_file(path);
+        let Ok(b) = read else {
             return 0;
         };
-        let _ = std::fs::remove_file(path);
         let h = &self.dev.header;
         let saved = match decode_index(&b, &h.pool_uuid, h.device_id, self.start, self.end) {
             Ok(s) => s,

@@ -171,11 +171,6 @@ impl Fs {
         self.salvage || self.mirror_role().is_ok_and(|r| r.is_mirror())
     }
 
-    /// True when opened for salvage (`open_salvage`).
-    pub fn is_salvage(&self) -> bool {
-        self.salvage
-    }
-
     /// The in-memory state of a pool just opened: nothing buffered yet.
     fn with_pool(pool: Pool) -> Result<Fs> {
         let r = pool.meta.read()?;

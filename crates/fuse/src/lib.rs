@@ -66,7 +66,7 @@ pub fn serve(
     threads: usize,
     transport: Transport,
 ) -> std::io::Result<()> {
-    let cfg = config_ro(threads, &fsname(&fs), prepare(transport)?, is_mirror(&fs));
+    let cfg = config_ro(threads, &fsname(&fs), prepare(transport)?, fs.read_only());
     let fuse = CairnFuse::new(fs);
     let invalidator = fuse.invalidator();
     let session = fuser::Session::new(fuse, mountpoint, &cfg)?;
@@ -82,19 +82,13 @@ pub fn spawn(
     threads: usize,
     transport: Transport,
 ) -> std::io::Result<fuser::BackgroundSession> {
-    let cfg = config_ro(threads, &fsname(&fs), prepare(transport)?, is_mirror(&fs));
+    let cfg = config_ro(threads, &fsname(&fs), prepare(transport)?, fs.read_only());
     let fuse = CairnFuse::new(fs);
     let invalidator = fuse.invalidator();
     let session = fuser::spawn_mount(fuse, mountpoint, &cfg)?;
     invalidator.set(session.notifier());
     bdi::tune(mountpoint);
     Ok(session)
-}
-
-/// A mirror pool is mounted read-only (it changes only by streams), and so
-/// is a pool mounted for salvage.
-fn is_mirror(fs: &Fs) -> bool {
-    fs.read_only()
 }
 
 /// The mount's source name: the pool path, so tools can find the pool.

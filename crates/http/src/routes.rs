@@ -48,7 +48,7 @@ impl Reply {
         }
     }
 
-    fn text(status: u16, body: &str) -> Reply {
+    pub(crate) fn text(status: u16, body: &str) -> Reply {
         Reply::new(status, "text/plain; charset=utf-8", body)
     }
 }

@@ -213,12 +213,7 @@ async fn handle(
     let reply = tokio::task::spawn_blocking(move || answer(&parts, &ctx)).await;
     let reply = reply.unwrap_or_else(|e| {
         tracing::warn!("metrics: answering a request: {e}");
-        Reply {
-            status: 500,
-            ctype: "text/plain; charset=utf-8",
-            body: "internal error\n".into(),
-            headers: Vec::new(),
-        }
+        Reply::text(500, "internal error\n")
     });
     Ok(response(reply))
 }

@@ -45,7 +45,7 @@ from_redb!(
 
 /// ENOSPC or EDQUOT from the file under the store: the host filesystem
 /// that holds it is full.
-fn no_space(e: &std::io::Error) -> bool {
+pub fn no_space(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 

@@ -61,9 +61,8 @@ pub fn classify(e: &(dyn std::error::Error + 'static)) -> String {
                 ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => {
                     "connection lost"
                 }
-                HostUnreachable | NetworkUnreachable | NotConnected | AddrNotAvailable => {
-                    "unreachable"
-                }
+                // HostUnreachable, NetworkUnreachable, NotConnected,
+                // AddrNotAvailable and the rest.
                 _ => "unreachable",
             });
         }

@@ -50,11 +50,6 @@ enum Refill {
     Without(String),
 }
 
-/// Out of room, as `MetaStore::ensure_headroom` counts it.
-fn is_no_room(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
-}
-
 impl Reserve {
     /// The reserve for the store at `meta` (a symlink is followed: the
     /// reserve must be on the filesystem that holds the store's file).
@@ -195,7 +190,7 @@ impl Reserve {
             .open(&self.path)
         {
             Ok(f) => f,
-            Err(e) if is_no_room(&e) => return Refill::NoRoom,
+            Err(e) if cairn_meta::error::no_space(&e) => return Refill::NoRoom,
             Err(e) => return Refill::Without(format!("{}: {e}", self.path.display())),
         };
         // SAFETY: fallocate on a descriptor we own.
@@ -214,7 +209,7 @@ impl Reserve {
             Ok(()) => Refill::Done,
             Err(e) => {
                 let _ = f.set_len(0);
-                match is_no_room(&e) {
+                match cairn_meta::error::no_space(&e) {
                     true => Refill::NoRoom,
                     false => Refill::Without(format!("{}: {e}", self.path.display())),
                 }

@@ -47,8 +47,8 @@ type Bytes = &'static [u8];
 /// (history key, delete TID) of an entry of `fresh_v1`.
 type Entry = (Vec<u8>, u64);
 
-/// Whether history key `hk` lies in `range`.
-fn in_range(range: &(Bound<&[u8]>, Bound<&[u8]>), hk: &[u8]) -> bool {
+/// Whether key `hk` lies in `range`.
+pub(super) fn in_range(range: &(Bound<&[u8]>, Bound<&[u8]>), hk: &[u8]) -> bool {
     RangeBounds::<[u8]>::contains(range, hk)
 }
 

@@ -2,6 +2,7 @@
 //! one committed state (a redb read transaction), and its lookups, scans
 //! and as-of reads.
 
+use super::hist_lazy::in_range;
 use super::*;
 
 /// A consistent read-only view of the committed metadata.
@@ -72,12 +73,14 @@ impl MetaRead {
     /// The live element with this key.
     pub fn get(&self, key: &ElemKey) -> Result<Option<Element>> {
         guarded(|| {
-            let value = match self.salvage {
-                true => self.by_pass(key)?,
-                false => self.live.get(key.as_bytes())?.map(|v| v.value().to_vec()),
-            };
-            match value {
-                Some(v) => self.not_ended(live_element(key.as_bytes(), &v)?).map(Some),
+            if self.salvage {
+                return match self.by_pass(key)? {
+                    Some(v) => self.not_ended(live_element(key.as_bytes(), &v)?).map(Some),
+                    None => Ok(None),
+                };
+            }
+            match self.live.get(key.as_bytes())? {
+                Some(v) => live_element(key.as_bytes(), v.value()).map(Some),
                 None => Ok(None),
             }
         })
@@ -223,22 +226,30 @@ impl MetaRead {
             let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
             // A salvage view starts every pass at its object's first
             // record, as `get` does (`by_pass`), and skips to `lo`.
-            let obj = range_bounds(&prefix[..prefix.len().min(8)]);
-            let obj_end = obj.1.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-            let (start, stop) = match self.salvage {
-                true => (obj.0, obj_end),
-                false => (lo, hi),
+            let obj = self
+                .salvage
+                .then(|| range_bounds(&prefix[..prefix.len().min(8)]));
+            let (start, stop) = match &obj {
+                Some((start, end)) => (
+                    *start,
+                    end.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+                ),
+                None => (lo, hi),
             };
             let mut out = Vec::new();
             for r in self.live.range::<&[u8]>((start, stop))? {
                 let (k, v) = r?;
-                // A salvage pass goes to the object's end and keeps what
-                // lies in the range asked (a damaged page can hold a key
-                // out of order).
-                if !in_range(k.value(), lo, hi) {
+                let e = live_element(k.value(), v.value())?;
+                if !self.salvage {
+                    out.push(e);
+                } else if in_range(&(lo, hi), k.value()) {
+                    // A salvage pass goes to the object's end and keeps
+                    // what lies in the range asked (a damaged page can hold
+                    // a key out of order).
+                    out.push(self.not_ended(e)?);
+                } else {
                     continue;
                 }
-                out.push(self.not_ended(live_element(k.value(), v.value())?)?);
                 if out.len() >= limit {
                     break;
                 }
@@ -512,19 +523,4 @@ impl MetaRead {
             ))
         })
     }
-}
-
-/// True if `k` lies between the bounds.
-fn in_range(k: &[u8], lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
-    let above = match lo {
-        Bound::Included(l) => k >= l,
-        Bound::Excluded(l) => k > l,
-        Bound::Unbounded => true,
-    };
-    let below = match hi {
-        Bound::Included(h) => k <= h,
-        Bound::Excluded(h) => k < h,
-        Bound::Unbounded => true,
-    };
-    above && below
 }
