@@ -59,6 +59,9 @@ pub enum Cmd {
     /// Tiering: per-device fill and heat, and running the mover.
     #[command(subcommand)]
     Tier(TierCmd),
+    /// Redundancy: copies of data on other devices, and rebuilding them.
+    #[command(subcommand)]
+    Redundancy(RedundancyCmd),
     /// Mirror streams: incremental copies of a pool with its history.
     #[command(subcommand)]
     Mirror(MirrorCmd),
@@ -233,6 +236,44 @@ pub enum DeviceCmd {
         t: TargetArgs,
         /// The device's path (as added) or id.
         device: PathBuf,
+    },
+    /// Replace a device (online, missing or failing) by a new one: the new
+    /// one joins, every copy on the old one is made again on it (from the
+    /// old one or the other copies, progress bar), the old one leaves.
+    Replace {
+        #[command(flatten)]
+        t: TargetArgs,
+        /// The old device's path (as added) or id.
+        old: PathBuf,
+        /// The new device, as for `device add`.
+        #[arg(value_parser = parse_device)]
+        new: DeviceSpec,
+    },
+}
+
+/// `cairn redundancy`: how many copies data has.
+#[derive(Subcommand)]
+pub enum RedundancyCmd {
+    /// Set the pool's policy (online): copies=N, or per device class, e.g.
+    /// ssd:copies=2,hdd:copies=1. Existing data follows in the background
+    /// (`redundancy rebuild` waits for it).
+    Set {
+        #[command(flatten)]
+        t: TargetArgs,
+        #[arg(value_parser = policy_arg)]
+        policy: cairn_data::Policy,
+    },
+    /// The policy, each device's state and the data short of copies or
+    /// lost.
+    Show {
+        #[command(flatten)]
+        t: TargetArgs,
+    },
+    /// Make every copy the policy asks for now (progress bar): after a
+    /// device was lost or the policy raised.
+    Rebuild {
+        #[command(flatten)]
+        t: TargetArgs,
     },
 }
 
@@ -428,6 +469,17 @@ pub struct MkfsArgs {
     /// Make a mirror pool: read-only, filled by `cairn mirror write|copy`.
     #[arg(long)]
     pub mirror: bool,
+    /// How many copies new data gets, each on another device (another
+    /// failure domain, `:domain=NAME` in a device spec): copies=N, or per
+    /// device class, e.g. ssd:copies=2,hdd:copies=1. Change it later with
+    /// `cairn redundancy set`.
+    #[arg(long, value_name = "POLICY", value_parser = policy_arg, default_value = "copies=1")]
+    pub redundancy: cairn_data::Policy,
+}
+
+fn policy_arg(s: &str) -> Result<cairn_data::Policy, String> {
+    s.parse()
+        .map_err(|e: cairn_data::PolicyError| e.to_string())
 }
 
 fn compression_arg(s: &str) -> Result<String, String> {
@@ -449,6 +501,7 @@ impl MkfsArgs {
             sparse: self.sparse,
             meta_mirror: self.meta_mirror.clone(),
             mirror: self.mirror,
+            redundancy: self.redundancy,
         })
     }
 }
@@ -485,6 +538,12 @@ pub struct MountArgs {
     /// changes. Without it such a mount is refused, naming what is lost.
     #[arg(long)]
     pub discard_damaged_log: bool,
+    /// Mount a pool whose missing devices held the only copy of some data:
+    /// read-only, files with lost data give I/O errors (`cairn check`
+    /// names them), all others read exact. A pool whose copies cover the
+    /// missing devices mounts read-write without it.
+    #[arg(long)]
+    pub degraded: bool,
     #[command(flatten)]
     pub nbd: NbdArgs,
     /// Serve Prometheus metrics (/metrics) and the read-only dashboard (/)

@@ -24,6 +24,7 @@ fn config_for(a: &MountArgs) -> Result<PoolConfig> {
         c.compression = z.clone();
     }
     c.discard_damaged_log = a.discard_damaged_log;
+    c.degraded = a.degraded;
     crate::nbd::apply(&mut c, &a.nbd)?;
     if let Some(m) = &a.metrics {
         c.metrics_listen = m.clone();
@@ -197,6 +198,7 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let gc = fs.spawn_gc();
     spawn_inode_count(&fs);
     let mover = fs.spawn_mover();
+    let resilver = fs.spawn_resilver();
     let mnt = a.mountpoint.canonicalize()?;
     if crate::nbd::wanted(&config) {
         crate::nbd::start(&fs, &config, &a.nbd)?;
@@ -219,7 +221,7 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let _ = std::fs::remove_file(&sock);
     fs.shutdown()?;
     let _ = flusher.join();
-    for h in [gc, mover].into_iter().flatten() {
+    for h in [gc, mover, resilver].into_iter().flatten() {
         let _ = h.join();
     }
     tracing::info!("unmounted {}", mnt.display());

@@ -135,6 +135,7 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Scrub(t) => admin::scrub(&t),
         Cmd::Device(c) => tiering::device(c),
         Cmd::Tier(c) => tiering::tier(c),
+        Cmd::Redundancy(c) => tiering::redundancy(c),
         Cmd::Mirror(c) => mirror::run(c),
         Cmd::Volume(c) => volume::run(c),
         Cmd::Nbd(c) => volume::nbd(c),

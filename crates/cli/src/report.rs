@@ -173,6 +173,9 @@ fn print_devices(devices: &[cairn_fs::maintenance::info::DeviceInfo]) {
         if d.draining {
             notes.push_str(" [draining]");
         }
+        if !d.state.is_empty() && d.state != "online" {
+            notes.push_str(&format!(" [{}]", d.state.to_uppercase()));
+        }
         if d.failing {
             notes.push_str(&format!(
                 " [FAILING: {} write errors, no new data]",

@@ -2,7 +2,7 @@
 //! migrate`. Each sends one control request (served by the daemon when the
 //! pool is mounted, or run in this process when it is not).
 
-use crate::args::{DeviceCmd, TargetArgs, TierCmd};
+use crate::args::{DeviceCmd, RedundancyCmd, TargetArgs, TierCmd};
 use crate::control::client::call;
 use crate::control::protocol::Request;
 use crate::report::human;
@@ -60,14 +60,7 @@ pub fn device(c: DeviceCmd) -> Result<()> {
             Ok(())
         }
         DeviceCmd::Remove { t, device } => {
-            let cwd = std::env::current_dir().context("current directory")?;
-            let name = if device.components().count() == 1
-                && device.to_str().is_some_and(|s| s.parse::<u32>().is_ok())
-            {
-                device
-            } else {
-                cwd.join(device)
-            };
+            let name = device_name(device)?;
             let v = call(
                 &t.target,
                 Request::DeviceRemove {
@@ -86,7 +79,126 @@ pub fn device(c: DeviceCmd) -> Result<()> {
             }
             Ok(())
         }
+        DeviceCmd::Replace { t, old, new } => replace(t, old, new),
     }
+}
+
+/// A device named on the command line: its id as given, a path made
+/// absolute (the daemon's working directory is not ours).
+fn device_name(device: std::path::PathBuf) -> Result<std::path::PathBuf> {
+    let is_id = device.components().count() == 1
+        && device.to_str().is_some_and(|s| s.parse::<u32>().is_ok());
+    if is_id {
+        return Ok(device);
+    }
+    Ok(std::env::current_dir()
+        .context("current directory")?
+        .join(device))
+}
+
+/// `cairn device replace`.
+fn replace(
+    t: TargetArgs,
+    old: std::path::PathBuf,
+    mut new: cairn_devices::DeviceSpec,
+) -> Result<()> {
+    if !new.class.is_object_store() {
+        new.path = std::env::current_dir()
+            .context("current directory")?
+            .join(&new.path);
+    }
+    let req = Request::DeviceReplace {
+        device: device_name(old)?.display().to_string(),
+        spec: new.to_string(),
+    };
+    let v = call(&t.target, req)?;
+    if t.json {
+        print_json(&v);
+        return Ok(());
+    }
+    println!(
+        "replaced device {} by device {}: {} segments ({}) copied",
+        num(&v, "old"),
+        num(&v, "new"),
+        num(&v, "segments"),
+        human(num(&v, "bytes"))
+    );
+    Ok(())
+}
+
+/// `cairn redundancy set|show|rebuild`.
+pub fn redundancy(c: RedundancyCmd) -> Result<()> {
+    let (t, req) = match c {
+        RedundancyCmd::Set { t, policy } => (
+            t,
+            Request::RedundancySet {
+                policy: policy.to_string(),
+            },
+        ),
+        RedundancyCmd::Show { t } => (t, Request::RedundancyShow),
+        RedundancyCmd::Rebuild { t } => {
+            let v = call(&t.target, Request::Resilver)?;
+            if t.json {
+                print_json(&v);
+            } else {
+                println!(
+                    "{} segments changed: {} copies made ({}), {} dropped; {} still short of copies, {} lost",
+                    num(&v, "segments"),
+                    num(&v, "copies_made"),
+                    human(num(&v, "bytes")),
+                    num(&v, "copies_dropped"),
+                    num(&v, "short"),
+                    num(&v, "lost")
+                );
+            }
+            return Ok(());
+        }
+    };
+    let v = call(&t.target, req)?;
+    if t.json {
+        print_json(&v);
+        return Ok(());
+    }
+    print_redundancy(&v);
+    Ok(())
+}
+
+/// The redundancy status for people.
+fn print_redundancy(v: &Value) {
+    println!("policy: {}", v["policy"].as_str().unwrap_or("?"));
+    println!(
+        "{:>3} {:<5} {:<8} {:<14} {:>8}  path",
+        "id", "class", "state", "domain", "copies"
+    );
+    for d in v["devices"].as_array().into_iter().flatten() {
+        let mut state = d["state"].as_str().unwrap_or("?").to_string();
+        if d["draining"] == true {
+            state.push('*');
+        }
+        println!(
+            "{:>3} {:<5} {:<8} {:<14} {:>8}  {}",
+            num(d, "id"),
+            d["class"].as_str().unwrap_or("?"),
+            state,
+            d["domain"].as_str().unwrap_or("?"),
+            num(d, "copies"),
+            d["path"].as_str().unwrap_or("?")
+        );
+    }
+    println!(
+        "{} segments; {} short of copies ({} at risk); {} lost ({})",
+        num(v, "segments"),
+        num(v, "short_segments"),
+        human(num(v, "bytes_at_risk")),
+        num(v, "lost_segments"),
+        human(num(v, "lost_bytes"))
+    );
+    println!(
+        "since mount: {} reads served from another copy, {} copies repaired, {} left bad",
+        num(v, "served_from_other_copy"),
+        num(v, "repaired"),
+        num(v, "unrepaired")
+    );
 }
 
 pub fn tier(c: TierCmd) -> Result<()> {

@@ -7,18 +7,26 @@
 //!
 //! Modules form layers, bottom to top; each refers only to modules below
 //! it (tests/layering.rs checks this):
-//! compress, error -> aligned -> chunk -> records -> heat, cache, wpipe,
-//! dead_pages -> open_segment -> segments -> writer -> readahead -> store
-//! -> read, relocate.
+//! compress, error -> aligned -> chunk -> records -> policy -> heat,
+//! cache, wpipe -> copies -> dead_pages -> open_segment -> segments ->
+//! writer -> readahead -> store -> read, heal, relocate.
+//!
+//! Redundancy: a segment may have copies on other devices (`policy.rs`
+//! says how many, `copies.rs` writes them in parallel, `heal.rs` reads
+//! another copy when one fails its checks and rewrites the bad one,
+//! `relocate.rs` makes and moves copies).
 
 mod aligned;
 pub mod cache;
 pub mod chunk;
 pub mod compress;
+mod copies;
 mod dead_pages;
 pub mod error;
+pub mod heal;
 pub mod heat;
 mod open_segment;
+pub mod policy;
 pub mod read;
 pub mod readahead;
 pub mod records;
@@ -33,6 +41,7 @@ pub use chunk::{ChunkError, ChunkHeader, Hash, CHUNK_HEADER_LEN};
 pub use compress::Compression;
 pub use error::DataError;
 pub use heat::{Heat, HeatSample};
+pub use policy::{Policy, PolicyError};
 pub use records::{ChunkRec, SegmentRec};
 pub use relocate::Relocation;
 pub use store::ChunkStore;

@@ -61,7 +61,9 @@ impl SegBuf {
 
 pub struct OpenSegment {
     pub(crate) id: u64,
-    pub(crate) addr: SlotAddr,
+    /// Its copies, the first first (one per device; a copy whose write
+    /// failed is taken out by the batch).
+    pub(crate) places: Vec<SlotAddr>,
     /// Bytes appended, including those still in `buf`.
     pub(crate) used: u32,
     /// Segment offset where `buf` starts (a multiple of DIRECT_ALIGN).
@@ -75,6 +77,11 @@ pub struct OpenSegment {
 }
 
 impl OpenSegment {
+    /// Where its first copy is (the class the segment belongs to).
+    pub(crate) fn first(&self) -> SlotAddr {
+        self.places[0]
+    }
+
     /// True when nothing appended is still only in memory.
     pub(crate) fn is_flushed(&self) -> bool {
         self.written == self.used

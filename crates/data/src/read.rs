@@ -185,7 +185,12 @@ impl ChunkStore {
             .and_then(|c| c.lookup(key, |buf| unseal(buf, &rec.hash, false).ok()));
         let raw: Arc<[u8]> = match cached {
             Some(raw) => raw.into(),
-            None => self.read_home(rec, ssd.as_deref())?,
+            None => {
+                let first = self.read_home(rec, ssd.as_deref());
+                self.or_heal(rec, first, |sealed| {
+                    Ok(self.raw_of(rec, sealed, false)?.into())
+                })?
+            }
         };
         if raw.len() != rec.raw_len as usize {
             return Err(corrupt(rec, "raw length differs from record".into()));

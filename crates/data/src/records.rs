@@ -8,14 +8,23 @@
 //!   compressed one; n is their count modulo 256, a 1 MiB chunk's 256
 //!   sums count 0, and the record's length gives the count; v2, 72 bytes,
 //!   had no n and sums; v1, 64 bytes, no `live` either)
-//! SegmentRec (v2, 46 bytes): ver u8 | device u32 | slot u64 | used u32 |
-//!   live u64 | chunks u64 | hist u64 | flags u8 | crc u32   (v1, 38 bytes,
-//!   had no `hist`)
+//! SegmentRec (v3, 47 + 12n bytes): ver u8 | device u32 | slot u64 |
+//!   used u32 | live u64 | chunks u64 | hist u64 | flags u8 | n u8 |
+//!   n x (device u32 | slot u64) | crc u32   (the first copy, then n more,
+//!   each on another device; v2, 46 bytes, had no n and further copies,
+//!   and is still written for a segment with one copy, so that a pool
+//!   without redundancy stays readable by older builds; v1, 38 bytes, had
+//!   no `hist` either)
 
 use crate::chunk::Hash;
 use crate::error::{DataError, Result};
+use cairn_devices::SlotAddr;
 
 const REC_VERSION: u8 = 2;
+/// Segment records with further copies.
+const SEG_COPIES_VERSION: u8 = 3;
+/// The most copies a segment has (its first and the further ones).
+pub const MAX_COPIES: usize = 4;
 const CHUNK_REC_VERSION: u8 = 3;
 
 /// The span of each of a chunk record's `sums`.
@@ -203,11 +212,14 @@ pub(crate) fn corrupt(rec: &ChunkRec, why: String) -> DataError {
     }
 }
 
-/// A segment table entry: where the segment is and how much of it is live.
+/// A segment table entry: where the segment is (its first copy, and its
+/// further copies on other devices) and how much of it is live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentRec {
     pub device: u32,
     pub slot: u64,
+    /// Further copies, each on a device no other copy uses.
+    pub copies: Vec<SlotAddr>,
     /// Bytes appended (committed) so far.
     pub used: u32,
     /// Bytes of chunks still referenced.
@@ -230,9 +242,55 @@ impl SegmentRec {
         self.live.saturating_sub(self.hist)
     }
 
+    /// A new segment's record: at `places` (its first copy first), empty.
+    pub fn new_at(places: &[SlotAddr]) -> Self {
+        assert!(
+            (1..=MAX_COPIES).contains(&places.len()),
+            "a segment has 1 to {MAX_COPIES} copies, not {}",
+            places.len()
+        );
+        SegmentRec {
+            device: places[0].device,
+            slot: places[0].slot,
+            copies: places[1..].to_vec(),
+            used: 0,
+            live: 0,
+            chunks: 0,
+            hist: 0,
+            flags: 0,
+        }
+    }
+
+    /// Where every copy is: the first, then the further ones.
+    pub fn places(&self) -> Vec<SlotAddr> {
+        let first = SlotAddr {
+            device: self.device,
+            slot: self.slot,
+        };
+        std::iter::once(first)
+            .chain(self.copies.iter().copied())
+            .collect()
+    }
+
+    /// Sets where the copies are (the first becomes `device`/`slot`).
+    pub fn set_places(&mut self, places: &[SlotAddr]) {
+        let fresh = Self::new_at(places);
+        (self.device, self.slot, self.copies) = (fresh.device, fresh.slot, fresh.copies);
+    }
+
+    /// True if a copy lives on device `id`.
+    pub fn on_device(&self, id: u32) -> bool {
+        self.device == id || self.copies.iter().any(|c| c.device == id)
+    }
+
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(Self::ENCODED_LEN);
-        b.push(REC_VERSION);
+        assert!(self.copies.len() < MAX_COPIES, "too many segment copies");
+        let mut b = Vec::with_capacity(Self::ENCODED_LEN + 1 + 12 * self.copies.len());
+        let version = match self.copies.is_empty() {
+            true => REC_VERSION,
+            false => SEG_COPIES_VERSION,
+        };
+        b.push(version);
         b.extend_from_slice(&self.device.to_le_bytes());
         b.extend_from_slice(&self.slot.to_le_bytes());
         b.extend_from_slice(&self.used.to_le_bytes());
@@ -240,15 +298,30 @@ impl SegmentRec {
         b.extend_from_slice(&self.chunks.to_le_bytes());
         b.extend_from_slice(&self.hist.to_le_bytes());
         b.push(self.flags);
+        if !self.copies.is_empty() {
+            b.push(self.copies.len() as u8);
+            for c in &self.copies {
+                b.extend_from_slice(&c.device.to_le_bytes());
+                b.extend_from_slice(&c.slot.to_le_bytes());
+            }
+        }
         finish(b)
     }
 
     pub fn decode(b: &[u8]) -> Result<Self> {
+        if b.first() == Some(&SEG_COPIES_VERSION) {
+            return Self::decode_v3(b);
+        }
         let (v, b) = check("segment", b, [Self::V1_LEN, Self::ENCODED_LEN])?;
-        let o = &mut 0;
-        Ok(SegmentRec {
+        Ok(Self::decode_body(v, b, &mut 0))
+    }
+
+    /// The fields up to `flags` of a checked record body of version `v`.
+    fn decode_body(v: u8, b: &[u8], o: &mut usize) -> Self {
+        SegmentRec {
             device: u32::from_le_bytes(rd(b, o)),
             slot: u64::from_le_bytes(rd(b, o)),
+            copies: Vec::new(),
             used: u32::from_le_bytes(rd(b, o)),
             live: u64::from_le_bytes(rd(b, o)),
             chunks: u64::from_le_bytes(rd(b, o)),
@@ -258,7 +331,40 @@ impl SegmentRec {
                 u64::from_le_bytes(rd(b, o))
             },
             flags: rd::<1>(b, o)[0],
-        })
+        }
+    }
+
+    /// A version 3 record: a version 2 body, then the further copies.
+    fn decode_v3(b: &[u8]) -> Result<Self> {
+        let bad = |why: &str| DataError::BadRecord {
+            what: "segment",
+            why: why.into(),
+        };
+        let n = *b
+            .get(Self::ENCODED_LEN - 4)
+            .ok_or_else(|| bad("wrong length"))? as usize;
+        if n == 0 || n >= MAX_COPIES || b.len() != Self::ENCODED_LEN + 1 + 12 * n {
+            return Err(bad("wrong length"));
+        }
+        let (body, crc) = b.split_at(b.len() - 4);
+        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
+            return Err(bad("checksum mismatch"));
+        }
+        let o = &mut 1;
+        let mut rec = Self::decode_body(SEG_COPIES_VERSION, body, o);
+        *o += 1;
+        for _ in 0..n {
+            let device = u32::from_le_bytes(rd(body, o));
+            let slot = u64::from_le_bytes(rd(body, o));
+            rec.copies.push(SlotAddr { device, slot });
+        }
+        let mut devices: Vec<u32> = rec.places().iter().map(|p| p.device).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        if devices.len() != n + 1 {
+            return Err(bad("two copies on one device"));
+        }
+        Ok(rec)
     }
 }
 
@@ -300,6 +406,7 @@ mod tests {
         let s = SegmentRec {
             device: 2,
             slot: 77,
+            copies: Vec::new(),
             used: 4000,
             live: 3000,
             chunks: 2,
@@ -315,5 +422,36 @@ mod tests {
         v1.extend_from_slice(&crc.to_le_bytes());
         let old = SegmentRec::decode(&v1).unwrap();
         assert_eq!((old.live, old.chunks, old.hist), (3000, 2, 0));
+    }
+
+    #[test]
+    fn segment_copies_roundtrip_and_bad_ones_are_refused() {
+        let at = |device, slot| SlotAddr { device, slot };
+        let mut s = SegmentRec::new_at(&[at(0, 5), at(3, 9)]);
+        s.used = 100;
+        let b = s.encode();
+        assert_eq!(b[0], SEG_COPIES_VERSION);
+        assert_eq!(b.len(), SegmentRec::ENCODED_LEN + 1 + 12);
+        let back = SegmentRec::decode(&b).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.places(), vec![at(0, 5), at(3, 9)]);
+        assert!(back.on_device(3) && !back.on_device(1));
+        for i in 0..b.len() {
+            let mut x = b.clone();
+            x[i] ^= 0x10;
+            assert!(SegmentRec::decode(&x).is_err(), "flip at {i}");
+        }
+        assert!(SegmentRec::decode(&b[..b.len() - 1]).is_err());
+        // One copy: still a version 2 record.
+        let one = SegmentRec::new_at(&[at(1, 2)]);
+        assert_eq!(one.encode()[0], REC_VERSION);
+        // Two copies on one device are refused.
+        let mut twice = s.clone();
+        twice.copies[0].device = 0;
+        let mut raw = twice.encode();
+        let n = raw.len();
+        let crc = crc32c::crc32c(&raw[..n - 4]);
+        raw[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        assert!(SegmentRec::decode(&raw).is_err());
     }
 }

@@ -1,102 +1,213 @@
-//! Moving a whole segment to another device (the tier mover and device
-//! removal). A segment keeps its id, so no chunk record changes: the move is
-//! copy -> sync -> one segment-table entry switched by the caller's metadata
-//! transaction -> old slot freed. Until the switch commits, the copy's slot
-//! is claimed by nothing on disk, so a crash rolls the move back (mount
-//! rebuilds slot maps from the segment table); after it, the old slot is the
-//! unclaimed one, so the move is finished. No scan or journal is needed.
+//! Moving and copying whole segments: the tier mover and device removal
+//! move a segment to other devices, re-replication adds the copies a
+//! segment lacks or replaces one on a lost device, and lowering the copy
+//! count drops some. A segment keeps its id, so no chunk record changes:
+//! the change is copy -> sync -> one segment-table entry switched by the
+//! caller's metadata transaction -> old slots freed. Until the switch
+//! commits, the new slots are claimed by nothing on disk, so a crash rolls
+//! the change back (mount rebuilds slot maps from the segment table);
+//! after it, the old slots are the unclaimed ones, so it is finished. No
+//! scan or journal is needed.
+//!
+//! The bytes are read from any good copy (the one reads go to first; a
+//! step that fails there is read from the next), so a copy on a missing
+//! device is rebuilt from the others.
 
 use crate::error::{DataError, Result};
 use crate::records::SegmentRec;
 use crate::store::ChunkStore;
 use cairn_devices::{Device, SlotAddr};
 
-/// A copy made, not yet switched.
-#[derive(Debug, Clone, Copy)]
+/// A change of a segment's copies prepared (the new ones written and
+/// synced), not yet switched.
+#[derive(Debug, Clone)]
 pub struct Relocation {
     pub segment: u64,
-    pub from: SlotAddr,
-    pub to: SlotAddr,
+    /// The segment's copies when the change was prepared.
+    pub old: Vec<SlotAddr>,
+    /// Copies the change takes away (freed after the switch).
+    pub from: Vec<SlotAddr>,
+    /// Copies it adds (written and synced).
+    pub to: Vec<SlotAddr>,
+}
+
+impl Relocation {
+    /// The copies after the change: each of `from` replaced in place by
+    /// the next of `to` (so a moved first copy stays first), the rest of
+    /// `to` after them, a `from` with no `to` left dropped.
+    pub fn new_places(&self) -> Vec<SlotAddr> {
+        let mut to = self.to.iter().copied();
+        let mut out: Vec<SlotAddr> = Vec::with_capacity(self.old.len() + self.to.len());
+        for p in &self.old {
+            match self.from.contains(p) {
+                true => out.extend(to.next()),
+                false => out.push(*p),
+            }
+        }
+        out.extend(to);
+        out
+    }
 }
 
 const COPY_STEP: usize = 1 << 20;
 
 impl ChunkStore {
-    /// Copies a sealed segment to a new slot on a device `pick` accepts (the
-    /// fastest such with room) and syncs it. The open segment is refused.
+    /// Moves a sealed segment: all its copies go to new slots, the first on
+    /// a device `pick` accepts (the fastest such with room), the others as
+    /// many as the policy asks for that device's class. The open segment is
+    /// refused.
     pub fn copy_segment(
         &self,
         id: u64,
         pick: impl Fn(&Device, u64, u64) -> bool,
     ) -> Result<Relocation> {
+        let rec = self.sealed(id)?;
+        let first = self.segs.devices.allocate_move_where(pick)?;
+        let class = self.segs.devices.device(first.device)?.class();
+        let mut to = vec![first];
+        if !class.is_object_store() {
+            let want = self.segs.copies_for(class);
+            let more = self
+                .segs
+                .devices
+                .allocate_copies(&to, class.rank(), want - 1, |_, _, _| true);
+            to.extend(more);
+        }
+        self.prepare(id, &rec, rec.places(), to)
+    }
+
+    /// Changes the copies of sealed segment `id`: makes up to `add` new
+    /// ones on devices `pick` accepts whose failure domains no copy kept
+    /// uses (of class rank `rank` first), and takes away those at `from`
+    /// (the caller shrinks `from` if fewer were made than it needed).
+    /// NoSpace when copies were asked for and none could be placed.
+    pub fn copy_changing(
+        &self,
+        id: u64,
+        from: Vec<SlotAddr>,
+        add: usize,
+        rank: u8,
+        pick: impl Fn(&Device, u64, u64) -> bool,
+    ) -> Result<Relocation> {
+        let rec = self.sealed(id)?;
+        let places = rec.places();
+        assert!(
+            from.iter().all(|f| places.contains(f)),
+            "segment {id} lacks a copy to take away"
+        );
+        let keep: Vec<SlotAddr> = places
+            .iter()
+            .copied()
+            .filter(|p| !from.contains(p))
+            .collect();
+        let to = match add {
+            0 => Vec::new(),
+            n => self.segs.devices.allocate_copies(&keep, rank, n, pick),
+        };
+        if add > 0 && to.is_empty() {
+            return Err(DataError::NoSpace);
+        }
+        assert!(
+            keep.len() + to.len() > 0,
+            "segment {id} would be left with no copy"
+        );
+        self.prepare(id, &rec, from, to)
+    }
+
+    /// The record of sealed segment `id` (not the open one).
+    fn sealed(&self, id: u64) -> Result<SegmentRec> {
         if self.is_open(id) {
             return Err(DataError::Busy(format!("segment {id} is open for appends")));
         }
-        let rec = self.segment(id).ok_or(DataError::NoSegment(id))?;
-        let from = SlotAddr {
-            device: rec.device,
-            slot: rec.slot,
-        };
-        let to = self.segs.devices.allocate_move_where(pick)?;
-        let copied = self.copy_slot(from, to, rec.used as usize);
-        if let Err(e) = copied {
-            self.segs.devices.release(to)?;
-            return Err(e);
-        }
-        Ok(Relocation {
-            segment: id,
-            from,
-            to,
-        })
+        self.segment(id).ok_or(DataError::NoSegment(id))
     }
 
-    fn copy_slot(&self, from: SlotAddr, to: SlotAddr, used: usize) -> Result<()> {
-        let src = self.segs.devices.device(from.device)?;
+    /// Writes the segment's bytes to each slot of `to` and syncs; on any
+    /// failure frees them all.
+    fn prepare(
+        &self,
+        id: u64,
+        rec: &SegmentRec,
+        from: Vec<SlotAddr>,
+        to: Vec<SlotAddr>,
+    ) -> Result<Relocation> {
+        let r = Relocation {
+            segment: id,
+            old: rec.places(),
+            from,
+            to,
+        };
+        let copied = r.to.iter().try_for_each(|t| self.copy_to(rec, *t));
+        if let Err(e) = copied {
+            self.abandon(&r)?;
+            return Err(e);
+        }
+        Ok(r)
+    }
+
+    /// Copies the `used` bytes of segment `rec` to slot `to` and syncs.
+    fn copy_to(&self, rec: &SegmentRec, to: SlotAddr) -> Result<()> {
+        let used = rec.used as usize;
         let dst = self.segs.devices.device(to.device)?;
-        let (a, b) = (src.slot_offset(from.slot), dst.slot_offset(to.slot));
+        let b = dst.slot_offset(to.slot);
+        let failed = |e| DataError::of_write(to.device, e);
         if dst.class().is_object_store() {
             // One write of the whole segment: a sync of the device by
             // someone else then never uploads part of it (`writer.rs`).
             let mut buf = vec![0u8; used];
-            src.read_at(&mut buf, a)?;
-            dst.write_at(&buf, b)
-                .map_err(|e| DataError::of_write(to.device, e))?;
-            return dst.sync().map_err(|e| DataError::of_write(to.device, e));
+            self.read_segment_range(rec, 0, &mut buf)?;
+            dst.write_at(&buf, b).map_err(failed)?;
+            return dst.sync().map_err(failed);
         }
         let mut buf = vec![0u8; COPY_STEP];
         let mut done = 0;
         while done < used {
             let n = COPY_STEP.min(used - done);
-            src.read_at(&mut buf[..n], a + done as u64)?;
-            dst.write_at(&buf[..n], b + done as u64)
-                .map_err(|e| DataError::of_write(to.device, e))?;
+            self.read_segment_range(rec, done as u64, &mut buf[..n])?;
+            dst.write_at(&buf[..n], b + done as u64).map_err(failed)?;
             done += n;
         }
-        dst.sync().map_err(|e| DataError::of_write(to.device, e))?;
-        Ok(())
+        dst.sync().map_err(failed)
     }
 
-    /// The segment's record as it will be after the move, or None if the
-    /// segment changed since the copy (dropped or moved by someone else):
-    /// then the caller gives up with `abandon`.
+    /// Reads `buf.len()` bytes at `off` of segment `rec` from the first
+    /// copy that gives them (in read order).
+    fn read_segment_range(&self, rec: &SegmentRec, off: u64, buf: &mut [u8]) -> Result<()> {
+        let mut last = None;
+        for p in self.segs.read_order(rec) {
+            let dev = self.segs.devices.device(p.device)?;
+            match dev.read_at(buf, dev.slot_offset(p.slot) + off) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!("copy on device {}: {e}; reading another", p.device);
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("a segment has a copy").into())
+    }
+
+    /// The segment's record as it will be after the change, or None if
+    /// the segment changed since it was prepared (dropped, or moved by
+    /// someone else): then the caller gives up with `abandon`.
     pub fn relocated_record(&self, r: &Relocation) -> Option<SegmentRec> {
-        let cur = self.segment(r.segment)?;
-        if (cur.device, cur.slot) != (r.from.device, r.from.slot) {
+        let mut rec = self.segment(r.segment)?;
+        if rec.places() != r.old {
             return None;
         }
-        let mut rec = cur;
-        rec.device = r.to.device;
-        rec.slot = r.to.slot;
+        rec.set_places(&r.new_places());
         Some(rec)
     }
 
-    /// Frees the copy of a move that will not be switched.
+    /// Frees the new copies of a change that will not be switched.
     pub fn abandon(&self, r: &Relocation) -> Result<()> {
-        Ok(self.segs.devices.release(r.to)?)
+        r.to.iter()
+            .try_for_each(|t| Ok(self.segs.devices.release(*t)?))
     }
 
     /// After the transaction with the new record committed: points reads at
-    /// the copy, waits for reads in flight at the old slot, frees it.
+    /// the new copies, waits for reads in flight at the old ones, frees
+    /// them.
     pub fn switch(&self, r: &Relocation) -> Result<()> {
         {
             let mut segs = self.segs.table.write();
@@ -104,14 +215,41 @@ impl ChunkStore {
                 .get_mut(&r.segment)
                 .ok_or(DataError::NoSegment(r.segment))?;
             assert_eq!(
-                (s.device, s.slot),
-                (r.from.device, r.from.slot),
+                s.places(),
+                r.old,
                 "segment {} changed during its move",
                 r.segment
             );
-            s.device = r.to.device;
-            s.slot = r.to.slot;
+            s.set_places(&r.new_places());
         }
-        self.release_slots(&[r.from])
+        // A copy on a missing device has no slot to give back there
+        // beyond the in-memory map, which `release` updates.
+        self.release_slots(&r.from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Relocation;
+    use cairn_devices::SlotAddr;
+
+    #[test]
+    fn new_places_replace_in_position_add_after_and_drop() {
+        let at = |device, slot| SlotAddr { device, slot };
+        let r = |old: Vec<SlotAddr>, from, to| Relocation {
+            segment: 1,
+            old,
+            from,
+            to,
+        };
+        let old = vec![at(0, 1), at(1, 2)];
+        let moved = r(old.clone(), vec![at(0, 1)], vec![at(2, 5)]);
+        assert_eq!(moved.new_places(), vec![at(2, 5), at(1, 2)]);
+        let added = r(old.clone(), vec![], vec![at(3, 7)]);
+        assert_eq!(added.new_places(), vec![at(0, 1), at(1, 2), at(3, 7)]);
+        let dropped = r(old.clone(), vec![at(0, 1)], vec![]);
+        assert_eq!(dropped.new_places(), vec![at(1, 2)]);
+        let whole = r(old, vec![at(0, 1), at(1, 2)], vec![at(4, 0)]);
+        assert_eq!(whole.new_places(), vec![at(4, 0)]);
     }
 }

@@ -8,11 +8,12 @@ use crate::chunk::CHUNK_HEADER_LEN;
 use crate::dead_pages::{Dead, DeadPages};
 use crate::error::{DataError, Result};
 use crate::open_segment::OpenSegment;
+use crate::policy::Policy;
 use crate::records::{corrupt, ChunkRec, SegmentRec};
 use cairn_devices::{Device, DeviceSet, SlotAddr};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub(crate) struct Segments {
@@ -36,6 +37,12 @@ pub(crate) struct Segments {
     /// Chunks that died or went to history only, to drop from the host's
     /// page cache after the commit (`release_slots`).
     dead: DeadPages,
+    /// How many copies new segments get.
+    pub(crate) policy: RwLock<Policy>,
+    /// Set when a segment got fewer copies than the policy asks (no
+    /// device of another failure domain had room, or a copy's write
+    /// failed): the filesystem's re-replication has work.
+    pub(crate) short: AtomicBool,
 }
 
 impl Segments {
@@ -62,6 +69,8 @@ impl Segments {
             open_tail: AtomicU64::new(0),
             io_gate: RwLock::new(()),
             dead: DeadPages::default(),
+            policy: RwLock::new(Policy::default()),
+            short: AtomicBool::new(false),
         })
     }
 
@@ -94,19 +103,49 @@ impl Segments {
     }
 
     /// The device and device offset of a chunk, its record checked against
-    /// the segment bounds.
+    /// the segment bounds: on the copy reads go to first (`read_order`).
     pub(crate) fn locate(&self, rec: &ChunkRec) -> Result<(Arc<Device>, u64)> {
         let seg = self
             .get(rec.segment)
             .ok_or(DataError::NoSegment(rec.segment))?;
+        let first = self.read_order(&seg)[0];
+        self.locate_at(rec, first)
+    }
+
+    /// The device and device offset of a chunk in the copy at `place`.
+    pub(crate) fn locate_at(&self, rec: &ChunkRec, place: SlotAddr) -> Result<(Arc<Device>, u64)> {
         if rec.offset as u64 + rec.len as u64 > self.segment_size
             || (rec.len as usize) < CHUNK_HEADER_LEN
         {
             return Err(corrupt(rec, "chunk record out of segment bounds".into()));
         }
-        let dev = self.devices.device(seg.device)?;
-        let at = dev.slot_offset(seg.slot) + rec.offset as u64;
+        let dev = self.devices.device(place.device)?;
+        assert!(
+            place.slot < dev.header.slot_count(),
+            "slot {} beyond device {}'s {} slots",
+            place.slot,
+            place.device,
+            dev.header.slot_count()
+        );
+        let at = dev.slot_offset(place.slot) + rec.offset as u64;
         Ok((dev, at))
+    }
+
+    /// A segment's copies in the order reads try them: online devices
+    /// before missing or faulted ones, then the fastest class (never
+    /// empty: a record has its first copy).
+    pub(crate) fn read_order(&self, seg: &SegmentRec) -> Vec<SlotAddr> {
+        let mut places = seg.places();
+        if places.len() > 1 {
+            places.sort_by_key(|p| {
+                let rank = self
+                    .devices
+                    .device(p.device)
+                    .map_or(u8::MAX, |d| d.class().rank());
+                (!self.devices.is_online(p.device), rank)
+            });
+        }
+        places
     }
 
     /// The bytes of a chunk on disk (header + stored), unverified.
@@ -116,6 +155,49 @@ impl Segments {
         let mut buf = vec![0u8; rec.len as usize];
         dev.read_at(&mut buf, at)?;
         Ok(buf)
+    }
+
+    /// Copies a new segment whose first copy is on a `class` device gets.
+    pub(crate) fn copies_for(&self, class: cairn_devices::DeviceClass) -> usize {
+        self.policy.read().copies_for(class)
+    }
+
+    /// A new segment got `got` of the `want` copies the policy asks: said
+    /// once per shortage, and the re-replication is told.
+    pub(crate) fn note_copies(&self, got: usize, want: usize) {
+        if got < want && !self.short.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "new data gets {got} of {want} copies: no device of another failure domain has room or is online; the missing copies are made when one is"
+            );
+        }
+    }
+
+    /// Takes device `id` out (faulted): it failed too many I/Os while other
+    /// copies can serve its segments. Re-replication makes them again.
+    pub(crate) fn fault(&self, id: u32) {
+        let was = self
+            .devices
+            .set_state(id, cairn_devices::DeviceState::Faulted);
+        if was.is_ok_and(|s| s == cairn_devices::DeviceState::Online) {
+            tracing::error!(
+                "device {id} is FAULTED (too many failed I/Os): no new data goes to it and reads use the other copies; replace it with `cairn device replace`"
+            );
+            self.short.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes the copy at `addr` out of its segment's record (its write
+    /// failed). Its slot stays claimed until the next mount: the record
+    /// committed last may still name it, so it must not be reused.
+    pub(crate) fn drop_copy(&self, addr: SlotAddr) {
+        let mut segs = self.table.write();
+        let hit = segs.values_mut().find(|s| s.places().contains(&addr));
+        if let Some(s) = hit {
+            let left: Vec<SlotAddr> = s.places().into_iter().filter(|p| *p != addr).collect();
+            assert!(!left.is_empty(), "dropping the last copy of a segment");
+            s.set_places(&left);
+            self.short.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Closes the open segments so that the next batches open new ones.
@@ -249,10 +331,7 @@ impl Segments {
         let orphans: Vec<SlotAddr> = segs
             .iter()
             .filter(|(id, _)| !committed.contains_key(id))
-            .map(|(_, r)| SlotAddr {
-                device: r.device,
-                slot: r.slot,
-            })
+            .flat_map(|(_, r)| r.places())
             .collect();
         *segs = committed;
         drop(segs);
@@ -278,20 +357,18 @@ impl Segments {
     }
 }
 
-/// Claims the slot of segment `id` of the committed table.
+/// Claims the slots of segment `id` of the committed table (every copy).
 fn claim(devices: &DeviceSet, id: u64, rec: &SegmentRec, next_segment: u64) -> Result<()> {
-    let addr = SlotAddr {
-        device: rec.device,
-        slot: rec.slot,
-    };
-    if !devices.claim(addr)? {
-        return Err(DataError::BadRecord {
-            what: "segment",
-            why: format!(
-                "segment {id} claims slot {} of device {} twice or out of range",
-                rec.slot, rec.device
-            ),
-        });
+    for addr in rec.places() {
+        if !devices.claim(addr)? {
+            return Err(DataError::BadRecord {
+                what: "segment",
+                why: format!(
+                    "segment {id} claims slot {} of device {} twice or out of range",
+                    addr.slot, addr.device
+                ),
+            });
+        }
     }
     assert!(
         id < next_segment,

@@ -31,6 +31,8 @@ pub struct ChunkStore {
     pub(crate) ram_cache: RwLock<Option<RamCache>>,
     pub(crate) ssd_cache: RwLock<Option<Arc<SsdCache>>>,
     pub(crate) readahead: RwLock<Arc<Readahead>>,
+    /// What self-healing reads did (`heal.rs`).
+    pub(crate) heal: crate::heal::HealStats,
 }
 
 impl ChunkStore {
@@ -50,7 +52,30 @@ impl ChunkStore {
             ram_cache: RwLock::new(None),
             ssd_cache: RwLock::new(None),
             readahead: RwLock::new(Arc::new(Readahead::new(0))),
+            heal: Default::default(),
         })
+    }
+
+    /// Sets how many copies new segments get.
+    pub fn set_policy(&self, p: crate::policy::Policy) {
+        *self.segs.policy.write() = p;
+        self.segs.short.store(true, Ordering::Relaxed);
+    }
+
+    /// How many copies new segments get.
+    pub fn policy(&self) -> crate::policy::Policy {
+        *self.segs.policy.read()
+    }
+
+    /// True (and cleared) when segments may lack copies the policy asks
+    /// for (a policy change, a failed copy, no room in another domain).
+    pub fn take_short(&self) -> bool {
+        self.segs.short.swap(false, Ordering::Relaxed)
+    }
+
+    /// Says that segments may lack copies (a device was lost).
+    pub fn note_short(&self) {
+        self.segs.short.store(true, Ordering::Relaxed);
     }
 
     /// Sets the RAM read cache for chunks on slower tiers (0 turns it off).
@@ -116,9 +141,20 @@ impl ChunkStore {
     /// checksums, and with `full_hash` against the expected hash and the
     /// record's span sums too (scrub).
     pub fn read_chunk(&self, rec: &ChunkRec, full_hash: bool) -> Result<Vec<u8>> {
+        let first = self.read_chunk_here(rec, full_hash);
+        self.or_heal(rec, first, |sealed| self.raw_of(rec, sealed, full_hash))
+    }
+
+    /// `read_chunk` from the copy reads go to first.
+    fn read_chunk_here(&self, rec: &ChunkRec, full_hash: bool) -> Result<Vec<u8>> {
         let buf = self.segs.read_sealed(rec)?;
-        let raw =
-            unseal(&buf, &rec.hash, full_hash).map_err(|why| corrupt(rec, why.to_string()))?;
+        self.raw_of(rec, &buf, full_hash)
+    }
+
+    /// The raw bytes of `rec` from its sealed bytes, verified (with
+    /// `full_hash`, against its hash and the record's span sums too).
+    pub(crate) fn raw_of(&self, rec: &ChunkRec, buf: &[u8], full_hash: bool) -> Result<Vec<u8>> {
+        let raw = unseal(buf, &rec.hash, full_hash).map_err(|why| corrupt(rec, why.to_string()))?;
         if raw.len() != rec.raw_len as usize {
             return Err(corrupt(rec, "raw length differs from record".into()));
         }
@@ -134,10 +170,17 @@ impl ChunkStore {
     /// Reads a chunk as stored, fully verified (checksums, and the hash of
     /// its raw bytes): returns (compression method, stored bytes).
     pub fn read_stored(&self, rec: &ChunkRec) -> Result<(u8, Vec<u8>)> {
-        let buf = self.segs.read_sealed(rec)?;
-        unseal(&buf, &rec.hash, true).map_err(|why| corrupt(rec, why.to_string()))?;
+        let first = self.segs.read_sealed(rec);
+        let first = first.and_then(|buf| self.stored_of(rec, &buf));
+        self.or_heal(rec, first, |sealed| self.stored_of(rec, sealed))
+    }
+
+    /// (compression method, stored bytes) of `rec` from its sealed bytes,
+    /// fully verified.
+    fn stored_of(&self, rec: &ChunkRec, buf: &[u8]) -> Result<(u8, Vec<u8>)> {
+        unseal(buf, &rec.hash, true).map_err(|why| corrupt(rec, why.to_string()))?;
         let h =
-            crate::chunk::ChunkHeader::decode(&buf).map_err(|why| corrupt(rec, why.to_string()))?;
+            crate::chunk::ChunkHeader::decode(buf).map_err(|why| corrupt(rec, why.to_string()))?;
         let end = CHUNK_HEADER_LEN + h.stored_len as usize;
         Ok((h.compression, buf[CHUNK_HEADER_LEN..end].to_vec()))
     }
@@ -146,13 +189,23 @@ impl ChunkStore {
     /// (which must not be longer than the chunk's raw length), verified
     /// against its header checksums and hash. No intermediate copy.
     pub fn read_chunk_into(&self, rec: &ChunkRec, dst: &mut [u8]) -> Result<()> {
+        let first = self.read_chunk_into_here(rec, dst);
+        self.or_heal(rec, first, |sealed| {
+            let raw = self.raw_of(rec, sealed, false)?;
+            dst.copy_from_slice(&raw[..dst.len()]);
+            Ok(())
+        })
+    }
+
+    /// `read_chunk_into` from the copy reads go to first.
+    fn read_chunk_into_here(&self, rec: &ChunkRec, dst: &mut [u8]) -> Result<()> {
         if dst.len() > rec.raw_len as usize {
             return Err(corrupt(rec, "read beyond the chunk's raw length".into()));
         }
         let compressed = rec.len as usize != CHUNK_HEADER_LEN + rec.raw_len as usize;
         if compressed || dst.len() < rec.raw_len as usize {
             // Compressed, or a part: checked by span or whole.
-            return self.read_chunk_part_into(rec, 0, dst);
+            return self.read_chunk_part_here(rec, 0, dst);
         }
         let _gate = self.segs.io_gate.read();
         let (dev, at) = self.segs.locate(rec)?;
@@ -188,13 +241,23 @@ impl ChunkStore {
     /// each checked against its sum; any other chunk is read and checked
     /// whole.
     pub fn read_chunk_part_into(&self, rec: &ChunkRec, from: usize, dst: &mut [u8]) -> Result<()> {
+        let first = self.read_chunk_part_here(rec, from, dst);
+        self.or_heal(rec, first, |sealed| {
+            let raw = self.raw_of(rec, sealed, false)?;
+            dst.copy_from_slice(&raw[from..from + dst.len()]);
+            Ok(())
+        })
+    }
+
+    /// `read_chunk_part_into` from the copy reads go to first.
+    fn read_chunk_part_here(&self, rec: &ChunkRec, from: usize, dst: &mut [u8]) -> Result<()> {
         let end = from + dst.len();
         if end > rec.raw_len as usize {
             return Err(corrupt(rec, "read beyond the chunk's raw length".into()));
         }
         let raw = rec.len as usize == CHUNK_HEADER_LEN + rec.raw_len as usize;
         if !raw || !rec.has_sums() {
-            let whole = self.read_chunk(rec, false)?;
+            let whole = self.read_chunk_here(rec, false)?;
             dst.copy_from_slice(&whole[from..end]);
             return Ok(());
         }
@@ -263,7 +326,7 @@ impl ChunkStore {
         let rank_of = |a: SlotAddr| devices.device(a.device).ok().map(|d| d.class().rank());
         let new_data = self.segs.open.lock();
         let same_tier = match new_data.as_ref() {
-            Some(o) => rank_of(o.addr) == Some(rank),
+            Some(o) => rank_of(o.first()) == Some(rank),
             None => devices.fastest_tier_rank() == Some(rank),
         };
         if same_tier {
@@ -272,7 +335,9 @@ impl ChunkStore {
         }
         drop(new_data);
         let mut open = self.segs.open_reloc.lock();
-        let elsewhere = open.as_ref().is_some_and(|o| rank_of(o.addr) != Some(rank));
+        let elsewhere = open
+            .as_ref()
+            .is_some_and(|o| rank_of(o.first()) != Some(rank));
         if elsewhere {
             let o = open.as_ref().expect("checked");
             assert!(

@@ -22,16 +22,18 @@
 use crate::aligned::cached;
 use crate::chunk::{header_of, Hash, CHUNK_HEADER_LEN};
 use crate::compress::{compress, Compression};
+use crate::copies::{CopyTarget, Dropped};
 use crate::error::{DataError, Result};
 pub use crate::open_segment::OpenSegment;
 use crate::open_segment::SegBuf;
 use crate::records::{ChunkRec, SegmentRec};
 use crate::segments::Segments;
 use crate::wpipe::WritePipe;
-use cairn_devices::DIRECT_ALIGN;
+use cairn_devices::{SlotAddr, DIRECT_ALIGN};
 use parking_lot::MutexGuard;
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Buffered bytes are written out once they reach this size.
 const WRITE_CHUNK: usize = 4 << 20;
@@ -55,6 +57,9 @@ pub struct WriteBatch<'a> {
     /// Bytes of chunks kept in the page cache (`cached`) appended since
     /// the last buffer was handed to the pipe.
     cached_bytes: u64,
+    /// Copies whose writes failed (taken out of their segments' records
+    /// by `finish`).
+    dropped: Arc<Dropped>,
 }
 
 impl<'a> WriteBatch<'a> {
@@ -74,6 +79,7 @@ impl<'a> WriteBatch<'a> {
             pipe: WritePipe::default(),
             spare: None,
             cached_bytes: 0,
+            dropped: Arc::default(),
         }
     }
 
@@ -159,8 +165,17 @@ impl<'a> WriteBatch<'a> {
         if o.is_flushed() {
             return Ok(());
         }
-        let dev = self.segs.devices.device(o.addr.device)?;
-        let at = dev.slot_offset(o.addr.slot) + o.buf_start as u64;
+        let mut places = Vec::with_capacity(o.places.len());
+        for &p in &o.places {
+            let dev = self.segs.devices.device(p.device)?;
+            places.push((p, dev.clone(), dev.slot_offset(p.slot)));
+            self.devices.insert(p.device);
+        }
+        let target = Arc::new(CopyTarget {
+            places,
+            dropped: self.dropped.clone(),
+        });
+        let at = o.buf_start as u64;
         let room = (self.segs.segment_size - o.buf_start as u64) as usize;
         let len = o.buf.len().next_multiple_of(DIRECT_ALIGN).min(room);
         let keep_from = o.used as usize / DIRECT_ALIGN * DIRECT_ALIGN;
@@ -171,8 +186,8 @@ impl<'a> WriteBatch<'a> {
         // a whole object-store segment in one write, never in pieces.
         let cached = !o.whole && 2 * self.cached_bytes >= (o.used - o.written) as u64;
         self.cached_bytes = 0;
-        self.pipe.submit(dev, at, full.padded(len), len, cached)?;
-        self.devices.insert(o.addr.device);
+        self.pipe
+            .submit(target, at, full.padded(len), len, cached)?;
         o.written = o.used;
         o.buf_start = keep_from as u32;
         Ok(())
@@ -192,7 +207,7 @@ impl<'a> WriteBatch<'a> {
 
     fn open_new(&mut self) -> Result<()> {
         let devices = &self.segs.devices;
-        let addr = match self.place {
+        let first = match self.place {
             None => devices.allocate(),
             // Chunks of a cold segment stay on its tier; those of one on an
             // object store (which takes no appends) on the slowest local
@@ -203,25 +218,23 @@ impl<'a> WriteBatch<'a> {
                 .or_else(|_| devices.allocate()),
         }
         .map_err(|_| DataError::NoSpace)?;
-        let whole = devices
-            .device(addr.device)
-            .is_ok_and(|d| d.class().is_object_store());
+        let class = devices.device(first.device)?.class();
+        let whole = class.is_object_store();
+        let want = self.segs.copies_for(class);
+        let mut places = vec![first];
+        if want > 1 && !whole {
+            let rank = class.rank();
+            places.extend(devices.allocate_copies(&[first], rank, want - 1, |_, _, _| true));
+            self.segs.note_copies(places.len(), want);
+        }
         let id = self.segs.next_segment.fetch_add(1, Ordering::SeqCst);
-        self.segs.table.write().insert(
-            id,
-            SegmentRec {
-                device: addr.device,
-                slot: addr.slot,
-                used: 0,
-                live: 0,
-                chunks: 0,
-                hist: 0,
-                flags: 0,
-            },
-        );
+        self.segs
+            .table
+            .write()
+            .insert(id, SegmentRec::new_at(&places));
         *self.open = Some(OpenSegment {
             id,
-            addr,
+            places,
             used: 0,
             buf_start: 0,
             buf: self.new_buffer()?,
@@ -229,6 +242,54 @@ impl<'a> WriteBatch<'a> {
             whole,
         });
         self.touched.insert(id);
+        Ok(())
+    }
+
+    /// A sync of device `d` failed: every copy this batch wrote there is
+    /// dropped (an error if one was a segment's only copy).
+    fn drop_device(&mut self, d: u32, e: DataError) -> Result<()> {
+        let on_d: Vec<SlotAddr> = {
+            let segs = self.segs.table.read();
+            (self.touched.iter().filter_map(|id| segs.get(id)))
+                .flat_map(|s| s.places())
+                .filter(|p| p.device == d)
+                .collect()
+        };
+        let only = {
+            let segs = self.segs.table.read();
+            (self.touched.iter().filter_map(|id| segs.get(id)))
+                .any(|s| s.places().len() == 1 && s.device == d)
+        };
+        if only {
+            return Err(e);
+        }
+        for p in on_d {
+            self.dropped
+                .note_failed(p, DataError::Writer("sync failed"));
+        }
+        tracing::error!("{e}: the copies written there are dropped and made again elsewhere");
+        Ok(())
+    }
+
+    /// Takes the dropped copies out of their segments (the open segment's
+    /// next writes skip them too), releases their slots and counts the
+    /// failure against their devices.
+    fn take_dropped(&mut self) -> Result<()> {
+        let dropped = self.dropped.take();
+        for (addr, why) in &dropped {
+            tracing::error!(
+                "a copy on device {} failed ({why}): the pool goes on with the other copies",
+                addr.device
+            );
+            let n = self.segs.devices.note_write_error(addr.device);
+            if n >= cairn_devices::set::FAILING_AFTER {
+                self.segs.fault(addr.device);
+            }
+            self.segs.drop_copy(*addr);
+            if let Some(o) = self.open.as_mut() {
+                o.places.retain(|p| p != addr);
+            }
+        }
         Ok(())
     }
 
@@ -241,17 +302,21 @@ impl<'a> WriteBatch<'a> {
     }
 
     /// Writes everything out and syncs the touched devices. Returns the
-    /// segment records to commit with the metadata.
+    /// segment records to commit with the metadata (without the copies
+    /// whose writes or syncs failed, while another copy took them).
     pub fn finish(mut self) -> Result<Vec<(u64, SegmentRec)>> {
         match self.open.as_ref().is_some_and(|o| o.whole) {
             true => self.close_open()?,
             false => self.write_buffer()?,
         }
         self.pipe.drain()?;
-        for d in &self.devices {
-            let dev = self.segs.devices.device(*d)?;
-            dev.sync().map_err(|e| DataError::of_write(*d, e))?;
+        for d in std::mem::take(&mut self.devices) {
+            let dev = self.segs.devices.device(d)?;
+            if let Err(e) = dev.sync() {
+                self.drop_device(d, DataError::of_write(d, e))?;
+            }
         }
+        self.take_dropped()?;
         let segs = self.segs.table.read();
         Ok(self
             .touched

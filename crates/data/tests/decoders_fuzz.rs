@@ -169,9 +169,17 @@ fn encode_chunk_rec(c: &ChunkRec, version: u8) -> Vec<u8> {
 }
 
 fn arb_segment_rec() -> impl Strategy<Value = SegmentRec> {
-    any::<(u32, u64, u32, u64, u64, u64, u8)>().prop_map(|f| SegmentRec {
+    let copies = prop::collection::vec(any::<u64>(), 0..3);
+    (any::<(u32, u64, u32, u64, u64, u64, u8)>(), copies).prop_map(|(f, more)| SegmentRec {
         device: f.0,
         slot: f.1,
+        // Further copies on devices other than the first's and each other's.
+        copies: (more.iter().enumerate())
+            .map(|(i, &slot)| cairn_devices::SlotAddr {
+                device: f.0.wrapping_add(1 + i as u32),
+                slot,
+            })
+            .collect(),
         used: f.2,
         live: f.3,
         chunks: f.4,

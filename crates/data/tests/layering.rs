@@ -16,9 +16,11 @@ const ORDER: &[&str] = &[
     "aligned",
     "chunk",
     "records",
+    "policy",
     "heat",
     "cache",
     "wpipe",
+    "copies",
     "dead_pages",
     "open_segment",
     "segments",
@@ -26,6 +28,7 @@ const ORDER: &[&str] = &[
     "readahead",
     "store",
     "read",
+    "heal",
     "relocate",
 ];
 

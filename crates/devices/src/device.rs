@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// What the user asked for: `CLASS:PATH[:SIZE][:role=tier|cache]
-/// [:latency=DUR][:bw=SIZE]` (latency and bw emulate a slow device).
+/// [:domain=NAME][:latency=DUR][:bw=SIZE]` (latency and bw emulate a slow
+/// device; devices of one failure domain never hold two copies of a
+/// segment).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceSpec {
     pub class: DeviceClass,
@@ -25,6 +27,9 @@ pub struct DeviceSpec {
     /// Leave a device file sparse instead of allocating its blocks (the
     /// host may then run out of space under the pool).
     pub sparse: bool,
+    /// The failure domain (a disk, an enclosure, a host): copies of a
+    /// segment go to devices of different domains. None: its own.
+    pub domain: Option<String>,
 }
 
 impl DeviceSpec {
@@ -37,6 +42,7 @@ impl DeviceSpec {
             role: DeviceRole::Tier,
             emulate: None,
             sparse: false,
+            domain: None,
         }
     }
 }
@@ -57,6 +63,9 @@ impl std::fmt::Display for DeviceSpec {
         }
         if self.sparse {
             write!(f, ":sparse")?;
+        }
+        if let Some(d) = &self.domain {
+            write!(f, ":domain={d}")?;
         }
         Ok(())
     }
@@ -91,11 +100,12 @@ impl std::str::FromStr for DeviceSpec {
                 }
                 None => return Err(bad(&format!("'{part}': expected key=value"))),
                 Some(("role", v)) => out.role = v.parse().map_err(|e: String| bad(&e))?,
+                Some(("domain", v)) => out.domain = Some(parse_domain(v).map_err(|e| bad(&e))?),
                 Some(("latency", v)) => latency = Some(parse_duration_us(v).map_err(|e| bad(&e))?),
                 Some(("bw", v)) => bw = Some(crate::size::parse_size(v).map_err(|e| bad(&e))?),
                 Some((k, _)) => {
                     return Err(bad(&format!(
-                        "unknown option '{k}' (use role, latency or bw)"
+                        "unknown option '{k}' (use role, domain, latency or bw)"
                     )))
                 }
             }
@@ -108,6 +118,17 @@ impl std::str::FromStr for DeviceSpec {
         }
         Ok(out)
     }
+}
+
+/// A failure domain's name: 1 to 64 letters, digits, '-', '_' or '.'.
+fn parse_domain(v: &str) -> std::result::Result<String, String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+    if v.is_empty() || v.len() > 64 || !v.chars().all(ok) {
+        return Err(format!(
+            "domain '{v}': use 1 to 64 letters, digits, '-', '_' or '.'"
+        ));
+    }
+    Ok(v.to_string())
 }
 
 #[derive(Debug)]
@@ -516,6 +537,34 @@ impl Device {
             read_errors: Default::default(),
             sparse: false,
         }
+    }
+
+    /// A device the pool names but that could not be opened (`why`): its
+    /// header as the pool knows it (`slots` slots of `segment_size`), and
+    /// a backend on which every I/O fails (`backend::Missing`).
+    pub fn missing(
+        id: u32,
+        class: DeviceClass,
+        role: DeviceRole,
+        path: PathBuf,
+        geometry: (u64, u64),
+        why: String,
+    ) -> Device {
+        let (segment_size, slots) = geometry;
+        assert!(
+            segment_size > 0,
+            "a missing device needs the pool's segment size"
+        );
+        let header = DeviceHeader {
+            device_id: id,
+            pool_uuid: [0; 16],
+            class,
+            size: DATA_OFFSET + slots * segment_size,
+            segment_size,
+            data_offset: DATA_OFFSET,
+        };
+        let io: Arc<dyn Backend> = Arc::new(crate::backend::Missing::new(why));
+        Device::from_parts(header, path, role, io)
     }
 
     /// The object store under this device (an `s3` tier), if any.

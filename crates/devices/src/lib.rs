@@ -27,7 +27,7 @@ pub use emulate::Emulation;
 pub use error::DeviceError;
 pub use header::DeviceHeader;
 pub use objdev::ObjectOptions;
-pub use set::{DeviceSet, SlotAddr};
+pub use set::{DeviceSet, DeviceState, SlotAddr};
 pub use size::{human, parse_size};
 pub use spacemap::SpaceMap;
 pub use ssdcache::{CacheStats, FillLimit, SsdCache};

@@ -53,6 +53,7 @@ pub(crate) fn parse_s3_spec(spec: &str) -> Result<DeviceSpec> {
         role: DeviceRole::Tier,
         emulate: None,
         sparse: false,
+        domain: None,
     })
 }
 

@@ -6,6 +6,12 @@
 //! speed), and after `FAILING_AFTER` failed writes it is *failing*: it gets
 //! new segments only when no other device has a free slot (a pool of one
 //! device keeps trying it rather than refusing every write).
+//!
+//! A segment may have copies (`allocate_copies`): each on a different
+//! device of a different failure domain. A device the pool names but that
+//! could not be opened is *missing*, one taken out while mounted (it failed
+//! too many I/Os) is *faulted*: neither gets new segments, and reads go to
+//! another copy first.
 
 use crate::class::DeviceRole;
 use crate::device::Device;
@@ -24,6 +30,32 @@ pub struct SlotAddr {
 /// Failed writes after which a device gets no new segments.
 pub const FAILING_AFTER: u32 = 3;
 
+/// Failed reads in a row (no read between them succeeded) after which a
+/// device is faulted, when another copy can serve its segments.
+pub const FAULTED_AFTER_READS: u32 = 8;
+
+/// What a device can do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceState {
+    /// Opened and answering.
+    Online,
+    /// Named by the pool but not opened at mount (gone, unreadable).
+    Missing,
+    /// Taken out while mounted: too many failed I/Os.
+    Faulted,
+}
+
+impl std::fmt::Display for DeviceState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeviceState::Online => "online",
+            DeviceState::Missing => "missing",
+            DeviceState::Faulted => "faulted",
+        })
+    }
+}
+
 /// One member of the set: the device, its slot map, whether it is being
 /// drained (no new segments; `cairn device remove` empties it) and how many
 /// of its writes failed since the pool was opened.
@@ -33,6 +65,18 @@ struct Member {
     map: SpaceMap,
     draining: bool,
     write_errors: u32,
+    /// Failed reads since the last read that succeeded.
+    read_errors_in_row: u32,
+    state: DeviceState,
+    /// Its failure domain (its own id when the admin named none).
+    domain: String,
+}
+
+impl Member {
+    /// Takes new segments (not missing, faulted or draining).
+    fn takes_segments(&self) -> bool {
+        self.dev.role == DeviceRole::Tier && !self.draining && self.state == DeviceState::Online
+    }
 }
 
 /// The devices of a pool. Devices can be added and removed while the pool
@@ -77,9 +121,12 @@ impl DeviceSet {
         let dev = Arc::new(dev);
         m.push(Member {
             map: SpaceMap::new(dev.header.slot_count()),
+            domain: format!("device-{}", dev.id()),
             dev: dev.clone(),
             draining: false,
             write_errors: 0,
+            read_errors_in_row: 0,
+            state: DeviceState::Online,
         });
         m.sort_by_key(|x| x.dev.id());
         Ok(dev)
@@ -193,16 +240,10 @@ impl DeviceSet {
         let mut order: Vec<usize> = (0..m.len())
             .filter(|&i| {
                 let x = &m[i];
-                x.dev.role == DeviceRole::Tier
-                    && !x.draining
-                    && pick(&x.dev, x.map.slots(), x.map.free_slots())
+                x.takes_segments() && pick(&x.dev, x.map.slots(), x.map.free_slots())
             })
             .collect();
-        order.sort_by_key(|&i| {
-            let errors = m[i].write_errors;
-            let health = (errors >= FAILING_AFTER) as u8 + (errors > 0) as u8;
-            (health, m[i].dev.class().rank(), m[i].dev.id())
-        });
+        order.sort_by_key(|&i| placement_key(&m[i]));
         for i in order {
             if let Some(slot) = m[i].map.allocate() {
                 return Ok(SlotAddr {
@@ -212,6 +253,119 @@ impl DeviceSet {
             }
         }
         Err(DeviceError::NoSpace)
+    }
+
+    /// Slots for further copies of a segment whose copies are at `have`:
+    /// up to `more`, each on a device of a failure domain that no copy
+    /// uses and that `pick` accepts, devices of class rank `rank`
+    /// preferred, then the faster.
+    /// Fewer (none) when the pool has no such device with room: the
+    /// segment then has the copies it can have and the rest are made
+    /// later (`cairn_fs`'s re-replication).
+    pub fn allocate_copies(
+        &self,
+        have: &[SlotAddr],
+        rank: u8,
+        more: usize,
+        pick: impl Fn(&Device, u64, u64) -> bool,
+    ) -> Vec<SlotAddr> {
+        let mut m = self.members.write();
+        let mut domains: Vec<String> = (have.iter())
+            .filter_map(|a| index(&m, a.device).ok().map(|i| m[i].domain.clone()))
+            .collect();
+        let mut order: Vec<usize> = (0..m.len())
+            .filter(|&i| {
+                let x = &m[i];
+                x.takes_segments()
+                    && !x.dev.class().is_object_store()
+                    && pick(&x.dev, x.map.slots(), x.map.free_slots())
+            })
+            .collect();
+        order.sort_by_key(|&i| {
+            let (health, r, id) = placement_key(&m[i]);
+            (health, r != rank, r, id)
+        });
+        let mut out = Vec::with_capacity(more);
+        for i in order {
+            if out.len() == more {
+                break;
+            }
+            if domains.contains(&m[i].domain) {
+                continue;
+            }
+            if let Some(slot) = m[i].map.allocate() {
+                domains.push(m[i].domain.clone());
+                out.push(SlotAddr {
+                    device: m[i].dev.id(),
+                    slot,
+                });
+            }
+        }
+        out
+    }
+
+    /// The failure domain of a device.
+    pub fn domain(&self, id: u32) -> Option<String> {
+        let m = self.members.read();
+        index(&m, id).ok().map(|i| m[i].domain.clone())
+    }
+
+    /// Names a device's failure domain (None: its own).
+    pub fn set_domain(&self, id: u32, domain: Option<String>) -> Result<()> {
+        let mut m = self.members.write();
+        let i = index(&m, id)?;
+        m[i].domain = domain.unwrap_or_else(|| format!("device-{id}"));
+        Ok(())
+    }
+
+    /// What a device can do now.
+    pub fn state(&self, id: u32) -> Option<DeviceState> {
+        let m = self.members.read();
+        index(&m, id).ok().map(|i| m[i].state)
+    }
+
+    /// True if the device is opened and not faulted.
+    pub fn is_online(&self, id: u32) -> bool {
+        self.state(id) == Some(DeviceState::Online)
+    }
+
+    /// Marks a device missing or faulted (or online again). Returns the
+    /// state it had.
+    pub fn set_state(&self, id: u32, state: DeviceState) -> Result<DeviceState> {
+        let mut m = self.members.write();
+        let i = index(&m, id)?;
+        Ok(std::mem::replace(&mut m[i].state, state))
+    }
+
+    /// Counts a failed read of a device; returns how many failed in a row.
+    pub fn note_read_error(&self, id: u32) -> u32 {
+        let mut m = self.members.write();
+        let Ok(i) = index(&m, id) else { return 0 };
+        m[i].read_errors_in_row += 1;
+        m[i].read_errors_in_row
+    }
+
+    /// A read of a device succeeded: its run of failed reads ends.
+    pub fn note_read_ok(&self, id: u32) {
+        let m = self.members.read();
+        if let Ok(i) = index(&m, id) {
+            if m[i].read_errors_in_row == 0 {
+                return;
+            }
+        }
+        drop(m);
+        let mut m = self.members.write();
+        if let Ok(i) = index(&m, id) {
+            m[i].read_errors_in_row = 0;
+        }
+    }
+
+    /// The devices that are not online: (id, state).
+    pub fn not_online(&self) -> Vec<(u32, DeviceState)> {
+        let m = self.members.read();
+        (m.iter().filter(|x| x.state != DeviceState::Online))
+            .map(|x| (x.dev.id(), x.state))
+            .collect()
     }
 
     pub fn release(&self, addr: SlotAddr) -> Result<()> {
@@ -231,7 +385,7 @@ impl DeviceSet {
         self.members
             .read()
             .iter()
-            .filter(|x| x.dev.role == DeviceRole::Tier && !x.draining)
+            .filter(|x| x.takes_segments())
             .fold((0, 0), |(t, f), x| {
                 (t + x.map.slots(), f + x.map.free_slots())
             })
@@ -302,9 +456,23 @@ impl DeviceSet {
             .min()
     }
 
+    /// Syncs every online device (a missing or faulted one has nothing
+    /// of ours to make durable).
     pub fn sync_all(&self) -> Result<()> {
-        self.devices().iter().try_for_each(|d| d.sync())
+        let online: Vec<Arc<Device>> = (self.members.read().iter())
+            .filter(|x| x.state == DeviceState::Online)
+            .map(|x| x.dev.clone())
+            .collect();
+        online.iter().try_for_each(|d| d.sync())
     }
+}
+
+/// The order placement tries devices in: clean before those that failed
+/// a write, failing ones last; then the fastest class; then by id.
+fn placement_key(x: &Member) -> (u8, u8, u32) {
+    let errors = x.write_errors;
+    let health = (errors >= FAILING_AFTER) as u8 + (errors > 0) as u8;
+    (health, x.dev.class().rank(), x.dev.id())
 }
 
 fn index(m: &[Member], id: u32) -> Result<usize> {
@@ -361,6 +529,63 @@ mod tests {
         set.release(SlotAddr { device: 1, slot: 0 }).unwrap();
         set.remove(1).unwrap();
         assert_eq!(set.devices().len(), 1);
+    }
+
+    #[test]
+    fn copies_go_to_other_domains_same_class_first_and_never_to_missing_devices() {
+        let dir = tempfile::tempdir().unwrap();
+        let mk = |id: u32, class, name: &str| {
+            let spec = DeviceSpec::tier(class, dir.path().join(name), Some(8 << 20));
+            Device::create(&spec, id, [0; 16], 1 << 20).unwrap()
+        };
+        let set = DeviceSet::new(vec![
+            mk(0, DeviceClass::Ssd, "a"),
+            mk(1, DeviceClass::Hdd, "b"),
+            mk(2, DeviceClass::Ssd, "c"),
+            mk(3, DeviceClass::Ssd, "d"),
+        ])
+        .unwrap();
+        let first = set.allocate().unwrap();
+        assert_eq!(first.device, 0);
+        let ssd = DeviceClass::Ssd.rank();
+        let more = set.allocate_copies(&[first], ssd, 1, |_, _, _| true);
+        assert_eq!(more.len(), 1);
+        assert_eq!(more[0].device, 2, "same class first");
+        // Devices 0 and 2 share a domain: the copy goes to device 3.
+        set.set_domain(2, Some("shelf".into())).unwrap();
+        set.set_domain(0, Some("shelf".into())).unwrap();
+        let more = set.allocate_copies(&[first], ssd, 1, |_, _, _| true);
+        assert_eq!(more[0].device, 3);
+        // Device 3 missing: the hdd is the only other domain left.
+        set.set_state(3, DeviceState::Missing).unwrap();
+        let more = set.allocate_copies(&[first], ssd, 2, |_, _, _| true);
+        assert_eq!(more.iter().map(|a| a.device).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(set.not_online(), vec![(3, DeviceState::Missing)]);
+        assert!(set.sync_all().is_ok());
+    }
+
+    #[test]
+    fn a_missing_device_takes_no_segments_and_fails_every_io() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = DeviceSpec::tier(DeviceClass::Ssd, dir.path().join("a"), Some(8 << 20));
+        let a = Device::create(&spec, 0, [0; 16], 1 << 20).unwrap();
+        let gone = Device::missing(
+            1,
+            DeviceClass::Nvme,
+            DeviceRole::Tier,
+            dir.path().join("gone"),
+            (1 << 20, 4),
+            "gone: No such file".into(),
+        );
+        assert_eq!(gone.header.slot_count(), 4);
+        assert!(gone.read_at(&mut [0u8; 8], gone.slot_offset(1)).is_err());
+        let set = DeviceSet::new(vec![a, gone]).unwrap();
+        set.set_state(1, DeviceState::Missing).unwrap();
+        assert!(set.claim(SlotAddr { device: 1, slot: 3 }).unwrap());
+        for _ in 0..7 {
+            assert_eq!(set.allocate().unwrap().device, 0, "never the missing nvme");
+        }
+        assert!(matches!(set.allocate(), Err(DeviceError::NoSpace)));
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! - `ops/`: POSIX operations (namespace, data, readdir, clones, sparse files);
 //! - `history/`: versions, `@@` views, snapshots, prune, tree hashes;
 //! - `maintenance/`: GC, reblock, scrub, check, salvage, tiering, devices, info;
+//! - `redundancy/`: the copies policy, degraded opens, re-replication and
+//!   device replacement;
 //! - `volumes/`: block volumes (files outside the POSIX namespace) for NBD.
 
 mod background;
@@ -22,6 +24,7 @@ pub mod history;
 pub mod maintenance;
 pub mod ops;
 pub mod pool;
+pub mod redundancy;
 pub mod replica;
 pub mod service_stats;
 mod state;

@@ -82,15 +82,17 @@ pub enum Task {
     Scrub,
     Prune,
     Migrate,
+    Resilver,
 }
 
 impl Task {
-    pub const ALL: [Task; 5] = [
+    pub const ALL: [Task; 6] = [
         Task::Gc,
         Task::Reblock,
         Task::Scrub,
         Task::Prune,
         Task::Migrate,
+        Task::Resilver,
     ];
 
     pub fn name(self) -> &'static str {
@@ -100,6 +102,7 @@ impl Task {
             Task::Scrub => "scrub",
             Task::Prune => "prune",
             Task::Migrate => "migrate",
+            Task::Resilver => "resilver",
         }
     }
 }
@@ -119,7 +122,7 @@ struct TaskCounters {
 /// and demotions; damaged chunks found by scrubs.
 #[derive(Default)]
 pub struct MaintStats {
-    tasks: [TaskCounters; 5],
+    tasks: [TaskCounters; Task::ALL.len()],
     promoted_bytes: AtomicU64,
     demoted_bytes: AtomicU64,
     promoted_segments: AtomicU64,
@@ -235,6 +238,13 @@ pub struct ServiceStats {
     pub promoted_segments: u64,
     pub demoted_segments: u64,
     pub scrub_damaged_chunks: u64,
+    /// Self-healing reads since the mount: chunks served from another
+    /// copy, bad copies rewritten, bad copies left bad.
+    pub chunks_served_from_copy: u64,
+    pub copies_repaired: u64,
+    pub copies_unrepaired: u64,
+    /// Devices that are not online (missing or faulted).
+    pub devices_not_online: u64,
 }
 
 impl Fs {
@@ -249,6 +259,7 @@ impl Fs {
         let oldest = snaps.iter().map(|s| s.time_ns).min();
         let ram = self.pool.chunks.ram_cache_hits_misses();
         let set = self.pool.chunks.devices();
+        let heal = self.pool.chunks.heal_counts();
         let devices = set
             .devices()
             .iter()
@@ -301,6 +312,10 @@ impl Fs {
             promoted_segments: m.promoted_segments.load(Relaxed),
             demoted_segments: m.demoted_segments.load(Relaxed),
             scrub_damaged_chunks: m.scrub_damaged.load(Relaxed),
+            chunks_served_from_copy: heal.0,
+            copies_repaired: heal.1,
+            copies_unrepaired: heal.2,
+            devices_not_online: set.not_online().len() as u64,
         })
     }
 }

@@ -118,6 +118,9 @@ impl Fs {
     /// (the intent log's records, orphaned inodes). No scan of the pool is
     /// needed.
     pub fn open(pool: Pool) -> Result<Arc<Fs>> {
+        if pool.lost.read_only {
+            return Fs::open_lost(pool);
+        }
         let mut fs = Fs::with_pool(pool)?;
         let logged = fs.open_intent_log()?;
         let fs = Arc::new(fs);
@@ -127,6 +130,16 @@ impl Fs {
             fs.replay_left_intent(&logged)?;
         }
         fs.remove_orphans()?;
+        Ok(fs)
+    }
+
+    /// Opens, read-only, a pool whose missing devices held the only copy
+    /// of some data (`cairn mount --degraded`): nothing is written, so the
+    /// intent log (if a crash left one) waits for a mount with every
+    /// device, and so do orphaned inodes.
+    fn open_lost(pool: Pool) -> Result<Arc<Fs>> {
+        let fs = Arc::new(Fs::with_pool(pool)?);
+        fs.refresh_retained()?;
         Ok(fs)
     }
 
@@ -168,7 +181,7 @@ impl Fs {
     /// True when mounted for salvage (`open_salvage`) or a mirror: every
     /// change is refused (a read-only mount).
     pub fn read_only(&self) -> bool {
-        self.salvage || self.mirror_role().is_ok_and(|r| r.is_mirror())
+        self.salvage || self.pool.lost.read_only || self.mirror_role().is_ok_and(|r| r.is_mirror())
     }
 
     /// The in-memory state of a pool just opened: nothing buffered yet.

@@ -113,8 +113,9 @@ fn arb_device_desc() -> impl Strategy<Value = DeviceDesc> {
         any::<bool>(),
         "[ -~]{0,40}",
         emulate,
+        prop::option::of("[a-z0-9._-]{1,12}"),
     )
-        .prop_map(|((version, id), rank, cache, path, e)| DeviceDesc {
+        .prop_map(|((version, id), rank, cache, path, e, domain)| DeviceDesc {
             version,
             id,
             class: DeviceClass::from_rank(rank).unwrap(),
@@ -128,6 +129,7 @@ fn arb_device_desc() -> impl Strategy<Value = DeviceDesc> {
                 latency_us,
                 bytes_per_sec,
             }),
+            domain,
         })
 }
 

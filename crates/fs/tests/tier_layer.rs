@@ -98,8 +98,9 @@ fn interrupted_moves_roll_back_before_the_switch_and_forward_after() {
     let cs = &fs.pool().chunks;
     // The fast device is full: the copy goes to another slot of the slow one.
     let r = cs.copy_segment(seg, |_, _, _| true).unwrap();
-    assert_eq!(r.to.device, 1);
-    assert_ne!(r.to.slot, r.from.slot);
+    assert_eq!(r.to.len(), 1);
+    assert_eq!(r.to[0].device, 1);
+    assert_ne!(r.to[0].slot, r.from[0].slot);
     drop(fs);
     let fs = open(d.path());
     assert_eq!(
@@ -125,7 +126,7 @@ fn interrupted_moves_roll_back_before_the_switch_and_forward_after() {
     let now = fs.pool().chunks.segment(seg).unwrap();
     assert_eq!(
         (now.device, now.slot),
-        (r.to.device, r.to.slot),
+        (r.to[0].device, r.to[0].slot),
         "rolled forward"
     );
     assert_eq!(used(&fs), before, "the old slot must be free");

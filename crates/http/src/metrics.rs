@@ -276,7 +276,7 @@ fn maintenance(s: &ServiceStats, v: &mut Vec<Sample>) {
         let l = |x: Sample| x.label("task", t.task);
         groups[0].push(l(n(
             "cairn_maintenance_runs",
-            "Runs of a maintenance task (gc, reblock, scrub, prune, migrate) since the mount.",
+            "Runs of a maintenance task (gc, reblock, scrub, prune, migrate, resilver) since the mount.",
             Counter,
             t.runs as f64,
         )));
@@ -316,6 +316,30 @@ fn maintenance(s: &ServiceStats, v: &mut Vec<Sample>) {
         "Damaged chunks found by scrubs since the mount.",
         Counter,
         s.scrub_damaged_chunks as f64,
+    ));
+    v.push(n(
+        "cairn_chunks_served_from_copy",
+        "Chunk reads served from another copy after the first failed, since the mount.",
+        Counter,
+        s.chunks_served_from_copy as f64,
+    ));
+    v.push(n(
+        "cairn_copies_repaired",
+        "Bad chunk copies rewritten from a good copy, since the mount.",
+        Counter,
+        s.copies_repaired as f64,
+    ));
+    v.push(n(
+        "cairn_copies_unrepaired",
+        "Bad chunk copies that could not be rewritten, since the mount.",
+        Counter,
+        s.copies_unrepaired as f64,
+    ));
+    v.push(n(
+        "cairn_devices_not_online",
+        "Devices missing or faulted.",
+        Gauge,
+        s.devices_not_online as f64,
     ));
 }
 

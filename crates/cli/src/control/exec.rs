@@ -27,6 +27,10 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
         | Request::Scrub => maintenance(fs, req, progress),
         Request::DeviceAdd { .. }
         | Request::DeviceRemove { .. }
+        | Request::DeviceReplace { .. }
+        | Request::RedundancySet { .. }
+        | Request::RedundancyShow
+        | Request::Resilver
         | Request::TierStatus
         | Request::Migrate => devices(fs, req, progress),
         Request::MirrorRead { .. }
@@ -60,6 +64,7 @@ fn info(fs: &Arc<Fs>) -> Result<Value, FsError> {
     info.space_warning = fs.space_status();
     let mut v = report(info)?;
     v["volumes"] = report(fs.volumes()?)?;
+    v["redundancy"] = report(fs.redundancy_status())?;
     v["nbd"] = crate::nbd::stats_json();
     v["fuse_workers"] = report(cairn_fuse::workers::stats())?;
     // The counters the metrics endpoint serves (mount daemon only).
@@ -172,6 +177,21 @@ fn devices(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Va
         Request::DeviceRemove { device } => {
             report(fs.device_remove(std::path::Path::new(&device), progress)?)
         }
+        Request::DeviceReplace { device, spec } => {
+            let spec: cairn_devices::DeviceSpec = spec
+                .parse()
+                .map_err(|e: cairn_devices::DeviceError| FsError::BadRequest(e.to_string()))?;
+            report(fs.device_replace(std::path::Path::new(&device), &spec, progress)?)
+        }
+        Request::RedundancySet { policy } => {
+            let p: cairn_data::Policy = policy
+                .parse()
+                .map_err(|e: cairn_data::PolicyError| FsError::BadRequest(e.to_string()))?;
+            fs.set_redundancy(p)?;
+            report(fs.redundancy_status())
+        }
+        Request::RedundancyShow => report(fs.redundancy_status()),
+        Request::Resilver => report(fs.resilver_now(progress)?),
         Request::TierStatus => report(fs.tier_status()),
         Request::Migrate => report(fs.migrate(progress)?),
         r => not_for("device", r),

@@ -94,6 +94,20 @@ pub enum Request {
     DeviceRemove {
         device: String,
     },
+    /// Replace device `device` (path or id) by a new one (`spec` as for
+    /// `DeviceAdd`).
+    DeviceReplace {
+        device: String,
+        spec: String,
+    },
+    /// Set the copies policy (`copies=N[,CLASS:copies=N]...`).
+    RedundancySet {
+        policy: String,
+    },
+    /// The policy, the devices' states and the data at risk.
+    RedundancyShow,
+    /// Make every copy the policy asks for now.
+    Resilver,
     /// One round of the tier mover.
     Migrate,
     /// Per-device fill and heat histogram.

@@ -6,7 +6,8 @@
 //! opened; a pool is opened or created with one (the host by default).
 //!
 //! Implementations: `FileBackend` (regular file or block device, O_DIRECT
-//! and preadv), `Emulated` (slow device: latency and bandwidth), `TraceBackend`
+//! and preadv), `Emulated` (slow device: latency and bandwidth), `Missing`
+//! (a device that could not be opened: every I/O fails), `TraceBackend`
 //! (records writes and syncs for `crash` images) and `FaultBackend` (EIO,
 //! ENOSPC, hangs, corrupted reads on demand) and `S3Backend` (a device as
 //! objects in a bucket: the `s3` tier).
@@ -15,6 +16,7 @@ pub mod crash;
 pub mod emulated;
 pub mod fault;
 pub mod file;
+pub mod missing;
 pub mod plan;
 pub mod rng;
 pub mod s3;
@@ -25,6 +27,7 @@ pub use crash::{crash_images, read_images, surviving, write_images, CrashMode, I
 pub use emulated::Emulated;
 pub use fault::{Fault, FaultBackend, FaultControl, FaultStorage, Ops, When};
 pub use file::FileBackend;
+pub use missing::Missing;
 pub use plan::{parse_plan, PlanError, PlanRule, PlanStorage};
 pub use s3::{ObjectTier, S3Backend};
 pub use trace::{Event, Recorder, TraceBackend, TraceStorage};

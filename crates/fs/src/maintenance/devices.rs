@@ -150,15 +150,7 @@ impl Fs {
         } else {
             self.pool.set_ssd_cache(None);
         }
-        let _last = self.flush_guard();
-        set.remove(id)?;
-        self.pool.meta.write(|w| {
-            w.remove_device(id)?;
-            Ok::<_, FsError>(())
-        })?;
-        if dev.path.starts_with(&self.pool.path) {
-            let _ = std::fs::remove_file(&dev.path);
-        }
+        self.forget_device(id, &dev)?;
         tracing::info!("device {id} removed: {}", dev.path.display());
         Ok(rep)
     }
@@ -183,13 +175,33 @@ impl Fs {
                 return Ok(());
             }
             let total = rep.segments_moved + left.len() as u64;
+            let mut copies = 0;
             for sid in left {
                 progress(rep.segments_moved, total);
+                // A segment with other copies loses only the one here
+                // (re-replication makes its replacement, below).
+                if self
+                    .pool
+                    .chunks
+                    .segment(sid)
+                    .is_some_and(|s| !s.copies.is_empty())
+                {
+                    copies += 1;
+                    continue;
+                }
                 if let Some(b) = self.move_segment(sid, |d, _, _| d.id() != id)? {
                     rep.segments_moved += 1;
                     rep.bytes_moved += b;
                     rate.spend(b);
                 }
+            }
+            if copies > 0 {
+                let r = self.resilver(&|d| d.id() != id, &|_, _| {})?;
+                if r.segments == 0 {
+                    return Err(FsError::NoSpace);
+                }
+                rep.segments_moved += r.segments;
+                rep.bytes_moved += r.bytes;
             }
             progress(rep.segments_moved, total);
         }
@@ -197,7 +209,7 @@ impl Fs {
 }
 
 /// The device named by a path (as given at mkfs/add, or its file) or id.
-fn find_device(fs: &Fs, path: &Path) -> Result<Arc<Device>> {
+pub(crate) fn find_device(fs: &Fs, path: &Path) -> Result<Arc<Device>> {
     let canon = |p: &Path| p.canonicalize().unwrap_or(p.to_path_buf());
     let want = canon(path);
     let devs = fs.pool.chunks.devices().devices();

@@ -24,6 +24,9 @@ pub struct DeviceInfo {
     /// Failed so many writes that no new data goes to it.
     #[serde(default)]
     pub failing: bool,
+    /// online, missing (not opened at mount) or faulted (taken out).
+    #[serde(default)]
+    pub state: String,
     /// The slow-device emulation it runs with ("latency 8000 us, 100 MiB/s").
     pub emulated: Option<String>,
     /// Segments on it, and how many of them are hot (at least
@@ -156,7 +159,7 @@ pub fn device_infos(
         .into_iter()
         .map(|(d, slots, free)| {
             let (mut segments, mut hot) = (0, 0);
-            for (id, _) in segs.iter().filter(|(_, s)| s.device == d.id()) {
+            for (id, _) in segs.iter().filter(|(_, s)| s.on_device(d.id())) {
                 let hits = pool.chunks.heat.get(*id).hits;
                 segments += 1;
                 hot += (hits >= hot_at) as u64;
@@ -172,6 +175,7 @@ pub fn device_infos(
                 draining: set.is_draining(d.id()),
                 write_errors: set.write_errors(d.id()),
                 failing: set.is_failing(d.id()),
+                state: set.state(d.id()).map_or(String::new(), |s| s.to_string()),
                 emulated: d.emulation().map(|e| e.to_string()),
                 segments,
                 hot_segments: hot,

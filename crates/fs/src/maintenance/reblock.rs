@@ -11,7 +11,6 @@ use crate::error::Result;
 use crate::types::Extent;
 use crate::vfs::Fs;
 use cairn_data::ChunkRec;
-use cairn_devices::SlotAddr;
 use cairn_meta::RecordType;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -353,10 +352,7 @@ impl Fs {
         for old in olds {
             let seg = self.pool.chunks.segment(old.segment);
             if self.pool.chunks.unref_chunk(old).is_none() {
-                freed.extend(seg.map(|s| SlotAddr {
-                    device: s.device,
-                    slot: s.slot,
-                }));
+                freed.extend(seg.iter().flat_map(|s| s.places()));
             }
         }
         self.pool.chunks.release_slots(&freed)?;

@@ -57,6 +57,7 @@ pub fn open_salvage_pool(path: &Path, config: PoolConfig) -> Result<Pool> {
         meta_home: None,
         chunks,
         mode_warnings: Vec::new(),
+        lost: Default::default(),
         storage,
         _lock: lock,
     })
@@ -119,6 +120,7 @@ fn devices_in_dir(path: &Path, sb: &Superblock) -> Result<(Vec<Device>, Vec<Devi
             path: e.file_name().into(),
             role: DeviceRole::Tier,
             emulate: None,
+            domain: None,
         });
         devs.push(dev);
     }

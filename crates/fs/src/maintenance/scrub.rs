@@ -3,7 +3,10 @@
 //! that use each damaged chunk. Runs beside normal use: it reads a
 //! snapshot of the metadata, and a chunk that reblock moved meanwhile is
 //! read again at its new place before it is called damaged. Damaged chunks
-//! leave the dedup index, so a restore writes good copies.
+//! leave the dedup index, so a restore writes good copies. A chunk whose
+//! segment has copies on other devices is checked in every copy, and a
+//! bad copy is rewritten from a good one (counted in `data_repaired`);
+//! only a chunk with no good copy left is damaged.
 
 use crate::error::Result;
 use crate::types::Extent;
@@ -25,6 +28,12 @@ pub struct ScrubReport {
     pub meta_repaired_at_open: u64,
     pub meta_repaired_on_read: u64,
     pub meta_repaired_now: u64,
+    /// Bad copies of chunks rewritten from a good copy by this scrub, and
+    /// bad copies that could not be rewritten (their chunks still read).
+    #[serde(default)]
+    pub data_repaired: u64,
+    #[serde(default)]
+    pub data_unrepaired: u64,
 }
 
 impl Fs {
@@ -63,7 +72,7 @@ impl Fs {
                 }
             };
             rep.bytes += rec.len as u64;
-            if let Err(e) = self.pool.chunks.read_chunk(&rec, true) {
+            if let Err(e) = self.scrub_chunk(&rec, &mut rep) {
                 let moved = self
                     .meta()?
                     .chunk(id)?
@@ -91,6 +100,25 @@ impl Fs {
         rep.damaged.extend(self.damaged_records()?);
         self.scrub_meta(&mut rep)?;
         Ok(rep)
+    }
+
+    /// Checks one chunk: every copy when its segment has several (bad
+    /// ones repaired), else its one copy. An error when no copy is good.
+    fn scrub_chunk(&self, rec: &ChunkRec, rep: &mut ScrubReport) -> cairn_data::error::Result<()> {
+        let chunks = &self.pool.chunks;
+        if chunks
+            .segment(rec.segment)
+            .is_none_or(|s| s.copies.is_empty())
+        {
+            return chunks.read_chunk(rec, true).map(|_| ());
+        }
+        let c = chunks.check_copies(rec)?;
+        rep.data_repaired += c.repaired.len() as u64;
+        rep.data_unrepaired += c.bad.len() as u64;
+        if c.good + c.repaired.len() == 0 {
+            return chunks.read_chunk(rec, true).map(|_| ());
+        }
+        Ok(())
     }
 
     /// Verifies both metadata copies page by page, when mirrored,

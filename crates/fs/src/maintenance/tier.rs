@@ -109,7 +109,7 @@ impl WriteClock {
     }
 
     /// A client write or sync runs, or one ended less than `QUIET` ago.
-    fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         self.active.load(Ordering::Relaxed) > 0 || self.since_last().is_some_and(|d| d < QUIET)
     }
 

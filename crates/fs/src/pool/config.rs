@@ -49,6 +49,12 @@ pub struct PoolConfig {
     /// dropped, instead of refusing the mount.
     #[serde(skip)]
     pub discard_damaged_log: bool,
+    /// Set for one mount by `cairn mount --degraded`, never read from or
+    /// written to the file: a pool whose missing devices hold the only
+    /// copy of some data mounts read-only (those files give EIO) instead
+    /// of being refused.
+    #[serde(skip)]
+    pub degraded: bool,
     /// Automatic snapshots (`cairn snapshot auto`) kept by prune: the newest
     /// of each of the last N days, ISO weeks and months (UTC) that have one.
     pub keep_daily: u32,
@@ -89,6 +95,13 @@ pub struct PoolConfig {
     pub tier_fast_full_pct: u32,
     /// Tier moves copy at most this many MiB/s.
     pub tier_rate_mib: u64,
+    /// Re-replication (copies made after a device is lost or replaced, or
+    /// the policy raised) copies at most this many MiB/s (0: as fast as
+    /// the devices go; it steps aside for client writes either way).
+    pub resilver_rate_mib: u64,
+    /// Re-replication looks at the segment table at least this often
+    /// (seconds), besides whenever something may need it.
+    pub resilver_interval_secs: u64,
     /// The mount daemon serves the pool's volumes over NBD on this TCP
     /// address ("" : not on TCP), e.g. "127.0.0.1:10809".
     pub nbd_listen: String,
@@ -151,6 +164,7 @@ impl Default for PoolConfig {
             meta_cache_mib: 256,
             intent_log_mib: 128,
             discard_damaged_log: false,
+            degraded: false,
             keep_daily: 7,
             keep_weekly: 4,
             keep_monthly: 6,
@@ -169,6 +183,8 @@ impl Default for PoolConfig {
             tier_demote_idle_secs: 600,
             tier_fast_full_pct: 90,
             tier_rate_mib: 64,
+            resilver_rate_mib: 0,
+            resilver_interval_secs: 60,
             nbd_listen: String::new(),
             nbd_socket: String::new(),
             nbd_tls: String::new(),

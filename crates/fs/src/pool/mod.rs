@@ -44,6 +44,8 @@ pub struct MkfsOptions {
     pub meta_mirror: Option<PathBuf>,
     /// Make a mirror pool: read-only, filled by mirror streams.
     pub mirror: bool,
+    /// How many copies new data gets (`--redundancy`).
+    pub redundancy: cairn_data::Policy,
 }
 
 impl Default for MkfsOptions {
@@ -56,6 +58,7 @@ impl Default for MkfsOptions {
             sparse: false,
             meta_mirror: None,
             mirror: false,
+            redundancy: cairn_data::Policy::default(),
         }
     }
 }
@@ -73,6 +76,9 @@ pub struct DeviceDesc {
     /// Slow-device emulation (tests and benchmarks only).
     #[serde(default)]
     pub emulate: Option<Emulation>,
+    /// The failure domain the admin named (`:domain=NAME`); None: its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
 }
 
 impl DeviceDesc {
@@ -91,6 +97,7 @@ impl DeviceDesc {
             path,
             role: spec.role,
             emulate: spec.emulate,
+            domain: spec.domain.clone(),
         }
     }
 
@@ -341,7 +348,8 @@ fn mkfs_in(
         lines.push(device_line(&dev, spec.size.is_some()));
         descs.push(DeviceDesc::new(pool, &dev, spec));
     }
-    write_first_tid(&meta, &descs, now, opts.mirror)?;
+    write_first_tid(&meta, &descs, now, &opts)?;
+    warnings.extend(redundancy_warning(&opts));
     drop(meta);
     let explicit = opts.meta_mirror.as_ref().map(|d| cwd.join(d));
     let target = match &explicit {
@@ -387,6 +395,27 @@ fn mkfs_in(
 
 /// What the administrator should know of a device just made: other users
 /// can read it, or its blocks are not reserved.
+/// A policy asking for more copies than the pool has failure domains of
+/// local tier devices: new data gets what it can until devices are added.
+fn redundancy_warning(opts: &MkfsOptions) -> Option<String> {
+    let mut domains: Vec<String> = (opts.devices.iter())
+        .filter(|d| d.role == DeviceRole::Tier && !d.class.is_object_store())
+        .enumerate()
+        .map(|(i, d)| d.domain.clone().unwrap_or_else(|| format!("device-{i}")))
+        .collect();
+    domains.sort();
+    domains.dedup();
+    let want = opts.redundancy.most_copies();
+    (want > domains.len()).then(|| {
+        format!(
+            "--redundancy {} asks for {want} copies but the pool has {} failure domain(s): new data gets {} copies until devices are added (`cairn device add`), then the missing ones are made",
+            opts.redundancy,
+            domains.len(),
+            domains.len()
+        )
+    })
+}
+
 fn device_warnings(pool: &Path, dev: &Device, spec: &DeviceSpec) -> Vec<String> {
     let mut w: Vec<String> = crate::pool::perms::exposed_device(pool, &dev.path)
         .into_iter()
@@ -450,10 +479,18 @@ fn settle_devices(pool: &Path, cwd: &Path, opts: &mut MkfsOptions) -> Result<()>
 
 /// TID 1: the devices, the empty root directory and the counters (and the
 /// unbound mirror role of a pool made to be a mirror).
-fn write_first_tid(meta: &MetaStore, descs: &[DeviceDesc], now: Time, mirror: bool) -> Result<()> {
+fn write_first_tid(
+    meta: &MetaStore,
+    descs: &[DeviceDesc],
+    now: Time,
+    opts: &MkfsOptions,
+) -> Result<()> {
     meta.write(|w| {
         for d in descs {
             w.put_device(d.id, &d.encode())?;
+        }
+        for (name, v) in opts.redundancy.encode() {
+            w.set_counter(&name, v)?;
         }
         w.put(
             &ElemKey::new(ROOT_INO, RecordType::Inode, &[]),
@@ -465,7 +502,7 @@ fn write_first_tid(meta: &MetaStore, descs: &[DeviceDesc], now: Time, mirror: bo
         w.set_counter("next_chunk", 1)?;
         w.set_counter("next_segment", 1)?;
         w.log_tid(1, now.as_nanos() as u64)?;
-        if mirror {
+        if opts.mirror {
             crate::replica::Role::Unbound.write(w)?;
         }
         Ok::<_, FsError>(())
@@ -793,6 +830,8 @@ pub struct Pool {
     pub mode_warnings: Vec<String>,
     /// How the pool's files are opened (the host's, or a test storage).
     pub storage: Arc<dyn Storage>,
+    /// Devices that could not be opened and what their loss costs.
+    pub lost: crate::redundancy::degraded::Lost,
     pub(crate) _lock: File,
 }
 
@@ -876,20 +915,26 @@ impl Pool {
             tracing::info!("indexed {indexed} chunks stored after the last dedup index batch");
         }
         let r = meta.read()?;
-        let mut devices = Vec::new();
-        for desc in descs {
-            let dev = desc.open(path, &sb, &*storage, &config.object_options())?;
-            mode_warnings.extend(crate::pool::perms::exposed_device(path, &dev.path));
-            devices.push(dev);
+        let table = segment_table(&r)?;
+        let next_segment = r.counter("next_segment")?;
+        let policy = crate::redundancy::load_policy(&r)?;
+        drop(r);
+        let opened = crate::redundancy::degraded::open_devices(
+            path, &sb, &descs, &table, &config, &*storage,
+        );
+        for dev in &opened.devices {
+            if !opened.is_missing(dev.id()) {
+                mode_warnings.extend(crate::pool::perms::exposed_device(path, &dev.path));
+            }
         }
         for w in &mode_warnings {
             tracing::warn!("{w}");
         }
-        let table = segment_table(&r)?;
-        let next_segment = r.counter("next_segment")?;
-        drop(r);
-        let set = Arc::new(DeviceSet::new(devices)?);
+        let (devices, lost) = opened.into_set(&descs)?;
+        let set = Arc::new(devices);
+        let lost = lost.judge(&table, sb.segment_size, config.degraded)?;
         let mut chunks = ChunkStore::new(set.clone(), table, next_segment)?;
+        chunks.set_policy(policy);
         crate::maintenance::objects::spawn_gc(set.clone());
         chunks.set_compression(config.compression()?);
         chunks.set_ram_cache(config.read_cache_mib << 20);
@@ -900,7 +945,7 @@ impl Pool {
         let cache = set
             .devices()
             .into_iter()
-            .find(|d| d.role == DeviceRole::Cache);
+            .find(|d| d.role == DeviceRole::Cache && set.is_online(d.id()));
         let cache = cache.map(|d| ssd_cache(&config, d));
         if let Some(c) = &cache {
             let n = c.load(&PoolPaths::ssd_index(path));
@@ -916,6 +961,7 @@ impl Pool {
             chunks,
             mode_warnings,
             storage,
+            lost,
             _lock: lock,
         };
         pool.set_ssd_cache(cache);

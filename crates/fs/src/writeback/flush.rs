@@ -793,10 +793,7 @@ impl Fs {
         touched.insert(rec.segment);
         if self.pool.chunks.unref_chunk(rec).is_none() {
             if let Some(s) = seg {
-                freed.push(SlotAddr {
-                    device: s.device,
-                    slot: s.slot,
-                });
+                freed.extend(s.places());
             }
         }
         Ok(())

@@ -47,6 +47,10 @@ fn arb_request() -> impl Strategy<Value = Request> {
         Just(Request::Scrub),
         arb_name().prop_map(|spec| Request::DeviceAdd { spec }),
         arb_name().prop_map(|device| Request::DeviceRemove { device }),
+        (arb_name(), arb_name()).prop_map(|(device, spec)| Request::DeviceReplace { device, spec }),
+        arb_name().prop_map(|policy| Request::RedundancySet { policy }),
+        Just(Request::RedundancyShow),
+        Just(Request::Resilver),
         Just(Request::Migrate),
         Just(Request::TierStatus),
     ]

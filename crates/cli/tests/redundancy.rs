@@ -1,0 +1,280 @@
+//! Redundancy on real mounts: pools whose data has copies on several
+//! devices survive a lost device (mounted read-write, every file exact),
+//! get it back with `device replace`, heal bit rot from the good copy, and
+//! raise their copies online; a pool whose lost device held the only copy
+//! of some data mounts only with --degraded, read-only, with exactly the
+//! files that lost nothing readable.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Files of several sizes (some span many segments), by seed.
+const FILES: &[(u64, usize)] = &[
+    (1, 3 << 20),
+    (2, 100_000),
+    (3, 9 << 20),
+    (4, 4096),
+    (5, 1 << 20),
+    (6, 700_000),
+    (7, 6 << 20),
+];
+
+fn name(seed: u64) -> String {
+    format!("f{seed}")
+}
+
+fn write_files(fs: &Fs) {
+    std::fs::create_dir_all(fs.p("d")).unwrap();
+    for &(seed, len) in FILES {
+        std::fs::write(fs.p(&format!("d/{}", name(seed))), pattern(seed, len)).unwrap();
+    }
+    cairn_ok(&["sync", fs.mnt.to_str().unwrap()]);
+}
+
+/// Every file reads exact.
+fn assert_files(fs: &Fs, when: &str) {
+    for &(seed, len) in FILES {
+        let got = std::fs::read(fs.p(&format!("d/{}", name(seed))))
+            .unwrap_or_else(|e| panic!("{when}: read {}: {e}\n{}", name(seed), fs.daemon_output()));
+        assert_bytes_eq(
+            &got,
+            &pattern(seed, len),
+            &format!("{when}: {}", name(seed)),
+        );
+    }
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = cairn_ok(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+}
+
+fn redundancy(fs: &Fs) -> Value {
+    json(&["redundancy", "show", fs.mnt.to_str().unwrap(), "--json"])
+}
+
+/// The pool's devices (id, path, state) per `redundancy show`.
+fn devices(fs: &Fs) -> Vec<(u64, PathBuf, String)> {
+    let v = redundancy(fs);
+    v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            let id = d["id"].as_u64().unwrap();
+            let path = PathBuf::from(d["path"].as_str().unwrap());
+            (id, path, d["state"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// Moves a device file away, as a dead disk would be.
+fn lose(path: &Path) -> PathBuf {
+    let away = path.with_extension("gone");
+    std::fs::rename(path, &away).unwrap();
+    away
+}
+
+/// A pool of `devs` ssd devices of `size` each, mounted.
+fn pool_with(devs: usize, size: &str, policy: &str) -> Fs {
+    let mut fs = Fs::create();
+    let mut args = vec!["--redundancy".to_string(), policy.to_string()];
+    for i in 0..devs {
+        args.push("--device".into());
+        args.push(format!("ssd:{}:{size}", fs.dev(&format!("d{i}"))));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fs.mkfs(&args);
+    fs.mount();
+    fs
+}
+
+#[test]
+fn a_four_device_copies_2_pool_survives_losing_each_device_in_turn() {
+    let mut fs = pool_with(4, "96M", "copies=2");
+    write_files(&fs);
+    let st = redundancy(&fs);
+    assert_eq!(st["policy"], "copies=2");
+    assert_eq!(st["short_segments"], 0, "{st}");
+    let total: u64 = devices(&fs).iter().map(|_| 1).sum();
+    assert_eq!(total, 4);
+    for round in 0..4 {
+        let before = devices(&fs);
+        let (id, path, _) = before[round].clone();
+        fs.unmount();
+        lose(&path);
+        // Covered by the copies: mounts read-write without --degraded.
+        fs.mount();
+        let log = fs.daemon_output();
+        assert!(
+            log.contains("DEGRADED") && log.contains(&format!("device {id}")),
+            "{log}"
+        );
+        let states = devices(&fs);
+        assert!(
+            states.iter().any(|(i, _, s)| *i == id && s == "missing"),
+            "round {round}: {states:?}"
+        );
+        assert_files(&fs, &format!("round {round}, device {id} missing"));
+        // Writes go on while degraded.
+        std::fs::write(fs.p("d/while-degraded"), pattern(99, 300_000)).unwrap();
+        let new = fs.dev(&format!("r{round}"));
+        let m = fs.mnt.to_str().unwrap().to_string();
+        cairn_ok(&[
+            "device",
+            "replace",
+            &m,
+            &id.to_string(),
+            &format!("ssd:{new}:96M"),
+        ]);
+        let st = redundancy(&fs);
+        assert_eq!(st["lost_segments"], 0, "round {round}: {st}");
+        let states = devices(&fs);
+        assert!(states.iter().all(|(_, _, s)| s == "online"), "{states:?}");
+        assert!(
+            !states.iter().any(|(i, _, _)| *i == id),
+            "the old device left: {states:?}"
+        );
+        cairn_ok(&["redundancy", "rebuild", &m]);
+        let st = redundancy(&fs);
+        assert_eq!(st["short_segments"], 0, "round {round}: {st}");
+        assert_files(&fs, &format!("round {round}, after replace"));
+        fs.unmount();
+        let report = fs.check();
+        assert!(!report.contains("damaged"), "{report}");
+        fs.mount();
+    }
+    fs.finish();
+}
+
+#[test]
+fn bit_rot_in_one_copy_is_read_from_the_other_and_repaired() {
+    let mut fs = pool_with(2, "96M", "copies=2");
+    let data = pattern(42, 2 << 20);
+    std::fs::write(fs.p("rot"), &data).unwrap();
+    cairn_ok(&["sync", fs.mnt.to_str().unwrap()]);
+    let devs = devices(&fs);
+    fs.unmount();
+    // Damage the first device's copy where the file's bytes are.
+    let path = &devs[0].1;
+    let mut raw = std::fs::read(path).unwrap();
+    let needle = &data[300_000..300_064];
+    let at = raw
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("the file's bytes on device 0");
+    raw[at..at + 64].iter_mut().for_each(|b| *b ^= 0x5a);
+    std::fs::write(path, &raw).unwrap();
+    fs.mount();
+    let got = std::fs::read(fs.p("rot")).unwrap();
+    assert_bytes_eq(&got, &data, "read through a rotten copy");
+    let st = redundancy(&fs);
+    assert!(st["repaired"].as_u64().unwrap() >= 1, "{st}");
+    assert!(st["served_from_other_copy"].as_u64().unwrap() >= 1, "{st}");
+    assert!(
+        fs.daemon_output().contains("repaired the chunk"),
+        "{}",
+        fs.daemon_output()
+    );
+    fs.unmount();
+    let healed = std::fs::read(path).unwrap();
+    assert_eq!(&healed[at..at + 64], needle, "the bad copy was rewritten");
+    fs.mount();
+    // Scrub checks every copy: damage the second device now.
+    fs.unmount();
+    let path = &devs[1].1;
+    let mut raw = std::fs::read(path).unwrap();
+    let at = raw.windows(needle.len()).position(|w| w == needle).unwrap();
+    raw[at] ^= 1;
+    std::fs::write(path, &raw).unwrap();
+    fs.mount();
+    let rep = json(&["scrub", fs.mnt.to_str().unwrap(), "--json"]);
+    assert!(rep["data_repaired"].as_u64().unwrap() >= 1, "{rep}");
+    assert_eq!(rep["damaged"].as_array().unwrap().len(), 0, "{rep}");
+    fs.finish();
+}
+
+#[test]
+fn a_lost_only_copy_needs_degraded_which_mounts_read_only_with_the_rest_exact() {
+    // Small devices: the files fill the first and spill onto the second.
+    let mut fs = pool_with(2, "20M", "copies=1");
+    write_files(&fs);
+    let devs = devices(&fs);
+    fs.unmount();
+    let away = lose(&devs[1].1);
+    let out = cairn(&["mount", fs.pool.to_str().unwrap(), fs.mnt.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        err.contains("--degraded") && err.contains("device 1"),
+        "{err}"
+    );
+    assert_eq!(err.matches("is missing").count(), 1, "said once: {err}");
+    fs.mount_args.push("--degraded".into());
+    fs.mount();
+    assert!(
+        fs.daemon_output().contains("READ-ONLY"),
+        "{}",
+        fs.daemon_output()
+    );
+    let (mut exact, mut eio) = (0, 0);
+    for &(seed, len) in FILES {
+        match std::fs::read(fs.p(&format!("d/{}", name(seed)))) {
+            Ok(got) => {
+                assert_bytes_eq(&got, &pattern(seed, len), "a file that reads is exact");
+                exact += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+                eio += 1;
+            }
+        }
+    }
+    assert!(eio > 0, "device 1 held some of the data");
+    assert!(exact > 0 || eio == FILES.len(), "{exact} exact, {eio} EIO");
+    let e = std::fs::write(fs.p("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let st = redundancy(&fs);
+    assert!(st["lost_segments"].as_u64().unwrap() > 0, "{st}");
+    fs.unmount();
+    // The device comes back: a normal mount, every file exact.
+    std::fs::rename(&away, &devs[1].1).unwrap();
+    fs.mount_args.clear();
+    fs.mount();
+    assert_files(&fs, "device back");
+    fs.finish();
+}
+
+#[test]
+fn copies_are_raised_online_and_then_cover_a_lost_device() {
+    let mut fs = pool_with(2, "96M", "copies=1");
+    write_files(&fs);
+    let m = fs.mnt.to_str().unwrap().to_string();
+    cairn_ok(&["redundancy", "set", &m, "copies=2"]);
+    cairn_ok(&["redundancy", "rebuild", &m]);
+    let st = redundancy(&fs);
+    assert_eq!(st["policy"], "copies=2");
+    assert_eq!(st["short_segments"], 0, "{st}");
+    let devs = devices(&fs);
+    fs.unmount();
+    lose(&devs[0].1);
+    fs.mount();
+    assert_files(&fs, "raised to two copies, device 0 lost");
+    fs.finish();
+}
+
+#[test]
+fn bad_policies_are_refused_with_a_reason() {
+    let fs = Fs::create();
+    let pool = fs.pool.to_str().unwrap();
+    let e = cairn_err(&["mkfs", pool, "--redundancy", "copies=9"], "give 1 to 4");
+    assert!(e.contains("copies=9"), "{e}");
+    cairn_err(&["mkfs", pool, "--redundancy", "ec=4+2"], "erasure coding");
+    cairn_err(
+        &["mkfs", pool, "--redundancy", "s3:copies=2"],
+        "keeps one copy",
+    );
+}

@@ -1,0 +1,83 @@
+//! Writing one segment's copies: a write target (`wpipe.rs`) that puts each
+//! buffer at the same segment offset in every copy of the open segment,
+//! in parallel (the copies are on different devices, so the write takes
+//! as long as the slowest one, not their sum). A copy whose write fails is
+//! dropped, noted in `Dropped`, and the write succeeds while one copy took
+//! it: the batch then records the segment without that copy
+//! (`writer.rs`), the pool says which device failed, and the missing copy
+//! is made again later. Only when every copy fails does the write fail.
+
+use crate::error::{DataError, Result};
+use crate::wpipe::WriteTarget;
+use cairn_devices::{Device, SlotAddr};
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// Copies whose writes failed, shared by a batch and its targets.
+#[derive(Debug, Default)]
+pub(crate) struct Dropped(Mutex<Vec<(SlotAddr, DataError)>>);
+
+impl Dropped {
+    pub(crate) fn note_failed(&self, at: SlotAddr, e: DataError) {
+        let mut v = self.0.lock();
+        if !v.iter().any(|(a, _)| *a == at) {
+            v.push((at, e));
+        }
+    }
+
+    /// True if the copy at `at` was dropped.
+    pub(crate) fn has(&self, at: SlotAddr) -> bool {
+        self.0.lock().iter().any(|(a, _)| *a == at)
+    }
+
+    /// The dropped copies, and why, emptied.
+    pub(crate) fn take(&self) -> Vec<(SlotAddr, DataError)> {
+        std::mem::take(&mut *self.0.lock())
+    }
+}
+
+/// The copies of one segment a write goes to: each device with the byte
+/// offset of its slot.
+pub(crate) struct CopyTarget {
+    pub(crate) places: Vec<(SlotAddr, Arc<Device>, u64)>,
+    pub(crate) dropped: Arc<Dropped>,
+}
+
+impl WriteTarget for CopyTarget {
+    /// `at` is the offset in the segment.
+    fn write(&self, buf: &[u8], at: u64, cached: bool) -> Result<()> {
+        let live: Vec<_> = (self.places.iter())
+            .filter(|(a, _, _)| !self.dropped.has(*a))
+            .collect();
+        assert!(!self.places.is_empty(), "a write with no copy to go to");
+        let results: Vec<Result<()>> = match live.as_slice() {
+            [] => return Err(DataError::Writer("every copy of the segment failed")),
+            [(_, dev, base)] => vec![dev.write(buf, base + at, cached)],
+            many => std::thread::scope(|s| {
+                let jobs: Vec<_> = (many.iter())
+                    .map(|(_, dev, base)| s.spawn(move || dev.write(buf, base + at, cached)))
+                    .collect();
+                jobs.into_iter()
+                    .map(|j| {
+                        j.join()
+                            .unwrap_or(Err(DataError::Writer("copy writer died")))
+                    })
+                    .collect()
+            }),
+        };
+        let mut first_err = None;
+        let mut ok = 0;
+        for ((addr, _, _), r) in live.iter().zip(results) {
+            match r {
+                Ok(()) => ok += 1,
+                Err(e) if live.len() > 1 => self.dropped.note_failed(*addr, e),
+                Err(e) => first_err = Some(e),
+            }
+        }
+        match (ok, first_err) {
+            (0, Some(e)) => Err(e),
+            (0, None) => Err(DataError::Writer("every copy of the segment failed")),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! Redundancy at the filesystem layer: the copies policy as the metadata
+//! store keeps it (`load_policy`, `Fs::set_redundancy`), opening a pool
+//! with devices missing (`degraded.rs`), and making the copies a segment
+//! lacks: re-replication after a device is lost or the policy is raised,
+//! and device replacement (`resilver.rs`). The data layer writes the copies
+//! and heals reads from them (`cairn_data::{copies, heal, relocate}`).
+
+pub mod degraded;
+pub mod resilver;
+
+use crate::error::{FsError, Result};
+use crate::vfs::Fs;
+use cairn_data::Policy;
+use cairn_meta::MetaRead;
+
+/// The policy the metadata store holds (one copy when it holds none).
+pub(crate) fn load_policy(r: &MetaRead) -> Result<Policy> {
+    let get = |name: &str| r.counter(name).unwrap_or(0);
+    Policy::decode(get).map_err(|e| FsError::Io(e.to_string()))
+}
+
+impl Fs {
+    /// Sets the pool's copies policy (online): new segments follow it at
+    /// once, and re-replication brings the existing ones to it (adding
+    /// copies, or dropping those beyond it).
+    pub fn set_redundancy(&self, p: Policy) -> Result<()> {
+        if self.read_only() {
+            return Err(FsError::ReadOnly);
+        }
+        let _last = self.flush_guard();
+        self.pool.meta.write(|w| {
+            for (name, v) in p.encode() {
+                w.set_counter(&name, v)?;
+            }
+            Ok::<_, FsError>(())
+        })?;
+        self.pool.chunks.set_policy(p);
+        // The open segment was placed for the old policy: new data goes
+        // to a new one, and re-replication can then reach the old one.
+        self.pool.chunks.close_open_segment();
+        tracing::info!("redundancy set to {p}");
+        self.kick_resilver();
+        Ok(())
+    }
+}
+
+/// One device in `redundancy show` and `info`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct DeviceRedundancy {
+    pub id: u32,
+    pub path: String,
+    pub class: String,
+    /// online, missing or faulted.
+    pub state: String,
+    pub domain: String,
+    pub draining: bool,
+    /// Segment copies on it.
+    pub copies: u64,
+}
+
+/// The pool's redundancy as it stands.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct RedundancyStatus {
+    pub policy: String,
+    pub devices: Vec<DeviceRedundancy>,
+    pub segments: u64,
+    /// Segments with fewer copies on online devices than the policy asks
+    /// (re-replication works on them), and their bytes: at risk.
+    pub short_segments: u64,
+    pub bytes_at_risk: u64,
+    /// Segments with no copy on an online device, and their bytes: lost
+    /// unless a missing device comes back.
+    pub lost_segments: u64,
+    pub lost_bytes: u64,
+    /// Chunks served from another copy, bad copies repaired, and bad
+    /// copies left bad, since the pool was opened.
+    pub served_from_other_copy: u64,
+    pub repaired: u64,
+    pub unrepaired: u64,
+    /// Mounted read-only because data is lost (`--degraded`).
+    pub read_only: bool,
+}
+
+impl Fs {
+    /// The policy, each device's state and the data at risk or lost.
+    pub fn redundancy_status(&self) -> RedundancyStatus {
+        let chunks = &self.pool.chunks;
+        let set = chunks.devices();
+        let policy = chunks.policy();
+        let table = chunks.segment_table();
+        let mut st = RedundancyStatus {
+            policy: policy.to_string(),
+            segments: table.len() as u64,
+            read_only: self.pool.lost.read_only,
+            ..Default::default()
+        };
+        (st.served_from_other_copy, st.repaired, st.unrepaired) = chunks.heal_counts();
+        for (_, s) in &table {
+            let online = s
+                .places()
+                .iter()
+                .filter(|p| set.is_online(p.device))
+                .count();
+            let class = set.device(s.device).map(|d| d.class());
+            let want = match class {
+                Ok(c) if !c.is_object_store() => policy.copies_for(c),
+                _ => 1,
+            };
+            if online == 0 {
+                st.lost_segments += 1;
+                st.lost_bytes += s.used as u64;
+            } else if online < want {
+                st.short_segments += 1;
+                st.bytes_at_risk += s.used as u64;
+            }
+        }
+        for d in set.devices() {
+            let id = d.id();
+            st.devices.push(DeviceRedundancy {
+                id,
+                path: d.path.display().to_string(),
+                class: d.class().to_string(),
+                state: set.state(id).map_or("unknown".into(), |s| s.to_string()),
+                domain: set.domain(id).unwrap_or_default(),
+                draining: set.is_draining(id),
+                copies: table.iter().filter(|(_, s)| s.on_device(id)).count() as u64,
+            });
+        }
+        st
+    }
+}

@@ -1,0 +1,452 @@
+//! Re-replication: brings every sealed segment to the copies the policy
+//! asks for its class. A copy on a missing or faulted device is replaced
+//! (read from a good copy), one on a draining device too (device removal
+//! and replacement), a segment short of copies (a failed copy write, no
+//! room in another failure domain at the time, a raised policy) gets more,
+//! and copies beyond the policy (a lowered one) are dropped, slowest first.
+//! Only the segments that need it are read, in the order of the device
+//! slots being replaced, and each change is the segment move of
+//! `cairn_data::relocate` (copy, sync, commit the new record, free the old
+//! slots), so a crash at any point leaves the last committed record right
+//! and a new run finishes the work (nothing else to resume). The work runs
+//! in a background thread whenever something may need it, at most
+//! `resilver_rate_mib` a second, and steps aside for client writes.
+
+use crate::error::{FsError, Result};
+use crate::maintenance::tier::RateLimit;
+use crate::vfs::Fs;
+use cairn_data::{Relocation, SegmentRec};
+use cairn_devices::{Device, DeviceSet, SlotAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Segment changes committed in one metadata transaction.
+const BATCH: usize = 16;
+
+/// What a run did.
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ResilverReport {
+    /// Segments whose copies changed, and the bytes copied.
+    pub segments: u64,
+    pub bytes: u64,
+    /// Copies made and dropped.
+    pub copies_made: u64,
+    pub copies_dropped: u64,
+    /// Segments still short of copies (no room on a device of another
+    /// failure domain).
+    pub short: u64,
+    /// Segments with no readable copy (lost).
+    pub lost: u64,
+}
+
+/// What `device_replace` did.
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ReplaceReport {
+    pub old: u32,
+    pub new: u32,
+    /// Segments given a copy on the new device, and the bytes copied.
+    pub segments: u64,
+    pub bytes: u64,
+    /// Segments whose only copy was on the old device, which was missing.
+    pub lost: u64,
+}
+
+/// What one segment needs.
+struct Fix {
+    segment: u64,
+    /// Copies that cannot be read (missing, faulted): dropped whatever
+    /// happens.
+    dead: Vec<SlotAddr>,
+    /// Readable copies to take away once replaced (draining device).
+    leaving: Vec<SlotAddr>,
+    /// Readable copies beyond the policy: dropped.
+    extra: Vec<SlotAddr>,
+    /// New copies wanted.
+    add: usize,
+    /// Class rank new copies go to first.
+    rank: u8,
+    /// Where the first copy being replaced is, for device order.
+    order: (u32, u64),
+}
+
+/// The fix segment `id` needs, if any: `want` copies (object-store
+/// segments keep one), none on a device that is not online or drains.
+fn fix_for(set: &DeviceSet, id: u64, s: &SegmentRec, want: usize) -> Option<Fix> {
+    let places = s.places();
+    let (mut dead, mut leaving, mut good) = (Vec::new(), Vec::new(), Vec::new());
+    for p in &places {
+        match (set.is_online(p.device), set.is_draining(p.device)) {
+            (false, _) => dead.push(*p),
+            (true, true) => leaving.push(*p),
+            (true, false) => good.push(*p),
+        }
+    }
+    let add = want.saturating_sub(good.len());
+    let extra = match good.len() > want {
+        true => slowest(set, &good, good.len() - want),
+        false => Vec::new(),
+    };
+    if dead.is_empty() && leaving.is_empty() && add == 0 && extra.is_empty() {
+        return None;
+    }
+    let rank_of = |p: &SlotAddr| set.device(p.device).map_or(u8::MAX, |d| d.class().rank());
+    let first = dead.first().or(leaving.first()).unwrap_or(&places[0]);
+    Some(Fix {
+        segment: id,
+        rank: rank_of(first).min(rank_of(&places[0])),
+        order: (first.device, first.slot),
+        dead,
+        leaving,
+        extra,
+        add,
+    })
+}
+
+/// The `n` copies of `good` on the slowest devices.
+fn slowest(set: &DeviceSet, good: &[SlotAddr], n: usize) -> Vec<SlotAddr> {
+    let mut v = good.to_vec();
+    v.sort_by_key(|p| std::cmp::Reverse(set.device(p.device).map_or(0, |d| d.class().rank())));
+    v.truncate(n);
+    v
+}
+
+impl Fs {
+    /// The fixes the segment table needs now, in device order (segments
+    /// open for appends wait for the next run).
+    fn resilver_plan(&self) -> (Vec<Fix>, u64) {
+        let chunks = &self.pool.chunks;
+        let set = chunks.devices();
+        let policy = chunks.policy();
+        let mut lost = 0;
+        let mut fixes: Vec<Fix> = Vec::new();
+        for (id, s) in chunks.segment_table() {
+            if chunks.is_open(id) {
+                continue;
+            }
+            let class = set.device(s.device).map(|d| d.class());
+            let want = match class {
+                Ok(c) if c.is_object_store() => 1,
+                Ok(c) => policy.copies_for(c),
+                Err(_) => 1,
+            };
+            let Some(fix) = fix_for(set, id, &s, want) else {
+                continue;
+            };
+            if fix.dead.len() == s.places().len() {
+                lost += 1;
+                continue;
+            }
+            fixes.push(fix);
+        }
+        fixes.sort_by_key(|f| f.order);
+        (fixes, lost)
+    }
+
+    /// One run of re-replication over the whole table (`cairn redundancy
+    /// rebuild`, the background thread, device replacement and removal).
+    /// `pick` limits where new copies may go.
+    pub fn resilver(
+        &self,
+        pick: &dyn Fn(&Device) -> bool,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<ResilverReport> {
+        if self.read_only() {
+            return Err(FsError::ReadOnly);
+        }
+        let run = self.maint_stats.start(crate::service_stats::Task::Resilver);
+        let (fixes, lost) = self.resilver_plan();
+        let mut rep = ResilverReport {
+            lost,
+            ..Default::default()
+        };
+        let total = fixes.len() as u64;
+        let mut rate = RateLimit::new(self.pool.config.resilver_rate_mib << 20);
+        let mut ready: Vec<Relocation> = Vec::with_capacity(BATCH);
+        for (i, fix) in fixes.into_iter().enumerate() {
+            if self.stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            progress(i as u64, total);
+            run.progress(i as u64, total);
+            match self.prepare_fix(&fix, pick) {
+                Ok(Some(r)) => {
+                    let used = self
+                        .pool
+                        .chunks
+                        .segment(r.segment)
+                        .map_or(0, |s| s.used as u64);
+                    rate.spend(used * r.to.len() as u64);
+                    rep.bytes += used * r.to.len() as u64;
+                    ready.push(r);
+                }
+                Ok(None) => {}
+                Err(cairn_data::DataError::NoSpace) => rep.short += 1,
+                Err(e) => {
+                    self.commit_fixes(&mut ready, &mut rep)?;
+                    return Err(e.into());
+                }
+            }
+            if ready.len() >= BATCH {
+                self.commit_fixes(&mut ready, &mut rep)?;
+                self.writes_yield();
+            }
+        }
+        self.commit_fixes(&mut ready, &mut rep)?;
+        progress(total, total);
+        run.processed(rep.bytes);
+        Ok(rep)
+    }
+
+    /// Makes the new copies of one fix; the relocation to commit, None if
+    /// the segment went away meanwhile.
+    fn prepare_fix(
+        &self,
+        fix: &Fix,
+        pick: &dyn Fn(&Device) -> bool,
+    ) -> cairn_data::error::Result<Option<Relocation>> {
+        let from: Vec<SlotAddr> = (fix.dead.iter().chain(&fix.leaving).chain(&fix.extra))
+            .copied()
+            .collect();
+        let changed =
+            self.pool
+                .chunks
+                .copy_changing(fix.segment, from, fix.add, fix.rank, |d, _, _| pick(d));
+        let mut r = match changed {
+            Ok(r) => r,
+            Err(cairn_data::DataError::NoSegment(_)) => return Ok(None),
+            Err(cairn_data::DataError::NoSpace)
+                if !fix.dead.is_empty() || !fix.extra.is_empty() =>
+            {
+                // No room for a new copy: still drop the dead and extra
+                // ones (the segment stays short and is counted so).
+                let from = fix.dead.iter().chain(&fix.extra).copied().collect();
+                let r =
+                    self.pool
+                        .chunks
+                        .copy_changing(fix.segment, from, 0, fix.rank, |_, _, _| false)?;
+                return Ok(Some(r));
+            }
+            Err(e) => return Err(e),
+        };
+        // A leaving copy goes only when a new one took its place.
+        let spare =
+            r.to.len()
+                .saturating_sub(fix.add.saturating_sub(fix.leaving.len()));
+        let kept: Vec<SlotAddr> = fix.leaving.iter().skip(spare).copied().collect();
+        r.from.retain(|p| !kept.contains(p));
+        Ok(Some(r))
+    }
+
+    /// Commits the prepared changes in one transaction and switches them;
+    /// a change whose segment moved meanwhile is abandoned.
+    fn commit_fixes(&self, ready: &mut Vec<Relocation>, rep: &mut ResilverReport) -> Result<()> {
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let _last = self.flush_guard();
+        let mut recs: Vec<(Relocation, SegmentRec)> = Vec::with_capacity(ready.len());
+        for r in ready.drain(..) {
+            match self.pool.chunks.relocated_record(&r) {
+                Some(rec) => recs.push((r, rec)),
+                None => self.pool.chunks.abandon(&r)?,
+            }
+        }
+        let committed = self.pool.meta.write(|w| {
+            for (r, rec) in &recs {
+                w.put_segment(r.segment, &rec.encode())?;
+            }
+            Ok::<_, FsError>(())
+        });
+        if let Err(e) = committed {
+            for (r, _) in &recs {
+                self.pool.chunks.abandon(r)?;
+            }
+            return Err(e);
+        }
+        crate::failpoint::hit("resilver-committed");
+        for (r, _) in recs {
+            self.pool.chunks.switch(&r)?;
+            rep.segments += 1;
+            rep.copies_made += r.to.len() as u64;
+            rep.copies_dropped += r.from.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// `cairn redundancy rebuild`: commits what is buffered and closes the
+    /// open segment (so that it is reached too), then one run.
+    pub fn resilver_now(&self, progress: &dyn Fn(u64, u64)) -> Result<ResilverReport> {
+        self.flush()?;
+        {
+            let _last = self.flush_guard();
+            self.pool.chunks.close_open_segment();
+        }
+        self.resilver(&|_| true, progress)
+    }
+
+    /// Steps aside while client writes come in (the tier mover's rule).
+    fn writes_yield(&self) {
+        let t0 = std::time::Instant::now();
+        while self.writes.busy() && t0.elapsed() < Duration::from_secs(2) {
+            if self.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Replaces device `old` (online, missing or faulted) by a new device
+    /// `spec`: the new one joins the pool, every copy on the old one is
+    /// made again on it (read from the old one when it answers, else from
+    /// the other copies), and the old one leaves the pool. Segments whose
+    /// only copy was on a missing old device are lost: then the old device
+    /// stays in the pool (missing) so that `cairn check` names the files,
+    /// and the answer says so.
+    pub fn device_replace(
+        &self,
+        old: &std::path::Path,
+        spec: &cairn_devices::DeviceSpec,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<ReplaceReport> {
+        if self.read_only() {
+            return Err(FsError::ReadOnly);
+        }
+        let old = crate::maintenance::devices::find_device(self, old)?;
+        let (old_id, set) = (old.id(), self.pool.chunks.devices().clone());
+        if old.role != cairn_devices::DeviceRole::Tier {
+            return Err(FsError::BadRequest(format!(
+                "device {old_id} is a cache device: remove it and add the new one"
+            )));
+        }
+        let new_id = self.device_add(spec)?;
+        set.set_draining(old_id, true)?;
+        let mut rep = ReplaceReport {
+            old: old_id,
+            new: new_id,
+            ..Default::default()
+        };
+        let only_new = |d: &Device| d.id() == new_id;
+        let moved = self.replace_single_copies(old_id, new_id, &mut rep, progress);
+        let r = moved.and_then(|()| self.resilver(&only_new, progress));
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                set.set_draining(old_id, false)?;
+                return Err(e);
+            }
+        };
+        rep.segments += r.segments;
+        rep.bytes += r.bytes;
+        rep.lost = self.segments_only_on(old_id);
+        let left = self
+            .pool
+            .chunks
+            .segment_table()
+            .iter()
+            .filter(|(_, s)| s.on_device(old_id))
+            .count();
+        if left > 0 {
+            return Err(FsError::BadRequest(format!(
+                "device {old_id}: {left} segments still have a copy there ({} of them their only one, lost with the device); it stays in the pool, draining, so that `cairn check` names the files that use them",
+                rep.lost
+            )));
+        }
+        self.forget_device(old_id, &old)?;
+        tracing::info!(
+            "device {old_id} replaced by device {new_id}: {} segments, {} bytes",
+            rep.segments,
+            rep.bytes
+        );
+        Ok(rep)
+    }
+
+    /// Moves the single-copy segments of device `old` (when it answers) to
+    /// device `new`.
+    fn replace_single_copies(
+        &self,
+        old: u32,
+        new: u32,
+        rep: &mut ReplaceReport,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<()> {
+        if !self.pool.chunks.devices().is_online(old) {
+            return Ok(());
+        }
+        let single: Vec<u64> = (self.pool.chunks.segment_table().into_iter())
+            .filter(|(_, s)| s.copies.is_empty() && s.device == old)
+            .map(|(id, _)| id)
+            .collect();
+        let total = single.len() as u64;
+        for (i, sid) in single.into_iter().enumerate() {
+            progress(i as u64, total);
+            if let Some(b) = self.move_segment(sid, |d, _, _| d.id() == new)? {
+                rep.segments += 1;
+                rep.bytes += b;
+            }
+        }
+        Ok(())
+    }
+
+    /// Segments whose every copy is on device `id`.
+    fn segments_only_on(&self, id: u32) -> u64 {
+        let table = self.pool.chunks.segment_table();
+        let only = |s: &SegmentRec| s.places().iter().all(|p| p.device == id);
+        table.iter().filter(|(_, s)| only(s)).count() as u64
+    }
+
+    /// Takes an emptied device out of the set and the device table.
+    pub(crate) fn forget_device(&self, id: u32, dev: &Device) -> Result<()> {
+        let _last = self.flush_guard();
+        self.pool.chunks.devices().remove(id)?;
+        self.pool.meta.write(|w| {
+            w.remove_device(id)?;
+            Ok::<_, FsError>(())
+        })?;
+        if dev.path.starts_with(&self.pool.path) {
+            let _ = std::fs::remove_file(&dev.path);
+        }
+        Ok(())
+    }
+
+    /// Asks the background re-replication to look at the table.
+    pub fn kick_resilver(&self) {
+        self.pool.chunks.note_short();
+    }
+
+    /// The background re-replication: runs when something may need it
+    /// (a policy change, a lost or faulted device, a short segment) and
+    /// every `resilver_interval_secs` to catch what was left short.
+    pub fn spawn_resilver(self: &Arc<Self>) -> Option<std::thread::JoinHandle<()>> {
+        if self.read_only() {
+            return None;
+        }
+        let fs = self.clone();
+        let every = Duration::from_secs(self.pool.config.resilver_interval_secs.max(1));
+        let h = std::thread::Builder::new()
+            .name("cairn-resilver".into())
+            .spawn(move || {
+                let bg = fs.background.enter("re-replication");
+                let mut last = std::time::Instant::now();
+                while !fs.stopping.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    let due = last.elapsed() >= every;
+                    if !fs.pool.chunks.take_short() && !due {
+                        continue;
+                    }
+                    last = std::time::Instant::now();
+                    bg.lower();
+                    match fs.resilver(&|_| true, &|_, _| {}) {
+                        Ok(r) if r.segments > 0 || r.lost > 0 => tracing::info!(
+                            "re-replication: {} segments changed ({} copies made, {} dropped, {} bytes); {} short, {} lost",
+                            r.segments, r.copies_made, r.copies_dropped, r.bytes, r.short, r.lost
+                        ),
+                        Ok(_) => {}
+                        Err(e) => tracing::error!("re-replication failed: {e}"),
+                    }
+                }
+            })
+            .expect("spawn re-replication");
+        Some(h)
+    }
+}
