@@ -6,7 +6,7 @@ pub fn for_path(path: &str) -> Option<&'static str> {
 }
 
 const EXAMPLES: &[(&str, &str)] = &[
-    ("mkfs", "  cairn mkfs /srv/pool --device ssd:/srv/pool/data.0:100G\n  cairn mkfs /srv/pool --device ssd:/dev/nvme0n1 --device hdd:/dev/sdb --compression zstd"),
+    ("mkfs", "  cairn mkfs /srv/pool --device ssd:/srv/pool/data.0:100G\n  cairn mkfs /srv/pool --redundancy copies=2 --device ssd:/disk1/cairn:100G --device ssd:/disk2/cairn:100G\n  cairn mkfs /srv/pool --device ssd:/dev/nvme0n1 --device hdd:/dev/sdb --compression zstd"),
     ("mount", "  cairn mount /srv/pool /mnt/pool\n  cairn mount /srv/pool /mnt/pool --metrics 127.0.0.1:9469   # metrics and dashboard\n  mount -t fuse.cairn /srv/pool /mnt/pool                   # through mount.fuse.cairn"),
     ("umount", "  cairn umount /mnt/pool\n  umount /mnt/pool   # also works (as root): the daemon flushes and exits"),
     ("check", "  cairn check /srv/pool"),
@@ -25,6 +25,10 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("scrub", "  cairn scrub /mnt/pool || echo damaged"),
     ("device add", "  cairn device add /mnt/pool hdd:/dev/sdc\n  cairn device add /mnt/pool ssd:/dev/nvme1n1:role=cache"),
     ("device remove", "  cairn device remove /mnt/pool /dev/sdc"),
+    ("device replace", "  cairn device replace /mnt/pool 1 ssd:/dev/sdd   # device 1 died or is failing"),
+    ("redundancy set", "  cairn redundancy set /mnt/pool copies=2\n  cairn redundancy set /mnt/pool ssd:copies=2,hdd:copies=1"),
+    ("redundancy show", "  cairn redundancy show /mnt/pool\n  cairn redundancy show /mnt/pool --json | jq .bytes_at_risk"),
+    ("redundancy rebuild", "  cairn redundancy rebuild /mnt/pool   # after a lost device or a raised policy"),
     ("tier status", "  cairn tier status /mnt/pool"),
     ("tier migrate", "  cairn tier migrate /mnt/pool --now"),
     ("mirror read", "  cairn mirror read /mnt/pool --since 0x40 -o /backup/pool.stream"),

@@ -239,6 +239,11 @@ fn a_lost_only_copy_needs_degraded_which_mounts_read_only_with_the_rest_exact() 
     assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
     let st = redundancy(&fs);
     assert!(st["lost_segments"].as_u64().unwrap() > 0, "{st}");
+    // Scrub names the files with lost data (and writes nothing).
+    let out = cairn(&["scrub", fs.mnt.to_str().unwrap(), "--json"]);
+    let rep: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let damaged = rep["damaged"].to_string();
+    assert!(damaged.contains("/d/f"), "{}\n{rep}", describe(&out));
     fs.unmount();
     // The device comes back: a normal mount, every file exact.
     std::fs::rename(&away, &devs[1].1).unwrap();
@@ -277,4 +282,59 @@ fn bad_policies_are_refused_with_a_reason() {
         &["mkfs", pool, "--redundancy", "s3:copies=2"],
         "keeps one copy",
     );
+}
+
+#[test]
+fn a_lost_disk_with_the_metadata_on_it_loses_nothing() {
+    // Two "disks": a directory each, given as a directory device (the
+    // device file is made in it), the first holding the metadata too (its
+    // second copy goes beside the other device).
+    let mut fs = Fs::create();
+    let (a, b) = (fs.dir.join("diska"), fs.dir.join("diskb"));
+    for d in [&a, &b] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let spec = |d: &Path| format!("ssd:{}:96M", d.display());
+    fs.mkfs(&[
+        "--redundancy",
+        "copies=2",
+        "--device",
+        &spec(&a),
+        "--device",
+        &spec(&b),
+    ]);
+    let first = std::fs::canonicalize(fs.pool.join("meta.redb")).unwrap();
+    assert!(
+        first.starts_with(&a),
+        "the metadata lives beside the first device: {first:?}"
+    );
+    assert!(std::fs::symlink_metadata(fs.pool.join("meta.mirror")).is_ok());
+    fs.mount();
+    write_files(&fs);
+    fs.unmount();
+    std::fs::remove_dir_all(&a).unwrap();
+    fs.mount();
+    let log = fs.daemon_output();
+    assert!(log.contains("the metadata's first copy"), "{log}");
+    assert_files(&fs, "disk a lost");
+    let c = fs.dir.join("diskc");
+    std::fs::create_dir(&c).unwrap();
+    let m = fs.mnt.to_str().unwrap().to_string();
+    cairn_ok(&["device", "replace", &m, "0", &spec(&c)]);
+    cairn_ok(&["redundancy", "rebuild", &m]);
+    let st = redundancy(&fs);
+    assert_eq!(
+        (st["short_segments"].as_u64(), st["lost_segments"].as_u64()),
+        (Some(0), Some(0)),
+        "{st}"
+    );
+    fs.unmount();
+    fs.mount();
+    assert_files(&fs, "after replace and remount");
+    let mirror = std::fs::canonicalize(fs.pool.join("meta.mirror")).unwrap();
+    assert!(
+        !mirror.starts_with(&a),
+        "a new second copy of the metadata: {mirror:?}"
+    );
+    fs.finish();
 }

@@ -245,6 +245,26 @@ impl<'a> WriteBatch<'a> {
         Ok(())
     }
 
+    /// Syncs every device the batch wrote to, at once (copies on several
+    /// devices cost the slowest sync, not their sum): each one's outcome.
+    fn sync_devices(&mut self) -> Result<Vec<(u32, cairn_devices::error::Result<()>)>> {
+        let ids = std::mem::take(&mut self.devices);
+        let devs = (ids.iter())
+            .map(|d| self.segs.devices.device(*d).map(|dev| (*d, dev)))
+            .collect::<cairn_devices::error::Result<Vec<_>>>()?;
+        if devs.len() <= 1 {
+            return Ok(devs.into_iter().map(|(d, dev)| (d, dev.sync())).collect());
+        }
+        Ok(std::thread::scope(|s| {
+            let jobs: Vec<_> = (devs.iter())
+                .map(|(d, dev)| (*d, s.spawn(move || dev.sync())))
+                .collect();
+            jobs.into_iter()
+                .map(|(d, j)| (d, j.join().expect("device sync thread")))
+                .collect()
+        }))
+    }
+
     /// A sync of device `d` failed: every copy this batch wrote there is
     /// dropped (an error if one was a segment's only copy).
     fn drop_device(&mut self, d: u32, e: DataError) -> Result<()> {
@@ -310,9 +330,8 @@ impl<'a> WriteBatch<'a> {
             false => self.write_buffer()?,
         }
         self.pipe.drain()?;
-        for d in std::mem::take(&mut self.devices) {
-            let dev = self.segs.devices.device(d)?;
-            if let Err(e) = dev.sync() {
+        for (d, res) in self.sync_devices()? {
+            if let Err(e) = res {
                 self.drop_device(d, DataError::of_write(d, e))?;
             }
         }

@@ -169,6 +169,11 @@ impl Fs {
     /// same content again (restoring from a good copy) stores a fresh chunk
     /// instead of referencing the damaged one.
     fn forget_damaged(&self, damaged: &[([u8; 32], u64)]) -> Result<()> {
+        if self.read_only() {
+            // Nothing is written to a read-only mount (a degraded one
+            // lists its lost chunks here).
+            return Ok(());
+        }
         let _last = self.flush_guard();
         self.pool.meta.write(|w| {
             for (hash, id) in damaged {

@@ -616,7 +616,16 @@ fn mirror_home(
     let is_block = |d: &&&DeviceSpec| {
         std::fs::metadata(&d.path).is_ok_and(|m| m.file_type().is_block_device())
     };
-    let files: Vec<&DeviceSpec> = tiers.iter().filter(|d| !is_block(d)).copied().collect();
+    // Not a block device, its directory there (not a lost disk's), and
+    // not where the first copy already is (a promoted second copy).
+    let name = mirror_name(uuid);
+    let files: Vec<&DeviceSpec> = (tiers.iter())
+        .filter(|d| {
+            let dir = dir_of(d).canonicalize();
+            !is_block(d) && dir.is_ok_and(|x| x.join(&name) != home)
+        })
+        .copied()
+        .collect();
     let other = (files.iter().find(|d| dir_of(d) != home_dir))
         .or_else(|| files.iter().find(|d| !std::ptr::eq(**d, tiers[0])));
     match other {
@@ -629,15 +638,19 @@ fn mirror_home(
 /// by the pool's uuid: pools whose devices share a directory never share
 /// (or overwrite) a mirror.
 fn link_mirror(pool: &Path, dir: &Path, uuid: [u8; 16]) -> Result<PathBuf> {
-    let name = format!(
-        "cairn-meta-mirror-{}.redb",
-        uuid::Uuid::from_bytes(uuid).simple()
-    );
-    let target = dir.join(name);
+    let target = dir.join(mirror_name(uuid));
     let link = PoolPaths::meta_mirror(pool);
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(&target, &link).map_err(io(&link))?;
     Ok(target)
+}
+
+/// The file name of a pool's second metadata copy.
+fn mirror_name(uuid: [u8; 16]) -> String {
+    format!(
+        "cairn-meta-mirror-{}.redb",
+        uuid::Uuid::from_bytes(uuid).simple()
+    )
 }
 
 /// The mirror in a directory the admin chose (`--meta-mirror`), which must
@@ -887,6 +900,7 @@ impl Pool {
             Some(c) => c,
             None => PoolConfig::load(&PoolPaths::config(path))?,
         };
+        crate::redundancy::degraded::promote_meta_mirror(path)?;
         let meta_pages = PageCache::new();
         let open_meta = || {
             let mirror = PoolPaths::meta_mirror(path);

@@ -200,3 +200,39 @@ impl Lost {
         self.missing.iter().map(one).collect::<Vec<_>>().join("; ")
     }
 }
+
+/// The metadata's first copy is gone with its disk (its file, or the
+/// directory it lived in, no longer exists) while its second copy is
+/// there: the second copy becomes the first (`POOL/meta.redb` is linked
+/// to it, `POOL/meta.mirror` removed), so the pool opens, and a new second
+/// copy is made beside another device at this open (`add_missing_mirror`).
+/// Returns whether it did.
+pub(crate) fn promote_meta_mirror(pool: &Path) -> Result<bool> {
+    use crate::pool::PoolPaths;
+    let (meta, mirror) = (PoolPaths::meta(pool), PoolPaths::meta_mirror(pool));
+    let first_gone = std::fs::metadata(&meta).is_err() && std::fs::symlink_metadata(&meta).is_ok();
+    if !first_gone || std::fs::metadata(&mirror).is_err() {
+        return Ok(false);
+    }
+    let lost = std::fs::read_link(&meta).unwrap_or_else(|_| meta.clone());
+    let second = std::fs::read_link(&mirror)
+        .map_err(|e| FsError::Io(format!("{}: {e}", mirror.display())))?;
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e: std::io::Error| FsError::Io(format!("{}: {e}", p.display()))
+    };
+    let tmp = pool.join("meta.redb.promote");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&second, &tmp).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &meta).map_err(io(&meta))?;
+    std::fs::remove_file(&mirror).map_err(io(&mirror))?;
+    std::fs::File::open(pool)
+        .and_then(|f| f.sync_all())
+        .map_err(io(pool))?;
+    tracing::error!(
+        "DEGRADED: the metadata's first copy {} is gone; its second copy {} is now the first, and a new second copy is made",
+        lost.display(),
+        second.display()
+    );
+    Ok(true)
+}
