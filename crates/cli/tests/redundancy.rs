@@ -110,7 +110,7 @@ fn a_four_device_copies_2_pool_survives_losing_each_device_in_turn() {
         fs.mount();
         let log = fs.daemon_output();
         assert!(
-            log.contains("DEGRADED") && log.contains(&format!("device {id}")),
+            log.contains("DEGRADED") && log.contains(&format!("device {id} is missing")),
             "{log}"
         );
         let states = devices(&fs);

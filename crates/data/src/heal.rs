@@ -15,18 +15,6 @@ use crate::store::ChunkStore;
 use cairn_devices::SlotAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Counts of what self-healing did since the pool was opened.
-#[derive(Debug, Default)]
-pub struct HealStats {
-    /// Chunks served from another copy after the first failed.
-    pub served: AtomicU64,
-    /// Bad copies rewritten from a good one.
-    pub repaired: AtomicU64,
-    /// Bad copies that could not be rewritten (their device failed the
-    /// write, or is missing).
-    pub unrepaired: AtomicU64,
-}
-
 /// What a check of every copy of a chunk found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CopyCheck {

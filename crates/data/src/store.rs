@@ -18,8 +18,21 @@ use cairn_devices::ssdcache::SsdCache;
 use cairn_devices::{DeviceSet, SlotAddr};
 use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Counts of what self-healing did since the pool was opened.
+/// (Updated by `heal.rs`.)
+#[derive(Debug, Default)]
+pub struct HealStats {
+    /// Chunks served from another copy after the first failed.
+    pub served: AtomicU64,
+    /// Bad copies rewritten from a good one.
+    pub repaired: AtomicU64,
+    /// Bad copies that could not be rewritten (their device failed the
+    /// write, or is missing).
+    pub unrepaired: AtomicU64,
+}
 
 pub struct ChunkStore {
     /// The segment table, the open segments and the I/O gate.
@@ -32,7 +45,7 @@ pub struct ChunkStore {
     pub(crate) ssd_cache: RwLock<Option<Arc<SsdCache>>>,
     pub(crate) readahead: RwLock<Arc<Readahead>>,
     /// What self-healing reads did (`heal.rs`).
-    pub(crate) heal: crate::heal::HealStats,
+    pub(crate) heal: HealStats,
 }
 
 impl ChunkStore {

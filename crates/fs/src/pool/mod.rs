@@ -946,7 +946,10 @@ impl Pool {
         }
         let (devices, lost) = opened.into_set(&descs)?;
         let set = Arc::new(devices);
-        let lost = lost.judge(&table, sb.segment_size, config.degraded)?;
+        let writable = (set.devices().iter()).any(|d| {
+            d.role == DeviceRole::Tier && !d.class().is_object_store() && set.is_online(d.id())
+        });
+        let lost = lost.judge(&table, sb.segment_size, writable, config.degraded)?;
         let mut chunks = ChunkStore::new(set.clone(), table, next_segment)?;
         chunks.set_policy(policy);
         crate::maintenance::objects::spawn_gc(set.clone());

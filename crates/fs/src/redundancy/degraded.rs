@@ -148,10 +148,12 @@ impl Lost {
     /// Decides whether the pool may mount with these devices missing (see
     /// the module comment); with `degraded`, a pool that lost data mounts
     /// read-only instead of being refused.
+    /// `writable`: an online tier device is left to take new data.
     pub(crate) fn judge(
         mut self,
         table: &[(u64, SegmentRec)],
         segment_size: u64,
+        writable: bool,
         degraded: bool,
     ) -> Result<Lost> {
         if self.missing.is_empty() {
@@ -165,7 +167,12 @@ impl Lost {
             }
         }
         let names = self.names();
-        if self.lost_segments == 0 {
+        if !writable && !degraded {
+            return Err(FsError::BadRequest(format!(
+                "{names}; no tier device is left to hold data. Bring the device back, or mount with --degraded to read what is left (read-only)"
+            )));
+        }
+        if self.lost_segments == 0 && writable {
             tracing::error!(
                 "DEGRADED: {names}; every segment has a copy on the other devices, so the pool mounts read-write. Bring the device back, or replace it: `cairn device replace TARGET ID NEW_SPEC`"
             );
@@ -187,15 +194,14 @@ impl Lost {
         Ok(self)
     }
 
-    /// "device 1 (/p/d1) is missing (why)", for each.
+    /// "device 1 is missing (why, which names its path)", for each.
     fn names(&self) -> String {
         let one = |m: &MissingDevice| {
-            format!(
-                "device {} ({}) is missing ({})",
-                m.id,
-                m.path.display(),
-                m.why
-            )
+            let shown = m.path.display().to_string();
+            match m.why.contains(&shown) {
+                true => format!("device {} is missing ({})", m.id, m.why),
+                false => format!("device {} ({shown}) is missing ({})", m.id, m.why),
+            }
         };
         self.missing.iter().map(one).collect::<Vec<_>>().join("; ")
     }
