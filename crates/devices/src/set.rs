@@ -485,13 +485,16 @@ mod tests {
     use super::*;
     use crate::{DeviceClass, DeviceSpec};
 
+    /// A tier device of `mib` MiB (1 MiB segments) in `dir`.
+    fn device(dir: &std::path::Path, id: u32, class: DeviceClass, name: &str, mib: u64) -> Device {
+        let spec = DeviceSpec::tier(class, dir.join(name), Some(mib << 20));
+        Device::create(&spec, id, [0; 16], 1 << 20).unwrap()
+    }
+
     #[test]
     fn fastest_first_then_spill() {
         let dir = tempfile::tempdir().unwrap();
-        let mk = |id: u32, class, name: &str| {
-            let spec = DeviceSpec::tier(class, dir.path().join(name), Some(5 << 20));
-            Device::create(&spec, id, [0; 16], 1 << 20).unwrap()
-        };
+        let mk = |id, class, name: &str| device(dir.path(), id, class, name, 5);
         let set = DeviceSet::new(vec![
             mk(0, DeviceClass::Hdd, "a"),
             mk(1, DeviceClass::Ssd, "b"),
@@ -511,10 +514,7 @@ mod tests {
     #[test]
     fn add_drain_remove() {
         let dir = tempfile::tempdir().unwrap();
-        let mk = |id: u32, class, name: &str| {
-            let spec = DeviceSpec::tier(class, dir.path().join(name), Some(5 << 20));
-            Device::create(&spec, id, [0; 16], 1 << 20).unwrap()
-        };
+        let mk = |id, class, name: &str| device(dir.path(), id, class, name, 5);
         let set = DeviceSet::new(vec![mk(0, DeviceClass::Hdd, "a")]).unwrap();
         let a = set.allocate().unwrap();
         set.add(mk(1, DeviceClass::Nvme, "b")).unwrap();
@@ -534,10 +534,7 @@ mod tests {
     #[test]
     fn copies_go_to_other_domains_same_class_first_and_never_to_missing_devices() {
         let dir = tempfile::tempdir().unwrap();
-        let mk = |id: u32, class, name: &str| {
-            let spec = DeviceSpec::tier(class, dir.path().join(name), Some(8 << 20));
-            Device::create(&spec, id, [0; 16], 1 << 20).unwrap()
-        };
+        let mk = |id, class, name: &str| device(dir.path(), id, class, name, 8);
         let set = DeviceSet::new(vec![
             mk(0, DeviceClass::Ssd, "a"),
             mk(1, DeviceClass::Hdd, "b"),
@@ -591,10 +588,7 @@ mod tests {
     #[test]
     fn a_device_that_failed_a_write_goes_after_clean_ones_and_failing_last() {
         let dir = tempfile::tempdir().unwrap();
-        let mk = |id: u32, class, name: &str| {
-            let spec = DeviceSpec::tier(class, dir.path().join(name), Some(8 << 20));
-            Device::create(&spec, id, [0; 16], 1 << 20).unwrap()
-        };
+        let mk = |id, class, name: &str| device(dir.path(), id, class, name, 8);
         let set = DeviceSet::new(vec![
             mk(0, DeviceClass::Hdd, "a"),
             mk(1, DeviceClass::Nvme, "b"),
