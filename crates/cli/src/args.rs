@@ -463,9 +463,16 @@ pub struct MkfsArgs {
     pub compression: Option<String>,
     /// A directory on another disk for the second copy of the metadata
     /// (default: beside another tier device than the first, when there is
-    /// one that is not a block device).
+    /// one that is not a block device; else beside the first copy).
     #[arg(long, value_name = "DIR")]
     pub meta_mirror: Option<PathBuf>,
+    /// Copies of the metadata to keep: 2, or 1 when the pool directory is
+    /// already redundant (RAID). With a single tier device the second copy
+    /// lies beside the first: it guards against damaged pages, not against
+    /// losing the disk. Recorded in the pool: no mount adds a second copy
+    /// to a pool made with 1.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub meta_copies: u32,
     /// Make a mirror pool: read-only, filled by `cairn mirror write|copy`.
     #[arg(long)]
     pub mirror: bool,
@@ -500,6 +507,7 @@ impl MkfsArgs {
             force: self.force,
             sparse: self.sparse,
             meta_mirror: self.meta_mirror.clone(),
+            meta_copies: self.meta_copies,
             mirror: self.mirror,
             redundancy: self.redundancy,
         })

@@ -118,6 +118,7 @@ fn run(cli: args::Cli) -> Result<()> {
             for d in &made.devices {
                 println!("  {d}");
             }
+            println!("  {}", made.metadata);
             Ok(())
         }
         Cmd::Mount(a) => daemon::mount(a),

@@ -53,8 +53,8 @@ pub fn device(c: DeviceCmd) -> Result<()> {
                     spec.role,
                     spec.path.display()
                 );
-                if v["meta_mirror_at_next_mount"] == true {
-                    println!("the metadata gets its second copy, beside another device, at the next mount");
+                if let Some(to) = v["meta_mirror_next"].as_str() {
+                    println!("the metadata's second copy goes to {to} at the next mount");
                 }
             }
             Ok(())

@@ -184,8 +184,12 @@ fn a_metadata_file_out_of_room_fails_the_commit_and_loses_nothing() {
     write_synced(&fs.p("a"), &a);
     assert!(cairn_sync(&fs.mnt).status.success());
     // The host filesystem under the metadata file is full: writes that
-    // grow it fail with ENOSPC.
-    set_plan(&fs, &plan, "meta.redb write,set_len full\n");
+    // grow it fail with ENOSPC, in both copies (the second lies beside the
+    // first on a one-device pool).
+    let mirror = fs::read_link(fs.pool.join("meta.mirror")).expect("a second copy");
+    let mirror = mirror.file_name().unwrap().to_str().unwrap();
+    let full = format!("meta.redb write,set_len full\n{mirror} write,set_len full\n");
+    set_plan(&fs, &plan, &full);
     fs::write(fs.p("b"), &b).unwrap();
     let out = cairn_sync(&fs.mnt);
     assert!(

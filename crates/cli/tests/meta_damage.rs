@@ -1,7 +1,10 @@
 //! Damaged metadata never returns wrong bytes. A known tree (files of many
 //! sizes, a directory of small files, a symlink, history and a snapshot) is
-//! written once; then, for each of many seeds, a copy of the unmounted pool
-//! gets random bytes written into `meta.redb` past its header. The copy must
+//! written once in a pool that keeps one copy of its metadata (`mkfs
+//! --meta-copies 1`: with the default two, the other copy would repair the
+//! damage, see the tests at the end); then, for each of many seeds, a copy
+//! of the unmounted pool gets random bytes written into `meta.redb` past
+//! its header. The copy must
 //! either refuse to mount with an error that says the metadata is damaged,
 //! or mount and read every file as its exact content or EIO; `cairn check`
 //! must exit 0 (nothing wrong) or 3 (damage named), never panic, and must
@@ -273,11 +276,13 @@ fn is_cairn_mount(mnt: &Path) -> bool {
 }
 
 /// A mounted pool whose one device lives inside the pool directory, so
-/// that copying the directory copies the whole pool.
+/// that copying the directory copies the whole pool, and that keeps one
+/// copy of its metadata: damage to it reaches the store's own checks.
 fn pool_with_device_inside(size: &str) -> Fs {
     let mut fs_ = Fs::create();
     let dev = fs_.pool.join("dev0");
-    fs_.mkfs(&["--device", &format!("ssd:{}:{size}", dev.display())]);
+    let dev = format!("ssd:{}:{size}", dev.display());
+    fs_.mkfs(&["--device", &dev, "--meta-copies", "1"]);
     fs_.mount();
     fs_
 }
@@ -489,9 +494,10 @@ fn a_damaged_record_in_a_sound_store_gives_eio_and_is_named() {
 /// scrub` reports the pages repaired, `cairn check` is clean.
 #[test]
 fn a_damaged_metadata_copy_is_repaired_from_the_other() {
-    // "added": the second device is added to a mounted one-device pool,
-    // and the next mount makes the second copy; "chosen": one device, the
-    // second copy in a directory given to mkfs (--meta-mirror).
+    // "added": the second device is added to a mounted one-device pool
+    // (whose second copy lies beside the first), and the next mount moves
+    // the second copy beside it; "chosen": one device, the second copy in
+    // a directory given to mkfs (--meta-mirror).
     for (which, how) in [
         ("meta.redb", "two"),
         ("meta.mirror", "two"),
@@ -516,7 +522,9 @@ fn a_damaged_metadata_copy_is_repaired_from_the_other() {
             assert_eq!(target.parent(), Some(chosen.as_path()));
         }
         if how == "added" {
-            assert!(fs::symlink_metadata(fs_.pool.join("meta.mirror")).is_err());
+            let fast_dir = fs_.dir.join("fast");
+            let before = fs::read_link(fs_.pool.join("meta.mirror")).unwrap();
+            assert_eq!(before.parent(), Some(fast_dir.as_path()));
             let add = [
                 os("device"),
                 os("add"),
@@ -525,13 +533,20 @@ fn a_damaged_metadata_copy_is_repaired_from_the_other() {
                 os("--sparse"),
             ];
             let out = cairn_ok(&add);
-            assert!(out.contains("second copy"), "{out}");
+            let slow_dir = fs_.dir.join("slow");
+            assert!(
+                out.contains("second copy goes to") && out.contains(slow_dir.to_str().unwrap()),
+                "{out}"
+            );
             fs_.remount();
             assert!(
-                fs_.daemon_output().contains("second copy made"),
+                fs_.daemon_output().contains("second copy moved"),
                 "{}",
                 fs_.diagnostics()
             );
+            let after = fs::read_link(fs_.pool.join("meta.mirror")).unwrap();
+            assert_eq!(after.parent(), Some(slow_dir.as_path()));
+            assert!(!before.exists(), "the copy beside the first stayed");
         }
         // Enough files for a metadata file of several MiB.
         let mut tree = Tree::new();
@@ -559,19 +574,209 @@ fn a_damaged_metadata_copy_is_repaired_from_the_other() {
         for (rel, want) in &tree {
             assert_eq!(&fs::read(fs_.p(rel)).unwrap(), want, "{which}: {rel}");
         }
-        let out = cairn_ok(&[os("scrub"), fs_.mnt.as_os_str()]);
-        let repaired = out
-            .lines()
-            .find(|l| l.starts_with("metadata: 2 copies"))
-            .unwrap_or_else(|| panic!("{which} ({how}): scrub says\n{out}"));
-        let at_open: u64 = repaired
-            .split(": ")
-            .nth(2)
-            .and_then(|s| s.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{which}: {repaired}"));
-        assert!(at_open >= 200, "{which}: {repaired}");
+        let at_open = scrub_repaired_at_open(&fs_.mnt, &format!("{which} ({how})"));
+        assert!(
+            at_open >= 200,
+            "{which} ({how}): {at_open} pages repaired at open"
+        );
         fs_.unmount();
         fs_.check();
     }
+}
+
+/// `cairn scrub MNT`: the metadata pages it says were repaired from the
+/// other copy when the pool was opened (its line "metadata: 2 copies;
+/// pages repaired from the other copy: N when the pool was opened, ...").
+fn scrub_repaired_at_open(mnt: &Path, what: &str) -> u64 {
+    let out = cairn_ok(&[os("scrub"), mnt.as_os_str()]);
+    let repaired = out
+        .lines()
+        .find(|l| l.starts_with("metadata: 2 copies"))
+        .unwrap_or_else(|| panic!("{what}: scrub says\n{out}"));
+    repaired
+        .split(": ")
+        .nth(2)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: {repaired}"))
+}
+
+/// The pages the daemon's log says differed between the copies and were
+/// repaired when the pool was opened ("metadata: N pages of the copies
+/// differed; repaired from the good copy"), if it says so.
+fn logged_repairs(log: &str) -> Option<u64> {
+    let line = log
+        .lines()
+        .find(|l| l.contains("pages of the copies differed"))?;
+    let n = line.split("metadata: ").nth(1)?.split(' ').next()?;
+    n.parse().ok()
+}
+
+/// Writes `len` random bytes (from `seed`) at `off` of `file`.
+fn overwrite_random(file: &Path, off: u64, len: usize, seed: u64) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let junk: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+    let mut f = fs::OpenOptions::new().write(true).open(file).unwrap();
+    f.seek(SeekFrom::Start(off)).unwrap();
+    f.write_all(&junk).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// `dirs` directories of `per_dir` small files each, written through the
+/// mount: enough for a metadata file of a few hundred KiB per 1,000.
+fn small_files(fs_: &Fs, dirs: usize, per_dir: usize) -> Tree {
+    let mut tree = Tree::new();
+    for d in 0..dirs {
+        fs::create_dir(fs_.p(&format!("d{d}"))).unwrap();
+        for i in 0..per_dir {
+            let rel = format!("d{d}/a-file-with-a-longer-name-{i:05}");
+            let data = pattern((d * per_dir + i) as u64, i % 700);
+            fs::write(fs_.p(&rel), &data).unwrap();
+            tree.push((rel, data));
+        }
+    }
+    tree
+}
+
+/// Ditto metadata: a pool of one device (default mkfs) keeps a second copy
+/// of its metadata beside the first (`POOL/meta.mirror`). 64 KiB of random
+/// bytes over the middle of the first copy, then over its first page (the
+/// header), while unmounted: each time the pool mounts, every file reads
+/// exact, the log and `cairn scrub` count the pages repaired at open, and
+/// `cairn check` is clean.
+#[test]
+fn a_single_device_pool_repairs_damaged_metadata_from_its_second_copy() {
+    let mut fs_ = Fs::create();
+    fs_.mkfs(&[]);
+    let mirror = fs::read_link(fs_.pool.join("meta.mirror")).expect("a second copy");
+    assert_eq!(
+        mirror.parent(),
+        Some(fs_.pool.as_path()),
+        "beside the first"
+    );
+    fs_.mount();
+    let tree = small_files(&fs_, 3, 1000);
+    fs_.unmount();
+    let meta = fs_.pool.join("meta.redb");
+    let len = fs::metadata(&meta).unwrap().len();
+    assert!(len >= 512 << 10, "{len} bytes of metadata: too small");
+    let middle = (len / 2 - (32 << 10)) / 4096 * 4096;
+    for (what, off, n) in [
+        ("64 KiB in the middle", middle, 64 << 10),
+        ("the first page", 0, 4096),
+    ] {
+        overwrite_random(&meta, off, n, off + 1);
+        fs_.mount();
+        for (rel, want) in &tree {
+            assert_eq!(&fs::read(fs_.p(rel)).unwrap(), want, "{what}: {rel}");
+        }
+        let pages = n as u64 / 4096;
+        let log = fs_.daemon_output();
+        let logged = logged_repairs(&log);
+        assert!(
+            logged.is_some_and(|l| l >= pages),
+            "{what}: the log must count at least {pages} pages repaired\n{}",
+            fs_.diagnostics()
+        );
+        let at_open = scrub_repaired_at_open(&fs_.mnt, what);
+        assert_eq!(Some(at_open), logged, "{what}: scrub and the log disagree");
+        fs_.unmount();
+        fs_.check();
+        let second = fs::read(&mirror).unwrap();
+        assert!(fs::read(&meta).unwrap() == second, "{what}: copies differ");
+    }
+}
+
+/// A single-device pool made before single-device pools kept two copies
+/// (no `meta.mirror`, no `meta_copies` counter) gets its second copy,
+/// beside the first, at the next mount, and says so.
+#[test]
+fn an_older_single_device_pool_gets_its_second_copy_at_mount() {
+    let mut fs_ = Fs::create();
+    fs_.mkfs(&[]);
+    fs_.mount();
+    let tree = small_files(&fs_, 1, 200);
+    fs_.unmount();
+    let link = fs_.pool.join("meta.mirror");
+    fs::remove_file(fs::read_link(&link).unwrap()).unwrap();
+    fs::remove_file(&link).unwrap();
+    forget_counter(&fs_.pool.join("meta.redb"), "meta_copies");
+    fs_.mount();
+    let log = fs_.daemon_output();
+    assert!(
+        log.contains("second copy made at") && log.contains("beside the first copy"),
+        "{}",
+        fs_.diagnostics()
+    );
+    let mirror = fs::read_link(&link).expect("a second copy");
+    assert_eq!(mirror.parent(), Some(fs_.pool.as_path()));
+    for (rel, want) in &tree {
+        assert_eq!(&fs::read(fs_.p(rel)).unwrap(), want, "{rel}");
+    }
+    fs_.unmount();
+    fs_.check();
+    assert!(fs::read(fs_.pool.join("meta.redb")).unwrap() == fs::read(&mirror).unwrap());
+}
+
+/// Removes a counter from the store's counters (through redb itself, so
+/// every page checksum stays right), as a release before it left it.
+fn forget_counter(meta: &Path, name: &str) {
+    const COUNTERS: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("counters_v1");
+    let db = redb::Database::open(meta).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut t = txn.open_table(COUNTERS).unwrap();
+        assert!(t.remove(name).unwrap().is_some(), "no counter {name}");
+    }
+    txn.commit().unwrap();
+}
+
+/// `mkfs --meta-copies 1` keeps one copy: no `meta.mirror` (a pool it
+/// replaces with --force loses its own), and no mount adds one. Counts
+/// other than 1 or 2, and one copy with `--meta-mirror`, are refused.
+#[test]
+fn a_pool_made_with_one_metadata_copy_never_gets_a_second() {
+    let mut fs_ = Fs::create();
+    let pool = fs_.pool.to_str().unwrap().to_string();
+    for bad in ["0", "3"] {
+        cairn_err(&["mkfs", &pool, "--meta-copies", bad], "1 or 2 copies");
+    }
+    let dir = fs_.dir.to_str().unwrap().to_string();
+    let both = ["mkfs", &pool, "--meta-copies", "1", "--meta-mirror", &dir];
+    cairn_err(&both, "--meta-mirror");
+    assert!(!fs_.pool.exists(), "a refused mkfs made the pool directory");
+    fs_.mkfs(&[]);
+    let old = fs::read_link(fs_.pool.join("meta.mirror")).expect("two copies by default");
+    let out = cairn_ok(&["mkfs", &pool, "--force", "--sparse", "--meta-copies", "1"]);
+    assert!(out.contains("metadata: 1 copy"), "{out}");
+    let pool_dir = fs_.pool.clone();
+    let no_mirror = |when: &str| {
+        assert!(
+            fs::symlink_metadata(pool_dir.join("meta.mirror")).is_err(),
+            "{when}: a meta.mirror"
+        );
+        let copies: Vec<_> = (fs::read_dir(&pool_dir).unwrap().flatten())
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("cairn-meta-mirror-")
+            })
+            .map(|e| e.path())
+            .collect();
+        assert!(copies.is_empty(), "{when}: {copies:?}");
+    };
+    no_mirror("after mkfs --force --meta-copies 1");
+    assert!(!old.exists(), "--force left the old pool's second copy");
+    fs_.mount();
+    fs::write(fs_.p("f"), b"one copy").unwrap();
+    fs_.remount();
+    assert!(
+        !fs_.daemon_output().contains("second copy"),
+        "{}",
+        fs_.diagnostics()
+    );
+    assert_eq!(fs::read(fs_.p("f")).unwrap(), b"one copy");
+    fs_.unmount();
+    fs_.check();
+    no_mirror("after two mounts and a check");
 }

@@ -336,8 +336,9 @@ fn block_devices_are_checked_like_files() {
 }
 
 /// The second metadata copy goes beside a tier device that is not a block
-/// device; with none, mkfs says the metadata has one copy and how to give
-/// it a second (--meta-mirror), which then works.
+/// device; with none, it goes beside the first copy and mkfs says that it
+/// shares the first copy's disk and how to put it on another
+/// (--meta-mirror), which then works (the copy beside the first is gone).
 #[test]
 fn the_metadata_mirror_avoids_block_devices() {
     let fs = Fs::create();
@@ -366,8 +367,15 @@ fn the_metadata_mirror_avoids_block_devices() {
         &["--force", "--device", &fast, "--device", &slow, "--sparse"],
     ));
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(stderr(&out).contains("--meta-mirror"), "{}", describe(&out));
-    assert!(fs::symlink_metadata(p2.join("meta.mirror")).is_err());
+    let err = stderr(&out);
+    assert!(
+        err.contains("same disk") && err.contains("--meta-mirror"),
+        "{}",
+        describe(&out)
+    );
+    let beside_first = fs::read_link(p2.join("meta.mirror")).expect("a mirror");
+    assert_eq!(beside_first.parent(), Some(dir.as_path()));
+    assert!(beside_first.exists());
     let other = fs.dir.join("other-disk");
     fs::create_dir(&other).unwrap();
     let rest = [
@@ -386,6 +394,7 @@ fn the_metadata_mirror_avoids_block_devices() {
     let target = fs::read_link(p2.join("meta.mirror")).expect("a mirror");
     assert_eq!(target.parent(), Some(other.as_path()));
     assert!(target.exists());
+    assert!(!beside_first.exists(), "--force left the old pool's mirror");
     let out = cairn(&[os("check"), p2.as_os_str()]);
     assert!(out.status.success(), "{}", describe(&out));
     drop(lo);

@@ -23,12 +23,17 @@ use std::sync::Arc;
 mod common;
 use common::flush_in_background;
 
+/// A pool of one device that keeps one copy of its metadata
+/// (`meta_copies: 1`): a fault under `meta.redb` reaches the store, where
+/// with two copies the other would take over (see
+/// `a_metadata_copy_whose_writes_fail_is_dropped_and_repaired_at_open`).
 fn make_pool(dir: &Path) -> PathBuf {
     let pool = dir.join("pool");
     let spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), Some(64 << 20));
     let o = MkfsOptions {
         devices: vec![spec],
         sparse: true,
+        meta_copies: 1,
         ..MkfsOptions::default()
     };
     mkfs(&pool, o).unwrap();
@@ -192,6 +197,94 @@ fn a_failed_data_device_write_is_counted_and_the_flush_retried() {
     assert!(check_pool(&p).unwrap().problems.is_empty());
     let fs = Fs::open(p).unwrap();
     assert_eq!(fs.read(f.ino, 0, 3 << 20).unwrap(), data);
+}
+
+/// A single-device pool with the default two copies of its metadata, both
+/// beside each other: when every write to the first copy fails, that copy
+/// is dropped and commits go on in the other; the next open (fault gone)
+/// makes the first equal to the second again, and nothing is lost.
+#[test]
+fn a_metadata_copy_whose_writes_fail_is_dropped_and_repaired_at_open() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), Some(64 << 20));
+    let o = MkfsOptions {
+        devices: vec![spec],
+        sparse: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(&pool, o).unwrap();
+    let (fs, st) = open_faulty(&pool);
+    assert_eq!(fs.pool().meta.mirror_stats().map(|s| s.copies), Some(2));
+    let meta = st.control(&pool.join("meta.redb"));
+    let eio = meta.add(Fault::eio(Ops::WRITE));
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"a", 0o644).unwrap();
+    fs.write(f.ino, 0, b"kept in the second copy").unwrap();
+    fs.flush().unwrap();
+    assert!(meta.hits(eio) > 0, "the fault was not hit");
+    assert_eq!(fs.pool().meta.mirror_stats().map(|s| s.copies), Some(1));
+    meta.clear();
+    drop(fs);
+    let p = Pool::open(&pool, None).unwrap();
+    let stats = p.meta.mirror_stats().expect("two copies");
+    assert!(stats.repaired_at_open > 0, "{stats:?}");
+    assert_eq!(stats.copies, 2);
+    assert!(check_pool(&p).unwrap().problems.is_empty());
+    let fs = Fs::open(p).unwrap();
+    let f = fs.lookup(ROOT_INO, b"a").unwrap();
+    assert_eq!(fs.read(f.ino, 0, 64).unwrap(), b"kept in the second copy");
+    drop(fs);
+    let mirror = std::fs::canonicalize(pool.join("meta.mirror")).unwrap();
+    assert_eq!(
+        std::fs::read(pool.join("meta.redb")).unwrap(),
+        std::fs::read(mirror).unwrap()
+    );
+}
+
+/// A second copy that differs from the first (damaged while closed) and
+/// cannot be written at open (a full host under it): the pool opens on
+/// the first copy alone, every file reads, and the next open (room again)
+/// repairs the second.
+#[test]
+fn a_second_copy_that_cannot_be_repaired_at_open_leaves_the_first_alone() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), Some(64 << 20));
+    let o = MkfsOptions {
+        devices: vec![spec],
+        sparse: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(&pool, o).unwrap();
+    let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"a", 0o644).unwrap();
+    fs.write(f.ino, 0, b"in both copies").unwrap();
+    fs.shutdown().unwrap();
+    drop(fs);
+    let mirror = std::fs::canonicalize(pool.join("meta.mirror")).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(
+        &std::fs::OpenOptions::new()
+            .write(true)
+            .open(&mirror)
+            .unwrap(),
+        &[0xa5; 4096],
+        8192,
+    )
+    .unwrap();
+    let st = Arc::new(FaultStorage::per_file(Arc::new(HostStorage), 7));
+    let full = st.control(&mirror).add(Fault::full());
+    let eio = st.control(&mirror).add(Fault::eio(Ops::WRITE));
+    let fs = Fs::open(Pool::open_with(&pool, None, st.clone()).unwrap()).unwrap();
+    assert!(st.control(&mirror).hits(full) + st.control(&mirror).hits(eio) > 0);
+    assert_eq!(fs.pool().meta.mirror_stats(), None, "opened with one copy");
+    let f = fs.lookup(ROOT_INO, b"a").unwrap();
+    assert_eq!(fs.read(f.ino, 0, 64).unwrap(), b"in both copies");
+    fs.shutdown().unwrap();
+    drop(fs);
+    let p = Pool::open(&pool, None).unwrap();
+    let stats = p.meta.mirror_stats().expect("two copies again");
+    assert!(stats.repaired_at_open > 0, "{stats:?}");
+    assert!(check_pool(&p).unwrap().problems.is_empty());
 }
 
 /// A pool of two tier devices in directories `a` (nvme) and `b` (ssd).

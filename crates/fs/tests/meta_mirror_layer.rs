@@ -1,9 +1,11 @@
 //! Redundant metadata (issue 15): a pool of two tier devices keeps a second
-//! copy of its metadata beside the other device. With 1 MiB of random
-//! bytes written over the middle of either copy while the pool is closed,
-//! it opens, every file reads exact, scrub reports the repaired pages and
-//! check is clean; damage at the same place in both copies is refused at
-//! open, never read as data.
+//! copy of its metadata beside the other device, a pool of one beside the
+//! first copy. With 1 MiB of random bytes written over the middle of either
+//! copy while the pool is closed, it opens, every file reads exact, scrub
+//! reports the repaired pages and check is clean; damage at the same place
+//! in both copies is refused at open, never read as data. A one-device
+//! pool that gains a device has its second copy moved beside it at the
+//! next open; one made with `meta_copies: 1` never gets a second.
 
 use cairn_devices::{DeviceClass, DeviceSpec};
 use cairn_fs::maintenance::check::check_pool;
@@ -16,6 +18,21 @@ use std::sync::Arc;
 
 const MIB: u64 = 1 << 20;
 
+/// A pool of one tier device, the directory `fast`.
+fn make_single(dir: &Path, meta_copies: u32) -> Arc<Fs> {
+    std::fs::create_dir_all(dir.join("fast")).unwrap();
+    let fast = DeviceSpec::tier(DeviceClass::Nvme, dir.join("fast"), Some(64 * MIB));
+    let o = MkfsOptions {
+        sparse: true,
+        devices: vec![fast],
+        meta_copies,
+        ..MkfsOptions::default()
+    };
+    mkfs(&dir.join("pool"), o).unwrap();
+    open(dir)
+}
+
+/// A pool of two tier devices, the directories `fast` and `slow`.
 fn make(dir: &Path) -> Arc<Fs> {
     let mut o = MkfsOptions {
         sparse: true,
@@ -85,28 +102,46 @@ fn damage(file: &Path, seed: u64) {
     f.sync_all().unwrap();
 }
 
+/// The two copies' files, checked to lie beside different devices.
 fn copies(dir: &Path) -> (PathBuf, PathBuf) {
-    let pool = dir.join("pool");
-    let primary = std::fs::canonicalize(PoolPaths::meta(&pool)).unwrap();
-    let mirror = std::fs::canonicalize(PoolPaths::meta_mirror(&pool)).unwrap();
+    let (primary, mirror) = copies_anywhere(dir);
     assert_ne!(
         primary.parent(),
         mirror.parent(),
         "the copies share a device"
     );
+    (primary, mirror)
+}
+
+/// The two copies' files, with the second's mode checked.
+fn copies_anywhere(dir: &Path) -> (PathBuf, PathBuf) {
+    let pool = dir.join("pool");
+    let primary = std::fs::canonicalize(PoolPaths::meta(&pool)).unwrap();
+    let mirror = std::fs::canonicalize(PoolPaths::meta_mirror(&pool)).unwrap();
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&mirror).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the mirror is readable by other users");
     (primary, mirror)
 }
 
-fn damaged_copy_is_repaired(which: usize) {
+/// Damages copy `which` of a closed pool of two devices (or of one device,
+/// `single`: both copies beside it), then checks the open repairs it.
+fn damaged_copy_is_repaired(which: usize, single: bool) {
     let d = tempfile::tempdir().unwrap();
-    let fs = make(d.path());
+    let fs = match single {
+        true => make_single(d.path(), 2),
+        false => make(d.path()),
+    };
     let model = fill(&fs);
     fs.shutdown().unwrap();
     drop(fs);
-    let (primary, mirror) = copies(d.path());
+    let (primary, mirror) = match single {
+        true => copies_anywhere(d.path()),
+        false => copies(d.path()),
+    };
+    if single {
+        assert_eq!(primary.parent(), mirror.parent(), "beside each other");
+    }
     let len = std::fs::metadata(&primary).unwrap().len();
     assert!(
         len >= 2 * MIB,
@@ -137,12 +172,17 @@ fn damaged_copy_is_repaired(which: usize) {
 
 #[test]
 fn a_damaged_primary_copy_is_repaired_from_the_mirror() {
-    damaged_copy_is_repaired(0);
+    damaged_copy_is_repaired(0, false);
 }
 
 #[test]
 fn a_damaged_mirror_copy_is_repaired_from_the_primary() {
-    damaged_copy_is_repaired(1);
+    damaged_copy_is_repaired(1, false);
+}
+
+#[test]
+fn a_one_device_pool_repairs_its_damaged_primary_from_the_copy_beside_it() {
+    damaged_copy_is_repaired(0, true);
 }
 
 #[test]
@@ -190,4 +230,59 @@ fn damage_in_both_copies_is_refused_at_open() {
     damage(&mirror, 6);
     let e = Pool::open(&d.path().join("pool"), None).err();
     assert!(e.is_some(), "a pool with both copies damaged opened");
+}
+
+/// A one-device pool's second copy lies beside the first; after a device
+/// is added, the next open moves it beside that device (the old file
+/// goes), and every file reads exact. A copy a crash left beside the first
+/// after the move (the link already switched) is removed at open.
+#[test]
+fn an_added_device_takes_the_second_copy_at_the_next_open() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make_single(d.path(), 2);
+    let (primary, before) = copies_anywhere(d.path());
+    assert_eq!(primary.parent(), before.parent(), "beside each other");
+    std::fs::create_dir_all(d.path().join("slow")).unwrap();
+    let slow = DeviceSpec::tier(DeviceClass::Hdd, d.path().join("slow"), Some(64 * MIB));
+    fs.device_add(&slow).unwrap();
+    let model = fill(&fs);
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = open(d.path());
+    let (_, after) = copies(d.path());
+    let slow_dir = std::fs::canonicalize(d.path().join("slow")).unwrap();
+    assert_eq!(after.parent(), Some(slow_dir.as_path()));
+    assert!(!before.exists(), "the copy beside the first stayed");
+    check_files(&fs, &model);
+    assert_eq!(fs.pool().meta.mirror_stats().map(|s| s.copies), Some(2));
+    fs.shutdown().unwrap();
+    drop(fs);
+    assert_eq!(
+        std::fs::read(&primary).unwrap(),
+        std::fs::read(&after).unwrap()
+    );
+    std::fs::write(&before, b"left by a crash").unwrap();
+    let fs = open(d.path());
+    assert!(!before.exists(), "the left-behind copy stayed");
+    assert_eq!(copies(d.path()).1, after);
+    drop(fs);
+}
+
+/// A pool made with `meta_copies: 1` has no second copy, and no open (nor
+/// an added device) gives it one.
+#[test]
+fn a_pool_made_with_one_copy_never_gets_a_second() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make_single(d.path(), 1);
+    let pool = d.path().join("pool");
+    assert!(std::fs::symlink_metadata(PoolPaths::meta_mirror(&pool)).is_err());
+    assert_eq!(fs.pool().meta.mirror_stats(), None);
+    std::fs::create_dir_all(d.path().join("slow")).unwrap();
+    let slow = DeviceSpec::tier(DeviceClass::Hdd, d.path().join("slow"), Some(64 * MIB));
+    fs.device_add(&slow).unwrap();
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = open(d.path());
+    assert!(std::fs::symlink_metadata(PoolPaths::meta_mirror(&pool)).is_err());
+    assert_eq!(fs.pool().meta.mirror_stats(), None);
 }

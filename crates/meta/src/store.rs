@@ -503,8 +503,29 @@ fn open_db(w: &ReopenWith) -> Result<(Database, Option<Arc<Mirror>>)> {
                 }
             };
             let copies = [file, copy];
-            let pick = |c: &[Arc<dyn Backend>; 2]| Ok(good_copy(c, path, mp));
-            let m = Arc::new(Mirror::open(copies, pick).map_err(io_err(path))?);
+            let picked = std::cell::Cell::new(None);
+            let pick = |c: &[Arc<dyn Backend>; 2]| {
+                picked.set(Some(good_copy(c, path, mp)));
+                Ok(picked.get().unwrap_or(0))
+            };
+            let m = match Mirror::open(copies, pick) {
+                Ok(m) => Arc::new(m),
+                // The first copy was the good one, but the second could
+                // not be made equal to it (a full host under it): the
+                // first alone (verified by the open below); the next
+                // open tries again.
+                Err(e) if picked.get() == Some(0) => {
+                    tracing::error!(
+                        "metadata mirror {}: {e}; going on with one copy of the metadata",
+                        mp.display()
+                    );
+                    return open_db(&ReopenWith {
+                        mirror: None,
+                        ..w.clone_parts()
+                    });
+                }
+                Err(e) => return Err(io_err(path)(e)),
+            };
             let fixed = m.stats().repaired_at_open;
             if fixed > 0 {
                 tracing::warn!(

@@ -504,17 +504,22 @@ fn a_mirror_behind_the_prune_horizon_resyncs_from_a_snapshot_both_hold() {
     let e = dst.rollback_mirror("no such snapshot").unwrap_err();
     assert!(e.to_string().contains("no such snapshot"), "{e}");
     assert_eq!(dst.last_tid(), behind);
-    // A rollback whose metadata write fails (an I/O error) changes nothing.
+    // A rollback whose metadata writes fail (an I/O error, in both copies
+    // of the metadata) changes nothing.
     let before = workload::read_tree(&dst);
     drop(dst);
     let path = d.path().join("dst");
     let st = Arc::new(FaultStorage::per_file(Arc::new(HostStorage), 3));
     let dst = Fs::open(Pool::open_with(&path, None, st.clone()).unwrap()).unwrap();
     let meta = st.control(&path.join("meta.redb"));
+    let second = std::fs::canonicalize(path.join("meta.mirror")).unwrap();
+    let second = st.control(&second);
     let eio = meta.add(Fault::eio(Ops::WRITE));
+    second.add(Fault::eio(Ops::WRITE));
     assert!(dst.rollback_mirror("round2").is_err());
     assert!(meta.hits(eio) > 0, "the fault was never met");
     meta.clear();
+    second.clear();
     drop(dst);
     let dst = Fs::open(Pool::open(&path, None).unwrap()).unwrap();
     assert_eq!(dst.last_tid(), behind, "a failed rollback moved the mirror");

@@ -165,14 +165,13 @@ fn devices(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Va
                 .parse()
                 .map_err(|e: cairn_devices::DeviceError| FsError::BadRequest(e.to_string()))?;
             let id = fs.device_add(&spec)?;
-            let mirror = cairn_fs::pool::PoolPaths::meta_mirror(&fs.pool().path);
-            let devices = fs.pool().chunks.devices().devices();
-            let tier = |d: &&Arc<cairn_devices::Device>| {
-                d.role == cairn_devices::DeviceRole::Tier && !d.class().is_object_store()
-            };
-            let tiers = devices.iter().filter(tier).count();
-            let later = tiers >= 2 && std::fs::symlink_metadata(mirror).is_err();
-            Ok(json!({ "device": id, "meta_mirror_at_next_mount": later }))
+            let next = cairn_fs::pool::meta_copies::next_open_target(fs.pool())?;
+            let later = next.is_some();
+            Ok(json!({
+                "device": id,
+                "meta_mirror_at_next_mount": later,
+                "meta_mirror_next": next.map(|p| p.display().to_string()),
+            }))
         }
         Request::DeviceRemove { device } => {
             report(fs.device_remove(std::path::Path::new(&device), progress)?)

@@ -8,6 +8,7 @@
 //! stay on std::fs.
 
 pub mod config;
+pub mod meta_copies;
 pub mod perms;
 pub mod reserve;
 pub mod superblock;
@@ -40,8 +41,13 @@ pub struct MkfsOptions {
     /// Leave every device file sparse (no blocks reserved on the host).
     pub sparse: bool,
     /// A directory (on another disk) for the second copy of the metadata;
-    /// by default it goes beside another tier device than the first.
+    /// by default it goes beside another tier device than the first, or
+    /// beside the first copy when no other device can hold it.
     pub meta_mirror: Option<PathBuf>,
+    /// Copies of the metadata to keep: 2 (the default) or 1 (recorded in
+    /// the store as `meta_copies::META_COPIES`, so that no open adds a
+    /// second).
+    pub meta_copies: u32,
     /// Make a mirror pool: read-only, filled by mirror streams.
     pub mirror: bool,
     /// How many copies new data gets (`--redundancy`).
@@ -57,6 +63,7 @@ impl Default for MkfsOptions {
             force: false,
             sparse: false,
             meta_mirror: None,
+            meta_copies: 2,
             mirror: false,
             redundancy: cairn_data::Policy::default(),
         }
@@ -163,7 +170,8 @@ impl PoolPaths {
         p.join("meta.redb")
     }
     /// The second copy of the metadata (a link to it beside another
-    /// device), when the pool keeps one (`mirror_home`).
+    /// device, or beside the first copy), when the pool keeps one
+    /// (`meta_copies`).
     pub fn meta_mirror(p: &Path) -> PathBuf {
         p.join("meta.mirror")
     }
@@ -197,6 +205,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FsError + '_ {
 }
 
 fn validate(opts: &MkfsOptions) -> Result<()> {
+    meta_copies::validate(opts)?;
     let rs = opts.record_size as u64;
     if !rs.is_power_of_two() || !(4096..=(1 << 20)).contains(&rs) {
         return Err(FsError::Io(
@@ -243,6 +252,8 @@ pub struct MkfsReport {
     /// One line per device made: id, class, role, path, size, and whether
     /// its blocks are reserved.
     pub devices: Vec<String>,
+    /// Where the metadata's copies are (`meta_copies::mkfs_line`).
+    pub metadata: String,
 }
 
 /// `mkfs_report` writing the pool's files through `storage`.
@@ -331,6 +342,7 @@ fn mkfs_in(
         std::fs::remove_file(PoolPaths::superblock(pool)).map_err(io(pool))?;
     }
     let _ = std::fs::remove_file(PoolPaths::meta(pool));
+    forget_old_mirror(pool);
     let _ = std::fs::remove_file(PoolPaths::intent(pool));
     let uuid = *uuid::Uuid::new_v4().as_bytes();
     made.will_create(&PoolPaths::meta(pool));
@@ -351,24 +363,14 @@ fn mkfs_in(
     write_first_tid(&meta, &descs, now, &opts)?;
     warnings.extend(redundancy_warning(&opts));
     drop(meta);
-    let explicit = opts.meta_mirror.as_ref().map(|d| cwd.join(d));
-    let target = match &explicit {
-        Some(dir) => Some(explicit_mirror(pool, dir, &home, uuid, &mut warnings)?),
-        None => mirror_home(pool, &opts.devices, &home, uuid)?,
-    };
-    let tiers = (opts.devices.iter())
-        .filter(|d| d.role == DeviceRole::Tier)
-        .count();
-    if target.is_none() && tiers >= 2 {
-        warnings.push(
-            "the metadata has one copy: no tier device other than the first has a directory to hold a second (block devices); give --meta-mirror DIR on another disk".into(),
-        );
+    opts.meta_mirror = opts.meta_mirror.take().map(|d| cwd.join(d));
+    made.will_create(&PoolPaths::meta_mirror(pool));
+    let target = meta_copies::mkfs_mirror(pool, &opts, &home, uuid, &mut warnings)?;
+    if let Some(target) = &target {
+        made.will_create(target);
+        meta_copies::copy_file(&home, target, storage).map_err(io(target))?;
     }
-    if let Some(target) = target {
-        made.will_create(&PoolPaths::meta_mirror(pool));
-        made.will_create(&target);
-        copy_file(&home, &target, storage).map_err(io(&target))?;
-    }
+    let metadata = meta_copies::mkfs_line(&home, target.as_deref());
     made.will_create(&PoolPaths::config(pool));
     if opts.force || !PoolPaths::config(pool).exists() {
         PoolConfig::default().save(&PoolPaths::config(pool))?;
@@ -390,6 +392,7 @@ fn mkfs_in(
         superblock: sb,
         warnings,
         devices: lines,
+        metadata,
     })
 }
 
@@ -477,8 +480,9 @@ fn settle_devices(pool: &Path, cwd: &Path, opts: &mut MkfsOptions) -> Result<()>
     Ok(())
 }
 
-/// TID 1: the devices, the empty root directory and the counters (and the
-/// unbound mirror role of a pool made to be a mirror).
+/// TID 1: the devices, the empty root directory and the counters (the
+/// metadata copies chosen, and the unbound mirror role of a pool made to
+/// be a mirror).
 fn write_first_tid(
     meta: &MetaStore,
     descs: &[DeviceDesc],
@@ -501,6 +505,7 @@ fn write_first_tid(
         w.set_counter("next_ino", ROOT_INO + 1)?;
         w.set_counter("next_chunk", 1)?;
         w.set_counter("next_segment", 1)?;
+        w.set_counter(meta_copies::META_COPIES, opts.meta_copies as u64)?;
         w.log_tid(1, now.as_nanos() as u64)?;
         if opts.mirror {
             crate::replica::Role::Unbound.write(w)?;
@@ -590,160 +595,18 @@ fn meta_home(pool: &Path, specs: &[DeviceSpec]) -> Result<PathBuf> {
     Ok(target)
 }
 
-/// Where the second copy of the metadata goes (linked from
-/// `PoolPaths::meta_mirror`), for a pool of two or more tier devices:
-/// beside the fastest tier device other than the one the metadata lives
-/// beside (`meta_home`), in its directory (a directory device) or the
-/// directory of its file (`cairn-meta-mirror-UUID.redb`). None (one copy)
-/// with a single tier device, or when that device is a block device (no
-/// file can live beside it).
-fn mirror_home(
-    pool: &Path,
-    specs: &[DeviceSpec],
-    home: &Path,
-    uuid: [u8; 16],
-) -> Result<Option<PathBuf>> {
-    use std::os::unix::fs::FileTypeExt;
-    let mut tiers: Vec<&DeviceSpec> = specs
-        .iter()
-        .filter(|d| d.role == DeviceRole::Tier && !d.class.is_object_store())
-        .collect();
-    if tiers.len() < 2 {
-        return Ok(None);
-    }
-    tiers.sort_by_key(|d| d.class.rank());
-    let home_dir = home.parent().unwrap_or(pool);
-    let is_block = |d: &&&DeviceSpec| {
-        std::fs::metadata(&d.path).is_ok_and(|m| m.file_type().is_block_device())
-    };
-    // Not a block device, its directory there (not a lost disk's), and
-    // not where the first copy already is (a promoted second copy).
-    let name = mirror_name(uuid);
-    let files: Vec<&DeviceSpec> = (tiers.iter())
-        .filter(|d| {
-            let dir = dir_of(d).canonicalize();
-            !is_block(d) && dir.is_ok_and(|x| x.join(&name) != home)
-        })
-        .copied()
-        .collect();
-    let other = (files.iter().find(|d| dir_of(d) != home_dir))
-        .or_else(|| files.iter().find(|d| !std::ptr::eq(**d, tiers[0])));
-    match other {
-        Some(d) => link_mirror(pool, &dir_of(d), uuid).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// The mirror file in `dir`, linked from `PoolPaths::meta_mirror`. Named
-/// by the pool's uuid: pools whose devices share a directory never share
-/// (or overwrite) a mirror.
-fn link_mirror(pool: &Path, dir: &Path, uuid: [u8; 16]) -> Result<PathBuf> {
-    let target = dir.join(mirror_name(uuid));
+/// Removes, for mkfs --force, the old pool's link to its second copy of
+/// the metadata and the copy (when it has a mirror's name): the new pool
+/// must never take it for its own.
+fn forget_old_mirror(pool: &Path) {
     let link = PoolPaths::meta_mirror(pool);
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&target, &link).map_err(io(&link))?;
-    Ok(target)
-}
-
-/// The file name of a pool's second metadata copy.
-fn mirror_name(uuid: [u8; 16]) -> String {
-    format!(
-        "cairn-meta-mirror-{}.redb",
-        uuid::Uuid::from_bytes(uuid).simple()
-    )
-}
-
-/// The mirror in a directory the admin chose (`--meta-mirror`), which must
-/// exist; a warning when it shares the first copy's filesystem (it then
-/// guards against damage, not against the disk's loss).
-fn explicit_mirror(
-    pool: &Path,
-    dir: &Path,
-    home: &Path,
-    uuid: [u8; 16],
-    warnings: &mut Vec<String>,
-) -> Result<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(dir).map_err(io(dir))?;
-    if !m.is_dir() {
-        return Err(FsError::BadRequest(format!(
-            "--meta-mirror {}: not a directory",
-            dir.display()
-        )));
-    }
-    let home_dev = std::fs::metadata(home.parent().unwrap_or(pool)).map(|h| h.dev());
-    if home_dev.is_ok_and(|d| d == m.dev()) {
-        warnings.push(format!(
-            "--meta-mirror {} is on the same filesystem as the metadata: its copy guards against damage, not against losing that disk",
-            dir.display()
-        ));
-    }
-    link_mirror(pool, dir, uuid)
-}
-
-/// Gives a pool of two or more tier devices that has one metadata copy (a
-/// device was added since, or the pool predates mirrors) its second copy,
-/// made from the first while the store is closed. A crash during the copy
-/// leaves a partial mirror, which the next open finds unsound and
-/// rewrites from the primary. Returns whether it made one.
-fn add_missing_mirror(pool: &Path, sb: &Superblock, devs: &[DeviceDesc], st: &dyn Storage) -> bool {
-    // A link to a mirror that is gone (its directory removed) is remade.
-    if std::fs::metadata(PoolPaths::meta_mirror(pool)).is_ok() {
-        return false;
-    }
-    let specs: Vec<DeviceSpec> = devs
-        .iter()
-        .filter(|d| !d.is_object())
-        .map(|d| DeviceSpec {
-            role: d.role,
-            ..DeviceSpec::tier(d.class, pool.join(&d.path), None)
-        })
-        .collect();
-    let made = std::fs::canonicalize(PoolPaths::meta(pool))
-        .map_err(io(pool))
-        .and_then(|home| {
-            let target = mirror_home(pool, &specs, &home, sb.uuid)?;
-            target
-                .map(|t| copy_file(&home, &t, st).map_err(io(&t)).map(|_| t))
-                .transpose()
-        });
-    match made {
-        Ok(Some(t)) => {
-            tracing::info!("metadata: second copy made at {}", t.display());
-            true
-        }
-        Ok(None) => false,
-        Err(e) => {
-            tracing::warn!("metadata: no second copy ({e}); the pool goes on with one");
-            let _ = std::fs::remove_file(PoolPaths::meta_mirror(pool));
-            false
+    if let Ok(old) = std::fs::read_link(&link) {
+        let named = old.file_name().map(|n| n.to_string_lossy().into_owned());
+        if named.is_some_and(|n| n.starts_with("cairn-meta-mirror-")) {
+            let _ = std::fs::remove_file(pool.join(old));
         }
     }
-}
-
-/// The directory a device's files live in: itself for a directory, else
-/// its file's directory.
-fn dir_of(d: &DeviceSpec) -> PathBuf {
-    match d.path.is_dir() {
-        true => d.path.clone(),
-        false => d.path.parent().unwrap_or(Path::new("/")).to_path_buf(),
-    }
-}
-
-/// Copies a file through the storage and syncs the copy.
-fn copy_file(from: &Path, to: &Path, storage: &dyn Storage) -> std::io::Result<()> {
-    let src = storage.open(from, &OpenHow::EXISTING)?;
-    let dst = storage.open(to, &OpenHow::REPLACE)?;
-    let len = src.len()?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = 0;
-    while at < len {
-        let n = (buf.len() as u64).min(len - at) as usize;
-        src.read_at(&mut buf[..n], at)?;
-        dst.write_at(&buf[..n], at)?;
-        at += n as u64;
-    }
-    dst.sync_data()
+    let _ = std::fs::remove_file(link);
 }
 
 /// `DIR/cairn-meta.redb` when the fastest tier device is a directory DIR
@@ -916,13 +779,17 @@ impl Pool {
         let mut meta = open_meta()?;
         crate::history::live_debts::redo_live_debts(&meta)?;
         crate::history::liveness::convert(&meta)?;
+        // A second copy missing, or beside the first while an added device
+        // can hold it: made (or moved) with the store closed.
+        if let Some(plan) = meta_copies::mirror_plan(path, &meta, sb.uuid)? {
+            drop(meta);
+            meta_copies::settle_logged(path, &plan, &*storage);
+            meta = open_meta()?;
+        }
+        meta_copies::forget_moved(path, sb.uuid);
         let descs: Vec<DeviceDesc> = (meta.read()?.devices()?.iter())
             .map(|(_, raw)| DeviceDesc::decode(raw))
             .collect::<Result<_>>()?;
-        if add_missing_mirror(path, &sb, &descs, &*storage) {
-            drop(meta);
-            meta = open_meta()?;
-        }
         let hash_of = |raw: &[u8]| ChunkRec::decode(raw).ok().map(|r| r.hash.to_vec());
         let indexed = meta.reindex_dedup(hash_of)?;
         if indexed > 0 {
