@@ -91,10 +91,10 @@ impl ChunkStore {
     ) -> Result<Relocation> {
         let rec = self.sealed(id)?;
         let places = rec.places();
-        assert!(
-            from.iter().all(|f| places.contains(f)),
-            "segment {id} lacks a copy to take away"
-        );
+        if !from.iter().all(|f| places.contains(f)) {
+            // Changed since the caller looked (another run took it).
+            return Err(DataError::Busy(format!("segment {id} changed")));
+        }
         let keep: Vec<SlotAddr> = places
             .iter()
             .copied()

@@ -100,6 +100,9 @@ pub struct Fs {
     /// Opened for salvage: read-only, from a copy in RAM of a damaged
     /// metadata store (`open_salvage`).
     salvage: bool,
+    /// Held by a re-replication run (`redundancy/resilver.rs`): one at a
+    /// time, so two never plan from the same table.
+    pub(crate) resilver_lock: Mutex<()>,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -206,6 +209,7 @@ impl Fs {
         Fs {
             pool,
             salvage: false,
+            resilver_lock: Mutex::new(()),
             shards: (0..crate::state::SHARDS)
                 .map(|_| Mutex::new(Default::default()))
                 .collect(),

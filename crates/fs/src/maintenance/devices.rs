@@ -196,7 +196,7 @@ impl Fs {
                 }
             }
             if copies > 0 {
-                let r = self.resilver(&|d| d.id() != id, &|_, _| {})?;
+                let r = self.resilver(true, &|d| d.id() != id, &|_, _| {})?;
                 if r.segments == 0 {
                     return Err(FsError::NoSpace);
                 }

@@ -71,12 +71,22 @@ struct Fix {
 }
 
 /// The fix segment `id` needs, if any: `want` copies (object-store
-/// segments keep one), none on a device that is not online or drains.
-fn fix_for(set: &DeviceSet, id: u64, s: &SegmentRec, want: usize) -> Option<Fix> {
+/// segments keep one), none on a device that is faulted or drains, and
+/// with `replace_missing` none on a missing one (else a missing device's
+/// copies wait for it to come back or be replaced).
+fn fix_for(
+    set: &DeviceSet,
+    id: u64,
+    s: &SegmentRec,
+    want: usize,
+    replace_missing: bool,
+) -> Option<Fix> {
     let places = s.places();
     let (mut dead, mut leaving, mut good) = (Vec::new(), Vec::new(), Vec::new());
     for p in &places {
+        let missing = set.state(p.device) == Some(cairn_devices::DeviceState::Missing);
         match (set.is_online(p.device), set.is_draining(p.device)) {
+            (false, _) if missing && !replace_missing => good.push(*p),
             (false, _) => dead.push(*p),
             (true, true) => leaving.push(*p),
             (true, false) => good.push(*p),
@@ -114,7 +124,7 @@ fn slowest(set: &DeviceSet, good: &[SlotAddr], n: usize) -> Vec<SlotAddr> {
 impl Fs {
     /// The fixes the segment table needs now, in device order (segments
     /// open for appends wait for the next run).
-    fn resilver_plan(&self) -> (Vec<Fix>, u64) {
+    fn resilver_plan(&self, replace_missing: bool) -> (Vec<Fix>, u64) {
         let chunks = &self.pool.chunks;
         let set = chunks.devices();
         let policy = chunks.policy();
@@ -130,10 +140,15 @@ impl Fs {
                 Ok(c) => policy.copies_for(c),
                 Err(_) => 1,
             };
-            let Some(fix) = fix_for(set, id, &s, want) else {
+            let Some(fix) = fix_for(set, id, &s, want, replace_missing) else {
                 continue;
             };
-            if fix.dead.len() == s.places().len() {
+            let readable = s
+                .places()
+                .iter()
+                .filter(|p| set.is_online(p.device))
+                .count();
+            if readable == 0 {
                 lost += 1;
                 continue;
             }
@@ -144,18 +159,22 @@ impl Fs {
     }
 
     /// One run of re-replication over the whole table (`cairn redundancy
-    /// rebuild`, the background thread, device replacement and removal).
-    /// `pick` limits where new copies may go.
+    /// rebuild`, device replacement and removal, which replace the copies
+    /// of missing devices too, and the background thread, which leaves
+    /// those to come back). `pick` limits where new copies may go. One run
+    /// at a time.
     pub fn resilver(
         &self,
+        replace_missing: bool,
         pick: &dyn Fn(&Device) -> bool,
         progress: &dyn Fn(u64, u64),
     ) -> Result<ResilverReport> {
         if self.read_only() {
             return Err(FsError::ReadOnly);
         }
+        let _one = self.resilver_lock.lock();
         let run = self.maint_stats.start(crate::service_stats::Task::Resilver);
-        let (fixes, lost) = self.resilver_plan();
+        let (fixes, lost) = self.resilver_plan(replace_missing);
         let mut rep = ResilverReport {
             lost,
             ..Default::default()
@@ -180,7 +199,7 @@ impl Fs {
                     rep.bytes += used * r.to.len() as u64;
                     ready.push(r);
                 }
-                Ok(None) => {}
+                Ok(None) | Err(cairn_data::DataError::Busy(_)) => {}
                 Err(cairn_data::DataError::NoSpace) => rep.short += 1,
                 Err(e) => {
                     self.commit_fixes(&mut ready, &mut rep)?;
@@ -282,7 +301,7 @@ impl Fs {
             let _last = self.flush_guard();
             self.pool.chunks.close_open_segment();
         }
-        self.resilver(&|_| true, progress)
+        self.resilver(true, &|_| true, progress)
     }
 
     /// Steps aside while client writes come in (the tier mover's rule).
@@ -328,7 +347,7 @@ impl Fs {
         };
         let only_new = |d: &Device| d.id() == new_id;
         let moved = self.replace_single_copies(old_id, new_id, &mut rep, progress);
-        let r = moved.and_then(|()| self.resilver(&only_new, progress));
+        let r = moved.and_then(|()| self.resilver(true, &only_new, progress));
         let r = match r {
             Ok(r) => r,
             Err(e) => {
@@ -436,7 +455,7 @@ impl Fs {
                     }
                     last = std::time::Instant::now();
                     bg.lower();
-                    match fs.resilver(&|_| true, &|_, _| {}) {
+                    match fs.resilver(false, &|_| true, &|_, _| {}) {
                         Ok(r) if r.segments > 0 || r.lost > 0 => tracing::info!(
                             "re-replication: {} segments changed ({} copies made, {} dropped, {} bytes); {} short, {} lost",
                             r.segments, r.copies_made, r.copies_dropped, r.bytes, r.short, r.lost
