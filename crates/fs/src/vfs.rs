@@ -62,6 +62,8 @@ pub struct Fs {
     pub(crate) must_commit: AtomicBool,
     pub(crate) kick: Condvar,
     pub(crate) kick_lock: Mutex<bool>,
+    /// Held by a re-replication run (`redundancy/resilver.rs`).
+    pub(crate) resilver_lock: Mutex<()>,
     pub(crate) stopping: AtomicBool,
     pub(crate) record: u64,
     /// Snapshot TIDs (sorted): the history views that prune keeps.
@@ -220,6 +222,7 @@ impl Fs {
             must_commit: AtomicBool::new(false),
             kick: Condvar::new(),
             kick_lock: Mutex::new(false),
+            resilver_lock: Mutex::new(()),
             stopping: AtomicBool::new(false),
             record,
             retained: parking_lot::RwLock::new(Vec::new()),
