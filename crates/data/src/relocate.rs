@@ -80,7 +80,9 @@ impl ChunkStore {
     /// ones on devices `pick` accepts whose failure domains no copy kept
     /// uses (of class rank `rank` first), and takes away those at `from`
     /// (the caller shrinks `from` if fewer were made than it needed).
-    /// NoSpace when copies were asked for and none could be placed.
+    /// NoSpace when copies were asked for and none could be placed; Busy
+    /// when a copy of `from` is no longer the segment's (it changed since
+    /// the caller looked).
     pub fn copy_changing(
         &self,
         id: u64,
@@ -91,9 +93,13 @@ impl ChunkStore {
     ) -> Result<Relocation> {
         let rec = self.sealed(id)?;
         let places = rec.places();
-        if !from.iter().all(|f| places.contains(f)) {
-            // Changed since the caller looked (another run took it).
-            return Err(DataError::Busy(format!("segment {id} changed")));
+        // Planned from an older record (the segment moved or got its
+        // copies meanwhile): the caller plans again.
+        if let Some(f) = from.iter().find(|f| !places.contains(f)) {
+            return Err(DataError::Busy(format!(
+                "segment {id} changed: its copy on device {} slot {} is gone",
+                f.device, f.slot
+            )));
         }
         let keep: Vec<SlotAddr> = places
             .iter()

@@ -173,8 +173,12 @@ impl Segments {
     }
 
     /// Takes device `id` out (faulted): it failed too many I/Os while other
-    /// copies can serve its segments. Re-replication makes them again.
+    /// copies can serve its segments. Re-replication makes them again. A
+    /// missing device (never opened) stays missing.
     pub(crate) fn fault(&self, id: u32) {
+        if !self.devices.is_online(id) {
+            return;
+        }
         let was = self
             .devices
             .set_state(id, cairn_devices::DeviceState::Faulted);

@@ -266,7 +266,8 @@ impl<'a> WriteBatch<'a> {
     }
 
     /// A sync of device `d` failed: every copy this batch wrote there is
-    /// dropped (an error if one was a segment's only copy).
+    /// dropped (an error if one was the last copy of a segment that the
+    /// batch's writes or syncs have not dropped already).
     fn drop_device(&mut self, d: u32, e: DataError) -> Result<()> {
         let on_d: Vec<SlotAddr> = {
             let segs = self.segs.table.read();
@@ -278,7 +279,7 @@ impl<'a> WriteBatch<'a> {
         let only = {
             let segs = self.segs.table.read();
             (self.touched.iter().filter_map(|id| segs.get(id)))
-                .any(|s| s.places().len() == 1 && s.device == d)
+                .any(|s| (s.places().iter()).all(|p| p.device == d || self.dropped.has(*p)))
         };
         if only {
             return Err(e);

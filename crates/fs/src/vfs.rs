@@ -62,6 +62,8 @@ pub struct Fs {
     pub(crate) must_commit: AtomicBool,
     pub(crate) kick: Condvar,
     pub(crate) kick_lock: Mutex<bool>,
+    /// Held by a re-replication run (`redundancy/resilver.rs`).
+    pub(crate) resilver_lock: Mutex<()>,
     pub(crate) stopping: AtomicBool,
     pub(crate) record: u64,
     /// Snapshot TIDs (sorted): the history views that prune keeps.
@@ -100,9 +102,6 @@ pub struct Fs {
     /// Opened for salvage: read-only, from a copy in RAM of a damaged
     /// metadata store (`open_salvage`).
     salvage: bool,
-    /// Held by a re-replication run (`redundancy/resilver.rs`): one at a
-    /// time, so two never plan from the same table.
-    pub(crate) resilver_lock: Mutex<()>,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -209,7 +208,6 @@ impl Fs {
         Fs {
             pool,
             salvage: false,
-            resilver_lock: Mutex::new(()),
             shards: (0..crate::state::SHARDS)
                 .map(|_| Mutex::new(Default::default()))
                 .collect(),
@@ -224,6 +222,7 @@ impl Fs {
             must_commit: AtomicBool::new(false),
             kick: Condvar::new(),
             kick_lock: Mutex::new(false),
+            resilver_lock: Mutex::new(()),
             stopping: AtomicBool::new(false),
             record,
             retained: parking_lot::RwLock::new(Vec::new()),

@@ -53,11 +53,19 @@ impl Fs {
             )));
         }
         if let Occupant::Cairn { pool_uuid, .. } = occupant(&file)? {
-            return Err(FsError::BadRequest(format!(
-                "{} holds a Cairn device of pool {}; refusing to overwrite it",
-                file.display(),
-                uuid::Uuid::from_bytes(pool_uuid)
-            )));
+            // Of this pool but none of its devices: made by an add that
+            // did not commit (a crash), or removed. Nothing refers to it.
+            if pool_uuid != self.pool.sb.uuid {
+                return Err(FsError::BadRequest(format!(
+                    "{} holds a Cairn device of pool {}; refusing to overwrite it",
+                    file.display(),
+                    uuid::Uuid::from_bytes(pool_uuid)
+                )));
+            }
+            tracing::warn!(
+                "{} holds a device of this pool that is not in it (an add that did not finish, or a removed device): overwriting it",
+                file.display()
+            );
         }
         if spec.sparse {
             tracing::warn!(

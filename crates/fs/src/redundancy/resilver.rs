@@ -55,6 +55,9 @@ pub struct ReplaceReport {
 /// What one segment needs.
 struct Fix {
     segment: u64,
+    /// The segment's copies when the fix was planned: a segment that
+    /// changed since (another run, the tier mover) is left to the next run.
+    places: Vec<SlotAddr>,
     /// Copies that cannot be read (missing, faulted): dropped whatever
     /// happens.
     dead: Vec<SlotAddr>,
@@ -104,6 +107,7 @@ fn fix_for(
     let first = dead.first().or(leaving.first()).unwrap_or(&places[0]);
     Some(Fix {
         segment: id,
+        places: places.clone(),
         rank: rank_of(first).min(rank_of(&places[0])),
         order: (first.device, first.slot),
         dead,
@@ -172,6 +176,9 @@ impl Fs {
         if self.read_only() {
             return Err(FsError::ReadOnly);
         }
+        // One run at a time (`cairn redundancy rebuild` while the
+        // background thread runs): each plans from the table as the
+        // runs before it left it.
         let _one = self.resilver_lock.lock();
         let run = self.maint_stats.start(crate::service_stats::Task::Resilver);
         let (fixes, lost) = self.resilver_plan(replace_missing);
@@ -227,33 +234,51 @@ impl Fs {
         let from: Vec<SlotAddr> = (fix.dead.iter().chain(&fix.leaving).chain(&fix.extra))
             .copied()
             .collect();
-        let changed =
-            self.pool
-                .chunks
-                .copy_changing(fix.segment, from, fix.add, fix.rank, |d, _, _| pick(d));
-        let mut r = match changed {
-            Ok(r) => r,
-            Err(cairn_data::DataError::NoSegment(_)) => return Ok(None),
+        let r = match self.change(fix, from, fix.add, pick) {
             Err(cairn_data::DataError::NoSpace)
                 if !fix.dead.is_empty() || !fix.extra.is_empty() =>
             {
                 // No room for a new copy: still drop the dead and extra
                 // ones (the segment stays short and is counted so).
                 let from = fix.dead.iter().chain(&fix.extra).copied().collect();
-                let r =
-                    self.pool
-                        .chunks
-                        .copy_changing(fix.segment, from, 0, fix.rank, |_, _, _| false)?;
-                return Ok(Some(r));
+                return self.change(fix, from, 0, &|_| false);
             }
-            Err(e) => return Err(e),
+            r => r?,
         };
+        let Some(mut r) = r else { return Ok(None) };
         // A leaving copy goes only when a new one took its place.
         let spare =
             r.to.len()
                 .saturating_sub(fix.add.saturating_sub(fix.leaving.len()));
         let kept: Vec<SlotAddr> = fix.leaving.iter().skip(spare).copied().collect();
         r.from.retain(|p| !kept.contains(p));
+        Ok(Some(r))
+    }
+
+    /// `copy_changing` for `fix`; None when its segment went away or
+    /// changed since the plan (another run made its copies, the tier
+    /// mover moved it): the fix no longer fits it, and the next run plans
+    /// it as it is.
+    fn change(
+        &self,
+        fix: &Fix,
+        from: Vec<SlotAddr>,
+        add: usize,
+        pick: &dyn Fn(&Device) -> bool,
+    ) -> cairn_data::error::Result<Option<Relocation>> {
+        let changed =
+            (self.pool.chunks).copy_changing(fix.segment, from, add, fix.rank, |d, _, _| pick(d));
+        let r = match changed {
+            Ok(r) => r,
+            Err(cairn_data::DataError::NoSegment(_) | cairn_data::DataError::Busy(_)) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        if r.old != fix.places {
+            self.pool.chunks.abandon(&r)?;
+            return Ok(None);
+        }
         Ok(Some(r))
     }
 
@@ -338,7 +363,7 @@ impl Fs {
                 "device {old_id} is a cache device: remove it and add the new one"
             )));
         }
-        let new_id = self.device_add(spec)?;
+        let new_id = self.replacement(old_id, spec)?;
         set.set_draining(old_id, true)?;
         let mut rep = ReplaceReport {
             old: old_id,
@@ -378,6 +403,35 @@ impl Fs {
             rep.bytes
         );
         Ok(rep)
+    }
+
+    /// The id of the device `spec` names: added now, or already in the
+    /// pool when a replace that did not finish (a crash, an error) added
+    /// it (the file an add of it makes is that device's), so that the same
+    /// command finishes the work.
+    fn replacement(&self, old: u32, spec: &cairn_devices::DeviceSpec) -> Result<u32> {
+        use cairn_devices::device::{device_file_path, file_id};
+        let devices = self.pool.chunks.devices().devices();
+        let added = (devices.into_iter())
+            .find(|d| file_id(&d.path) == file_id(&device_file_path(&spec.path, d.id())));
+        let Some(dev) = added else {
+            return self.device_add(spec);
+        };
+        if dev.id() == old || dev.class() != spec.class || dev.role != spec.role {
+            return Err(FsError::BadRequest(format!(
+                "{} is already device {} of this pool ({} {})",
+                spec.path.display(),
+                dev.id(),
+                dev.class(),
+                dev.role
+            )));
+        }
+        tracing::info!(
+            "device {} ({}) is already in the pool: the replacement goes on with it",
+            dev.id(),
+            dev.path.display()
+        );
+        Ok(dev.id())
     }
 
     /// Moves the single-copy segments of device `old` (when it answers) to

@@ -1,0 +1,329 @@
+//! Device faults under a real mount of a pool whose data has two copies
+//! (issue 51). The daemon is started with CAIRN_FAULT_PLAN (the plan's
+//! format is in cairn_devices::backend::plan) and the test rewrites the
+//! plan while a writer thread writes and fsyncs files:
+//! - a device that starts failing every write mid-write: writes go on,
+//!   the copies there are dropped, the device is faulted once it failed
+//!   enough writes, `redundancy rebuild` makes every copy again on the
+//!   other devices and none on it, and every fsynced file is exact, then
+//!   and after a remount without faults;
+//! - a device whose writes stall: writes wait for it and go on, nothing
+//!   is dropped or faulted (Cairn has no I/O timeout: see the note on
+//!   `a_device_whose_writes_stall_delays_them_and_loses_nothing`);
+//! - a device whose reads return flipped bits (bit rot): every file reads
+//!   exact from the other copy and the bad copy is rewritten, counted in
+//!   `redundancy show`.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A pool of `devs` sparse ssd devices (devs/d0...) of 96 MiB, copies=2,
+/// with `mkfs_args` more, commits only when asked (`cairn sync`, or an
+/// fsync the intent log cannot take), mounted with an empty fault plan;
+/// returns it and the plan's path.
+fn mounted(devs: usize, mkfs_args: &[&str]) -> (Fs, PathBuf) {
+    let mut fs = Fs::create();
+    let mut args: Vec<String> = vec!["--sparse".into(), "--redundancy".into(), "copies=2".into()];
+    args.extend(mkfs_args.iter().map(|s| s.to_string()));
+    for i in 0..devs {
+        args.push("--device".into());
+        args.push(format!("ssd:{}:96M", fs.dev(&format!("d{i}"))));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fs.mkfs(&args);
+    // The test decides when buffered data reaches the devices.
+    fs.set_config("commit_interval_secs", "600.0");
+    fs.set_config("tree_commit_secs", "600.0");
+    let plan = fs.dir.join("faults.plan");
+    fs::write(&plan, "").unwrap();
+    fs.mount_env.push(("CAIRN_FAULT_PLAN".into(), plan.clone()));
+    fs.mount();
+    assert!(
+        fs.daemon_output().contains("FAULT INJECTION"),
+        "the daemon did not take the plan\n{}",
+        fs.diagnostics()
+    );
+    (fs, plan)
+}
+
+/// Rewrites the plan and waits until the daemon applied it.
+fn set_plan(fs: &Fs, plan: &Path, text: &str) {
+    let applied = |fs: &Fs| fs.daemon_output().matches("fault plan applied").count();
+    let before = applied(fs);
+    fs::write(plan, text).unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || applied(fs) > before),
+        "plan not applied\n{}",
+        fs.diagnostics()
+    );
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = cairn_ok(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+}
+
+fn redundancy(fs: &Fs) -> Value {
+    json(&["redundancy", "show", fs.mnt.to_str().unwrap(), "--json"])
+}
+
+/// Device `id` of a `redundancy show` or `info` answer.
+fn device(st: &Value, id: u64) -> &Value {
+    let devs = st["devices"].as_array().unwrap();
+    let d = devs.iter().find(|d| d["id"].as_u64() == Some(id));
+    d.unwrap_or_else(|| panic!("no device {id}: {st}"))
+}
+
+/// `cairn info --json` of the mounted pool (write errors per device).
+fn info(fs: &Fs) -> Value {
+    json(&["info", fs.mnt.to_str().unwrap(), "--json"])
+}
+
+fn cairn_sync(fs: &Fs) {
+    cairn_ok(&["sync", fs.mnt.to_str().unwrap()]);
+}
+
+fn count(st: &Value, key: &str) -> u64 {
+    st[key].as_u64().unwrap_or_else(|| panic!("no {key}: {st}"))
+}
+
+/// A file the writer wrote: its name (under w/), bytes and what its
+/// write and fsync returned.
+type Written = (String, Vec<u8>, Result<(), String>);
+
+/// Writes w/{prefix}0... under the mount `mnt` (64 KiB to 2 MiB each,
+/// seeded) and fsyncs each.
+fn write_files(mnt: &Path, prefix: &str, seed: u64, n: usize) -> Vec<Written> {
+    let dir = mnt.join("w");
+    fs::create_dir_all(&dir).unwrap();
+    (0..n)
+        .map(|i| {
+            let name = format!("{prefix}{i}");
+            let len = [64 << 10, 1 << 20, 700_000, 2 << 20, 300_000][i % 5];
+            let data = pattern(seed * 1000 + i as u64, len);
+            let r = write_fsynced(&dir.join(&name), &data).map_err(|e| e.to_string());
+            (name, data, r)
+        })
+        .collect()
+}
+
+fn write_fsynced(p: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = fs::File::create(p)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
+/// A writer thread: writes `first` files, says so, waits for the word,
+/// then writes `second` more (while the test changes the plan).
+struct Writer {
+    first_done: mpsc::Receiver<Vec<Written>>,
+    go: mpsc::Sender<()>,
+    handle: std::thread::JoinHandle<Vec<Written>>,
+}
+
+impl Writer {
+    fn start(fs: &Fs, first: usize, second: usize) -> Writer {
+        let (done_tx, first_done) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel::<()>();
+        let mnt = fs.mnt.clone();
+        let handle = std::thread::spawn(move || {
+            done_tx.send(write_files(&mnt, "a", 1, first)).unwrap();
+            match go_rx.recv() {
+                Ok(()) => write_files(&mnt, "b", 2, second),
+                Err(_) => Vec::new(),
+            }
+        });
+        Writer {
+            first_done,
+            go,
+            handle,
+        }
+    }
+}
+
+/// Every file fsynced without error and reads exact.
+fn assert_written(fs: &Fs, files: &[Written], when: &str) {
+    for (name, data, r) in files {
+        assert!(r.is_ok(), "{when}: write or fsync of w/{name}: {r:?}");
+        let got = common::hist::read_uncached(&fs.p(&format!("w/{name}")))
+            .unwrap_or_else(|e| panic!("{when}: read w/{name}: {e}\n{}", fs.diagnostics()));
+        assert_bytes_eq(&got, data, &format!("{when}: w/{name}"));
+    }
+}
+
+/// Device 1 starts failing every write while a writer writes and fsyncs;
+/// the commit that follows writes 1 MiB segments with a copy there (each
+/// placed before the batch learns of the failure), so the device fails
+/// more than FAILING_AFTER writes in it and is faulted.
+#[test]
+fn a_device_failing_writes_mid_write_is_faulted_and_rebuilt_around() {
+    let (mut fs, plan) = mounted(3, &["--segment-size", "1M"]);
+    let w = Writer::start(&fs, 8, 16);
+    let mut files = w.first_done.recv().unwrap();
+    cairn_sync(&fs);
+    let st = redundancy(&fs);
+    assert!(
+        count(device(&st, 1), "copies") > 0,
+        "device 1 holds copies before the fault: {st}"
+    );
+    assert_eq!(count(device(&st, 2), "copies"), 0, "{st}");
+    w.go.send(()).unwrap();
+    set_plan(&fs, &plan, "devs/d1 write eio\n");
+    files.extend(w.handle.join().expect("writer"));
+    cairn_sync(&fs);
+    assert_written(&fs, &files, "after the fault");
+    let st = redundancy(&fs);
+    let i = info(&fs);
+    assert!(
+        count(device(&i, 1), "write_errors") >= 3,
+        "the fault was hit: {i}"
+    );
+    assert_eq!(device(&st, 1)["state"], "faulted", "{st}\n{i}");
+    assert_eq!(count(&st, "lost_segments"), 0, "{st}");
+    let log = fs.daemon_output();
+    assert!(log.contains("device 1 is FAULTED"), "{log}");
+    let m = fs.mnt.to_str().unwrap().to_string();
+    cairn_ok(&["redundancy", "rebuild", &m]);
+    let st = redundancy(&fs);
+    assert_eq!(count(&st, "short_segments"), 0, "{st}");
+    assert_eq!(count(&st, "lost_segments"), 0, "{st}");
+    assert_eq!(
+        count(device(&st, 1), "copies"),
+        0,
+        "the faulted device is left out: {st}"
+    );
+    let copies: u64 = (0..3).map(|d| count(device(&st, d), "copies")).sum();
+    assert_eq!(copies, 2 * count(&st, "segments"), "two copies each: {st}");
+    assert_written(&fs, &files, "after the rebuild");
+    fs::write(&plan, "").unwrap();
+    fs.remount();
+    assert_written(&fs, &files, "after a remount without faults");
+    let st = redundancy(&fs);
+    assert_eq!(device(&st, 1)["state"], "online", "{st}");
+    assert_eq!(count(&st, "short_segments"), 0, "{st}");
+    fs.finish();
+}
+
+/// FINDING (ignored until fixed): the same fault with the writes reaching
+/// the devices in small commits, as a running pool does. The first commit
+/// after the fault drops device 1's copy and counts one failed write;
+/// from then on placement puts copies on the clean device 2 only (a
+/// device that failed a write comes after every clean one), so device 1
+/// never fails FAILING_AFTER writes: it stays "online" with one write
+/// error, is never faulted, keeps the copies it held, and `redundancy
+/// show` calls the pool healthy while the device fails every write.
+#[test]
+#[ignore = "finding: a device failing every write is never faulted when commits are small"]
+fn a_device_failing_every_write_is_faulted_when_the_writes_come_in_small_commits() {
+    let (fs, plan) = mounted(3, &[]);
+    let mut files = write_files(&fs.mnt, "a", 1, 6);
+    cairn_sync(&fs);
+    set_plan(&fs, &plan, "devs/d1 write eio\n");
+    for i in 0..12 {
+        files.extend(write_files(&fs.mnt, &format!("b{i}-"), 10 + i, 1));
+        cairn_sync(&fs);
+    }
+    assert_written(&fs, &files, "after the fault");
+    let i = info(&fs);
+    let st = redundancy(&fs);
+    assert_eq!(
+        device(&st, 1)["state"],
+        "faulted",
+        "12 commits after device 1 began failing every write: {}\n{st}",
+        device(&i, 1)
+    );
+    fs.finish();
+}
+
+/// Device 1's writes stall (each waits 400 ms, then succeeds): the
+/// commits wait for it and every copy is made; nothing is dropped,
+/// faulted or short, and every file is exact.
+///
+/// Cairn has no timeout on device I/O: a copy write (`copies.rs`,
+/// `CopyTarget::write`) joins the writes of every copy, so a commit
+/// waits as long as the slowest device takes; a device that never
+/// answers (a write that hangs forever) holds up every commit of the
+/// pool, and a read that hangs is never tried on another copy either.
+/// The fault plan only has finite hangs (`hang:DUR`), so this test uses
+/// one and checks the wait was hit.
+#[test]
+fn a_device_whose_writes_stall_delays_them_and_loses_nothing() {
+    let (mut fs, plan) = mounted(3, &[]);
+    let mut files = write_files(&fs.mnt, "p", 3, 4);
+    cairn_sync(&fs);
+    set_plan(&fs, &plan, "devs/d1 write hang:400ms\n");
+    let w = Writer::start(&fs, 6, 0);
+    files.extend(w.first_done.recv().unwrap());
+    drop(w.go);
+    w.handle.join().expect("writer");
+    let t = Instant::now();
+    cairn_sync(&fs);
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(400),
+        "the stall was not hit ({took:?})"
+    );
+    println!("a commit with stalled copy writes took {took:?}");
+    assert_written(&fs, &files, "with device 1 stalling");
+    let st = redundancy(&fs);
+    let i = info(&fs);
+    assert_eq!(count(device(&i, 1), "write_errors"), 0, "{i}");
+    assert_eq!(device(&st, 1)["state"], "online", "{st}");
+    assert_eq!(count(&st, "short_segments"), 0, "{st}");
+    assert!(count(device(&st, 1), "copies") > 0, "{st}");
+    fs::write(&plan, "").unwrap();
+    fs.remount();
+    assert_written(&fs, &files, "after a remount without faults");
+    fs.finish();
+}
+
+/// Reads of device 0, which holds the first copy of every segment,
+/// return flipped bits: every file reads exact (from device 1's copy),
+/// the bad copies are rewritten, and `redundancy show` counts both;
+/// scrub then finds every copy on device 0 bad and repairs it, and names
+/// no damaged file.
+#[test]
+fn bit_rot_on_a_device_is_read_around_and_repaired() {
+    let (mut fs, plan) = mounted(3, &[]);
+    let files = write_files(&fs.mnt, "a", 5, 10);
+    cairn_sync(&fs);
+    let st = redundancy(&fs);
+    assert!(count(device(&st, 0), "copies") > 0, "{st}");
+    // Nothing cached: every read goes to the devices.
+    fs.remount();
+    set_plan(&fs, &plan, "devs/d0 read corrupt\n");
+    assert_written(&fs, &files, "device 0 rotten");
+    let st = redundancy(&fs);
+    let chunks_read = files.iter().map(|(_, d, _)| d.len() as u64).sum::<u64>() / (1 << 20);
+    assert!(
+        count(&st, "served_from_other_copy") >= chunks_read,
+        "every chunk came from device 1: {st}"
+    );
+    assert!(count(&st, "repaired") >= chunks_read, "{st}");
+    assert_eq!(count(&st, "unrepaired"), 0, "{st}");
+    assert!(
+        fs.daemon_output().contains("repaired the chunk"),
+        "{}",
+        fs.diagnostics()
+    );
+    let rep = json(&["scrub", fs.mnt.to_str().unwrap(), "--json"]);
+    assert!(count(&rep, "data_repaired") >= chunks_read, "{rep}");
+    assert_eq!(rep["damaged"].as_array().unwrap().len(), 0, "{rep}");
+    fs::write(&plan, "").unwrap();
+    fs.remount();
+    assert_written(&fs, &files, "after a remount without faults");
+    let st = redundancy(&fs);
+    assert_eq!(
+        count(&st, "served_from_other_copy"),
+        0,
+        "no bad copy left: {st}"
+    );
+    fs.finish();
+}
