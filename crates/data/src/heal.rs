@@ -156,6 +156,14 @@ impl ChunkStore {
             )));
         }
         let _gate = self.segs.io_gate.read();
+        // Under the gate: a copy moved or dropped since it was read has
+        // its slot freed (maybe reused), and must not be written.
+        let still = self
+            .segment(rec.segment)
+            .is_some_and(|s| s.places().contains(&place));
+        if !still {
+            return Err(DataError::Busy(format!("segment {} changed", rec.segment)));
+        }
         let (dev, at) = self.segs.locate_at(rec, place)?;
         assert_eq!(
             sealed.len(),

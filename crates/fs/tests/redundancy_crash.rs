@@ -369,7 +369,7 @@ fn policy(text: &str) -> Policy {
 fn set_and_rebuild(fs: &Fs, p: &str) -> Result<(), String> {
     fs.set_redundancy(policy(p)).map_err(|e| e.to_string())?;
     let rep = fs
-        .resilver(&|_| true, &|_, _| {})
+        .resilver(true, &|_| true, &|_, _| {})
         .map_err(|e| e.to_string())?;
     if rep.short + rep.lost > 0 {
         return Err(format!("resilver left {rep:?}"));
@@ -392,7 +392,7 @@ fn power_loss_while_copies_are_raised_to_two() {
     let model = make(d.path(), "copies=1");
     let run = record(d.path(), |fs| {
         fs.set_redundancy(policy("copies=2")).unwrap();
-        let rep = fs.resilver(&|_| true, &|_, _| {}).unwrap();
+        let rep = fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
         assert!(rep.copies_made > 16, "{rep:?}");
         assert_eq!((rep.short, rep.lost), (0, 0), "{rep:?}");
         has_copies(fs, 2).unwrap();
@@ -414,7 +414,7 @@ fn power_loss_while_copies_are_lowered_to_one() {
     let run = record(d.path(), |fs| {
         has_copies(fs, 2).unwrap();
         fs.set_redundancy(policy("copies=1")).unwrap();
-        let rep = fs.resilver(&|_| true, &|_, _| {}).unwrap();
+        let rep = fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
         assert!(rep.copies_dropped > 16, "{rep:?}");
         has_copies(fs, 1).unwrap();
     });

@@ -126,7 +126,7 @@ fn a_segment_moved_while_a_resilver_works_from_its_plan_is_left_alone() {
     assert_copies(&fs, 2, "written");
     fs.set_redundancy(policy("copies=1")).unwrap();
     let moved = std::sync::atomic::AtomicU64::new(0);
-    let rep = fs.resilver(&|_| true, &|i, total| {
+    let rep = fs.resilver(true, &|_| true, &|i, total| {
         if i == 0 && total > 0 && moved.load(std::sync::atomic::Ordering::SeqCst) == 0 {
             // Every segment moves to one copy (the policy now) elsewhere.
             for (id, _) in fs.pool().chunks.segment_table() {
@@ -141,7 +141,7 @@ fn a_segment_moved_while_a_resilver_works_from_its_plan_is_left_alone() {
     assert_eq!(rep.segments, 0, "nothing left to do: {rep:?}");
     assert_copies(&fs, 1, "after the run");
     assert_files(&fs, &model, "after the run");
-    let again = fs.resilver(&|_| true, &|_, _| {}).unwrap();
+    let again = fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
     assert_eq!(again.segments, 0, "{again:?}");
     fs.shutdown().unwrap();
     let rep = check_pool(fs.pool()).unwrap();
@@ -161,7 +161,7 @@ fn two_resilvers_at_once_make_every_copy_once() {
         fs.set_redundancy(policy("copies=2")).unwrap();
         let reps: Vec<_> = std::thread::scope(|s| {
             let runs: Vec<_> = (0..2)
-                .map(|_| s.spawn(|| fs.resilver(&|_| true, &|_, _| {})))
+                .map(|_| s.spawn(|| fs.resilver(true, &|_| true, &|_, _| {})))
                 .collect();
             runs.into_iter().map(|r| r.join()).collect()
         });
@@ -294,7 +294,7 @@ fn a_resilver_during_writes_copies_only_written_segments() {
     std::thread::scope(|s| {
         s.spawn(|| {
             while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                fs.resilver(&|_| true, &|_, _| {}).unwrap();
+                fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
                 runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         });
