@@ -281,9 +281,14 @@ impl DeviceSet {
                     && pick(&x.dev, x.map.slots(), x.map.free_slots())
             })
             .collect();
+        // Within a class, the device with the most free slots first: the
+        // first copies fill the fastest device in id order, so further
+        // copies spread over the others (none fills while another of
+        // the class stays empty, which would leave later data short).
         order.sort_by_key(|&i| {
             let (health, r, id) = placement_key(&m[i]);
-            (health, r != rank, r, id)
+            let free = std::cmp::Reverse(m[i].map.free_slots());
+            (health, r != rank, r, free, id)
         });
         let mut out = Vec::with_capacity(more);
         for i in order {

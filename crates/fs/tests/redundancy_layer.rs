@@ -330,7 +330,6 @@ fn a_resilver_during_writes_copies_only_written_segments() {
 /// a third of the pool is free: spread over the three, the same data
 /// would all have two copies.
 #[test]
-#[ignore = "finding: copies fill the first two devices; later data gets one copy"]
 fn copies_use_every_device_before_data_goes_short() {
     let d = tempfile::tempdir().unwrap();
     let pool = make(d.path(), 3, "copies=2");
