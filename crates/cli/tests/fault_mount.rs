@@ -32,32 +32,8 @@ fn mounted(devices: &[(&str, &str, &str)]) -> (Fs, PathBuf) {
         args.extend(["--device", s.as_str()]);
     }
     fs.mkfs(&args);
-    let plan = fs.dir.join("faults.plan");
-    fs::write(&plan, "").unwrap();
-    fs.mount_env.push(("CAIRN_FAULT_PLAN".into(), plan.clone()));
-    fs.mount();
-    assert!(
-        fs.daemon_output().contains("FAULT INJECTION"),
-        "the daemon did not take the plan\n{}",
-        fs.diagnostics()
-    );
+    let plan = fs.mount_with_fault_plan();
     (fs, plan)
-}
-
-/// Rewrites the plan and waits until the daemon applied it.
-fn set_plan(fs: &Fs, plan: &Path, text: &str) {
-    let applied = |fs: &Fs| fs.daemon_output().matches("fault plan applied").count();
-    let before = applied(fs);
-    fs::write(plan, text).unwrap();
-    let t = Instant::now();
-    while applied(fs) == before {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "plan not applied\n{}",
-            fs.diagnostics()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn write_synced(path: &Path, data: &[u8]) {
@@ -121,7 +97,7 @@ fn a_read_error_gives_eio_for_that_file_only_and_is_named() {
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(report.contains("/a") && !report.contains("/b"), "{report}");
-    set_plan(&fs, &plan, "");
+    fs.set_fault_plan(&plan, "");
     assert_eq!(read_uncached(&fs.p("a")).unwrap(), a, "the fault is gone");
     remount_and_verify(&mut fs, &plan, &[("a", &a), ("b", &b)]);
     fs.finish();
@@ -130,7 +106,7 @@ fn a_read_error_gives_eio_for_that_file_only_and_is_named() {
 #[test]
 fn a_device_refusing_writes_sends_the_flush_to_the_other_device() {
     let (mut fs, plan) = mounted(&[("nvme", "fast", "64M"), ("hdd", "slow", "256M")]);
-    set_plan(&fs, &plan, "devs/fast write eio\n");
+    fs.set_fault_plan(&plan, "devs/fast write eio\n");
     let files: Vec<(String, Vec<u8>)> = (0..3)
         .map(|i| (format!("f{i}"), pattern(10 + i, 2 << 20)))
         .collect();
@@ -157,7 +133,7 @@ fn with_no_device_left_the_commit_fails_is_retried_and_the_device_shown_failing(
     let kept = pattern(3, 300_000);
     write_synced(&fs.p("kept"), &kept);
     assert!(cairn_sync(&fs.mnt).status.success());
-    set_plan(&fs, &plan, "devs/data write eio\n");
+    fs.set_fault_plan(&plan, "devs/data write eio\n");
     let data = pattern(4, 1 << 20);
     fs::write(fs.p("f"), &data).unwrap();
     for round in 0..2 {
@@ -171,7 +147,7 @@ fn with_no_device_left_the_commit_fails_is_retried_and_the_device_shown_failing(
     let info = cairn_ok(&[OsStr::new("info"), fs.mnt.as_os_str()]);
     assert!(info.contains("FAILING"), "{info}");
     assert_eq!(read_uncached(&fs.p("f")).unwrap(), data, "still readable");
-    set_plan(&fs, &plan, "");
+    fs.set_fault_plan(&plan, "");
     fs::File::open(fs.p("f")).unwrap().sync_all().unwrap();
     remount_and_verify(&mut fs, &plan, &[("kept", &kept), ("f", &data)]);
     fs.finish();
@@ -189,7 +165,7 @@ fn a_metadata_file_out_of_room_fails_the_commit_and_loses_nothing() {
     let mirror = fs::read_link(fs.pool.join("meta.mirror")).expect("a second copy");
     let mirror = mirror.file_name().unwrap().to_str().unwrap();
     let full = format!("meta.redb write,set_len full\n{mirror} write,set_len full\n");
-    set_plan(&fs, &plan, &full);
+    fs.set_fault_plan(&plan, &full);
     fs::write(fs.p("b"), &b).unwrap();
     let out = cairn_sync(&fs.mnt);
     assert!(
@@ -198,7 +174,7 @@ fn a_metadata_file_out_of_room_fails_the_commit_and_loses_nothing() {
         describe(&out)
     );
     assert_eq!(read_uncached(&fs.p("b")).unwrap(), b, "changes kept");
-    set_plan(&fs, &plan, "");
+    fs.set_fault_plan(&plan, "");
     let out = cairn_sync(&fs.mnt);
     assert!(out.status.success(), "commit after: {}", describe(&out));
     remount_and_verify(&mut fs, &plan, &[("a", &a), ("b", &b)]);
@@ -212,14 +188,14 @@ fn a_stalling_device_delays_reads_but_returns_the_right_bytes() {
     write_synced(&fs.p("a"), &a);
     assert!(cairn_sync(&fs.mnt).status.success());
     fs.remount();
-    set_plan(&fs, &plan, "devs/data read hang:400ms when=times:1\n");
+    fs.set_fault_plan(&plan, "devs/data read hang:400ms when=times:1\n");
     let t = Instant::now();
     assert_eq!(read_uncached(&fs.p("a")).unwrap(), a);
     assert!(
         t.elapsed() >= Duration::from_millis(400),
         "the stall was not hit"
     );
-    set_plan(&fs, &plan, "devs/data write,sync hang:300ms when=times:2\n");
+    fs.set_fault_plan(&plan, "devs/data write,sync hang:300ms when=times:2\n");
     let b = pattern(8, 1 << 20);
     write_synced(&fs.p("b"), &b);
     assert!(cairn_sync(&fs.mnt).status.success());
@@ -273,7 +249,7 @@ fn an_intent_log_that_fails_its_syncs_makes_fsync_commit_instead() {
     let (mut fs, plan) = mounted(&[("ssd", "data", "256M")]);
     // The log's writes land but its syncs fail (the record may or may not
     // be durable): fsync must make the data durable another way.
-    set_plan(&fs, &plan, "intent.log sync eio\n");
+    fs.set_fault_plan(&plan, "intent.log sync eio\n");
     let files: Vec<(String, Vec<u8>)> = (0..4)
         .map(|i| (format!("f{i}"), pattern(40 + i, 3000 + 5000 * i as usize)))
         .collect();

@@ -40,28 +40,8 @@ fn mounted(devs: usize, mkfs_args: &[&str]) -> (Fs, PathBuf) {
     // The test decides when buffered data reaches the devices.
     fs.set_config("commit_interval_secs", "600.0");
     fs.set_config("tree_commit_secs", "600.0");
-    let plan = fs.dir.join("faults.plan");
-    fs::write(&plan, "").unwrap();
-    fs.mount_env.push(("CAIRN_FAULT_PLAN".into(), plan.clone()));
-    fs.mount();
-    assert!(
-        fs.daemon_output().contains("FAULT INJECTION"),
-        "the daemon did not take the plan\n{}",
-        fs.diagnostics()
-    );
+    let plan = fs.mount_with_fault_plan();
     (fs, plan)
-}
-
-/// Rewrites the plan and waits until the daemon applied it.
-fn set_plan(fs: &Fs, plan: &Path, text: &str) {
-    let applied = |fs: &Fs| fs.daemon_output().matches("fault plan applied").count();
-    let before = applied(fs);
-    fs::write(plan, text).unwrap();
-    assert!(
-        eventually(Duration::from_secs(10), || applied(fs) > before),
-        "plan not applied\n{}",
-        fs.diagnostics()
-    );
 }
 
 fn json(args: &[&str]) -> Value {
@@ -174,7 +154,7 @@ fn a_device_failing_writes_mid_write_is_faulted_and_rebuilt_around() {
         "device 1 holds copies before the fault: {st}"
     );
     w.go.send(()).unwrap();
-    set_plan(&fs, &plan, "devs/d1 write eio\n");
+    fs.set_fault_plan(&plan, "devs/d1 write eio\n");
     files.extend(w.handle.join().expect("writer"));
     cairn_sync(&fs);
     assert_written(&fs, &files, "after the fault");
@@ -224,7 +204,7 @@ fn a_device_failing_every_write_is_faulted_when_the_writes_come_in_small_commits
     let (fs, plan) = mounted(3, &[]);
     let mut files = write_files(&fs.mnt, "a", 1, 6);
     cairn_sync(&fs);
-    set_plan(&fs, &plan, "devs/d1 write eio\n");
+    fs.set_fault_plan(&plan, "devs/d1 write eio\n");
     for i in 0..12 {
         files.extend(write_files(&fs.mnt, &format!("b{i}-"), 10 + i, 1));
         cairn_sync(&fs);
@@ -257,7 +237,7 @@ fn a_device_whose_writes_stall_delays_them_and_loses_nothing() {
     let (mut fs, plan) = mounted(3, &[]);
     let mut files = write_files(&fs.mnt, "p", 3, 4);
     cairn_sync(&fs);
-    set_plan(&fs, &plan, "devs/d1 write hang:400ms\n");
+    fs.set_fault_plan(&plan, "devs/d1 write hang:400ms\n");
     let w = Writer::start(&fs, 6, 0);
     files.extend(w.first_done.recv().unwrap());
     drop(w.go);
@@ -297,7 +277,7 @@ fn bit_rot_on_a_device_is_read_around_and_repaired() {
     assert!(count(device(&st, 0), "copies") > 0, "{st}");
     // Nothing cached: every read goes to the devices.
     fs.remount();
-    set_plan(&fs, &plan, "devs/d0 read corrupt\n");
+    fs.set_fault_plan(&plan, "devs/d0 read corrupt\n");
     assert_written(&fs, &files, "device 0 rotten");
     let st = redundancy(&fs);
     let chunks_read = files.iter().map(|(_, d, _)| d.len() as u64).sum::<u64>() / (1 << 20);

@@ -489,18 +489,21 @@ fn open_db(w: &ReopenWith) -> Result<(Database, Option<Arc<Mirror>>)> {
     let (backend, mirror): (Arc<dyn Backend>, _) = match &w.mirror {
         None => (file, None),
         Some(mp) => {
+            // The first copy alone (verified by the open below); the next
+            // open tries the second again.
+            let one_copy = |e: &dyn std::fmt::Display| {
+                tracing::error!(
+                    "metadata mirror {}: {e}; going on with one copy of the metadata",
+                    mp.display()
+                );
+                open_db(&ReopenWith {
+                    mirror: None,
+                    ..w.clone_parts()
+                })
+            };
             let copy = match storage.open(mp, &OpenHow::CREATE) {
                 Ok(c) => c,
-                Err(e) => {
-                    tracing::error!(
-                        "metadata mirror {}: {e}; going on with one copy of the metadata",
-                        mp.display()
-                    );
-                    return open_db(&ReopenWith {
-                        mirror: None,
-                        ..w.clone_parts()
-                    });
-                }
+                Err(e) => return one_copy(&e),
             };
             let copies = [file, copy];
             let picked = std::cell::Cell::new(None);
@@ -511,19 +514,8 @@ fn open_db(w: &ReopenWith) -> Result<(Database, Option<Arc<Mirror>>)> {
             let m = match Mirror::open(copies, pick) {
                 Ok(m) => Arc::new(m),
                 // The first copy was the good one, but the second could
-                // not be made equal to it (a full host under it): the
-                // first alone (verified by the open below); the next
-                // open tries again.
-                Err(e) if picked.get() == Some(0) => {
-                    tracing::error!(
-                        "metadata mirror {}: {e}; going on with one copy of the metadata",
-                        mp.display()
-                    );
-                    return open_db(&ReopenWith {
-                        mirror: None,
-                        ..w.clone_parts()
-                    });
-                }
+                // not be made equal to it (a full host under it).
+                Err(e) if picked.get() == Some(0) => return one_copy(&e),
                 Err(e) => return Err(io_err(path)(e)),
             };
             let fixed = m.stats().repaired_at_open;

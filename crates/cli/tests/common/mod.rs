@@ -756,3 +756,35 @@ pub fn read_full_at(f: &std::fs::File, off: u64, len: usize) -> std::io::Result<
     buf.truncate(n);
     Ok(buf)
 }
+
+// ---------------------------------------------------------------- fault plans
+
+impl Fs {
+    /// Mounts with an empty fault plan (`CAIRN_FAULT_PLAN`, see
+    /// cairn_devices::backend::plan); returns the plan's path.
+    pub fn mount_with_fault_plan(&mut self) -> PathBuf {
+        let plan = self.dir.join("faults.plan");
+        fs::write(&plan, "").unwrap();
+        self.mount_env
+            .push(("CAIRN_FAULT_PLAN".into(), plan.clone()));
+        self.mount();
+        assert!(
+            self.daemon_output().contains("FAULT INJECTION"),
+            "the daemon did not take the plan\n{}",
+            self.diagnostics()
+        );
+        plan
+    }
+
+    /// Rewrites the fault plan and waits until the daemon applied it.
+    pub fn set_fault_plan(&self, plan: &Path, text: &str) {
+        let applied = |fs: &Fs| fs.daemon_output().matches("fault plan applied").count();
+        let before = applied(self);
+        fs::write(plan, text).unwrap();
+        assert!(
+            eventually(Duration::from_secs(10), || applied(self) > before),
+            "plan not applied\n{}",
+            self.diagnostics()
+        );
+    }
+}
