@@ -9,7 +9,7 @@ use crate::types::{dirent_subkey, DirEnt, Extent, FileKind, Inode, Time, MAX_NAM
 use crate::writeback::committing::Committing;
 use crate::writeback::overlay::{BlockState, Overlay};
 use cairn_data::ChunkRec;
-use cairn_meta::{ElemKey, MetaRead, RecordType};
+use cairn_meta::{ElemKey, MetaError, MetaRead, RecordType};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -509,7 +509,18 @@ impl Fs {
         blk: u64,
     ) -> Result<Option<Extent>> {
         let key = ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes());
-        r.get(&key)?.map(|e| Extent::decode(&e.payload)).transpose()
+        match r.get(&key)? {
+            Some(e) => Extent::decode(&e.payload).map(Some),
+            // A damaged store (salvage) whose creation index was not read
+            // whole cannot tell a hole from a record its damage hides.
+            None if !r.vouches_for_absence() => Err(MetaError::Corrupt {
+                key: key.to_string(),
+                why: "no record, and the damaged creation index cannot tell a hole from lost data"
+                    .into(),
+            }
+            .into()),
+            None => Ok(None),
+        }
     }
 
     /// The whole valid bytes of a committed block: its base chunk with its

@@ -69,7 +69,17 @@ pub struct MetaStore {
     /// In a salvage store, the live element keys the creation index names
     /// (`born_v1`, as far as it reads), to tell a record the damage hides
     /// from a hole or a missing name.
-    named: Arc<std::collections::BTreeSet<Vec<u8>>>,
+    named: Arc<BornNames>,
+}
+
+/// The live element keys a salvage view's creation index names, and
+/// whether every page of the index was read: where one was not, a key that
+/// no pass reaches cannot be told absent (a hole, a missing name) from
+/// lost.
+#[derive(Default)]
+pub(crate) struct BornNames {
+    pub(crate) keys: std::collections::BTreeSet<Vec<u8>>,
+    pub(crate) complete: bool,
 }
 
 /// The file's length changes only inside a write transaction (or a
@@ -469,9 +479,16 @@ impl MetaStore {
 impl Drop for MetaStore {
     /// Closing commits redb's allocator state, which reads pages; on a
     /// store that failed its checks (`open_salvage`) that can panic, and a
-    /// panic in a drop would abort: it is contained here.
+    /// panic in a drop would abort: it is contained here. A salvage store
+    /// (a copy in RAM, never written back) is not closed at all: a panic
+    /// while redb unwinds from another one in its destructors cannot be
+    /// caught (it aborts the process), and closing it keeps nothing.
     fn drop(&mut self) {
         if let Some(db) = self.db.get_mut().take() {
+            if self.salvage {
+                std::mem::forget(db);
+                return;
+            }
             let _ = quiet::catch(move || drop(db));
         }
     }
@@ -640,20 +657,39 @@ impl MetaStore {
         Ok(s)
     }
 
-    /// The element keys `born_v1` names, as far as a pass reads it.
-    fn born_names(&self) -> std::collections::BTreeSet<Vec<u8>> {
-        let mut names = std::collections::BTreeSet::new();
-        let r = guarded(|| {
-            let t = self.db()?.begin_read()?.open_table(BORN)?;
-            for e in t.iter()? {
-                names.insert(e?.0.value().1.to_vec());
+    /// The element keys `born_v1` names: a pass from its start and, when
+    /// damage stops that one, a pass back from its end to the damage.
+    fn born_names(&self) -> BornNames {
+        let mut keys = std::collections::BTreeSet::new();
+        let mut pass = |back: bool| {
+            guarded(|| {
+                let t = self.db()?.begin_read()?.open_table(BORN)?;
+                let mut add = |e: std::result::Result<_, redb::StorageError>| -> Result<()> {
+                    let e: (redb::AccessGuard<(u64, &[u8])>, _) = e?;
+                    keys.insert(e.0.value().1.to_vec());
+                    Ok(())
+                };
+                match back {
+                    false => t.iter()?.try_for_each(&mut add),
+                    true => t.iter()?.rev().try_for_each(&mut add),
+                }
+            })
+        };
+        let complete = match pass(false) {
+            Ok(()) => true,
+            Err(e) => {
+                let back = pass(true)
+                    .err()
+                    .map_or(String::new(), |e| format!(" ({e})"));
+                tracing::warn!(
+                    "salvage: the creation index could not be read whole ({e}); read back from \
+                     its end to the damage{back}: a block no record is found for reads as an \
+                     error, not as a hole"
+                );
+                false
             }
-            Ok(())
-        });
-        if let Err(e) = r {
-            tracing::warn!("salvage: the creation index could not be read to the end: {e}");
-        }
-        names
+        };
+        BornNames { keys, complete }
     }
 
     pub fn read(&self) -> Result<MetaRead> {

@@ -10,7 +10,6 @@ use crate::vfs::{Fs, State};
 use crate::writeback::overlay::{Block, BlockState};
 use crate::writeback::pieces::gaps;
 use cairn_data::{ChunkRec, CHUNK_HEADER_LEN};
-use cairn_meta::{ElemKey, RecordType};
 use std::sync::Arc;
 
 /// Records this small (and volume blocks, which are records) make a pool
@@ -96,11 +95,9 @@ impl Fs {
                 BlockState::Committed => {
                     let r: &cairn_meta::MetaRead =
                         meta.as_ref().expect("a view for committed blocks");
-                    let key = ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes());
-                    let Some(e) = r.get(&key)? else {
+                    let Some(ext) = self.committed_extent(r, ino, blk)? else {
                         continue;
                     };
-                    let ext = Extent::decode(&e.payload)?;
                     cover.claim(out, blk * rs, ext.len as u64);
                     match self.run_member(r, blk, &ext, off, out.len())? {
                         Some(rec) => {

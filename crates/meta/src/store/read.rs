@@ -20,7 +20,7 @@ pub struct MetaRead {
     /// live elements are checked against history (`not_ended`).
     pub(super) salvage: bool,
     /// In a salvage view, the keys the creation index names.
-    pub(super) named: Arc<std::collections::BTreeSet<Vec<u8>>>,
+    pub(super) named: Arc<super::BornNames>,
 }
 
 /// A read view's `fresh_v1` and its merge counter `hist_merges`.
@@ -108,11 +108,18 @@ impl MetaRead {
         Ok(None)
     }
 
+    /// False in a salvage view whose creation index could not be read
+    /// whole: a key no pass finds may be a record the damage hides, so a
+    /// hole in a file cannot be vouched for (the reader returns an error).
+    pub fn vouches_for_absence(&self) -> bool {
+        !self.salvage || self.named.complete
+    }
+
     /// In a salvage view, a key the creation index names that no pass
     /// reached is a record the damage hides: an error, not a hole or a
     /// missing name.
     fn unreached<'k>(&self, mut keys: impl Iterator<Item = &'k [u8]>) -> Result<()> {
-        match keys.find(|k| self.named.contains(*k)) {
+        match keys.find(|k| self.named.keys.contains(*k)) {
             Some(k) => Err(MetaError::Corrupt {
                 key: ElemKey(k.to_vec()).to_string(),
                 why: "named by the creation index but out of reach (a damaged page)".into(),
@@ -260,7 +267,7 @@ impl MetaRead {
                 let hi = last.map_or(hi, |e| Bound::Included(e.key.as_bytes()));
                 let got: std::collections::HashSet<&[u8]> =
                     out.iter().map(|e| e.key.as_bytes()).collect();
-                let named = self.named.range::<[u8], _>((lo, hi));
+                let named = self.named.keys.range::<[u8], _>((lo, hi));
                 self.unreached(named.map(|k| k.as_slice()).filter(|k| !got.contains(k)))?;
             }
             Ok(out)
