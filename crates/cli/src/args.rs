@@ -482,6 +482,13 @@ pub struct MkfsArgs {
     /// `cairn redundancy set`.
     #[arg(long, value_name = "POLICY", value_parser = policy_arg, default_value = "copies=1")]
     pub redundancy: cairn_data::Policy,
+    /// Where fsync's intent log goes: `devices` (the default) keeps a copy
+    /// in an area of each of the fastest devices, as many as the
+    /// metadata's copies, on different failure domains (or on the devices
+    /// whose spec says `:log=SIZE`); `pool-dir` keeps it in the pool
+    /// directory's intent.log, one copy on the disk that holds it.
+    #[arg(long, value_name = "WHERE", default_value = "devices")]
+    pub intent_log: cairn_fs::pool::log_home::LogHome,
 }
 
 fn policy_arg(s: &str) -> Result<cairn_data::Policy, String> {
@@ -510,6 +517,7 @@ impl MkfsArgs {
             meta_copies: self.meta_copies,
             mirror: self.mirror,
             redundancy: self.redundancy,
+            intent_log: self.intent_log,
         })
     }
 }

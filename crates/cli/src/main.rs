@@ -119,6 +119,7 @@ fn run(cli: args::Cli) -> Result<()> {
                 println!("  {d}");
             }
             println!("  {}", made.metadata);
+            println!("  {}", made.log);
             Ok(())
         }
         Cmd::Mount(a) => daemon::mount(a),

@@ -167,8 +167,8 @@ pub fn redundancy(c: RedundancyCmd) -> Result<()> {
 fn print_redundancy(v: &Value) {
     println!("policy: {}", v["policy"].as_str().unwrap_or("?"));
     println!(
-        "{:>3} {:<5} {:<8} {:<14} {:>8}  path",
-        "id", "class", "state", "domain", "copies"
+        "{:>3} {:<5} {:<8} {:<14} {:>8} {:<3}  path",
+        "id", "class", "state", "domain", "copies", "log"
     );
     for d in v["devices"].as_array().into_iter().flatten() {
         let mut state = d["state"].as_str().unwrap_or("?").to_string();
@@ -176,15 +176,17 @@ fn print_redundancy(v: &Value) {
             state.push('*');
         }
         println!(
-            "{:>3} {:<5} {:<8} {:<14} {:>8}  {}",
+            "{:>3} {:<5} {:<8} {:<14} {:>8} {:<3}  {}",
             num(d, "id"),
             d["class"].as_str().unwrap_or("?"),
             state,
             d["domain"].as_str().unwrap_or("?"),
             num(d, "copies"),
+            if d["log"] == true { "yes" } else { "-" },
             d["path"].as_str().unwrap_or("?")
         );
     }
+    println!("intent log: {}", v["intent_log"].as_str().unwrap_or("?"));
     println!(
         "{} segments; {} short of copies ({} at risk); {} lost ({})",
         num(v, "segments"),

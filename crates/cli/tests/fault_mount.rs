@@ -22,6 +22,11 @@ use std::time::{Duration, Instant};
 /// A pool over the given devices (CLASS, name in devs/, size), mounted
 /// with an empty fault plan; returns it and the plan's path.
 fn mounted(devices: &[(&str, &str, &str)]) -> (Fs, PathBuf) {
+    mounted_with(devices, &[])
+}
+
+/// `mounted` with more mkfs arguments.
+fn mounted_with(devices: &[(&str, &str, &str)], more: &[&str]) -> (Fs, PathBuf) {
     let mut fs = Fs::create();
     let specs: Vec<String> = devices
         .iter()
@@ -31,6 +36,7 @@ fn mounted(devices: &[(&str, &str, &str)]) -> (Fs, PathBuf) {
     for s in &specs {
         args.extend(["--device", s.as_str()]);
     }
+    args.extend(more);
     fs.mkfs(&args);
     let plan = fs.mount_with_fault_plan();
     (fs, plan)
@@ -246,7 +252,7 @@ fn a_metadata_copy_returning_corrupt_bytes_is_outvoted_by_the_other() {
 
 #[test]
 fn an_intent_log_that_fails_its_syncs_makes_fsync_commit_instead() {
-    let (mut fs, plan) = mounted(&[("ssd", "data", "256M")]);
+    let (mut fs, plan) = mounted_with(&[("ssd", "data", "256M")], &["--intent-log", "pool-dir"]);
     // The log's writes land but its syncs fail (the record may or may not
     // be durable): fsync must make the data durable another way.
     fs.set_fault_plan(&plan, "intent.log sync eio\n");

@@ -60,7 +60,7 @@ fn damage(log: &Path, at: u64, bytes: &[u8]) {
 fn quiet_pool() -> Fs {
     let mut fs_ = Fs::create();
     fs_.mount_args = vec!["--commit-interval".into(), "3600".into()];
-    fs_.mkfs(&[]);
+    fs_.mkfs(&["--intent-log", "pool-dir"]);
     fs_.mount();
     fs_
 }

@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// What the user asked for: `CLASS:PATH[:SIZE][:role=tier|cache]
-/// [:domain=NAME][:latency=DUR][:bw=SIZE]` (latency and bw emulate a slow
-/// device; devices of one failure domain never hold two copies of a
-/// segment).
+/// [:domain=NAME][:log=SIZE][:latency=DUR][:bw=SIZE]` (latency and bw
+/// emulate a slow device; devices of one failure domain never hold two
+/// copies of a segment; `log` gives the device an area of SIZE for a copy
+/// of the intent log).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceSpec {
     pub class: DeviceClass,
@@ -30,6 +31,9 @@ pub struct DeviceSpec {
     /// The failure domain (a disk, an enclosure, a host): copies of a
     /// segment go to devices of different domains. None: its own.
     pub domain: Option<String>,
+    /// Bytes of the device kept for a copy of the intent log, before its
+    /// segment slots (None: no log area).
+    pub log: Option<u64>,
 }
 
 impl DeviceSpec {
@@ -43,6 +47,7 @@ impl DeviceSpec {
             emulate: None,
             sparse: false,
             domain: None,
+            log: None,
         }
     }
 }
@@ -66,6 +71,9 @@ impl std::fmt::Display for DeviceSpec {
         }
         if let Some(d) = &self.domain {
             write!(f, ":domain={d}")?;
+        }
+        if let Some(l) = self.log {
+            write!(f, ":log={l}")?;
         }
         Ok(())
     }
@@ -101,11 +109,12 @@ impl std::str::FromStr for DeviceSpec {
                 None => return Err(bad(&format!("'{part}': expected key=value"))),
                 Some(("role", v)) => out.role = v.parse().map_err(|e: String| bad(&e))?,
                 Some(("domain", v)) => out.domain = Some(parse_domain(v).map_err(|e| bad(&e))?),
+                Some(("log", v)) => out.log = Some(parse_log_size(v).map_err(|e| bad(&e))?),
                 Some(("latency", v)) => latency = Some(parse_duration_us(v).map_err(|e| bad(&e))?),
                 Some(("bw", v)) => bw = Some(crate::size::parse_size(v).map_err(|e| bad(&e))?),
                 Some((k, _)) => {
                     return Err(bad(&format!(
-                        "unknown option '{k}' (use role, domain, latency or bw)"
+                        "unknown option '{k}' (use role, domain, log, latency or bw)"
                     )))
                 }
             }
@@ -118,6 +127,19 @@ impl std::str::FromStr for DeviceSpec {
         }
         Ok(out)
     }
+}
+
+/// The smallest and largest log area on a device.
+pub const MIN_LOG_AREA: u64 = 8 << 20;
+pub const MAX_LOG_AREA: u64 = 4 << 30;
+
+/// A log area's size: whole MiB, 8 MiB to 4 GiB.
+fn parse_log_size(v: &str) -> std::result::Result<u64, String> {
+    let n = crate::size::parse_size(v)?;
+    if !(MIN_LOG_AREA..=MAX_LOG_AREA).contains(&n) || n % (1 << 20) != 0 {
+        return Err(format!("log={v}: use whole MiB from 8M to 4G"));
+    }
+    Ok(n)
 }
 
 /// A failure domain's name: 1 to 64 letters, digits, '-', '_' or '.'.
@@ -407,7 +429,9 @@ impl Device {
         };
         let io = storage.open(&path, &how).map_err(io_err(&path))?;
         lock_shared(&*io, &path)?;
-        let min = min_device_size(segment_size);
+        let log_len = spec.log.unwrap_or(0);
+        let data_offset = DATA_OFFSET + log_len;
+        let min = min_device_size(segment_size) + log_len;
         let size = if is_block {
             let real = io.len().map_err(io_err(&path))?;
             spec.size.map_or(real, |s| s.min(real))
@@ -425,7 +449,7 @@ impl Device {
             }
             size
         };
-        let size = DATA_OFFSET + (size.saturating_sub(DATA_OFFSET) / segment_size) * segment_size;
+        let size = data_offset + (size.saturating_sub(data_offset) / segment_size) * segment_size;
         if size < min {
             return Err(DeviceError::TooSmall { path, size, min });
         }
@@ -435,7 +459,9 @@ impl Device {
             class: spec.class,
             size,
             segment_size,
-            data_offset: DATA_OFFSET,
+            data_offset,
+            log_offset: if log_len > 0 { DATA_OFFSET } else { 0 },
+            log_len,
         };
         io.write_at(&header.encode(), 0).map_err(io_err(&path))?;
         io.sync_data().map_err(io_err(&path))?;
@@ -562,9 +588,21 @@ impl Device {
             size: DATA_OFFSET + slots * segment_size,
             segment_size,
             data_offset: DATA_OFFSET,
+            log_offset: 0,
+            log_len: 0,
         };
         let io: Arc<dyn Backend> = Arc::new(crate::backend::Missing::new(why));
         Device::from_parts(header, path, role, io)
+    }
+
+    /// The device's intent log area as an object of its own, if it has
+    /// one (`DeviceSpec::log`).
+    pub fn log_area(&self) -> Option<Arc<dyn Backend>> {
+        let h = &self.header;
+        (h.log_len > 0).then(|| {
+            let w = crate::backend::Window::new(self.io.clone(), h.log_offset, h.log_len);
+            Arc::new(w) as Arc<dyn Backend>
+        })
     }
 
     /// The object store under this device (an `s3` tier), if any.

@@ -11,15 +11,24 @@
 //! 40  size u64             8   usable bytes of the device
 //! 48  segment size u64     8
 //! 56  data offset u64      8   byte offset of slot 0
-//! 64  crc32c of bytes 0..64
+//! 64  crc32c of bytes 0..64           (version 1)
+//! 64  log offset u64       8          (version 2: the device holds a
+//! 72  log length u64       8           copy of the intent log there)
+//! 80  crc32c of bytes 0..80           (version 2)
 //! ```
+//!
+//! A device without a log area is written as version 1, one with as
+//! version 2.
 
 use crate::class::DeviceClass;
 use crate::error::{DeviceError, Result};
 use std::path::Path;
 
 pub const DEVICE_MAGIC: &[u8; 8] = b"CAIRNDEV";
-pub const DEVICE_FORMAT_VERSION: u32 = 1;
+/// 2: a log area (offset, length) before slot 0. Version 1 headers (no log
+/// area) are read and still written for devices without one.
+pub const DEVICE_FORMAT_VERSION: u32 = 2;
+const VERSION_NO_LOG: u32 = 1;
 pub const HEADER_LEN: usize = 4096;
 /// Slot 0 starts here: leaves room for the header and keeps slots aligned.
 pub const DATA_OFFSET: u64 = 1 << 20;
@@ -36,35 +45,55 @@ pub struct DeviceHeader {
     pub size: u64,
     pub segment_size: u64,
     pub data_offset: u64,
+    /// The intent log's area on this device (`log_len` 0: none), between
+    /// the header and slot 0.
+    pub log_offset: u64,
+    pub log_len: u64,
 }
 
 impl DeviceHeader {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; HEADER_LEN];
+        let version = match self.log_len {
+            0 => VERSION_NO_LOG,
+            _ => DEVICE_FORMAT_VERSION,
+        };
         b[0..8].copy_from_slice(DEVICE_MAGIC);
-        b[8..12].copy_from_slice(&DEVICE_FORMAT_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&version.to_le_bytes());
         b[12..16].copy_from_slice(&self.device_id.to_le_bytes());
         b[16..32].copy_from_slice(&self.pool_uuid);
         b[32] = self.class.rank();
         b[40..48].copy_from_slice(&self.size.to_le_bytes());
         b[48..56].copy_from_slice(&self.segment_size.to_le_bytes());
         b[56..64].copy_from_slice(&self.data_offset.to_le_bytes());
-        let crc = crc32c::crc32c(&b[0..64]);
-        b[64..68].copy_from_slice(&crc.to_le_bytes());
+        let end = match version {
+            VERSION_NO_LOG => 64,
+            _ => {
+                b[64..72].copy_from_slice(&self.log_offset.to_le_bytes());
+                b[72..80].copy_from_slice(&self.log_len.to_le_bytes());
+                80
+            }
+        };
+        let crc = crc32c::crc32c(&b[0..end]);
+        b[end..end + 4].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
     pub fn decode(b: &[u8], path: &Path) -> Result<Self> {
         let p = || path.to_path_buf();
-        if b.len() < 68 || &b[0..8] != DEVICE_MAGIC {
+        if b.len() < 84 || &b[0..8] != DEVICE_MAGIC {
             return Err(DeviceError::NotADevice { path: p() });
         }
-        let crc = u32::from_le_bytes(b[64..68].try_into().unwrap());
-        if crc != crc32c::crc32c(&b[0..64]) {
+        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        let end = match version {
+            VERSION_NO_LOG => 64,
+            _ => 80,
+        };
+        let crc = u32::from_le_bytes(b[end..end + 4].try_into().unwrap());
+        if crc != crc32c::crc32c(&b[0..end]) {
             return Err(DeviceError::BadChecksum { path: p() });
         }
-        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-        if version != DEVICE_FORMAT_VERSION {
+        if !(VERSION_NO_LOG..=DEVICE_FORMAT_VERSION).contains(&version) {
             return Err(DeviceError::UnknownVersion {
                 path: p(),
                 found: version,
@@ -80,6 +109,8 @@ impl DeviceHeader {
             size: u64_at(40),
             segment_size: u64_at(48),
             data_offset: u64_at(56),
+            log_offset: if end == 80 { u64_at(64) } else { 0 },
+            log_len: if end == 80 { u64_at(72) } else { 0 },
         };
         h.check_geometry().map_err(bad)?;
         Ok(h)
@@ -95,6 +126,12 @@ impl DeviceHeader {
         }
         if self.data_offset < HEADER_LEN as u64 || self.data_offset > self.size {
             return Err("data offset is inside the header or past the device end");
+        }
+        let log_end = self.log_offset.checked_add(self.log_len);
+        if self.log_len > 0
+            && (self.log_offset < HEADER_LEN as u64 || log_end > Some(self.data_offset))
+        {
+            return Err("log area is inside the header or over the segment slots");
         }
         Ok(())
     }
@@ -117,6 +154,8 @@ mod tests {
             size: 1 << 30,
             segment_size: 4 << 20,
             data_offset: DATA_OFFSET,
+            log_offset: 0,
+            log_len: 0,
         }
     }
 
@@ -124,7 +163,31 @@ mod tests {
     fn roundtrip() {
         let h = sample();
         let b = h.encode();
+        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 1);
         assert_eq!(DeviceHeader::decode(&b, Path::new("x")).unwrap(), h);
+        let with_log = DeviceHeader {
+            log_offset: DATA_OFFSET,
+            log_len: 16 << 20,
+            data_offset: DATA_OFFSET + (16 << 20),
+            ..sample()
+        };
+        let b = with_log.encode();
+        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 2);
+        assert_eq!(DeviceHeader::decode(&b, Path::new("x")).unwrap(), with_log);
+        let mut bad = b.clone();
+        bad[75] ^= 1;
+        assert!(matches!(
+            DeviceHeader::decode(&bad, Path::new("x")),
+            Err(DeviceError::BadChecksum { .. })
+        ));
+        let over = DeviceHeader {
+            log_len: 32 << 20,
+            ..with_log
+        };
+        assert!(matches!(
+            DeviceHeader::decode(&over.encode(), Path::new("x")),
+            Err(DeviceError::BadHeader { .. })
+        ));
         assert_eq!(h.slot_count(), ((1 << 30) - DATA_OFFSET) / (4 << 20));
     }
 

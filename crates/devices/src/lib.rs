@@ -22,7 +22,7 @@ pub mod ssdcache;
 
 pub use backend::{Backend, HostStorage, OpenHow, Storage};
 pub use class::{DeviceClass, DeviceRole};
-pub use device::{Device, DeviceSpec, DIRECT_ALIGN};
+pub use device::{Device, DeviceSpec, DIRECT_ALIGN, MAX_LOG_AREA, MIN_LOG_AREA};
 pub use emulate::Emulation;
 pub use error::DeviceError;
 pub use header::DeviceHeader;

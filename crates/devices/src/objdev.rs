@@ -54,6 +54,7 @@ pub(crate) fn parse_s3_spec(spec: &str) -> Result<DeviceSpec> {
         emulate: None,
         sparse: false,
         domain: None,
+        log: None,
     })
 }
 
@@ -139,6 +140,8 @@ pub fn create_object(
         size,
         segment_size,
         data_offset: DATA_OFFSET,
+        log_offset: 0,
+        log_len: 0,
     };
     io.set_len(size).map_err(|e| err(e.to_string()))?;
     io.write_at(&header.encode(), 0)
@@ -213,6 +216,8 @@ pub fn expected_header(
         size: device_size(&spec, segment_size)?,
         segment_size,
         data_offset: DATA_OFFSET,
+        log_offset: 0,
+        log_len: 0,
     })
 }
 

@@ -27,6 +27,8 @@ fn arb_header() -> impl Strategy<Value = DeviceHeader> {
             size: size.max(DATA_OFFSET),
             segment_size: 1 << shift,
             data_offset: DATA_OFFSET,
+            log_offset: 0,
+            log_len: 0,
         })
 }
 

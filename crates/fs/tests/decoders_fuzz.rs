@@ -113,24 +113,30 @@ fn arb_device_desc() -> impl Strategy<Value = DeviceDesc> {
         any::<bool>(),
         "[ -~]{0,40}",
         emulate,
-        prop::option::of("[a-z0-9._-]{1,12}"),
+        (
+            prop::option::of("[a-z0-9._-]{1,12}"),
+            prop::option::of(any::<u64>()),
+        ),
     )
-        .prop_map(|((version, id), rank, cache, path, e, domain)| DeviceDesc {
-            version,
-            id,
-            class: DeviceClass::from_rank(rank).unwrap(),
-            path: path.into(),
-            role: if cache {
-                DeviceRole::Cache
-            } else {
-                DeviceRole::Tier
+        .prop_map(
+            |((version, id), rank, cache, path, e, (domain, log))| DeviceDesc {
+                version,
+                id,
+                class: DeviceClass::from_rank(rank).unwrap(),
+                path: path.into(),
+                role: if cache {
+                    DeviceRole::Cache
+                } else {
+                    DeviceRole::Tier
+                },
+                emulate: e.map(|(latency_us, bytes_per_sec)| Emulation {
+                    latency_us,
+                    bytes_per_sec,
+                }),
+                domain,
+                log,
             },
-            emulate: e.map(|(latency_us, bytes_per_sec)| Emulation {
-                latency_us,
-                bytes_per_sec,
-            }),
-            domain,
-        })
+        )
 }
 
 fn check_device_desc(b: &[u8]) -> Result<(), TestCaseError> {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 mod common;
-use common::{make, reopen};
+use common::{make, make_file_log, reopen};
 
 #[test]
 fn fsync_is_durable_without_a_commit() {
@@ -52,7 +52,7 @@ fn fsync_is_durable_without_a_commit() {
 /// A pool in `dir` whose file "f" was fsynced as "one", then as "two",
 /// and left by a crash: its log, and where the second record starts.
 fn two_fsyncs(dir: &Path) -> (std::path::PathBuf, usize) {
-    let fs = make(dir);
+    let fs = make_file_log(dir);
     let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
     fs.write(f.ino, 0, b"one").unwrap();
     fs.fsync(f.ino).unwrap();
@@ -96,7 +96,7 @@ fn a_damaged_record_is_read_from_its_copy_and_a_torn_last_one_dropped() {
 #[test]
 fn appends_with_fsync_log_only_the_new_bytes() {
     let d = tempfile::tempdir().unwrap();
-    let fs = make(d.path());
+    let fs = make_file_log(d.path());
     let f = fs.create(Ctx::ROOT, ROOT_INO, b"wal", 0o644).unwrap();
     // A committed partial last block: the appends land in it as a patch.
     let mut want = vec![3u8; 70_000];

@@ -22,10 +22,12 @@ use std::sync::Arc;
 const BLOCK: usize = 64 << 10;
 
 /// Pools without dedup: a block stored again would be a new chunk, so only
-/// the tick's mark can make a commit take the chunk it stored.
+/// the tick's mark can make a commit take the chunk it stored. The intent
+/// log is the pool directory's file, which a test empties.
 fn make(dir: &Path) -> Arc<Fs> {
     let o = MkfsOptions {
         sparse: true,
+        intent_log: cairn_fs::pool::log_home::LogHome::PoolDir,
         ..MkfsOptions::default()
     };
     cairn_fs::mkfs(&dir.join("pool"), o).unwrap();

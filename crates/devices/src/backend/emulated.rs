@@ -42,6 +42,11 @@ impl Backend for Emulated {
         self.inner.sync_data()
     }
 
+    fn write_durable_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.throttle.io(buf.len());
+        self.inner.write_durable_at(buf, off)
+    }
+
     fn len(&self) -> io::Result<u64> {
         self.inner.len()
     }

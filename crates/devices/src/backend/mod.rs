@@ -22,6 +22,7 @@ pub mod rng;
 pub mod s3;
 mod s3_readahead;
 pub mod trace;
+pub mod window;
 
 pub use crash::{crash_images, read_images, surviving, write_images, CrashMode, Images, Replay};
 pub use emulated::Emulated;
@@ -31,6 +32,7 @@ pub use missing::Missing;
 pub use plan::{parse_plan, PlanError, PlanRule, PlanStorage};
 pub use s3::{ObjectTier, S3Backend};
 pub use trace::{Event, Recorder, TraceBackend, TraceStorage};
+pub use window::Window;
 
 use std::fs::File;
 use std::io;
@@ -58,6 +60,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 
     /// Makes every completed write (and length change) durable.
     fn sync_data(&self) -> io::Result<()>;
+
+    /// Writes all of `buf` at `off` and makes those bytes durable before
+    /// returning; other writes need not be (a host file: one write with
+    /// RWF_DSYNC, which waits for that range alone, not for every dirty
+    /// page of a device file). By default a write and `sync_data`.
+    fn write_durable_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.write_at(buf, off)?;
+        self.sync_data()
+    }
 
     /// The object's size in bytes (a block device's capacity).
     fn len(&self) -> io::Result<u64>;

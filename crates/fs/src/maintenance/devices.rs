@@ -32,6 +32,7 @@ impl Fs {
                 "the pool already has a cache device (one per pool)".into(),
             ));
         }
+        self.check_log_spec(spec)?;
         let _last = self.flush_guard();
         let id = set.devices().iter().map(|d| d.id() + 1).max().unwrap_or(0);
         if spec.class.is_object_store() {
@@ -87,6 +88,7 @@ impl Fs {
             Ok::<_, FsError>(())
         })?;
         let dev = set.add(dev)?;
+        self.log_copy_joins(&dev)?;
         if spec.role == DeviceRole::Cache {
             self.pool
                 .set_ssd_cache(Some(crate::pool::ssd_cache(&self.pool.config, dev)));
@@ -142,6 +144,7 @@ impl Fs {
     pub fn device_remove(&self, path: &Path, progress: &dyn Fn(u64, u64)) -> Result<RemoveReport> {
         let set = self.pool.chunks.devices();
         let dev = find_device(self, path)?;
+        self.check_log_copy_leaves(&dev)?;
         let id = dev.id();
         let mut rep = RemoveReport {
             device: id,

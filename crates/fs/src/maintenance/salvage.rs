@@ -59,6 +59,8 @@ pub fn open_salvage_pool(path: &Path, config: PoolConfig) -> Result<Pool> {
         mode_warnings: Vec::new(),
         lost: Default::default(),
         storage,
+        // A salvage mount replays no intent log.
+        log_devices: Vec::new(),
         _lock: lock,
     })
 }
@@ -121,6 +123,7 @@ fn devices_in_dir(path: &Path, sb: &Superblock) -> Result<(Vec<Device>, Vec<Devi
             role: DeviceRole::Tier,
             emulate: None,
             domain: None,
+            log: (dev.header.log_len > 0).then_some(dev.header.log_len),
         });
         devs.push(dev);
     }

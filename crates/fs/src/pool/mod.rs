@@ -8,6 +8,7 @@
 //! stay on std::fs.
 
 pub mod config;
+pub mod log_home;
 pub mod meta_copies;
 pub mod perms;
 pub mod reserve;
@@ -52,6 +53,8 @@ pub struct MkfsOptions {
     pub mirror: bool,
     /// How many copies new data gets (`--redundancy`).
     pub redundancy: cairn_data::Policy,
+    /// Where the intent log goes (`--intent-log`).
+    pub intent_log: log_home::LogHome,
 }
 
 impl Default for MkfsOptions {
@@ -66,6 +69,7 @@ impl Default for MkfsOptions {
             meta_copies: 2,
             mirror: false,
             redundancy: cairn_data::Policy::default(),
+            intent_log: log_home::LogHome::default(),
         }
     }
 }
@@ -86,6 +90,10 @@ pub struct DeviceDesc {
     /// The failure domain the admin named (`:domain=NAME`); None: its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    /// Bytes of the device that hold a copy of the intent log
+    /// (`DeviceSpec::log`); None: no copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<u64>,
 }
 
 impl DeviceDesc {
@@ -105,6 +113,7 @@ impl DeviceDesc {
             role: spec.role,
             emulate: spec.emulate,
             domain: spec.domain.clone(),
+            log: spec.log,
         }
     }
 
@@ -254,6 +263,8 @@ pub struct MkfsReport {
     pub devices: Vec<String>,
     /// Where the metadata's copies are (`meta_copies::mkfs_line`).
     pub metadata: String,
+    /// Where the intent log's copies are (`log_home::mkfs_line`).
+    pub log: String,
 }
 
 /// `mkfs_report` writing the pool's files through `storage`.
@@ -337,6 +348,7 @@ fn mkfs_in(
     settle_devices(pool, &cwd, &mut opts)?;
     let files = check_devices(&opts)?;
     check_meta_home(pool, &opts)?;
+    let log_warning = log_home::place(&mut opts);
     // Everything is checked: from here on the old pool (with --force) goes.
     if PoolPaths::superblock(pool).exists() {
         std::fs::remove_file(PoolPaths::superblock(pool)).map_err(io(pool))?;
@@ -356,12 +368,16 @@ fn mkfs_in(
     for (id, spec) in opts.devices.iter().enumerate() {
         made.will_create(&files[id]);
         let dev = Device::create_with(spec, id as u32, uuid, opts.segment_size, storage)?;
+        if let Some(area) = dev.log_area() {
+            crate::writeback::log_file::prepare_area(&*area).map_err(io(&dev.path))?;
+        }
         warnings.extend(device_warnings(pool, &dev, spec));
         lines.push(device_line(&dev, spec.size.is_some()));
         descs.push(DeviceDesc::new(pool, &dev, spec));
     }
     write_first_tid(&meta, &descs, now, &opts)?;
     warnings.extend(redundancy_warning(&opts));
+    warnings.extend(log_warning);
     drop(meta);
     opts.meta_mirror = opts.meta_mirror.take().map(|d| cwd.join(d));
     made.will_create(&PoolPaths::meta_mirror(pool));
@@ -393,6 +409,7 @@ fn mkfs_in(
         warnings,
         devices: lines,
         metadata,
+        log: log_home::mkfs_line(&opts),
     })
 }
 
@@ -708,6 +725,9 @@ pub struct Pool {
     pub storage: Arc<dyn Storage>,
     /// Devices that could not be opened and what their loss costs.
     pub lost: crate::redundancy::degraded::Lost,
+    /// The devices that hold a copy of the intent log (none: the log is
+    /// the pool directory's file), online or not.
+    pub log_devices: Vec<u32>,
     pub(crate) _lock: File,
 }
 
@@ -846,6 +866,10 @@ impl Pool {
             mode_warnings,
             storage,
             lost,
+            log_devices: (descs.iter())
+                .filter(|d| d.log.is_some())
+                .map(|d| d.id)
+                .collect(),
             _lock: lock,
         };
         pool.set_ssd_cache(cache);

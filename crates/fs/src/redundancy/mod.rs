@@ -6,6 +6,7 @@
 //! and heals reads from them (`cairn_data::{copies, heal, relocate}`).
 
 pub mod degraded;
+mod log_copies;
 pub mod resilver;
 
 use crate::error::{FsError, Result};
@@ -56,6 +57,9 @@ pub struct DeviceRedundancy {
     pub draining: bool,
     /// Segment copies on it.
     pub copies: u64,
+    /// It holds a copy of the intent log that records are written to.
+    #[serde(default)]
+    pub log: bool,
 }
 
 /// The pool's redundancy as it stands.
@@ -79,6 +83,10 @@ pub struct RedundancyStatus {
     pub unrepaired: u64,
     /// Mounted read-only because data is lost (`--degraded`).
     pub read_only: bool,
+    /// Where fsync's intent log is written: "N copies on devices", "the
+    /// pool directory", or "none" (fsync commits).
+    #[serde(default)]
+    pub intent_log: String,
 }
 
 impl Fs {
@@ -114,6 +122,8 @@ impl Fs {
                 st.bytes_at_risk += s.used as u64;
             }
         }
+        // Taken and let go before the device set's locks.
+        let log = (self.intent.as_ref()).map(|l| l.lock().place_names());
         for d in set.devices() {
             let id = d.id();
             st.devices.push(DeviceRedundancy {
@@ -124,8 +134,18 @@ impl Fs {
                 domain: set.domain(id).unwrap_or_default(),
                 draining: set.is_draining(id),
                 copies: table.iter().filter(|(_, s)| s.on_device(id)).count() as u64,
+                log: log.as_ref().is_some_and(|l| l.contains(&d.path)),
             });
         }
+        st.intent_log = match &log {
+            None => "none (fsync commits)".into(),
+            Some(_) if self.pool.log_devices.is_empty() => "the pool directory".into(),
+            Some(l) => format!(
+                "{} of {} copies on devices",
+                l.len(),
+                self.pool.log_devices.len()
+            ),
+        };
         st
     }
 }

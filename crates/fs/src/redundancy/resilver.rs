@@ -363,7 +363,9 @@ impl Fs {
                 "device {old_id} is a cache device: remove it and add the new one"
             )));
         }
-        let new_id = self.replacement(old_id, spec)?;
+        let mut spec = spec.clone();
+        self.inherit_log_area(&old, &mut spec);
+        let new_id = self.replacement(old_id, &spec)?;
         set.set_draining(old_id, true)?;
         let mut rep = ReplaceReport {
             old: old_id,
@@ -471,6 +473,7 @@ impl Fs {
     /// Takes an emptied device out of the set and the device table.
     pub(crate) fn forget_device(&self, id: u32, dev: &Device) -> Result<()> {
         let _last = self.flush_guard();
+        self.log_copy_leaves(dev);
         self.pool.chunks.devices().remove(id)?;
         self.pool.meta.write(|w| {
             w.remove_device(id)?;

@@ -20,7 +20,7 @@ use crate::writeback::flush::Sealed;
 use crate::writeback::intent_record::{self as rec, put_bytes, put_opt, put_u32, put_u64};
 use crate::writeback::intent_record::{Entry, T_BLOCK, T_DELETE, T_DIRENT, T_INODE, T_ORPHAN};
 use crate::writeback::intent_record::{T_PATCH, T_SYMLINK, T_TRUNC, T_XATTR};
-use crate::writeback::log_file::{Damage, LogError, LogFile, OnDamage, Record};
+use crate::writeback::log_file::{Damage, LogError, LogFile, OnDamage, Place, Record};
 use crate::writeback::overlay::{Overlay, Unlogged};
 use crate::writeback::patch::Patch;
 use crate::writeback::tick::Marks;
@@ -188,7 +188,14 @@ impl Fs {
             false => OnDamage::Refuse,
         };
         let storage = &*self.pool.storage;
-        match LogFile::open_with(&path, self.pool.sb.uuid, last, storage, size, on_damage) {
+        let uuid = self.pool.sb.uuid;
+        let on_devices = !self.pool.log_devices.is_empty();
+        let opened = match self.log_places()? {
+            None => LogFile::open_with(&path, uuid, last, storage, size, on_damage),
+            Some(places) if places.is_empty() => return self.no_log_device(on_damage),
+            Some(places) => LogFile::open_places(places, uuid, last, on_damage),
+        };
+        match opened {
             Ok((log, mut recs)) => {
                 if let Some(d) = &log.discarded {
                     tracing::error!(
@@ -208,7 +215,9 @@ impl Fs {
                 Ok(recs)
             }
             Err(LogError::Damaged(d)) => Err(FsError::DamagedLog(self.refusal(&d))),
-            Err(e) if path_holds_records(&path) && on_damage == OnDamage::Refuse => {
+            Err(e)
+                if (on_devices || path_holds_records(&path)) && on_damage == OnDamage::Refuse =>
+            {
                 Err(FsError::DamagedLog(format!(
                     "{e}; the intent log may hold fsync'd changes that are not committed. \
                      Mount with --discard-damaged-log to mount without them (the log is made \
@@ -220,6 +229,51 @@ impl Fs {
                 Ok(Vec::new())
             }
         }
+    }
+
+    /// The copies of a log kept on devices (`Pool::log_devices`), those
+    /// of the devices online; None for a log in the pool directory.
+    fn log_places(&self) -> Result<Option<Vec<Place>>> {
+        if self.pool.log_devices.is_empty() {
+            return Ok(None);
+        }
+        let set = self.pool.chunks.devices();
+        let mut places = Vec::new();
+        for &id in &self.pool.log_devices {
+            let dev = set.device(id)?;
+            match dev.log_area().filter(|_| set.is_online(id)) {
+                Some(io) => places.push(Place {
+                    name: dev.path.clone(),
+                    io,
+                    shared: true,
+                }),
+                None => tracing::warn!(
+                    "intent log: the copy on device {id} ({}) is missing; the log is read from \
+                     and written to its other copies",
+                    dev.path.display()
+                ),
+            }
+        }
+        Ok(Some(places))
+    }
+
+    /// Every device holding a copy of the log is missing: refused, since
+    /// fsync'd changes may be there, unless told to go on without them
+    /// (then fsync commits).
+    fn no_log_device(&mut self, on_damage: OnDamage) -> Result<Vec<Record>> {
+        if on_damage == OnDamage::Refuse {
+            return Err(FsError::DamagedLog(format!(
+                "every device holding a copy of the intent log (devices {:?}) is missing: \
+                 fsync'd changes not yet committed may be there. Bring one back, or mount with \
+                 --discard-damaged-log to mount without them",
+                self.pool.log_devices
+            )));
+        }
+        tracing::error!(
+            "--discard-damaged-log: every device holding a copy of the intent log is missing; \
+             mounting without its records, and fsync commits instead of logging"
+        );
+        Ok(Vec::new())
     }
 
     /// Why a mount refuses a damaged log, what would be lost and how to go

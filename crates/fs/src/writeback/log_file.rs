@@ -22,6 +22,8 @@ pub const VERSION: u16 = 3;
 const VERSION_UNMIRRORED: u16 = 2;
 const VERSION_ONE_REGION: u16 = 1;
 pub const HEADER_LEN: usize = 64;
+/// Regions of a log on devices are whole sectors.
+const SECTOR: u64 = 4096;
 /// Default size of a log file (`intent_log_mib`): two regions of 64 MiB,
 /// so that a snapshot can log the changes of a whole commit interval of
 /// steady writing (`Fs::snapshot_logged`); a record that does not fit
@@ -116,8 +118,8 @@ impl std::fmt::Display for Damage {
         let last = self.after.last().map_or(self.first_lost, |r| r.0.seq);
         write!(
             f,
-            "intent log {}: record {} of region {} (on TID {:#x}) is damaged in both of its \
-             copies, and {} valid record(s) of the same run follow it (up to record {last})",
+            "intent log {}: record {} of region {} (on TID {:#x}) is damaged in every one of \
+             its copies, and {} valid record(s) of the same run follow it (up to record {last})",
             self.path.display(),
             self.first_lost,
             self.region,
@@ -151,10 +153,40 @@ pub enum LogError {
     Damaged(Box<Damage>),
 }
 
+/// One copy of the whole log: the pool directory's log file, or the log
+/// area of a device (`DeviceSpec::log`).
+#[derive(Debug, Clone)]
+pub struct Place {
+    /// For messages: the file, or the device's path.
+    pub name: PathBuf,
+    pub io: Arc<dyn Backend>,
+    /// A device's area, which shares its file with the device's segments:
+    /// each record is made durable by itself (`write_durable_at`), not by
+    /// a sync of the whole file.
+    pub shared: bool,
+}
+
+impl Place {
+    /// Writes `rec` at each of `offs` and makes it durable.
+    fn write_record(&self, rec: &[u8], offs: impl Iterator<Item = u64>) -> io::Result<()> {
+        if self.shared {
+            return offs
+                .into_iter()
+                .try_for_each(|at| self.io.write_durable_at(rec, at));
+        }
+        offs.into_iter()
+            .try_for_each(|at| self.io.write_at(rec, at))?;
+        self.io.sync_data()
+    }
+}
+
 /// The open log, where the next record goes.
 pub struct LogFile {
+    /// The log's name in messages: its file, or its first device.
     path: PathBuf,
-    file: Arc<dyn Backend>,
+    /// Where its copies are (at least one; the same bytes at the same
+    /// offsets in each).
+    places: Vec<Place>,
     uuid: [u8; 16],
     /// The region records go to (0 or 1).
     region: u64,
@@ -228,31 +260,59 @@ impl LogFile {
             len = size;
         }
         let region_len = len.min(MAX_LOG_SIZE) / 2;
-        let (log, recs) = Self::read(path, file, uuid, last_tid, region_len, on_damage)?;
+        let place = |io| Place {
+            name: path.to_path_buf(),
+            io,
+            shared: false,
+        };
+        let (log, recs) = Self::read(vec![place(file)], uuid, last_tid, region_len, on_damage)?;
         if recs.is_empty() && log.discarded.is_none() && region_len != size / 2 {
             // Nothing to replay: made again at the size asked for (a log
             // of an older version, or `intent_log_mib` changed).
-            let file = log.file;
+            let file = log.places[0].io.clone();
             make(&*file, size, region_len * 2).map_err(err)?;
-            return Self::read(path, file, uuid, last_tid, size / 2, on_damage);
+            return Self::read(vec![place(file)], uuid, last_tid, size / 2, on_damage);
         }
         Ok((log, recs))
     }
 
-    /// The log in `file` (regions of `region_len`) and its records on top
-    /// of `last_tid` (see `open`).
+    /// Opens the log kept in the log areas of devices (`Device::log_area`),
+    /// one copy in each, of the length of the shortest, and returns its
+    /// records as `open` does. A record is read from whichever copy holds
+    /// it intact; a new one goes to every copy.
+    pub fn open_places(
+        places: Vec<Place>,
+        uuid: [u8; 16],
+        last_tid: u64,
+        on_damage: OnDamage,
+    ) -> Result<(Self, Vec<Record>), LogError> {
+        assert!(!places.is_empty(), "a log has at least one place");
+        let err = |p: &Place, e| LogError::Io(p.name.clone(), e);
+        let mut len = u64::MAX;
+        for p in &places {
+            len = len.min(p.io.len().map_err(|e| err(p, e))?);
+        }
+        let region_len = (len.min(MAX_LOG_SIZE) / 2) & !(SECTOR - 1);
+        if region_len < 2 * HEADER_LEN as u64 {
+            return Err(err(&places[0], io::Error::other("log area too small")));
+        }
+        Self::read(places, uuid, last_tid, region_len, on_damage)
+    }
+
+    /// The log in `places` (regions of `region_len`) and its records on
+    /// top of `last_tid` (see `open`).
     fn read(
-        path: &Path,
-        file: Arc<dyn Backend>,
+        places: Vec<Place>,
         uuid: [u8; 16],
         last_tid: u64,
         region_len: u64,
         on_damage: OnDamage,
     ) -> Result<(Self, Vec<Record>), LogError> {
-        let err = |e| LogError::Io(path.to_path_buf(), e);
+        let path = places[0].name.clone();
+        let err = |e| LogError::Io(path.clone(), e);
         let mut log = LogFile {
-            path: path.to_path_buf(),
-            file,
+            path: path.clone(),
+            places,
             uuid,
             region: 0,
             base_tid: last_tid,
@@ -307,13 +367,15 @@ impl LogFile {
         if on == OnDamage::Refuse {
             return Err(LogError::Damaged(d));
         }
-        let err = |e| LogError::Io(self.path.clone(), e);
         let start = region * self.region_len;
         let limit = s.layout.limit(self.region_len);
-        for copy in s.layout.copies(self.region_len) {
-            zero(&*self.file, start + copy + s.end, start + copy + limit).map_err(err)?;
+        for p in &self.places {
+            let err = |e| LogError::Io(p.name.clone(), e);
+            for copy in s.layout.copies(self.region_len) {
+                zero(&*p.io, start + copy + s.end, start + copy + limit).map_err(err)?;
+            }
+            p.io.sync_data().map_err(err)?;
         }
-        self.file.sync_data().map_err(err)?;
         self.discarded = Some(d);
         Ok(())
     }
@@ -518,17 +580,102 @@ impl LogFile {
             self.pos + len <= self.capacity() && self.capacity() <= 2 * self.region_len,
             "a record stays inside its region's half"
         );
-        let written = (self.layout.copies(self.region_len))
-            .try_for_each(|copy| self.file.write_at(&rec, at + copy))
-            .and_then(|()| self.file.sync_data());
+        let written = self.write_everywhere(&rec, at);
         self.recycle(rec);
         if let Err(e) = written {
             self.broken_until = self.base_tid + 1;
-            return Err(LogError::Io(self.path.clone(), e));
+            return Err(e);
         }
         self.pos += len;
         self.seq += 1;
         Ok(())
+    }
+
+    /// Writes a record at `at` (and its copy in the region's second half)
+    /// in every place, at once when there are several, and makes it
+    /// durable. A place whose write fails is dropped (logged) when another
+    /// one holds the record: the log goes on with one copy fewer. Fails
+    /// only when no place holds it.
+    fn write_everywhere(&mut self, rec: &[u8], at: u64) -> Result<(), LogError> {
+        let offs = || self.layout.copies(self.region_len).map(|c| at + c);
+        let results: Vec<io::Result<()>> = match self.places.as_slice() {
+            [one] => vec![one.write_record(rec, offs())],
+            many => std::thread::scope(|sc| {
+                let hs: Vec<_> = many
+                    .iter()
+                    .map(|p| sc.spawn(move || p.write_record(rec, offs())))
+                    .collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(io::Error::other("panicked")))
+                    })
+                    .collect()
+            }),
+        };
+        if results.iter().all(|r| r.is_err()) {
+            let e = results.into_iter().find_map(|r| r.err()).expect("an error");
+            return Err(LogError::Io(self.path.clone(), e));
+        }
+        let mut i = 0;
+        self.places.retain(|p| {
+            let r = &results[i];
+            i += 1;
+            if let Err(e) = r {
+                tracing::error!(
+                    "intent log: a record could not be written to its copy on {} ({e}); that \
+                     copy is no longer written until the next mount",
+                    p.name.display()
+                );
+            }
+            r.is_ok()
+        });
+        assert!(!self.places.is_empty(), "a record written leaves a place");
+        Ok(())
+    }
+
+    /// How many places the log is written to now.
+    pub fn copies(&self) -> usize {
+        self.places.len()
+    }
+
+    /// Where the log's copies are written now.
+    pub fn place_names(&self) -> Vec<PathBuf> {
+        self.places.iter().map(|p| p.name.clone()).collect()
+    }
+
+    /// Whether a copy of the log is at `name`.
+    pub fn has_place(&self, name: &Path) -> bool {
+        self.places.iter().any(|p| p.name == name)
+    }
+
+    /// A new copy (a device's area, of the same kind and at least as large
+    /// as the others): every record from now on goes there too. The
+    /// records already written are on the other copies, which the open
+    /// reads record by record.
+    pub fn add_place(&mut self, p: Place) -> Result<(), String> {
+        let len = p.io.len().map_err(|e| e.to_string())?;
+        if !p.shared || !self.places[0].shared || len < 2 * self.region_len {
+            return Err(format!(
+                "{}: a log area of {len} bytes cannot hold a copy of this log (regions of {})",
+                p.name.display(),
+                self.region_len
+            ));
+        }
+        if !self.has_place(&p.name) {
+            self.places.push(p);
+        }
+        Ok(())
+    }
+
+    /// Stops writing the copy at `name` (its device leaves the pool);
+    /// true if there was one. The last copy is never dropped.
+    pub fn drop_place(&mut self, name: &Path) -> bool {
+        let before = self.places.len();
+        if before > 1 {
+            self.places.retain(|p| p.name != name);
+        }
+        self.places.len() < before
     }
 }
 
@@ -542,6 +689,20 @@ fn make(f: &dyn Backend, size: u64, old: u64) -> io::Result<()> {
     let head = (ZERO_FILLED / 2).min(quarter);
     zero(f, 0, head.max(old.min(size)))?;
     for q in 1..4 {
+        zero(f, q * quarter, q * quarter + head)?;
+    }
+    f.sync_data()
+}
+
+/// Readies a device's log area (`Device::log_area`) at mkfs: zeros over
+/// the start of each half of each region, as `make` does for a file, so
+/// that fsync's records overwrite written blocks (no extent to convert,
+/// nothing but the record for a durable write to flush).
+pub fn prepare_area(f: &dyn Backend) -> io::Result<()> {
+    let size = f.len()?;
+    let quarter = size / 4;
+    let head = (ZERO_FILLED / 2).min(quarter);
+    for q in 0..4 {
         zero(f, q * quarter, q * quarter + head)?;
     }
     f.sync_data()

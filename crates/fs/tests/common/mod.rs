@@ -19,6 +19,18 @@ pub fn make(dir: &Path) -> Arc<Fs> {
     reopen(dir)
 }
 
+/// `make` with the intent log in the pool directory's file (as pools made
+/// before logs went to devices), for tests that read or damage the file.
+pub fn make_file_log(dir: &Path) -> Arc<Fs> {
+    let o = MkfsOptions {
+        sparse: true,
+        intent_log: cairn_fs::pool::log_home::LogHome::PoolDir,
+        ..MkfsOptions::default()
+    };
+    mkfs(&dir.join("pool"), o).unwrap();
+    reopen(dir)
+}
+
 /// Opens the pool under `dir` again.
 pub fn reopen(dir: &Path) -> Arc<Fs> {
     Fs::open(Pool::open(&dir.join("pool"), None).unwrap()).unwrap()

@@ -76,7 +76,13 @@ impl LogFile {
             return Ok(Layout::Mirrored);
         }
         let mut h = [0u8; HEADER_LEN];
-        self.file.read_at(&mut h, start)?;
+        let read = self
+            .places
+            .iter()
+            .find_map(|p| p.io.read_at(&mut h, start).err());
+        if let (Some(e), 1) = (read, self.places.len()) {
+            return Err(e);
+        }
         Ok(match parse_head(&h).ok().map(|(_, _, v)| v) {
             Some(v) if v == Layout::OneRegion.version() && region == 0 => Layout::OneRegion,
             Some(v) if v == Layout::Unmirrored.version() => Layout::Unmirrored,
@@ -94,22 +100,35 @@ impl LogFile {
         c: Chain,
     ) -> io::Result<Option<(Record, u64)>> {
         let limit = layout.limit(self.region_len);
-        for copy in layout.copies(self.region_len) {
-            if let Some(r) = self.valid_at(start + copy + pos, limit.saturating_sub(pos), c)? {
-                return Ok(Some(r));
+        for p in 0..self.places.len() {
+            for copy in layout.copies(self.region_len) {
+                let at = start + copy + pos;
+                if let Some(r) = self.valid_at(p, at, limit.saturating_sub(pos), c)? {
+                    return Ok(Some(r));
+                }
             }
         }
         Ok(None)
     }
 
-    /// A record at `off` (at most `room` bytes long) that belongs to this
-    /// pool and continues `c`, with a good checksum.
-    fn valid_at(&self, off: u64, room: u64, c: Chain) -> io::Result<Option<(Record, u64)>> {
+    /// A record at `off` of place `p` (at most `room` bytes long) that
+    /// belongs to this pool and continues `c`, with a good checksum. A
+    /// place that cannot be read there has none (another may).
+    fn valid_at(
+        &self,
+        p: usize,
+        off: u64,
+        room: u64,
+        c: Chain,
+    ) -> io::Result<Option<(Record, u64)>> {
         if room < HEADER_LEN as u64 {
             return Ok(None);
         }
+        let io = &self.places[p].io;
         let mut h = [0u8; HEADER_LEN];
-        self.file.read_at(&mut h, off)?;
+        if let Err(e) = io.read_at(&mut h, off) {
+            return self.unreadable(p, e);
+        }
         let Ok((head, len, version)) = parse_head(&h) else {
             return Ok(None);
         };
@@ -123,7 +142,9 @@ impl LogFile {
             return Ok(None);
         }
         let mut payload = vec![0u8; len];
-        self.file.read_at(&mut payload, off + HEADER_LEN as u64)?;
+        if let Err(e) = io.read_at(&mut payload, off + HEADER_LEN as u64) {
+            return self.unreadable(p, e);
+        }
         if checksum(&h, &payload) != u32::from_le_bytes(h[56..60].try_into().unwrap()) {
             return Ok(None);
         }
@@ -133,18 +154,37 @@ impl LogFile {
     /// Whether the region at `start` begins with a valid record of a TID
     /// that is not live: a run on a live TID would have overwritten it.
     fn starts_stale(&self, start: u64, live: &[u64]) -> io::Result<bool> {
-        let mut h = [0u8; HEADER_LEN];
-        self.file.read_at(&mut h, start)?;
-        let Ok((head, _, version)) = parse_head(&h) else {
-            return Ok(false);
-        };
-        let c = Chain {
-            base: Some(head.base_tid),
-            seq: 0,
-            version,
-        };
-        let valid = self.valid_at(start, self.region_len, c)?.is_some();
-        Ok(valid && head.uuid == self.uuid && !live.contains(&head.base_tid))
+        for p in 0..self.places.len() {
+            let mut h = [0u8; HEADER_LEN];
+            if self.places[p].io.read_at(&mut h, start).is_err() {
+                continue;
+            }
+            let Ok((head, _, version)) = parse_head(&h) else {
+                continue;
+            };
+            let c = Chain {
+                base: Some(head.base_tid),
+                seq: 0,
+                version,
+            };
+            if self.valid_at(p, start, self.region_len, c)?.is_some() {
+                return Ok(head.uuid == self.uuid && !live.contains(&head.base_tid));
+            }
+        }
+        Ok(false)
+    }
+
+    /// A read error in one of several places: that place has no record
+    /// there (logged); with one place, the error.
+    fn unreadable<T>(&self, p: usize, e: io::Error) -> io::Result<Option<T>> {
+        if self.places.len() == 1 {
+            return Err(e);
+        }
+        tracing::warn!(
+            "intent log: the copy on {} cannot be read ({e}); reading the others",
+            self.places[p].name.display()
+        );
+        Ok(None)
     }
 
     /// Valid records that continue the run `s` stopped at (same pool and
@@ -156,16 +196,18 @@ impl LogFile {
         let n = s.records.len() as u64;
         let base = s.records.first().map(|r| r.0.base_tid);
         let mut first: Option<(u64, super::RecordHead)> = None;
-        for copy in s.layout.copies(self.region_len) {
-            let found = self.search(start + copy, s.end + 1, limit, |h, v| {
-                h.uuid == self.uuid
-                    && v == s.layout.version()
-                    && h.seq > n
-                    && base.map_or(live.contains(&h.base_tid), |b| b == h.base_tid)
-            })?;
-            // The earliest in either place (the other may be damaged there).
-            if found.is_some_and(|f| first.is_none_or(|b| f.1.seq < b.1.seq)) {
-                first = found;
+        for p in 0..self.places.len() {
+            for copy in s.layout.copies(self.region_len) {
+                let found = self.search(p, start + copy, s.end + 1, limit, |h, v| {
+                    h.uuid == self.uuid
+                        && v == s.layout.version()
+                        && h.seq > n
+                        && base.map_or(live.contains(&h.base_tid), |b| b == h.base_tid)
+                })?;
+                // The earliest anywhere (another copy may be damaged there).
+                if found.is_some_and(|f| first.is_none_or(|b| f.1.seq < b.1.seq)) {
+                    first = found;
+                }
             }
         }
         match first {
@@ -196,11 +238,12 @@ impl LogFile {
         Ok(out)
     }
 
-    /// The first place in `[from, to)` of the area at `at` holding a
-    /// record header `wanted` accepts whose record is valid, by its offset
-    /// from `at`.
+    /// The first place in `[from, to)` of the area at `at` of place `p`
+    /// holding a record header `wanted` accepts whose record is valid, by
+    /// its offset from `at`.
     fn search(
         &self,
+        p: usize,
         at: u64,
         from: u64,
         to: u64,
@@ -210,11 +253,15 @@ impl LogFile {
         let mut pos = from;
         while pos + HEADER_LEN as u64 <= to {
             let len = (SEARCH_CHUNK as u64).min(to - pos) as usize;
-            self.file.read_at(&mut buf[..len], at + pos)?;
+            if let Err(e) = self.places[p].io.read_at(&mut buf[..len], at + pos) {
+                return self.unreadable(p, e);
+            }
             for i in memchr::memmem::find_iter(&buf[..len], &MAGIC) {
-                let p = pos + i as u64;
+                let o = pos + i as u64;
                 let mut h = [0u8; HEADER_LEN];
-                self.file.read_at(&mut h, at + p)?;
+                if let Err(e) = self.places[p].io.read_at(&mut h, at + o) {
+                    return self.unreadable(p, e);
+                }
                 let Ok((head, _, v)) = parse_head(&h) else {
                     continue;
                 };
@@ -223,8 +270,8 @@ impl LogFile {
                     seq: head.seq,
                     version: v,
                 };
-                if wanted(&head, v) && self.valid_at(at + p, to - p, c)?.is_some() {
-                    return Ok(Some((p, head)));
+                if wanted(&head, v) && self.valid_at(p, at + o, to - o, c)?.is_some() {
+                    return Ok(Some((o, head)));
                 }
             }
             // Overlap by a magic's length, so none is cut in two.
