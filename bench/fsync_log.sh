@@ -4,9 +4,11 @@
 # 64 MiB file + fsync); prints ops/s, p50 and p99 in us, and the time
 # `cairn mount` took. Compare two builds by running them in turns:
 #   for r in 1 2 3; do bash bench/fsync_log.sh OLD; bash bench/fsync_log.sh NEW; done
+# MKFS_ARGS adds mkfs arguments, e.g. the log's two places in one build:
+#   for r in 1 2 3; do MKFS_ARGS="--intent-log pool-dir" bash bench/fsync_log.sh B; bash bench/fsync_log.sh B; done
 set -euo pipefail
 BIN=$1; D=${WORK:-/tmp}/cairn-fsync-bench.$$; mkdir -p $D/mnt
-$BIN mkfs $D/pool --sparse >/dev/null
+$BIN mkfs $D/pool --sparse ${MKFS_ARGS:-} >/dev/null
 t0=$(date +%s.%N); $BIN mount $D/pool $D/mnt; t1=$(date +%s.%N)
 python3 - "$D/mnt/f" <<'PY'
 import os,sys,time,random,statistics

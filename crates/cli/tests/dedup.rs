@@ -239,7 +239,8 @@ fn scrub_clean(target: &Path, ctx: &str) -> u64 {
     field_u64(&j, "chunks")
 }
 
-/// Every offset of each needle in the file at `dev`, in one pass (reads
+/// Every offset of each needle in the segment slots of the device file
+/// at `dev` (not the intent log's copy before them), in one pass (reads
 /// 8 MiB at a time, skipping all-zero stretches quickly).
 fn find_in_device(dev: &Path, needles: &[&[u8]]) -> Vec<Vec<u64>> {
     let f = File::open(dev).unwrap();
@@ -248,7 +249,8 @@ fn find_in_device(dev: &Path, needles: &[&[u8]]) -> Vec<Vec<u64>> {
     let step = 8 * MIB;
     let mut buf = vec![0u8; step + nmax];
     let mut hits = vec![Vec::new(); needles.len()];
-    let mut off = 0u64;
+    // Stored data only (not the intent log's copy before the slots).
+    let mut off = data_offset(dev);
     while off < len {
         let n = f.read_at(&mut buf, off).unwrap();
         if buf[..n].iter().any(|b| *b != 0) {

@@ -53,11 +53,13 @@ fn cairn_sync(target: &Path) -> std::process::Output {
     cairn(&[OsStr::new("sync"), target.as_os_str()])
 }
 
-/// Where `needle` lies in the file at `path`.
+/// Where `needle` lies in the segment slots of the device file at `path`
+/// (not in the intent log's copy before them).
 fn find_bytes(path: &Path, needle: &[u8]) -> u64 {
     let raw = fs::read(path).unwrap();
-    let at = raw.windows(needle.len()).position(|w| w == needle);
-    at.unwrap_or_else(|| panic!("bytes not found in {}", path.display())) as u64
+    let from = data_offset(path) as usize;
+    let at = raw[from..].windows(needle.len()).position(|w| w == needle);
+    from as u64 + at.unwrap_or_else(|| panic!("bytes not found in {}", path.display())) as u64
 }
 
 /// (write_errors, failing) of device `id` per `cairn info --json`.

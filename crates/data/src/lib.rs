@@ -33,6 +33,7 @@ pub mod records;
 pub mod relocate;
 mod segments;
 pub mod store;
+mod verified;
 mod wpipe;
 pub mod writer;
 

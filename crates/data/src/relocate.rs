@@ -10,8 +10,9 @@
 //! scan or journal is needed.
 //!
 //! The bytes are read from any good copy (the one reads go to first; a
-//! step that fails there is read from the next), so a copy on a missing
-//! device is rebuilt from the others.
+//! window that fails there is read from the next), so a copy on a missing
+//! device is rebuilt from the others, and each chunk is checked: one that
+//! is damaged there is taken from another copy (`verified.rs`).
 
 use crate::error::{DataError, Result};
 use crate::records::SegmentRec;
@@ -48,8 +49,6 @@ impl Relocation {
         out
     }
 }
-
-const COPY_STEP: usize = 1 << 20;
 
 impl ChunkStore {
     /// Moves a sealed segment: all its copies go to new slots, the first on
@@ -143,42 +142,63 @@ impl ChunkStore {
             from,
             to,
         };
-        let copied = r.to.iter().try_for_each(|t| self.copy_to(rec, *t));
+        let copied = r.to.iter().try_for_each(|t| self.copy_to(id, rec, *t));
         if let Err(e) = copied {
             self.abandon(&r)?;
+            self.count_failed_write(&e);
             return Err(e);
         }
         Ok(r)
     }
 
-    /// Copies the `used` bytes of segment `rec` to slot `to` and syncs.
-    fn copy_to(&self, rec: &SegmentRec, to: SlotAddr) -> Result<()> {
-        let used = rec.used as usize;
+    /// A copy's write failed on a device: counted against it, as a flush's
+    /// are (`writer.rs`), and past `FAILING_AFTER` failures it is faulted,
+    /// so that re-replication stops choosing it again and again.
+    fn count_failed_write(&self, e: &DataError) {
+        if let DataError::WriteFailed { device, .. } = e {
+            let n = self.segs.devices.note_write_error(*device);
+            if n >= cairn_devices::set::FAILING_AFTER {
+                self.segs.fault(*device);
+            }
+        }
+    }
+
+    /// Copies the `used` bytes of segment `id` (`rec`) to slot `to`, each
+    /// chunk checked and taken from a copy that holds it intact
+    /// (`verified.rs`), and syncs.
+    fn copy_to(&self, id: u64, rec: &SegmentRec, to: SlotAddr) -> Result<()> {
         let dst = self.segs.devices.device(to.device)?;
         let b = dst.slot_offset(to.slot);
         let failed = |e| DataError::of_write(to.device, e);
         if dst.class().is_object_store() {
             // One write of the whole segment: a sync of the device by
             // someone else then never uploads part of it (`writer.rs`).
-            let mut buf = vec![0u8; used];
-            self.read_segment_range(rec, 0, &mut buf)?;
+            let mut buf = Vec::with_capacity(rec.used as usize);
+            self.read_checked(id, rec, |_, bytes| {
+                buf.extend_from_slice(bytes);
+                Ok(())
+            })?;
             dst.write_at(&buf, b).map_err(failed)?;
             return dst.sync().map_err(failed);
         }
-        let mut buf = vec![0u8; COPY_STEP];
-        let mut done = 0;
-        while done < used {
-            let n = COPY_STEP.min(used - done);
-            self.read_segment_range(rec, done as u64, &mut buf[..n])?;
-            dst.write_at(&buf[..n], b + done as u64).map_err(failed)?;
-            done += n;
-        }
+        self.read_checked(id, rec, |off, bytes| {
+            assert!(
+                off + bytes.len() as u64 <= rec.used as u64,
+                "a copy stays in its segment"
+            );
+            dst.write_at(bytes, b + off).map_err(failed)
+        })?;
         dst.sync().map_err(failed)
     }
 
     /// Reads `buf.len()` bytes at `off` of segment `rec` from the first
     /// copy that gives them (in read order).
-    fn read_segment_range(&self, rec: &SegmentRec, off: u64, buf: &mut [u8]) -> Result<()> {
+    pub(crate) fn read_segment_range(
+        &self,
+        rec: &SegmentRec,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
         let mut last = None;
         for p in self.segs.read_order(rec) {
             let dev = self.segs.devices.device(p.device)?;

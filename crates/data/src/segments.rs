@@ -190,6 +190,38 @@ impl Segments {
         }
     }
 
+    /// A device that failed a write (fewer than `FAILING_AFTER`) comes
+    /// last in placement, so it may never be written again, never fail
+    /// again and never be faulted while it fails every write. After each
+    /// commit each such device gets one probe: 4 KiB written to a free
+    /// slot claimed for it, synced, then freed. A failure counts, so a
+    /// device failing every write is faulted within a few commits; one
+    /// that recovered passes and stays.
+    pub(crate) fn probe_suspects(&self) {
+        use cairn_devices::set::FAILING_AFTER;
+        for dev in self.devices.devices() {
+            let id = dev.id();
+            let errors = self.devices.write_errors(id);
+            if errors == 0 || errors >= FAILING_AFTER || !self.devices.is_online(id) {
+                continue;
+            }
+            let Ok(slot) = self.devices.allocate_where(|d, _, _| d.id() == id) else {
+                continue;
+            };
+            assert_eq!(slot.device, id, "a probe's slot is on the device probed");
+            let probe = vec![0u8; 4096];
+            let r = (dev.write_at(&probe, dev.slot_offset(slot.slot))).and_then(|()| dev.sync());
+            let _ = self.devices.release(slot);
+            if let Err(e) = r {
+                let n = self.devices.note_write_error(id);
+                tracing::error!("device {id}: a probe write failed ({e}): {n} failed writes");
+                if n >= FAILING_AFTER {
+                    self.fault(id);
+                }
+            }
+        }
+    }
+
     /// Takes the copy at `addr` out of its segment's record (its write
     /// failed). Its slot stays claimed until the next mount: the record
     /// committed last may still name it, so it must not be reused.

@@ -122,6 +122,12 @@ impl ChunkStore {
         *self.compression.read()
     }
 
+    /// Probes the devices that failed a write (`Segments::probe_suspects`):
+    /// after each commit.
+    pub fn probe_suspects(&self) {
+        self.segs.probe_suspects();
+    }
+
     pub fn devices(&self) -> &Arc<DeviceSet> {
         &self.segs.devices
     }

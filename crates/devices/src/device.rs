@@ -237,6 +237,26 @@ fn host_dir(path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
+/// The size a device made from `spec` as device `id` will have, before
+/// it is made: the size asked for, else a block device's own, else 90% of
+/// the free space where its file goes (what `create_with` gives it).
+pub fn planned_size(spec: &DeviceSpec, id: u32) -> Option<u64> {
+    use std::os::unix::fs::FileTypeExt;
+    if spec.size.is_some() {
+        return spec.size;
+    }
+    let path = device_file_path(&spec.path, id);
+    match std::fs::metadata(&path) {
+        Ok(m) if m.file_type().is_block_device() => {
+            use std::io::{Seek, SeekFrom};
+            std::fs::File::open(&path)
+                .and_then(|mut f| f.seek(SeekFrom::End(0)))
+                .ok()
+        }
+        _ => free_space_of(host_dir(&path)).map(|f| f / 10 * 9),
+    }
+}
+
 /// Smallest device for a segment size: the header area and 4 slots.
 pub fn min_device_size(segment_size: u64) -> u64 {
     DATA_OFFSET + 4 * segment_size

@@ -239,14 +239,12 @@ fn a_missing_device_stays_missing_when_its_copies_fail_to_read() {
     assert_eq!(d1.state, "missing", "{st:?}");
 }
 
-/// FINDING (ignored until fixed): bit rot in the copy a replacement
-/// copies from. Copies are made of whole segments (`relocate.rs`,
-/// `copy_to`), read from the first copy that answers, without checking
-/// the chunks' checksums: a rotten first copy is copied as it is, and
-/// when the good copy was on the device being replaced, the chunk is lost
-/// although a good copy existed when the replacement began.
+/// Bit rot in the copy a replacement reads first: each chunk is checked
+/// as the segment is copied (`verified.rs`), and the rotten one is taken
+/// from the good copy on the device being replaced, so the file is exact
+/// after that device has left (once, whole segments were copied as read
+/// and the chunk was lost although a good copy existed).
 #[test]
-#[ignore = "finding: re-replication copies bit rot from the copy it reads"]
 fn a_replacement_does_not_copy_bit_rot_from_the_other_copy() {
     let d = tempfile::tempdir().unwrap();
     let pool = make(d.path(), 3, "copies=2");
@@ -255,26 +253,38 @@ fn a_replacement_does_not_copy_bit_rot_from_the_other_copy() {
     let ino = common::file_in_root(&fs, "rot");
     fs.write(ino, 0, &data).unwrap();
     fs.flush().unwrap();
-    let segs = fs.pool().chunks.segment_table();
-    assert!(segs
-        .iter()
-        .all(|(_, s)| s.device == 0 && s.copies[0].device == 1));
+    // The segment holding the needle: its first copy (the one reads, and
+    // copies, go to first) gets the rot; the device of its other copy is
+    // replaced.
+    let needle = &data[1_500_000..1_500_064];
+    let found = fs
+        .pool()
+        .chunks
+        .segment_table()
+        .into_iter()
+        .find_map(|(_, s)| {
+            let raw = std::fs::read(device_file(d.path(), s.device)).unwrap();
+            let start = (MIB + s.slot * MIB) as usize;
+            let seg = &raw[start..start + s.used as usize];
+            let at = seg.windows(64).position(|w| w == needle)?;
+            Some((s.device, start + at, s.copies[0].device))
+        });
+    let (rotten, at, good) = found.expect("the needle in a segment's first copy");
     fs.shutdown().unwrap();
     drop(fs);
-    // Rot in device 0's copy, the one reads (and copies) go to first.
-    let path = device_file(d.path(), 0);
+    let path = device_file(d.path(), rotten);
     let mut raw = std::fs::read(&path).unwrap();
-    let needle = &data[1_500_000..1_500_064];
-    let at = raw.windows(64).position(|w| w == needle).unwrap();
     raw[at..at + 64].iter_mut().for_each(|b| *b ^= 0x5a);
     std::fs::write(&path, &raw).unwrap();
     let fs = open(&pool);
     let new = spec(d.path(), 3);
-    let old = device_file(d.path(), 1);
+    let old = device_file(d.path(), good);
     fs.device_replace(&old, &new, &|_, _| {}).unwrap();
     let got = fs.read(ino, 0, data.len() as u32 + 1);
     let got = got.unwrap_or_else(|e| panic!("the file after the replacement: {e}"));
     assert!(got == data, "the file differs after the replacement");
+    let st = fs.redundancy_status();
+    assert!(st.repaired >= 1, "the rotten chunk was counted: {st:?}");
 }
 
 /// Re-replication running in a loop while new data is written and

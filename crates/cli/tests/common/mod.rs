@@ -590,6 +590,17 @@ impl Drop for Fs {
 
 // ------------------------------------------------------------------ helpers
 
+/// Where the segment slots of the device file at `dev` start (its header's
+/// data offset, docs/FORMAT.md): data stored in the pool lies past it, a
+/// copy of the intent log (which holds fsync'd bytes too) before it.
+pub fn data_offset(dev: &Path) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 8];
+    let f = File::open(dev).unwrap_or_else(|e| panic!("{}: {e}", dev.display()));
+    f.read_exact_at(&mut b, 56).unwrap();
+    u64::from_le_bytes(b)
+}
+
 /// The errno of a failed call; panics (with `what`) if it succeeded.
 pub fn errno_of<T: std::fmt::Debug>(r: io::Result<T>, what: &str) -> i32 {
     match r {

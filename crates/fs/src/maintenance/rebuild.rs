@@ -82,7 +82,6 @@ pub fn rebuild_pool(pool: &Path, dry_run: bool) -> Result<RebuildReport> {
         .collect();
     let config = crate::pool::config::PoolConfig::load(&PoolPaths::config(pool))?;
     let (devs, descs) = crate::maintenance::salvage::pool_devices(&r, pool, &sb, &config)?;
-    drop(devs);
     let found = walk(&r, rs, &segs)?;
     let mut rep = RebuildReport {
         kept: found.kept.len() as u64,
@@ -109,7 +108,27 @@ pub fn rebuild_pool(pool: &Path, dry_run: bool) -> Result<RebuildReport> {
     // The new store must pass the same check a mount makes.
     drop(MetaStore::open(&tmp, 16 << 20, PageCache::new())?);
     rep.set_aside = swap_in(pool, &meta, &tmp)?;
+    rep.set_aside.extend(log_areas_aside(pool, &devs)?);
     Ok(rep)
+}
+
+/// The copies of the intent log on devices name the damaged store's state,
+/// as the pool directory's log does (`swap_in`): each is copied to a file
+/// beside the pool's, then emptied (zeros over the whole area), so that no
+/// mount replays it onto the rebuilt store.
+fn log_areas_aside(pool: &Path, devs: &[cairn_devices::Device]) -> Result<Vec<String>> {
+    let secs = Time::now().secs;
+    let mut out = Vec::new();
+    for dev in devs {
+        let Some(area) = dev.log_area() else {
+            continue;
+        };
+        let to = pool.join(format!("intent.log.damaged-{secs}.device{}", dev.id()));
+        crate::writeback::log_file::set_aside(&*area, &to)
+            .map_err(|e| FsError::Io(format!("{}: {e}", dev.path.display())))?;
+        out.push(to.display().to_string());
+    }
+    Ok(out)
 }
 
 /// A store that passes its integrity check is not rebuilt.

@@ -32,11 +32,11 @@ impl std::str::FromStr for LogHome {
 /// The largest area mkfs gives the log on its own: the default log size.
 const MAX_AUTO: u64 = crate::writeback::log_file::LOG_SIZE;
 
-/// The log area mkfs gives a device of `size` bytes (unknown: most of
-/// its filesystem): a sixteenth of it, in whole MiB, at most the default
-/// log size; None when that is under the smallest area.
+/// The log area mkfs gives a device of `size` bytes: a sixteenth of it,
+/// in whole MiB, at most the default log size; None when that is under
+/// the smallest area or the size is unknown.
 fn auto_area(size: Option<u64>) -> Option<u64> {
-    let area = size.map_or(MAX_AUTO, |s| (s / 16).min(MAX_AUTO)) & !((1 << 20) - 1);
+    let area = (size? / 16).min(MAX_AUTO) & !((1 << 20) - 1);
     (area >= MIN_LOG_AREA).then_some(area)
 }
 
@@ -56,8 +56,11 @@ pub fn place(opts: &mut MkfsOptions) -> Option<String> {
     {
         return None;
     }
+    let sizes: Vec<Option<u64>> = (opts.devices.iter().enumerate())
+        .map(|(i, d)| cairn_devices::device::planned_size(d, i as u32))
+        .collect();
     let mut order: Vec<usize> = (0..opts.devices.len())
-        .filter(|&i| eligible(&opts.devices[i]) && auto_area(opts.devices[i].size).is_some())
+        .filter(|&i| eligible(&opts.devices[i]) && auto_area(sizes[i]).is_some())
         .collect();
     let want = (opts.meta_copies.clamp(1, 2) as usize).min(order.len().max(1));
     order.sort_by_key(|&i| opts.devices[i].class.rank());
@@ -71,7 +74,7 @@ pub fn place(opts: &mut MkfsOptions) -> Option<String> {
         }
     }
     for &i in &chosen {
-        opts.devices[i].log = auto_area(opts.devices[i].size);
+        opts.devices[i].log = auto_area(sizes[i]);
     }
     match chosen.len() {
         0 => Some(

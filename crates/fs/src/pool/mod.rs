@@ -368,7 +368,9 @@ fn mkfs_in(
     for (id, spec) in opts.devices.iter().enumerate() {
         made.will_create(&files[id]);
         let dev = Device::create_with(spec, id as u32, uuid, opts.segment_size, storage)?;
-        if let Some(area) = dev.log_area() {
+        // A sparse device keeps its blocks unallocated: its log's records
+        // allocate theirs as they come (as a log file's do past its start).
+        if let Some(area) = dev.log_area().filter(|_| !dev.is_sparse()) {
             crate::writeback::log_file::prepare_area(&*area).map_err(io(&dev.path))?;
         }
         warnings.extend(device_warnings(pool, &dev, spec));

@@ -50,7 +50,10 @@ impl Fs {
         let Some(area) = dev.log_area() else {
             return Ok(());
         };
-        prepare_area(&*area).map_err(|e| FsError::Io(format!("{}: {e}", dev.path.display())))?;
+        if !dev.is_sparse() {
+            prepare_area(&*area)
+                .map_err(|e| FsError::Io(format!("{}: {e}", dev.path.display())))?;
+        }
         if let Some(log) = &self.intent {
             let place = Place {
                 name: dev.path.clone(),

@@ -192,6 +192,7 @@ impl Fs {
         drop(st);
         self.pool.chunks.release_slots(freed)?;
         self.reserve.recover();
+        self.pool.chunks.probe_suspects();
         Ok(())
     }
 

@@ -708,6 +708,29 @@ pub fn prepare_area(f: &dyn Backend) -> io::Result<()> {
     f.sync_data()
 }
 
+/// Copies a device's log area to the new file `to` (mode 0600), then
+/// writes zeros over the whole area: its records are set aside, and no
+/// open finds them (`salvage --rebuild`).
+pub fn set_aside(f: &dyn Backend, to: &Path) -> io::Result<()> {
+    use std::io::Write;
+    let mut out = cairn_devices::private::private_options()
+        .create_new(true)
+        .write(true)
+        .open(to)?;
+    let len = f.len()?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(buf.len() as u64) as usize;
+        f.read_at(&mut buf[..n], at)?;
+        out.write_all(&buf[..n])?;
+        at += n as u64;
+    }
+    out.sync_all()?;
+    zero(f, 0, len)?;
+    f.sync_data()
+}
+
 /// Writes zeros over `[from, to)` of `f`.
 fn zero(f: &dyn Backend, from: u64, to: u64) -> io::Result<()> {
     let zeros = vec![0u8; 1 << 20];
