@@ -9,12 +9,13 @@
 //! it (tests/layering.rs checks this):
 //! compress, error -> aligned -> chunk -> records -> policy -> heat,
 //! cache, wpipe -> copies -> dead_pages -> open_segment -> segments ->
-//! writer -> readahead -> store -> read, heal, relocate.
+//! writer -> readahead -> store -> read, heal, verified -> relocate.
 //!
 //! Redundancy: a segment may have copies on other devices (`policy.rs`
 //! says how many, `copies.rs` writes them in parallel, `heal.rs` reads
 //! another copy when one fails its checks and rewrites the bad one,
-//! `relocate.rs` makes and moves copies).
+//! `relocate.rs` makes and moves copies, reading them checked chunk by
+//! chunk through `verified.rs`).
 
 mod aligned;
 pub mod cache;

@@ -191,28 +191,6 @@ impl ChunkStore {
         dst.sync().map_err(failed)
     }
 
-    /// Reads `buf.len()` bytes at `off` of segment `rec` from the first
-    /// copy that gives them (in read order).
-    pub(crate) fn read_segment_range(
-        &self,
-        rec: &SegmentRec,
-        off: u64,
-        buf: &mut [u8],
-    ) -> Result<()> {
-        let mut last = None;
-        for p in self.segs.read_order(rec) {
-            let dev = self.segs.devices.device(p.device)?;
-            match dev.read_at(buf, dev.slot_offset(p.slot) + off) {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    tracing::warn!("copy on device {}: {e}; reading another", p.device);
-                    last = Some(e);
-                }
-            }
-        }
-        Err(last.expect("a segment has a copy").into())
-    }
-
     /// The segment's record as it will be after the change, or None if
     /// the segment changed since it was prepared (dropped, or moved by
     /// someone else): then the caller gives up with `abandon`.

@@ -125,6 +125,23 @@ impl ChunkStore {
         Ok(seen)
     }
 
+    /// Reads `buf.len()` bytes at `off` of segment `rec` from the first
+    /// copy that gives them (in read order).
+    fn read_segment_range(&self, rec: &SegmentRec, off: u64, buf: &mut [u8]) -> Result<()> {
+        let mut last = None;
+        for p in self.segs.read_order(rec) {
+            let dev = self.segs.devices.device(p.device)?;
+            match dev.read_at(buf, dev.slot_offset(p.slot) + off) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!("copy on device {}: {e}; reading another", p.device);
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("a segment has a copy").into())
+    }
+
     /// The chunk at `pos` of segment `rec` from the first copy that holds
     /// it intact, read alone.
     fn intact_chunk_elsewhere(&self, rec: &SegmentRec, pos: u64, room: u64) -> Option<Vec<u8>> {

@@ -29,6 +29,7 @@ const ORDER: &[&str] = &[
     "store",
     "read",
     "heal",
+    "verified",
     "relocate",
 ];
 
