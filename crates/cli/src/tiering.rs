@@ -235,6 +235,10 @@ fn status(t: &TargetArgs) -> Result<()> {
         if d["failing"].as_bool() == Some(true) {
             notes.push_str(" [FAILING]");
         }
+        match d["state"].as_str() {
+            Some("online") | None => {}
+            Some(s) => notes.push_str(&format!(" [{}]", s.to_uppercase())),
+        }
         if let Some(e) = d["emulated"].as_str() {
             notes.push_str(&format!(" [emulated slow: {e}]"));
         }

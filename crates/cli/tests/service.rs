@@ -859,6 +859,10 @@ fn dashboard_in_headless_chromium() {
             "{t}"
         );
     }
+    // Each device's state (online, missing, faulted) is shown.
+    let states = page["state_cells"].as_array().unwrap();
+    assert_eq!(states.len(), 2, "{page}");
+    assert!(states.iter().all(|s| s == "online"), "{states:?}");
     let names: Vec<&str> = page["snapshot_names"]
         .as_array()
         .unwrap()

@@ -53,6 +53,7 @@ try {
     // What the page shows of the pool's strings, as text.
     pool_text: await page.$eval("#pool", (e) => e.textContent),
     path_cells: await page.$$eval("#devices td.path", (tds) => tds.map((t) => t.textContent)),
+    state_cells: await page.$$eval("#devices td.state", (tds) => tds.map((t) => t.textContent)),
     snapshot_names: await page.$$eval("#timeline text.snap-name", (ts) => ts.map((t) => t.textContent)),
   };
   await page.screenshot({ path: path.join(outDir, "dashboard-before.png"), fullPage: true });

@@ -174,7 +174,9 @@ function onTier(t) {
     const io = devIo.get(String(d.id)) || {};
     const heat = d.heat.map((n, b) => el("i", { title: "heat " + HEAT_NAME[b] + ": " + n + " segments", style: { background: HEAT[b], opacity: n ? 1 : 0.25 } }, String(n)));
     return el("tr", { data: { device: d.id, used: d.used, size: d.size, path: d.path } },
-      el("td", {}, String(d.id)), el("td", {}, d.class), el("td", {}, d.role), el("td", { class: "path" }, d.path),
+      el("td", {}, String(d.id)), el("td", {}, d.class), el("td", {}, d.role),
+      el("td", { class: "state" + (d.state === "online" ? "" : " bad") }, (d.state || "?") + (d.failing ? " (failing writes)" : "")),
+      el("td", { class: "path" }, d.path),
       el("td", {}, el("span", { class: "bar" }, el("i", { style: { width: pct.toFixed(1) + "%" } })), " " + human(d.used) + " / " + human(d.size)),
       el("td", {}, d.segments + " (" + d.hot_segments + " hot)"),
       el("td", {}, "r " + human(io.cairn_device_read_bytes || 0) + ", w " + human(io.cairn_device_written_bytes || 0)),
