@@ -47,6 +47,10 @@ impl Backend for Emulated {
         self.inner.write_durable_at(buf, off)
     }
 
+    fn write_back_wait(&self, off: u64, len: u64) -> io::Result<()> {
+        self.inner.write_back_wait(off, len)
+    }
+
     fn len(&self) -> io::Result<u64> {
         self.inner.len()
     }

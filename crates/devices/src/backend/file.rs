@@ -242,6 +242,25 @@ impl Backend for FileBackend {
         }
     }
 
+    fn write_back_wait(&self, off: u64, len: u64) -> io::Result<()> {
+        let how = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        // SAFETY: plain sync_file_range on an fd we own.
+        let rc = unsafe {
+            libc::sync_file_range(
+                self.file.as_raw_fd(),
+                off as libc::off64_t,
+                len as libc::off64_t,
+                how,
+            )
+        };
+        match rc {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
     fn drop_cached(&self, off: u64, len: u64) {
         // SAFETY: plain posix_fadvise on an fd we own.
         unsafe {

@@ -107,6 +107,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// waiting (sync_file_range). Failures show at `sync_data`.
     fn start_writeback(&self, _off: u64, _len: u64) {}
 
+    /// Writes `len` bytes at `off` back to the disk and waits, without a
+    /// cache flush: the flush of a later `write_durable_at` of the same
+    /// object then makes them durable too (one device flush for both).
+    /// A backend whose `write_durable_at` syncs everything does nothing
+    /// here (the default).
+    fn write_back_wait(&self, _off: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
+
     /// Hint: `len` bytes at `off` will likely be read soon; a backend with
     /// slow reads may start fetching them in the background. Never fails
     /// (a failed fetch shows, if at all, at the read).

@@ -52,6 +52,11 @@ impl Backend for Window {
         self.inner.write_durable_at(buf, at)
     }
 
+    fn write_back_wait(&self, off: u64, len: u64) -> io::Result<()> {
+        let at = self.at(off, len as usize)?;
+        self.inner.write_back_wait(at, len)
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         self.inner.sync_data()
     }

@@ -167,15 +167,22 @@ pub struct Place {
 }
 
 impl Place {
-    /// Writes `rec` at each of `offs` and makes it durable.
+    /// Writes `rec` at each of `offs` and makes it durable: in a device's
+    /// area, every copy but the last written back (no flush) and the last
+    /// written durably, whose one device flush covers them all.
     fn write_record(&self, rec: &[u8], offs: impl Iterator<Item = u64>) -> io::Result<()> {
+        let offs: Vec<u64> = offs.collect();
+        let Some((&last, rest)) = offs.split_last() else {
+            return Ok(());
+        };
         if self.shared {
-            return offs
-                .into_iter()
-                .try_for_each(|at| self.io.write_durable_at(rec, at));
+            for &at in rest {
+                self.io.write_at(rec, at)?;
+                self.io.write_back_wait(at, rec.len() as u64)?;
+            }
+            return self.io.write_durable_at(rec, last);
         }
-        offs.into_iter()
-            .try_for_each(|at| self.io.write_at(rec, at))?;
+        offs.iter().try_for_each(|&at| self.io.write_at(rec, at))?;
         self.io.sync_data()
     }
 }
