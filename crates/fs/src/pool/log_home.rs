@@ -98,6 +98,7 @@ pub fn mkfs_line(opts: &MkfsOptions) -> String {
         .collect();
     match on.len() {
         0 => "intent log: the pool directory's intent.log (one copy, two halves)".into(),
+        1 => format!("intent log: 1 copy, on {}", on[0]),
         n => format!("intent log: {n} copies, on {}", on.join(" and ")),
     }
 }
