@@ -11,9 +11,8 @@
 
 use cairn_devices::backend::{crash_images, read_images, write_images, CrashMode, Images};
 use cairn_devices::backend::{Event, Recorder, TraceStorage};
-use cairn_devices::{DeviceClass, DeviceSpec};
 use cairn_fs::maintenance::check::check_pool;
-use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, SnapshotKind, ROOT_INO};
+use cairn_fs::{Ctx, Fs, Pool, SnapshotKind, ROOT_INO};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -30,14 +29,7 @@ type Model = BTreeMap<String, Vec<u8>>;
 /// images of it fit in memory), opened and shut down once so that the
 /// intent log and the metadata reserve exist before recording starts.
 fn make_pool(dir: &Path) -> PathBuf {
-    let pool = dir.join("pool");
-    let spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), Some(64 << 20));
-    let o = MkfsOptions {
-        devices: vec![spec],
-        sparse: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(&pool, o).unwrap();
+    let pool = common::one_device_pool(dir);
     let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
     fs.shutdown().unwrap();
     pool

@@ -17,14 +17,14 @@
 
 mod common;
 
-use cairn_devices::backend::{read_images, write_images, CrashMode, Images, Replay};
+use cairn_devices::backend::{read_images, CrashMode, Images, Replay};
 use cairn_devices::backend::{Event, Recorder, TraceStorage};
 use cairn_devices::{DeviceClass, DeviceSpec};
 use cairn_fs::maintenance::check::check_pool;
 use cairn_fs::{mkfs, Fs, MkfsOptions, Pool, PoolConfig};
 use common::workload::{self, Point, Rng};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -122,29 +122,10 @@ fn crash_points(run: &Run, n: usize, rng: &mut Rng) -> Vec<usize> {
     ks.into_iter().collect()
 }
 
-/// Replaces every file under `dir` by the images (removing files the
-/// images do not have: what an earlier recovery created).
-fn restore(dir: &Path, images: &Images) {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            let t = e.file_type().unwrap();
-            let rel: PathBuf = p.strip_prefix(dir).unwrap().to_path_buf();
-            if t.is_dir() {
-                stack.push(p);
-            } else if t.is_file() && !images.contains_key(&rel) && rel != Path::new(RESERVE) {
-                std::fs::remove_file(&p).unwrap();
-            }
-        }
-    }
-    write_images(dir, images).unwrap();
-}
-
 /// Recovers the pool from the crash `images` (after `k` events) and
 /// checks it.
 fn crash_at(dir: &Path, run: &Run, k: usize, images: &Images) -> Result<(), String> {
-    restore(dir, images);
+    common::restore(dir, images, |rel| rel == Path::new(RESERVE));
     let pool = Pool::open(&dir.join("pool"), Some(config())).map_err(|e| format!("open: {e}"))?;
     let rep = check_pool(&pool).map_err(|e| format!("check: {e}"))?;
     if !rep.problems.is_empty() {

@@ -206,14 +206,7 @@ fn a_failed_data_device_write_is_counted_and_the_flush_retried() {
 #[test]
 fn a_metadata_copy_whose_writes_fail_is_dropped_and_repaired_at_open() {
     let d = tempfile::tempdir().unwrap();
-    let pool = d.path().join("pool");
-    let spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), Some(64 << 20));
-    let o = MkfsOptions {
-        devices: vec![spec],
-        sparse: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(&pool, o).unwrap();
+    let pool = common::one_device_pool(d.path());
     let (fs, st) = open_faulty(&pool);
     assert_eq!(fs.pool().meta.mirror_stats().map(|s| s.copies), Some(2));
     let meta = st.control(&pool.join("meta.redb"));
@@ -248,14 +241,7 @@ fn a_metadata_copy_whose_writes_fail_is_dropped_and_repaired_at_open() {
 #[test]
 fn a_second_copy_that_cannot_be_repaired_at_open_leaves_the_first_alone() {
     let d = tempfile::tempdir().unwrap();
-    let pool = d.path().join("pool");
-    let spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), Some(64 << 20));
-    let o = MkfsOptions {
-        devices: vec![spec],
-        sparse: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(&pool, o).unwrap();
+    let pool = common::one_device_pool(d.path());
     let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
     let f = fs.create(Ctx::ROOT, ROOT_INO, b"a", 0o644).unwrap();
     fs.write(f.ino, 0, b"in both copies").unwrap();

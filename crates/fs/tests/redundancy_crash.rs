@@ -21,7 +21,7 @@
 mod common;
 
 use cairn_data::{ChunkRec, Policy};
-use cairn_devices::backend::{read_images, write_images, CrashMode, Images, Replay};
+use cairn_devices::backend::{read_images, CrashMode, Images, Replay};
 use cairn_devices::backend::{Event, Recorder, TraceStorage};
 use cairn_devices::{DeviceClass, DeviceSpec};
 use cairn_fs::maintenance::check::check_pool;
@@ -150,25 +150,6 @@ fn crash_points(trace: &[Event], max: usize, seed: u64) -> Vec<usize> {
         ks.insert(rng.below(trace.len() as u64 + 1) as usize);
     }
     ks.into_iter().collect()
-}
-
-/// Replaces every file under `dir` by the images (removing files the
-/// images do not have: what an earlier recovery created).
-fn restore(dir: &Path, images: &Images) {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            let t = e.file_type().unwrap();
-            let rel = p.strip_prefix(dir).unwrap().to_path_buf();
-            if t.is_dir() {
-                stack.push(p);
-            } else if t.is_file() && !images.contains_key(&rel) && !is_reserve(&rel) {
-                std::fs::remove_file(&p).unwrap();
-            }
-        }
-    }
-    write_images(dir, images).unwrap();
 }
 
 /// What must hold of an opened pool: every file exact, every copy of
@@ -307,7 +288,7 @@ fn sweep(dir: &Path, run: &Run, s: &Scenario) {
     for (j, &k) in ks.iter().enumerate() {
         let mode = modes[j % 3];
         replay.advance(k);
-        restore(dir, &replay.images(mode, k as u64));
+        common::restore(dir, &replay.images(mode, k as u64), is_reserve);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| at_point(dir, s)));
         let r = r.unwrap_or_else(|p| {
             let msg = p

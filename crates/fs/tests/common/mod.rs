@@ -9,6 +9,42 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
+/// `POOL` under `dir`, made with one 64 MiB sparse ssd device inside it
+/// (`data.0`; crash images of it fit in memory), not opened.
+pub fn one_device_pool(dir: &Path) -> std::path::PathBuf {
+    use cairn_devices::{DeviceClass, DeviceSpec};
+    let pool = dir.join("pool");
+    let spec = DeviceSpec::tier(DeviceClass::Ssd, pool.join("data.0"), Some(64 << 20));
+    let o = MkfsOptions {
+        devices: vec![spec],
+        sparse: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(&pool, o).unwrap();
+    pool
+}
+
+/// Puts every file under `dir` back as the crash `images` have it:
+/// written from them, and removed when they do not have it (what an
+/// earlier recovery created), except those `keep` names (by path relative
+/// to `dir`).
+pub fn restore(dir: &Path, images: &cairn_devices::backend::Images, keep: impl Fn(&Path) -> bool) {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let t = e.file_type().unwrap();
+            let rel = p.strip_prefix(dir).unwrap().to_path_buf();
+            if t.is_dir() {
+                stack.push(p);
+            } else if t.is_file() && !images.contains_key(&rel) && !keep(&rel) {
+                std::fs::remove_file(&p).unwrap();
+            }
+        }
+    }
+    cairn_devices::backend::write_images(dir, images).unwrap();
+}
+
 /// A new pool with default options under `dir`, opened.
 pub fn make(dir: &Path) -> Arc<Fs> {
     let o = MkfsOptions {
