@@ -692,12 +692,8 @@ impl LogFile {
 /// file system to allocate.
 fn make(f: &dyn Backend, size: u64, old: u64) -> io::Result<()> {
     f.set_len(size)?;
-    let quarter = size / 4;
-    let head = (ZERO_FILLED / 2).min(quarter);
-    zero(f, 0, head.max(old.min(size)))?;
-    for q in 1..4 {
-        zero(f, q * quarter, q * quarter + head)?;
-    }
+    let head = zero_heads(f, size)?;
+    zero(f, head, old.min(size))?;
     f.sync_data()
 }
 
@@ -706,13 +702,19 @@ fn make(f: &dyn Backend, size: u64, old: u64) -> io::Result<()> {
 /// that fsync's records overwrite written blocks (no extent to convert,
 /// nothing but the record for a durable write to flush).
 pub fn prepare_area(f: &dyn Backend) -> io::Result<()> {
-    let size = f.len()?;
+    zero_heads(f, f.len()?)?;
+    f.sync_data()
+}
+
+/// Zeros over the start of each half of each region of a log of `size`
+/// bytes (`ZERO_FILLED` per region); returns the length of each start.
+fn zero_heads(f: &dyn Backend, size: u64) -> io::Result<u64> {
     let quarter = size / 4;
     let head = (ZERO_FILLED / 2).min(quarter);
     for q in 0..4 {
         zero(f, q * quarter, q * quarter + head)?;
     }
-    f.sync_data()
+    Ok(head)
 }
 
 /// Copies a device's log area to the new file `to` (mode 0600), then
