@@ -150,6 +150,15 @@ pub fn redundancy(c: RedundancyCmd) -> Result<()> {
                     num(&v, "short"),
                     num(&v, "lost")
                 );
+                let stripes = ["stripes_made", "members_made", "stripes_dropped"];
+                if stripes.iter().any(|k| num(&v, k) > 0) {
+                    println!(
+                        "stripes: {} made, {} members made again, {} dropped",
+                        num(&v, "stripes_made"),
+                        num(&v, "members_made"),
+                        num(&v, "stripes_dropped")
+                    );
+                }
             }
             return Ok(());
         }
@@ -195,6 +204,14 @@ fn print_redundancy(v: &Value) {
         num(v, "lost_segments"),
         human(num(v, "lost_bytes"))
     );
+    if num(v, "stripes") + num(v, "waiting_for_stripe") > 0 {
+        println!(
+            "{} stripes holding {} segments; {} segments wait for a stripe (keeping their copies meanwhile)",
+            num(v, "stripes"),
+            num(v, "striped_segments"),
+            num(v, "waiting_for_stripe")
+        );
+    }
     println!(
         "since mount: {} reads served from another copy, {} copies repaired, {} left bad",
         num(v, "served_from_other_copy"),

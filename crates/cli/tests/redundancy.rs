@@ -271,13 +271,93 @@ fn copies_are_raised_online_and_then_cover_a_lost_device() {
     fs.finish();
 }
 
+/// Slots in use per device, summed (`tier status`): the space the pool
+/// takes.
+fn slots_used(fs: &Fs) -> u64 {
+    let v = json(&["tier", "status", fs.mnt.to_str().unwrap(), "--json"]);
+    let devs = v.as_array().unwrap().iter();
+    devs.map(|d| d["used"].as_u64().unwrap()).sum()
+}
+
+#[test]
+fn an_ec_4_2_pool_loses_any_two_of_six_devices_and_reads_every_file_exact() {
+    let mut fs = pool_with(6, "64M", "ec=4+2");
+    write_files(&fs);
+    let big = pattern(78, 40 << 20);
+    std::fs::write(fs.p("big"), &big).unwrap();
+    let m = fs.mnt.to_str().unwrap().to_string();
+    cairn_ok(&["sync", &m]);
+    let before = slots_used(&fs);
+    cairn_ok(&["redundancy", "rebuild", &m]);
+    let st = redundancy(&fs);
+    assert_eq!(st["policy"], "ec=4+2");
+    assert!(st["stripes"].as_u64().unwrap() >= 2, "{st}");
+    assert_eq!(st["short_segments"], 0, "{st}");
+    // Three copies until striped, then 1.5 (the stripe's tail waits).
+    let after = slots_used(&fs);
+    assert!(
+        after * 10 < before * 7,
+        "striping frees copies: {before} -> {after}"
+    );
+    assert_files(&fs, "striped");
+    let devs = devices(&fs);
+    let mut rounds = 0;
+    for (a, b) in [(1, 4), (0, 5)] {
+        fs.unmount();
+        let lost = [lose(&devs[a].1), lose(&devs[b].1)];
+        // Covered by parity: read-write without --degraded.
+        fs.mount();
+        let log = fs.daemon_output();
+        assert!(
+            log.contains("DEGRADED") && !log.contains("READ-ONLY"),
+            "{log}"
+        );
+        assert_files(&fs, &format!("devices {a} and {b} missing"));
+        let log = fs.daemon_output();
+        assert!(log.contains("restored from its stripe's parity"), "{log}");
+        assert_bytes_eq(&std::fs::read(fs.p("big")).unwrap(), &big, "big, two lost");
+        fs.unmount();
+        for (away, (_, path, _)) in lost.iter().zip([&devs[a], &devs[b]]) {
+            std::fs::rename(away, path).unwrap();
+        }
+        fs.mount();
+        rounds += 1;
+    }
+    assert_eq!(rounds, 2);
+    // A lost device is replaced: its members are restored from parity.
+    fs.unmount();
+    lose(&devs[2].1);
+    fs.mount();
+    std::fs::write(fs.p("d/while-degraded"), pattern(77, 2 << 20)).unwrap();
+    let new = fs.dev("r2");
+    let id = devs[2].0.to_string();
+    cairn_ok(&["device", "replace", &m, &id, &format!("ssd:{new}:64M")]);
+    let st = redundancy(&fs);
+    assert_eq!(st["lost_segments"], 0, "{st}");
+    assert!(devices(&fs).iter().all(|(_, _, s)| s == "online"), "{st}");
+    let rep = json(&["scrub", &m, "--json"]);
+    assert_eq!(rep["damaged"].as_array().unwrap().len(), 0, "{rep}");
+    // The rebuilt members are right: lose two others and read all.
+    let devs = devices(&fs);
+    fs.unmount();
+    lose(&devs[0].1);
+    lose(&devs[3].1);
+    fs.mount();
+    assert_files(&fs, "after the replace, two others lost");
+    assert_bytes_eq(&std::fs::read(fs.p("big")).unwrap(), &big, "big, replaced");
+    let got = std::fs::read(fs.p("d/while-degraded")).unwrap();
+    assert_bytes_eq(&got, &pattern(77, 2 << 20), "written while degraded");
+    fs.finish();
+}
+
 #[test]
 fn bad_policies_are_refused_with_a_reason() {
     let fs = Fs::create();
     let pool = fs.pool.to_str().unwrap();
     let e = cairn_err(&["mkfs", pool, "--redundancy", "copies=9"], "give 1 to 4");
     assert!(e.contains("copies=9"), "{e}");
-    cairn_err(&["mkfs", pool, "--redundancy", "ec=4+2"], "erasure coding");
+    cairn_err(&["mkfs", pool, "--redundancy", "ec=4"], "expected ec=K+M");
+    cairn_err(&["mkfs", pool, "--redundancy", "ec=4+4"], "1 to 3 parity");
     cairn_err(
         &["mkfs", pool, "--redundancy", "s3:copies=2"],
         "keeps one copy",

@@ -20,6 +20,9 @@ pub enum DataError {
     NoSpace,
     #[error("busy: {0}")]
     Busy(String),
+    /// A stripe's parity could not be computed or a member restored.
+    #[error("parity: {0}")]
+    Parity(String),
     #[error("segment writer: {0}")]
     Writer(&'static str),
     /// A write or sync of a device failed (other than for lack of space):

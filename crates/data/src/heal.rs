@@ -6,7 +6,9 @@
 //! logged (segment, offset, device) and counted (`HealStats`); the
 //! filesystem layer, which knows the file, logs it with the file's name.
 //! Scrub checks every copy of a chunk, not only the one reads go to
-//! (`check_copies`).
+//! (`check_copies`). A segment in a stripe (`ec=K+M`) whose copies all
+//! fail has the chunk restored from the other members of the stripe
+//! (`stripe_read.rs`), and its copy rewritten so.
 
 use crate::chunk::unseal;
 use crate::error::{DataError, Result};
@@ -44,7 +46,7 @@ impl ChunkStore {
     ) -> Result<T> {
         let e = match first {
             Ok(v) => return Ok(v),
-            Err(e) if curable(&e) && self.copy_count(rec) > 1 => e,
+            Err(e) if curable(&e) && self.has_other_source(rec) => e,
             Err(e) => return Err(e),
         };
         tracing::warn!("{e}: reading another copy");
@@ -53,9 +55,11 @@ impl ChunkStore {
         from_sealed(&sealed)
     }
 
-    /// How many copies the segment of `rec` has.
-    fn copy_count(&self, rec: &ChunkRec) -> usize {
-        self.segment(rec.segment).map_or(0, |s| 1 + s.copies.len())
+    /// True if the chunk can come from elsewhere than the copy read
+    /// first: another copy, or the stripe of its segment.
+    fn has_other_source(&self, rec: &ChunkRec) -> bool {
+        self.segment(rec.segment)
+            .is_some_and(|s| !s.copies.is_empty() || self.stripe_of(&s.places()).is_some())
     }
 
     /// Reads `rec` from each copy until one is good; rewrites the bad ones
@@ -68,7 +72,7 @@ impl ChunkStore {
         for place in self.segs.read_order(&seg) {
             match self.read_copy(rec, place) {
                 Ok(sealed) => {
-                    let check = self.repair(rec, &sealed, place, bad);
+                    let check = self.repair(rec, &sealed, &format!("device {}", place.device), bad);
                     return Ok((sealed, check));
                 }
                 Err(e) => {
@@ -76,6 +80,16 @@ impl ChunkStore {
                     bad.push(place);
                 }
             }
+        }
+        if let Some(restored) = self.chunk_from_stripe(rec) {
+            let sealed = restored?;
+            tracing::warn!(
+                "the chunk at segment {} offset {} was restored from its stripe's parity",
+                rec.segment,
+                rec.offset
+            );
+            let check = self.repair(rec, &sealed, "the stripe's parity", bad);
+            return Ok((sealed, check));
         }
         Err(corrupt(
             rec,
@@ -107,14 +121,8 @@ impl ChunkStore {
     }
 
     /// Rewrites `rec` in each copy of `bad` (on online devices) with the
-    /// good `sealed` bytes read from `good`.
-    fn repair(
-        &self,
-        rec: &ChunkRec,
-        sealed: &[u8],
-        good: SlotAddr,
-        bad: Vec<SlotAddr>,
-    ) -> CopyCheck {
+    /// good `sealed` bytes (`good` says where they came from).
+    fn repair(&self, rec: &ChunkRec, sealed: &[u8], good: &str, bad: Vec<SlotAddr>) -> CopyCheck {
         let mut out = CopyCheck {
             good: 1,
             ..Default::default()
@@ -123,11 +131,10 @@ impl ChunkStore {
             match self.rewrite(rec, sealed, place) {
                 Ok(()) => {
                     tracing::warn!(
-                        "repaired the chunk at segment {} offset {} on device {} from device {}",
+                        "repaired the chunk at segment {} offset {} on device {} from {good}",
                         rec.segment,
                         rec.offset,
                         place.device,
-                        good.device
                     );
                     self.heal.repaired.fetch_add(1, Ordering::Relaxed);
                     out.repaired.push(place);
@@ -193,6 +200,15 @@ impl ChunkStore {
                 Err(_) => bad.push(place),
             }
         }
+        let restored = match good {
+            None => self.chunk_from_stripe(rec).and_then(|r| r.ok()),
+            Some(_) => None,
+        };
+        if let Some(sealed) = restored {
+            let mut check = self.repair(rec, &sealed, "the stripe's parity", bad);
+            check.good = 0;
+            return Ok(check);
+        }
         let Some((from, sealed)) = good else {
             return Ok(CopyCheck {
                 bad,
@@ -200,7 +216,7 @@ impl ChunkStore {
             });
         };
         let total = 1 + seg.copies.len();
-        let mut check = self.repair(rec, &sealed, from, bad);
+        let mut check = self.repair(rec, &sealed, &format!("device {}", from.device), bad);
         check.good = total - check.repaired.len() - check.bad.len();
         Ok(check)
     }

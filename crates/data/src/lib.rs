@@ -7,15 +7,20 @@
 //!
 //! Modules form layers, bottom to top; each refers only to modules below
 //! it (tests/layering.rs checks this):
-//! compress, error -> aligned -> chunk -> records -> policy -> heat,
-//! cache, wpipe -> copies -> dead_pages -> open_segment -> segments ->
-//! writer -> readahead -> store -> read, heal, verified -> relocate.
+//! compress, error, ec -> aligned -> chunk -> records -> stripe_rec ->
+//! stripes -> policy -> heat, cache, wpipe -> copies -> dead_pages ->
+//! open_segment -> segments -> writer -> readahead -> store ->
+//! stripe_read -> read, heal, verified -> relocate -> stripe_build.
 //!
 //! Redundancy: a segment may have copies on other devices (`policy.rs`
 //! says how many, `copies.rs` writes them in parallel, `heal.rs` reads
 //! another copy when one fails its checks and rewrites the bad one,
 //! `relocate.rs` makes and moves copies, reading them checked chunk by
-//! chunk through `verified.rs`).
+//! chunk through `verified.rs`). A layout `ec=K+M` keeps M+1 copies of a
+//! new segment until K sealed ones are gathered into a stripe with M
+//! parity members (`ec.rs` the codec, `stripe_rec.rs` the record,
+//! `stripes.rs` the table, `stripe_build.rs` making and repairing
+//! stripes, `stripe_read.rs` restoring a member's bytes from the others).
 
 mod aligned;
 pub mod cache;
@@ -23,6 +28,7 @@ pub mod chunk;
 pub mod compress;
 mod copies;
 mod dead_pages;
+pub mod ec;
 pub mod error;
 pub mod heal;
 pub mod heat;
@@ -34,6 +40,10 @@ pub mod records;
 pub mod relocate;
 mod segments;
 pub mod store;
+pub mod stripe_build;
+mod stripe_read;
+pub mod stripe_rec;
+mod stripes;
 mod verified;
 mod wpipe;
 pub mod writer;
@@ -43,8 +53,9 @@ pub use chunk::{ChunkError, ChunkHeader, Hash, CHUNK_HEADER_LEN};
 pub use compress::Compression;
 pub use error::DataError;
 pub use heat::{Heat, HeatSample};
-pub use policy::{Policy, PolicyError};
+pub use policy::{Layout, Policy, PolicyError};
 pub use records::{ChunkRec, SegmentRec};
 pub use relocate::Relocation;
 pub use store::ChunkStore;
+pub use stripe_rec::StripeRec;
 pub use writer::WriteBatch;

@@ -10,6 +10,8 @@ use crate::error::{DataError, Result};
 use crate::open_segment::OpenSegment;
 use crate::policy::Policy;
 use crate::records::{corrupt, ChunkRec, SegmentRec};
+use crate::stripe_rec::StripeRec;
+use crate::stripes::Stripes;
 use cairn_devices::{Device, DeviceSet, SlotAddr};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -43,19 +45,44 @@ pub(crate) struct Segments {
     /// device of another failure domain had room, or a copy's write
     /// failed): the filesystem's re-replication has work.
     pub(crate) short: AtomicBool,
+    /// The stripes (parity over segments of an `ec=K+M` layout); their
+    /// member slots are theirs, not the segments' (`stripes.rs`).
+    pub(crate) stripes: RwLock<Stripes>,
 }
 
 impl Segments {
-    /// The segments of the committed segment table. Every segment's slot is
-    /// claimed; a slot claimed twice means a corrupt table.
+    /// The segments of the committed segment and stripe tables. Every
+    /// stripe member's slot is claimed, then every segment's slot that is
+    /// no stripe's; a slot claimed twice means a corrupt table, and so
+    /// does a segment on a parity member.
     pub(crate) fn new(
         devices: Arc<DeviceSet>,
         table: Vec<(u64, SegmentRec)>,
+        stripes: Vec<(u64, StripeRec)>,
         next_segment: u64,
     ) -> Result<Self> {
+        let stripes = Stripes::new(stripes)?;
+        for (id, rec) in stripes.sorted() {
+            claim(&devices, &format!("stripe {id}"), &rec.members)?;
+        }
         let mut segments = HashMap::with_capacity(table.len());
         for (id, rec) in table {
-            claim(&devices, id, &rec, next_segment)?;
+            assert!(
+                id < next_segment,
+                "segment id {id} >= next id {next_segment}"
+            );
+            let (held, own): (Vec<SlotAddr>, Vec<SlotAddr>) =
+                (rec.places().into_iter()).partition(|p| stripes.owner(*p).is_some());
+            if let Some(p) = held.iter().find(|p| stripes.of_places(&[**p]).is_none()) {
+                return Err(DataError::BadRecord {
+                    what: "segment",
+                    why: format!(
+                        "segment {id} is on slot {} of device {}, a parity member",
+                        p.slot, p.device
+                    ),
+                });
+            }
+            claim(&devices, &format!("segment {id}"), &own)?;
             segments.insert(id, rec);
         }
         let segment_size = devices.segment_size();
@@ -71,6 +98,7 @@ impl Segments {
             dead: DeadPages::default(),
             policy: RwLock::new(Policy::default()),
             short: AtomicBool::new(false),
+            stripes: RwLock::new(stripes),
         })
     }
 
@@ -378,6 +406,13 @@ impl Segments {
     /// waiting for reads in flight (the I/O gate).
     pub(crate) fn release_slots(&self, freed: &[SlotAddr]) -> Result<()> {
         self.drop_dead_pages();
+        // A stripe's member stays held by its stripe (`stripes.rs`).
+        let freed: Vec<SlotAddr> = {
+            let stripes = self.stripes.read();
+            (freed.iter().copied())
+                .filter(|a| stripes.owner(*a).is_none())
+                .collect()
+        };
         if freed.is_empty() {
             return Ok(());
         }
@@ -393,22 +428,19 @@ impl Segments {
     }
 }
 
-/// Claims the slots of segment `id` of the committed table (every copy).
-fn claim(devices: &DeviceSet, id: u64, rec: &SegmentRec, next_segment: u64) -> Result<()> {
-    for addr in rec.places() {
-        if !devices.claim(addr)? {
+/// Claims the slots `places` of `owner` (a segment or stripe of the
+/// committed tables).
+fn claim(devices: &DeviceSet, owner: &str, places: &[SlotAddr]) -> Result<()> {
+    for addr in places {
+        if !devices.claim(*addr)? {
             return Err(DataError::BadRecord {
                 what: "segment",
                 why: format!(
-                    "segment {id} claims slot {} of device {} twice or out of range",
+                    "{owner} claims slot {} of device {} twice or out of range",
                     addr.slot, addr.device
                 ),
             });
         }
     }
-    assert!(
-        id < next_segment,
-        "segment id {id} >= next id {next_segment}"
-    );
     Ok(())
 }

@@ -56,7 +56,17 @@ impl ChunkStore {
         table: Vec<(u64, SegmentRec)>,
         next_segment: u64,
     ) -> Result<Self> {
-        let segs = Segments::new(devices, table, next_segment)?;
+        Self::with_stripes(devices, table, Vec::new(), next_segment)
+    }
+
+    /// `new` with the committed stripe table (`stripes.rs`).
+    pub fn with_stripes(
+        devices: Arc<DeviceSet>,
+        table: Vec<(u64, SegmentRec)>,
+        stripes: Vec<(u64, crate::StripeRec)>,
+        next_segment: u64,
+    ) -> Result<Self> {
+        let segs = Segments::new(devices, table, stripes, next_segment)?;
         let segment_size = segs.segment_size;
         Ok(ChunkStore {
             segs,

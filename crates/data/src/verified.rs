@@ -7,7 +7,8 @@
 //! chunk that fails its checks there is read alone from the others, so a
 //! rotten copy never passes its rot to a new one. A chunk bad in every
 //! copy is copied as found (the reads of it keep failing their checks,
-//! naming it) and counted.
+//! naming it) and counted. A segment in a stripe has its bytes restored
+//! from the other members when no copy gives them.
 
 use crate::chunk::{ChunkHeader, CHUNK_HEADER_LEN};
 use crate::error::Result;
@@ -139,6 +140,10 @@ impl ChunkStore {
                 }
             }
         }
+        if let Some((id, pos, stripe)) = self.stripe_of(&rec.places()) {
+            tracing::warn!("restoring bytes {off}.. of a member of stripe {id} from its parity");
+            return self.restore_range(&stripe, pos, off, buf);
+        }
         Err(last.expect("a segment has a copy").into())
     }
 
@@ -166,6 +171,22 @@ impl ChunkStore {
                 return Some(b);
             }
         }
-        None
+        self.intact_chunk_from_stripe(rec, pos, room)
+    }
+
+    /// The chunk at `pos` of segment `rec` restored from its stripe, if it
+    /// is in one and the restored bytes are intact.
+    fn intact_chunk_from_stripe(&self, rec: &SegmentRec, pos: u64, room: u64) -> Option<Vec<u8>> {
+        let (_, at, stripe) = self.stripe_of(&rec.places())?;
+        let mut head = vec![0u8; CHUNK_HEADER_LEN.min(room as usize)];
+        self.restore_range(&stripe, at, pos, &mut head).ok()?;
+        let h = ChunkHeader::decode(&head).ok()?;
+        let total = CHUNK_HEADER_LEN + h.stored_len as usize;
+        if total as u64 > room {
+            return None;
+        }
+        let mut b = vec![0u8; total];
+        self.restore_range(&stripe, at, pos, &mut b).ok()?;
+        (intact_len(&b, room) == Some(total)).then_some(b)
     }
 }

@@ -221,6 +221,10 @@ impl<'a> WriteBatch<'a> {
         let class = devices.device(first.device)?.class();
         let whole = class.is_object_store();
         let want = self.segs.copies_for(class);
+        if self.segs.policy.read().ec_for(class).is_some() {
+            // The segment sealed before this one waits for a stripe.
+            self.segs.short.store(true, Ordering::Relaxed);
+        }
         let mut places = vec![first];
         if want > 1 && !whole {
             let rank = class.rank();

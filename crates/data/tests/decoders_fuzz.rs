@@ -8,7 +8,7 @@
 //! value that encodes back the same; a valid encoding round-trips.
 
 use cairn_data::chunk::{hash_block, seal, unseal, verify_split, ChunkError, MAX_RAW_LEN};
-use cairn_data::{ChunkHeader, ChunkRec, Compression, DataError, Heat, SegmentRec};
+use cairn_data::{ChunkHeader, ChunkRec, Compression, DataError, Heat, SegmentRec, StripeRec};
 use cairn_data::{Hash, CHUNK_HEADER_LEN as HL};
 use cairn_fuzzkit::proptest::prelude::*;
 use cairn_fuzzkit::{apply, bytes, config, metered, mutations, prefixes};
@@ -211,7 +211,26 @@ fn check_records(b: &[u8]) -> Result<(), TestCaseError> {
         Ok(s) => prop_assert_eq!(SegmentRec::decode(&s.encode()).unwrap(), s),
         Err(e) => prop_assert!(matches!(e, DataError::BadRecord { .. }), "{e}"),
     }
+    match StripeRec::decode(b) {
+        Ok(s) => prop_assert_eq!(StripeRec::decode(&s.encode()).unwrap(), s),
+        Err(e) => prop_assert!(matches!(e, DataError::BadRecord { .. }), "{e}"),
+    }
     Ok(())
+}
+
+fn arb_stripe_rec() -> impl Strategy<Value = StripeRec> {
+    (2u8..=16, 1u8..=3, 1u32..1 << 20, any::<u64>()).prop_map(|(k, m, len, slot)| StripeRec {
+        k,
+        m,
+        len: len * 64,
+        // Each member on its own device.
+        members: (0..(k + m) as u32)
+            .map(|d| cairn_devices::SlotAddr {
+                device: d * 3,
+                slot: slot.wrapping_add(d as u64),
+            })
+            .collect(),
+    })
 }
 
 proptest! {
@@ -249,6 +268,20 @@ proptest! {
         for p in prefixes(&b) {
             prop_assert!(ChunkRec::decode(p).is_err());
         }
+    }
+
+    #[test]
+    fn fuzz_stripe_rec_mutated(s in arb_stripe_rec(), m in mutations(), seal in any::<bool>()) {
+        let b = s.encode();
+        prop_assert_eq!(StripeRec::decode(&b).unwrap(), s);
+        for p in prefixes(&b) {
+            prop_assert!(StripeRec::decode(p).is_err());
+        }
+        let mut b = apply(&b, &m);
+        if seal {
+            reseal_rec(&mut b);
+        }
+        check_records(&b)?;
     }
 
     #[test]

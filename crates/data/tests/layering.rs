@@ -13,9 +13,12 @@ use std::path::PathBuf;
 const ORDER: &[&str] = &[
     "compress",
     "error",
+    "ec",
     "aligned",
     "chunk",
     "records",
+    "stripe_rec",
+    "stripes",
     "policy",
     "heat",
     "cache",
@@ -27,10 +30,12 @@ const ORDER: &[&str] = &[
     "writer",
     "readahead",
     "store",
+    "stripe_read",
     "read",
     "heal",
     "verified",
     "relocate",
+    "stripe_build",
 ];
 
 fn src_dir() -> PathBuf {

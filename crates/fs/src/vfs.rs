@@ -64,6 +64,8 @@ pub struct Fs {
     pub(crate) kick_lock: Mutex<bool>,
     /// Held by a re-replication run (`redundancy/resilver.rs`).
     pub(crate) resilver_lock: Mutex<()>,
+    /// Said once: segments wait for a stripe that the devices cannot give.
+    pub(crate) stripes_warned: std::sync::atomic::AtomicBool,
     pub(crate) stopping: AtomicBool,
     pub(crate) record: u64,
     /// Snapshot TIDs (sorted): the history views that prune keeps.
@@ -223,6 +225,7 @@ impl Fs {
             kick: Condvar::new(),
             kick_lock: Mutex::new(false),
             resilver_lock: Mutex::new(()),
+            stripes_warned: Default::default(),
             stopping: AtomicBool::new(false),
             record,
             retained: parking_lot::RwLock::new(Vec::new()),

@@ -813,6 +813,7 @@ impl MetaStore {
                     ends: txn.open_table(ENDS).map_err(MetaError::from)?,
                     chunks: txn.open_table(CHUNKS).map_err(MetaError::from)?,
                     segments: txn.open_table(SEGMENTS).map_err(MetaError::from)?,
+                    stripes: txn.open_table(STRIPES).map_err(MetaError::from)?,
                     counters: txn.open_table(COUNTERS).map_err(MetaError::from)?,
                     tids: txn.open_table(TIDS).map_err(MetaError::from)?,
                     orphans: txn.open_table(ORPHANS).map_err(MetaError::from)?,

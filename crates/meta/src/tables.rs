@@ -16,6 +16,9 @@ pub const FRESH: TableDefinition<(u64, &[u8]), &[u8]> = TableDefinition::new("fr
 pub const CHUNKS: TableDefinition<u64, &[u8]> = TableDefinition::new("chunks_v1");
 /// Segment table (data layer encoding): segment id -> SegmentRec.
 pub const SEGMENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("segments_v1");
+/// Stripes (data layer encoding): stripe id -> StripeRec (parity over
+/// the segments of an `ec=K+M` layout).
+pub const STRIPES: TableDefinition<u64, &[u8]> = TableDefinition::new("stripes_v1");
 /// Counters: "last_tid", "next_ino", "next_chunk", "next_segment", ...
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters_v1");
 /// Commit log: tid -> unix time of the commit in nanoseconds.

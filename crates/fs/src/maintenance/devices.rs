@@ -183,7 +183,7 @@ impl Fs {
                 .map(|(sid, _)| sid)
                 .collect();
             if left.is_empty() {
-                return Ok(());
+                return self.drain_members(id);
             }
             let total = rep.segments_moved + left.len() as u64;
             let mut copies = 0;
@@ -191,12 +191,11 @@ impl Fs {
                 progress(rep.segments_moved, total);
                 // A segment with other copies loses only the one here
                 // (re-replication makes its replacement, below).
-                if self
-                    .pool
-                    .chunks
-                    .segment(sid)
-                    .is_some_and(|s| !s.copies.is_empty())
-                {
+                // So does one in a stripe (the stripe pass remakes its
+                // member elsewhere).
+                let chunks = &self.pool.chunks;
+                let kept = chunks.is_striped(sid);
+                if kept || chunks.segment(sid).is_some_and(|s| !s.copies.is_empty()) {
                     copies += 1;
                     continue;
                 }
@@ -215,6 +214,22 @@ impl Fs {
                 rep.bytes_moved += r.bytes;
             }
             progress(rep.segments_moved, total);
+        }
+    }
+}
+
+impl Fs {
+    /// Remakes elsewhere the stripe members still on draining device `id`
+    /// (parity members, and data members no segment uses any more).
+    fn drain_members(&self, id: u32) -> Result<()> {
+        if self.members_on(id) > 0 {
+            self.resilver(true, &|d| d.id() != id, &|_, _| {})?;
+        }
+        match self.members_on(id) {
+            0 => Ok(()),
+            n => Err(FsError::BadRequest(format!(
+                "device {id}: {n} stripe members could not be made again on the other devices (each needs a failure domain its stripe does not use); the device stays in the pool"
+            ))),
         }
     }
 }

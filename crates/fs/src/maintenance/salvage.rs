@@ -41,11 +41,23 @@ pub fn open_salvage_pool(path: &Path, config: PoolConfig) -> Result<Pool> {
     let storage = HostStorage::shared();
     let (devices, _) = pool_devices(&r, path, &sb, &config)?;
     let table = readable_segments(&r);
+    // Best effort: the stripes that decode restore what they can.
+    let stripes: Vec<(u64, cairn_data::StripeRec)> = (r.stripes().unwrap_or_default().iter())
+        .filter_map(|(id, raw)| Some((*id, cairn_data::StripeRec::decode(raw).ok()?)))
+        .collect();
     let next_segment = (r.counter("next_segment").unwrap_or(0))
         .max(table.iter().map(|(id, _)| id + 1).max().unwrap_or(1));
     drop(r);
     let set = Arc::new(DeviceSet::new(devices)?);
-    let chunks = ChunkStore::new(set, table, next_segment)?;
+    let chunks = match ChunkStore::with_stripes(set.clone(), table.clone(), stripes, next_segment) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(
+                "the stripe table does not fit the segments ({e}): read without parity"
+            );
+            ChunkStore::new(set, table, next_segment)?
+        }
+    };
     chunks.set_ram_cache(config.read_cache_mib << 20);
     chunks.set_readahead(config.readahead_kib << 10);
     Ok(Pool {

@@ -428,6 +428,14 @@ fn redundancy_warning(opts: &MkfsOptions) -> Option<String> {
     domains.sort();
     domains.dedup();
     let want = opts.redundancy.most_copies();
+    let stripes = opts.redundancy.most_domains();
+    if want <= domains.len() && stripes > domains.len() {
+        return Some(format!(
+            "--redundancy {} needs {stripes} failure domains for its stripes but the pool has {}: new data keeps {want} copies until devices are added (`cairn device add`), then it is striped",
+            opts.redundancy,
+            domains.len()
+        ));
+    }
     (want > domains.len()).then(|| {
         format!(
             "--redundancy {} asks for {want} copies but the pool has {} failure domain(s): new data gets {} copies until devices are added (`cairn device add`), then the missing ones are made",
@@ -766,6 +774,14 @@ pub(crate) fn segment_table(r: &cairn_meta::MetaRead) -> Result<Vec<(u64, Segmen
         .collect()
 }
 
+/// The stripe table (`ec=K+M` layouts).
+pub(crate) fn stripe_table(r: &cairn_meta::MetaRead) -> Result<Vec<(u64, cairn_data::StripeRec)>> {
+    r.stripes()?
+        .into_iter()
+        .map(|(id, raw)| Ok((id, cairn_data::StripeRec::decode(&raw)?)))
+        .collect()
+}
+
 impl Pool {
     pub fn open(path: &Path, config: Option<PoolConfig>) -> Result<Pool> {
         Self::open_with(path, config, HostStorage::shared())
@@ -819,11 +835,12 @@ impl Pool {
         }
         let r = meta.read()?;
         let table = segment_table(&r)?;
+        let stripes = stripe_table(&r)?;
         let next_segment = r.counter("next_segment")?;
         let policy = crate::redundancy::load_policy(&r)?;
         drop(r);
         let opened = crate::redundancy::degraded::open_devices(
-            path, &sb, &descs, &table, &config, &*storage,
+            path, &sb, &descs, &table, &stripes, &config, &*storage,
         );
         for dev in &opened.devices {
             if !opened.is_missing(dev.id()) {
@@ -838,8 +855,8 @@ impl Pool {
         let writable = (set.devices().iter()).any(|d| {
             d.role == DeviceRole::Tier && !d.class().is_object_store() && set.is_online(d.id())
         });
-        let lost = lost.judge(&table, sb.segment_size, writable, config.degraded)?;
-        let mut chunks = ChunkStore::new(set.clone(), table, next_segment)?;
+        let lost = lost.judge(&table, &stripes, sb.segment_size, writable, config.degraded)?;
+        let mut chunks = ChunkStore::with_stripes(set.clone(), table, stripes, next_segment)?;
         chunks.set_policy(policy);
         crate::maintenance::objects::spawn_gc(set.clone());
         chunks.set_compression(config.compression()?);

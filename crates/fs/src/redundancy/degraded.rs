@@ -16,7 +16,7 @@ use crate::error::{FsError, Result};
 use crate::pool::config::PoolConfig;
 use crate::pool::superblock::Superblock;
 use crate::pool::DeviceDesc;
-use cairn_data::SegmentRec;
+use cairn_data::{SegmentRec, StripeRec};
 use cairn_devices::{human, Device, DeviceSet, DeviceState, Storage};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -76,6 +76,7 @@ pub(crate) fn open_devices(
     sb: &Superblock,
     descs: &[DeviceDesc],
     table: &[(u64, SegmentRec)],
+    stripes: &[(u64, StripeRec)],
     config: &PoolConfig,
     storage: &dyn Storage,
 ) -> Opened {
@@ -94,7 +95,7 @@ pub(crate) fn open_devices(
                     desc.id,
                     at.display()
                 );
-                let slots = slots_used(table, desc.id);
+                let slots = slots_used(table, stripes, desc.id);
                 let geometry = (sb.segment_size, slots);
                 out.devices.push(Device::missing(
                     desc.id,
@@ -137,9 +138,10 @@ fn desc_path(pool: &Path, d: &DeviceDesc) -> PathBuf {
     }
 }
 
-/// One more than the highest slot of device `id` the table names.
-fn slots_used(table: &[(u64, SegmentRec)], id: u32) -> u64 {
-    let slots = table.iter().flat_map(|(_, s)| s.places());
+/// One more than the highest slot of device `id` the tables name.
+fn slots_used(table: &[(u64, SegmentRec)], stripes: &[(u64, StripeRec)], id: u32) -> u64 {
+    let members = stripes.iter().flat_map(|(_, s)| s.members.iter().copied());
+    let slots = table.iter().flat_map(|(_, s)| s.places()).chain(members);
     let top = slots.filter(|p| p.device == id).map(|p| p.slot + 1).max();
     top.unwrap_or(0).max(1)
 }
@@ -152,6 +154,7 @@ impl Lost {
     pub(crate) fn judge(
         mut self,
         table: &[(u64, SegmentRec)],
+        stripes: &[(u64, StripeRec)],
         segment_size: u64,
         writable: bool,
         degraded: bool,
@@ -160,8 +163,22 @@ impl Lost {
             return Ok(self);
         }
         let gone: HashSet<u32> = self.missing.iter().map(|m| m.id).collect();
+        let restorable = |s: &SegmentRec| {
+            let places = s.places();
+            let stripe = stripes
+                .iter()
+                .find(|(_, r)| r.data().iter().any(|p| places.contains(p)));
+            stripe.is_some_and(|(_, r)| {
+                let lost = r
+                    .members
+                    .iter()
+                    .filter(|p| gone.contains(&p.device))
+                    .count();
+                lost <= r.m as usize
+            })
+        };
         for (_, s) in table {
-            if s.places().iter().all(|p| gone.contains(&p.device)) {
+            if s.places().iter().all(|p| gone.contains(&p.device)) && !restorable(s) {
                 self.lost_segments += 1;
                 self.lost_bytes += (s.used as u64).min(segment_size);
             }
@@ -174,7 +191,7 @@ impl Lost {
         }
         if self.lost_segments == 0 && writable {
             tracing::error!(
-                "DEGRADED: {names}; every segment has a copy on the other devices, so the pool mounts read-write. Bring the device back, or replace it: `cairn device replace TARGET ID NEW_SPEC`"
+                "DEGRADED: {names}; every segment has a copy on the other devices or can be restored from its stripe's parity, so the pool mounts read-write. Bring the device back, or replace it: `cairn device replace TARGET ID NEW_SPEC`"
             );
             return Ok(self);
         }

@@ -8,6 +8,7 @@
 pub mod degraded;
 mod log_copies;
 pub mod resilver;
+mod stripes;
 
 use crate::error::{FsError, Result};
 use crate::vfs::Fs;
@@ -83,6 +84,14 @@ pub struct RedundancyStatus {
     pub unrepaired: u64,
     /// Mounted read-only because data is lost (`--degraded`).
     pub read_only: bool,
+    /// Stripes (`ec=K+M`), the segments in them, and sealed segments of
+    /// an `ec` layout that wait for one (they keep M+1 copies meanwhile).
+    #[serde(default)]
+    pub stripes: u64,
+    #[serde(default)]
+    pub striped_segments: u64,
+    #[serde(default)]
+    pub waiting_for_stripe: u64,
     /// Where fsync's intent log is written: "N copies on devices", "the
     /// pool directory", or "none" (fsync commits).
     #[serde(default)]
@@ -103,17 +112,41 @@ impl Fs {
             ..Default::default()
         };
         (st.served_from_other_copy, st.repaired, st.unrepaired) = chunks.heal_counts();
-        for (_, s) in &table {
+        let stripes = chunks.stripe_table();
+        st.stripes = stripes.len() as u64;
+        // Per stripe: its data members and how many members are offline.
+        let offline = |r: &cairn_data::StripeRec| {
+            r.members
+                .iter()
+                .filter(|p| !set.is_online(p.device))
+                .count()
+        };
+        for (id, s) in &table {
             let online = s
                 .places()
                 .iter()
                 .filter(|p| set.is_online(p.device))
                 .count();
             let class = set.device(s.device).map(|d| d.class());
-            let want = match class {
+            let mut want = match class {
                 Ok(c) if !c.is_object_store() => policy.copies_for(c),
                 _ => 1,
             };
+            let places = s.places();
+            let stripe =
+                (stripes.iter()).find(|(_, r)| r.data().iter().any(|p| places.contains(p)));
+            if let Some((_, r)) = stripe {
+                st.striped_segments += 1;
+                want = 1;
+                let down = offline(r);
+                if down > 0 && down <= r.m as usize {
+                    st.short_segments += 1;
+                    st.bytes_at_risk += s.used as u64;
+                    continue;
+                }
+            } else if class.is_ok_and(|c| policy.ec_for(c).is_some()) && !chunks.is_open(*id) {
+                st.waiting_for_stripe += 1;
+            }
             if online == 0 {
                 st.lost_segments += 1;
                 st.lost_bytes += s.used as u64;
@@ -133,7 +166,11 @@ impl Fs {
                 state: set.state(id).map_or("unknown".into(), |s| s.to_string()),
                 domain: set.domain(id).unwrap_or_default(),
                 draining: set.is_draining(id),
-                copies: table.iter().filter(|(_, s)| s.on_device(id)).count() as u64,
+                copies: table.iter().filter(|(_, s)| s.on_device(id)).count() as u64
+                    + (stripes.iter())
+                        .flat_map(|(_, r)| r.members[r.k as usize..].iter())
+                        .filter(|p| p.device == id)
+                        .count() as u64,
                 log: log.as_ref().is_some_and(|l| l.contains(&d.path)),
             });
         }

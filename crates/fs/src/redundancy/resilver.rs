@@ -38,6 +38,14 @@ pub struct ResilverReport {
     pub short: u64,
     /// Segments with no readable copy (lost).
     pub lost: u64,
+    /// Stripe members made again (lost or leaving devices), stripes made
+    /// and stripes dropped (no segment used them).
+    #[serde(default)]
+    pub members_made: u64,
+    #[serde(default)]
+    pub stripes_made: u64,
+    #[serde(default)]
+    pub stripes_dropped: u64,
 }
 
 /// What `device_replace` did.
@@ -45,7 +53,8 @@ pub struct ResilverReport {
 pub struct ReplaceReport {
     pub old: u32,
     pub new: u32,
-    /// Segments given a copy on the new device, and the bytes copied.
+    /// Segments given a copy on the new device (stripe members counted
+    /// as segments), and the bytes copied.
     pub segments: u64,
     pub bytes: u64,
     /// Segments whose only copy was on the old device, which was missing.
@@ -139,6 +148,12 @@ impl Fs {
                 continue;
             }
             let class = set.device(s.device).map(|d| d.class());
+            // A segment in a stripe of its class's layout is kept by the
+            // stripe (`stripes.rs` remakes members on lost devices).
+            let ec = class.as_ref().ok().and_then(|c| policy.ec_for(*c));
+            if ec.is_some() && chunks.is_striped(id) {
+                continue;
+            }
             let want = match class {
                 Ok(c) if c.is_object_store() => 1,
                 Ok(c) => policy.copies_for(c),
@@ -219,6 +234,9 @@ impl Fs {
             }
         }
         self.commit_fixes(&mut ready, &mut rep)?;
+        if !self.stopping.load(Ordering::SeqCst) {
+            self.stripe_pass(replace_missing, pick, &mut rate, &mut rep)?;
+        }
         progress(total, total);
         run.processed(rep.bytes);
         Ok(rep)
@@ -330,7 +348,7 @@ impl Fs {
     }
 
     /// Steps aside while client writes come in (the tier mover's rule).
-    fn writes_yield(&self) {
+    pub(super) fn writes_yield(&self) {
         let t0 = std::time::Instant::now();
         while self.writes.busy() && t0.elapsed() < Duration::from_secs(2) {
             if self.stopping.load(Ordering::SeqCst) {
@@ -382,7 +400,7 @@ impl Fs {
                 return Err(e);
             }
         };
-        rep.segments += r.segments;
+        rep.segments += r.segments + r.members_made;
         rep.bytes += r.bytes;
         rep.lost = self.segments_only_on(old_id);
         let left = self
@@ -391,7 +409,8 @@ impl Fs {
             .segment_table()
             .iter()
             .filter(|(_, s)| s.on_device(old_id))
-            .count();
+            .count()
+            + self.members_on(old_id);
         if left > 0 {
             return Err(FsError::BadRequest(format!(
                 "device {old_id}: {left} segments still have a copy there ({} of them their only one, lost with the device); it stays in the pool, draining, so that `cairn check` names the files that use them",
@@ -451,6 +470,9 @@ impl Fs {
         let single: Vec<u64> = (self.pool.chunks.segment_table().into_iter())
             .filter(|(_, s)| s.copies.is_empty() && s.device == old)
             .map(|(id, _)| id)
+            // A striped segment's copy is a stripe member: remade by the
+            // stripe pass, so that its stripe stays whole.
+            .filter(|id| !self.pool.chunks.is_striped(*id))
             .collect();
         let total = single.len() as u64;
         for (i, sid) in single.into_iter().enumerate() {
@@ -463,11 +485,14 @@ impl Fs {
         Ok(())
     }
 
-    /// Segments whose every copy is on device `id`.
+    /// Segments whose every copy is on device `id` (and in no stripe).
     fn segments_only_on(&self, id: u32) -> u64 {
-        let table = self.pool.chunks.segment_table();
-        let only = |s: &SegmentRec| s.places().iter().all(|p| p.device == id);
-        table.iter().filter(|(_, s)| only(s)).count() as u64
+        let chunks = &self.pool.chunks;
+        let only = |sid: u64, s: &SegmentRec| {
+            s.places().iter().all(|p| p.device == id) && !chunks.is_striped(sid)
+        };
+        let table = chunks.segment_table();
+        table.iter().filter(|(sid, s)| only(*sid, s)).count() as u64
     }
 
     /// Takes an emptied device out of the set and the device table.

@@ -338,6 +338,23 @@ impl MetaRead {
         })
     }
 
+    /// The stripe records (none in a store made before stripes).
+    pub fn stripes(&self) -> Result<Vec<(u64, Vec<u8>)>> {
+        guarded(|| {
+            let t = match self.txn.open_table(STRIPES) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(e.into()),
+            };
+            let mut out = Vec::new();
+            for r in t.iter()? {
+                let (k, v) = r?;
+                out.push((k.value(), v.value().to_vec()));
+            }
+            Ok(out)
+        })
+    }
+
     /// One segment record, looked up alone: in a damaged store (salvage)
     /// a record can often be reached this way when a full pass stops at a
     /// damaged page before it.

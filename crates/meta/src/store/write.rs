@@ -16,6 +16,7 @@ pub struct MetaWrite<'t> {
     pub(super) ends: Table<'t, (u64, &'static [u8]), ()>,
     pub(super) chunks: Table<'t, u64, &'static [u8]>,
     pub(super) segments: Table<'t, u64, &'static [u8]>,
+    pub(super) stripes: Table<'t, u64, &'static [u8]>,
     pub(super) counters: Table<'t, &'static str, u64>,
     pub(super) tids: Table<'t, u64, u64>,
     pub(super) orphans: Table<'t, u64, ()>,
@@ -294,6 +295,16 @@ impl MetaWrite<'_> {
 
     pub fn remove_segment(&mut self, id: u64) -> Result<()> {
         self.segments.remove(id)?;
+        Ok(())
+    }
+
+    pub fn put_stripe(&mut self, id: u64, rec: &[u8]) -> Result<()> {
+        self.stripes.insert(id, rec)?;
+        Ok(())
+    }
+
+    pub fn remove_stripe(&mut self, id: u64) -> Result<()> {
+        self.stripes.remove(id)?;
         Ok(())
     }
 

@@ -1,0 +1,137 @@
+//! Reed–Solomon parity over the members of a stripe (the codec is the
+//! reed-solomon-simd crate): `parity` computes M parity shards from K data
+//! shards of one length, `restore` gives back any one shard from any K
+//! others. The codec works on 64-byte blocks: byte i of a parity shard
+//! depends only on the block holding byte i in each data shard, so any
+//! range of a stripe aligned to `ALIGN` is encoded and restored alone (a
+//! chunk is rebuilt without reading whole segments).
+
+use crate::error::{DataError, Result};
+use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
+
+/// Ranges encoded or restored alone start and end on this.
+pub const ALIGN: u64 = 64;
+
+fn codec_err(e: reed_solomon_simd::Error) -> DataError {
+    DataError::Parity(e.to_string())
+}
+
+/// `[off, off + len)` widened to `ALIGN` and cut at `limit` (a multiple
+/// of `ALIGN`): the range of every member that restores those bytes.
+pub fn aligned(off: u64, len: u64, limit: u64) -> (u64, u64) {
+    assert!(limit.is_multiple_of(ALIGN), "a stripe's length is aligned");
+    let start = off - off % ALIGN;
+    let end = (off + len).div_ceil(ALIGN) * ALIGN;
+    (start, end.min(limit))
+}
+
+/// The `m` parity shards of `data` (all of one even length).
+pub fn parity(data: &[&[u8]], m: usize) -> Result<Vec<Vec<u8>>> {
+    let len = data.first().map_or(0, |d| d.len());
+    assert!(data.iter().all(|d| d.len() == len), "shards of one length");
+    assert!(len.is_multiple_of(2) && len > 0, "a shard's length is even");
+    let mut enc = ReedSolomonEncoder::new(data.len(), m, len).map_err(codec_err)?;
+    for d in data {
+        enc.add_original_shard(d).map_err(codec_err)?;
+    }
+    let out = enc.encode().map_err(codec_err)?;
+    Ok(out.recovery_iter().map(<[u8]>::to_vec).collect())
+}
+
+/// Shard `want` (0..k data, k..k+m parity) of a `k`+`m` stripe, from
+/// `have`: (index, bytes) of at least `k` other shards, all one length.
+pub fn restore(k: usize, m: usize, have: &[(usize, &[u8])], want: usize) -> Result<Vec<u8>> {
+    assert!(want < k + m, "shard {want} of a {k}+{m} stripe");
+    assert!(
+        have.iter().all(|(i, _)| *i != want && *i < k + m),
+        "the shards given are others of the stripe"
+    );
+    if have.len() < k {
+        return Err(DataError::Parity(format!(
+            "{} of the {k} shards needed are readable",
+            have.len()
+        )));
+    }
+    let len = have[0].1.len();
+    let mut dec = ReedSolomonDecoder::new(k, m, len).map_err(codec_err)?;
+    for (i, b) in have {
+        match *i < k {
+            true => dec.add_original_shard(*i, b),
+            false => dec.add_recovery_shard(i - k, b),
+        }
+        .map_err(codec_err)?;
+    }
+    let restored = dec.decode().map_err(codec_err)?;
+    let data: Vec<Vec<u8>> = (0..k)
+        .map(|i| {
+            let given = have.iter().find(|(j, _)| *j == i).map(|(_, b)| b.to_vec());
+            given
+                .or_else(|| restored.restored_original(i).map(<[u8]>::to_vec))
+                .ok_or_else(|| DataError::Parity(format!("data shard {i} was not restored")))
+        })
+        .collect::<Result<_>>()?;
+    if want < k {
+        return Ok(data[want].clone());
+    }
+    let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    Ok(parity(&refs, m)?.swap_remove(want - k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shards(k: usize, len: usize, seed: u8) -> Vec<Vec<u8>> {
+        (0..k)
+            .map(|i| {
+                (0..len)
+                    .map(|j| (j as u8).wrapping_mul(31).wrapping_add(seed ^ i as u8))
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn any_two_of_six_are_restored_from_the_other_four() {
+        let (k, m, len) = (4, 2, 4096);
+        let data = shards(k, len, 7);
+        let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let par = parity(&refs, m).unwrap();
+        let all: Vec<&[u8]> = refs
+            .iter()
+            .copied()
+            .chain(par.iter().map(Vec::as_slice))
+            .collect();
+        for a in 0..k + m {
+            for b in a + 1..k + m {
+                let have: Vec<(usize, &[u8])> = (0..k + m)
+                    .filter(|i| *i != a && *i != b)
+                    .map(|i| (i, all[i]))
+                    .collect();
+                assert_eq!(restore(k, m, &have, a).unwrap(), all[a], "lost {a},{b}");
+                assert_eq!(restore(k, m, &have, b).unwrap(), all[b], "lost {a},{b}");
+            }
+        }
+        let three: Vec<(usize, &[u8])> = (3..6).map(|i| (i, all[i])).collect();
+        assert!(
+            restore(k, m, &three, 0).is_err(),
+            "three shards cannot restore"
+        );
+    }
+
+    #[test]
+    fn an_aligned_range_restores_alone() {
+        let (k, m, len) = (3, 2, 8192);
+        let data = shards(k, len, 3);
+        let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let par = parity(&refs, m).unwrap();
+        let (s, e) = aligned(1000, 300, len as u64);
+        assert_eq!((s, e), (960, 1344));
+        let (s, e) = (s as usize, e as usize);
+        let have: Vec<(usize, &[u8])> =
+            vec![(0, &data[0][s..e]), (3, &par[0][s..e]), (4, &par[1][s..e])];
+        let got = restore(k, m, &have, 2).unwrap();
+        assert_eq!(got, &data[2][s..e]);
+        assert_eq!(aligned(8100, 500, 8192), (8064, 8192), "cut at the end");
+    }
+}

@@ -1,0 +1,114 @@
+//! Restoring a stripe member's bytes from the other members: the range
+//! (widened to `ec::ALIGN`) is read from K other members in parallel,
+//! online devices first and data members before parity (a failed read is
+//! replaced by the next member), and decoded. Self-healing reads, scrub,
+//! checked segment copies and stripe repair use it when no copy of a
+//! segment gives its bytes.
+
+use crate::chunk::unseal;
+use crate::ec;
+use crate::error::{DataError, Result};
+use crate::records::{corrupt, ChunkRec};
+use crate::store::ChunkStore;
+use crate::stripe_rec::StripeRec;
+use cairn_devices::SlotAddr;
+
+impl ChunkStore {
+    /// The stripe whose data member a segment at `places` uses: (stripe
+    /// id, position, record).
+    pub(crate) fn stripe_of(&self, places: &[SlotAddr]) -> Option<(u64, usize, StripeRec)> {
+        let stripes = self.segs.stripes.read();
+        stripes
+            .of_places(places)
+            .map(|(id, pos, rec)| (id, pos, rec.clone()))
+    }
+
+    /// True if segment `id` is in a stripe.
+    pub fn is_striped(&self, id: u64) -> bool {
+        self.segment(id)
+            .is_some_and(|s| self.stripe_of(&s.places()).is_some())
+    }
+
+    /// Bytes `[off, off + buf.len())` of member `pos` of stripe `rec`,
+    /// restored from the other members.
+    pub(crate) fn restore_range(
+        &self,
+        rec: &StripeRec,
+        pos: usize,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let (k, m) = (rec.k as usize, rec.m as usize);
+        let end = off + buf.len() as u64;
+        if end > rec.len as u64 {
+            return Err(DataError::Parity(format!(
+                "bytes {off}..{end} are beyond the {} bytes parity covers",
+                rec.len
+            )));
+        }
+        let (a, e) = ec::aligned(off, buf.len() as u64, rec.len as u64);
+        let mut order: Vec<usize> = (0..k + m).filter(|i| *i != pos).collect();
+        order.sort_by_key(|i| (!self.segs.devices.is_online(rec.members[*i].device), *i));
+        let mut have: Vec<(usize, Vec<u8>)> = Vec::with_capacity(k);
+        let mut next = order.into_iter();
+        let _gate = self.segs.io_gate.read();
+        while have.len() < k {
+            let batch: Vec<usize> = next.by_ref().take(k - have.len()).collect();
+            if batch.is_empty() {
+                break;
+            }
+            let got = std::thread::scope(|s| {
+                let jobs: Vec<_> = (batch.iter())
+                    .map(|i| (*i, s.spawn(|| self.read_member(rec.members[*i], a, e))))
+                    .collect();
+                let joined = jobs.into_iter().map(|(i, j)| (i, j.join()));
+                joined.collect::<Vec<_>>()
+            });
+            for (i, r) in got {
+                match r {
+                    Ok(Ok(b)) => have.push((i, b)),
+                    Ok(Err(err)) => tracing::warn!(
+                        "stripe member on device {}: {err}; reading another",
+                        rec.members[i].device
+                    ),
+                    Err(_) => tracing::error!("a stripe member's reader died"),
+                }
+            }
+        }
+        let refs: Vec<(usize, &[u8])> = have.iter().map(|(i, b)| (*i, b.as_slice())).collect();
+        let restored = ec::restore(k, m, &refs, pos)?;
+        let from = (off - a) as usize;
+        buf.copy_from_slice(&restored[from..from + buf.len()]);
+        Ok(())
+    }
+
+    /// Bytes `[a, e)` of the slot at `at`.
+    fn read_member(&self, at: SlotAddr, a: u64, e: u64) -> Result<Vec<u8>> {
+        let dev = self.segs.devices.device(at.device)?;
+        assert!(
+            at.slot < dev.header.slot_count(),
+            "a member is in its device"
+        );
+        let mut b = vec![0u8; (e - a) as usize];
+        dev.read_at(&mut b, dev.slot_offset(at.slot) + a)?;
+        Ok(b)
+    }
+
+    /// The sealed bytes of chunk `rec` restored from the stripe of its
+    /// segment, fully verified; None when the segment is in no stripe.
+    pub(crate) fn chunk_from_stripe(&self, rec: &ChunkRec) -> Option<Result<Vec<u8>>> {
+        let seg = self.segment(rec.segment)?;
+        let (id, pos, stripe) = self.stripe_of(&seg.places())?;
+        let mut buf = vec![0u8; rec.len as usize];
+        let restored = self.restore_range(&stripe, pos, rec.offset as u64, &mut buf);
+        Some(restored.and_then(|()| {
+            let raw = unseal(&buf, &rec.hash, true).map_err(|why| {
+                corrupt(rec, format!("restored from stripe {id}, still bad: {why}"))
+            })?;
+            if raw.len() != rec.raw_len as usize {
+                return Err(corrupt(rec, "raw length differs from record".into()));
+            }
+            Ok(buf)
+        }))
+    }
+}

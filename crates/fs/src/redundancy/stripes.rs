@@ -1,0 +1,171 @@
+//! Stripes at the filesystem layer (`ec=K+M` layouts): each run of
+//! re-replication ends with a pass that makes again the stripe members on
+//! lost, faulted or draining devices, gathers sealed segments that wait
+//! for a stripe into new ones (their extra copies then freed), and drops
+//! stripes no segment uses any more. Each change is prepared by the data
+//! layer (`cairn_data::stripe_build`), committed here in one metadata
+//! transaction, then applied; a crash before the commit leaves nothing
+//! behind, after it the change is whole.
+
+use super::resilver::ResilverReport;
+use crate::error::{FsError, Result};
+use crate::maintenance::tier::RateLimit;
+use crate::vfs::Fs;
+use cairn_data::stripe_build::{MemberMove, NewStripe};
+use cairn_data::DataError;
+use cairn_devices::Device;
+use std::sync::atomic::Ordering;
+
+impl Fs {
+    /// The stripe pass of a re-replication run (see the module comment).
+    pub(super) fn stripe_pass(
+        &self,
+        replace_missing: bool,
+        pick: &dyn Fn(&Device) -> bool,
+        rate: &mut RateLimit,
+        rep: &mut ResilverReport,
+    ) -> Result<()> {
+        self.repair_members(replace_missing, pick, rate, rep)?;
+        self.build_stripes(rate, rep)?;
+        self.dissolve_idle_stripes(rep)
+    }
+
+    /// Makes again every member on a device that is not online (missing
+    /// ones only with `replace_missing`) or drains.
+    fn repair_members(
+        &self,
+        replace_missing: bool,
+        pick: &dyn Fn(&Device) -> bool,
+        rate: &mut RateLimit,
+        rep: &mut ResilverReport,
+    ) -> Result<()> {
+        let chunks = &self.pool.chunks;
+        for (id, pos) in chunks.members_to_repair(replace_missing) {
+            if self.stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            let mv = match chunks.remake_member(id, pos, |d, _, _| pick(d)) {
+                Ok(mv) => mv,
+                Err(DataError::NoSpace) => {
+                    rep.short += 1;
+                    continue;
+                }
+                Err(DataError::Busy(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let len = chunks
+                .stripe_table()
+                .iter()
+                .find(|(s, _)| *s == id)
+                .map_or(0, |(_, r)| r.len);
+            rate.spend(len as u64);
+            if self.commit_move(&mv)? {
+                rep.members_made += 1;
+                rep.bytes += len as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits a remade member; false when the stripe changed meanwhile.
+    fn commit_move(&self, mv: &MemberMove) -> Result<bool> {
+        let chunks = &self.pool.chunks;
+        let _last = self.flush_guard();
+        let Some((stripe, seg)) = chunks.moved_records(mv) else {
+            chunks.abandon_move(mv)?;
+            return Ok(false);
+        };
+        let committed = self.pool.meta.write(|w| {
+            w.put_stripe(mv.stripe, &stripe.encode())?;
+            if let Some((sid, rec)) = &seg {
+                w.put_segment(*sid, &rec.encode())?;
+            }
+            Ok::<_, FsError>(())
+        });
+        if let Err(e) = committed {
+            chunks.abandon_move(mv)?;
+            return Err(e);
+        }
+        crate::failpoint::hit("stripe-member-committed");
+        chunks.member_moved(mv, seg)?;
+        Ok(true)
+    }
+
+    /// Gathers the sealed segments that wait for a stripe into stripes,
+    /// as many as their failure domains and the devices' room allow.
+    fn build_stripes(&self, rate: &mut RateLimit, rep: &mut ResilverReport) -> Result<()> {
+        let chunks = &self.pool.chunks;
+        for ((k, m), mut cands) in chunks.stripe_candidates() {
+            while cands.len() >= k && !self.stopping.load(Ordering::SeqCst) {
+                let Some(new) = chunks.make_stripe(k, m, &cands)? else {
+                    if !self.stripes_warned.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "ec={k}+{m}: {} segments wait for a stripe, but fewer than {} failure domains have room; they keep {} copies meanwhile",
+                            cands.len(),
+                            k + m,
+                            m + 1
+                        );
+                    }
+                    break;
+                };
+                cands.retain(|(id, _)| !new.members.iter().any(|(s, _, _)| s == id));
+                rate.spend(new.rec.len as u64 * m as u64);
+                if self.commit_stripe(&new)? {
+                    rep.stripes_made += 1;
+                    rep.bytes += new.rec.len as u64 * m as u64;
+                }
+                self.writes_yield();
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits a new stripe; false when one of its segments changed.
+    fn commit_stripe(&self, new: &NewStripe) -> Result<bool> {
+        let chunks = &self.pool.chunks;
+        let _last = self.flush_guard();
+        let Some(records) = chunks.striped_records(new) else {
+            chunks.abandon_stripe(new)?;
+            return Ok(false);
+        };
+        let committed = self.pool.meta.write(|w| {
+            w.put_stripe(new.id, &new.rec.encode())?;
+            for (id, rec) in &records {
+                w.put_segment(*id, &rec.encode())?;
+            }
+            Ok::<_, FsError>(())
+        });
+        if let Err(e) = committed {
+            chunks.abandon_stripe(new)?;
+            return Err(e);
+        }
+        crate::failpoint::hit("stripe-committed");
+        chunks.stripe_committed(new, records)?;
+        Ok(true)
+    }
+
+    /// Drops the stripes no segment uses and frees their slots.
+    fn dissolve_idle_stripes(&self, rep: &mut ResilverReport) -> Result<()> {
+        let _last = self.flush_guard();
+        let idle = self.pool.chunks.idle_stripes();
+        if idle.is_empty() {
+            return Ok(());
+        }
+        self.pool.meta.write(|w| {
+            for id in &idle {
+                w.remove_stripe(*id)?;
+            }
+            Ok::<_, FsError>(())
+        })?;
+        self.pool.chunks.stripes_dissolved(&idle)?;
+        rep.stripes_dropped += idle.len() as u64;
+        Ok(())
+    }
+
+    /// Stripe members on device `id`.
+    pub(crate) fn members_on(&self, id: u32) -> usize {
+        let stripes = self.pool.chunks.stripe_table();
+        let on = |r: &cairn_data::StripeRec| r.members.iter().filter(|p| p.device == id).count();
+        stripes.iter().map(|(_, r)| on(r)).sum()
+    }
+}
