@@ -213,8 +213,9 @@ fn print_redundancy(v: &Value) {
         );
     }
     println!(
-        "since mount: {} reads served from another copy, {} copies repaired, {} left bad",
+        "since mount: {} reads served from another copy, {} restored from parity, {} copies repaired, {} left bad",
         num(v, "served_from_other_copy"),
+        num(v, "restored_from_parity"),
         num(v, "repaired"),
         num(v, "unrepaired")
     );

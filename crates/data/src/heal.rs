@@ -26,6 +26,9 @@ pub struct CopyCheck {
     pub repaired: Vec<SlotAddr>,
     /// Bad copies left bad (no good copy, or the rewrite failed).
     pub bad: Vec<SlotAddr>,
+    /// No copy was good, and the chunk was restored from its stripe's
+    /// parity (then rewritten in `repaired`).
+    pub restored: bool,
 }
 
 /// Errors another copy may cure: the device's, or the bytes'.
@@ -50,8 +53,12 @@ impl ChunkStore {
             Err(e) => return Err(e),
         };
         tracing::warn!("{e}: reading another copy");
-        let (sealed, _) = self.good_copy(rec, &e)?;
-        self.heal.served.fetch_add(1, Ordering::Relaxed);
+        let (sealed, check) = self.good_copy(rec, &e)?;
+        let counter = match check.restored {
+            true => &self.heal.restored,
+            false => &self.heal.served,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         from_sealed(&sealed)
     }
 
@@ -88,7 +95,8 @@ impl ChunkStore {
                 rec.segment,
                 rec.offset
             );
-            let check = self.repair(rec, &sealed, "the stripe's parity", bad);
+            let mut check = self.repair(rec, &sealed, "the stripe's parity", bad);
+            check.restored = true;
             return Ok((sealed, check));
         }
         Err(corrupt(
@@ -207,6 +215,7 @@ impl ChunkStore {
         if let Some(sealed) = restored {
             let mut check = self.repair(rec, &sealed, "the stripe's parity", bad);
             check.good = 0;
+            check.restored = true;
             return Ok(check);
         }
         let Some((from, sealed)) = good else {
@@ -227,5 +236,11 @@ impl ChunkStore {
         let h = &self.heal;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         (get(&h.served), get(&h.repaired), get(&h.unrepaired))
+    }
+
+    /// Chunks restored from their stripe's parity since the pool was
+    /// opened.
+    pub fn restored_count(&self) -> u64 {
+        self.heal.restored.load(Ordering::Relaxed)
     }
 }

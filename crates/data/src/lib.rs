@@ -10,7 +10,8 @@
 //! compress, error, ec -> aligned -> chunk -> records -> stripe_rec ->
 //! stripes -> policy -> heat, cache, wpipe -> copies -> dead_pages ->
 //! open_segment -> segments -> writer -> readahead -> store ->
-//! stripe_read -> read, heal, verified -> relocate -> stripe_build.
+//! stripe_read -> read, heal, verified -> relocate -> stripe_parity ->
+//! stripe_build.
 //!
 //! Redundancy: a segment may have copies on other devices (`policy.rs`
 //! says how many, `copies.rs` writes them in parallel, `heal.rs` reads
@@ -41,6 +42,7 @@ pub mod relocate;
 mod segments;
 pub mod store;
 pub mod stripe_build;
+pub mod stripe_parity;
 mod stripe_read;
 pub mod stripe_rec;
 mod stripes;

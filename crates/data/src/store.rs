@@ -27,6 +27,8 @@ use std::sync::Arc;
 pub struct HealStats {
     /// Chunks served from another copy after the first failed.
     pub served: AtomicU64,
+    /// Chunks restored from their stripe's parity (no copy gave them).
+    pub restored: AtomicU64,
     /// Bad copies rewritten from a good one.
     pub repaired: AtomicU64,
     /// Bad copies that could not be rewritten (their device failed the

@@ -21,9 +21,9 @@ use crate::records::SegmentRec;
 use crate::store::ChunkStore;
 use crate::stripe_rec::StripeRec;
 use cairn_devices::{Device, SlotAddr};
+use std::collections::HashMap;
 
-/// Bytes of every member handled at a time.
-const WINDOW: u64 = 1 << 20;
+use crate::stripe_parity::WINDOW;
 
 /// Sealed segments waiting for a stripe, by the (k, m) of their layout.
 pub type Candidates = Vec<((usize, usize), Vec<(u64, SegmentRec)>)>;
@@ -130,50 +130,46 @@ impl ChunkStore {
             return Ok(None);
         }
         assert!(new.rec.len > 0, "a stripe covers the bytes of its members");
-        if let Err(e) = self.write_parity(&new.rec) {
+        let checked =
+            (new.members.iter()).try_for_each(|(id, _, kept)| self.verify_kept(*id, *kept));
+        if let Err(e) = checked.and_then(|()| self.write_parity(&new.rec)) {
             self.release_new(&parity)?;
             return Err(e);
         }
         Ok(Some(new))
     }
 
-    /// Computes the parity of `rec`'s data members, window by window, and
-    /// writes it to the parity members; syncs them.
-    fn write_parity(&self, rec: &StripeRec) -> Result<()> {
-        let k = rec.k as usize;
-        let devs: Vec<std::sync::Arc<Device>> = (rec.members.iter())
-            .map(|p| self.segs.devices.device(p.device))
-            .collect::<std::result::Result<_, _>>()?;
-        let mut at = 0u64;
-        while at < rec.len as u64 {
-            let n = WINDOW.min(rec.len as u64 - at) as usize;
-            let data: Vec<Vec<u8>> = {
-                let _gate = self.segs.io_gate.read();
-                std::thread::scope(|s| {
-                    let jobs: Vec<_> = (0..k)
-                        .map(|i| {
-                            let (d, p) = (&devs[i], rec.members[i]);
-                            s.spawn(move || {
-                                let mut b = vec![0u8; n];
-                                d.read_at(&mut b, d.slot_offset(p.slot) + at).map(|()| b)
-                            })
-                        })
-                        .collect();
-                    jobs.into_iter()
-                        .map(|j| j.join().expect("a stripe reader died"))
-                        .collect::<std::result::Result<Vec<_>, _>>()
-                })?
-            };
-            let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-            for (j, par) in ec::parity(&refs, rec.m as usize)?.iter().enumerate() {
-                let (d, p) = (&devs[k + j], rec.members[k + j]);
-                (d.write_at(par, d.slot_offset(p.slot) + at))
-                    .map_err(|e| DataError::of_write(p.device, e))?;
+    /// Makes sure the copy `kept` of segment `id` is intact before its
+    /// other copies go: the segment is read checked (`verified.rs`: a
+    /// chunk damaged in one copy is taken from another) and each piece
+    /// that differs in `kept` is written there.
+    fn verify_kept(&self, id: u64, kept: SlotAddr) -> Result<()> {
+        let rec = self.segment(id).ok_or(DataError::NoSegment(id))?;
+        let dev = self.segs.devices.device(kept.device)?;
+        let base = dev.slot_offset(kept.slot);
+        let mut wrote = 0;
+        self.read_checked(id, &rec, |off, bytes| {
+            let mut have = vec![0u8; bytes.len()];
+            if dev.read_at(&mut have, base + off).is_ok() && have == bytes {
+                return Ok(());
             }
-            at += n as u64;
-        }
-        for (d, p) in devs.iter().zip(&rec.members).skip(k) {
-            d.sync().map_err(|e| DataError::of_write(p.device, e))?;
+            // Under the gate, and only while the copy is still the
+            // segment's (else its slot may be reused).
+            let _gate = self.segs.io_gate.read();
+            if !self.segment(id).is_some_and(|s| s.places().contains(&kept)) {
+                return Err(DataError::Busy(format!("segment {id} changed")));
+            }
+            wrote += bytes.len();
+            dev.write_at(bytes, base + off)
+                .map_err(|e| DataError::of_write(kept.device, e))
+        })?;
+        if wrote > 0 {
+            dev.sync()
+                .map_err(|e| DataError::of_write(kept.device, e))?;
+            tracing::warn!(
+                "segment {id}: {wrote} damaged bytes of its copy on device {} rewritten before it joined a stripe",
+                kept.device
+            );
         }
         Ok(())
     }
@@ -231,26 +227,52 @@ impl ChunkStore {
         self.release_slots(&freed)
     }
 
-    /// Stripes none of whose data members a segment uses.
-    pub fn idle_stripes(&self) -> Vec<u64> {
+    /// Stripes no segment needs: none uses a data member, or each that
+    /// does has a class whose layout is no longer `ec` and has the copies
+    /// that layout asks for on online devices (a policy lowered from
+    /// `ec`, after re-replication made the copies).
+    pub fn unneeded_stripes(&self) -> Vec<u64> {
+        let policy = self.policy();
+        let set = &self.segs.devices;
         let table = self.segs.table.read();
-        let used: std::collections::HashSet<SlotAddr> =
-            table.values().flat_map(|s| s.places()).collect();
+        let users: HashMap<SlotAddr, &SegmentRec> = (table.values())
+            .flat_map(|s| s.places().into_iter().map(move |p| (p, s)))
+            .collect();
+        let covered = |s: &SegmentRec| {
+            let class = set.device(s.device).map(|d| d.class());
+            let Ok(class) = class else { return false };
+            let online = s
+                .places()
+                .iter()
+                .filter(|p| set.is_online(p.device))
+                .count();
+            policy.ec_for(class).is_none() && online >= policy.copies_for(class)
+        };
         let stripes = self.segs.stripes.read();
-        let idle = stripes.sorted().into_iter();
-        idle.filter(|(_, r)| r.data().iter().all(|p| !used.contains(p)))
+        let unneeded = |r: &StripeRec| {
+            r.data()
+                .iter()
+                .all(|p| users.get(p).is_none_or(|s| covered(s)))
+        };
+        (stripes.sorted().into_iter())
+            .filter(|(_, r)| unneeded(r))
             .map(|(id, _)| id)
             .collect()
     }
 
-    /// After the transaction that removed stripes `ids` committed: their
-    /// slots are freed.
+    /// After the transaction that removed stripes `ids` committed: the
+    /// members no segment uses are freed (those in use become their
+    /// segments' own slots).
     pub fn stripes_dissolved(&self, ids: &[u64]) -> Result<()> {
         let mut freed = Vec::new();
         {
+            let table = self.segs.table.read();
+            let used: std::collections::HashSet<SlotAddr> =
+                table.values().flat_map(|s| s.places()).collect();
             let mut stripes = self.segs.stripes.write();
             for id in ids {
-                freed.extend(stripes.remove(*id).map(|r| r.members).unwrap_or_default());
+                let members = stripes.remove(*id).map(|r| r.members).unwrap_or_default();
+                freed.extend(members.into_iter().filter(|p| !used.contains(p)));
             }
         }
         self.release_slots(&freed)

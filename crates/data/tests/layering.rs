@@ -35,6 +35,7 @@ const ORDER: &[&str] = &[
     "heal",
     "verified",
     "relocate",
+    "stripe_parity",
     "stripe_build",
 ];
 

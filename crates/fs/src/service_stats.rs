@@ -243,6 +243,9 @@ pub struct ServiceStats {
     pub chunks_served_from_copy: u64,
     pub copies_repaired: u64,
     pub copies_unrepaired: u64,
+    /// Chunks restored from their stripe's parity since the mount.
+    #[serde(default)]
+    pub chunks_restored_from_parity: u64,
     /// Devices that are not online (missing or faulted).
     pub devices_not_online: u64,
 }
@@ -315,6 +318,7 @@ impl Fs {
             chunks_served_from_copy: heal.0,
             copies_repaired: heal.1,
             copies_unrepaired: heal.2,
+            chunks_restored_from_parity: self.pool.chunks.restored_count(),
             devices_not_online: set.not_online().len() as u64,
         })
     }

@@ -1,6 +1,8 @@
 //! Power loss during changes of the copies of data (issue 51): raising a
 //! pool from one copy to two and re-replicating, replacing a lost device,
-//! and lowering two copies to one. Each change runs on a pool opened with
+//! lowering two copies to one, changing one copy to parity (`ec=2+1`:
+//! stripes made) and replacing a lost device of a striped pool (stripe
+//! members restored from parity). Each change runs on a pool opened with
 //! a trace storage (every write, sync, length change and punched hole of
 //! the devices, the metadata and the intent log, in order); crash images
 //! are built at both sides of every sync of the trace, at its end and at
@@ -101,6 +103,10 @@ fn make(dir: &Path, policy: &str) -> Model {
         model.insert(name, data);
     }
     fs.flush().unwrap();
+    if policy.starts_with("ec=") {
+        let rep = fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
+        assert!(rep.stripes_made > 4, "{rep:?}");
+    }
     fs.shutdown().unwrap();
     model
 }
@@ -198,11 +204,17 @@ fn verify(fs: &Fs, model: &Model, most: usize) -> Result<(), String> {
         let bad_online: Vec<_> = (c.bad.iter().chain(&c.repaired))
             .filter(|p| set.is_online(p.device))
             .collect();
-        if !bad_online.is_empty() || c.good == 0 {
+        if !bad_online.is_empty() || (c.good == 0 && !c.restored) {
             return Err(format!(
                 "chunk {id} (segment {}): bad copies {bad_online:?} on online devices, {} good",
                 rec.segment, c.good
             ));
+        }
+    }
+    for (id, _) in chunks.stripe_table() {
+        let c = (chunks.check_parity(id, false)).map_err(|e| format!("stripe {id}: {e}"))?;
+        if c.differed > 0 {
+            return Err(format!("stripe {id}: parity differs from its data: {c:?}"));
         }
     }
     let (served, repaired, _) = chunks.heal_counts();
@@ -250,16 +262,47 @@ fn has_copies(fs: &Fs, n: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Every sealed segment is in a stripe (one copy) but fewer than `k`
+/// that wait for one with `m`+1 copies, and nothing is short or lost.
+fn has_stripes(fs: &Fs, k: usize, m: usize) -> Result<(), String> {
+    let chunks = &fs.pool().chunks;
+    let mut waiting = 0;
+    for (id, s) in chunks.segment_table() {
+        match (chunks.is_striped(id), s.places().len()) {
+            (true, 1) => {}
+            (false, n) if n == m + 1 => waiting += 1,
+            (striped, _) => {
+                return Err(format!(
+                    "segment {id}: copies {:?}, striped {striped}",
+                    s.places()
+                ))
+            }
+        }
+    }
+    if waiting >= k || chunks.stripe_table().is_empty() {
+        return Err(format!("{waiting} segments wait for a stripe"));
+    }
+    let st = fs.redundancy_status();
+    match st.short_segments + st.lost_segments {
+        0 => Ok(()),
+        _ => Err(format!(
+            "{} short, {} lost",
+            st.short_segments, st.lost_segments
+        )),
+    }
+}
+
 /// One scenario: the pool under `dir` as `make` left it (and `prepare`
 /// changed it), `change` recorded, and at each crash point: open, check,
 /// verify (at most `most` copies a segment), `finish`, verify again with
-/// `want` copies a segment.
+/// at most `want` copies a segment, and what `holds` asks of the layout.
 struct Scenario<'a> {
     name: &'a str,
     model: Model,
     most: usize,
     want: usize,
     finish: &'a dyn Fn(&Fs) -> Result<(), String>,
+    holds: &'a dyn Fn(&Fs) -> Result<(), String>,
 }
 
 fn sweep(dir: &Path, run: &Run, s: &Scenario) {
@@ -335,7 +378,7 @@ fn at_point(dir: &Path, s: &Scenario) -> Result<(), String> {
     verify(&fs, &s.model, s.most).map_err(|e| format!("after the crash: {e}"))?;
     (s.finish)(&fs).map_err(|e| format!("finishing: {e}"))?;
     verify(&fs, &s.model, s.want).map_err(|e| format!("finished: {e}"))?;
-    has_copies(&fs, s.want).map_err(|e| format!("finished: {e}"))?;
+    (s.holds)(&fs).map_err(|e| format!("finished: {e}"))?;
     fs.shutdown().map_err(|e| format!("shutdown: {e}"))?;
     clean(&check_pool(fs.pool()).map_err(|e| e.to_string())?.problems)
         .map_err(|e| format!("finished: {e}"))
@@ -384,6 +427,7 @@ fn power_loss_while_copies_are_raised_to_two() {
         most: 2,
         want: 2,
         finish: &|fs| set_and_rebuild(fs, "copies=2"),
+        holds: &|fs| has_copies(fs, 2),
     };
     sweep(d.path(), &run, &s);
 }
@@ -405,6 +449,7 @@ fn power_loss_while_copies_are_lowered_to_one() {
         most: 2,
         want: 1,
         finish: &|fs| set_and_rebuild(fs, "copies=1"),
+        holds: &|fs| has_copies(fs, 1),
     };
     sweep(d.path(), &run, &s);
 }
@@ -426,28 +471,81 @@ fn power_loss_while_a_lost_device_is_replaced() {
         assert_eq!((rep.old, rep.new, rep.lost), (1, 3, 0), "{rep:?}");
         has_copies(fs, 2).unwrap();
     });
-    let replace = |fs: &Fs| -> Result<(), String> {
-        let set = fs.pool().chunks.devices();
-        if set.device(1).is_ok() {
-            let rep = fs
-                .device_replace(&old, &new, &|_, _| {})
-                .map_err(|e| format!("replace again: {e}"))?;
-            if rep.lost > 0 {
-                return Err(format!("{rep:?}"));
-            }
-        }
-        let ids: Vec<u32> = set.devices().iter().map(|d| d.id()).collect();
-        match ids == [0, 2, 3] {
-            true => Ok(()),
-            false => Err(format!("devices {ids:?} after the replace")),
-        }
-    };
     let s = Scenario {
         name: "replace lost device 1",
         model,
         most: 2,
         want: 2,
-        finish: &replace,
+        finish: &|fs| replace_again(fs, &old, &new),
+        holds: &|fs| has_copies(fs, 2),
+    };
+    sweep(d.path(), &run, &s);
+}
+
+/// Finishes a replace of device 1 by device 3 (the same command again
+/// while device 1 is still in the pool).
+fn replace_again(fs: &Fs, old: &Path, new: &DeviceSpec) -> Result<(), String> {
+    let set = fs.pool().chunks.devices();
+    if set.device(1).is_ok() {
+        let rep = fs
+            .device_replace(old, new, &|_, _| {})
+            .map_err(|e| format!("replace again: {e}"))?;
+        if rep.lost > 0 {
+            return Err(format!("{rep:?}"));
+        }
+    }
+    let ids: Vec<u32> = set.devices().iter().map(|d| d.id()).collect();
+    match ids == [0, 2, 3] {
+        true => Ok(()),
+        false => Err(format!("devices {ids:?} after the replace")),
+    }
+}
+
+#[test]
+fn power_loss_while_one_copy_becomes_parity() {
+    let d = shm_dir();
+    let model = make(d.path(), "copies=1");
+    let run = record(d.path(), |fs| {
+        fs.set_redundancy(policy("ec=2+1")).unwrap();
+        let rep = fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
+        assert!(rep.stripes_made > 4, "{rep:?}");
+        assert_eq!((rep.short, rep.lost), (0, 0), "{rep:?}");
+        has_stripes(fs, 2, 1).unwrap();
+    });
+    let s = Scenario {
+        name: "copies=1 -> ec=2+1",
+        model,
+        most: 2,
+        want: 2,
+        finish: &|fs| set_and_rebuild(fs, "ec=2+1"),
+        holds: &|fs| has_stripes(fs, 2, 1),
+    };
+    sweep(d.path(), &run, &s);
+}
+
+/// Device 1 of an `ec=2+1` pool is lost and replaced: its stripe members
+/// are restored from the others onto the new device 3.
+#[test]
+fn power_loss_while_a_lost_device_of_a_striped_pool_is_replaced() {
+    let d = shm_dir();
+    let model = make(d.path(), "ec=2+1");
+    std::fs::remove_file(device_file(d.path(), 1)).unwrap();
+    let new = spec(d.path(), 3, 24 * MIB);
+    let old = device_file(d.path(), 1);
+    let run = record(d.path(), |fs| {
+        let st = fs.redundancy_status();
+        assert!(st.short_segments > 0, "device 1 held members: {st:?}");
+        let rep = fs.device_replace(&old, &new, &|_, _| {}).unwrap();
+        assert_eq!((rep.old, rep.new, rep.lost), (1, 3, 0), "{rep:?}");
+        has_stripes(fs, 2, 1).unwrap();
+    });
+    let s = Scenario {
+        name: "replace lost device 1 of ec=2+1",
+        model,
+        most: 2,
+        want: 2,
+        finish: &|fs| replace_again(fs, &old, &new),
+        holds: &|fs| has_stripes(fs, 2, 1),
     };
     sweep(d.path(), &run, &s);
 }

@@ -324,6 +324,12 @@ fn maintenance(s: &ServiceStats, v: &mut Vec<Sample>) {
         s.chunks_served_from_copy as f64,
     ));
     v.push(n(
+        "cairn_chunks_restored_from_parity",
+        "Chunk reads restored from their stripe's parity (no copy gave them), since the mount.",
+        Counter,
+        s.chunks_restored_from_parity as f64,
+    ));
+    v.push(n(
         "cairn_copies_repaired",
         "Bad chunk copies rewritten from a good copy, since the mount.",
         Counter,

@@ -88,6 +88,10 @@ pub struct RedundancyStatus {
     /// an `ec` layout that wait for one (they keep M+1 copies meanwhile).
     #[serde(default)]
     pub stripes: u64,
+    /// Chunks restored from their stripe's parity since the pool was
+    /// opened.
+    #[serde(default)]
+    pub restored_from_parity: u64,
     #[serde(default)]
     pub striped_segments: u64,
     #[serde(default)]
@@ -112,6 +116,7 @@ impl Fs {
             ..Default::default()
         };
         (st.served_from_other_copy, st.repaired, st.unrepaired) = chunks.heal_counts();
+        st.restored_from_parity = chunks.restored_count();
         let stripes = chunks.stripe_table();
         st.stripes = stripes.len() as u64;
         // Per stripe: its data members and how many members are offline.

@@ -196,13 +196,13 @@ impl Fs {
         // runs before it left it.
         let _one = self.resilver_lock.lock();
         let run = self.maint_stats.start(crate::service_stats::Task::Resilver);
-        let (fixes, lost) = self.resilver_plan(replace_missing);
-        let mut rep = ResilverReport {
-            lost,
-            ..Default::default()
-        };
-        let total = fixes.len() as u64;
         let mut rate = RateLimit::new(self.pool.config.resilver_rate_mib << 20);
+        let mut rep = ResilverReport::default();
+        // Stripes first: a segment striped now needs no more copies.
+        self.stripes_first(replace_missing, pick, &mut rate, &mut rep)?;
+        let (fixes, lost) = self.resilver_plan(replace_missing);
+        rep.lost = lost;
+        let total = fixes.len() as u64;
         let mut ready: Vec<Relocation> = Vec::with_capacity(BATCH);
         for (i, fix) in fixes.into_iter().enumerate() {
             if self.stopping.load(Ordering::SeqCst) {
@@ -234,9 +234,7 @@ impl Fs {
             }
         }
         self.commit_fixes(&mut ready, &mut rep)?;
-        if !self.stopping.load(Ordering::SeqCst) {
-            self.stripe_pass(replace_missing, pick, &mut rate, &mut rep)?;
-        }
+        self.stripes_last(&mut rate, &mut rep)?;
         progress(total, total);
         run.processed(rep.bytes);
         Ok(rep)

@@ -1,8 +1,9 @@
 //! Stripes at the filesystem layer (`ec=K+M` layouts): each run of
-//! re-replication ends with a pass that makes again the stripe members on
-//! lost, faulted or draining devices, gathers sealed segments that wait
-//! for a stripe into new ones (their extra copies then freed), and drops
-//! stripes no segment uses any more. Each change is prepared by the data
+//! re-replication starts by making again the stripe members on lost,
+//! faulted or draining devices and gathering sealed segments that wait
+//! for a stripe into new ones (their extra copies then freed, and a
+//! segment striped so needs no more copies), and ends by dropping the
+//! stripes no segment needs any more. Each change is prepared by the data
 //! layer (`cairn_data::stripe_build`), committed here in one metadata
 //! transaction, then applied; a crash before the commit leaves nothing
 //! behind, after it the change is whole.
@@ -17,8 +18,8 @@ use cairn_devices::Device;
 use std::sync::atomic::Ordering;
 
 impl Fs {
-    /// The stripe pass of a re-replication run (see the module comment).
-    pub(super) fn stripe_pass(
+    /// The start of a re-replication run (see the module comment).
+    pub(super) fn stripes_first(
         &self,
         replace_missing: bool,
         pick: &dyn Fn(&Device) -> bool,
@@ -26,8 +27,10 @@ impl Fs {
         rep: &mut ResilverReport,
     ) -> Result<()> {
         self.repair_members(replace_missing, pick, rate, rep)?;
-        self.build_stripes(rate, rep)?;
-        self.dissolve_idle_stripes(rep)
+        if !self.stopping.load(Ordering::SeqCst) {
+            self.build_stripes(rate, rep)?;
+        }
+        Ok(())
     }
 
     /// Makes again every member on a device that is not online (missing
@@ -97,7 +100,11 @@ impl Fs {
         let chunks = &self.pool.chunks;
         for ((k, m), mut cands) in chunks.stripe_candidates() {
             while cands.len() >= k && !self.stopping.load(Ordering::SeqCst) {
-                let Some(new) = chunks.make_stripe(k, m, &cands)? else {
+                let made = match chunks.make_stripe(k, m, &cands) {
+                    Err(DataError::Busy(_)) => break,
+                    made => made?,
+                };
+                let Some(new) = made else {
                     if !self.stripes_warned.swap(true, Ordering::Relaxed) {
                         tracing::warn!(
                             "ec={k}+{m}: {} segments wait for a stripe, but fewer than {} failure domains have room; they keep {} copies meanwhile",
@@ -144,10 +151,25 @@ impl Fs {
         Ok(true)
     }
 
-    /// Drops the stripes no segment uses and frees their slots.
-    fn dissolve_idle_stripes(&self, rep: &mut ResilverReport) -> Result<()> {
+    /// The end of a re-replication run: segments that got copies in it
+    /// may now reach the failure domains a stripe needs; stripes no
+    /// segment needs go.
+    pub(super) fn stripes_last(
+        &self,
+        rate: &mut RateLimit,
+        rep: &mut ResilverReport,
+    ) -> Result<()> {
+        if !self.stopping.load(Ordering::SeqCst) {
+            self.build_stripes(rate, rep)?;
+        }
+        self.dissolve_stripes(rep)
+    }
+
+    /// Drops the stripes no segment needs and frees the members no
+    /// segment uses.
+    fn dissolve_stripes(&self, rep: &mut ResilverReport) -> Result<()> {
         let _last = self.flush_guard();
-        let idle = self.pool.chunks.idle_stripes();
+        let idle = self.pool.chunks.unneeded_stripes();
         if idle.is_empty() {
             return Ok(());
         }
