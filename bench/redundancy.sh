@@ -49,8 +49,20 @@
 #     starts before running `device replace`: run at once, the two race and
 #     the background thread panics ("segment N lacks a copy to take away",
 #     relocate.rs) and is gone for the rest of the mount.
-#  4. erasure coding (ec=4+2): reported "not available" when `cairn mkfs
-#     --redundancy ec=4+2` refuses it (it is not implemented); never faked.
+#  4. erasure coding (ec=4+2): a pool of six device files of ECDEV_MB
+#     (`mkfs --redundancy ec=4+2`) holding one EC_MB file written as in 1
+#     (new segments keep three copies until `cairn redundancy rebuild`
+#     gathers them into stripes of four with two parity members, then the
+#     extra copies are freed):
+#       space             the bytes of slots in use on all six devices
+#                         (`tier status`) over the file's bytes, after the
+#                         rebuild: target <= 1.55 (copies=2 takes 2)
+#       sequential read   fio 1 MiB reads of the whole file, cold (mounted
+#                         from dropped caches), healthy and with two of the
+#                         six device files moved away (the pool mounts
+#                         read-write on its own: parity covers two); rounds
+#                         alternate the order. target: degraded / healthy
+#                         >= 0.5
 # Every figure is the median of ROUNDS interleaved rounds (each round runs
 # every configuration of a measurement once, in an order that changes by
 # round, so that a noisy stretch of a shared machine falls on all alike);
@@ -68,7 +80,8 @@
 #   RB_GIB=4           GiB held by the pool that is rebuilt
 #   ROUNDS=3           interleaved rounds (medians)
 #   FIO_SECONDS=20     duration of each random-read run
-#   STEPS="write read rebuild"  measurements to run
+#   EC_MB=1024         size of the erasure-coded file
+#   STEPS="write read rebuild ec"  measurements to run
 #   VERIFY=1           check the rebuilt copies' content (0 skips)
 #   LOOP_DIO=1         btrfs loop devices with --direct-io=on (no second
 #                      copy of their blocks in the host's page cache)
@@ -82,7 +95,7 @@
 set -euo pipefail
 
 if [ -n "${QUICK:-}" ]; then
-    WRITE_MB=${WRITE_MB:-512} READ_MB=${READ_MB:-256} RB_GIB=${RB_GIB:-1}
+    WRITE_MB=${WRITE_MB:-512} READ_MB=${READ_MB:-256} RB_GIB=${RB_GIB:-1} EC_MB=${EC_MB:-256}
     FIO_SECONDS=${FIO_SECONDS:-5}
 fi
 WRITE_MB=${WRITE_MB:-2048}
@@ -90,7 +103,8 @@ READ_MB=${READ_MB:-1024}
 RB_GIB=${RB_GIB:-4}
 ROUNDS=${ROUNDS:-3}
 FIO_SECONDS=${FIO_SECONDS:-20}
-STEPS=${STEPS:-write read rebuild}
+EC_MB=${EC_MB:-1024}
+STEPS=${STEPS:-write read rebuild ec}
 VERIFY=${VERIFY:-1}
 LOOP_DIO=${LOOP_DIO:-1}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
@@ -102,6 +116,8 @@ PROFILE=${PROFILE:-release}
 WDEV_MB=$((WRITE_MB * 2 + 1024))
 RDDEV_MB=$((READ_MB * 2 + 1024))
 RBDEV_MB=$((RB_GIB * 1024 * 2 + 1024))
+# Three copies of the file over six devices before it is striped.
+ECDEV_MB=$((EC_MB / 2 + 256))
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -494,17 +510,79 @@ bench_rebuild() {
     done
 }
 
-# Erasure coding: is ec=4+2 accepted by mkfs? Sets EC_NOTE.
-probe_ec() {
-    local out
-    if out=$("$BIN" mkfs "$W/ecpool" --redundancy ec=4+2 \
-        --device "ssd:$DEV/e0:64M" --device "ssd:$DEV/e1:64M" 2>&1); then
-        EC_NOTE="not measured (ec=4+2 accepted by mkfs, but this script has no ec rows yet)"
-    else
-        EC_NOTE="not available (erasure coding not implemented)"
-        NOTE[ec_msg]=$(grep -m1 -o 'erasure coding[^;]*' <<<"$out" || true)
+# new_ec_pool: a fresh ec=4+2 pool on six device files e0..e5 of ECDEV_MB,
+# mounted.
+new_ec_pool() {
+    local devs=() i
+    destroy_pool
+    rm -f "$DEV"/e?
+    for i in 0 1 2 3 4 5; do devs+=(--device "ssd:$DEV/e$i:${ECDEV_MB}M"); done
+    quiet "$BIN" mkfs "$POOL" --redundancy ec=4+2 "${devs[@]}"
+    mount_pool
+}
+
+# seqread MODE: cold sequential 1 MiB reads of the whole ec file; prints
+# MB/s. MODE degraded moves e1 and e4 away first (and back after).
+seqread() {
+    local t0 s
+    if is_mounted "$MNT"; then umount_pool; fi
+    [ "$1" != degraded ] || mv "$DEV/e1" "$DEV/e1.gone"
+    [ "$1" != degraded ] || mv "$DEV/e4" "$DEV/e4.gone"
+    drop_caches
+    mount_pool
+    if [ "$1" = degraded ]; then
+        wait_until "$DEVICE_MISSING" "degraded (devices missing)"
+        grep -q DEGRADED "$POOL/cairn.log" || die "the degraded mount logged no DEGRADED"
     fi
-    rm -rf "$W/ecpool" "$DEV"/e?
+    t0=$(now)
+    fio --name=seqr --filename="$MNT/ec" --rw=read --bs=1M --size="${EC_MB}M" \
+        --ioengine=psync --direct=0 --output=/dev/null
+    s=$(elapsed "$t0")
+    if [ "$1" = degraded ]; then
+        [ "$(redundancy 'j["restored_from_parity"] > 0')" = True ] || die "the degraded read restored nothing from parity"
+        umount_pool
+        mv "$DEV/e1.gone" "$DEV/e1"
+        mv "$DEV/e4.gone" "$DEV/e4"
+    fi
+    div "$EC_MB" "$s"
+}
+
+bench_ec() {
+    local mode order v
+    new_ec_pool
+    fio_write "$MNT/ec" "$EC_MB" >/dev/null
+    [ "$VERIFY" != 1 ] || SUM=$(md5 "$MNT/ec")
+    quiet "$BIN" redundancy rebuild "$MNT"
+    local used
+    used=$("$BIN" tier status "$MNT" --json | python3 -c 'import json, sys
+print(sum(d["used"] for d in json.load(sys.stdin)))')
+    add ec_space "$(awk -v u="$used" -v b=$((EC_MB * 1048576)) 'BEGIN { printf "%.3f", u / b }')"
+    NOTE[ec_stripes]=$(redundancy '"%d stripes, %d segments striped, %d waiting" % (j["stripes"], j["striped_segments"], j["waiting_for_stripe"])')
+    log "ec: $(latest ec_space) bytes used per byte stored (${NOTE[ec_stripes]})"
+    for R in $(seq "$ROUNDS"); do
+        order="healthy degraded"
+        [ $((R % 2)) = 1 ] || order="degraded healthy"
+        for mode in $order; do
+            v=$(seqread "$mode")
+            add "ec_read_$mode" "$v"
+            log "ec sequential read round $R: $mode $v MB/s"
+        done
+        add ec_read_ratio "$(div "$(latest ec_read_degraded)" "$(latest ec_read_healthy)")"
+    done
+    if [ "$VERIFY" = 1 ]; then
+        if is_mounted "$MNT"; then umount_pool; fi
+        mv "$DEV/e0" "$DEV/e0.gone"
+        mv "$DEV/e5" "$DEV/e5.gone"
+        drop_caches
+        mount_pool
+        [ "$(md5 "$MNT/ec")" = "$SUM" ] || die "ec: the file read with two devices lost differs"
+        umount_pool
+        mv "$DEV/e0.gone" "$DEV/e0"
+        mv "$DEV/e5.gone" "$DEV/e5"
+        log "ec: the file read with devices 0 and 5 lost matches (md5)"
+    fi
+    destroy_pool "ec"
+    rm -f "$DEV"/e?
 }
 
 # ------------------------------------------------------------- report
@@ -533,8 +611,10 @@ print_table() {
         v=$(med "$key")
         echo "| $label | $c | $b | $v | $op $target | $(verdict "$v" "$op" "$target") |"
     done
-    echo "| sequential write, ec=4+2 | $EC_NOTE | | | | n/a |"
-    echo "| rebuild, ec=4+2 | $EC_NOTE | | | | n/a |"
+    v=$(med ec_space)
+    echo "| ec=4+2 on six devices: bytes used per byte stored (${EC_MB} MiB file, after the rebuild) | $v | 2 (copies=2) | $v | <= 1.55 | $(verdict "$v" "<=" 1.55) |"
+    v=$(med ec_read_ratio)
+    echo "| sequential read, ${EC_MB} MiB, cold (MB/s): ec=4+2 with two of six devices lost vs healthy | $(med ec_read_degraded) | $(med ec_read_healthy) | $v | >= 0.5 | $(verdict "$v" ">=" 0.5) |"
     echo
     echo "Per round:"
     echo
@@ -543,12 +623,13 @@ print_table() {
     echo "- random read IOPS: degraded${RES[read_degraded]:-}; healthy${RES[read_healthy]:-}; ratios${RES[read_ratio]:-}"
     echo "- rebuild s: cairn${RES[rb_cairn]:-}; dd${RES[rb_dd]:-}; btrfs${RES[rb_btrfs]:-};" \
         "ratios vs dd${RES[rb_ratio_dd]:-}, vs btrfs${RES[rb_ratio_btrfs]:-}"
+    echo "- ec=4+2 sequential read MB/s: degraded${RES[ec_read_degraded]:-}; healthy${RES[ec_read_healthy]:-}; ratios${RES[ec_read_ratio]:-}"
     echo
     echo "Device files: write ${WDEV_MB} MiB, random read ${RDDEV_MB} MiB, rebuild ${RBDEV_MB} MiB each." \
         "Rebuild copied (last round): cairn ${NOTE[rb_cairn_bytes]:-n/a}; btrfs ${NOTE[rb_btrfs_used]:-n/a}" \
         "allocated on the new device. Rebuilt data verified (md5 of the file; Cairn's new device read alone," \
         "btrfs's with both): $([ "$VERIFY" = 1 ] && echo yes || echo no)."
-    [ -z "${NOTE[ec_msg]:-}" ] || echo "ec=4+2: cairn mkfs says \"${NOTE[ec_msg]}\"."
+    [ -z "${NOTE[ec_stripes]:-}" ] || echo "ec=4+2 after the rebuild: ${NOTE[ec_stripes]}; device files ${ECDEV_MB} MiB each."
     echo "Wall time $(awk -v t="$(elapsed "$T_START")" 'BEGIN { printf "%.0f", t }') s."
 }
 
@@ -562,12 +643,11 @@ main() {
     set -E
     trap 'log "step failed (exit $?) at line $LINENO: $BASH_COMMAND"' ERR
     setup_dirs
-    probe_ec
     local step
     for step in $STEPS; do
         case $step in
-            write | read | rebuild) "bench_$step" ;;
-            *) die "unknown step $step (write, read, rebuild)" ;;
+            write | read | rebuild | ec) "bench_$step" ;;
+            *) die "unknown step $step (write, read, rebuild, ec)" ;;
         esac
     done
     print_table | tee "$RESULT_DIR/report.md"

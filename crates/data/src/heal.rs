@@ -52,7 +52,15 @@ impl ChunkStore {
             Err(e) if curable(&e) && self.has_other_source(rec) => e,
             Err(e) => return Err(e),
         };
-        tracing::warn!("{e}: reading another copy");
+        // A device known to be missing or faulted was said once, loudly:
+        // each read of its chunks is not news.
+        let known = self
+            .segment(rec.segment)
+            .is_some_and(|s| (s.places().iter()).all(|p| !self.segs.devices.is_online(p.device)));
+        match known {
+            true => tracing::debug!("{e}: reading another copy or the stripe's parity"),
+            false => tracing::warn!("{e}: reading another copy"),
+        }
         let (sealed, check) = self.good_copy(rec, &e)?;
         let counter = match check.restored {
             true => &self.heal.restored,
@@ -82,6 +90,10 @@ impl ChunkStore {
                     let check = self.repair(rec, &sealed, &format!("device {}", place.device), bad);
                     return Ok((sealed, check));
                 }
+                Err(e) if !self.segs.devices.is_online(place.device) => {
+                    tracing::debug!("copy on device {}: {e}", place.device);
+                    bad.push(place);
+                }
                 Err(e) => {
                     tracing::warn!("copy on device {}: {e}", place.device);
                     bad.push(place);
@@ -90,11 +102,16 @@ impl ChunkStore {
         }
         if let Some(restored) = self.chunk_from_stripe(rec) {
             let sealed = restored?;
-            tracing::warn!(
-                "the chunk at segment {} offset {} was restored from its stripe's parity",
-                rec.segment,
-                rec.offset
-            );
+            let online = bad.iter().any(|p| self.segs.devices.is_online(p.device));
+            let (seg, off) = (rec.segment, rec.offset);
+            match online {
+                true => tracing::warn!(
+                    "the chunk at segment {seg} offset {off} was restored from its stripe's parity"
+                ),
+                false => tracing::debug!(
+                    "the chunk at segment {seg} offset {off} was restored from its stripe's parity"
+                ),
+            }
             let mut check = self.repair(rec, &sealed, "the stripe's parity", bad);
             check.restored = true;
             return Ok((sealed, check));

@@ -48,6 +48,8 @@ pub(crate) struct Segments {
     /// The stripes (parity over segments of an `ec=K+M` layout); their
     /// member slots are theirs, not the segments' (`stripes.rs`).
     pub(crate) stripes: RwLock<Stripes>,
+    /// Chunks restored from parity last (`stripes.rs`).
+    pub(crate) restored: crate::stripes::Restored,
 }
 
 impl Segments {
@@ -99,6 +101,7 @@ impl Segments {
             policy: RwLock::new(Policy::default()),
             short: AtomicBool::new(false),
             stripes: RwLock::new(stripes),
+            restored: Default::default(),
         })
     }
 

@@ -270,6 +270,7 @@ impl ChunkStore {
             let used: std::collections::HashSet<SlotAddr> =
                 table.values().flat_map(|s| s.places()).collect();
             let mut stripes = self.segs.stripes.write();
+            self.segs.restored.clear();
             for id in ids {
                 let members = stripes.remove(*id).map(|r| r.members).unwrap_or_default();
                 freed.extend(members.into_iter().filter(|p| !used.contains(p)));
@@ -388,6 +389,7 @@ impl ChunkStore {
         {
             let mut table = self.segs.table.write();
             let mut stripes = self.segs.stripes.write();
+            self.segs.restored.clear();
             stripes.move_member(mv.stripe, mv.pos, mv.to);
             if let Some((sid, rec)) = seg {
                 let cur = table.get_mut(&sid).ok_or(DataError::NoSegment(sid))?;

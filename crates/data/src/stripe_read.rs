@@ -12,6 +12,10 @@ use crate::records::{corrupt, ChunkRec};
 use crate::store::ChunkStore;
 use crate::stripe_rec::StripeRec;
 use cairn_devices::SlotAddr;
+use std::sync::Arc;
+
+/// Bytes of a member restored at a time (a multiple of `ec::ALIGN`).
+const RESTORE_WINDOW: u64 = 1 << 20;
 
 impl ChunkStore {
     /// The stripe whose data member a segment at `places` uses: (stripe
@@ -82,6 +86,24 @@ impl ChunkStore {
         Ok(())
     }
 
+    /// The window at `w` of member `pos` of stripe `id`, restored (or
+    /// found restored).
+    fn restored_window(
+        &self,
+        stripe: &StripeRec,
+        id: u64,
+        pos: usize,
+        w: u64,
+    ) -> Result<Arc<Vec<u8>>> {
+        let key = (id, stripe.members[pos], w);
+        self.segs.restored.get_or_restore(key, || {
+            let len = RESTORE_WINDOW.min((stripe.len as u64).saturating_sub(w));
+            let mut b = vec![0u8; len as usize];
+            self.restore_range(stripe, pos, w, &mut b)?;
+            Ok(b)
+        })
+    }
+
     /// Bytes `[a, e)` of the slot at `at`.
     fn read_member(&self, at: SlotAddr, a: u64, e: u64) -> Result<Vec<u8>> {
         let dev = self.segs.devices.device(at.device)?;
@@ -99,16 +121,38 @@ impl ChunkStore {
     pub(crate) fn chunk_from_stripe(&self, rec: &ChunkRec) -> Option<Result<Vec<u8>>> {
         let seg = self.segment(rec.segment)?;
         let (id, pos, stripe) = self.stripe_of(&seg.places())?;
-        let mut buf = vec![0u8; rec.len as usize];
-        let restored = self.restore_range(&stripe, pos, rec.offset as u64, &mut buf);
-        Some(restored.and_then(|()| {
-            let raw = unseal(&buf, &rec.hash, true).map_err(|why| {
-                corrupt(rec, format!("restored from stripe {id}, still bad: {why}"))
-            })?;
-            if raw.len() != rec.raw_len as usize {
-                return Err(corrupt(rec, "raw length differs from record".into()));
+        Some(self.restore_chunk(rec, id, pos, &stripe))
+    }
+
+    /// Restores chunk `rec` of member `pos` of stripe `id`: from the
+    /// restored windows that hold it, restoring those it lacks.
+    fn restore_chunk(
+        &self,
+        rec: &ChunkRec,
+        id: u64,
+        pos: usize,
+        stripe: &StripeRec,
+    ) -> Result<Vec<u8>> {
+        let (start, end) = (rec.offset as u64, rec.offset as u64 + rec.len as u64);
+        let mut buf = Vec::with_capacity(rec.len as usize);
+        let mut w = start - start % RESTORE_WINDOW;
+        while w < end {
+            let bytes = self.restored_window(stripe, id, pos, w)?;
+            let (a, b) = (start.max(w) - w, end.min(w + bytes.len() as u64) - w);
+            if a >= b {
+                return Err(corrupt(
+                    rec,
+                    "beyond the bytes its stripe's parity covers".into(),
+                ));
             }
-            Ok(buf)
-        }))
+            buf.extend_from_slice(&bytes[a as usize..b as usize]);
+            w += RESTORE_WINDOW;
+        }
+        let raw = unseal(&buf, &rec.hash, true)
+            .map_err(|why| corrupt(rec, format!("restored from stripe {id}, still bad: {why}")))?;
+        if raw.len() != rec.raw_len as usize {
+            return Err(corrupt(rec, "raw length differs from record".into()));
+        }
+        Ok(buf)
     }
 }

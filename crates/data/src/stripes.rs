@@ -8,7 +8,9 @@
 use crate::error::{DataError, Result};
 use crate::stripe_rec::StripeRec;
 use cairn_devices::SlotAddr;
-use std::collections::HashMap;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 #[derive(Debug, Default)]
 pub(crate) struct Stripes {
@@ -99,6 +101,72 @@ impl Stripes {
     /// An id no stripe has.
     pub(crate) fn next_id(&self) -> u64 {
         self.recs.keys().max().map_or(1, |m| m + 1)
+    }
+}
+
+/// The member windows restored from parity last, so that the chunks of a
+/// lost member read one after another (a sequential read) are restored
+/// with one read of each other member per window, not one per chunk.
+/// The bytes of a member never change while its stripe holds it; the
+/// cache is emptied when a stripe changes (a member moved, a stripe
+/// dropped), so an entry never outlives what it copies.
+/// A window asked for while another reader restores it waits for that
+/// restore rather than doing it again.
+#[derive(Debug, Default)]
+pub(crate) struct Restored {
+    state: Mutex<RestoredState>,
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct RestoredState {
+    kept: VecDeque<(RestoredKey, Arc<Vec<u8>>)>,
+    /// Windows being restored.
+    pending: Vec<RestoredKey>,
+}
+
+/// (stripe id, member slot, window start).
+pub(crate) type RestoredKey = (u64, SlotAddr, u64);
+
+/// Windows kept.
+const RESTORED_KEPT: usize = 8;
+
+impl Restored {
+    /// The window `key`: kept, or restored by `restore` (once, however
+    /// many readers ask at the same time).
+    pub(crate) fn get_or_restore(
+        &self,
+        key: RestoredKey,
+        restore: impl FnOnce() -> Result<Vec<u8>>,
+    ) -> Result<Arc<Vec<u8>>> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some((_, v)) = st.kept.iter().find(|(k, _)| *k == key) {
+                return Ok(v.clone());
+            }
+            if !st.pending.contains(&key) {
+                st.pending.push(key);
+                break;
+            }
+            self.done.wait(&mut st);
+        }
+        drop(st);
+        let r = restore().map(Arc::new);
+        let mut st = self.state.lock();
+        st.pending.retain(|k| *k != key);
+        if let Ok(b) = &r {
+            if st.kept.len() >= RESTORED_KEPT {
+                st.kept.pop_front();
+            }
+            st.kept.push_back((key, b.clone()));
+        }
+        self.done.notify_all();
+        r
+    }
+
+    /// Forgets every window (a stripe changed).
+    pub(crate) fn clear(&self) {
+        self.state.lock().kept.clear();
     }
 }
 
