@@ -251,11 +251,12 @@ pub enum DeviceCmd {
     },
 }
 
-/// `cairn redundancy`: how many copies data has.
+/// `cairn redundancy`: how many copies (or what parity) data has.
 #[derive(Subcommand)]
 pub enum RedundancyCmd {
-    /// Set the pool's policy (online): copies=N, or per device class, e.g.
-    /// ssd:copies=2,hdd:copies=1. Existing data follows in the background
+    /// Set the pool's policy (online): copies=N, ec=K+M (stripes of K
+    /// segments with M parity segments), or per device class, e.g.
+    /// ssd:copies=2,hdd:ec=4+2. Existing data follows in the background
     /// (`redundancy rebuild` waits for it).
     Set {
         #[command(flatten)]
@@ -477,9 +478,10 @@ pub struct MkfsArgs {
     #[arg(long)]
     pub mirror: bool,
     /// How many copies new data gets, each on another device (another
-    /// failure domain, `:domain=NAME` in a device spec): copies=N, or per
-    /// device class, e.g. ssd:copies=2,hdd:copies=1. Change it later with
-    /// `cairn redundancy set`.
+    /// failure domain, `:domain=NAME` in a device spec): copies=N, or
+    /// parity ec=K+M (any M devices may be lost; K+M failure domains
+    /// needed), or per device class, e.g. ssd:copies=2,hdd:ec=4+2. Change
+    /// it later with `cairn redundancy set`.
     #[arg(long, value_name = "POLICY", value_parser = policy_arg, default_value = "copies=1")]
     pub redundancy: cairn_data::Policy,
     /// Where fsync's intent log goes: `devices` (the default) keeps a copy

@@ -26,7 +26,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("device add", "  cairn device add /mnt/pool hdd:/dev/sdc\n  cairn device add /mnt/pool ssd:/dev/nvme1n1:role=cache"),
     ("device remove", "  cairn device remove /mnt/pool /dev/sdc"),
     ("device replace", "  cairn device replace /mnt/pool 1 ssd:/dev/sdd   # device 1 died or is failing"),
-    ("redundancy set", "  cairn redundancy set /mnt/pool copies=2\n  cairn redundancy set /mnt/pool ssd:copies=2,hdd:copies=1"),
+    ("redundancy set", "  cairn redundancy set /mnt/pool copies=2\n  cairn redundancy set /mnt/pool ssd:copies=2,hdd:copies=1\n  cairn redundancy set /mnt/pool ec=4+2"),
     ("redundancy show", "  cairn redundancy show /mnt/pool\n  cairn redundancy show /mnt/pool --json | jq .bytes_at_risk"),
     ("redundancy rebuild", "  cairn redundancy rebuild /mnt/pool   # after a lost device or a raised policy"),
     ("tier status", "  cairn tier status /mnt/pool"),
