@@ -228,9 +228,9 @@ impl ChunkStore {
     }
 
     /// Stripes no segment needs: none uses a data member, or each that
-    /// does has a class whose layout is no longer `ec` and has the copies
-    /// that layout asks for on online devices (a policy lowered from
-    /// `ec`, after re-replication made the copies).
+    /// does has the copies its class's layout asks for on online devices
+    /// (a policy lowered from `ec` after re-replication made the copies,
+    /// or a thinned stripe, `thin_stripes`).
     pub fn unneeded_stripes(&self) -> Vec<u64> {
         let policy = self.policy();
         let set = &self.segs.devices;
@@ -246,7 +246,7 @@ impl ChunkStore {
                 .iter()
                 .filter(|p| set.is_online(p.device))
                 .count();
-            policy.ec_for(class).is_none() && online >= policy.copies_for(class)
+            online >= policy.copies_for(class)
         };
         let stripes = self.segs.stripes.read();
         let unneeded = |r: &StripeRec| {
@@ -258,6 +258,32 @@ impl ChunkStore {
             .filter(|(_, r)| unneeded(r))
             .map(|(id, _)| id)
             .collect()
+    }
+
+    /// Stripes with all members online whose data members are used by at
+    /// most half as many segments as they have (GC and the tier mover
+    /// moved the others' chunks away): their dead members and parity hold
+    /// space for little. Each with the segments that use it.
+    pub fn thin_stripes(&self) -> Vec<(u64, Vec<u64>)> {
+        let set = &self.segs.devices;
+        let table = self.segs.table.read();
+        let users: HashMap<SlotAddr, u64> = (table.iter())
+            .flat_map(|(id, s)| s.places().into_iter().map(move |p| (p, *id)))
+            .collect();
+        let stripes = self.segs.stripes.read();
+        let mut out = Vec::new();
+        for (id, r) in stripes.sorted() {
+            let used: Vec<u64> = r
+                .data()
+                .iter()
+                .filter_map(|p| users.get(p).copied())
+                .collect();
+            let online = r.members.iter().all(|p| set.is_online(p.device));
+            if online && !used.is_empty() && used.len() * 2 <= r.k as usize {
+                out.push((id, used));
+            }
+        }
+        out
     }
 
     /// After the transaction that removed stripes `ids` committed: the

@@ -3,7 +3,9 @@
 //! else while a re-replication run works from its plan, two runs at once,
 //! a batch whose copies fail on two devices in two ways (the write of one,
 //! the sync of the other), a missing device read by scrub, and bit rot in
-//! the copy a device replacement copies from.
+//! the copy a device replacement copies from. Parity (`ec=K+M`): stripes
+//! whose segments died are thinned and dropped, and the tier mover
+//! converts copies on one class to stripes on another and back.
 
 mod common;
 
@@ -357,4 +359,155 @@ fn copies_use_every_device_before_data_goes_short() {
         st.short_segments, st.segments
     );
     assert_files(&fs, &model, "written");
+}
+
+/// Slots in use on all devices, and the slots the segment and stripe
+/// tables name: the same, always.
+fn slots_in_use(fs: &Fs) -> u64 {
+    let chunks = &fs.pool().chunks;
+    let used: u64 = (chunks.devices().per_device_slots().iter())
+        .map(|(_, total, free)| total - free)
+        .sum();
+    let mut named: std::collections::BTreeSet<(u32, u64)> = (chunks.segment_table().iter())
+        .flat_map(|(_, s)| s.places())
+        .map(|p| (p.device, p.slot))
+        .collect();
+    for (_, r) in chunks.stripe_table() {
+        named.extend(r.members.iter().map(|p| (p.device, p.slot)));
+    }
+    assert_eq!(used, named.len() as u64, "slots in use vs named");
+    used
+}
+
+/// Each striped segment has one copy; no stripe holds a data member that
+/// no segment uses when `whole` (after a run that thins them).
+fn assert_stripes(fs: &Fs, whole: bool, when: &str) {
+    let chunks = &fs.pool().chunks;
+    let table = chunks.segment_table();
+    for (id, s) in &table {
+        if chunks.is_striped(*id) {
+            assert_eq!(s.places().len(), 1, "{when}: striped segment {id}: {s:?}");
+        }
+    }
+    for (id, r) in chunks.stripe_table() {
+        let used = (r.data().iter())
+            .filter(|p| table.iter().any(|(_, s)| s.places().contains(p)))
+            .count();
+        assert!(used > 0, "{when}: stripe {id} is used by no segment");
+        assert!(
+            !whole || used * 2 > r.k as usize,
+            "{when}: stripe {id} is thin: {used} of {}",
+            r.k
+        );
+        let c = chunks.check_parity(id, false).unwrap();
+        assert_eq!(c.differed, 0, "{when}: stripe {id}: {c:?}");
+    }
+}
+
+#[test]
+fn stripes_whose_segments_died_are_thinned_and_dropped_freeing_their_slots() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make(d.path(), 3, "ec=2+1");
+    let fs = open(&pool);
+    let model = write_files(&fs, 12, 7);
+    fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
+    assert!(fs.pool().chunks.stripe_table().len() >= 4);
+    assert_stripes(&fs, true, "striped");
+    let before = slots_in_use(&fs);
+    // Most files go: their segments die, leaving stripes idle or thin.
+    let mut kept = Model::new();
+    for (i, (name, data)) in model.into_iter().enumerate() {
+        match i % 4 {
+            0 => {
+                kept.insert(name, data);
+            }
+            _ => {
+                // Closed (created open), so that the unlink frees it.
+                let ino = fs.lookup(ROOT_INO, name.as_bytes()).unwrap().ino;
+                fs.release(ino);
+                fs.unlink(ROOT_INO, name.as_bytes()).unwrap();
+            }
+        }
+    }
+    fs.flush().unwrap();
+    let none_kept = cairn_fs::history::prune::PrunePolicy {
+        retention_secs: 0,
+        keep_daily: 0,
+        keep_weekly: 0,
+        keep_monthly: 0,
+    };
+    let pr = fs.prune(&none_kept, false).unwrap();
+    assert!(pr.chunks_freed > 0, "{pr:?}");
+    let rep = fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
+    assert!(rep.stripes_dropped > 0, "{rep:?}");
+    assert_stripes(&fs, true, "thinned");
+    assert_files(&fs, &kept, "thinned");
+    let after = slots_in_use(&fs);
+    assert!(after * 3 < before * 2, "slots in use: {before} -> {after}");
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = open(&pool);
+    assert_files(&fs, &kept, "reopened");
+    assert_eq!(slots_in_use(&fs), after);
+    assert!(check_pool(fs.pool()).unwrap().problems.is_empty());
+}
+
+#[test]
+fn the_tier_mover_converts_copies_on_ssd_to_stripes_on_hdd_and_back() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let dev = |i: usize, class| {
+        let at = d.path().join(format!("d{i}"));
+        std::fs::create_dir_all(&at).unwrap();
+        DeviceSpec::tier(class, at, Some(24 * MIB))
+    };
+    let o = MkfsOptions {
+        segment_size: MIB,
+        sparse: true,
+        redundancy: "ssd:copies=2,hdd:ec=2+1".parse().unwrap(),
+        devices: vec![
+            dev(0, DeviceClass::Ssd),
+            dev(1, DeviceClass::Ssd),
+            dev(2, DeviceClass::Hdd),
+            dev(3, DeviceClass::Hdd),
+            dev(4, DeviceClass::Hdd),
+        ],
+        ..MkfsOptions::default()
+    };
+    mkfs(&pool, o).unwrap();
+    let fs = open(&pool);
+    let model = write_files(&fs, 6, 3);
+    let chunks = &fs.pool().chunks;
+    let class_of = |id: u32| chunks.devices().device(id).unwrap().class();
+    let segments: Vec<u64> = chunks.segment_table().iter().map(|(id, _)| *id).collect();
+    assert!(segments.len() >= 4);
+    fs.pool().chunks.close_open_segment();
+    // Down to hdd: three copies (ec=2+1 before its stripe), then stripes.
+    for id in &segments {
+        fs.move_segment(*id, |d, _, _| d.class() == DeviceClass::Hdd)
+            .unwrap();
+    }
+    fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
+    for (id, s) in chunks.segment_table() {
+        assert_eq!(class_of(s.device), DeviceClass::Hdd, "segment {id}");
+    }
+    let st = fs.redundancy_status();
+    assert!(st.stripes >= 2 && st.waiting_for_stripe <= 1, "{st:?}");
+    assert_stripes(&fs, true, "on hdd");
+    assert_files(&fs, &model, "on hdd");
+    // Back up to ssd: two copies each; the stripes are dropped.
+    for id in &segments {
+        fs.move_segment(*id, |d, _, _| d.class() == DeviceClass::Ssd)
+            .unwrap();
+    }
+    fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
+    assert!(
+        chunks.stripe_table().is_empty(),
+        "{:?}",
+        chunks.stripe_table()
+    );
+    assert_copies(&fs, 2, "back on ssd");
+    assert_files(&fs, &model, "back on ssd");
+    slots_in_use(&fs);
+    fs.shutdown().unwrap();
 }

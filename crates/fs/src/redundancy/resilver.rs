@@ -300,7 +300,11 @@ impl Fs {
 
     /// Commits the prepared changes in one transaction and switches them;
     /// a change whose segment moved meanwhile is abandoned.
-    fn commit_fixes(&self, ready: &mut Vec<Relocation>, rep: &mut ResilverReport) -> Result<()> {
+    pub(super) fn commit_fixes(
+        &self,
+        ready: &mut Vec<Relocation>,
+        rep: &mut ResilverReport,
+    ) -> Result<()> {
         if ready.is_empty() {
             return Ok(());
         }

@@ -160,9 +160,52 @@ impl Fs {
         rep: &mut ResilverReport,
     ) -> Result<()> {
         if !self.stopping.load(Ordering::SeqCst) {
+            self.thin_stripes(rate, rep)?;
             self.build_stripes(rate, rep)?;
         }
         self.dissolve_stripes(rep)
+    }
+
+    /// A stripe most of whose data members no segment uses holds their
+    /// slots and its parity for little: each segment still in it gets the
+    /// copies its layout asks for outside a stripe (M+1 for `ec=K+M`),
+    /// after which the stripe is dropped (`dissolve_stripes`, below) and
+    /// the segments wait for a new stripe with others.
+    fn thin_stripes(&self, rate: &mut RateLimit, rep: &mut ResilverReport) -> Result<()> {
+        let chunks = &self.pool.chunks;
+        let set = chunks.devices();
+        let policy = chunks.policy();
+        let mut ready = Vec::new();
+        for (_, users) in chunks.thin_stripes() {
+            for sid in users {
+                let Some(s) = chunks.segment(sid) else {
+                    continue;
+                };
+                let Ok(dev) = set.device(s.device) else {
+                    continue;
+                };
+                let add = policy
+                    .copies_for(dev.class())
+                    .saturating_sub(s.places().len());
+                if add == 0 {
+                    continue;
+                }
+                let rank = dev.class().rank();
+                match chunks.copy_changing(sid, Vec::new(), add, rank, |_, _, _| true) {
+                    Ok(r) => {
+                        rate.spend(s.used as u64 * add as u64);
+                        rep.bytes += s.used as u64 * add as u64;
+                        ready.push(r);
+                    }
+                    Err(DataError::NoSpace | DataError::Busy(_) | DataError::NoSegment(_)) => {}
+                    Err(e) => {
+                        self.commit_fixes(&mut ready, rep)?;
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+        self.commit_fixes(&mut ready, rep)
     }
 
     /// Drops the stripes no segment needs and frees the members no
