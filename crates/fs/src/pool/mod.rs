@@ -379,6 +379,7 @@ fn mkfs_in(
     }
     write_first_tid(&meta, &descs, now, &opts)?;
     warnings.extend(redundancy_warning(&opts));
+    warnings.extend(meta_copies_warning(&opts));
     warnings.extend(log_warning);
     drop(meta);
     opts.meta_mirror = opts.meta_mirror.take().map(|d| cwd.join(d));
@@ -442,6 +443,20 @@ fn redundancy_warning(opts: &MkfsOptions) -> Option<String> {
             opts.redundancy,
             domains.len(),
             domains.len()
+        )
+    })
+}
+
+/// A policy whose data survives more lost devices than the metadata's
+/// copies do (the metadata keeps at most two).
+fn meta_copies_warning(opts: &MkfsOptions) -> Option<String> {
+    let data = opts.redundancy.most_copies();
+    let meta = opts.meta_copies as usize;
+    (data > meta).then(|| {
+        format!(
+            "--redundancy {} survives {} lost devices, but the metadata keeps {meta} copies: a loss of every device that holds one stops the pool (keep the pool directory, where the metadata is when devices are not directories, on its own redundant storage)",
+            opts.redundancy,
+            data - 1
         )
     })
 }
