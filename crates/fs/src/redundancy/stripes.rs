@@ -13,7 +13,7 @@ use crate::error::{FsError, Result};
 use crate::maintenance::tier::RateLimit;
 use crate::vfs::Fs;
 use cairn_data::stripe_build::{MemberMove, NewStripe};
-use cairn_data::DataError;
+use cairn_data::{DataError, SegmentRec, StripeRec};
 use cairn_devices::Device;
 use std::sync::atomic::Ordering;
 
@@ -78,20 +78,25 @@ impl Fs {
             chunks.abandon_move(mv)?;
             return Ok(false);
         };
-        let committed = self.pool.meta.write(|w| {
-            w.put_stripe(mv.stripe, &stripe.encode())?;
-            if let Some((sid, rec)) = &seg {
-                w.put_segment(*sid, &rec.encode())?;
-            }
-            Ok::<_, FsError>(())
-        });
-        if let Err(e) = committed {
+        if let Err(e) = self.put_stripe(mv.stripe, &stripe, seg.as_slice()) {
             chunks.abandon_move(mv)?;
             return Err(e);
         }
         crate::failpoint::hit("stripe-member-committed");
         chunks.member_moved(mv, seg)?;
         Ok(true)
+    }
+
+    /// Writes a stripe's record and its segments' records in one
+    /// transaction.
+    fn put_stripe(&self, id: u64, stripe: &StripeRec, segs: &[(u64, SegmentRec)]) -> Result<()> {
+        self.pool.meta.write(|w| {
+            w.put_stripe(id, &stripe.encode())?;
+            for (sid, rec) in segs {
+                w.put_segment(*sid, &rec.encode())?;
+            }
+            Ok::<_, FsError>(())
+        })
     }
 
     /// Gathers the sealed segments that wait for a stripe into stripes,
@@ -135,14 +140,7 @@ impl Fs {
             chunks.abandon_stripe(new)?;
             return Ok(false);
         };
-        let committed = self.pool.meta.write(|w| {
-            w.put_stripe(new.id, &new.rec.encode())?;
-            for (id, rec) in &records {
-                w.put_segment(*id, &rec.encode())?;
-            }
-            Ok::<_, FsError>(())
-        });
-        if let Err(e) = committed {
+        if let Err(e) = self.put_stripe(new.id, &new.rec, &records) {
             chunks.abandon_stripe(new)?;
             return Err(e);
         }
