@@ -225,13 +225,10 @@ fn a_device_failing_every_write_is_faulted_when_the_writes_come_in_small_commits
 /// commits wait for it and every copy is made; nothing is dropped,
 /// faulted or short, and every file is exact.
 ///
-/// Cairn has no timeout on device I/O: a copy write (`copies.rs`,
-/// `CopyTarget::write`) joins the writes of every copy, so a commit
-/// waits as long as the slowest device takes; a device that never
-/// answers (a write that hangs forever) holds up every commit of the
-/// pool, and a read that hangs is never tried on another copy either.
-/// The fault plan only has finite hangs (`hang:DUR`), so this test uses
-/// one and checks the wait was hit.
+/// A stall shorter than the I/O timeout (`io_timeout_secs`, 30 s by
+/// default) is waited for: a copy write (`copies.rs`) waits for every
+/// copy up to the timeout, so the commit takes as long as the slowest
+/// device. One longer than the timeout faults the device (next test).
 #[test]
 fn a_device_whose_writes_stall_delays_them_and_loses_nothing() {
     let (mut fs, plan) = mounted(3, &[]);
@@ -257,6 +254,42 @@ fn a_device_whose_writes_stall_delays_them_and_loses_nothing() {
     assert_eq!(device(&st, 1)["state"], "online", "{st}");
     assert_eq!(count(&st, "short_segments"), 0, "{st}");
     assert!(count(device(&st, 1), "copies") > 0, "{st}");
+    fs::write(&plan, "").unwrap();
+    fs.remount();
+    assert_written(&fs, &files, "after a remount without faults");
+    fs.finish();
+}
+
+/// Device 1's writes hang for two minutes, far past the I/O timeout
+/// (2 s here): the writes and fsyncs go on within seconds (its copies and
+/// its intent log copy are dropped, the device is faulted), nothing
+/// acknowledged is lost, and after a remount without the fault every file
+/// is exact.
+#[test]
+fn a_device_whose_writes_hang_is_faulted_and_the_writes_go_on() {
+    let (mut fs, plan) = mounted(3, &[]);
+    fs.set_config("io_timeout_secs", "2");
+    fs.remount();
+    let mut files = write_files(&fs.mnt, "p", 3, 4);
+    cairn_sync(&fs);
+    fs.set_fault_plan(&plan, "devs/d1 write hang:120s\n");
+    let t = Instant::now();
+    files.extend(write_files(&fs.mnt, "h", 5, 6));
+    cairn_sync(&fs);
+    let took = t.elapsed();
+    println!("writes with device 1 hung took {took:?}");
+    assert!(
+        took < Duration::from_secs(60),
+        "held by the hung device: {took:?}"
+    );
+    assert_written(&fs, &files, "device 1 hung");
+    let st = redundancy(&fs);
+    assert_eq!(device(&st, 1)["state"], "faulted", "{st}");
+    let log = fs.daemon_output();
+    assert!(
+        log.contains("I/O timeout") || log.contains("within the I/O timeout"),
+        "{log}"
+    );
     fs::write(&plan, "").unwrap();
     fs.remount();
     assert_written(&fs, &files, "after a remount without faults");

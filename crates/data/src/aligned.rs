@@ -34,6 +34,9 @@ const HUGE: usize = 2 << 20;
 
 // SAFETY: the buffer is plain owned memory, used through &/&mut only.
 unsafe impl Send for AlignedBuf {}
+// SAFETY: through & only shared slices are handed out (`slice`); writes
+// need &mut (`slice_mut`).
+unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
     /// `cap` bytes (rounded up to `align`), zeroed, starting at a multiple of
@@ -71,6 +74,13 @@ impl AlignedBuf {
 
     pub fn capacity(&self) -> usize {
         self.layout.size()
+    }
+
+    /// The first `len` bytes (at most the capacity), as they are.
+    pub fn slice(&self, len: usize) -> &[u8] {
+        assert!(len <= self.capacity());
+        // SAFETY: ptr is valid for capacity() bytes and owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr, len) }
     }
 
     /// The first `len` bytes (at most the capacity), as they are.

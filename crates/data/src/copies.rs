@@ -6,12 +6,19 @@
 //! it: the batch then records the segment without that copy
 //! (`writer.rs`), the pool says which device failed, and the missing copy
 //! is made again later. Only when every copy fails does the write fail.
+//! A copy whose device does not answer within the I/O timeout while
+//! another copy took the write is dropped so too, and its device faulted
+//! (`deadline.rs`): a hung disk does not hold the pool's commits.
 
+use crate::aligned::AlignedBuf;
+use crate::deadline::all_within;
 use crate::error::{DataError, Result};
 use crate::wpipe::WriteTarget;
+use cairn_devices::device::DIRECT_ALIGN;
 use cairn_devices::{Device, SlotAddr};
 use parking_lot::Mutex;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Copies whose writes failed, shared by a batch and its targets.
 #[derive(Debug, Default)]
@@ -41,6 +48,42 @@ impl Dropped {
 pub(crate) struct CopyTarget {
     pub(crate) places: Vec<(SlotAddr, Arc<Device>, u64)>,
     pub(crate) dropped: Arc<Dropped>,
+    /// How long a copy's write may take while another copy took it.
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl CopyTarget {
+    /// Writes `buf` at `at` of each copy of `many` on its own thread, each
+    /// waited for at most the timeout; one that did not answer is `Hung`.
+    fn write_each(
+        &self,
+        many: &[&(SlotAddr, Arc<Device>, u64)],
+        buf: &[u8],
+        at: u64,
+        cached: bool,
+    ) -> Vec<Result<()>> {
+        // The threads may outlive this call: they get their own copy of
+        // the bytes (aligned, for direct I/O).
+        let mut own = AlignedBuf::new(buf.len(), DIRECT_ALIGN);
+        own.slice_mut(buf.len()).copy_from_slice(buf);
+        let own = Arc::new(own);
+        let jobs: Vec<Box<dyn FnOnce() -> Result<()> + Send>> = (many.iter())
+            .map(|(_, dev, base)| {
+                let (dev, own, n, to) = (dev.clone(), own.clone(), buf.len(), base + at);
+                let job = move || dev.write(own.slice(n), to, cached);
+                Box::new(job) as Box<dyn FnOnce() -> Result<()> + Send>
+            })
+            .collect();
+        let secs = self.timeout.map_or(0, |t| t.as_secs());
+        (all_within(self.timeout, jobs).into_iter().zip(many))
+            .map(|(r, (addr, _, _))| {
+                r.unwrap_or(Err(DataError::Hung {
+                    device: addr.device,
+                    secs,
+                }))
+            })
+            .collect()
+    }
 }
 
 impl WriteTarget for CopyTarget {
@@ -53,17 +96,7 @@ impl WriteTarget for CopyTarget {
         let results: Vec<Result<()>> = match live.as_slice() {
             [] => return Err(DataError::Writer("every copy of the segment failed")),
             [(_, dev, base)] => vec![dev.write(buf, base + at, cached)],
-            many => std::thread::scope(|s| {
-                let jobs: Vec<_> = (many.iter())
-                    .map(|(_, dev, base)| s.spawn(move || dev.write(buf, base + at, cached)))
-                    .collect();
-                jobs.into_iter()
-                    .map(|j| {
-                        j.join()
-                            .unwrap_or(Err(DataError::Writer("copy writer died")))
-                    })
-                    .collect()
-            }),
+            many => self.write_each(many, buf, at, cached),
         };
         let mut first_err = None;
         let mut ok = 0;

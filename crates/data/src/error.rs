@@ -20,6 +20,10 @@ pub enum DataError {
     NoSpace,
     #[error("busy: {0}")]
     Busy(String),
+    /// A device did not answer an I/O within the pool's I/O timeout while
+    /// another copy took it: the device is faulted.
+    #[error("device {device} did not answer within {secs} s (I/O timeout)")]
+    Hung { device: u32, secs: u64 },
     /// A stripe's parity could not be computed or a member restored.
     #[error("parity: {0}")]
     Parity(String),

@@ -7,7 +7,7 @@
 //!
 //! Modules form layers, bottom to top; each refers only to modules below
 //! it (tests/layering.rs checks this):
-//! compress, error, ec -> aligned -> chunk -> records -> stripe_rec ->
+//! compress, error, ec, deadline -> aligned -> chunk -> records -> stripe_rec ->
 //! stripes -> policy -> heat, cache, wpipe -> copies -> dead_pages ->
 //! open_segment -> segments -> writer -> readahead -> store ->
 //! stripe_read -> read, heal, verified -> relocate -> stripe_parity ->
@@ -29,6 +29,7 @@ pub mod chunk;
 pub mod compress;
 mod copies;
 mod dead_pages;
+pub mod deadline;
 pub mod ec;
 pub mod error;
 pub mod heal;

@@ -48,6 +48,8 @@ pub(crate) struct Segments {
     /// The stripes (parity over segments of an `ec=K+M` layout); their
     /// member slots are theirs, not the segments' (`stripes.rs`).
     pub(crate) stripes: RwLock<Stripes>,
+    /// How long an I/O of one copy among several may take (`deadline.rs`).
+    pub(crate) io_timeout: crate::deadline::IoTimeout,
     /// Chunks restored from parity last (`stripes.rs`).
     pub(crate) restored: crate::stripes::Restored,
 }
@@ -102,6 +104,7 @@ impl Segments {
             short: AtomicBool::new(false),
             stripes: RwLock::new(stripes),
             restored: Default::default(),
+            io_timeout: Default::default(),
         })
     }
 

@@ -103,6 +103,12 @@ impl ChunkStore {
         self.segs.short.store(true, Ordering::Relaxed);
     }
 
+    /// Sets how long an I/O of one copy among several may take before its
+    /// device is faulted and the copy dropped (zero: no limit).
+    pub fn set_io_timeout(&self, d: std::time::Duration) {
+        self.segs.io_timeout.set(d);
+    }
+
     /// Sets the RAM read cache for chunks on slower tiers (0 turns it off).
     pub fn set_ram_cache(&self, bytes: u64) {
         *self.ram_cache.write() = (bytes > 0).then(|| RamCache::new(bytes));

@@ -174,6 +174,7 @@ impl<'a> WriteBatch<'a> {
         let target = Arc::new(CopyTarget {
             places,
             dropped: self.dropped.clone(),
+            timeout: self.segs.io_timeout.get(),
         });
         let at = o.buf_start as u64;
         let room = (self.segs.segment_size - o.buf_start as u64) as usize;
@@ -251,22 +252,32 @@ impl<'a> WriteBatch<'a> {
 
     /// Syncs every device the batch wrote to, at once (copies on several
     /// devices cost the slowest sync, not their sum): each one's outcome.
-    fn sync_devices(&mut self) -> Result<Vec<(u32, cairn_devices::error::Result<()>)>> {
+    /// With several, each is waited for at most the I/O timeout (one that
+    /// does not answer is `Hung`, see `deadline.rs`).
+    fn sync_devices(&mut self) -> Result<Vec<(u32, Result<()>)>> {
         let ids = std::mem::take(&mut self.devices);
         let devs = (ids.iter())
             .map(|d| self.segs.devices.device(*d).map(|dev| (*d, dev)))
             .collect::<cairn_devices::error::Result<Vec<_>>>()?;
+        let failed = |d: u32| move |e| DataError::of_write(d, e);
         if devs.len() <= 1 {
-            return Ok(devs.into_iter().map(|(d, dev)| (d, dev.sync())).collect());
+            let sync =
+                |(d, dev): (u32, Arc<cairn_devices::Device>)| (d, dev.sync().map_err(failed(d)));
+            return Ok(devs.into_iter().map(sync).collect());
         }
-        Ok(std::thread::scope(|s| {
-            let jobs: Vec<_> = (devs.iter())
-                .map(|(d, dev)| (*d, s.spawn(move || dev.sync())))
-                .collect();
-            jobs.into_iter()
-                .map(|(d, j)| (d, j.join().expect("device sync thread")))
-                .collect()
-        }))
+        let timeout = self.segs.io_timeout.get();
+        let jobs: Vec<Box<dyn FnOnce() -> Result<()> + Send>> = (devs.iter())
+            .map(|(d, dev)| {
+                let (d, dev) = (*d, dev.clone());
+                Box::new(move || dev.sync().map_err(failed(d)))
+                    as Box<dyn FnOnce() -> Result<()> + Send>
+            })
+            .collect();
+        let secs = timeout.map_or(0, |t| t.as_secs());
+        let done = crate::deadline::all_within(timeout, jobs);
+        Ok((devs.iter().zip(done))
+            .map(|((d, _), r)| (*d, r.unwrap_or(Err(DataError::Hung { device: *d, secs }))))
+            .collect())
     }
 
     /// A sync of device `d` failed: every copy this batch wrote there is
@@ -288,6 +299,9 @@ impl<'a> WriteBatch<'a> {
         if only {
             return Err(e);
         }
+        if matches!(e, DataError::Hung { .. }) {
+            self.segs.fault(d);
+        }
         for p in on_d {
             self.dropped
                 .note_failed(p, DataError::Writer("sync failed"));
@@ -307,7 +321,7 @@ impl<'a> WriteBatch<'a> {
                 addr.device
             );
             let n = self.segs.devices.note_write_error(addr.device);
-            if n >= cairn_devices::set::FAILING_AFTER {
+            if n >= cairn_devices::set::FAILING_AFTER || matches!(why, DataError::Hung { .. }) {
                 self.segs.fault(addr.device);
             }
             self.segs.drop_copy(*addr);
@@ -337,7 +351,7 @@ impl<'a> WriteBatch<'a> {
         self.pipe.drain()?;
         for (d, res) in self.sync_devices()? {
             if let Err(e) = res {
-                self.drop_device(d, DataError::of_write(d, e))?;
+                self.drop_device(d, e)?;
             }
         }
         self.take_dropped()?;

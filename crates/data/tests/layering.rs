@@ -14,6 +14,7 @@ const ORDER: &[&str] = &[
     "compress",
     "error",
     "ec",
+    "deadline",
     "aligned",
     "chunk",
     "records",

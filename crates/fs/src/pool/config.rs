@@ -102,6 +102,10 @@ pub struct PoolConfig {
     /// Re-replication looks at the segment table at least this often
     /// (seconds), besides whenever something may need it.
     pub resilver_interval_secs: u64,
+    /// A write or sync of one copy among several that takes longer than
+    /// this (seconds) faults its device and drops the copy, so that a hung
+    /// disk does not hold every commit (0: wait forever).
+    pub io_timeout_secs: u64,
     /// The mount daemon serves the pool's volumes over NBD on this TCP
     /// address ("" : not on TCP), e.g. "127.0.0.1:10809".
     pub nbd_listen: String,
@@ -185,6 +189,7 @@ impl Default for PoolConfig {
             tier_rate_mib: 64,
             resilver_rate_mib: 0,
             resilver_interval_secs: 60,
+            io_timeout_secs: 30,
             nbd_listen: String::new(),
             nbd_socket: String::new(),
             nbd_tls: String::new(),

@@ -877,6 +877,7 @@ impl Pool {
         chunks.set_compression(config.compression()?);
         chunks.set_ram_cache(config.read_cache_mib << 20);
         chunks.set_readahead(config.readahead_kib << 10);
+        chunks.set_io_timeout(std::time::Duration::from_secs(config.io_timeout_secs));
         chunks.heat = cairn_data::Heat::load(&PoolPaths::heat(path), sb.segment_size);
         let meta_home = meta_device(path, &set);
         meta_pages.set_home(meta_home.clone());

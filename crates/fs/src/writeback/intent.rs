@@ -196,7 +196,9 @@ impl Fs {
             Some(places) => LogFile::open_places(places, uuid, last, on_damage),
         };
         match opened {
-            Ok((log, mut recs)) => {
+            Ok((mut log, mut recs)) => {
+                let t = self.pool.config.io_timeout_secs;
+                log.timeout = (t > 0).then(|| std::time::Duration::from_secs(t));
                 if let Some(d) = &log.discarded {
                     tracing::error!(
                         "{d}; --discard-damaged-log: replaying the {} record(s) before it and \

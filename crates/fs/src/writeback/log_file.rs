@@ -210,6 +210,9 @@ pub struct LogFile {
     /// The overlay being committed has changes no record holds: the next
     /// record must hold them too (set by `seal`, see `Fs::fsync`).
     owes_sealed: bool,
+    /// How long a record's write to one of several places may take
+    /// before that place is dropped as hung (`cairn_data::deadline`).
+    pub timeout: Option<std::time::Duration>,
     /// A record write failed after its changes were taken from the
     /// overlays: until the commit of this TID holds them, no fsync may
     /// count on the log (0: none failed).
@@ -329,6 +332,7 @@ impl LogFile {
             region_len,
             owes_sealed: false,
             broken_until: 0,
+            timeout: Some(std::time::Duration::from_secs(30)),
             pending_seal: 0,
             retried: 0,
             spare: Vec::new(),
@@ -607,18 +611,25 @@ impl LogFile {
         let offs = || self.layout.copies(self.region_len).map(|c| at + c);
         let results: Vec<io::Result<()>> = match self.places.as_slice() {
             [one] => vec![one.write_record(rec, offs())],
-            many => std::thread::scope(|sc| {
-                let hs: Vec<_> = many
-                    .iter()
-                    .map(|p| sc.spawn(move || p.write_record(rec, offs())))
-                    .collect();
-                hs.into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err(io::Error::other("panicked")))
+            // Each place on its own thread, waited for at most the I/O
+            // timeout: a hung device is dropped like a failing one.
+            many => {
+                let (rec, offs): (Arc<Vec<u8>>, Vec<u64>) =
+                    (Arc::new(rec.to_vec()), offs().collect());
+                let jobs: Vec<Box<dyn FnOnce() -> io::Result<()> + Send>> = (many.iter())
+                    .map(|p| {
+                        let (p, rec, offs) = (p.clone(), rec.clone(), offs.clone());
+                        let job = move || p.write_record(&rec, offs.into_iter());
+                        Box::new(job) as Box<dyn FnOnce() -> io::Result<()> + Send>
                     })
+                    .collect();
+                let done = cairn_data::deadline::all_within(self.timeout, jobs);
+                let hung =
+                    || io::Error::new(io::ErrorKind::TimedOut, "no answer within the I/O timeout");
+                done.into_iter()
+                    .map(|r| r.unwrap_or_else(|| Err(hung())))
                     .collect()
-            }),
+            }
         };
         if results.iter().all(|r| r.is_err()) {
             let e = results.into_iter().find_map(|r| r.err()).expect("an error");

@@ -1,0 +1,94 @@
+//! Device I/O that must not hold the pool forever: a write or sync of one
+//! copy among several runs on its own thread, and the caller waits for it
+//! at most the pool's I/O timeout (`io_timeout_secs`). A device I/O in the
+//! kernel cannot be cancelled: one that does not answer in time keeps its
+//! thread (its outcome is dropped when it comes), its device is faulted
+//! and the copy it was making is dropped (its slot stays claimed until the
+//! next mount, so a late write lands nowhere that matters).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The I/O timeout, in milliseconds (0: wait forever).
+#[derive(Debug)]
+pub struct IoTimeout(AtomicU64);
+
+impl Default for IoTimeout {
+    fn default() -> Self {
+        IoTimeout(AtomicU64::new(30_000))
+    }
+}
+
+impl IoTimeout {
+    pub fn set(&self, d: Duration) {
+        self.0.store(d.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+}
+
+/// Runs each job on its own thread and collects the outcomes: `Some` for
+/// those that answered within `limit` (all of them, however long they
+/// take, when `limit` is None), `None` for the others, in job order.
+pub fn all_within<T: Send + 'static>(
+    limit: Option<Duration>,
+    jobs: Vec<Box<dyn FnOnce() -> T + Send>>,
+) -> Vec<Option<T>> {
+    let n = jobs.len();
+    let (tx, rx) = mpsc::channel();
+    for (i, job) in jobs.into_iter().enumerate() {
+        let tx = tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("cairn-copy-io".into())
+            .spawn(move || {
+                let _ = tx.send((i, job()));
+            });
+        assert!(spawned.is_ok(), "a copy I/O thread could not start");
+    }
+    drop(tx);
+    let end = limit.map(|l| Instant::now() + l);
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    for _ in 0..n {
+        let got = match end {
+            None => rx.recv().ok(),
+            Some(end) => rx
+                .recv_timeout(end.saturating_duration_since(Instant::now()))
+                .ok(),
+        };
+        let Some((i, v)) = got else { break };
+        out[i] = Some(v);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_that_does_not_answer_in_time_is_left_behind() {
+        let jobs: Vec<Box<dyn FnOnce() -> u32 + Send>> = vec![
+            Box::new(|| 1),
+            Box::new(|| {
+                std::thread::sleep(Duration::from_secs(5));
+                2
+            }),
+            Box::new(|| 3),
+        ];
+        let t = Instant::now();
+        let got = all_within(Some(Duration::from_millis(200)), jobs);
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!(got, vec![Some(1), None, Some(3)]);
+        let jobs: Vec<Box<dyn FnOnce() -> u32 + Send>> = vec![Box::new(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            7
+        })];
+        assert_eq!(all_within(None, jobs), vec![Some(7)], "no limit: waits");
+    }
+}
