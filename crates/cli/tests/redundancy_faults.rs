@@ -7,9 +7,10 @@
 //!   enough writes, `redundancy rebuild` makes every copy again on the
 //!   other devices and none on it, and every fsynced file is exact, then
 //!   and after a remount without faults;
-//! - a device whose writes stall: writes wait for it and go on, nothing
-//!   is dropped or faulted (Cairn has no I/O timeout: see the note on
-//!   `a_device_whose_writes_stall_delays_them_and_loses_nothing`);
+//! - a device whose writes stall for less than the I/O timeout: writes
+//!   wait for it and go on, nothing is dropped or faulted;
+//! - a device whose writes hang past the I/O timeout: it is faulted, its
+//!   copies dropped, and writes and fsyncs go on within seconds;
 //! - a device whose reads return flipped bits (bit rot): every file reads
 //!   exact from the other copy and the bad copy is rewritten, counted in
 //!   `redundancy show`.
