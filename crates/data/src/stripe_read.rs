@@ -5,12 +5,14 @@
 //! checked segment copies and stripe repair use it when no copy of a
 //! segment gives its bytes.
 
+use crate::aligned::AlignedBuf;
 use crate::chunk::unseal;
 use crate::ec;
 use crate::error::{DataError, Result};
 use crate::records::{corrupt, ChunkRec};
 use crate::store::ChunkStore;
 use crate::stripe_rec::StripeRec;
+use cairn_devices::device::DIRECT_ALIGN;
 use cairn_devices::SlotAddr;
 use std::sync::Arc;
 
@@ -104,15 +106,25 @@ impl ChunkStore {
         })
     }
 
-    /// Bytes `[a, e)` of the slot at `at`.
+    /// Bytes `[a, e)` of the slot at `at`: past the host's page cache when
+    /// the device allows (the bytes are read once, to restore another
+    /// member), else buffered.
     fn read_member(&self, at: SlotAddr, a: u64, e: u64) -> Result<Vec<u8>> {
         let dev = self.segs.devices.device(at.device)?;
         assert!(
             at.slot < dev.header.slot_count(),
             "a member is in its device"
         );
-        let mut b = vec![0u8; (e - a) as usize];
-        dev.read_at(&mut b, dev.slot_offset(at.slot) + a)?;
+        let (off, n) = (dev.slot_offset(at.slot) + a, (e - a) as usize);
+        if off.is_multiple_of(DIRECT_ALIGN as u64) {
+            let cap = n.next_multiple_of(DIRECT_ALIGN);
+            let mut direct = AlignedBuf::new(cap, DIRECT_ALIGN);
+            if dev.read_direct_at(direct.slice_mut(cap), off, n)? {
+                return Ok(direct.slice(n).to_vec());
+            }
+        }
+        let mut b = vec![0u8; n];
+        dev.read_at(&mut b, off)?;
         Ok(b)
     }
 
