@@ -154,7 +154,7 @@ impl ChunkStore {
     /// A copy's write failed on a device: counted against it, as a flush's
     /// are (`writer.rs`), and past `FAILING_AFTER` failures it is faulted,
     /// so that re-replication stops choosing it again and again.
-    fn count_failed_write(&self, e: &DataError) {
+    pub(crate) fn count_failed_write(&self, e: &DataError) {
         if let DataError::WriteFailed { device, .. } = e {
             let n = self.segs.devices.note_write_error(*device);
             if n >= cairn_devices::set::FAILING_AFTER {

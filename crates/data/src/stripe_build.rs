@@ -134,6 +134,7 @@ impl ChunkStore {
             (new.members.iter()).try_for_each(|(id, _, kept)| self.verify_kept(*id, *kept));
         if let Err(e) = checked.and_then(|()| self.write_parity(&new.rec)) {
             self.release_new(&parity)?;
+            self.count_failed_write(&e);
             return Err(e);
         }
         Ok(Some(new))
@@ -354,6 +355,7 @@ impl ChunkStore {
         };
         if let Err(e) = self.fill_member(&rec, &mv) {
             self.release_new(&[to])?;
+            self.count_failed_write(&e);
             return Err(e);
         }
         Ok(mv)

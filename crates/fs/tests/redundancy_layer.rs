@@ -511,3 +511,38 @@ fn the_tier_mover_converts_copies_on_ssd_to_stripes_on_hdd_and_back() {
     slots_in_use(&fs);
     fs.shutdown().unwrap();
 }
+
+/// Every device write of an `ec=2+1` pool fails while re-replication
+/// makes stripes: no parity can be written, so no stripe is made (the
+/// segments keep both copies), the run ends without an error (it does
+/// not stop the rest of re-replication), and once the devices are well
+/// the stripes are made.
+#[test]
+fn a_failing_parity_write_leaves_the_copies_and_the_run_goes_on() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make(d.path(), 3, "ec=2+1");
+    let st = Arc::new(FaultStorage::per_file(Arc::new(HostStorage), 3));
+    let fs = Fs::open(Pool::open_with(&pool, None, st.clone()).unwrap()).unwrap();
+    let model = write_files(&fs, 6, 5);
+    fs.pool().chunks.close_open_segment();
+    let devs: Vec<_> = (0..3)
+        .map(|i| st.control(&device_file(d.path(), i)))
+        .collect();
+    for c in &devs {
+        c.add(Fault::eio(Ops::WRITE));
+    }
+    let rep = fs.resilver(true, &|_| true, &|_, _| {});
+    let rep = rep.unwrap_or_else(|e| panic!("the run failed: {e}"));
+    assert_eq!(rep.stripes_made, 0, "no parity could be written: {rep:?}");
+    for (id, s) in fs.pool().chunks.segment_table() {
+        assert_eq!(s.places().len(), 2, "segment {id} kept its copies: {s:?}");
+    }
+    assert_files(&fs, &model, "with writes failing");
+    devs.iter().for_each(|c| c.clear());
+    let rep = fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
+    assert!(rep.stripes_made > 0, "{rep:?}");
+    assert_stripes(&fs, true, "devices well again");
+    assert_files(&fs, &model, "striped");
+    slots_in_use(&fs);
+    fs.shutdown().unwrap();
+}

@@ -54,7 +54,15 @@ impl Fs {
                     continue;
                 }
                 Err(DataError::Busy(_)) => continue,
-                Err(e) => return Err(e.into()),
+                // One member that cannot be made (more members lost than
+                // parity covers, a failing target) stops neither the
+                // others nor the rest of the run: counted, said, tried
+                // again by the next run.
+                Err(e) => {
+                    tracing::error!("stripe {id}: its member {pos} could not be made again: {e}");
+                    rep.short += 1;
+                    continue;
+                }
             };
             let len = chunks
                 .stripe_table()
@@ -107,7 +115,13 @@ impl Fs {
             while cands.len() >= k && !self.stopping.load(Ordering::SeqCst) {
                 let made = match chunks.make_stripe(k, m, &cands) {
                     Err(DataError::Busy(_)) => break,
-                    made => made?,
+                    // A failing read or parity write: the segments keep
+                    // their copies; the rest of the run goes on.
+                    Err(e) => {
+                        tracing::error!("ec={k}+{m}: a stripe could not be made: {e}");
+                        break;
+                    }
+                    Ok(made) => made,
                 };
                 let Some(new) = made else {
                     if !self.stripes_warned.swap(true, Ordering::Relaxed) {
