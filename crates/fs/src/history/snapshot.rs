@@ -297,6 +297,8 @@ impl Fs {
     /// a snapshot when every element referencing it is visible at no other
     /// snapshot and not current.
     pub fn snapshot_usage(&self) -> Result<Vec<SnapshotUsage>> {
+        // Cuts included, as `snapshots` (a snapshot just cut is listed).
+        self.commit_cuts();
         let r = self.meta()?;
         let snaps = read_snapshots(&r)?;
         let tids: Vec<u64> = snaps.iter().map(|s| s.tid).collect();

@@ -223,6 +223,9 @@ impl Fs {
     /// Drops the stripes no segment needs and frees the members no
     /// segment uses.
     fn dissolve_stripes(&self, rep: &mut ResilverReport) -> Result<()> {
+        if self.pool.chunks.stripe_table().is_empty() {
+            return Ok(());
+        }
         let _last = self.flush_guard();
         let idle = self.pool.chunks.unneeded_stripes();
         if idle.is_empty() {
