@@ -11,7 +11,7 @@
 //! (`deadline.rs`): a hung disk does not hold the pool's commits.
 
 use crate::aligned::AlignedBuf;
-use crate::deadline::all_within;
+use crate::deadline::{devices_within, DeviceJob};
 use crate::error::{DataError, Result};
 use crate::wpipe::WriteTarget;
 use cairn_devices::device::DIRECT_ALIGN;
@@ -67,22 +67,14 @@ impl CopyTarget {
         let mut own = AlignedBuf::new(buf.len(), DIRECT_ALIGN);
         own.slice_mut(buf.len()).copy_from_slice(buf);
         let own = Arc::new(own);
-        let jobs: Vec<Box<dyn FnOnce() -> Result<()> + Send>> = (many.iter())
-            .map(|(_, dev, base)| {
+        let jobs: Vec<(u32, DeviceJob)> = (many.iter())
+            .map(|(addr, dev, base)| {
                 let (dev, own, n, to) = (dev.clone(), own.clone(), buf.len(), base + at);
                 let job = move || dev.write(own.slice(n), to, cached);
-                Box::new(job) as Box<dyn FnOnce() -> Result<()> + Send>
+                (addr.device, Box::new(job) as DeviceJob)
             })
             .collect();
-        let secs = self.timeout.map_or(0, |t| t.as_secs());
-        (all_within(self.timeout, jobs).into_iter().zip(many))
-            .map(|(r, (addr, _, _))| {
-                r.unwrap_or(Err(DataError::Hung {
-                    device: addr.device,
-                    secs,
-                }))
-            })
-            .collect()
+        devices_within(self.timeout, jobs)
     }
 }
 

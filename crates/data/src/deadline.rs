@@ -67,6 +67,22 @@ pub fn all_within<T: Send + 'static>(
     out
 }
 
+/// A job of one device's I/O.
+pub(crate) type DeviceJob = Box<dyn FnOnce() -> crate::error::Result<()> + Send>;
+
+/// `all_within` for I/O of several devices: each job's outcome, a job
+/// that did not answer in time `Hung` (naming its device).
+pub(crate) fn devices_within(
+    limit: Option<Duration>,
+    jobs: Vec<(u32, DeviceJob)>,
+) -> Vec<crate::error::Result<()>> {
+    let secs = limit.map_or(0, |t| t.as_secs());
+    let (devices, jobs): (Vec<u32>, Vec<DeviceJob>) = jobs.into_iter().unzip();
+    let done = all_within(limit, jobs).into_iter().zip(devices);
+    done.map(|(r, device)| r.unwrap_or(Err(crate::error::DataError::Hung { device, secs })))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

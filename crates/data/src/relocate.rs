@@ -205,8 +205,15 @@ impl ChunkStore {
 
     /// Frees the new copies of a change that will not be switched.
     pub fn abandon(&self, r: &Relocation) -> Result<()> {
-        r.to.iter()
-            .try_for_each(|t| Ok(self.segs.devices.release(*t)?))
+        self.release_new_slots(&r.to)
+    }
+
+    /// Frees slots claimed for a change that will not be committed (no
+    /// record names them, so no read can be at them).
+    pub(crate) fn release_new_slots(&self, slots: &[SlotAddr]) -> Result<()> {
+        slots
+            .iter()
+            .try_for_each(|a| Ok(self.segs.devices.release(*a)?))
     }
 
     /// After the transaction with the new record committed: points reads at

@@ -126,14 +126,14 @@ impl ChunkStore {
             members,
         };
         if parity.len() < m {
-            self.release_new(&parity)?;
+            self.release_new_slots(&parity)?;
             return Ok(None);
         }
         assert!(new.rec.len > 0, "a stripe covers the bytes of its members");
         let checked =
             (new.members.iter()).try_for_each(|(id, _, kept)| self.verify_kept(*id, *kept));
         if let Err(e) = checked.and_then(|()| self.write_parity(&new.rec)) {
-            self.release_new(&parity)?;
+            self.release_new_slots(&parity)?;
             self.count_failed_write(&e);
             return Err(e);
         }
@@ -175,13 +175,6 @@ impl ChunkStore {
         Ok(())
     }
 
-    /// Frees slots claimed for a change that will not be committed.
-    fn release_new(&self, slots: &[SlotAddr]) -> Result<()> {
-        slots
-            .iter()
-            .try_for_each(|a| Ok(self.segs.devices.release(*a)?))
-    }
-
     /// The segment records once `s` is committed (each keeps its member
     /// copy only), or None when one of them changed since (dropped,
     /// moved): then the caller gives the stripe up with `abandon_stripe`.
@@ -201,7 +194,7 @@ impl ChunkStore {
 
     /// Frees the parity slots of a stripe that will not be committed.
     pub fn abandon_stripe(&self, s: &NewStripe) -> Result<()> {
-        self.release_new(&s.rec.members[s.rec.k as usize..])
+        self.release_new_slots(&s.rec.members[s.rec.k as usize..])
     }
 
     /// After the transaction with the stripe and `records` (from
@@ -354,7 +347,7 @@ impl ChunkStore {
             to,
         };
         if let Err(e) = self.fill_member(&rec, &mv) {
-            self.release_new(&[to])?;
+            self.release_new_slots(&[to])?;
             self.count_failed_write(&e);
             return Err(e);
         }
@@ -408,7 +401,7 @@ impl ChunkStore {
 
     /// Frees the new slot of a move that will not be committed.
     pub fn abandon_move(&self, mv: &MemberMove) -> Result<()> {
-        self.release_new(&[mv.to])
+        self.release_new_slots(&[mv.to])
     }
 
     /// After the transaction with `moved_records`' records committed: the

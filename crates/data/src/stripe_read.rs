@@ -22,7 +22,7 @@ const RESTORE_WINDOW: u64 = 1 << 20;
 impl ChunkStore {
     /// The stripe whose data member a segment at `places` uses: (stripe
     /// id, position, record).
-    pub(crate) fn stripe_of(&self, places: &[SlotAddr]) -> Option<(u64, usize, StripeRec)> {
+    pub fn stripe_of(&self, places: &[SlotAddr]) -> Option<(u64, usize, StripeRec)> {
         let stripes = self.segs.stripes.read();
         stripes
             .of_places(places)

@@ -265,19 +265,15 @@ impl<'a> WriteBatch<'a> {
                 |(d, dev): (u32, Arc<cairn_devices::Device>)| (d, dev.sync().map_err(failed(d)));
             return Ok(devs.into_iter().map(sync).collect());
         }
-        let timeout = self.segs.io_timeout.get();
-        let jobs: Vec<Box<dyn FnOnce() -> Result<()> + Send>> = (devs.iter())
+        let jobs: Vec<(u32, crate::deadline::DeviceJob)> = (devs.iter())
             .map(|(d, dev)| {
                 let (d, dev) = (*d, dev.clone());
-                Box::new(move || dev.sync().map_err(failed(d)))
-                    as Box<dyn FnOnce() -> Result<()> + Send>
+                let job = move || dev.sync().map_err(failed(d));
+                (d, Box::new(job) as crate::deadline::DeviceJob)
             })
             .collect();
-        let secs = timeout.map_or(0, |t| t.as_secs());
-        let done = crate::deadline::all_within(timeout, jobs);
-        Ok((devs.iter().zip(done))
-            .map(|((d, _), r)| (*d, r.unwrap_or(Err(DataError::Hung { device: *d, secs }))))
-            .collect())
+        let done = crate::deadline::devices_within(self.segs.io_timeout.get(), jobs);
+        Ok(ids.into_iter().zip(done).collect())
     }
 
     /// A sync of device `d` failed: every copy this batch wrote there is

@@ -17,8 +17,9 @@ use crate::pool::config::PoolConfig;
 use crate::pool::superblock::Superblock;
 use crate::pool::DeviceDesc;
 use cairn_data::{SegmentRec, StripeRec};
+use cairn_devices::SlotAddr;
 use cairn_devices::{human, Device, DeviceSet, DeviceState, Storage};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// A device that could not be opened.
@@ -163,12 +164,13 @@ impl Lost {
             return Ok(self);
         }
         let gone: HashSet<u32> = self.missing.iter().map(|m| m.id).collect();
+        // Data member slot -> its stripe, built once.
+        let by_member: HashMap<SlotAddr, &StripeRec> = (stripes.iter())
+            .flat_map(|(_, r)| r.data().iter().map(move |p| (*p, r)))
+            .collect();
         let restorable = |s: &SegmentRec| {
-            let places = s.places();
-            let stripe = stripes
-                .iter()
-                .find(|(_, r)| r.data().iter().any(|p| places.contains(p)));
-            stripe.is_some_and(|(_, r)| {
+            let stripe = s.places().iter().find_map(|p| by_member.get(p).copied());
+            stripe.is_some_and(|r| {
                 let lost = r
                     .members
                     .iter()

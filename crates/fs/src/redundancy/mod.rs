@@ -137,13 +137,10 @@ impl Fs {
                 Ok(c) if !c.is_object_store() => policy.copies_for(c),
                 _ => 1,
             };
-            let places = s.places();
-            let stripe =
-                (stripes.iter()).find(|(_, r)| r.data().iter().any(|p| places.contains(p)));
-            if let Some((_, r)) = stripe {
+            if let Some((_, _, r)) = chunks.stripe_of(&s.places()) {
                 st.striped_segments += 1;
                 want = 1;
-                let down = offline(r);
+                let down = offline(&r);
                 if down > 0 && down <= r.m as usize {
                     st.short_segments += 1;
                     st.bytes_at_risk += s.used as u64;
