@@ -13,6 +13,7 @@ use crate::vfs::Fs;
 use cairn_devices::device::{device_file_path, file_id, in_use, occupant, Occupant};
 use cairn_devices::{Device, DeviceRole, DeviceSpec};
 
+use parking_lot::MutexGuard;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -173,6 +174,9 @@ impl Fs {
             self.pool.chunks.close_open_segment();
         }
         let mut rate = RateLimit::new(0);
+        // The background re-replication would move this device's
+        // segments too (they are leaving): it waits until the drain ends.
+        let one = self.resilver_lock.lock();
         loop {
             let left: Vec<u64> = self
                 .pool
@@ -183,7 +187,7 @@ impl Fs {
                 .map(|(sid, _)| sid)
                 .collect();
             if left.is_empty() {
-                return self.drain_members(id);
+                return self.drain_members(&one, id);
             }
             let total = rep.segments_moved + left.len() as u64;
             let mut copies = 0;
@@ -206,7 +210,7 @@ impl Fs {
                 }
             }
             if copies > 0 {
-                let r = self.resilver(true, &|d| d.id() != id, &|_, _| {})?;
+                let r = self.resilver_holding(&one, true, &|d| d.id() != id, &|_, _| {})?;
                 if r.segments == 0 {
                     return Err(FsError::NoSpace);
                 }
@@ -221,9 +225,9 @@ impl Fs {
 impl Fs {
     /// Remakes elsewhere the stripe members still on draining device `id`
     /// (parity members, and data members no segment uses any more).
-    fn drain_members(&self, id: u32) -> Result<()> {
+    fn drain_members(&self, one: &MutexGuard<'_, ()>, id: u32) -> Result<()> {
         if self.members_on(id) > 0 {
-            self.resilver(true, &|d| d.id() != id, &|_, _| {})?;
+            self.resilver_holding(one, true, &|d| d.id() != id, &|_, _| {})?;
         }
         match self.members_on(id) {
             0 => Ok(()),

@@ -17,6 +17,7 @@ use crate::maintenance::tier::RateLimit;
 use crate::vfs::Fs;
 use cairn_data::{Relocation, SegmentRec};
 use cairn_devices::{Device, DeviceSet, SlotAddr};
+use parking_lot::MutexGuard;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -188,13 +189,26 @@ impl Fs {
         pick: &dyn Fn(&Device) -> bool,
         progress: &dyn Fn(u64, u64),
     ) -> Result<ResilverReport> {
-        if self.read_only() {
-            return Err(FsError::ReadOnly);
-        }
         // One run at a time (`cairn redundancy rebuild` while the
         // background thread runs): each plans from the table as the
         // runs before it left it.
-        let _one = self.resilver_lock.lock();
+        let one = self.resilver_lock.lock();
+        self.resilver_holding(&one, replace_missing, pick, progress)
+    }
+
+    /// `resilver` for a caller that holds the one-run lock already
+    /// (device removal holds it for its whole drain, so the background
+    /// run does not move the segments it is moving).
+    pub(crate) fn resilver_holding(
+        &self,
+        _one: &MutexGuard<'_, ()>,
+        replace_missing: bool,
+        pick: &dyn Fn(&Device) -> bool,
+        progress: &dyn Fn(u64, u64),
+    ) -> Result<ResilverReport> {
+        if self.read_only() {
+            return Err(FsError::ReadOnly);
+        }
         let run = self.maint_stats.start(crate::service_stats::Task::Resilver);
         let mut rate = RateLimit::new(self.pool.config.resilver_rate_mib << 20);
         let mut rep = ResilverReport::default();
