@@ -254,18 +254,21 @@ pub enum DeviceCmd {
 /// `cairn redundancy`: how many copies (or what parity) data has.
 #[derive(Subcommand)]
 pub enum RedundancyCmd {
-    /// Set the pool's policy (online): copies=N, ec=K+M (stripes of K
-    /// segments with M parity segments), or per device class, e.g.
-    /// ssd:copies=2,hdd:ec=4+2. Existing data follows in the background
-    /// (`redundancy rebuild` waits for it).
+    /// Set the pool's policy (online; TARGET a pool directory or a mount
+    /// point): copies=N, ec=K+M (stripes of K segments with M parity
+    /// segments), or per device class, e.g. ssd:copies=2,hdd:ec=4+2.
+    /// Existing data follows in the background (`redundancy rebuild`
+    /// waits for it). With TARGET a file or directory in a mount: its own
+    /// policy (copies=N or ec=K+M, over the tier's; `inherit` to drop it),
+    /// set on everything under it and inherited by what is made there;
+    /// the data it holds is moved to it at once.
     Set {
         #[command(flatten)]
         t: TargetArgs,
-        #[arg(value_parser = policy_arg)]
-        policy: cairn_data::Policy,
+        policy: String,
     },
     /// The policy, each device's state and the data short of copies or
-    /// lost.
+    /// lost; for a file or directory in a mount, its own policy.
     Show {
         #[command(flatten)]
         t: TargetArgs,

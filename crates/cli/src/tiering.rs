@@ -3,7 +3,7 @@
 //! pool is mounted, or run in this process when it is not).
 
 use crate::args::{DeviceCmd, RedundancyCmd, TargetArgs, TierCmd};
-use crate::control::client::call;
+use crate::control::client::{call, resolve_file, UsageError};
 use crate::control::protocol::Request;
 use crate::report::human;
 use anyhow::{Context, Result};
@@ -129,13 +129,19 @@ fn replace(
 /// `cairn redundancy set|show|rebuild`.
 pub fn redundancy(c: RedundancyCmd) -> Result<()> {
     let (t, req) = match c {
-        RedundancyCmd::Set { t, policy } => (
-            t,
-            Request::RedundancySet {
-                policy: policy.to_string(),
-            },
-        ),
-        RedundancyCmd::Show { t } => (t, Request::RedundancyShow),
+        RedundancyCmd::Set { t, policy } => match path_in_mount(&t.target)? {
+            Some(mnt) => return set_path_policy(&t, &mnt, &policy),
+            None => {
+                let p: cairn_data::Policy = (policy.parse())
+                    .map_err(|e: cairn_data::PolicyError| UsageError(e.to_string()))?;
+                let policy = p.to_string();
+                (t, Request::RedundancySet { policy })
+            }
+        },
+        RedundancyCmd::Show { t } => match path_in_mount(&t.target)? {
+            Some(_) => return show_path_policy(&t),
+            None => (t, Request::RedundancyShow),
+        },
         RedundancyCmd::Rebuild { t } => {
             let v = call(&t.target, Request::Resilver)?;
             if t.json {
@@ -169,6 +175,84 @@ pub fn redundancy(c: RedundancyCmd) -> Result<()> {
         return Ok(());
     }
     print_redundancy(&v);
+    Ok(())
+}
+
+/// The mount `t` lies in, when `t` is a file or directory in it (not the
+/// mount point itself, which names the pool).
+fn path_in_mount(t: &std::path::Path) -> Result<Option<std::path::PathBuf>> {
+    let Ok((_, mnt)) = resolve_file(t, false) else {
+        return Ok(None);
+    };
+    let here = t.canonicalize().with_context(|| t.display().to_string())?;
+    Ok((here != mnt.canonicalize()?).then_some(mnt))
+}
+
+/// `cairn redundancy set PATH POLICY`.
+fn set_path_policy(t: &TargetArgs, mnt: &std::path::Path, policy: &str) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if policy != "inherit" {
+        let _: cairn_data::Layout = (policy.parse())
+            .map_err(|e: cairn_data::PolicyError| UsageError(format!("{e} (or 'inherit')")))?;
+    }
+    let ino = std::fs::symlink_metadata(&t.target)
+        .with_context(|| t.target.display().to_string())?
+        .ino();
+    let req = Request::RedundancySetPath {
+        ino,
+        policy: policy.to_string(),
+    };
+    let v = call(mnt, req)?;
+    if t.json {
+        print_json(&v);
+        return Ok(());
+    }
+    println!(
+        "{}: {policy} on {} files and directories; {} of {} files' chunks moved ({}), {} shared chunks kept at a stronger layout",
+        t.target.display(),
+        num(&v, "nodes"),
+        num(&v, "chunks_moved"),
+        num(&v, "files"),
+        human(num(&v, "bytes_moved")),
+        num(&v, "shared_kept")
+    );
+    for d in v["damaged"].as_array().into_iter().flatten() {
+        println!("not moved: {}", d.as_str().unwrap_or("?"));
+    }
+    Ok(())
+}
+
+/// `cairn redundancy show PATH`: the path's own policy.
+fn show_path_policy(t: &TargetArgs) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(t.target.as_os_str().as_bytes())?;
+    let mut buf = [0u8; 64];
+    // SAFETY: a NUL-terminated path and name, and a buffer of its length.
+    let n = unsafe {
+        let name = c"user.cairn.redundancy";
+        libc::getxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let own = match n {
+        n if n >= 0 => Some(String::from_utf8_lossy(&buf[..n as usize]).into_owned()),
+        _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENODATA) => None,
+        _ => {
+            let e = std::io::Error::last_os_error();
+            return Err(e).with_context(|| t.target.display().to_string());
+        }
+    };
+    if t.json {
+        print_json(&serde_json::json!({ "path": t.target, "policy": own }));
+    } else {
+        match own {
+            Some(p) => println!("{}: {p} (its own)", t.target.display()),
+            None => println!("{}: its tier's policy", t.target.display()),
+        }
+    }
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 //! copy.
 
 use crate::aligned::AlignedBuf;
+use crate::policy::Layout;
 use cairn_devices::{SlotAddr, DIRECT_ALIGN};
 
 /// The open segment's bytes from `OpenSegment::buf_start` on, in an aligned
@@ -74,6 +75,8 @@ pub struct OpenSegment {
     pub(crate) written: u32,
     /// On an object-store device: written whole when closed (`writer.rs`).
     pub(crate) whole: bool,
+    /// The layout its files asked for (None: its class's).
+    pub(crate) layout: Option<Layout>,
 }
 
 impl OpenSegment {

@@ -55,14 +55,16 @@ impl Layout {
         }
     }
 
-    fn counter(self) -> u64 {
+    /// The layout as a counter value (also a segment record's `layout`).
+    pub fn counter(self) -> u64 {
         match self {
             Layout::Copies(n) => n as u64,
             Layout::Ec { k, m } => EC_TAG | (k as u64) << 8 | m as u64,
         }
     }
 
-    fn from_counter(v: u64) -> Option<Self> {
+    /// Back from `counter`; None for a value no layout has.
+    pub(crate) fn from_counter(v: u64) -> Option<Self> {
         match v {
             1..=4 => Some(Layout::Copies(v as u8)),
             _ if v & !0xffff == EC_TAG => {
@@ -120,6 +122,16 @@ impl Policy {
         match own {
             Some(i) => self.class[i].unwrap_or(self.pool),
             None => Layout::Copies(1),
+        }
+    }
+
+    /// The layout of a segment whose first copy is on a `class` device and
+    /// whose record asks for `own` (a file's policy, `SegmentRec::layout`):
+    /// `own` when given, except on an object store (one copy there).
+    pub fn segment_layout(&self, class: DeviceClass, own: Option<Layout>) -> Layout {
+        match own {
+            Some(l) if !class.is_object_store() => l,
+            _ => self.layout_for(class),
         }
     }
 
@@ -214,6 +226,17 @@ impl FromStr for Policy {
             }
         }
         Ok(p)
+    }
+}
+
+impl FromStr for Layout {
+    type Err = PolicyError;
+    /// `copies=N` or `ec=K+M` (a file's or directory's policy).
+    fn from_str(text: &str) -> Result<Self, PolicyError> {
+        parse_layout(text.trim()).map_err(|why| PolicyError {
+            text: text.to_string(),
+            why,
+        })
     }
 }
 

@@ -15,14 +15,21 @@
 //!   and is still written for a segment with one copy, so that a pool
 //!   without redundancy stays readable by older builds; v1, 38 bytes, had
 //!   no `hist` either)
+//! SegmentRec v4 (51 + 12n bytes, written only for a segment whose files
+//!   asked for a layout of their own): as v3 with n from 0, then
+//!   layout u32 (`copies=N` as N, `ec=K+M` as 0x10000 | K << 8 | M)
+//!   before the crc
 
 use crate::chunk::Hash;
 use crate::error::{DataError, Result};
+use crate::policy::Layout;
 use cairn_devices::SlotAddr;
 
 const REC_VERSION: u8 = 2;
 /// Segment records with further copies.
 const SEG_COPIES_VERSION: u8 = 3;
+/// Segment records with a layout of their own (a file's policy).
+const SEG_LAYOUT_VERSION: u8 = 4;
 /// The most copies a segment has (its first and the further ones).
 pub const MAX_COPIES: usize = 4;
 const CHUNK_REC_VERSION: u8 = 3;
@@ -230,6 +237,9 @@ pub struct SegmentRec {
     /// reference: the coldest data, demoted first.
     pub hist: u64,
     pub flags: u8,
+    /// The layout a file's policy asked for (`user.cairn.redundancy`);
+    /// None: its class's layout (`Policy::segment_layout`).
+    pub layout: Option<Layout>,
 }
 
 impl SegmentRec {
@@ -258,6 +268,7 @@ impl SegmentRec {
             chunks: 0,
             hist: 0,
             flags: 0,
+            layout: None,
         }
     }
 
@@ -286,9 +297,10 @@ impl SegmentRec {
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.copies.len() < MAX_COPIES, "too many segment copies");
         let mut b = Vec::with_capacity(Self::ENCODED_LEN + 1 + 12 * self.copies.len());
-        let version = match self.copies.is_empty() {
-            true => REC_VERSION,
-            false => SEG_COPIES_VERSION,
+        let version = match (self.layout, self.copies.is_empty()) {
+            (Some(_), _) => SEG_LAYOUT_VERSION,
+            (None, true) => REC_VERSION,
+            (None, false) => SEG_COPIES_VERSION,
         };
         b.push(version);
         b.extend_from_slice(&self.device.to_le_bytes());
@@ -298,19 +310,24 @@ impl SegmentRec {
         b.extend_from_slice(&self.chunks.to_le_bytes());
         b.extend_from_slice(&self.hist.to_le_bytes());
         b.push(self.flags);
-        if !self.copies.is_empty() {
+        if version != REC_VERSION {
             b.push(self.copies.len() as u8);
             for c in &self.copies {
                 b.extend_from_slice(&c.device.to_le_bytes());
                 b.extend_from_slice(&c.slot.to_le_bytes());
             }
         }
+        if let Some(l) = self.layout {
+            b.extend_from_slice(&(l.counter() as u32).to_le_bytes());
+        }
         finish(b)
     }
 
     pub fn decode(b: &[u8]) -> Result<Self> {
-        if b.first() == Some(&SEG_COPIES_VERSION) {
-            return Self::decode_v3(b);
+        match b.first() {
+            Some(&SEG_COPIES_VERSION) => return Self::decode_v3(b, false),
+            Some(&SEG_LAYOUT_VERSION) => return Self::decode_v3(b, true),
+            _ => {}
         }
         let (v, b) = check("segment", b, [Self::V1_LEN, Self::ENCODED_LEN])?;
         Ok(Self::decode_body(v, b, &mut 0))
@@ -331,11 +348,13 @@ impl SegmentRec {
                 u64::from_le_bytes(rd(b, o))
             },
             flags: rd::<1>(b, o)[0],
+            layout: None,
         }
     }
 
-    /// A version 3 record: a version 2 body, then the further copies.
-    fn decode_v3(b: &[u8]) -> Result<Self> {
+    /// A version 3 record: a version 2 body, then the further copies; a
+    /// version 4 one (`with_layout`) may have none, and ends with a layout.
+    fn decode_v3(b: &[u8], with_layout: bool) -> Result<Self> {
         let bad = |why: &str| DataError::BadRecord {
             what: "segment",
             why: why.into(),
@@ -343,7 +362,12 @@ impl SegmentRec {
         let n = *b
             .get(Self::ENCODED_LEN - 4)
             .ok_or_else(|| bad("wrong length"))? as usize;
-        if n == 0 || n >= MAX_COPIES || b.len() != Self::ENCODED_LEN + 1 + 12 * n {
+        let tail = if with_layout { 4 } else { 0 };
+        let none_ok = with_layout && n == 0;
+        if (n == 0 && !none_ok)
+            || n >= MAX_COPIES
+            || b.len() != Self::ENCODED_LEN + 1 + 12 * n + tail
+        {
             return Err(bad("wrong length"));
         }
         let (body, crc) = b.split_at(b.len() - 4);
@@ -357,6 +381,10 @@ impl SegmentRec {
             let device = u32::from_le_bytes(rd(body, o));
             let slot = u64::from_le_bytes(rd(body, o));
             rec.copies.push(SlotAddr { device, slot });
+        }
+        if with_layout {
+            let v = u32::from_le_bytes(rd(body, o)) as u64;
+            rec.layout = Some(Layout::from_counter(v).ok_or_else(|| bad("unknown layout"))?);
         }
         let mut devices: Vec<u32> = rec.places().iter().map(|p| p.device).collect();
         devices.sort_unstable();
@@ -412,6 +440,7 @@ mod tests {
             chunks: 2,
             hist: 1000,
             flags: 0,
+            layout: None,
         };
         assert_eq!(SegmentRec::decode(&s.encode()).unwrap(), s);
         // Version 1 records still decode.
@@ -450,6 +479,41 @@ mod tests {
         twice.copies[0].device = 0;
         let mut raw = twice.encode();
         let n = raw.len();
+        let crc = crc32c::crc32c(&raw[..n - 4]);
+        raw[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        assert!(SegmentRec::decode(&raw).is_err());
+    }
+
+    #[test]
+    fn segment_layout_roundtrips_and_bad_ones_are_refused() {
+        let at = |device, slot| SlotAddr { device, slot };
+        for (places, layout) in [
+            (vec![at(0, 5)], Layout::Copies(1)),
+            (vec![at(0, 5), at(2, 1), at(3, 7)], Layout::Copies(3)),
+            (vec![at(4, 4), at(1, 1)], Layout::Ec { k: 4, m: 1 }),
+        ] {
+            let mut s = SegmentRec::new_at(&places);
+            s.layout = Some(layout);
+            let b = s.encode();
+            assert_eq!(b[0], SEG_LAYOUT_VERSION);
+            assert_eq!(
+                b.len(),
+                SegmentRec::ENCODED_LEN + 1 + 12 * (places.len() - 1) + 4
+            );
+            assert_eq!(SegmentRec::decode(&b).unwrap(), s);
+            for i in 0..b.len() {
+                let mut x = b.clone();
+                x[i] ^= 0x10;
+                assert!(SegmentRec::decode(&x).is_err(), "flip at {i}");
+            }
+            assert!(SegmentRec::decode(&b[..b.len() - 4]).is_err());
+        }
+        // A layout no policy has is refused, its crc right or not.
+        let mut s = SegmentRec::new_at(&[at(0, 1)]);
+        s.layout = Some(Layout::Copies(2));
+        let mut raw = s.encode();
+        let n = raw.len();
+        raw[n - 8..n - 4].copy_from_slice(&9u32.to_le_bytes());
         let crc = crc32c::crc32c(&raw[..n - 4]);
         raw[n - 4..].copy_from_slice(&crc.to_le_bytes());
         assert!(SegmentRec::decode(&raw).is_err());

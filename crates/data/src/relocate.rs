@@ -65,7 +65,12 @@ impl ChunkStore {
         let class = self.segs.devices.device(first.device)?.class();
         let mut to = vec![first];
         if !class.is_object_store() {
-            let want = self.segs.copies_for(class);
+            let want = self
+                .segs
+                .policy
+                .read()
+                .segment_layout(class, rec.layout)
+                .copies();
             let more = self
                 .segs
                 .devices

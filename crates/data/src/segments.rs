@@ -26,6 +26,10 @@ pub(crate) struct Segments {
     /// The segment that reblock and GC append moved chunks to, kept on the
     /// tier the chunks come from (see `ChunkStore::batch_on`).
     pub(crate) open_reloc: Mutex<Option<OpenSegment>>,
+    /// Open segments of other layouts than the batch's at the moment
+    /// (files with a policy of their own, `WriteBatch::set_layout`), each
+    /// written out up to its last partial block.
+    pub(crate) parked: Mutex<Vec<OpenSegment>>,
     pub(crate) next_segment: AtomicU64,
     pub(crate) segment_size: u64,
     /// Free bytes at the end of the open segment, readable while a batch
@@ -95,6 +99,7 @@ impl Segments {
             table: RwLock::new(segments),
             open: Mutex::new(None),
             open_reloc: Mutex::new(None),
+            parked: Mutex::new(Vec::new()),
             next_segment: AtomicU64::new(next_segment),
             segment_size,
             open_tail: AtomicU64::new(0),
@@ -133,7 +138,9 @@ impl Segments {
     /// segment of new writes or of moved chunks).
     pub(crate) fn is_open(&self, id: u64) -> bool {
         let open = |m: &Mutex<Option<OpenSegment>>| m.lock().as_ref().map(|o| o.id);
-        open(&self.open) == Some(id) || open(&self.open_reloc) == Some(id)
+        open(&self.open) == Some(id)
+            || open(&self.open_reloc) == Some(id)
+            || self.parked.lock().iter().any(|o| o.id == id)
     }
 
     /// The device and device offset of a chunk, its record checked against
@@ -192,8 +199,11 @@ impl Segments {
     }
 
     /// Copies a new segment whose first copy is on a `class` device gets.
-    pub(crate) fn copies_for(&self, class: cairn_devices::DeviceClass) -> usize {
-        self.policy.read().copies_for(class)
+    /// How segment `s` is to be kept: its own layout, or its class's
+    /// (None when its first device is unknown).
+    pub(crate) fn layout_of(&self, s: &SegmentRec) -> Option<crate::policy::Layout> {
+        let class = self.devices.device(s.device).ok()?.class();
+        Some(self.policy.read().segment_layout(class, s.layout))
     }
 
     /// A new segment got `got` of the `want` copies the policy asks: said
@@ -284,6 +294,15 @@ impl Segments {
             }
             *open = None;
         }
+        let mut parked = self.parked.lock();
+        for o in parked.iter() {
+            assert!(
+                o.is_flushed(),
+                "closing parked segment {} with buffered data",
+                o.id
+            );
+        }
+        parked.clear();
         self.open_tail.store(0, Ordering::Relaxed);
     }
 
@@ -395,6 +414,7 @@ impl Segments {
         for m in [&self.open, &self.open_reloc] {
             *m.lock() = None;
         }
+        self.parked.lock().clear();
         self.open_tail.store(0, Ordering::Relaxed);
         let committed: HashMap<u64, SegmentRec> = committed.into_iter().collect();
         let mut segs = self.table.write();

@@ -92,6 +92,12 @@ impl ChunkStore {
         *self.segs.policy.read()
     }
 
+    /// How segment `s` is to be kept: the layout its files asked for, or
+    /// its class's (None when its first device is unknown).
+    pub fn layout_of(&self, s: &crate::SegmentRec) -> Option<crate::Layout> {
+        self.segs.layout_of(s)
+    }
+
     /// True (and cleared) when segments may lack copies the policy asks
     /// for (a policy change, a failed copy, no room in another domain).
     pub fn take_short(&self) -> bool {

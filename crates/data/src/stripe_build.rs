@@ -56,11 +56,9 @@ impl ChunkStore {
     /// The sealed segments that wait for a stripe, grouped by the (k, m)
     /// of their class's layout, by id.
     pub fn stripe_candidates(&self) -> Candidates {
-        let policy = self.policy();
         let mut groups: Candidates = Vec::new();
         for (id, s) in self.segment_table() {
-            let class = self.segs.devices.device(s.device).map(|d| d.class());
-            let Some(km) = class.ok().and_then(|c| policy.ec_for(c)) else {
+            let Some(km) = self.layout_of(&s).and_then(|l| l.ec()) else {
                 continue;
             };
             if self.is_open(id) || s.used == 0 || self.stripe_of(&s.places()).is_some() {
@@ -226,21 +224,21 @@ impl ChunkStore {
     /// (a policy lowered from `ec` after re-replication made the copies,
     /// or a thinned stripe, `thin_stripes`).
     pub fn unneeded_stripes(&self) -> Vec<u64> {
-        let policy = self.policy();
         let set = &self.segs.devices;
         let table = self.segs.table.read();
         let users: HashMap<SlotAddr, &SegmentRec> = (table.values())
             .flat_map(|s| s.places().into_iter().map(move |p| (p, s)))
             .collect();
         let covered = |s: &SegmentRec| {
-            let class = set.device(s.device).map(|d| d.class());
-            let Ok(class) = class else { return false };
+            let Some(layout) = self.segs.layout_of(s) else {
+                return false;
+            };
             let online = s
                 .places()
                 .iter()
                 .filter(|p| set.is_online(p.device))
                 .count();
-            online >= policy.copies_for(class)
+            online >= layout.copies()
         };
         let stripes = self.segs.stripes.read();
         let unneeded = |r: &StripeRec| {

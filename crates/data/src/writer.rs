@@ -26,6 +26,7 @@ use crate::copies::{CopyTarget, Dropped};
 use crate::error::{DataError, Result};
 pub use crate::open_segment::OpenSegment;
 use crate::open_segment::SegBuf;
+use crate::policy::Layout;
 use crate::records::{ChunkRec, SegmentRec};
 use crate::segments::Segments;
 use crate::wpipe::WritePipe;
@@ -60,6 +61,8 @@ pub struct WriteBatch<'a> {
     /// Copies whose writes failed (taken out of their segments' records
     /// by `finish`).
     dropped: Arc<Dropped>,
+    /// The layout the next chunks' files asked for (None: their class's).
+    layout: Option<Layout>,
 }
 
 impl<'a> WriteBatch<'a> {
@@ -80,7 +83,16 @@ impl<'a> WriteBatch<'a> {
             spare: None,
             cached_bytes: 0,
             dropped: Arc::default(),
+            layout: None,
         }
+    }
+
+    /// The layout of the chunks appended next (a file's policy; None: the
+    /// class's). Chunks of different layouts never share a segment: the
+    /// open segment of another layout is parked, written out up to its
+    /// last partial block, and taken up again when its layout comes back.
+    pub fn set_layout(&mut self, layout: Option<Layout>) {
+        self.layout = layout;
     }
 
     /// Appends one block as a new chunk (compressed per the pool setting);
@@ -108,13 +120,19 @@ impl<'a> WriteBatch<'a> {
             len as u64 <= self.segs.segment_size,
             "block larger than a segment"
         );
-        let fits = self
-            .open
-            .as_ref()
-            .is_some_and(|o| o.used as u64 + len as u64 <= self.segs.segment_size);
-        if !fits {
+        if self.open.as_ref().is_some_and(|o| o.layout != self.layout) {
+            self.park_open()?;
+        }
+        let fits = |o: &Option<OpenSegment>| {
+            (o.as_ref()).is_some_and(|o| o.used as u64 + len as u64 <= self.segs.segment_size)
+        };
+        if !fits(&self.open) {
             self.close_open()?;
-            self.open_new()?;
+            *self.open = self.unpark();
+            if !fits(&self.open) {
+                self.close_open()?;
+                self.open_new()?;
+            }
         }
         let o = self.open.as_mut().expect("open segment");
         let offset = o.used;
@@ -194,6 +212,45 @@ impl<'a> WriteBatch<'a> {
         Ok(())
     }
 
+    /// Sets the open segment aside for later batches of its layout (one on
+    /// an object store is closed instead: it is written whole).
+    fn park_open(&mut self) -> Result<()> {
+        if self.open.as_ref().is_some_and(|o| o.whole) {
+            return self.close_open();
+        }
+        self.write_buffer()?;
+        if let Some(o) = self.open.take() {
+            assert!(
+                o.is_flushed(),
+                "parking segment {} with buffered data",
+                o.id
+            );
+            self.segs.parked.lock().push(o);
+        }
+        if self.place.is_none() {
+            self.segs.open_tail.store(0, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A parked segment of the batch's layout on a device its placement
+    /// accepts, if there is one.
+    fn unpark(&mut self) -> Option<OpenSegment> {
+        let devices = &self.segs.devices;
+        let rank = |o: &OpenSegment| devices.device(o.first().device).map(|d| d.class().rank());
+        let mut parked = self.segs.parked.lock();
+        let at = parked.iter().position(|o| {
+            o.layout == self.layout
+                && match self.place {
+                    None => true,
+                    Some(r) => rank(o).is_ok_and(|x| x >= r),
+                }
+        })?;
+        let o = parked.swap_remove(at);
+        self.touched.insert(o.id);
+        Some(o)
+    }
+
     fn close_open(&mut self) -> Result<()> {
         self.write_buffer()?;
         if let Some(mut o) = self.open.take() {
@@ -221,8 +278,9 @@ impl<'a> WriteBatch<'a> {
         .map_err(|_| DataError::NoSpace)?;
         let class = devices.device(first.device)?.class();
         let whole = class.is_object_store();
-        let want = self.segs.copies_for(class);
-        if self.segs.policy.read().ec_for(class).is_some() {
+        let layout = self.segs.policy.read().segment_layout(class, self.layout);
+        let want = layout.copies();
+        if layout.ec().is_some() {
             // The segment sealed before this one waits for a stripe.
             self.segs.short.store(true, Ordering::Relaxed);
         }
@@ -233,10 +291,9 @@ impl<'a> WriteBatch<'a> {
             self.segs.note_copies(places.len(), want);
         }
         let id = self.segs.next_segment.fetch_add(1, Ordering::SeqCst);
-        self.segs
-            .table
-            .write()
-            .insert(id, SegmentRec::new_at(&places));
+        let mut rec = SegmentRec::new_at(&places);
+        rec.layout = self.layout.filter(|_| !whole);
+        self.segs.table.write().insert(id, rec);
         *self.open = Some(OpenSegment {
             id,
             places,
@@ -245,6 +302,7 @@ impl<'a> WriteBatch<'a> {
             buf: self.new_buffer()?,
             written: 0,
             whole,
+            layout: self.layout,
         });
         self.touched.insert(id);
         Ok(())
@@ -322,6 +380,9 @@ impl<'a> WriteBatch<'a> {
             }
             self.segs.drop_copy(*addr);
             if let Some(o) = self.open.as_mut() {
+                o.places.retain(|p| p != addr);
+            }
+            for o in self.segs.parked.lock().iter_mut() {
                 o.places.retain(|p| p != addr);
             }
         }

@@ -8,7 +8,9 @@
 //! value that encodes back the same; a valid encoding round-trips.
 
 use cairn_data::chunk::{hash_block, seal, unseal, verify_split, ChunkError, MAX_RAW_LEN};
-use cairn_data::{ChunkHeader, ChunkRec, Compression, DataError, Heat, SegmentRec, StripeRec};
+use cairn_data::{
+    ChunkHeader, ChunkRec, Compression, DataError, Heat, Layout, SegmentRec, StripeRec,
+};
 use cairn_data::{Hash, CHUNK_HEADER_LEN as HL};
 use cairn_fuzzkit::proptest::prelude::*;
 use cairn_fuzzkit::{apply, bytes, config, metered, mutations, prefixes};
@@ -170,7 +172,13 @@ fn encode_chunk_rec(c: &ChunkRec, version: u8) -> Vec<u8> {
 
 fn arb_segment_rec() -> impl Strategy<Value = SegmentRec> {
     let copies = prop::collection::vec(any::<u64>(), 0..3);
-    (any::<(u32, u64, u32, u64, u64, u64, u8)>(), copies).prop_map(|(f, more)| SegmentRec {
+    let layouts = prop_oneof![
+        Just(None),
+        (1u8..=4).prop_map(|n| Some(Layout::Copies(n))),
+        (2u8..=16, 1u8..=3).prop_map(|(k, m)| Some(Layout::Ec { k, m })),
+    ];
+    let f = any::<(u32, u64, u32, u64, u64, u64, u8)>();
+    (f, copies, layouts).prop_map(|(f, more, layout)| SegmentRec {
         device: f.0,
         slot: f.1,
         // Further copies on devices other than the first's and each other's.
@@ -185,6 +193,7 @@ fn arb_segment_rec() -> impl Strategy<Value = SegmentRec> {
         chunks: f.4,
         hist: f.5,
         flags: f.6,
+        layout,
     })
 }
 

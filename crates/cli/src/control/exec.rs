@@ -29,6 +29,7 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
         | Request::DeviceRemove { .. }
         | Request::DeviceReplace { .. }
         | Request::RedundancySet { .. }
+        | Request::RedundancySetPath { .. }
         | Request::RedundancyShow
         | Request::Resilver
         | Request::TierStatus
@@ -188,6 +189,15 @@ fn devices(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Va
                 .map_err(|e: cairn_data::PolicyError| FsError::BadRequest(e.to_string()))?;
             fs.set_redundancy(p)?;
             report(fs.redundancy_status())
+        }
+        Request::RedundancySetPath { ino, policy } => {
+            let layout = match policy.as_str() {
+                "inherit" => None,
+                p => Some(p.parse().map_err(|e: cairn_data::PolicyError| {
+                    FsError::BadRequest(format!("{e} (or 'inherit')"))
+                })?),
+            };
+            report(fs.set_path_layout(ino, layout)?)
         }
         Request::RedundancyShow => report(fs.redundancy_status()),
         Request::Resilver => report(fs.resilver_now(progress)?),

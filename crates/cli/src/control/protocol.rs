@@ -104,6 +104,13 @@ pub enum Request {
     RedundancySet {
         policy: String,
     },
+    /// Set the own policy of a file or directory and everything under it
+    /// (`copies=N`, `ec=K+M`, or `inherit` to follow the tier's again),
+    /// and move the data they hold to it.
+    RedundancySetPath {
+        ino: u64,
+        policy: String,
+    },
     /// The policy, the devices' states and the data at risk.
     RedundancyShow,
     /// Make every copy the policy asks for now.

@@ -10,7 +10,7 @@
 use crate::error::Result;
 use crate::types::Extent;
 use crate::vfs::Fs;
-use cairn_data::ChunkRec;
+use cairn_data::{ChunkRec, Layout};
 use cairn_meta::RecordType;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -243,12 +243,25 @@ impl Fs {
     /// step, on devices of class rank `place` (or slower) if given. Returns
     /// the bytes looked at, for progress.
     fn move_chunks(&self, ids: &[u64], place: Option<u8>, rep: &mut ReblockReport) -> Result<u64> {
+        self.move_chunks_as(ids, place, None, rep)
+    }
+
+    /// `move_chunks`, into segments of layout `to` when given (a file's
+    /// new policy, `path_policy.rs`); otherwise each chunk keeps the
+    /// layout of the segment it leaves.
+    pub(crate) fn move_chunks_as(
+        &self,
+        ids: &[u64],
+        place: Option<u8>,
+        to: Option<Option<Layout>>,
+        rep: &mut ReblockReport,
+    ) -> Result<u64> {
         if ids.is_empty() {
             return Ok(0);
         }
         let _last = self.flush_guard();
         self.check_ok()?;
-        let (moves, looked) = self.copy_chunks(ids, place, rep)?;
+        let (moves, looked) = self.copy_chunks(ids, place, to, rep)?;
         // The old segments lose their chunks in memory only after the commit:
         // until then readers with the old records must still find them.
         let debts = self.pool.meta.live_debts();
@@ -291,6 +304,7 @@ impl Fs {
         &self,
         ids: &[u64],
         place: Option<u8>,
+        to: Option<Option<Layout>>,
         rep: &mut ReblockReport,
     ) -> Result<(Vec<Moved>, u64)> {
         let r = self.meta()?;
@@ -319,6 +333,8 @@ impl Fs {
                     continue;
                 }
             };
+            let own = || self.pool.chunks.segment(old.segment).and_then(|s| s.layout);
+            batch.set_layout(to.unwrap_or_else(own));
             let mut new = batch.append_stored(method, old.raw_len, &stored, &old.hash)?;
             new.refs = old.refs;
             new.live = old.live;

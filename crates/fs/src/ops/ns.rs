@@ -163,6 +163,7 @@ impl Fs {
                 return Err(FsError::Exists);
             }
             self.inherit_nohistory(st, parent, ino)?;
+            self.inherit_layout(st, parent, ino)?;
             let i = Self::new_inode(ino, ctx, &p, kind, mode, rdev);
             st.put_inode(i.clone());
             st.dirty(parent).put_dirent(
@@ -493,7 +494,9 @@ impl Fs {
         if value.len() > 65536 {
             return Err(FsError::Range);
         }
-        if !crate::history::nohistory::valid(name, value) {
+        if !crate::history::nohistory::valid(name, value)
+            || !crate::redundancy::path_policy::valid(name, value)
+        {
             return Err(FsError::Invalid);
         }
         if name.starts_with(b"system.posix_acl_") {

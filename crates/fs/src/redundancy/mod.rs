@@ -7,6 +7,7 @@
 
 pub mod degraded;
 mod log_copies;
+pub mod path_policy;
 pub mod resilver;
 mod stripes;
 
@@ -132,11 +133,8 @@ impl Fs {
                 .iter()
                 .filter(|p| set.is_online(p.device))
                 .count();
-            let class = set.device(s.device).map(|d| d.class());
-            let mut want = match class {
-                Ok(c) if !c.is_object_store() => policy.copies_for(c),
-                _ => 1,
-            };
+            let layout = chunks.layout_of(s);
+            let mut want = layout.map_or(1, |l| l.copies());
             if let Some((_, _, r)) = chunks.stripe_of(&s.places()) {
                 st.striped_segments += 1;
                 want = 1;
@@ -146,7 +144,7 @@ impl Fs {
                     st.bytes_at_risk += s.used as u64;
                     continue;
                 }
-            } else if class.is_ok_and(|c| policy.ec_for(c).is_some()) && !chunks.is_open(*id) {
+            } else if layout.and_then(|l| l.ec()).is_some() && !chunks.is_open(*id) {
                 st.waiting_for_stripe += 1;
             }
             if online == 0 {

@@ -141,25 +141,19 @@ impl Fs {
     fn resilver_plan(&self, replace_missing: bool) -> (Vec<Fix>, u64) {
         let chunks = &self.pool.chunks;
         let set = chunks.devices();
-        let policy = chunks.policy();
         let mut lost = 0;
         let mut fixes: Vec<Fix> = Vec::new();
         for (id, s) in chunks.segment_table() {
             if chunks.is_open(id) {
                 continue;
             }
-            let class = set.device(s.device).map(|d| d.class());
-            // A segment in a stripe of its class's layout is kept by the
-            // stripe (`stripes.rs` remakes members on lost devices).
-            let ec = class.as_ref().ok().and_then(|c| policy.ec_for(*c));
-            if ec.is_some() && chunks.is_striped(id) {
+            // A segment in a stripe of its layout is kept by the stripe
+            // (`stripes.rs` remakes members on lost devices).
+            let layout = chunks.layout_of(&s);
+            if layout.and_then(|l| l.ec()).is_some() && chunks.is_striped(id) {
                 continue;
             }
-            let want = match class {
-                Ok(c) if c.is_object_store() => 1,
-                Ok(c) => policy.copies_for(c),
-                Err(_) => 1,
-            };
+            let want = layout.map_or(1, |l| l.copies());
             let Some(fix) = fix_for(set, id, &s, want, replace_missing) else {
                 continue;
             };

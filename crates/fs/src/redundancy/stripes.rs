@@ -186,7 +186,6 @@ impl Fs {
     fn thin_stripes(&self, rate: &mut RateLimit, rep: &mut ResilverReport) -> Result<()> {
         let chunks = &self.pool.chunks;
         let set = chunks.devices();
-        let policy = chunks.policy();
         let mut ready = Vec::new();
         for (_, users) in chunks.thin_stripes() {
             for sid in users {
@@ -196,9 +195,8 @@ impl Fs {
                 let Ok(dev) = set.device(s.device) else {
                     continue;
                 };
-                let add = policy
-                    .copies_for(dev.class())
-                    .saturating_sub(s.places().len());
+                let want = chunks.layout_of(&s).map_or(1, |l| l.copies());
+                let add = want.saturating_sub(s.places().len());
                 if add == 0 {
                     continue;
                 }

@@ -13,7 +13,7 @@ use crate::vfs::Fs;
 use crate::writeback::log_file::LogFile;
 use crate::writeback::overlay::{Block, Overlay};
 use crate::writeback::tick::TickTake;
-use cairn_data::{ChunkRec, Hash};
+use cairn_data::{ChunkRec, Hash, Layout};
 use cairn_devices::SlotAddr;
 use cairn_meta::{ElemKey, Element, MetaError, MetaRead, MetaWrite, RecordType};
 use std::collections::{BTreeSet, HashMap};
@@ -397,10 +397,21 @@ impl Fs {
             .collect();
         let (whole, pieced) = self.resolve_patches(ov)?;
         blocks.extend(whole);
-        blocks.sort_unstable_by_key(|&(ino, blk, _)| (ino, blk));
+        // Files of one layout after another (each goes to open segments
+        // of its layout, `path_policy.rs`), then by file and offset.
+        let inos = blocks.iter().map(|b| b.0).chain(pieced.iter().map(|p| p.0));
+        let layouts = crate::redundancy::path_policy::layouts_in(ov, &self.meta()?, inos)?;
+        let code = |ino: u64| {
+            layouts
+                .get(&ino)
+                .copied()
+                .flatten()
+                .map_or(0, Layout::counter)
+        };
+        blocks.sort_unstable_by_key(|&(ino, blk, _)| (code(ino), ino, blk));
         let blocks: Vec<(u64, u64, &Block)> = blocks.iter().map(|(i, b, d)| (*i, *b, d)).collect();
         let windows: Vec<_> = blocks.chunks(HASH_WINDOW).collect();
-        let mut sink = BlockSink::new(self)?;
+        let mut sink = BlockSink::new(self, layouts)?;
         std::thread::scope(|sc| {
             let spawn = |i: usize| {
                 let w = windows.get(i).copied()?;
@@ -829,10 +840,12 @@ struct BlockSink<'a> {
     out: Vec<Written>,
     batch: cairn_data::WriteBatch<'a>,
     recent: &'a crate::writeback::recent::RecentBlocks,
+    /// Each file's own layout (`path_policy.rs`).
+    layouts: HashMap<u64, Option<Layout>>,
 }
 
 impl<'a> BlockSink<'a> {
-    fn new(fs: &'a Fs) -> Result<Self> {
+    fn new(fs: &'a Fs, layouts: HashMap<u64, Option<Layout>>) -> Result<Self> {
         Ok(BlockSink {
             dedup: fs.pool.config.dedup,
             meta: fs.meta()?,
@@ -842,7 +855,14 @@ impl<'a> BlockSink<'a> {
             out: Vec::new(),
             batch: fs.pool.chunks.batch(),
             recent: &fs.recent,
+            layouts,
         })
+    }
+
+    /// Sends the next chunks to segments of file `ino`'s layout.
+    fn layout_of(&mut self, ino: u64) {
+        let l = self.layouts.get(&ino).copied().flatten();
+        self.batch.set_layout(l);
     }
 
     /// Where content `h` is stored already, with dedup on: a block or a
@@ -901,6 +921,7 @@ impl<'a> BlockSink<'a> {
             let Stored::Pending(h) = self.out[at].stored else {
                 unreachable!("a new block is pending");
             };
+            self.layout_of(self.out[at].ino);
             self.out[at].stored = Stored::New(append_block(&mut self.batch, raw, z, &h)?);
         }
         Ok(())
@@ -917,6 +938,7 @@ impl<'a> BlockSink<'a> {
         patch: &crate::writeback::patch::Patch,
     ) -> Result<()> {
         let mut news = Vec::new();
+        self.layout_of(ino);
         for (k, (_, b)) in patch.ranges().enumerate() {
             let h = cairn_data::chunk::hash_block(b);
             news.push(match self.duplicate(&h)? {

@@ -523,9 +523,11 @@ impl Fs {
         drop(r);
         let raws = news.iter().map(|(n, _)| todo[*n].2.as_slice());
         let packed = crate::writeback::flush::compress_all(self.pool.chunks.compression(), raws);
+        let layouts = self.own_layouts(news.iter().map(|(n, _)| todo[*n].0))?;
         let mut batch = self.pool.chunks.batch();
         let mut out = Vec::with_capacity(news.len());
         for ((n, h), z) in news.into_iter().zip(packed) {
+            batch.set_layout(layouts.get(&todo[n].0).copied().flatten());
             // For read-modify-write after the commit, as a flush keeps them.
             self.recent.insert(h, &todo[n].2);
             let rec = crate::writeback::flush::append_block(&mut batch, &todo[n].2, z, &h)?;

@@ -50,6 +50,8 @@ fn arb_request() -> impl Strategy<Value = Request> {
         (arb_name(), arb_name()).prop_map(|(device, spec)| Request::DeviceReplace { device, spec }),
         arb_name().prop_map(|policy| Request::RedundancySet { policy }),
         Just(Request::RedundancyShow),
+        (any::<u64>(), arb_name())
+            .prop_map(|(ino, policy)| Request::RedundancySetPath { ino, policy }),
         Just(Request::Resilver),
         Just(Request::Migrate),
         Just(Request::TierStatus),
