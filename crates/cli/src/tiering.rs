@@ -208,11 +208,11 @@ fn set_path_policy(t: &TargetArgs, mnt: &std::path::Path, policy: &str) -> Resul
         return Ok(());
     }
     println!(
-        "{}: {policy} on {} files and directories; {} of {} files' chunks moved ({}), {} shared chunks kept at a stronger layout",
+        "{}: {policy} on {} files and directories; of their {} files' data, {} chunks ({}) moved, {} shared chunks kept at a stronger layout",
         t.target.display(),
         num(&v, "nodes"),
-        num(&v, "chunks_moved"),
         num(&v, "files"),
+        num(&v, "chunks_moved"),
         human(num(&v, "bytes_moved")),
         num(&v, "shared_kept")
     );

@@ -41,9 +41,23 @@ pub fn parity(data: &[&[u8]], m: usize) -> Result<Vec<Vec<u8>>> {
 /// Shard `want` (0..k data, k..k+m parity) of a `k`+`m` stripe, from
 /// `have`: (index, bytes) of at least `k` other shards, all one length.
 pub fn restore(k: usize, m: usize, have: &[(usize, &[u8])], want: usize) -> Result<Vec<u8>> {
-    assert!(want < k + m, "shard {want} of a {k}+{m} stripe");
+    Ok(restore_many(k, m, have, &[want])?.swap_remove(0))
+}
+
+/// Shards `wants` of a `k`+`m` stripe, in that order, from one decode of
+/// `have` (as for `restore`; none of `wants` among them).
+pub fn restore_many(
+    k: usize,
+    m: usize,
+    have: &[(usize, &[u8])],
+    wants: &[usize],
+) -> Result<Vec<Vec<u8>>> {
     assert!(
-        have.iter().all(|(i, _)| *i != want && *i < k + m),
+        !wants.is_empty() && wants.iter().all(|w| *w < k + m),
+        "shards {wants:?} of a {k}+{m} stripe"
+    );
+    assert!(
+        have.iter().all(|(i, _)| !wants.contains(i) && *i < k + m),
         "the shards given are others of the stripe"
     );
     if have.len() < k {
@@ -62,19 +76,28 @@ pub fn restore(k: usize, m: usize, have: &[(usize, &[u8])], want: usize) -> Resu
         .map_err(codec_err)?;
     }
     let restored = dec.decode().map_err(codec_err)?;
-    let data: Vec<Vec<u8>> = (0..k)
-        .map(|i| {
-            let given = have.iter().find(|(j, _)| *j == i).map(|(_, b)| b.to_vec());
-            given
-                .or_else(|| restored.restored_original(i).map(<[u8]>::to_vec))
-                .ok_or_else(|| DataError::Parity(format!("data shard {i} was not restored")))
-        })
-        .collect::<Result<_>>()?;
-    if want < k {
-        return Ok(data[want].clone());
+    let original = |i: usize| {
+        let given = have.iter().find(|(j, _)| *j == i).map(|(_, b)| b.to_vec());
+        given
+            .or_else(|| restored.restored_original(i).map(<[u8]>::to_vec))
+            .ok_or_else(|| DataError::Parity(format!("data shard {i} was not restored")))
+    };
+    if wants.iter().all(|w| *w < k) {
+        // Only lost data shards: no copy of the others.
+        return wants.iter().map(|&w| original(w)).collect();
     }
+    let data: Vec<Vec<u8>> = (0..k).map(original).collect::<Result<_>>()?;
     let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-    Ok(parity(&refs, m)?.swap_remove(want - k))
+    let parities = match wants.iter().any(|w| *w >= k) {
+        true => parity(&refs, m)?,
+        false => Vec::new(),
+    };
+    Ok((wants.iter())
+        .map(|&w| match w < k {
+            true => data[w].clone(),
+            false => parities[w - k].clone(),
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -110,6 +133,8 @@ mod tests {
                     .collect();
                 assert_eq!(restore(k, m, &have, a).unwrap(), all[a], "lost {a},{b}");
                 assert_eq!(restore(k, m, &have, b).unwrap(), all[b], "lost {a},{b}");
+                let both = restore_many(k, m, &have, &[b, a]).unwrap();
+                assert_eq!(both, vec![all[b].to_vec(), all[a].to_vec()], "lost {a},{b}");
             }
         }
         let three: Vec<(usize, &[u8])> = (3..6).map(|i| (i, all[i])).collect();

@@ -7,7 +7,8 @@
 //!
 //! Modules form layers, bottom to top; each refers only to modules below
 //! it (tests/layering.rs checks this):
-//! compress, error, ec, deadline -> aligned -> chunk -> records -> stripe_rec ->
+//! compress, error, ec, deadline -> aligned -> chunk -> layout -> records ->
+//! stripe_rec ->
 //! stripes -> policy -> heat, cache, wpipe -> copies -> dead_pages ->
 //! open_segment -> segments -> writer -> readahead -> store ->
 //! stripe_read -> read, heal, verified -> relocate -> stripe_parity ->
@@ -34,6 +35,7 @@ pub mod ec;
 pub mod error;
 pub mod heal;
 pub mod heat;
+pub mod layout;
 mod open_segment;
 pub mod policy;
 pub mod read;

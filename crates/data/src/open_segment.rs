@@ -4,7 +4,7 @@
 //! copy.
 
 use crate::aligned::AlignedBuf;
-use crate::policy::Layout;
+use crate::layout::Layout;
 use cairn_devices::{SlotAddr, DIRECT_ALIGN};
 
 /// The open segment's bytes from `OpenSegment::buf_start` on, in an aligned

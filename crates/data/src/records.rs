@@ -22,7 +22,7 @@
 
 use crate::chunk::Hash;
 use crate::error::{DataError, Result};
-use crate::policy::Layout;
+use crate::layout::Layout;
 use cairn_devices::SlotAddr;
 
 const REC_VERSION: u8 = 2;
@@ -30,8 +30,7 @@ const REC_VERSION: u8 = 2;
 const SEG_COPIES_VERSION: u8 = 3;
 /// Segment records with a layout of their own (a file's policy).
 const SEG_LAYOUT_VERSION: u8 = 4;
-/// The most copies a segment has (its first and the further ones).
-pub const MAX_COPIES: usize = 4;
+pub use crate::layout::MAX_COPIES;
 const CHUNK_REC_VERSION: u8 = 3;
 
 /// The span of each of a chunk record's `sums`.

@@ -201,7 +201,7 @@ impl Segments {
     /// Copies a new segment whose first copy is on a `class` device gets.
     /// How segment `s` is to be kept: its own layout, or its class's
     /// (None when its first device is unknown).
-    pub(crate) fn layout_of(&self, s: &SegmentRec) -> Option<crate::policy::Layout> {
+    pub(crate) fn layout_of(&self, s: &SegmentRec) -> Option<crate::layout::Layout> {
         let class = self.devices.device(s.device).ok()?.class();
         Some(self.policy.read().segment_layout(class, s.layout))
     }

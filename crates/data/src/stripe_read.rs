@@ -44,16 +44,33 @@ impl ChunkStore {
         off: u64,
         buf: &mut [u8],
     ) -> Result<()> {
+        let got = self.restore_ranges(rec, &[pos], off, buf.len(), false)?;
+        buf.copy_from_slice(&got[0]);
+        Ok(())
+    }
+
+    /// Bytes `[off, off + len)` of members `wants` of stripe `rec`, in
+    /// that order, restored together from one read of K other members
+    /// (through the page cache if `cached`: a file read goes on to read
+    /// the data members that are there itself).
+    fn restore_ranges(
+        &self,
+        rec: &StripeRec,
+        wants: &[usize],
+        off: u64,
+        len: usize,
+        cached: bool,
+    ) -> Result<Vec<Vec<u8>>> {
         let (k, m) = (rec.k as usize, rec.m as usize);
-        let end = off + buf.len() as u64;
+        let end = off + len as u64;
         if end > rec.len as u64 {
             return Err(DataError::Parity(format!(
                 "bytes {off}..{end} are beyond the {} bytes parity covers",
                 rec.len
             )));
         }
-        let (a, e) = ec::aligned(off, buf.len() as u64, rec.len as u64);
-        let mut order: Vec<usize> = (0..k + m).filter(|i| *i != pos).collect();
+        let (a, e) = ec::aligned(off, len as u64, rec.len as u64);
+        let mut order: Vec<usize> = (0..k + m).filter(|i| !wants.contains(i)).collect();
         order.sort_by_key(|i| (!self.segs.devices.is_online(rec.members[*i].device), *i));
         let mut have: Vec<(usize, Vec<u8>)> = Vec::with_capacity(k);
         let mut next = order.into_iter();
@@ -65,7 +82,12 @@ impl ChunkStore {
             }
             let got = std::thread::scope(|s| {
                 let jobs: Vec<_> = (batch.iter())
-                    .map(|i| (*i, s.spawn(|| self.read_member(rec.members[*i], a, e))))
+                    .map(|i| {
+                        (
+                            *i,
+                            s.spawn(|| self.read_member(rec.members[*i], a, e, cached)),
+                        )
+                    })
                     .collect();
                 let joined = jobs.into_iter().map(|(i, j)| (i, j.join()));
                 joined.collect::<Vec<_>>()
@@ -82,10 +104,14 @@ impl ChunkStore {
             }
         }
         let refs: Vec<(usize, &[u8])> = have.iter().map(|(i, b)| (*i, b.as_slice())).collect();
-        let restored = ec::restore(k, m, &refs, pos)?;
+        let restored = ec::restore_many(k, m, &refs, wants)?;
         let from = (off - a) as usize;
-        buf.copy_from_slice(&restored[from..from + buf.len()]);
-        Ok(())
+        Ok((restored.into_iter())
+            .map(|r| match (from, r.len() == len) {
+                (0, true) => r,
+                _ => r[from..from + len].to_vec(),
+            })
+            .collect())
     }
 
     /// The window at `w` of member `pos` of stripe `id`, restored (or
@@ -98,25 +124,36 @@ impl ChunkStore {
         w: u64,
     ) -> Result<Arc<Vec<u8>>> {
         let key = (id, stripe.members[pos], w);
+        // The other data members whose devices are gone need this window
+        // too (a sequential read goes through them all): restored from the
+        // same read of the survivors, and kept.
+        let set = &self.segs.devices;
+        let gone = (0..stripe.k as usize)
+            .filter(|i| *i != pos && !set.is_online(stripe.members[*i].device));
+        let wants: Vec<usize> = std::iter::once(pos).chain(gone).collect();
         self.segs.restored.get_or_restore(key, || {
             let len = RESTORE_WINDOW.min((stripe.len as u64).saturating_sub(w));
-            let mut b = vec![0u8; len as usize];
-            self.restore_range(stripe, pos, w, &mut b)?;
-            Ok(b)
+            let mut got = self.restore_ranges(stripe, &wants, w, len as usize, true)?;
+            let first = got.remove(0);
+            for (i, b) in wants[1..].iter().zip(got) {
+                let key = (id, stripe.members[*i], w);
+                self.segs.restored.keep(key, Arc::new(b));
+            }
+            Ok(first)
         })
     }
 
-    /// Bytes `[a, e)` of the slot at `at`: past the host's page cache when
-    /// the device allows (the bytes are read once, to restore another
-    /// member), else buffered.
-    fn read_member(&self, at: SlotAddr, a: u64, e: u64) -> Result<Vec<u8>> {
+    /// Bytes `[a, e)` of the slot at `at`: unless `cached`, past the
+    /// host's page cache when the device allows (the bytes are read once,
+    /// to restore another member), else buffered.
+    fn read_member(&self, at: SlotAddr, a: u64, e: u64, cached: bool) -> Result<Vec<u8>> {
         let dev = self.segs.devices.device(at.device)?;
         assert!(
             at.slot < dev.header.slot_count(),
             "a member is in its device"
         );
         let (off, n) = (dev.slot_offset(at.slot) + a, (e - a) as usize);
-        if off.is_multiple_of(DIRECT_ALIGN as u64) {
+        if !cached && off.is_multiple_of(DIRECT_ALIGN as u64) {
             let cap = n.next_multiple_of(DIRECT_ALIGN);
             let mut direct = AlignedBuf::new(cap, DIRECT_ALIGN);
             if dev.read_direct_at(direct.slice_mut(cap), off, n)? {

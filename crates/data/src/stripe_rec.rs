@@ -7,15 +7,10 @@
 //!   (k+m) x (device u32 | slot u64) | crc u32   (data members first).
 
 use crate::error::{DataError, Result};
-use crate::records::MAX_COPIES;
 use cairn_devices::SlotAddr;
 
 const STRIPE_VERSION: u8 = 1;
-/// The most data members a stripe has.
-pub const MAX_DATA: usize = 16;
-/// The most parity members: a segment not yet in a stripe keeps one copy
-/// more than the parity members it will get, within `MAX_COPIES`.
-pub const MAX_PARITY: usize = MAX_COPIES - 1;
+pub use crate::layout::{MAX_DATA, MAX_PARITY};
 
 /// Where a stripe's members are and how much of each parity covers.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -128,8 +128,9 @@ struct RestoredState {
 /// (stripe id, member slot, window start).
 pub(crate) type RestoredKey = (u64, SlotAddr, u64);
 
-/// Windows kept.
-const RESTORED_KEPT: usize = 8;
+/// Windows kept (32 MiB at most): a stripe's lost data members, restored
+/// together, stay until a sequential read gets to them.
+const RESTORED_KEPT: usize = 32;
 
 impl Restored {
     /// The window `key`: kept, or restored by `restore` (once, however
@@ -155,13 +156,25 @@ impl Restored {
         let mut st = self.state.lock();
         st.pending.retain(|k| *k != key);
         if let Ok(b) = &r {
-            if st.kept.len() >= RESTORED_KEPT {
-                st.kept.pop_front();
-            }
-            st.kept.push_back((key, b.clone()));
+            Self::push(&mut st, key, b.clone());
         }
         self.done.notify_all();
         r
+    }
+
+    /// Keeps window `key`, restored along with another.
+    pub(crate) fn keep(&self, key: RestoredKey, bytes: Arc<Vec<u8>>) {
+        let mut st = self.state.lock();
+        if !st.kept.iter().any(|(k, _)| *k == key) {
+            Self::push(&mut st, key, bytes);
+        }
+    }
+
+    fn push(st: &mut RestoredState, key: RestoredKey, bytes: Arc<Vec<u8>>) {
+        if st.kept.len() >= RESTORED_KEPT {
+            st.kept.pop_front();
+        }
+        st.kept.push_back((key, bytes));
     }
 
     /// Forgets every window (a stripe changed).

@@ -17,6 +17,7 @@ const ORDER: &[&str] = &[
     "deadline",
     "aligned",
     "chunk",
+    "layout",
     "records",
     "stripe_rec",
     "stripes",
