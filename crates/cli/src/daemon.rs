@@ -199,6 +199,7 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     spawn_inode_count(&fs);
     let mover = fs.spawn_mover();
     let resilver = fs.spawn_resilver();
+    let watchdog = Some(fs.spawn_watchdog());
     let mnt = a.mountpoint.canonicalize()?;
     if crate::nbd::wanted(&config) {
         crate::nbd::start(&fs, &config, &a.nbd)?;
@@ -221,7 +222,7 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let _ = std::fs::remove_file(&sock);
     fs.shutdown()?;
     let _ = flusher.join();
-    for h in [gc, mover, resilver].into_iter().flatten() {
+    for h in [gc, mover, resilver, watchdog].into_iter().flatten() {
         let _ = h.join();
     }
     tracing::info!("unmounted {}", mnt.display());

@@ -11,6 +11,8 @@
 //!   wait for it and go on, nothing is dropped or faulted;
 //! - a device whose writes hang past the I/O timeout: it is faulted, its
 //!   copies dropped, and writes and fsyncs go on within seconds;
+//! - a device whose reads hang past the I/O timeout: the watchdog faults
+//!   it and the other reads go on from the other copies;
 //! - a device whose reads return flipped bits (bit rot): every file reads
 //!   exact from the other copy and the bad copy is rewritten, counted in
 //!   `redundancy show`.
@@ -291,6 +293,57 @@ fn a_device_whose_writes_hang_is_faulted_and_the_writes_go_on() {
         log.contains("I/O timeout") || log.contains("within the I/O timeout"),
         "{log}"
     );
+    fs::write(&plan, "").unwrap();
+    fs.remount();
+    assert_written(&fs, &files, "after a remount without faults");
+    fs.finish();
+}
+
+/// Device 0's reads hang for 25 s, far past the I/O timeout (2 s here):
+/// one read waits on it (a read in the kernel cannot be taken back), the
+/// watchdog faults the device within seconds, and every other file then
+/// reads exact from the other copies without waiting; the waiting read
+/// ends exact once the device answers.
+#[test]
+fn a_device_whose_reads_hang_is_faulted_and_reads_go_on() {
+    let (mut fs, plan) = mounted(3, &[]);
+    fs.set_config("io_timeout_secs", "2");
+    fs.remount();
+    let files = write_files(&fs.mnt, "r", 7, 10);
+    cairn_sync(&fs);
+    assert!(count(device(&redundancy(&fs), 0), "copies") > 0);
+    // Nothing cached: every read goes to the devices.
+    fs.remount();
+    fs.set_fault_plan(&plan, "devs/d0 read hang:25s\n");
+    // One small read without kernel read-ahead: one request waits.
+    let first = fs.p("w/r0");
+    let stuck = std::thread::spawn(move || {
+        use std::os::unix::fs::FileExt;
+        use std::os::unix::io::AsRawFd;
+        let f = fs::File::open(&first).unwrap();
+        // SAFETY: an open file's descriptor.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+        let mut b = vec![0u8; 4096];
+        f.read_exact_at(&mut b, 0).map(|()| b)
+    });
+    let faulted = eventually(Duration::from_secs(15), || {
+        device(&redundancy(&fs), 0)["state"] == "faulted"
+    });
+    assert!(faulted, "device 0 not faulted\n{}", fs.diagnostics());
+    assert!(
+        fs.daemon_output().contains("with none finishing"),
+        "{}",
+        fs.diagnostics()
+    );
+    let t = Instant::now();
+    assert_written(&fs, &files[1..], "device 0's reads hung");
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(12),
+        "waited for device 0: {took:?}"
+    );
+    let got = stuck.join().unwrap().expect("the waiting read");
+    assert_bytes_eq(&got, &files[0].1[..4096], "the read that waited");
     fs::write(&plan, "").unwrap();
     fs.remount();
     assert_written(&fs, &files, "after a remount without faults");

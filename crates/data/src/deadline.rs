@@ -5,10 +5,52 @@
 //! thread (its outcome is dropped when it comes), its device is faulted
 //! and the copy it was making is dropped (its slot stays claimed until the
 //! next mount, so a late write lands nowhere that matters).
+//!
+//! Reads are not given threads (they are the hot path): a watchdog asks
+//! `ReadStalls` every half second which devices have had reads waiting,
+//! none of them finishing, for the I/O timeout; those are faulted, so
+//! that later reads go to the other copies (the read already waiting
+//! waits until the device answers).
 
+use cairn_devices::Device;
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+
+/// Per device: the reads finished when the watchdog last saw one finish,
+/// and since when none has.
+#[derive(Debug, Default)]
+pub(crate) struct ReadStalls(Mutex<HashMap<u32, (u64, Instant)>>);
+
+impl ReadStalls {
+    /// The devices among `devs` whose reads have waited `limit` or more
+    /// with none finishing: (device, reads waiting, for how long).
+    pub(crate) fn stalled(
+        &self,
+        devs: &[Arc<Device>],
+        limit: Duration,
+    ) -> Vec<(u32, u64, Duration)> {
+        let now = Instant::now();
+        let mut seen = self.0.lock();
+        seen.retain(|id, _| devs.iter().any(|d| d.id() == *id));
+        let mut out = Vec::new();
+        for d in devs {
+            let (waiting, done) = d.read_watch();
+            let e = seen.entry(d.id()).or_insert((done, now));
+            if waiting == 0 || done != e.0 {
+                *e = (done, now);
+                continue;
+            }
+            let stuck = now.duration_since(e.1);
+            if stuck >= limit {
+                out.push((d.id(), waiting, stuck));
+            }
+        }
+        out
+    }
+}
 
 /// The I/O timeout, in milliseconds (0: wait forever).
 #[derive(Debug)]

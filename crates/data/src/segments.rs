@@ -54,6 +54,8 @@ pub(crate) struct Segments {
     pub(crate) stripes: RwLock<Stripes>,
     /// How long an I/O of one copy among several may take (`deadline.rs`).
     pub(crate) io_timeout: crate::deadline::IoTimeout,
+    /// Devices whose reads stopped finishing (`deadline.rs`).
+    pub(crate) read_stalls: crate::deadline::ReadStalls,
     /// Chunks restored from parity last (`stripes.rs`).
     pub(crate) restored: crate::stripes::Restored,
 }
@@ -110,6 +112,7 @@ impl Segments {
             stripes: RwLock::new(stripes),
             restored: Default::default(),
             io_timeout: Default::default(),
+            read_stalls: Default::default(),
         })
     }
 

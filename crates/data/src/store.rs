@@ -92,6 +92,33 @@ impl ChunkStore {
         *self.segs.policy.read()
     }
 
+    /// Faults the devices whose reads have waited the I/O timeout with
+    /// none finishing (`deadline::ReadStalls`); returns them. Called by the
+    /// filesystem's watchdog every half second.
+    pub fn fault_stalled_readers(&self) -> Vec<u32> {
+        let Some(limit) = self.segs.io_timeout.get() else {
+            return Vec::new();
+        };
+        let set = &self.segs.devices;
+        // An object store's client has timeouts and retries of its own.
+        let mut devs = set.devices();
+        devs.retain(|d| !d.class().is_object_store());
+        let mut out = Vec::new();
+        for (id, waiting, stuck) in self.segs.read_stalls.stalled(&devs, limit) {
+            if !set.is_online(id) {
+                continue;
+            }
+            tracing::error!(
+                "device {id}: {waiting} reads have waited {:.1} s with none finishing (I/O timeout {} s): it is taken out, later reads use the other copies",
+                stuck.as_secs_f64(),
+                limit.as_secs()
+            );
+            self.segs.fault(id);
+            out.push(id);
+        }
+        out
+    }
+
     /// How segment `s` is to be kept: the layout its files asked for, or
     /// its class's (None when its first device is unknown).
     pub fn layout_of(&self, s: &crate::SegmentRec) -> Option<crate::Layout> {

@@ -165,6 +165,8 @@ pub struct Device {
     throttle: Option<Arc<Throttle>>,
     /// Device reads issued so far (one per read call, however large).
     read_ops: std::sync::atomic::AtomicU64,
+    /// Reads in flight, for the hung-device watchdog.
+    reads: crate::read_watch::ReadWatch,
     /// Bytes those reads asked for.
     read_bytes: std::sync::atomic::AtomicU64,
     /// Bytes written (data area) and failed reads since the device was
@@ -494,6 +496,7 @@ impl Device {
             io,
             throttle,
             read_ops: Default::default(),
+            reads: Default::default(),
             read_bytes: Default::default(),
             write_bytes: Default::default(),
             read_errors: Default::default(),
@@ -556,6 +559,7 @@ impl Device {
             io,
             throttle,
             read_ops: Default::default(),
+            reads: Default::default(),
             read_bytes: Default::default(),
             write_bytes: Default::default(),
             read_errors: Default::default(),
@@ -578,6 +582,7 @@ impl Device {
             io,
             throttle: None,
             read_ops: Default::default(),
+            reads: Default::default(),
             read_bytes: Default::default(),
             write_bytes: Default::default(),
             read_errors: Default::default(),
@@ -677,6 +682,11 @@ impl Device {
     }
 
     /// Device reads issued since the device was opened.
+    /// (reads in flight now, reads finished so far).
+    pub fn read_watch(&self) -> (u64, u64) {
+        self.reads.state()
+    }
+
     pub fn read_ops(&self) -> u64 {
         self.read_ops.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -741,6 +751,7 @@ impl Device {
     }
 
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let _watch = self.reads.start();
         self.read_op(buf.len());
         self.io.read_at(buf, offset).map_err(|e| self.read_error(e))
     }
@@ -749,6 +760,7 @@ impl Device {
     /// system call (two on a short read), so data lands where the caller
     /// wants it without a copy.
     pub fn read_split_at(&self, head: &mut [u8], body: &mut [u8], offset: u64) -> Result<()> {
+        let _watch = self.reads.start();
         self.read_op(head.len() + body.len());
         self.io
             .read_vectored_at(&mut [head, body], offset)
@@ -759,6 +771,7 @@ impl Device {
     /// one system call per IOV_MAX buffers (a short read is retried
     /// buffer by buffer).
     pub fn read_iov_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> Result<()> {
+        let _watch = self.reads.start();
         self.read_op(bufs.iter().map(|b| b.len()).sum());
         self.io
             .read_vectored_at(bufs, offset)
@@ -774,6 +787,7 @@ impl Device {
     /// caller reads buffered). A read may end early at the end of the file;
     /// `Ok(true)` means at least `need` bytes arrived.
     pub fn read_direct_at(&self, buf: &mut [u8], offset: u64, need: usize) -> Result<bool> {
+        let _watch = self.reads.start();
         let r = self.io.read_direct_at(buf, offset, need);
         if !matches!(r, Ok(false)) {
             self.read_op(buf.len());

@@ -15,6 +15,7 @@ pub mod error;
 pub mod header;
 pub mod objdev;
 pub mod private;
+pub mod read_watch;
 pub mod set;
 pub mod size;
 pub mod spacemap;

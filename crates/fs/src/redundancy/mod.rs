@@ -10,6 +10,7 @@ mod log_copies;
 pub mod path_policy;
 pub mod resilver;
 mod stripes;
+mod watchdog;
 
 use crate::error::{FsError, Result};
 use crate::vfs::Fs;

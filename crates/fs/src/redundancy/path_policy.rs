@@ -86,6 +86,8 @@ impl Fs {
     /// layouts they now ask for (re-replication and striping make the
     /// copies and parity in the background).
     pub fn set_path_layout(&self, ino: u64, layout: Option<Layout>) -> Result<PathLayoutReport> {
+        // The walk reads committed directories: what was just made first.
+        self.flush()?;
         let mut rep = PathLayoutReport::default();
         let mut files = Vec::new();
         let mut stack = vec![ino];
