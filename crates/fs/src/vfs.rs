@@ -511,7 +511,7 @@ impl Fs {
         ino: u64,
         blk: u64,
     ) -> Result<Option<Extent>> {
-        let key = ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes());
+        let key = ElemKey::extent(ino, blk);
         match r.get(&key)? {
             Some(e) => Extent::decode(&e.payload).map(Some),
             // A damaged store (salvage) whose creation index was not read

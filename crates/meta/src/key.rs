@@ -39,6 +39,28 @@ impl ElemKey {
         ElemKey(v)
     }
 
+    /// The key of file `obj`'s extent at block `blk` (the block number
+    /// big-endian, so a file's extents sort by offset).
+    pub fn extent(obj: u64, blk: u64) -> Self {
+        ElemKey::new(obj, RecordType::Extent, &blk.to_be_bytes())
+    }
+
+    /// The block number of an extent key: the one decoder of that key
+    /// kind (a key of another kind, or one whose block number is not 8
+    /// bytes, which only damage makes, is an error naming the key).
+    pub fn extent_block(&self) -> Result<u64, crate::error::MetaError> {
+        let bad = |why: &str| crate::error::MetaError::Corrupt {
+            key: format!("{self}"),
+            why: why.to_string(),
+        };
+        if self.rtype() != Some(RecordType::Extent) {
+            return Err(bad("not an extent key"));
+        }
+        let b: [u8; 8] = (self.sub().try_into())
+            .map_err(|_| bad("an extent key's block number is not 8 bytes"))?;
+        Ok(u64::from_be_bytes(b))
+    }
+
     /// Prefix of every key of one object and record type.
     pub fn prefix(obj: u64, rtype: RecordType) -> Vec<u8> {
         ElemKey::new(obj, rtype, &[]).0
@@ -99,4 +121,31 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ElemKey, RecordType};
+
+    #[test]
+    fn extent_keys_decode_in_one_place_and_damage_is_an_error() {
+        let k = ElemKey::extent(7, 0x0102_0304_0506_0708);
+        assert_eq!((k.obj(), k.rtype()), (7, Some(RecordType::Extent)));
+        assert_eq!(k.extent_block().unwrap(), 0x0102_0304_0506_0708);
+        assert!(
+            ElemKey::extent(7, 1) < ElemKey::extent(7, 256),
+            "sorted by block"
+        );
+        // A short or long block number, or another kind of key, is an
+        // error that names the key, never a block 0.
+        for bad in [
+            ElemKey::new(7, RecordType::Extent, &[1, 2, 3]),
+            ElemKey::new(7, RecordType::Extent, &[0; 9]),
+            ElemKey::new(7, RecordType::Inode, &5u64.to_be_bytes()),
+            ElemKey(vec![0, 0, 0, 0, 0, 0, 0, 7]),
+        ] {
+            let e = bad.extent_block().unwrap_err().to_string();
+            assert!(e.contains("obj 7"), "{e}");
+        }
+    }
 }

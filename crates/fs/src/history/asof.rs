@@ -94,7 +94,7 @@ impl Fs {
         let rs = self.record;
         let mut out = vec![0u8; (end - off) as usize];
         for blk in off / rs..end.div_ceil(rs) {
-            let key = ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes());
+            let key = ElemKey::extent(ino, blk);
             let Some(e) = r.get_asof(&key, tid)? else {
                 continue;
             };

@@ -114,7 +114,7 @@ impl Fs {
         sum: &mut TreeSum,
     ) -> Result<()> {
         for e in r.scan_asof(&ElemKey::prefix(n.ino, RecordType::Extent), tid)? {
-            let blk = u64::from_be_bytes(e.key.sub().try_into().expect("extent key"));
+            let blk = e.key.extent_block()?;
             let ext = Extent::decode(&e.payload)?;
             h.update(&blk.to_le_bytes());
             h.update(&ext.len.to_le_bytes());

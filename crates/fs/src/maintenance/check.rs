@@ -44,16 +44,17 @@ fn collect(e: Element, s: &mut Scan, problems: &mut Vec<String>) {
             s.dirents.entry(obj).or_default().push((name.to_vec(), d));
             Ok(())
         }),
-        Some(RecordType::Extent) => Extent::decode(&e.payload).map(|x| {
-            let blk = u64::from_be_bytes(e.key.sub().try_into().unwrap_or([0; 8]));
-            for id in x.chunks() {
-                *s.refs.entry(id).or_default() += 1;
-                if live {
-                    *s.live_refs.entry(id).or_default() += 1;
+        Some(RecordType::Extent) => (e.key.extent_block().map_err(crate::error::FsError::from))
+            .and_then(|blk| Ok((blk, Extent::decode(&e.payload)?)))
+            .map(|(blk, x)| {
+                for id in x.chunks() {
+                    *s.refs.entry(id).or_default() += 1;
+                    if live {
+                        *s.live_refs.entry(id).or_default() += 1;
+                    }
                 }
-            }
-            s.extents.push((obj, blk, x, live));
-        }),
+                s.extents.push((obj, blk, x, live));
+            }),
         Some(RecordType::Symlink) if live => {
             s.symlinks.insert(obj, e.payload.len());
             Ok(())

@@ -361,7 +361,7 @@ fn holes_vouched(elems: &[Element], size: u64, rs: u64) -> std::result::Result<(
     let found: BTreeSet<u64> = elems
         .iter()
         .filter(|e| e.key.rtype() == Some(RecordType::Extent))
-        .filter_map(|e| e.key.sub().try_into().ok().map(u64::from_be_bytes))
+        .filter_map(|e| e.key.extent_block().ok())
         .collect();
     match (0..size.div_ceil(rs)).find(|b| !found.contains(b)) {
         Some(b) => Err(format!(
@@ -383,7 +383,7 @@ fn extent(
     segs: &HashMap<u64, SegmentRec>,
     mine: &mut BTreeMap<u64, ChunkRec>,
 ) -> std::result::Result<(), String> {
-    let blk = u64::from_be_bytes(e.key.sub().try_into().unwrap_or([0xff; 8]));
+    let blk = e.key.extent_block().map_err(|err| err.to_string())?;
     let at = blk.saturating_mul(rs);
     let x = Extent::decode(&e.payload).map_err(|err| format!("extent at {at}: {err}"))?;
     if at >= size.max(1) {

@@ -234,7 +234,10 @@ impl Fs {
             };
             let bad_ones: Vec<u64> = x.chunks().filter(|c| bad.contains_key(c)).collect();
             for chunk in bad_ones {
-                let blk = u64::from_be_bytes(e.key.sub().try_into().unwrap_or([0; 8]));
+                let at = match e.key.extent_block() {
+                    Ok(blk) => format!("offset {}", blk * rs),
+                    Err(_) => format!("a damaged extent key {:02x?}", e.key.sub()),
+                };
                 let ino = e.key.obj();
                 let name = paths.get(&ino).cloned().unwrap_or(format!("<inode {ino}>"));
                 let when = if e.is_live() {
@@ -245,7 +248,7 @@ impl Fs {
                 users
                     .entry(chunk)
                     .or_default()
-                    .push(format!("{name} offset {} ({when})", blk * rs));
+                    .push(format!("{name} {at} ({when})"));
             }
         };
         r.for_each_live(&mut note)?;

@@ -218,8 +218,8 @@ fn clone_block(
     tid: u64,
     touched: &mut std::collections::BTreeSet<u64>,
 ) -> Result<()> {
-    let skey = ElemKey::new(src, RecordType::Extent, &sblk.to_be_bytes());
-    let dkey = ElemKey::new(dst, RecordType::Extent, &dblk.to_be_bytes());
+    let skey = ElemKey::extent(src, sblk);
+    let dkey = ElemKey::extent(dst, dblk);
     let found = match at {
         Some(t) => w.get_asof(&skey, t)?,
         None => w.get(&skey)?,

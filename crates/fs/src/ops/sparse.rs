@@ -269,18 +269,14 @@ impl Fs {
 /// `limit`.
 fn committed_blocks(r: &MetaRead, ino: u64, from: u64, limit: usize) -> Result<Vec<(u64, Extent)>> {
     let prefix = ElemKey::prefix(ino, RecordType::Extent);
-    let start = ElemKey::new(ino, RecordType::Extent, &from.to_be_bytes());
+    let start = ElemKey::extent(ino, from);
     r.scan(&prefix, Some(start.as_bytes()), limit)?
         .into_iter()
         .map(|e| {
-            let blk = u64::from_be_bytes(e.key.sub().try_into().map_err(|_| bad_key())?);
+            let blk = e.key.extent_block()?;
             Ok((blk, Extent::decode(&e.payload)?))
         })
         .collect()
-}
-
-fn bad_key() -> FsError {
-    FsError::Io("extent element with a malformed key".into())
 }
 
 /// 512-byte blocks stored for the committed extents below block `below`,
@@ -302,7 +298,7 @@ fn committed_total(r: &MetaRead, ino: u64, below: u64) -> Result<(u64, u64)> {
 
 /// 512-byte blocks of one committed block of a file (0 for a hole).
 fn stored_of(r: &MetaRead, ino: u64, blk: u64) -> Result<u64> {
-    let key = ElemKey::new(ino, RecordType::Extent, &blk.to_be_bytes());
+    let key = ElemKey::extent(ino, blk);
     match r.get(&key)? {
         Some(e) => chunk_blocks(r, &Extent::decode(&e.payload)?),
         None => Ok(0),

@@ -595,7 +595,7 @@ impl Fs {
             let mut ids = vec![0u64; written.len()];
             let mut piece_ids: HashMap<(usize, usize), u64> = HashMap::new();
             for (n, wb) in written.iter().enumerate() {
-                let key = ElemKey::new(wb.ino, RecordType::Extent, &wb.blk.to_be_bytes());
+                let key = ElemKey::extent(wb.ino, wb.blk);
                 let id = match &wb.stored {
                     Stored::Hole => {
                         w.end(&key, tid)?;
@@ -1043,7 +1043,7 @@ fn apply_overlay(w: &mut MetaWrite<'_>, ov: &Overlay, tid: u64) -> Result<()> {
             continue;
         }
         for e in w.scan(&ElemKey::prefix(ino, RecordType::Extent))? {
-            let blk = u64::from_be_bytes(e.key.sub().try_into().expect("extent key"));
+            let blk = e.key.extent_block()?;
             if blk >= first {
                 w.end(&e.key, tid)?;
             }

@@ -285,7 +285,7 @@ mod tests {
     use redb::{ReadableDatabase, ReadableTableMetadata};
 
     fn k(i: u64) -> ElemKey {
-        ElemKey::new(7, RecordType::Extent, &i.to_be_bytes())
+        ElemKey::extent(7, i)
     }
 
     /// (entries in `hist_v1`, entries in `fresh_v1`).

@@ -115,11 +115,7 @@ mod basics {
         let (_d, s) = store();
         s.write(|w| {
             for i in 0..10u64 {
-                w.put(
-                    &ElemKey::new(3, RecordType::Extent, &i.to_be_bytes()),
-                    b"e",
-                    1,
-                )?;
+                w.put(&ElemKey::extent(3, i), b"e", 1)?;
             }
             w.put(&ElemKey::new(3, RecordType::Inode, &[]), b"i", 1)?;
             w.put(&ElemKey::new(4, RecordType::Extent, &[0; 8]), b"o", 1)?;
