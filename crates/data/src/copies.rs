@@ -95,6 +95,9 @@ impl WriteTarget for CopyTarget {
         for ((addr, _, _), r) in live.iter().zip(results) {
             match r {
                 Ok(()) => ok += 1,
+                // A bug, not the device: the batch fails whatever the
+                // other copies did.
+                Err(e) if e.is_invariant() => return Err(e),
                 Err(e) if live.len() > 1 => self.dropped.note_failed(*addr, e),
                 Err(e) => first_err = Some(e),
             }

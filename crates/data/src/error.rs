@@ -55,11 +55,22 @@ impl DataError {
         }
     }
 
-    /// The device whose write failed, for an I/O error of a write or sync.
+    /// The device whose write failed, for an I/O error of a write or sync
+    /// (not for a write refused as a violated invariant: a bug, not the
+    /// device).
     pub fn failed_device(&self) -> Option<u32> {
         match self {
-            DataError::WriteFailed { device, .. } => Some(*device),
+            DataError::WriteFailed { device, source } if !source.is_invariant() => Some(*device),
             _ => None,
+        }
+    }
+
+    /// An I/O refused because an invariant did not hold (a bug): the
+    /// filesystem stops taking changes.
+    pub fn is_invariant(&self) -> bool {
+        match self {
+            DataError::Device(d) | DataError::WriteFailed { source: d, .. } => d.is_invariant(),
+            _ => false,
         }
     }
 

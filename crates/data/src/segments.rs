@@ -49,6 +49,9 @@ pub(crate) struct Segments {
     /// device of another failure domain had room, or a copy's write
     /// failed): the filesystem's re-replication has work.
     pub(crate) short: AtomicBool,
+    /// Set by `ChunkStore::misplace_next_write` (tests of the invariant
+    /// path only): the next segment write goes past its device's end.
+    pub(crate) misplace: AtomicBool,
     /// The stripes (parity over segments of an `ec=K+M` layout); their
     /// member slots are theirs, not the segments' (`stripes.rs`).
     pub(crate) stripes: RwLock<Stripes>,
@@ -109,6 +112,7 @@ impl Segments {
             dead: DeadPages::default(),
             policy: RwLock::new(Policy::default()),
             short: AtomicBool::new(false),
+            misplace: AtomicBool::new(false),
             stripes: RwLock::new(stripes),
             restored: Default::default(),
             io_timeout: Default::default(),

@@ -125,6 +125,13 @@ impl ChunkStore {
         self.segs.layout_of(s)
     }
 
+    /// For tests of the invariant path: the next segment write is aimed
+    /// past its device's end, as a bug in the offsets would aim it (the
+    /// device refuses it, `DeviceError::Invariant`).
+    pub fn misplace_next_write(&self) {
+        self.segs.misplace.store(true, Ordering::Relaxed);
+    }
+
     /// True (and cleared) when segments may lack copies the policy asks
     /// for (a policy change, a failed copy, no room in another domain).
     pub fn take_short(&self) -> bool {

@@ -186,7 +186,11 @@ impl<'a> WriteBatch<'a> {
         let mut places = Vec::with_capacity(o.places.len());
         for &p in &o.places {
             let dev = self.segs.devices.device(p.device)?;
-            places.push((p, dev.clone(), dev.slot_offset(p.slot)));
+            let mut base = dev.slot_offset(p.slot);
+            if self.segs.misplace.swap(false, Ordering::Relaxed) {
+                base += dev.header.size;
+            }
+            places.push((p, dev.clone(), base));
             self.devices.insert(p.device);
         }
         let target = Arc::new(CopyTarget {

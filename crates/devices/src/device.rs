@@ -751,6 +751,7 @@ impl Device {
     }
 
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.check_in_data_area("read", offset, buf.len())?;
         let _watch = self.reads.start();
         self.read_op(buf.len());
         self.io.read_at(buf, offset).map_err(|e| self.read_error(e))
@@ -760,6 +761,7 @@ impl Device {
     /// system call (two on a short read), so data lands where the caller
     /// wants it without a copy.
     pub fn read_split_at(&self, head: &mut [u8], body: &mut [u8], offset: u64) -> Result<()> {
+        self.check_in_data_area("read", offset, head.len() + body.len())?;
         let _watch = self.reads.start();
         self.read_op(head.len() + body.len());
         self.io
@@ -771,6 +773,7 @@ impl Device {
     /// one system call per IOV_MAX buffers (a short read is retried
     /// buffer by buffer).
     pub fn read_iov_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> Result<()> {
+        self.check_in_data_area("read", offset, bufs.iter().map(|b| b.len()).sum())?;
         let _watch = self.reads.start();
         self.read_op(bufs.iter().map(|b| b.len()).sum());
         self.io
@@ -787,6 +790,9 @@ impl Device {
     /// caller reads buffered). A read may end early at the end of the file;
     /// `Ok(true)` means at least `need` bytes arrived.
     pub fn read_direct_at(&self, buf: &mut [u8], offset: u64, need: usize) -> Result<bool> {
+        // The buffer may reach past the end (a read ends there): `need`
+        // bytes must lie inside.
+        self.check_in_data_area("read", offset, need)?;
         let _watch = self.reads.start();
         let r = self.io.read_direct_at(buf, offset, need);
         if !matches!(r, Ok(false)) {
@@ -795,9 +801,29 @@ impl Device {
         r.map_err(|e| self.read_error(e))
     }
 
+    /// Refuses (and logs) an I/O of `len` bytes at `offset` that is not
+    /// inside the data area: a bug computed it, and a write there would
+    /// overwrite the header, the intent log area or another device's
+    /// bytes past the end.
+    fn check_in_data_area(&self, what: &str, offset: u64, len: usize) -> Result<()> {
+        let h = &self.header;
+        let end = offset.checked_add(len as u64);
+        if offset >= h.data_offset && end.is_some_and(|e| e <= h.size) {
+            return Ok(());
+        }
+        let e = DeviceError::Invariant {
+            path: self.path.clone(),
+            what: format!(
+                "a {what} of {len} bytes at offset {offset}, outside the data area {}..{}",
+                h.data_offset, h.size
+            ),
+        };
+        tracing::error!("{e}");
+        Err(e)
+    }
+
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        debug_assert!(offset >= self.header.data_offset);
-        debug_assert!(offset + buf.len() as u64 <= self.header.size);
+        self.check_in_data_area("write", offset, buf.len())?;
         self.io
             .write_at(buf, offset)
             .map_err(|e| self.write_error(e))?;
@@ -811,8 +837,7 @@ impl Device {
     /// page cache, which costs more CPU than the rest of a flush. Durable
     /// only after `sync`, like any write. Falls back to `write_at`.
     pub fn write_direct_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        debug_assert!(offset >= self.header.data_offset);
-        debug_assert!(offset + buf.len() as u64 <= self.header.size);
+        self.check_in_data_area("write", offset, buf.len())?;
         match self.io.write_direct_at(buf, offset) {
             Ok(true) => {
                 self.wrote(buf.len());
@@ -957,6 +982,43 @@ mod tests {
             Device::open(&d.path, [2; 16], DeviceRole::Tier, None),
             Err(DeviceError::WrongPool { .. })
         ));
+    }
+
+    /// An I/O outside the data area (over the header, or past the end)
+    /// is refused as a violated invariant, and the header stays intact.
+    #[test]
+    fn io_outside_the_data_area_is_refused_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = DeviceSpec::tier(DeviceClass::Ssd, dir.path().to_path_buf(), Some(16 << 20));
+        let d = Device::create(&spec, 0, [1; 16], 1 << 20).unwrap();
+        let (start, end) = (d.header.data_offset, d.header.size);
+        let junk = [0xabu8; 4096];
+        for (off, len) in [
+            (0, 4096),
+            (start - 1, 2),
+            (end - 100, 4096),
+            (u64::MAX - 10, 4096),
+        ] {
+            let e = d.write_at(&junk[..len], off).unwrap_err();
+            assert!(e.is_invariant(), "write at {off}: {e}");
+            assert!(d
+                .write_direct_at(&junk[..len], off)
+                .unwrap_err()
+                .is_invariant());
+            let mut b = vec![0u8; len];
+            assert!(
+                d.read_at(&mut b, off).unwrap_err().is_invariant(),
+                "read at {off}"
+            );
+            assert!(e.to_string().contains("INVARIANT VIOLATED"), "{e}");
+        }
+        d.write_at(&junk, start).unwrap();
+        d.write_at(&junk[..100], end - 100).unwrap();
+        d.sync().unwrap();
+        assert!(
+            Device::open(&d.path, [1; 16], DeviceRole::Tier, None).is_ok(),
+            "header intact"
+        );
     }
 
     #[test]

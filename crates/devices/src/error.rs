@@ -60,6 +60,19 @@ pub enum DeviceError {
     ObjectStore { path: PathBuf, why: String },
     #[error("unknown device id {0}")]
     UnknownDevice(u32),
+    /// An I/O a bug asked for (outside the device's data area): refused,
+    /// so nothing is written where it does not belong.
+    #[error(
+        "INVARIANT VIOLATED on device {path}: {what}; the I/O was refused (a bug: keep the log)"
+    )]
+    Invariant { path: PathBuf, what: String },
+}
+
+impl DeviceError {
+    /// True for an invariant that did not hold (`DeviceError::Invariant`).
+    pub fn is_invariant(&self) -> bool {
+        matches!(self, DeviceError::Invariant { .. })
+    }
 }
 
 pub type Result<T> = std::result::Result<T, DeviceError>;

@@ -88,6 +88,16 @@ impl FsError {
         self.errno() == libc::ENOSPC
     }
 
+    /// An I/O refused because an invariant did not hold (a bug): the
+    /// filesystem stops taking changes rather than risk a misplaced write.
+    pub fn is_invariant(&self) -> bool {
+        match self {
+            FsError::Data(e) => e.is_invariant(),
+            FsError::Device(d) => d.is_invariant(),
+            _ => false,
+        }
+    }
+
     /// The data device whose write failed, when that is what failed.
     pub fn failed_device(&self) -> Option<u32> {
         match self {

@@ -80,7 +80,7 @@ impl Fs {
                             r.segments_freed
                         ),
                         Ok(_) => {}
-                        Err(e) => tracing::error!("gc failed: {e}"),
+                        Err(e) => tracing::error!("gc failed: {}", fs.stop_on_invariant(e)),
                     }
                 }
             })

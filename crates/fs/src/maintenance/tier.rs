@@ -576,7 +576,7 @@ impl Fs {
                             r.bytes
                         ),
                         Ok(_) => {}
-                        Err(e) => tracing::error!("mover failed: {e}"),
+                        Err(e) => tracing::error!("mover failed: {}", fs.stop_on_invariant(e)),
                     }
                 }
             })

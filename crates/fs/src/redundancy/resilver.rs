@@ -553,7 +553,10 @@ impl Fs {
                             r.segments, r.copies_made, r.copies_dropped, r.bytes, r.short, r.lost
                         ),
                         Ok(_) => {}
-                        Err(e) => tracing::error!("re-replication failed: {e}"),
+                        Err(e) => {
+                            let e = fs.stop_on_invariant(e);
+                            tracing::error!("re-replication failed: {e}")
+                        }
                     }
                 }
             })

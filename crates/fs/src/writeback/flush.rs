@@ -202,7 +202,7 @@ impl Fs {
     fn take_back(&self, e: &FsError, ov: Arc<Overlay>, tid: u64) -> Result<bool> {
         let meta_failed = e.failed_meta_write();
         let device = e.failed_device();
-        if !e.is_no_space() && !meta_failed && device.is_none() {
+        if e.is_invariant() || (!e.is_no_space() && !meta_failed && device.is_none()) {
             tracing::error!("commit of tid {tid} failed");
             return Ok(false);
         }
@@ -297,6 +297,15 @@ impl Fs {
             snaps: vec![snap.clone()],
             logged,
         });
+    }
+
+    /// Stops the filesystem (`stop`) when `e` is a violated invariant;
+    /// for the background tasks, whose other errors are only logged.
+    pub(crate) fn stop_on_invariant(&self, e: FsError) -> FsError {
+        match e.is_invariant() {
+            true => self.stop(e),
+            false => e,
+        }
     }
 
     /// A failure that leaves the filesystem unable to commit: it stops
