@@ -18,6 +18,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// How long freeing slots waits for the reads in flight (new reads wait
+/// meanwhile) before it leaves them for a later call.
+const GATE_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 pub(crate) struct Segments {
     pub(crate) devices: Arc<DeviceSet>,
     /// The segment table: segment id -> record.
@@ -40,6 +44,9 @@ pub(crate) struct Segments {
     /// dropped segment's old slot is released, so no read in flight can see
     /// the slot reused.
     pub(crate) io_gate: RwLock<()>,
+    /// Slots freed while reads held the gate past `GATE_WAIT`: freed by
+    /// the next `release_slots` (the watchdog calls it every half second).
+    unreleased: Mutex<Vec<SlotAddr>>,
     /// Chunks that died or went to history only, to drop from the host's
     /// page cache after the commit (`release_slots`).
     dead: DeadPages,
@@ -109,6 +116,7 @@ impl Segments {
             segment_size,
             open_tail: AtomicU64::new(0),
             io_gate: RwLock::new(()),
+            unreleased: Mutex::new(Vec::new()),
             dead: DeadPages::default(),
             policy: RwLock::new(Policy::default()),
             short: AtomicBool::new(false),
@@ -446,11 +454,22 @@ impl Segments {
                 .filter(|a| stripes.owner(*a).is_none())
                 .collect()
         };
-        if freed.is_empty() {
+        let mut waiting = self.unreleased.lock();
+        waiting.extend(freed);
+        if waiting.is_empty() {
             return Ok(());
         }
-        drop(self.io_gate.write());
-        freed.iter().try_for_each(|a| Ok(self.devices.release(*a)?))
+        // Reads in flight may still be at these slots: they are freed once
+        // none is. A read that does not come back (a device that hangs)
+        // holds them back for a later call, not the caller (a commit, or
+        // re-replication) and every read queued behind its wait.
+        let Some(gate) = self.io_gate.try_write_for(GATE_WAIT) else {
+            tracing::debug!("{} freed slots wait for reads in flight", waiting.len());
+            return Ok(());
+        };
+        drop(gate);
+        let now = std::mem::take(&mut *waiting);
+        now.iter().try_for_each(|a| Ok(self.devices.release(*a)?))
     }
 
     /// Bytes that new chunks can still use: free slots plus the open

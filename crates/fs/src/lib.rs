@@ -21,6 +21,7 @@ pub mod contention;
 pub mod error;
 pub mod failpoint;
 pub mod history;
+mod lock_rank;
 pub mod maintenance;
 pub mod ops;
 pub mod pool;

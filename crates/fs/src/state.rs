@@ -6,7 +6,8 @@
 //! parallel and only those that share a shard serialize. A flush, an fsync
 //! and the intent log's replay lock every shard (in the same order), which
 //! gives them a consistent cut of all changes. One order for all: no
-//! deadlock (see ARCHITECTURE, "Locking").
+//! deadlock (docs/ARCHITECTURE.md, "Locks and their order"; `lock_rank.rs`
+//! checks it in builds with debug assertions).
 //!
 //! An operation names the inodes it knows at the start (`Fs::with_inos`);
 //! a lookup that finds another one asks for its shard (`State::need`),
@@ -14,6 +15,7 @@
 //! changed, and the operation runs again with that shard locked too.
 
 use crate::error::{FsError, Result};
+use crate::lock_rank::{Held, Rank};
 use crate::vfs::Fs;
 use crate::writeback::committing::Committing;
 use crate::writeback::overlay::Overlay;
@@ -95,6 +97,8 @@ pub(crate) struct State<'a> {
     held: Vec<(usize, MutexGuard<'a, Shard>, Load)>,
     pub flushing: Committing,
     load: &'a DirtyLoad,
+    /// The shards' ranks (`lock_rank.rs`), forgotten after the guards go.
+    _ranks: Vec<Held>,
 }
 
 impl<'a> State<'a> {
@@ -220,9 +224,11 @@ impl Fs {
     }
 
     fn lock_shards(&self, idx: Vec<usize>) -> State<'_> {
+        let mut ranks = Vec::with_capacity(idx.len());
         let held = idx
             .into_iter()
             .map(|i| {
+                ranks.push(Held::take(Rank::shard(i)));
                 let g = self.st_wait.lock(&self.shards[i]);
                 let l = Load::of(&g.dirty);
                 (i, g, l)
@@ -232,6 +238,7 @@ impl Fs {
             held,
             flushing: self.flushing.read().clone(),
             load: &self.load,
+            _ranks: ranks,
         }
     }
 

@@ -4,6 +4,7 @@
 //! in ops/ (namespace, file data, listings, references...).
 
 use crate::error::{FsError, Result};
+use crate::lock_rank::{Rank, Ranked};
 use crate::pool::Pool;
 use crate::types::{dirent_subkey, DirEnt, Extent, FileKind, Inode, Time, MAX_NAME};
 use crate::writeback::committing::Committing;
@@ -40,7 +41,7 @@ pub struct Fs {
     pub(crate) shards: Box<[Mutex<crate::state::Shard>]>,
     /// The overlays sealed and not yet committed (`committing.rs`);
     /// changed only with every shard locked.
-    pub(crate) flushing: parking_lot::RwLock<Committing>,
+    pub(crate) flushing: crate::lock_rank::RankedRwLock<Committing>,
     /// Totals of the dirty overlays (`state.rs`).
     pub(crate) load: crate::state::DirtyLoad,
     pub(crate) next_ino: std::sync::atomic::AtomicU64,
@@ -90,7 +91,7 @@ pub struct Fs {
     /// The intent log fsync writes (`writeback/intent.rs`); taken before
     /// the shards, and after the flush lock by a holder of that. None when
     /// it could not be opened.
-    pub(crate) intent: Option<Mutex<crate::writeback::log_file::LogFile>>,
+    pub(crate) intent: Option<crate::lock_rank::RankedMutex<crate::writeback::log_file::LogFile>>,
     /// Signalled when a commit retires the intent log (`retire_intent`):
     /// fsyncs waiting for a seal (`LogFile::seal_after_commit`) go on.
     pub(crate) intent_retired: Condvar,
@@ -307,12 +308,12 @@ impl Fs {
     /// time; it holds the last committed TID). Changes a snapshot cut
     /// sealed are committed first, so that the holder finds every change
     /// not committed in the dirty overlays, as without a cut.
-    pub(crate) fn flush_guard(&self) -> MutexGuard<'_, u64> {
+    pub(crate) fn flush_guard(&self) -> Ranked<MutexGuard<'_, u64>> {
         if self.flush_lock.is_locked() {
             // Probably a background commit: at full speed while we wait.
             self.background.boost();
         }
-        let mut g = self.flush_wait.lock(&self.flush_lock);
+        let mut g = Ranked::acquire(Rank::FLUSH, || self.flush_wait.lock(&self.flush_lock));
         // One after the other: a snapshot logged on top of the one being
         // committed may join the queue until that commit is retired.
         while !self.sealed.lock().is_empty() && self.commit_sealed(&mut g) {}

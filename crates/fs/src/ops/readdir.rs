@@ -25,7 +25,7 @@ impl Fs {
         st.need(dir)?;
         let prefix = ElemKey::prefix(dir, RecordType::DirEntry);
         let from = ElemKey::new(dir, RecordType::DirEntry, &(after + 1).to_be_bytes());
-        let mut limit = max + 8;
+        let mut limit = max.saturating_add(8);
         loop {
             let committed = self
                 .ns_meta(st)?
@@ -68,7 +68,7 @@ impl Fs {
             if exhausted {
                 return Ok(out);
             }
-            limit *= 4;
+            limit = limit.saturating_mul(4);
         }
     }
 

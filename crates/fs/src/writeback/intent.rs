@@ -13,6 +13,7 @@
 
 use crate::error::{FsError, Result};
 use crate::history::snapshot::{Snapshot, SnapshotKind};
+use crate::lock_rank::{Rank, Ranked, RankedMutex};
 use crate::types::DirEnt;
 use crate::vfs::{Fs, State};
 use crate::writeback::committing::Committing;
@@ -71,7 +72,7 @@ impl Fs {
             // sooner than a flush of our own after it and the snapshot's.
             let waited = self
                 .intent_retired
-                .wait_for(&mut lg, Duration::from_millis(20));
+                .wait_for(&mut lg.guard, Duration::from_millis(20));
             self.check_ok()?;
             if waited.timed_out() && lg.waits_for_commit() && !self.flush_lock.is_locked() {
                 // No commit under way to wait for (no flusher runs, as in
@@ -209,7 +210,7 @@ impl Fs {
                 }
                 // Held by the last commit (a retry, see `LogFile::taken_back`).
                 recs.retain(|(h, _)| h.base_tid != last || h.seq >= floor);
-                self.intent = Some(parking_lot::Mutex::new(log));
+                self.intent = Some(RankedMutex::new(Rank::INTENT, log));
                 let next = self.next_ino.get_mut();
                 for (h, _) in &recs {
                     *next = (*next).max(h.next_ino);
@@ -430,7 +431,7 @@ impl Fs {
     /// None when no pass runs, else as `log_snapshot_on`.
     fn snapshot_during_tick(
         &self,
-        log: &parking_lot::Mutex<LogFile>,
+        log: &RankedMutex<LogFile>,
         name: &str,
         kind: SnapshotKind,
     ) -> Result<Option<(Snapshot, std::result::Result<(), LogError>)>> {
@@ -457,7 +458,7 @@ impl Fs {
     /// the flush lock released: it may wait for the commit).
     fn log_snapshot_on(
         &self,
-        log: &parking_lot::Mutex<LogFile>,
+        log: &RankedMutex<LogFile>,
         name: &str,
         kind: SnapshotKind,
         last: u64,
@@ -515,7 +516,7 @@ impl Fs {
     /// `snapshot_logged`): the caller waits for the commit.
     fn snapshot_during_commit(
         &self,
-        log: &parking_lot::Mutex<LogFile>,
+        log: &RankedMutex<LogFile>,
         name: &str,
         kind: SnapshotKind,
     ) -> Result<Option<Snapshot>> {
@@ -686,7 +687,7 @@ impl Fs {
     }
 
     /// The intent log, locked (taken before the shards), if the pool has one.
-    pub(crate) fn log_guard(&self) -> Option<parking_lot::MutexGuard<'_, LogFile>> {
+    pub(crate) fn log_guard(&self) -> Option<Ranked<parking_lot::MutexGuard<'_, LogFile>>> {
         self.intent.as_ref().map(|l| l.lock())
     }
 
