@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::redundancy::{json, pool_with, slots_used};
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -47,11 +48,6 @@ fn assert_files(fs: &Fs, when: &str) {
     }
 }
 
-fn json(args: &[&str]) -> Value {
-    let out = cairn_ok(args);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
-}
-
 fn redundancy(fs: &Fs) -> Value {
     json(&["redundancy", "show", fs.mnt.to_str().unwrap(), "--json"])
 }
@@ -76,20 +72,6 @@ fn lose(path: &Path) -> PathBuf {
     let away = path.with_extension("gone");
     std::fs::rename(path, &away).unwrap();
     away
-}
-
-/// A pool of `devs` ssd devices of `size` each, mounted.
-fn pool_with(devs: usize, size: &str, policy: &str) -> Fs {
-    let mut fs = Fs::create();
-    let mut args = vec!["--redundancy".to_string(), policy.to_string()];
-    for i in 0..devs {
-        args.push("--device".into());
-        args.push(format!("ssd:{}:{size}", fs.dev(&format!("d{i}"))));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    fs.mkfs(&args);
-    fs.mount();
-    fs
 }
 
 #[test]
@@ -269,14 +251,6 @@ fn copies_are_raised_online_and_then_cover_a_lost_device() {
     fs.mount();
     assert_files(&fs, "raised to two copies, device 0 lost");
     fs.finish();
-}
-
-/// Slots in use per device, summed (`tier status`): the space the pool
-/// takes.
-fn slots_used(fs: &Fs) -> u64 {
-    let v = json(&["tier", "status", fs.mnt.to_str().unwrap(), "--json"]);
-    let devs = v.as_array().unwrap().iter();
-    devs.map(|d| d["used"].as_u64().unwrap()).sum()
 }
 
 #[test]

@@ -19,6 +19,7 @@
 
 mod common;
 
+use common::redundancy::json;
 use common::*;
 use serde_json::Value;
 use std::fs;
@@ -45,11 +46,6 @@ fn mounted(devs: usize, mkfs_args: &[&str]) -> (Fs, PathBuf) {
     fs.set_config("tree_commit_secs", "600.0");
     let plan = fs.mount_with_fault_plan();
     (fs, plan)
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = cairn_ok(args);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
 }
 
 fn redundancy(fs: &Fs) -> Value {

@@ -7,28 +7,9 @@
 
 mod common;
 
+use common::redundancy::{json, pool_with, slots_used};
 use common::*;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-fn json(args: &[&str]) -> Value {
-    let out = cairn_ok(args);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
-}
-
-/// A pool of `devs` ssd devices of `size` each, mounted.
-fn pool_with(devs: usize, size: &str, policy: &str) -> Fs {
-    let mut fs = Fs::create();
-    let mut args = vec!["--redundancy".to_string(), policy.to_string()];
-    for i in 0..devs {
-        args.push("--device".into());
-        args.push(format!("ssd:{}:{size}", fs.dev(&format!("d{i}"))));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    fs.mkfs(&args);
-    fs.mount();
-    fs
-}
 
 fn device_paths(fs: &Fs) -> Vec<PathBuf> {
     let v = json(&["redundancy", "show", fs.mnt.to_str().unwrap(), "--json"]);
@@ -41,13 +22,6 @@ fn device_paths(fs: &Fs) -> Vec<PathBuf> {
 fn own_policy(path: &Path) -> Option<String> {
     let v = json(&["redundancy", "show", path.to_str().unwrap(), "--json"]);
     v["policy"].as_str().map(str::to_string)
-}
-
-/// Slots in use per device, summed: the space the pool takes.
-fn slots_used(fs: &Fs) -> u64 {
-    let v = json(&["tier", "status", fs.mnt.to_str().unwrap(), "--json"]);
-    let devs = v.as_array().unwrap().iter();
-    devs.map(|d| d["used"].as_u64().unwrap()).sum()
 }
 
 const SAFE: &[(&str, u64, usize)] = &[

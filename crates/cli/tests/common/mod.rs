@@ -7,6 +7,7 @@
 
 pub mod hist;
 pub mod json;
+pub mod redundancy;
 pub mod tree_gen;
 
 use std::ffi::{CString, OsStr};
