@@ -27,6 +27,7 @@ impl Rank {
         Rank(Self::SHARD0 + i as u32)
     }
 
+    #[cfg(debug_assertions)]
     fn name(self) -> String {
         match self {
             Rank::FLUSH => "the flush lock".into(),
@@ -191,9 +192,8 @@ mod tests {
         {
             let _f = flush.lock();
             let _l = log.lock();
-            let a = Held::take(Rank::shard(3));
+            let _a = Held::take(Rank::shard(3));
             let _b = Held::take(Rank::shard(9));
-            drop(a);
             *flushing.write() += 1;
         }
         // Everything released: any order again.
