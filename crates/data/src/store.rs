@@ -96,10 +96,6 @@ impl ChunkStore {
     /// none finishing (`deadline::ReadStalls`); returns them. Called by the
     /// filesystem's watchdog every half second.
     pub fn fault_stalled_readers(&self) -> Vec<u32> {
-        // Slots left for later while a read held them back.
-        if let Err(e) = self.segs.release_slots(&[]) {
-            tracing::warn!("freeing slots: {e}");
-        }
         let Some(limit) = self.segs.io_timeout.get() else {
             return Vec::new();
         };

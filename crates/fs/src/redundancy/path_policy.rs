@@ -33,14 +33,6 @@ pub(crate) fn valid(name: &[u8], value: &[u8]) -> bool {
     name != XATTR || parse(value).is_some()
 }
 
-/// How many lost devices a layout survives.
-fn survives(l: Layout) -> usize {
-    match l {
-        Layout::Copies(n) => n as usize - 1,
-        Layout::Ec { m, .. } => m as usize,
-    }
-}
-
 /// What `set_path_layout` did.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct PathLayoutReport {
@@ -148,7 +140,8 @@ impl Fs {
         let then = chunks.layout_of(&cairn_data::SegmentRec { layout, ..seg });
         match (now, then) {
             (Some(a), Some(b)) if a == b => Move::No,
-            (Some(a), Some(b)) if rec.refs > 1 && survives(b) < survives(a) => Move::Shared,
+            // `copies()` counts ec=K+M as M+1: the lost devices survived, plus one.
+            (Some(a), Some(b)) if rec.refs > 1 && b.copies() < a.copies() => Move::Shared,
             _ => Move::Yes,
         }
     }

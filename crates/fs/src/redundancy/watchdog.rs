@@ -2,7 +2,8 @@
 //! whose reads have waited the I/O timeout with none finishing, and those
 //! are faulted (`ChunkStore::fault_stalled_readers`): later reads go to
 //! the other copies or the stripe, and re-replication makes their copies
-//! elsewhere. It runs on read-only (degraded) mounts too.
+//! elsewhere. It also frees the slots that a read in flight held back
+//! (`Segments::release_slots`). It runs on read-only (degraded) mounts too.
 
 use crate::vfs::Fs;
 use std::sync::atomic::Ordering;
@@ -20,6 +21,10 @@ impl Fs {
             .spawn(move || {
                 while !fs.stopping.load(Ordering::SeqCst) {
                     std::thread::sleep(EVERY);
+                    // Slots left for later while a read held them back.
+                    if let Err(e) = fs.pool.chunks.release_slots(&[]) {
+                        tracing::warn!("freeing slots: {e}");
+                    }
                     if !fs.pool.chunks.fault_stalled_readers().is_empty() {
                         fs.kick_resilver();
                     }
