@@ -21,8 +21,8 @@
 #   STEPS="files untar"  run only these measurements (of seq_write cold_read
 #                    warm_read fio files untar; the reads need seq_write)
 #   MIRROR=1         give cairn's pool a second tier device, so that its
-#                    metadata is kept as two copies (ARCHITECTURE, "Redundant
-#                    metadata"); with BASE_BIN=$BIN and no MIRROR for the
+#                    metadata is kept as two copies (docs/redundancy.md,
+#                    "Redundant metadata"); with BASE_BIN=$BIN and no MIRROR for the
 #                    base pool this measures the cost of the second copy:
 #                    MIRROR=1 BASE_BIN=target/release/cairn STEPS="files untar"
 #   METRICS=1        cost of the metrics endpoint: cairn mounts with

@@ -21,7 +21,7 @@ if [ "${1:-}" = test ]; then
   # Debian's /usr/bin/chromium over CDP: no browser download, no
   # chromedriver); curl scrapes in bench/foundation.sh METRICS=1. A cold
   # install of these (about 290 packages on a minimal Debian 12) is timed
-  # in the README's Tests section.
+  # in bench/RESULTS.md, "Measured without a bench script".
   pkgs+=(prometheus chromium curl)
   # node and npm: any install will do (Debian's, or NodeSource's nodejs,
   # which carries npm).

@@ -30,7 +30,8 @@ use clap::FromArgMatches;
 /// volume I/O at 32,000 ops/s: about 1,100 waits in 6 s in free and
 /// calloc). mimalloc frees to per-thread lists without a shared lock.
 /// Built with `no_thp` (Cargo.toml): no transparent huge pages, whose
-/// faults can compact memory for milliseconds (docs/ARCHITECTURE.md).
+/// faults can compact memory for milliseconds (docs/transport.md, "The
+/// binary's allocator").
 /// (The binary's unit tests keep the counting allocator of cairn-fuzzkit,
 /// their dev-dependency.)
 #[cfg(not(test))]

@@ -896,7 +896,7 @@ fn dashboard_in_headless_chromium() {
         assert_eq!(row["painted"], Json::Bool(true));
     }
     assert!(shots.join("dashboard.png").exists());
-    // CAIRN_SAVE_SCREENSHOT=1 refreshes the README's screenshot.
+    // CAIRN_SAVE_SCREENSHOT=1 refreshes docs/dashboard.png (shown in docs/service.md).
     if std::env::var_os("CAIRN_SAVE_SCREENSHOT").is_some() {
         std::fs::copy(
             shots.join("dashboard.png"),

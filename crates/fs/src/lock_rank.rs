@@ -1,12 +1,12 @@
 //! The lock order, checked. Each of the filesystem's ordered locks has a
-//! rank (docs/ARCHITECTURE.md, "Locks and their order"): the flush lock,
-//! then the intent log, then the state shards in increasing order, then
-//! the list of overlays being committed (`flushing`). In builds with debug
-//! assertions (tests and the suite), each thread keeps the ranks it holds,
-//! and taking a lock whose rank is not above every one it holds panics,
-//! naming both, before it waits: a cycle of waits that could deadlock in
-//! production fails the first test that takes that path. Release builds
-//! keep nothing and check nothing.
+//! rank (docs/writeback-and-intent-log.md, "Locks and their order"): the
+//! flush lock, then the intent log, then the state shards in increasing
+//! order, then the list of overlays being committed (`flushing`). In builds
+//! with debug assertions (tests and the suite), each thread keeps the ranks
+//! it holds, and taking a lock whose rank is not above every one it holds
+//! panics, naming both, before it waits: a cycle of waits that could
+//! deadlock in production fails the first test that takes that path.
+//! Release builds keep nothing and check nothing.
 
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::ops::{Deref, DerefMut};

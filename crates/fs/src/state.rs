@@ -6,8 +6,8 @@
 //! parallel and only those that share a shard serialize. A flush, an fsync
 //! and the intent log's replay lock every shard (in the same order), which
 //! gives them a consistent cut of all changes. One order for all: no
-//! deadlock (docs/ARCHITECTURE.md, "Locks and their order"; `lock_rank.rs`
-//! checks it in builds with debug assertions).
+//! deadlock (docs/writeback-and-intent-log.md, "Locks and their order";
+//! `lock_rank.rs` checks it in builds with debug assertions).
 //!
 //! An operation names the inodes it knows at the start (`Fs::with_inos`);
 //! a lookup that finds another one asks for its shard (`State::need`),

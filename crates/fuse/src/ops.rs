@@ -269,7 +269,7 @@ impl Filesystem for CairnFuse {
         // No FUSE_WRITEBACK_CACHE: without OPEN, a refused write to a view
         // must fail in write(2) itself (opens.rs); and it makes small-file
         // loads slower, not faster (a SETATTR of the times at each close
-        // and unlink: ARCHITECTURE.md, the round-trip floor).
+        // and unlink: docs/transport.md, "The round-trip floor").
         for cap in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,

@@ -101,7 +101,8 @@ pub struct PoolInfo {
 }
 
 /// Per-write metadata updates that reach their tables in sorted batches
-/// (docs/ARCHITECTURE.md, "Commit"): how many wait now. The first three
+/// (docs/writeback-and-intent-log.md, "Commit", "Sorted batches"): how
+/// many wait now. The first three
 /// wait in RAM (the open after a crash redoes them); ended elements wait
 /// in `fresh_v1`, on disk.
 #[derive(Debug, Default, Serialize, serde::Deserialize)]

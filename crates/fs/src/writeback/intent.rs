@@ -64,7 +64,7 @@ impl Fs {
         if self.must_commit.load(Ordering::SeqCst) {
             return self.flush();
         }
-        // The log before the shards (the lock order in ARCHITECTURE.md).
+        // The log before the shards (the lock order: docs/writeback-and-intent-log.md).
         let mut lg = log.lock();
         while lg.waits_for_commit() {
             // A snapshot ended the region during a commit: the next record
