@@ -470,11 +470,12 @@ pub struct MkfsArgs {
     /// one that is not a block device; else beside the first copy).
     #[arg(long, value_name = "DIR")]
     pub meta_mirror: Option<PathBuf>,
-    /// Copies of the metadata to keep: 2, or 1 when the pool directory is
-    /// already redundant (RAID). With a single tier device the second copy
-    /// lies beside the first: it guards against damaged pages, not against
-    /// losing the disk. Recorded in the pool: no mount adds a second copy
-    /// to a pool made with 1.
+    /// Copies of the metadata to keep, 1 to 4: 2 by default, 1 when the
+    /// pool directory is already redundant (RAID). Never fewer than the
+    /// most redundant data survives losses plus one (copies=3 or ec=K+2:
+    /// 3), each beside a device of another disk and failure domain while
+    /// one is left; else beside the first copy, where it guards against
+    /// damaged pages, not against losing the disk. Recorded in the pool.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub meta_copies: u32,
     /// Make a mirror pool: read-only, filled by `cairn mirror write|copy`.

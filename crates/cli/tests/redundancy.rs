@@ -449,3 +449,111 @@ fn a_lost_disk_with_the_metadata_on_it_loses_nothing() {
     );
     fs.finish();
 }
+
+/// The metadata's copies (the store and each `meta.mirror*` link), as the
+/// files they are.
+fn meta_copies(fs: &Fs) -> Vec<PathBuf> {
+    let mut links: Vec<PathBuf> = std::fs::read_dir(&fs.pool)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n == "meta.redb" || n.starts_with("meta.mirror")
+        })
+        .collect();
+    links.sort();
+    links.iter().filter_map(|l| std::fs::canonicalize(l).ok()).collect()
+}
+
+/// A disk of its own per device: device `i` is the directory `disk{i}`.
+fn pool_of_disks(n: usize, policy: &str) -> (Fs, Vec<PathBuf>) {
+    let mut fs = Fs::create();
+    let disks: Vec<PathBuf> = (0..n).map(|i| fs.dir.join(format!("disk{i}"))).collect();
+    let mut args = vec!["--redundancy".to_string(), policy.to_string()];
+    for d in &disks {
+        std::fs::create_dir_all(d).unwrap();
+        args.push("--device".into());
+        args.push(format!("ssd:{}:64M", d.display()));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fs.mkfs(&args);
+    fs.mount();
+    (fs, disks)
+}
+
+/// The disk a file lives on.
+fn disk_of(disks: &[PathBuf], file: &Path) -> usize {
+    (disks.iter())
+        .position(|d| file.starts_with(std::fs::canonicalize(d).unwrap_or(d.clone())))
+        .unwrap_or_else(|| panic!("{} is on no disk", file.display()))
+}
+
+#[test]
+fn an_ec_4_2_pool_keeps_three_metadata_copies_and_survives_losing_two_of_their_disks() {
+    let (mut fs, disks) = pool_of_disks(6, "ec=4+2");
+    let copies = meta_copies(&fs);
+    let on: Vec<usize> = copies.iter().map(|c| disk_of(&disks, c)).collect();
+    let mut distinct = on.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        (copies.len(), distinct.len()),
+        (3, 3),
+        "ec=4+2 survives two lost disks: three metadata copies on three disks: {copies:?}"
+    );
+    write_files(&fs);
+    let m = fs.mnt.to_str().unwrap().to_string();
+    cairn_ok(&["sync", &m]);
+    cairn_ok(&["redundancy", "rebuild", &m]);
+    fs.unmount();
+    // The disks of the first two copies die.
+    for &i in &on[..2] {
+        std::fs::rename(&disks[i], disks[i].with_extension("gone")).unwrap();
+    }
+    fs.mount();
+    let log = fs.daemon_output();
+    assert!(log.contains("DEGRADED") && !log.contains("READ-ONLY"), "{log}");
+    assert_files(&fs, "two disks holding metadata copies lost");
+    // The copies lost are made anew on the disks left.
+    let now = meta_copies(&fs);
+    let mut left: Vec<usize> = now.iter().map(|c| disk_of(&disks, c)).collect();
+    left.sort();
+    left.dedup();
+    assert_eq!((now.len(), left.len()), (3, 3), "{now:?}");
+    assert!(left.iter().all(|i| !on[..2].contains(i)), "{now:?} {on:?}");
+    std::fs::write(fs.p("d/after"), pattern(91, 300_000)).unwrap();
+    fs.unmount();
+    fs.mount();
+    assert_files(&fs, "remounted");
+    assert_bytes_eq(&std::fs::read(fs.p("d/after")).unwrap(), &pattern(91, 300_000), "after");
+    fs.finish();
+}
+
+#[test]
+fn raising_copies_online_adds_metadata_copies_at_once() {
+    let (mut fs, disks) = pool_of_disks(3, "copies=1");
+    assert_eq!(meta_copies(&fs).len(), 2, "two copies by default");
+    write_files(&fs);
+    let m = fs.mnt.to_str().unwrap().to_string();
+    cairn_ok(&["redundancy", "set", &m, "copies=3"]);
+    let copies = meta_copies(&fs);
+    let mut on: Vec<usize> = copies.iter().map(|c| disk_of(&disks, c)).collect();
+    on.sort();
+    on.dedup();
+    assert_eq!((copies.len(), on.len()), (3, 3), "{copies:?}");
+    // The new copy holds the store: it alone opens the pool.
+    std::fs::write(fs.p("d/later"), pattern(92, 200_000)).unwrap();
+    cairn_ok(&["sync", &m]);
+    cairn_ok(&["redundancy", "rebuild", &m]);
+    fs.unmount();
+    let first_two: Vec<usize> = copies[..2].iter().map(|c| disk_of(&disks, c)).collect();
+    for &i in &first_two {
+        std::fs::rename(&disks[i], disks[i].with_extension("gone")).unwrap();
+    }
+    fs.mount();
+    assert_files(&fs, "the two disks of the first copies lost");
+    let got = std::fs::read(fs.p("d/later")).unwrap();
+    assert_bytes_eq(&got, &pattern(92, 200_000), "written after the raise");
+    fs.finish();
+}

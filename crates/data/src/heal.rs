@@ -153,6 +153,12 @@ impl ChunkStore {
             ..Default::default()
         };
         for place in bad {
+            // A copy on a missing or faulted device is not damage to
+            // repair here: re-replication makes it anew elsewhere.
+            if !self.segs.devices.is_online(place.device) {
+                out.bad.push(place);
+                continue;
+            }
             match self.rewrite(rec, sealed, place) {
                 Ok(()) => {
                     tracing::warn!(

@@ -1,16 +1,17 @@
-//! Redundant metadata: the store's file kept as two copies on different
-//! devices, each page (4 KiB) checked on every read against a crc32c held
-//! in RAM. A read whose page does not match is served from the other copy
-//! (if that one matches) and the bad page is rewritten from it. Writes,
-//! length changes and syncs go to both copies, so each has every commit
-//! that was acknowledged. A copy whose write fails is dropped (logged, and
-//! counted in `MirrorStats`): the pool goes on with one copy rather than
-//! stopping.
+//! Redundant metadata: the store's file kept as two or more copies on
+//! different devices, each page (4 KiB) checked on every read against a
+//! crc32c held in RAM. A read whose page does not match is served from
+//! another copy (the first that matches) and the bad page is rewritten
+//! from it. Writes, length changes and syncs go to every copy, so each has
+//! every commit that was acknowledged. A copy whose write fails is dropped
+//! (logged, and counted in `MirrorStats`): the pool goes on with the
+//! others rather than stopping. A copy can join while the store is in use
+//! (`add_copy`: the pool's redundancy was raised).
 //!
-//! The checksums are not stored: `Mirror::open` reads both copies and
+//! The checksums are not stored: `Mirror::open` reads every copy and
 //! makes them equal first. Where they differ, the store's own integrity
 //! check (every committed page against its parent's checksum) says which
-//! copy is right (`store.rs`), and the other is repaired from it.
+//! copy is right (`store.rs`), and the others are repaired from it.
 
 use cairn_devices::Backend;
 use parking_lot::{Mutex, RwLock};
@@ -30,16 +31,26 @@ pub struct MirrorStats {
     pub repaired_on_read: u64,
     /// Pages rewritten by `scrub`.
     pub repaired_by_scrub: u64,
-    /// Copies in use (2, or 1 after a copy failed a write).
+    /// Copies in use (those opened or added, less those that failed a
+    /// write).
     pub copies: u32,
 }
 
-/// Two copies of one file, with a checksum per page.
+/// One copy of the file.
+#[derive(Debug)]
+struct Copy {
+    io: Arc<dyn Backend>,
+    /// Dropped after a failed write (never read or written again).
+    dropped: AtomicBool,
+}
+
+/// Copies of one file, with a checksum per page.
 #[derive(Debug)]
 pub struct Mirror {
-    copies: [Arc<dyn Backend>; 2],
-    /// A copy dropped after a failed write (never read or written again).
-    dropped: [AtomicBool; 2],
+    /// Only grows (`add_copy`), so that an index stays a copy's name.
+    copies: RwLock<Vec<Arc<Copy>>>,
+    /// Copy 0's file, for `host_file`.
+    first: Arc<dyn Backend>,
     /// crc32c of each page of the file (the last one zero-padded).
     sums: RwLock<Vec<u32>>,
     /// Held by writes and length changes, and by a read that found a
@@ -71,16 +82,27 @@ fn damaged(what: String) -> io::Error {
 }
 
 impl Mirror {
-    /// The two copies, with the checksums of every page. Both are read
-    /// once; only when they differ does `pick` choose the good one (0 or
-    /// 1), and the other is made equal to it where it differs.
+    /// The copies (at least two), with the checksums of every page. Each
+    /// is read once; only when they differ does `pick` choose the good one
+    /// (an index into `copies`), and the others are made equal to it where
+    /// they differ.
     pub fn open(
-        copies: [Arc<dyn Backend>; 2],
-        pick: impl FnOnce(&[Arc<dyn Backend>; 2]) -> io::Result<usize>,
+        copies: Vec<Arc<dyn Backend>>,
+        pick: impl FnOnce(&[Arc<dyn Backend>]) -> io::Result<usize>,
     ) -> io::Result<Mirror> {
+        assert!(copies.len() >= 2, "a mirror of {} copies", copies.len());
+        let backends = copies.clone();
+        let copies = (copies.into_iter())
+            .map(|io| {
+                Arc::new(Copy {
+                    io,
+                    dropped: AtomicBool::new(false),
+                })
+            })
+            .collect();
         let m = Mirror {
-            copies,
-            dropped: [AtomicBool::new(false), AtomicBool::new(false)],
+            copies: RwLock::new(copies),
+            first: backends[0].clone(),
             sums: RwLock::new(Vec::new()),
             writing: Mutex::new(()),
             repaired_at_open: AtomicU64::new(0),
@@ -89,25 +111,68 @@ impl Mirror {
         };
         let mut n = m.sync_copies(0, false)?;
         if n > 0 {
-            let good = pick(&m.copies)?;
+            let good = pick(&backends)?;
+            assert!(good < backends.len(), "picked copy {good}");
             n = m.sync_copies(good, true)?;
         }
         m.repaired_at_open.store(n, Ordering::Relaxed);
         Ok(m)
     }
 
-    /// Compares the other copy with copy `good` page by page and rebuilds
-    /// the checksums from `good`; with `repair`, rewrites the pages that
-    /// differ. Returns how many differed (at least 1 when the lengths do).
+    /// Compares every other copy with copy `good` page by page and
+    /// rebuilds the checksums from `good`; with `repair`, rewrites the
+    /// pages that differ. Returns how many differed (at least 1 per copy
+    /// whose length does).
     fn sync_copies(&self, good: usize, repair: bool) -> io::Result<u64> {
-        let (src, dst) = (&self.copies[good], &self.copies[1 - good]);
+        let all = self.copies.read().clone();
+        let src = all[good].io.clone();
         let len = src.len()?;
-        if dst.len()? != len {
-            if !repair {
+        let mut differ = 0;
+        let mut sums = Vec::new();
+        for (j, dst) in all.iter().enumerate().filter(|(j, _)| *j != good) {
+            if !repair && dst.io.len()? != len {
                 return Ok(1);
             }
-            dst.set_len(len)?;
+            let sized = match repair {
+                true => dst.io.set_len(len),
+                false => Ok(()),
+            };
+            let done = sized
+                .and_then(|_| Self::compare(&*src, &*dst.io, len, repair))
+                .and_then(|(n, s)| match repair && n > 0 {
+                    true => dst.io.sync_data().map(|_| (n, s)),
+                    false => Ok((n, s)),
+                });
+            match done {
+                Ok((n, s)) => {
+                    if repair && n > 0 {
+                        tracing::warn!(
+                            "metadata copy {j}: {n} pages differed from copy {good}; repaired"
+                        );
+                    }
+                    (differ, sums) = (differ + n, s);
+                }
+                // A copy that cannot be made equal is dropped while
+                // another remains (a full host under it).
+                Err(e) if !(repair && self.drop_copy(j, &e)) => return Err(e),
+                Err(_) => {}
+            }
         }
+        if sums.is_empty() && len > 0 {
+            sums = Self::compare(&*src, &*src, len, false)?.1;
+        }
+        *self.sums.write() = sums;
+        Ok(differ)
+    }
+
+    /// The pages of `dst` (both `len` long) that differ from `src`'s,
+    /// rewritten from `src` with `repair`, and the checksums of `src`.
+    fn compare(
+        src: &dyn Backend,
+        dst: &dyn Backend,
+        len: u64,
+        repair: bool,
+    ) -> io::Result<(u64, Vec<u32>)> {
         let mut sums = Vec::with_capacity(len.div_ceil(PAGE) as usize);
         let mut differ = 0;
         let step = 256 * PAGE;
@@ -117,11 +182,8 @@ impl Mirror {
             let n = step.min(len - at) as usize;
             src.read_at(&mut a[..n], at)?;
             dst.read_at(&mut b[..n], at)?;
-            for (k, (pa, pb)) in a[..n]
-                .chunks(PAGE as usize)
-                .zip(b[..n].chunks(PAGE as usize))
-                .enumerate()
-            {
+            let pages = a[..n].chunks(PAGE as usize).zip(b[..n].chunks(PAGE as usize));
+            for (k, (pa, pb)) in pages.enumerate() {
                 sums.push(crc_page(pa));
                 if pa != pb {
                     if repair {
@@ -132,11 +194,51 @@ impl Mirror {
             }
             at += n as u64;
         }
-        if repair && differ > 0 {
-            dst.sync_data()?;
+        Ok((differ, sums))
+    }
+
+    /// Adds a copy while the store is in use: with writes held off, it is
+    /// made equal to a copy that checks out page by page, synced, and from
+    /// then on written with the others. An error leaves the copies as
+    /// they were.
+    pub fn add_copy(&self, new: Arc<dyn Backend>) -> io::Result<()> {
+        let _w = self.writing.lock();
+        let (good, src) = self.live().into_iter().next().expect("a live copy");
+        let len = src.len()?;
+        new.set_len(len)?;
+        let pages = self.sums.read().len() as u64;
+        assert_eq!(pages, len.div_ceil(PAGE), "checksums for every page");
+        let mut p = 0;
+        while p < pages {
+            let n = 256.min(pages - p);
+            let b = match self.read_checked(good, p * PAGE, (n * PAGE) as usize)? {
+                Some((_, b)) => b,
+                None => self.read_pages_repaired(p, n)?,
+            };
+            new.write_at(&b, p * PAGE)?;
+            p += n;
         }
-        *self.sums.write() = sums;
-        Ok(differ)
+        new.sync_data()?;
+        let copy = Copy {
+            io: new,
+            dropped: AtomicBool::new(false),
+        };
+        self.copies.write().push(Arc::new(copy));
+        Ok(())
+    }
+
+    /// Pages `first..first + n` as a copy that checks out holds them,
+    /// page by page (repairing the others from it).
+    fn read_pages_repaired(&self, first: u64, n: u64) -> io::Result<Vec<u8>> {
+        let mut out = Vec::with_capacity((n * PAGE) as usize);
+        for p in first..first + n {
+            self.repair_page(p)?;
+            let (i, _) = self.live().into_iter().next().expect("a live copy");
+            let page = self.read_checked(i, p * PAGE, 1)?;
+            let page = page.ok_or_else(|| damaged(format!("metadata page {p} is damaged")))?;
+            out.extend_from_slice(&page.1);
+        }
+        Ok(out)
     }
 
     pub fn stats(&self) -> MirrorStats {
@@ -144,35 +246,49 @@ impl Mirror {
             repaired_at_open: self.repaired_at_open.load(Ordering::Relaxed),
             repaired_on_read: self.repaired_on_read.load(Ordering::Relaxed),
             repaired_by_scrub: self.repaired_by_scrub.load(Ordering::Relaxed),
-            copies: self.live().count() as u32,
+            copies: self.live().len() as u32,
         }
     }
 
     /// The copies still in use, in order.
-    fn live(&self) -> impl Iterator<Item = (usize, &Arc<dyn Backend>)> {
-        self.copies
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !self.dropped[*i].load(Ordering::Relaxed))
+    fn live(&self) -> Vec<(usize, Arc<dyn Backend>)> {
+        let copies = self.copies.read();
+        let live = copies.iter().enumerate();
+        live.filter(|(_, c)| !c.dropped.load(Ordering::Relaxed))
+            .map(|(i, c)| (i, c.io.clone()))
+            .collect()
+    }
+
+    /// Copy `i`'s file.
+    fn copy(&self, i: usize) -> Arc<dyn Backend> {
+        self.copies.read()[i].io.clone()
+    }
+
+    fn is_dropped(&self, i: usize) -> bool {
+        self.copies.read()[i].dropped.load(Ordering::Relaxed)
     }
 
     /// Drops copy `i` after a failed write, or when it reads wrong
     /// bytes even after a repair, unless it is the last one (the error is
     /// then the caller's).
     fn drop_copy(&self, i: usize, e: &io::Error) -> bool {
-        if self.live().count() < 2 {
+        let left = self.live().len();
+        if left < 2 {
             return false;
         }
-        self.dropped[i].store(true, Ordering::Relaxed);
-        tracing::error!("metadata copy {i}: {e}: going on with the other copy only");
+        self.copies.read()[i].dropped.store(true, Ordering::Relaxed);
+        tracing::error!(
+            "metadata copy {i}: {e}: going on with the other {} copies",
+            left - 1
+        );
         true
     }
 
     /// Runs `f` on every live copy; a copy that fails is dropped while
     /// another remains.
     fn each(&self, f: impl Fn(&dyn Backend) -> io::Result<()>) -> io::Result<()> {
-        for (i, c) in self.live().collect::<Vec<_>>() {
-            if let Err(e) = f(&**c) {
+        for (i, c) in self.live() {
+            if let Err(e) = f(&*c) {
                 if !self.drop_copy(i, &e) {
                     return Err(e);
                 }
@@ -185,9 +301,10 @@ impl Mirror {
     fn read_pages(&self, i: usize, off: u64, len: usize) -> io::Result<(u64, Vec<u8>)> {
         let first = off / PAGE;
         let end = (off + len as u64).div_ceil(PAGE) * PAGE;
-        let file_len = self.copies[i].len()?;
+        let c = self.copy(i);
+        let file_len = c.len()?;
         let mut buf = vec![0u8; (end.min(file_len) - first * PAGE) as usize];
-        self.copies[i].read_at(&mut buf, first * PAGE)?;
+        c.read_at(&mut buf, first * PAGE)?;
         Ok((first, buf))
     }
 
@@ -226,12 +343,12 @@ impl Mirror {
                     tracing::warn!(
                         "metadata copy {j}: page {p} was damaged; rewritten from the other copy"
                     );
-                    self.copies[j].write_at(page, p * PAGE)?;
+                    self.copy(j).write_at(page, p * PAGE)?;
                     fixed += 1;
                 }
             }
             if fixed > 0 {
-                self.copies[j].sync_data()?;
+                self.copy(j).sync_data()?;
                 let (_, again) = self.read_pages(j, first * PAGE, good.len())?;
                 if again != good {
                     return Err(damaged("still reads wrong bytes after a repair".into()));
@@ -249,7 +366,7 @@ impl Mirror {
     /// a good one. Returns the pages rewritten; an error if no copy holds
     /// it right.
     fn repair_page(&self, page: u64) -> io::Result<u64> {
-        let good = self.live().find_map(|(i, _)| {
+        let good = self.live().into_iter().find_map(|(i, _)| {
             let checked = self.read_checked(i, page * PAGE, 1).ok().flatten();
             checked.map(|(_, b)| (i, b))
         });
@@ -258,7 +375,8 @@ impl Mirror {
                 "metadata page {page} is damaged in every copy"
             )));
         };
-        let others: Vec<usize> = self.live().map(|(j, _)| j).filter(|j| *j != g).collect();
+        let others = self.live().into_iter().map(|(j, _)| j).filter(|j| *j != g);
+        let others: Vec<usize> = others.collect();
         Ok(others
             .into_iter()
             .map(|j| self.rewrite_from(j, page, &good))
@@ -272,12 +390,12 @@ impl Mirror {
         let _w = self.writing.lock();
         let pages = self.sums.read().len() as u64;
         let mut fixed = 0;
-        for (i, _) in self.live().collect::<Vec<_>>() {
+        for (i, _) in self.live() {
             let step = 256;
             let mut p = 0;
             while p < pages {
                 let n = step.min(pages - p);
-                if self.dropped[i].load(Ordering::Relaxed) {
+                if self.is_dropped(i) {
                     break;
                 }
                 // A range the copy cannot read is checked page by page.
@@ -300,7 +418,7 @@ impl Mirror {
     /// from the bytes written, partial ones read back from the first live
     /// copy.
     fn resum(&self, off: u64, len: usize, buf: Option<&[u8]>) -> io::Result<()> {
-        let (i, c) = self.live().next().expect("a live copy");
+        let (i, c) = self.live().into_iter().next().expect("a live copy");
         let file_len = c.len()?;
         let (first, end) = (off / PAGE, (off + len as u64).div_ceil(PAGE));
         let mut sums = self.sums.write();
@@ -319,7 +437,7 @@ impl Mirror {
 
 impl Backend for Mirror {
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        let (i, _) = self.live().next().expect("a live copy");
+        let (i, _) = self.live().into_iter().next().expect("a live copy");
         if let Ok(Some((first, pages))) = self.read_checked(i, off, buf.len()) {
             return copy_out(buf, off, first, &pages);
         }
@@ -328,11 +446,11 @@ impl Backend for Mirror {
         // first that checks out.
         let _w = self.writing.lock();
         let mut failed = None;
-        for (i, _) in self.live().collect::<Vec<_>>() {
+        for (i, _) in self.live() {
             match self.read_checked(i, off, buf.len()) {
                 Ok(Some((first, pages))) => {
-                    let others: Vec<usize> =
-                        self.live().map(|(j, _)| j).filter(|j| *j != i).collect();
+                    let others = self.live().into_iter().map(|(j, _)| j);
+                    let others: Vec<usize> = others.filter(|j| *j != i).collect();
                     let fixed: u64 = others
                         .into_iter()
                         .map(|j| self.rewrite_from(j, first, &pages))
@@ -359,10 +477,9 @@ impl Backend for Mirror {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        let live: Vec<(usize, Arc<dyn Backend>)> =
-            self.live().map(|(i, c)| (i, c.clone())).collect();
-        // Both copies' cache flushes at once: a commit waits for the slower
-        // one, not for the sum of both.
+        let live = self.live();
+        // Every copy's cache flush at once: a commit waits for the slowest
+        // one, not for the sum of all.
         let results: Vec<(usize, io::Result<()>)> = std::thread::scope(|s| {
             let hs: Vec<_> = live
                 .iter()
@@ -389,7 +506,7 @@ impl Backend for Mirror {
     }
 
     fn len(&self) -> io::Result<u64> {
-        let (_, c) = self.live().next().expect("a live copy");
+        let (_, c) = self.live().into_iter().next().expect("a live copy");
         c.len()
     }
 
@@ -409,6 +526,102 @@ impl Backend for Mirror {
     }
 
     fn host_file(&self) -> Option<&std::fs::File> {
-        self.copies[0].host_file()
+        self.first.host_file()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_devices::{HostStorage, OpenHow, Storage};
+
+    fn copies(dir: &Path, n: usize) -> Vec<Arc<dyn Backend>> {
+        (0..n)
+            .map(|i| {
+                let p = dir.join(format!("c{i}"));
+                HostStorage::shared().open(&p, &OpenHow::CREATE).unwrap()
+            })
+            .collect()
+    }
+
+    fn bytes(seed: u8, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+    }
+
+    fn file(dir: &Path, i: usize) -> std::fs::File {
+        let p = dir.join(format!("c{i}"));
+        std::fs::OpenOptions::new().read(true).write(true).open(p).unwrap()
+    }
+
+    use std::os::unix::fs::FileExt;
+    use std::path::Path;
+
+    #[test]
+    fn a_page_damaged_in_two_of_three_copies_is_read_from_the_third_and_repaired() {
+        let d = tempfile::tempdir().unwrap();
+        let cs = copies(d.path(), 3);
+        let m = Mirror::open(cs, |_| Ok(0)).unwrap();
+        let data = bytes(3, 10 * PAGE as usize);
+        m.write_at(&data, 0).unwrap();
+        assert_eq!(m.stats().copies, 3);
+        file(d.path(), 0).write_all_at(&[0xee; 100], 2 * PAGE + 7).unwrap();
+        file(d.path(), 1).write_all_at(&[0xdd; 100], 2 * PAGE + 7).unwrap();
+        let mut got = vec![0u8; data.len()];
+        m.read_at(&mut got, 0).unwrap();
+        assert!(got == data, "served from the third copy");
+        assert_eq!(m.stats().repaired_on_read, 2);
+        for i in 0..3 {
+            let mut page = vec![0u8; PAGE as usize];
+            file(d.path(), i).read_exact_at(&mut page, 2 * PAGE).unwrap();
+            assert!(page[..] == data[2 * PAGE as usize..3 * PAGE as usize], "copy {i}");
+        }
+        // The same page damaged in all three is an error, never bytes.
+        for i in 0..3 {
+            file(d.path(), i).write_all_at(&[i as u8; 10], 5 * PAGE).unwrap();
+        }
+        let e = m.read_at(&mut got[..PAGE as usize], 5 * PAGE).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    }
+
+    #[test]
+    fn a_copy_added_while_in_use_holds_every_page_and_takes_later_writes() {
+        let d = tempfile::tempdir().unwrap();
+        let mut cs = copies(d.path(), 3);
+        let third = cs.pop().unwrap();
+        let m = Mirror::open(cs, |_| Ok(0)).unwrap();
+        let data = bytes(9, 6 * PAGE as usize + 100);
+        m.write_at(&data, 0).unwrap();
+        // A page damaged in the first copy is not what the new copy gets.
+        file(d.path(), 0).write_all_at(&[1; 8], PAGE).unwrap();
+        m.add_copy(third).unwrap();
+        assert_eq!(m.stats().copies, 3);
+        m.write_at(&[0x42; 50], 3 * PAGE).unwrap();
+        let mut want = data.clone();
+        want[3 * PAGE as usize..3 * PAGE as usize + 50].fill(0x42);
+        let on_disk = std::fs::read(d.path().join("c2")).unwrap();
+        assert!(on_disk == want, "the added copy");
+        // Open again with all three: they agree.
+        let m2 = Mirror::open(copies(d.path(), 3), |_| Ok(2)).unwrap();
+        let mut got = vec![0u8; want.len()];
+        m2.read_at(&mut got, 0).unwrap();
+        assert!(got == want);
+    }
+
+    #[test]
+    fn open_repairs_every_copy_from_the_one_picked() {
+        let d = tempfile::tempdir().unwrap();
+        let data = bytes(5, 4 * PAGE as usize);
+        for i in 0..3 {
+            let mut b = data.clone();
+            if i != 1 {
+                b[i * 100] ^= 0xff;
+            }
+            std::fs::write(d.path().join(format!("c{i}")), &b).unwrap();
+        }
+        let m = Mirror::open(copies(d.path(), 3), |_| Ok(1)).unwrap();
+        assert_eq!(m.stats().repaired_at_open, 2);
+        for i in 0..3 {
+            assert!(std::fs::read(d.path().join(format!("c{i}"))).unwrap() == data, "copy {i}");
+        }
     }
 }

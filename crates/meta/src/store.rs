@@ -107,8 +107,8 @@ impl Headroom {
 
 struct ReopenWith {
     path: std::path::PathBuf,
-    /// The second copy's file, when mirrored.
-    mirror: Option<std::path::PathBuf>,
+    /// The other copies' files, when mirrored (grows by `add_copy`).
+    mirrors: parking_lot::Mutex<Vec<std::path::PathBuf>>,
     cache_bytes: usize,
     pages: Arc<PageCache>,
     storage: Arc<dyn Storage>,
@@ -291,16 +291,17 @@ impl MetaStore {
     ) -> Result<Self> {
         // Every step that reads the file runs guarded: a damaged page that
         // the integrity check did not cover must give an error, not a panic.
-        Self::open_mirrored(path, None, cache_bytes, pages, storage)
+        Self::open_mirrored(path, &[], cache_bytes, pages, storage)
     }
 
-    /// Opens an existing store (see `open_with`) kept as two copies: the
-    /// file at `path` and the one at `mirror` (created from it when
-    /// missing). Where they differ, the copy that passes the integrity
-    /// check wins (the first when both do) and the other is repaired.
+    /// Opens an existing store (see `open_with`) kept as several copies:
+    /// the file at `path` and those at `mirrors` (each created from it
+    /// when missing). Where they differ, the copy that passes the
+    /// integrity check with the most commits wins (the first of equals)
+    /// and the others are repaired from it.
     pub fn open_mirrored(
         path: &Path,
-        mirror: Option<&Path>,
+        mirrors: &[std::path::PathBuf],
         cache_bytes: usize,
         pages: Arc<PageCache>,
         storage: Arc<dyn Storage>,
@@ -309,7 +310,7 @@ impl MetaStore {
         // the integrity check did not cover must give an error, not a panic.
         let how = ReopenWith {
             path: path.to_path_buf(),
-            mirror: mirror.map(Path::to_path_buf),
+            mirrors: parking_lot::Mutex::new(mirrors.to_vec()),
             cache_bytes,
             pages,
             file: storage
@@ -413,8 +414,26 @@ impl MetaStore {
         self.mirror.lock().as_ref().map(|m| m.stats())
     }
 
-    /// Verifies every page of both metadata copies, repairing bad pages
-    /// from the good copy; returns the pages repaired (None: one copy).
+    /// Adds a copy of the store at `path` while it is in use (made from a
+    /// copy that checks out, then written with the others); every later
+    /// open must be given it too. Refused when the store is kept as one
+    /// copy (a mirror is only set up by an open).
+    pub fn add_copy(&self, path: &Path) -> Result<()> {
+        let (Some(w), Some(m)) = (&self.reopen, self.mirror.lock().clone()) else {
+            return Err(MetaError::Io(format!(
+                "{}: the metadata is kept as one copy; the copy is made at the next open",
+                path.display()
+            )));
+        };
+        let io = io_err(path);
+        let file = w.storage.open(path, &OpenHow::REPLACE).map_err(&io)?;
+        m.add_copy(file).map_err(io)?;
+        w.mirrors.lock().push(path.to_path_buf());
+        Ok(())
+    }
+
+    /// Verifies every page of every metadata copy, repairing bad pages
+    /// from a good copy; returns the pages repaired (None: one copy).
     pub fn scrub_mirror(&self) -> Result<Option<u64>> {
         let Some(m) = self.mirror.lock().clone() else {
             return Ok(None);
@@ -503,35 +522,41 @@ fn open_db(w: &ReopenWith) -> Result<(Database, Option<Arc<Mirror>>)> {
     if file.len().map_err(io_err(path))? == 0 {
         return Err(MetaError::Db(format!("{}: empty file", path.display())));
     }
-    let (backend, mirror): (Arc<dyn Backend>, _) = match &w.mirror {
-        None => (file, None),
-        Some(mp) => {
+    let paths = w.mirrors.lock().clone();
+    let (backend, mirror): (Arc<dyn Backend>, _) = match paths.is_empty() {
+        true => (file, None),
+        false => {
             // The first copy alone (verified by the open below); the next
-            // open tries the second again.
+            // open tries the others again.
             let one_copy = |e: &dyn std::fmt::Display| {
-                tracing::error!(
-                    "metadata mirror {}: {e}; going on with one copy of the metadata",
-                    mp.display()
-                );
+                tracing::error!("metadata copies: {e}; going on with one copy of the metadata");
                 open_db(&ReopenWith {
-                    mirror: None,
+                    mirrors: parking_lot::Mutex::new(Vec::new()),
                     ..w.clone_parts()
                 })
             };
-            let copy = match storage.open(mp, &OpenHow::CREATE) {
-                Ok(c) => c,
-                Err(e) => return one_copy(&e),
-            };
-            let copies = [file, copy];
+            let (mut copies, mut names) = (vec![file], vec![path.clone()]);
+            for mp in &paths {
+                match storage.open(mp, &OpenHow::CREATE) {
+                    Ok(c) => (copies.push(c), names.push(mp.clone())),
+                    Err(e) => {
+                        tracing::error!("metadata copy {}: {e}; going on without it", mp.display());
+                        continue;
+                    }
+                };
+            }
+            if copies.len() < 2 {
+                return one_copy(&"no other copy opens");
+            }
             let picked = std::cell::Cell::new(None);
-            let pick = |c: &[Arc<dyn Backend>; 2]| {
-                picked.set(Some(good_copy(c, path, mp)));
+            let pick = |c: &[Arc<dyn Backend>]| {
+                picked.set(Some(good_copy(c, &names)));
                 Ok(picked.get().unwrap_or(0))
             };
             let m = match Mirror::open(copies, pick) {
                 Ok(m) => Arc::new(m),
-                // The first copy was the good one, but the second could
-                // not be made equal to it (a full host under it).
+                // The first copy was the good one, but no other could be
+                // made equal to it (a full host under them).
                 Err(e) if picked.get() == Some(0) => return one_copy(&e),
                 Err(e) => return Err(io_err(path)(e)),
             };
@@ -560,7 +585,7 @@ impl ReopenWith {
     fn clone_parts(&self) -> ReopenWith {
         ReopenWith {
             path: self.path.clone(),
-            mirror: self.mirror.clone(),
+            mirrors: parking_lot::Mutex::new(self.mirrors.lock().clone()),
             cache_bytes: self.cache_bytes,
             pages: self.pages.clone(),
             storage: self.storage.clone(),
@@ -569,30 +594,27 @@ impl ReopenWith {
     }
 }
 
-/// Which of two differing metadata copies to keep: of those that pass
-/// the integrity check (opened from a copy in RAM, so that a damaged file
-/// is not changed), the one with more write transactions (a copy dropped
+/// Which of differing metadata copies to keep: of those that pass the
+/// integrity check (opened from a copy in RAM, so that a damaged file is
+/// not changed), the one with the most write transactions (a copy dropped
 /// after a failed write is behind), the first of equals; the first when
-/// neither passes (its open then fails with the damage found).
-fn good_copy(copies: &[Arc<dyn Backend>; 2], path: &Path, mirror: &Path) -> usize {
+/// none passes (its open then fails with the damage found).
+fn good_copy(copies: &[Arc<dyn Backend>], names: &[std::path::PathBuf]) -> usize {
     let writes: Vec<Option<u64>> = copies.iter().map(|c| writes_if_sound(&**c)).collect();
-    let pick = match (writes[0], writes[1]) {
-        (Some(a), Some(b)) if b > a => 1,
-        (None, Some(_)) => 1,
-        _ => 0,
-    };
-    if pick == 1 {
-        let why = match writes[0] {
-            Some(_) => "is older than",
-            None => "failed its check;",
+    let best = writes.iter().flatten().max().copied();
+    let pick = best.map_or(0, |b| writes.iter().position(|w| *w == Some(b)).unwrap_or(0));
+    for (i, w) in writes.iter().enumerate().filter(|(i, _)| *i != pick) {
+        let why = match w {
+            None => "failed its check",
+            Some(n) if Some(*n) < best => "is older",
+            Some(_) => continue,
         };
-        tracing::error!(
-            "metadata {} {why} its mirror {}, which repairs it",
-            path.display(),
-            mirror.display()
-        );
-    } else if writes[1].is_some_and(|b| Some(b) < writes[0]) {
-        tracing::warn!("metadata mirror {} is older; repaired", mirror.display());
+        let name = names.get(i).map(|p| p.display().to_string()).unwrap_or_default();
+        let good = names.get(pick).map(|p| p.display().to_string()).unwrap_or_default();
+        match i {
+            0 => tracing::error!("metadata {name} {why}; repaired from its copy {good}"),
+            _ => tracing::warn!("metadata copy {name} {why}; repaired from {good}"),
+        }
     }
     pick
 }

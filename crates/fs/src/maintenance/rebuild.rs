@@ -575,10 +575,12 @@ fn swap_in(pool: &Path, meta: &Path, new: &Path) -> Result<Vec<String>> {
     };
     move_aside(meta)?;
     std::fs::rename(new, meta).map_err(io(meta))?;
-    // The mirror holds the damaged store's pages: the next mount makes a
-    // new one from the rebuilt store.
-    if let Ok(m) = std::fs::canonicalize(PoolPaths::meta_mirror(pool)) {
-        move_aside(&m)?;
+    // The other copies hold the damaged store's pages: the next mount
+    // makes new ones from the rebuilt store.
+    for link in PoolPaths::meta_copies(pool) {
+        if let Ok(m) = std::fs::canonicalize(link) {
+            move_aside(&m)?;
+        }
     }
     // Its records name the damaged store's state.
     if PoolPaths::intent(pool).exists() {

@@ -516,7 +516,11 @@ impl Fs {
             .put_xattr(ino, name.to_vec(), Some(value.to_vec()));
         i.ctime = Self::now();
         st.put_inode(i);
-        Ok(())
+        drop(st);
+        match crate::redundancy::path_policy::layout_named(name, value) {
+            Some(layout) => self.note_path_layout(layout),
+            None => Ok(()),
+        }
     }
 
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {

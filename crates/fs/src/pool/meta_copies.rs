@@ -1,32 +1,47 @@
-//! Where the second copy of the metadata store lives (`PoolPaths::meta_mirror`
-//! links to it; `cairn_meta::mirror` keeps the two copies equal). mkfs
-//! places it beside another tier device than the first copy's, or, when
-//! no other device can hold it (a single tier device, or block devices),
-//! beside the first copy: like ZFS's ditto blocks it then guards against
-//! damaged pages, not against losing the disk. Each open makes a copy that
-//! is missing (a pool made before single-device pools kept one, or whose
-//! copy's directory is gone) and moves one that sits beside the first copy
-//! when a device that can hold it was added, unless the pool was made with
-//! `--meta-copies 1` (`META_COPIES`).
+//! Where the copies of the metadata store beyond the first live
+//! (`PoolPaths::meta_copy` links to each; `cairn_meta::mirror` keeps them
+//! equal). The pool keeps as many as it was made with (`--meta-copies`,
+//! 2 by default) and never fewer than its most redundant data survives
+//! losses plus one (`copies=3` or `ec=4+2`: 3), so that no loss the data
+//! survives takes every copy of the metadata. Each copy goes beside a
+//! tier device of another directory and failure domain than the copies
+//! before it, the fastest first, or, when none is left (a single tier
+//! device, or block devices), beside the first copy: like ZFS's ditto
+//! blocks it then guards against damaged pages, not against losing the
+//! disk. Each open makes a copy that is missing (a pool made before
+//! single-device pools kept one, or whose copy's directory is gone) and
+//! moves one that shares a directory with another when a device that can
+//! hold it was added; raising the redundancy while mounted adds the
+//! copies it needs at once (`raise_online`).
 
 use super::{io, DeviceDesc, MkfsOptions, PoolPaths};
 use crate::error::{FsError, Result};
 use cairn_devices::{DeviceRole, DeviceSpec, OpenHow, Storage};
-use cairn_meta::MetaStore;
+use cairn_meta::{MetaRead, MetaStore};
 use std::path::{Path, PathBuf};
 
 /// The counter (in the metadata store's counters) holding the copies of
-/// the metadata the pool keeps, as chosen at mkfs: 1 (`--meta-copies 1`:
-/// no open adds a second) or 2; absent (0) in pools made before the
-/// choice existed, which keep two.
+/// the metadata the pool was made with: 1 (`--meta-copies 1`: no open
+/// adds a second unless the data's redundancy asks for it) to
+/// `MAX_META_COPIES`; absent (0) in pools made before the choice existed,
+/// which keep two.
 pub const META_COPIES: &str = "meta_copies";
 
-/// Refuses a `--meta-copies` other than 1 or 2, and one copy together with
-/// a directory for the second.
+/// The counter holding the most copies a file's or directory's own
+/// layout asks for (`path_policy`), counted as `Layout::copies`; it never
+/// goes down.
+pub const PATH_COPIES: &str = "path_layout_copies";
+
+/// The most copies of the metadata a pool keeps (a layout survives at most
+/// `MAX_COPIES - 1` lost devices).
+pub const MAX_META_COPIES: usize = cairn_data::layout::MAX_COPIES;
+
+/// Refuses a `--meta-copies` out of 1..=MAX_META_COPIES, and one copy
+/// together with a directory for the second.
 pub(super) fn validate(opts: &MkfsOptions) -> Result<()> {
-    if !(1..=2).contains(&opts.meta_copies) {
+    if !(1..=MAX_META_COPIES as u32).contains(&opts.meta_copies) {
         return Err(FsError::BadRequest(format!(
-            "--meta-copies {}: the metadata is kept as 1 or 2 copies",
+            "--meta-copies {}: the metadata is kept as 1 to {MAX_META_COPIES} copies",
             opts.meta_copies
         )));
     }
@@ -39,120 +54,208 @@ pub(super) fn validate(opts: &MkfsOptions) -> Result<()> {
     Ok(())
 }
 
-/// The directory the second copy belongs in (see `mirror_home`).
+/// The copies of the metadata the pool keeps: those it was made with, at
+/// least as many as its most redundant data (pool, tier or path policy).
+pub(crate) fn wanted(r: &MetaRead) -> Result<usize> {
+    let made = match r.counter(META_COPIES)? {
+        0 => 2,
+        n => n as usize,
+    };
+    let policy = crate::redundancy::load_policy(r)?;
+    let paths = r.counter(PATH_COPIES)? as usize;
+    let want = made.max(policy.most_copies()).max(paths);
+    Ok(want.min(MAX_META_COPIES))
+}
+
+/// The copies mkfs makes (`wanted` before the store exists).
+fn wanted_at_mkfs(opts: &MkfsOptions) -> usize {
+    let want = (opts.meta_copies as usize).max(opts.redundancy.most_copies());
+    want.min(MAX_META_COPIES)
+}
+
+/// The directory a copy belongs in (see `next_home`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct MirrorHome {
     pub dir: PathBuf,
-    /// Beside another tier device than the first copy's; false: beside
-    /// the first copy, on its disk.
+    /// Beside a tier device of its own directory and domain; false:
+    /// beside the first copy, on its disk.
     pub beside_device: bool,
 }
 
-/// Where the second copy of the metadata goes: beside the fastest tier
-/// device other than the one the first copy lives beside (`meta_home`),
-/// in its directory (a directory device) or the directory of its file.
-/// With a single tier device, or when the others are block devices (no
-/// file can live beside them), the first copy's own directory.
-pub(super) fn mirror_home(pool: &Path, specs: &[DeviceSpec], home: &Path) -> MirrorHome {
+/// The directories (and the failure domains of the devices in them) that
+/// hold a copy already.
+struct Taken<'a> {
+    specs: &'a [DeviceSpec],
+    dirs: Vec<PathBuf>,
+    domains: Vec<String>,
+}
+
+impl<'a> Taken<'a> {
+    fn new(specs: &'a [DeviceSpec], home: &Path, pool: &Path) -> Taken<'a> {
+        let mut t = Taken {
+            specs,
+            dirs: Vec::new(),
+            domains: Vec::new(),
+        };
+        t.take(&canonical(home.parent().unwrap_or(pool)));
+        t
+    }
+
+    /// The domains of the devices in `dir` (a device without one is its
+    /// own, named by its directory).
+    fn domains_of(&self, dir: &Path) -> Vec<String> {
+        let here = self.specs.iter().filter(|d| dir_of(d) == dir);
+        here.map(|d| domain_of(d)).collect()
+    }
+
+    fn take(&mut self, dir: &Path) {
+        self.domains.extend(self.domains_of(dir));
+        self.dirs.push(dir.to_path_buf());
+    }
+
+    fn is_free(&self, dir: &Path) -> bool {
+        !self.dirs.iter().any(|d| d == dir)
+            && !(self.domains_of(dir).iter()).any(|d| self.domains.contains(d))
+    }
+}
+
+fn domain_of(d: &DeviceSpec) -> String {
+    match &d.domain {
+        Some(n) => format!("domain {n}"),
+        None => format!("dir {}", dir_of(d).display()),
+    }
+}
+
+/// Where the next copy goes: beside the fastest tier device whose
+/// directory and domain hold no copy yet (a file device's directory, or a
+/// directory device itself); with none left (block devices: no file can
+/// live beside them), or a single tier device (whose disk the pool
+/// directory is taken to share), the first copy's own directory.
+fn next_home(pool: &Path, specs: &[DeviceSpec], home: &Path, taken: &Taken) -> MirrorHome {
     use std::os::unix::fs::FileTypeExt;
-    let home_dir = canonical(home.parent().unwrap_or(pool));
     let mut tiers: Vec<&DeviceSpec> = specs
         .iter()
         .filter(|d| d.role == DeviceRole::Tier && !d.class.is_object_store())
         .collect();
     tiers.sort_by_key(|d| d.class.rank());
-    let is_block = |d: &&&DeviceSpec| {
-        std::fs::metadata(&d.path).is_ok_and(|m| m.file_type().is_block_device())
-    };
-    // Not a block device, and its directory there (not a lost disk's).
-    let files: Vec<&DeviceSpec> = (tiers.iter())
-        .filter(|d| !is_block(d) && dir_of(d).is_dir())
-        .copied()
-        .collect();
-    let other = match tiers.len() {
-        0 | 1 => None,
-        _ => (files.iter().find(|d| dir_of(d) != home_dir))
-            .or_else(|| files.iter().find(|d| !std::ptr::eq(**d, tiers[0]))),
-    };
-    match other {
+    if tiers.len() < 2 {
+        tiers.clear();
+    }
+    let is_block =
+        |d: &DeviceSpec| std::fs::metadata(&d.path).is_ok_and(|m| m.file_type().is_block_device());
+    // There (not lost with its disk), and not a block device.
+    let free = (tiers.iter())
+        .find(|d| d.path.exists() && !is_block(d) && taken.is_free(&dir_of(d)));
+    match free {
         Some(d) => MirrorHome {
             dir: dir_of(d),
             beside_device: true,
         },
         None => MirrorHome {
-            dir: home_dir,
+            dir: canonical(home.parent().unwrap_or(pool)),
             beside_device: false,
         },
     }
 }
 
-/// The second copy mkfs makes, linked from `PoolPaths::meta_mirror` (None
-/// with `--meta-copies 1`): in the directory given (`--meta-mirror`), else
-/// at `mirror_home`, with a warning when a pool of several tier devices
-/// has to keep it on the first copy's disk.
-pub(super) fn mkfs_mirror(
-    pool: &Path,
-    opts: &MkfsOptions,
-    home: &Path,
-    uuid: [u8; 16],
+/// The second copy's home when it is the only one made (kept for the
+/// tests of placement).
+#[cfg(test)]
+pub(super) fn mirror_home(pool: &Path, specs: &[DeviceSpec], home: &Path) -> MirrorHome {
+    next_home(pool, specs, home, &Taken::new(specs, home, pool))
+}
+
+/// The copies mkfs makes beyond the first, each linked from
+/// `PoolPaths::meta_copy` (none with `--meta-copies 1` and data of one
+/// copy): the second in the directory given (`--meta-mirror`), else like
+/// the rest where `plan_copies` puts them, with a warning when a pool of
+/// several tier devices has to keep one on the first copy's disk. Returns
+/// where they are.
+pub(super) struct MkfsCopies<'a> {
+    pub pool: &'a Path,
+    pub opts: &'a MkfsOptions,
+    pub home: &'a Path,
+    pub uuid: [u8; 16],
+    pub storage: &'a dyn Storage,
+}
+
+pub(super) fn mkfs_copies(
+    m: &MkfsCopies,
     warnings: &mut Vec<String>,
-) -> Result<Option<PathBuf>> {
-    if opts.meta_copies < 2 {
-        return Ok(None);
+    will_create: &mut dyn FnMut(&Path),
+) -> Result<Vec<PathBuf>> {
+    let (pool, opts, home, uuid) = (m.pool, m.opts, m.home, m.uuid);
+    let want = wanted_at_mkfs(opts);
+    let mut made = Vec::new();
+    if want < 2 {
+        return Ok(made);
     }
+    let mut make = |n: usize, to: &Path| -> Result<()> {
+        will_create(to);
+        will_create(&PoolPaths::meta_copy(pool, n));
+        copy_file(home, to, m.storage).map_err(io(to))?;
+        link_copy(pool, n, to)
+    };
     if let Some(dir) = &opts.meta_mirror {
-        return explicit_mirror(pool, dir, home, uuid, warnings).map(Some);
+        let to = explicit_mirror(pool, dir, home, uuid, warnings)?;
+        make(2, &to)?;
+        made.push(to);
     }
-    let at = mirror_home(pool, &opts.devices, home);
+    let plans = plan_copies(pool, &opts.devices, home, uuid, want);
     let tiers = (opts.devices.iter())
         .filter(|d| d.role == DeviceRole::Tier)
         .count();
-    if !at.beside_device && tiers >= 2 {
-        warnings.push(
-            "the metadata's second copy is beside the first, on the same disk: no tier device other than the first has a directory to hold it (block devices); give --meta-mirror DIR on another disk to survive losing that disk".into(),
-        );
+    for plan in plans {
+        let MirrorPlan::Make { n, to, beside_device } = plan else {
+            continue;
+        };
+        if !beside_device && tiers >= n {
+            warnings.push(format!(
+                "the metadata's copy {n} is beside the first, on the same disk: no tier device of another directory or failure domain is left to hold it (block devices); give --meta-mirror DIR on another disk to survive losing that disk"
+            ));
+        }
+        make(n, &to)?;
+        made.push(to);
     }
-    link_mirror(pool, &at.dir.join(mirror_name(uuid))).map(Some)
+    Ok(made)
 }
 
-/// The name of the pool's second copy in any directory. Named by the
-/// pool's uuid: pools whose devices share a directory never share (or
-/// overwrite) a mirror.
-/// The second copy's file in `dir`: by its name, unless that is the first
-/// copy itself (a second copy promoted when the first was lost with its
-/// disk, `redundancy::degraded::promote_meta_mirror`): then the other name.
-fn mirror_file(dir: &Path, uuid: [u8; 16], home: &Path) -> PathBuf {
-    let plain = dir.join(mirror_name(uuid));
-    match canonical(&plain) == canonical(home) {
-        true => dir.join(format!(
-            "cairn-meta-mirror-{}.2.redb",
-            uuid::Uuid::from_bytes(uuid).simple()
-        )),
-        false => plain,
-    }
+/// The file name of copy `n` in `dir`, other than every path in `avoid`
+/// (the first copy, and the other copies: a copy promoted to first when
+/// the first was lost with its disk keeps its name,
+/// `redundancy::degraded::promote_meta_mirror`). Named by the pool's
+/// uuid: pools whose devices share a directory never share a copy.
+fn copy_file_name(dir: &Path, uuid: [u8; 16], n: usize, avoid: &[PathBuf]) -> PathBuf {
+    let id = uuid::Uuid::from_bytes(uuid).simple().to_string();
+    let names = match n {
+        2 => [format!("cairn-meta-mirror-{id}.redb"), format!("cairn-meta-mirror-{id}.2.redb")],
+        _ => [format!("cairn-meta-mirror-{id}.{n}.redb"), format!("cairn-meta-mirror-{id}.{n}b.redb")],
+    };
+    let free = |p: &PathBuf| !avoid.iter().any(|a| canonical(a) == canonical(p));
+    let paths = names.map(|name| dir.join(name));
+    paths.iter().find(|p| free(p)).unwrap_or(&paths[1]).clone()
 }
 
-fn mirror_name(uuid: [u8; 16]) -> String {
-    format!(
-        "cairn-meta-mirror-{}.redb",
-        uuid::Uuid::from_bytes(uuid).simple()
-    )
+/// Whether `name` is one of the pool's copy names (`copy_file_name`).
+fn is_copy_name(name: &str, uuid: [u8; 16]) -> bool {
+    let id = uuid::Uuid::from_bytes(uuid).simple().to_string();
+    name.starts_with(&format!("cairn-meta-mirror-{id}")) && name.ends_with(".redb")
 }
 
-/// Points `PoolPaths::meta_mirror` at `target`, replacing the link in one
-/// rename (a crash leaves the old link or the new one).
-fn link_mirror(pool: &Path, target: &Path) -> Result<PathBuf> {
-    let link = PoolPaths::meta_mirror(pool);
-    let tmp = pool.join("meta.mirror.tmp");
+/// Points `PoolPaths::meta_copy(pool, n)` at `target`, replacing the link
+/// in one rename (a crash leaves the old link or the new one).
+fn link_copy(pool: &Path, n: usize, target: &Path) -> Result<()> {
+    let link = PoolPaths::meta_copy(pool, n);
+    let tmp = pool.join(format!("meta.copy{n}.tmp"));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(target, &tmp).map_err(io(&tmp))?;
     std::fs::rename(&tmp, &link).map_err(io(&link))?;
-    Ok(target.to_path_buf())
+    Ok(())
 }
 
-/// The mirror in a directory the admin chose (`--meta-mirror`), which must
-/// exist; a warning when it shares the first copy's filesystem (it then
-/// guards against damage, not against the disk's loss).
+/// The second copy in a directory the admin chose (`--meta-mirror`),
+/// which must exist; a warning when it shares the first copy's filesystem
+/// (it then guards against damage, not against the disk's loss).
 fn explicit_mirror(
     pool: &Path,
     dir: &Path,
@@ -173,7 +276,7 @@ fn explicit_mirror(
             dir.display()
         ));
     }
-    link_mirror(pool, &dir.join(mirror_name(uuid)))
+    Ok(copy_file_name(dir, uuid, 2, &[home.to_path_buf()]))
 }
 
 /// True if both paths are on one filesystem (false if either is missing).
@@ -185,135 +288,203 @@ fn same_filesystem(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// mkfs's line on the metadata's copies: where they are and what the
-/// second guards against.
-pub(super) fn mkfs_line(home: &Path, mirror: Option<&Path>) -> String {
-    let Some(m) = mirror else {
+/// mkfs's line on the metadata's copies: where they are and what they
+/// guard against.
+pub(super) fn mkfs_line(home: &Path, others: &[PathBuf]) -> String {
+    if others.is_empty() {
         return format!("metadata: 1 copy ({}; --meta-copies 1)", home.display());
-    };
+    }
     let dir = |p: &Path| p.parent().unwrap_or(Path::new("/")).to_path_buf();
-    let guards = match same_filesystem(&dir(home), &dir(m)) {
-        true => "on one filesystem: they guard against damaged pages, not against losing its disk",
-        false => "on two filesystems",
+    let shared = (others.iter()).any(|m| same_filesystem(&dir(home), &dir(m)));
+    let guards = match shared {
+        true => "some on one filesystem: those guard against damaged pages, not against losing its disk",
+        false => "each on its own filesystem",
     };
-    format!(
-        "metadata: 2 copies, {} and {} ({guards})",
-        home.display(),
-        m.display()
-    )
+    let all: Vec<String> = std::iter::once(home)
+        .chain(others.iter().map(PathBuf::as_path))
+        .map(|p| p.display().to_string())
+        .collect();
+    format!("metadata: {} copies, {} ({guards})", all.len(), all.join(", "))
 }
 
-/// What an open does about the second copy of the metadata.
+/// What an open (or a raise while mounted) does about copy `n` of the
+/// metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum MirrorPlan {
-    /// Make it at this path: the pool has none (it was made before
-    /// single-device pools kept one) or its file is gone.
-    Make(PathBuf),
-    /// Move it from beside the first copy to this path, beside a device
-    /// added since.
-    Move { from: PathBuf, to: PathBuf },
+    /// Make it at `to`: the pool has none (it was made before it kept
+    /// that many, or its redundancy was raised) or its file is gone.
+    Make {
+        n: usize,
+        to: PathBuf,
+        beside_device: bool,
+    },
+    /// Move it from a directory it shares with another copy to `to`,
+    /// beside a device added since.
+    Move { n: usize, from: PathBuf, to: PathBuf },
 }
 
-/// What the pool's second copy of the metadata needs at the next open,
-/// from the store's device table and `META_COPIES`; None when it is where
-/// it belongs or the pool keeps one copy.
-pub(super) fn mirror_plan(
-    pool: &Path,
-    meta: &MetaStore,
-    uuid: [u8; 16],
-) -> Result<Option<MirrorPlan>> {
-    let r = meta.read()?;
-    if r.counter(META_COPIES)? == 1 {
-        return Ok(None);
-    }
+/// The tier devices of the store's device table, as specs.
+fn device_specs(pool: &Path, r: &MetaRead) -> Result<Vec<DeviceSpec>> {
     let descs: Vec<DeviceDesc> = (r.devices()?.iter())
         .map(|(_, raw)| DeviceDesc::decode(raw))
         .collect::<Result<_>>()?;
-    drop(r);
-    let specs: Vec<DeviceSpec> = (descs.iter())
+    Ok((descs.iter())
         .filter(|d| !d.is_object())
         .map(|d| DeviceSpec {
             role: d.role,
+            domain: d.domain.clone(),
             ..DeviceSpec::tier(d.class, pool.join(&d.path), None)
         })
-        .collect();
+        .collect())
+}
+
+/// What the pool's copies of the metadata need (see `plan_copies`), from
+/// the store's device table and `wanted`.
+pub(super) fn mirror_plan(pool: &Path, meta: &MetaStore, uuid: [u8; 16]) -> Result<Vec<MirrorPlan>> {
+    let r = meta.read()?;
+    let want = wanted(&r)?;
+    let specs = device_specs(pool, &r)?;
+    drop(r);
     let home = canonical(&PoolPaths::meta(pool));
-    let at = mirror_home(pool, &specs, &home);
-    let to = mirror_file(&at.dir, uuid, &home);
-    // A link to a mirror that is gone (its directory removed) is remade.
-    let Ok(now) = std::fs::canonicalize(PoolPaths::meta_mirror(pool)) else {
-        return Ok(Some(MirrorPlan::Make(to)));
-    };
-    let home_dir = home.parent();
-    let moves = at.beside_device && Some(at.dir.as_path()) != home_dir;
-    Ok((moves && now.parent() == home_dir).then_some(MirrorPlan::Move { from: now, to }))
+    Ok(plan_copies(pool, &specs, &home, uuid, want))
+}
+
+/// For each copy 2..=`want`: kept where it is when its directory and
+/// domain hold no earlier copy; else made (its link or file is missing)
+/// or moved (it shares a directory while a free one beside a device
+/// exists) to `next_home`. Copies beyond `want` stay.
+fn plan_copies(pool: &Path, specs: &[DeviceSpec], home: &Path, uuid: [u8; 16], want: usize) -> Vec<MirrorPlan> {
+    let mut taken = Taken::new(specs, home, pool);
+    let mut files = vec![home.to_path_buf()];
+    files.extend((2..=MAX_META_COPIES).filter_map(|n| std::fs::canonicalize(PoolPaths::meta_copy(pool, n)).ok()));
+    let mut plans = Vec::new();
+    for n in 2..=want {
+        // A link to a copy that is gone (its directory removed) is remade.
+        let now = std::fs::canonicalize(PoolPaths::meta_copy(pool, n)).ok();
+        let now_dir = now.as_ref().and_then(|p| p.parent()).map(canonical);
+        if let Some(d) = now_dir.as_ref().filter(|d| taken.is_free(d)) {
+            taken.take(d);
+            continue;
+        }
+        let at = next_home(pool, specs, home, &taken);
+        let to = copy_file_name(&at.dir, uuid, n, &files);
+        taken.take(&at.dir);
+        match now {
+            None => plans.push(MirrorPlan::Make { n, to: to.clone(), beside_device: at.beside_device }),
+            Some(from) if at.beside_device => plans.push(MirrorPlan::Move { n, from, to: to.clone() }),
+            Some(_) => continue,
+        }
+        files.push(to);
+    }
+    plans
 }
 
 /// Carries out `plan` while the store is closed: the first copy is copied
 /// to the new place and synced, then the link switched to it (so a crash
 /// leaves the old state or the new one, never a linked partial copy), and
-/// a moved copy's old file removed. Returns the second copy's path.
-pub(super) fn settle_mirror(pool: &Path, plan: &MirrorPlan, st: &dyn Storage) -> Result<PathBuf> {
+/// a moved copy's old file removed. Returns the copy's path.
+fn settle_copy(pool: &Path, plan: &MirrorPlan, st: &dyn Storage) -> Result<PathBuf> {
     let home = canonical(&PoolPaths::meta(pool));
-    let to = match plan {
-        MirrorPlan::Make(to) | MirrorPlan::Move { to, .. } => to,
+    let (n, to) = match plan {
+        MirrorPlan::Make { n, to, .. } | MirrorPlan::Move { n, to, .. } => (*n, to),
     };
     if let Err(e) = copy_file(&home, to, st) {
         let _ = std::fs::remove_file(to);
         return Err(io(to)(e));
     }
-    link_mirror(pool, to)?;
+    link_copy(pool, n, to)?;
     if let MirrorPlan::Move { from, .. } = plan {
         // One left behind is removed by the next open (`forget_moved`).
         let _ = std::fs::remove_file(from);
     }
-    std::fs::File::open(pool)
-        .and_then(|f| f.sync_all())
-        .map_err(io(pool))?;
+    sync_dir(pool)?;
     Ok(to.clone())
 }
 
-/// Settles the second copy at open (see `settle_mirror`) and logs what it
-/// did; a failure is logged and the pool goes on as it was.
-pub(super) fn settle_logged(pool: &Path, plan: &MirrorPlan, st: &dyn Storage) {
-    let home = canonical(&PoolPaths::meta(pool));
-    match (settle_mirror(pool, plan, st), plan) {
-        (Ok(to), MirrorPlan::Move { from, .. }) => tracing::info!(
-            "metadata: second copy moved from {} (beside the first copy) to {}, beside another tier device",
-            from.display(),
-            to.display()
-        ),
-        (Ok(to), MirrorPlan::Make(_)) if to.parent() == home.parent() => tracing::info!(
-            "metadata: second copy made at {}, beside the first copy (no other tier device can hold it): it guards against damaged pages, not against losing that disk",
-            to.display()
-        ),
-        (Ok(to), MirrorPlan::Make(_)) => tracing::info!(
-            "metadata: second copy made at {}, beside another tier device",
-            to.display()
-        ),
-        (Err(e), MirrorPlan::Move { .. }) => {
-            tracing::warn!("metadata: second copy not moved ({e}); it stays beside the first")
-        }
-        (Err(e), MirrorPlan::Make(_)) => {
-            tracing::warn!("metadata: no second copy ({e}); the pool goes on with one");
-            let _ = std::fs::remove_file(PoolPaths::meta_mirror(pool));
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(io(dir))
+}
+
+/// Settles each copy at open (see `settle_copy`) and logs what it did; a
+/// failure is logged and the pool goes on as it was.
+pub(super) fn settle_logged(pool: &Path, plans: &[MirrorPlan], st: &dyn Storage) {
+    for plan in plans {
+        match (settle_copy(pool, plan, st), plan) {
+            (Ok(to), MirrorPlan::Move { n, from, .. }) => tracing::info!(
+                "metadata: copy {n} moved from {} (beside another copy) to {}, beside another tier device",
+                from.display(),
+                to.display()
+            ),
+            (Ok(to), MirrorPlan::Make { n, beside_device, .. }) => made_line(*n, &to, *beside_device),
+            (Err(e), MirrorPlan::Move { n, .. }) => {
+                tracing::warn!("metadata: copy {n} not moved ({e}); it stays where it was")
+            }
+            (Err(e), MirrorPlan::Make { n, .. }) => {
+                tracing::warn!("metadata: no copy {n} ({e}); the pool goes on without it");
+                let _ = std::fs::remove_file(PoolPaths::meta_copy(pool, *n));
+            }
         }
     }
 }
 
-/// Removes the file a move left beside the first copy when a crash came
-/// between switching the link and removing it.
+fn made_line(n: usize, to: &Path, beside_device: bool) {
+    match beside_device {
+        true => tracing::info!("metadata: copy {n} made at {}, beside another tier device", to.display()),
+        false => tracing::info!(
+            "metadata: copy {n} made at {}, beside the first copy (no other tier device can hold it): it guards against damaged pages, not against losing that disk",
+            to.display()
+        ),
+    }
+}
+
+/// Makes, while the pool is mounted, the copies of the metadata it lacks
+/// (its redundancy was just raised): each is filled from the store in use
+/// with its writes held off (`MetaStore::add_copy`), then linked. Moves
+/// wait for the next open. Returns how many it made; a failure is logged
+/// and the next open tries again.
+pub fn raise_online(pool: &super::Pool) -> Result<usize> {
+    let plans = mirror_plan(&pool.path, &pool.meta, pool.sb.uuid)?;
+    let mut made = 0;
+    for plan in plans {
+        let MirrorPlan::Make { n, to, beside_device } = plan else {
+            continue;
+        };
+        let done = (pool.meta.add_copy(&to).map_err(FsError::from))
+            .and_then(|_| link_copy(&pool.path, n, &to))
+            .and_then(|_| sync_dir(&pool.path));
+        match done {
+            Ok(()) => (made += 1, made_line(n, &to, beside_device)).0,
+            Err(e) => tracing::warn!("metadata: copy {n} not made now ({e}); the next mount makes it"),
+        }
+    }
+    Ok(made)
+}
+
+/// Removes the copies' files a move or make left in the first copy's
+/// directory when a crash came before its link was switched: any file of
+/// a copy's name that no link points at.
 pub(super) fn forget_moved(pool: &Path, uuid: [u8; 16]) {
     let home = canonical(&PoolPaths::meta(pool));
-    let Some(old) = home.parent().map(|d| d.join(mirror_name(uuid))) else {
+    let Some(dir) = home.parent() else {
         return;
     };
-    let now = std::fs::canonicalize(PoolPaths::meta_mirror(pool)).ok();
-    if now.is_some_and(|n| n != old) && std::fs::remove_file(&old).is_ok() {
-        tracing::info!(
-            "metadata: removed {}, a second copy left behind by a move",
-            old.display()
-        );
+    let linked: Vec<PathBuf> = (2..=MAX_META_COPIES)
+        .filter_map(|n| std::fs::canonicalize(PoolPaths::meta_copy(pool, n)).ok())
+        .collect();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let (path, name) = (e.path(), e.file_name().to_string_lossy().into_owned());
+        let live = canonical(&path) == home || linked.contains(&canonical(&path));
+        if is_copy_name(&name, uuid) && !live && std::fs::remove_file(&path).is_ok() {
+            tracing::info!(
+                "metadata: removed {}, a copy left behind by a move",
+                path.display()
+            );
+        }
     }
 }
 
@@ -347,12 +518,12 @@ pub(super) fn copy_file(from: &Path, to: &Path, storage: &dyn Storage) -> std::i
     dst.sync_data()
 }
 
-/// Where the next open makes or moves the pool's second copy of the
-/// metadata (after `cairn device add`), if it does.
+/// Where the next open makes or moves the pool's copies of the metadata
+/// (after `cairn device add`), if it does.
 pub fn next_open_target(pool: &super::Pool) -> Result<Option<PathBuf>> {
-    let plan = mirror_plan(&pool.path, &pool.meta, pool.sb.uuid)?;
-    Ok(plan.map(|p| match p {
-        MirrorPlan::Make(to) | MirrorPlan::Move { to, .. } => to,
+    let plans = mirror_plan(&pool.path, &pool.meta, pool.sb.uuid)?;
+    Ok(plans.into_iter().next().map(|p| match p {
+        MirrorPlan::Make { to, .. } | MirrorPlan::Move { to, .. } => to,
     }))
 }
 
@@ -370,13 +541,14 @@ mod tests {
     }
 
     #[test]
-    fn only_one_or_two_copies_and_one_copy_has_no_mirror_dir() {
+    fn one_to_four_copies_and_one_copy_has_no_mirror_dir() {
         assert!(validate(&opts(2, None)).is_ok());
         assert!(validate(&opts(1, None)).is_ok());
+        assert!(validate(&opts(4, None)).is_ok());
         assert!(validate(&opts(2, Some("/x"))).is_ok());
-        for n in [0, 3, 7] {
+        for n in [0, 5, 7] {
             let e = validate(&opts(n, None)).unwrap_err().to_string();
-            assert!(e.contains("1 or 2"), "{e}");
+            assert!(e.contains("1 to 4"), "{e}");
         }
         let e = validate(&opts(1, Some("/x"))).unwrap_err().to_string();
         assert!(
@@ -413,6 +585,50 @@ mod tests {
         assert_eq!(
             (at.dir.as_path(), at.beside_device),
             (fast.as_path(), false)
+        );
+    }
+
+    #[test]
+    fn each_copy_takes_a_directory_and_domain_of_its_own_while_one_is_left() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let dirs: Vec<PathBuf> = (0..4).map(|i| root.join(format!("disk{i}"))).collect();
+        let pool = root.join("pool");
+        for p in dirs.iter().chain([&pool]) {
+            std::fs::create_dir(p).unwrap();
+        }
+        let mut specs: Vec<DeviceSpec> = (dirs.iter())
+            .map(|p| DeviceSpec::tier(DeviceClass::Ssd, p.clone(), None))
+            .collect();
+        // disk1 and disk2 are one enclosure: only one of them holds a copy.
+        specs[1].domain = Some("shelf".into());
+        specs[2].domain = Some("shelf".into());
+        let home = dirs[0].join("cairn-meta.redb");
+        let uuid = [7u8; 16];
+        let made = |plans: Vec<MirrorPlan>| -> Vec<(usize, PathBuf, bool)> {
+            (plans.into_iter())
+                .map(|p| match p {
+                    MirrorPlan::Make { n, to, beside_device } => {
+                        (n, to.parent().unwrap().to_path_buf(), beside_device)
+                    }
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let plans = made(plan_copies(&pool, &specs, &home, uuid, 3));
+        assert_eq!(
+            plans,
+            vec![(2, dirs[1].clone(), true), (3, dirs[3].clone(), true)]
+        );
+        // A fourth copy finds no free domain: beside the first.
+        let plans = made(plan_copies(&pool, &specs, &home, uuid, 4));
+        assert_eq!(plans[2], (4, dirs[0].clone(), false));
+        // A lost disk (its directory gone) holds no new copy.
+        std::fs::remove_dir(&dirs[1]).unwrap();
+        let plans = made(plan_copies(&pool, &specs, &home, uuid, 3));
+        assert_eq!(
+            plans,
+            vec![(2, dirs[2].clone(), true), (3, dirs[3].clone(), true)]
         );
     }
 }

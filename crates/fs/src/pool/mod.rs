@@ -182,7 +182,23 @@ impl PoolPaths {
     /// device, or beside the first copy), when the pool keeps one
     /// (`meta_copies`).
     pub fn meta_mirror(p: &Path) -> PathBuf {
-        p.join("meta.mirror")
+        Self::meta_copy(p, 2)
+    }
+    /// Copy `n` (2 or more) of the metadata: `meta.mirror` for the second,
+    /// as pools made before more copies existed have it, `meta.mirror.N`
+    /// for the others.
+    pub fn meta_copy(p: &Path, n: usize) -> PathBuf {
+        assert!(n >= 2, "copy {n} of the metadata is the store itself");
+        match n {
+            2 => p.join("meta.mirror"),
+            _ => p.join(format!("meta.mirror.{n}")),
+        }
+    }
+    /// The links to the metadata's copies beyond the first that exist, in
+    /// order.
+    pub fn meta_copies(p: &Path) -> Vec<PathBuf> {
+        let copies = (2..=meta_copies::MAX_META_COPIES).map(|n| Self::meta_copy(p, n));
+        copies.filter(|l| std::fs::symlink_metadata(l).is_ok()).collect()
     }
     pub fn config(p: &Path) -> PathBuf {
         p.join("cairn.toml")
@@ -379,17 +395,18 @@ fn mkfs_in(
     }
     write_first_tid(&meta, &descs, now, &opts)?;
     warnings.extend(redundancy_warning(&opts));
-    warnings.extend(meta_copies_warning(&opts));
     warnings.extend(log_warning);
     drop(meta);
     opts.meta_mirror = opts.meta_mirror.take().map(|d| cwd.join(d));
-    made.will_create(&PoolPaths::meta_mirror(pool));
-    let target = meta_copies::mkfs_mirror(pool, &opts, &home, uuid, &mut warnings)?;
-    if let Some(target) = &target {
-        made.will_create(target);
-        meta_copies::copy_file(&home, target, storage).map_err(io(target))?;
-    }
-    let metadata = meta_copies::mkfs_line(&home, target.as_deref());
+    let copies = meta_copies::MkfsCopies {
+        pool,
+        opts: &opts,
+        home: &home,
+        uuid,
+        storage,
+    };
+    let others = meta_copies::mkfs_copies(&copies, &mut warnings, &mut |p| made.will_create(p))?;
+    let metadata = meta_copies::mkfs_line(&home, &others);
     made.will_create(&PoolPaths::config(pool));
     if opts.force || !PoolPaths::config(pool).exists() {
         PoolConfig::default().save(&PoolPaths::config(pool))?;
@@ -443,20 +460,6 @@ fn redundancy_warning(opts: &MkfsOptions) -> Option<String> {
             opts.redundancy,
             domains.len(),
             domains.len()
-        )
-    })
-}
-
-/// A policy whose data survives more lost devices than the metadata's
-/// copies do (the metadata keeps at most two).
-fn meta_copies_warning(opts: &MkfsOptions) -> Option<String> {
-    let data = opts.redundancy.most_copies();
-    let meta = opts.meta_copies as usize;
-    (data > meta).then(|| {
-        format!(
-            "--redundancy {} survives {} lost devices, but the metadata keeps {meta} copies: a loss of every device that holds one stops the pool (keep the pool directory, where the metadata is when devices are not directories, on its own redundant storage)",
-            opts.redundancy,
-            data - 1
         )
     })
 }
@@ -637,18 +640,19 @@ fn meta_home(pool: &Path, specs: &[DeviceSpec]) -> Result<PathBuf> {
     Ok(target)
 }
 
-/// Removes, for mkfs --force, the old pool's link to its second copy of
-/// the metadata and the copy (when it has a mirror's name): the new pool
-/// must never take it for its own.
+/// Removes, for mkfs --force, the old pool's links to its copies of the
+/// metadata beyond the first and the copies (when they have a copy's
+/// name): the new pool must never take them for its own.
 fn forget_old_mirror(pool: &Path) {
-    let link = PoolPaths::meta_mirror(pool);
-    if let Ok(old) = std::fs::read_link(&link) {
-        let named = old.file_name().map(|n| n.to_string_lossy().into_owned());
-        if named.is_some_and(|n| n.starts_with("cairn-meta-mirror-")) {
-            let _ = std::fs::remove_file(pool.join(old));
+    for link in (2..=meta_copies::MAX_META_COPIES).map(|n| PoolPaths::meta_copy(pool, n)) {
+        if let Ok(old) = std::fs::read_link(&link) {
+            let named = old.file_name().map(|n| n.to_string_lossy().into_owned());
+            if named.is_some_and(|n| n.starts_with("cairn-meta-mirror-")) {
+                let _ = std::fs::remove_file(pool.join(old));
+            }
         }
+        let _ = std::fs::remove_file(link);
     }
-    let _ = std::fs::remove_file(link);
 }
 
 /// `DIR/cairn-meta.redb` when the fastest tier device is a directory DIR
@@ -819,11 +823,9 @@ impl Pool {
         crate::redundancy::degraded::promote_meta_mirror(path)?;
         let meta_pages = PageCache::new();
         let open_meta = || {
-            let mirror = PoolPaths::meta_mirror(path);
-            let mirrored = std::fs::symlink_metadata(&mirror).is_ok();
             MetaStore::open_mirrored(
                 &PoolPaths::meta(path),
-                mirrored.then_some(mirror.as_path()),
+                &PoolPaths::meta_copies(path),
                 (config.meta_cache_mib as usize) << 20,
                 meta_pages.clone(),
                 storage.clone(),
@@ -834,9 +836,10 @@ impl Pool {
         crate::history::liveness::convert(&meta)?;
         // A second copy missing, or beside the first while an added device
         // can hold it: made (or moved) with the store closed.
-        if let Some(plan) = meta_copies::mirror_plan(path, &meta, sb.uuid)? {
+        let plans = meta_copies::mirror_plan(path, &meta, sb.uuid)?;
+        if !plans.is_empty() {
             drop(meta);
-            meta_copies::settle_logged(path, &plan, &*storage);
+            meta_copies::settle_logged(path, &plans, &*storage);
             meta = open_meta()?;
         }
         meta_copies::forget_moved(path, sb.uuid);

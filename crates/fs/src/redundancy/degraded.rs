@@ -227,18 +227,20 @@ impl Lost {
 }
 
 /// The metadata's first copy is gone with its disk (its file, or the
-/// directory it lived in, no longer exists) while its second copy is
-/// there: the second copy becomes the first (`POOL/meta.redb` is linked
-/// to it, `POOL/meta.mirror` removed), so the pool opens, and a new second
-/// copy is made beside another device at this open (`add_missing_mirror`).
+/// directory it lived in, no longer exists) while another copy is there:
+/// the first of those becomes the first (`POOL/meta.redb` is linked to
+/// it, its own link removed), so the pool opens, and the copy it leaves
+/// missing is made anew at this open (`meta_copies::mirror_plan`).
 /// Returns whether it did.
 pub(crate) fn promote_meta_mirror(pool: &Path) -> Result<bool> {
     use crate::pool::PoolPaths;
-    let (meta, mirror) = (PoolPaths::meta(pool), PoolPaths::meta_mirror(pool));
+    let meta = PoolPaths::meta(pool);
     let first_gone = std::fs::metadata(&meta).is_err() && std::fs::symlink_metadata(&meta).is_ok();
-    if !first_gone || std::fs::metadata(&mirror).is_err() {
+    let there = PoolPaths::meta_copies(pool).into_iter();
+    let mirror = there.filter(|l| std::fs::metadata(l).is_ok()).next();
+    let (true, Some(mirror)) = (first_gone, mirror) else {
         return Ok(false);
-    }
+    };
     let lost = std::fs::read_link(&meta).unwrap_or_else(|_| meta.clone());
     let second = std::fs::read_link(&mirror)
         .map_err(|e| FsError::Io(format!("{}: {e}", mirror.display())))?;
@@ -255,7 +257,7 @@ pub(crate) fn promote_meta_mirror(pool: &Path) -> Result<bool> {
         .and_then(|f| f.sync_all())
         .map_err(io(pool))?;
     tracing::error!(
-        "DEGRADED: the metadata's first copy {} is gone; its second copy {} is now the first, and a new second copy is made",
+        "DEGRADED: the metadata's first copy {} is gone; its copy {} is now the first, and the copy missing is made anew",
         lost.display(),
         second.display()
     );

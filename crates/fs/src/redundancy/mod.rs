@@ -43,7 +43,34 @@ impl Fs {
         // to a new one, and re-replication can then reach the old one.
         self.pool.chunks.close_open_segment();
         tracing::info!("redundancy set to {p}");
+        self.raise_meta_copies();
         self.kick_resilver();
+        Ok(())
+    }
+
+    /// Makes the copies of the metadata the pool's redundancy now asks
+    /// for (`meta_copies::raise_online`); one not made now is made at the
+    /// next mount.
+    pub(crate) fn raise_meta_copies(&self) {
+        if let Err(e) = crate::pool::meta_copies::raise_online(&self.pool) {
+            tracing::warn!("metadata: copies not raised now ({e}); the next mount raises them");
+        }
+    }
+
+    /// A file or directory now asks for `layout`: the metadata keeps at
+    /// least as many copies as it (`meta_copies::PATH_COPIES`).
+    pub(crate) fn note_path_layout(&self, layout: cairn_data::Layout) -> Result<()> {
+        use crate::pool::meta_copies::PATH_COPIES;
+        let want = layout.copies() as u64;
+        if self.pool.meta.read()?.counter(PATH_COPIES)? >= want {
+            return Ok(());
+        }
+        let _last = self.flush_guard();
+        self.pool.meta.write(|w| {
+            let had = w.counter(PATH_COPIES)?;
+            w.set_counter(PATH_COPIES, had.max(want))
+        })?;
+        self.raise_meta_copies();
         Ok(())
     }
 }

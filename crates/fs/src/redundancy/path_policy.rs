@@ -28,6 +28,11 @@ pub(crate) fn parse(value: &[u8]) -> Option<Layout> {
     std::str::from_utf8(value).ok()?.parse().ok()
 }
 
+/// The layout `value` names when `name` is the policy's xattr.
+pub(crate) fn layout_named(name: &[u8], value: &[u8]) -> Option<Layout> {
+    (name == XATTR).then(|| parse(value)).flatten()
+}
+
 /// Accepted values of the attribute: a layout `Layout::from_str` reads.
 pub(crate) fn valid(name: &[u8], value: &[u8]) -> bool {
     name != XATTR || parse(value).is_some()
