@@ -733,13 +733,13 @@ fn forget_counter(meta: &Path, name: &str) {
 
 /// `mkfs --meta-copies 1` keeps one copy: no `meta.mirror` (a pool it
 /// replaces with --force loses its own), and no mount adds one. Counts
-/// other than 1 or 2, and one copy with `--meta-mirror`, are refused.
+/// other than 1 to 4, and one copy with `--meta-mirror`, are refused.
 #[test]
 fn a_pool_made_with_one_metadata_copy_never_gets_a_second() {
     let mut fs_ = Fs::create();
     let pool = fs_.pool.to_str().unwrap().to_string();
-    for bad in ["0", "3"] {
-        cairn_err(&["mkfs", &pool, "--meta-copies", bad], "1 or 2 copies");
+    for bad in ["0", "5"] {
+        cairn_err(&["mkfs", &pool, "--meta-copies", bad], "1 to 4 copies");
     }
     let dir = fs_.dir.to_str().unwrap().to_string();
     let both = ["mkfs", &pool, "--meta-copies", "1", "--meta-mirror", &dir];

@@ -463,7 +463,10 @@ fn meta_copies(fs: &Fs) -> Vec<PathBuf> {
         })
         .collect();
     links.sort();
-    links.iter().filter_map(|l| std::fs::canonicalize(l).ok()).collect()
+    links
+        .iter()
+        .filter_map(|l| std::fs::canonicalize(l).ok())
+        .collect()
 }
 
 /// A disk of its own per device: device `i` is the directory `disk{i}`.
@@ -513,7 +516,10 @@ fn an_ec_4_2_pool_keeps_three_metadata_copies_and_survives_losing_two_of_their_d
     }
     fs.mount();
     let log = fs.daemon_output();
-    assert!(log.contains("DEGRADED") && !log.contains("READ-ONLY"), "{log}");
+    assert!(
+        log.contains("DEGRADED") && !log.contains("READ-ONLY"),
+        "{log}"
+    );
     assert_files(&fs, "two disks holding metadata copies lost");
     // The copies lost are made anew on the disks left.
     let now = meta_copies(&fs);
@@ -526,7 +532,11 @@ fn an_ec_4_2_pool_keeps_three_metadata_copies_and_survives_losing_two_of_their_d
     fs.unmount();
     fs.mount();
     assert_files(&fs, "remounted");
-    assert_bytes_eq(&std::fs::read(fs.p("d/after")).unwrap(), &pattern(91, 300_000), "after");
+    assert_bytes_eq(
+        &std::fs::read(fs.p("d/after")).unwrap(),
+        &pattern(91, 300_000),
+        "after",
+    );
     fs.finish();
 }
 

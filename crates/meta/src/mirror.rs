@@ -182,7 +182,9 @@ impl Mirror {
             let n = step.min(len - at) as usize;
             src.read_at(&mut a[..n], at)?;
             dst.read_at(&mut b[..n], at)?;
-            let pages = a[..n].chunks(PAGE as usize).zip(b[..n].chunks(PAGE as usize));
+            let pages = a[..n]
+                .chunks(PAGE as usize)
+                .zip(b[..n].chunks(PAGE as usize));
             for (k, (pa, pb)) in pages.enumerate() {
                 sums.push(crc_page(pa));
                 if pa != pb {
@@ -545,12 +547,18 @@ mod tests {
     }
 
     fn bytes(seed: u8, len: usize) -> Vec<u8> {
-        (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect()
     }
 
     fn file(dir: &Path, i: usize) -> std::fs::File {
         let p = dir.join(format!("c{i}"));
-        std::fs::OpenOptions::new().read(true).write(true).open(p).unwrap()
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(p)
+            .unwrap()
     }
 
     use std::os::unix::fs::FileExt;
@@ -564,20 +572,31 @@ mod tests {
         let data = bytes(3, 10 * PAGE as usize);
         m.write_at(&data, 0).unwrap();
         assert_eq!(m.stats().copies, 3);
-        file(d.path(), 0).write_all_at(&[0xee; 100], 2 * PAGE + 7).unwrap();
-        file(d.path(), 1).write_all_at(&[0xdd; 100], 2 * PAGE + 7).unwrap();
+        file(d.path(), 0)
+            .write_all_at(&[0xee; 100], 2 * PAGE + 7)
+            .unwrap();
+        file(d.path(), 1)
+            .write_all_at(&[0xdd; 100], 2 * PAGE + 7)
+            .unwrap();
         let mut got = vec![0u8; data.len()];
         m.read_at(&mut got, 0).unwrap();
         assert!(got == data, "served from the third copy");
         assert_eq!(m.stats().repaired_on_read, 2);
         for i in 0..3 {
             let mut page = vec![0u8; PAGE as usize];
-            file(d.path(), i).read_exact_at(&mut page, 2 * PAGE).unwrap();
-            assert!(page[..] == data[2 * PAGE as usize..3 * PAGE as usize], "copy {i}");
+            file(d.path(), i)
+                .read_exact_at(&mut page, 2 * PAGE)
+                .unwrap();
+            assert!(
+                page[..] == data[2 * PAGE as usize..3 * PAGE as usize],
+                "copy {i}"
+            );
         }
         // The same page damaged in all three is an error, never bytes.
         for i in 0..3 {
-            file(d.path(), i).write_all_at(&[i as u8; 10], 5 * PAGE).unwrap();
+            file(d.path(), i)
+                .write_all_at(&[i as u8; 10], 5 * PAGE)
+                .unwrap();
         }
         let e = m.read_at(&mut got[..PAGE as usize], 5 * PAGE).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
@@ -621,7 +640,10 @@ mod tests {
         let m = Mirror::open(copies(d.path(), 3), |_| Ok(1)).unwrap();
         assert_eq!(m.stats().repaired_at_open, 2);
         for i in 0..3 {
-            assert!(std::fs::read(d.path().join(format!("c{i}"))).unwrap() == data, "copy {i}");
+            assert!(
+                std::fs::read(d.path().join(format!("c{i}"))).unwrap() == data,
+                "copy {i}"
+            );
         }
     }
 }

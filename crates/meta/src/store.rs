@@ -602,15 +602,23 @@ impl ReopenWith {
 fn good_copy(copies: &[Arc<dyn Backend>], names: &[std::path::PathBuf]) -> usize {
     let writes: Vec<Option<u64>> = copies.iter().map(|c| writes_if_sound(&**c)).collect();
     let best = writes.iter().flatten().max().copied();
-    let pick = best.map_or(0, |b| writes.iter().position(|w| *w == Some(b)).unwrap_or(0));
+    let pick = best.map_or(0, |b| {
+        writes.iter().position(|w| *w == Some(b)).unwrap_or(0)
+    });
     for (i, w) in writes.iter().enumerate().filter(|(i, _)| *i != pick) {
         let why = match w {
             None => "failed its check",
             Some(n) if Some(*n) < best => "is older",
             Some(_) => continue,
         };
-        let name = names.get(i).map(|p| p.display().to_string()).unwrap_or_default();
-        let good = names.get(pick).map(|p| p.display().to_string()).unwrap_or_default();
+        let name = names
+            .get(i)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let good = names
+            .get(pick)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         match i {
             0 => tracing::error!("metadata {name} {why}; repaired from its copy {good}"),
             _ => tracing::warn!("metadata copy {name} {why}; repaired from {good}"),

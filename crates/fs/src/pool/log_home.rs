@@ -47,7 +47,8 @@ fn eligible(d: &DeviceSpec) -> bool {
 
 /// Gives the log its devices unless the admin named them (`:log=`) or
 /// chose the pool directory: the fastest eligible devices, one per failure
-/// domain, as many as the metadata's copies. Returns a warning when the
+/// domain, as many as the metadata's copies (which follow the data's
+/// redundancy, `meta_copies::wanted_at_mkfs`). Returns a warning when the
 /// log ends up with fewer copies than that.
 pub fn place(opts: &mut MkfsOptions) -> Option<String> {
     if opts.intent_log == LogHome::PoolDir
@@ -62,7 +63,8 @@ pub fn place(opts: &mut MkfsOptions) -> Option<String> {
     let mut order: Vec<usize> = (0..opts.devices.len())
         .filter(|&i| eligible(&opts.devices[i]) && auto_area(sizes[i]).is_some())
         .collect();
-    let want = (opts.meta_copies.clamp(1, 2) as usize).min(order.len().max(1));
+    let copies = super::meta_copies::wanted_at_mkfs(opts);
+    let want = copies.min(order.len().max(1));
     order.sort_by_key(|&i| opts.devices[i].class.rank());
     let mut domains: Vec<Option<&str>> = Vec::new();
     let mut chosen = Vec::new();
@@ -133,6 +135,19 @@ mod tests {
         assert_eq!(place(&mut o), None);
         assert_eq!(logs(&o), vec![None, Some(64 << 20), None, Some(16 << 20)]);
         assert!(mkfs_line(&o).contains("2 copies"), "{}", mkfs_line(&o));
+    }
+
+    #[test]
+    fn data_that_survives_two_losses_gets_three_log_copies() {
+        let g = 1u64 << 30;
+        let mut o = MkfsOptions {
+            devices: (0..6).map(|_| spec(DeviceClass::Ssd, g, None)).collect(),
+            redundancy: "ec=4+2".parse().unwrap(),
+            ..Default::default()
+        };
+        assert_eq!(place(&mut o), None);
+        assert_eq!(logs(&o).iter().flatten().count(), 3, "{:?}", logs(&o));
+        assert!(mkfs_line(&o).contains("3 copies"), "{}", mkfs_line(&o));
     }
 
     #[test]

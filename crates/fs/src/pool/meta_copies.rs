@@ -67,8 +67,9 @@ pub(crate) fn wanted(r: &MetaRead) -> Result<usize> {
     Ok(want.min(MAX_META_COPIES))
 }
 
-/// The copies mkfs makes (`wanted` before the store exists).
-fn wanted_at_mkfs(opts: &MkfsOptions) -> usize {
+/// The copies mkfs makes (`wanted` before the store exists), and the
+/// intent log's copies on devices (`log_home::place`).
+pub(super) fn wanted_at_mkfs(opts: &MkfsOptions) -> usize {
     let want = (opts.meta_copies as usize).max(opts.redundancy.most_copies());
     want.min(MAX_META_COPIES)
 }
@@ -144,8 +145,8 @@ fn next_home(pool: &Path, specs: &[DeviceSpec], home: &Path, taken: &Taken) -> M
     let is_block =
         |d: &DeviceSpec| std::fs::metadata(&d.path).is_ok_and(|m| m.file_type().is_block_device());
     // There (not lost with its disk), and not a block device.
-    let free = (tiers.iter())
-        .find(|d| d.path.exists() && !is_block(d) && taken.is_free(&dir_of(d)));
+    let free =
+        (tiers.iter()).find(|d| d.path.exists() && !is_block(d) && taken.is_free(&dir_of(d)));
     match free {
         Some(d) => MirrorHome {
             dir: dir_of(d),
@@ -206,12 +207,18 @@ pub(super) fn mkfs_copies(
         .filter(|d| d.role == DeviceRole::Tier)
         .count();
     for plan in plans {
-        let MirrorPlan::Make { n, to, beside_device } = plan else {
+        let MirrorPlan::Make {
+            n,
+            to,
+            beside_device,
+        } = plan
+        else {
             continue;
         };
         if !beside_device && tiers >= n {
             warnings.push(format!(
-                "the metadata's copy {n} is beside the first, on the same disk: no tier device of another directory or failure domain is left to hold it (block devices); give --meta-mirror DIR on another disk to survive losing that disk"
+                "the metadata's {} copy is beside the first, on the same disk: no tier device of another directory or failure domain is left to hold it (block devices); give --meta-mirror DIR on another disk to survive losing that disk",
+                ordinal(n)
             ));
         }
         make(n, &to)?;
@@ -228,8 +235,14 @@ pub(super) fn mkfs_copies(
 fn copy_file_name(dir: &Path, uuid: [u8; 16], n: usize, avoid: &[PathBuf]) -> PathBuf {
     let id = uuid::Uuid::from_bytes(uuid).simple().to_string();
     let names = match n {
-        2 => [format!("cairn-meta-mirror-{id}.redb"), format!("cairn-meta-mirror-{id}.2.redb")],
-        _ => [format!("cairn-meta-mirror-{id}.{n}.redb"), format!("cairn-meta-mirror-{id}.{n}b.redb")],
+        2 => [
+            format!("cairn-meta-mirror-{id}.redb"),
+            format!("cairn-meta-mirror-{id}.2.redb"),
+        ],
+        _ => [
+            format!("cairn-meta-mirror-{id}.{n}.redb"),
+            format!("cairn-meta-mirror-{id}.{n}b.redb"),
+        ],
     };
     let free = |p: &PathBuf| !avoid.iter().any(|a| canonical(a) == canonical(p));
     let paths = names.map(|name| dir.join(name));
@@ -297,14 +310,20 @@ pub(super) fn mkfs_line(home: &Path, others: &[PathBuf]) -> String {
     let dir = |p: &Path| p.parent().unwrap_or(Path::new("/")).to_path_buf();
     let shared = (others.iter()).any(|m| same_filesystem(&dir(home), &dir(m)));
     let guards = match shared {
-        true => "some on one filesystem: those guard against damaged pages, not against losing its disk",
+        true => {
+            "some on one filesystem: those guard against damaged pages, not against losing its disk"
+        }
         false => "each on its own filesystem",
     };
     let all: Vec<String> = std::iter::once(home)
         .chain(others.iter().map(PathBuf::as_path))
         .map(|p| p.display().to_string())
         .collect();
-    format!("metadata: {} copies, {} ({guards})", all.len(), all.join(", "))
+    format!(
+        "metadata: {} copies, {} ({guards})",
+        all.len(),
+        all.join(", ")
+    )
 }
 
 /// What an open (or a raise while mounted) does about copy `n` of the
@@ -320,7 +339,11 @@ pub(super) enum MirrorPlan {
     },
     /// Move it from a directory it shares with another copy to `to`,
     /// beside a device added since.
-    Move { n: usize, from: PathBuf, to: PathBuf },
+    Move {
+        n: usize,
+        from: PathBuf,
+        to: PathBuf,
+    },
 }
 
 /// The tier devices of the store's device table, as specs.
@@ -340,7 +363,11 @@ fn device_specs(pool: &Path, r: &MetaRead) -> Result<Vec<DeviceSpec>> {
 
 /// What the pool's copies of the metadata need (see `plan_copies`), from
 /// the store's device table and `wanted`.
-pub(super) fn mirror_plan(pool: &Path, meta: &MetaStore, uuid: [u8; 16]) -> Result<Vec<MirrorPlan>> {
+pub(super) fn mirror_plan(
+    pool: &Path,
+    meta: &MetaStore,
+    uuid: [u8; 16],
+) -> Result<Vec<MirrorPlan>> {
     let r = meta.read()?;
     let want = wanted(&r)?;
     let specs = device_specs(pool, &r)?;
@@ -353,10 +380,19 @@ pub(super) fn mirror_plan(pool: &Path, meta: &MetaStore, uuid: [u8; 16]) -> Resu
 /// domain hold no earlier copy; else made (its link or file is missing)
 /// or moved (it shares a directory while a free one beside a device
 /// exists) to `next_home`. Copies beyond `want` stay.
-fn plan_copies(pool: &Path, specs: &[DeviceSpec], home: &Path, uuid: [u8; 16], want: usize) -> Vec<MirrorPlan> {
+fn plan_copies(
+    pool: &Path,
+    specs: &[DeviceSpec],
+    home: &Path,
+    uuid: [u8; 16],
+    want: usize,
+) -> Vec<MirrorPlan> {
     let mut taken = Taken::new(specs, home, pool);
     let mut files = vec![home.to_path_buf()];
-    files.extend((2..=MAX_META_COPIES).filter_map(|n| std::fs::canonicalize(PoolPaths::meta_copy(pool, n)).ok()));
+    files.extend(
+        (2..=MAX_META_COPIES)
+            .filter_map(|n| std::fs::canonicalize(PoolPaths::meta_copy(pool, n)).ok()),
+    );
     let mut plans = Vec::new();
     for n in 2..=want {
         // A link to a copy that is gone (its directory removed) is remade.
@@ -370,8 +406,16 @@ fn plan_copies(pool: &Path, specs: &[DeviceSpec], home: &Path, uuid: [u8; 16], w
         let to = copy_file_name(&at.dir, uuid, n, &files);
         taken.take(&at.dir);
         match now {
-            None => plans.push(MirrorPlan::Make { n, to: to.clone(), beside_device: at.beside_device }),
-            Some(from) if at.beside_device => plans.push(MirrorPlan::Move { n, from, to: to.clone() }),
+            None => plans.push(MirrorPlan::Make {
+                n,
+                to: to.clone(),
+                beside_device: at.beside_device,
+            }),
+            Some(from) if at.beside_device => plans.push(MirrorPlan::Move {
+                n,
+                from,
+                to: to.clone(),
+            }),
             Some(_) => continue,
         }
         files.push(to);
@@ -413,27 +457,41 @@ pub(super) fn settle_logged(pool: &Path, plans: &[MirrorPlan], st: &dyn Storage)
     for plan in plans {
         match (settle_copy(pool, plan, st), plan) {
             (Ok(to), MirrorPlan::Move { n, from, .. }) => tracing::info!(
-                "metadata: copy {n} moved from {} (beside another copy) to {}, beside another tier device",
+                "metadata: {} copy moved from {} (beside another copy) to {}, beside another tier device",
+                ordinal(*n),
                 from.display(),
                 to.display()
             ),
             (Ok(to), MirrorPlan::Make { n, beside_device, .. }) => made_line(*n, &to, *beside_device),
             (Err(e), MirrorPlan::Move { n, .. }) => {
-                tracing::warn!("metadata: copy {n} not moved ({e}); it stays where it was")
+                tracing::warn!("metadata: {} copy not moved ({e}); it stays where it was", ordinal(*n))
             }
             (Err(e), MirrorPlan::Make { n, .. }) => {
-                tracing::warn!("metadata: no copy {n} ({e}); the pool goes on without it");
+                tracing::warn!("metadata: no {} copy ({e}); the pool goes on without it", ordinal(*n));
                 let _ = std::fs::remove_file(PoolPaths::meta_copy(pool, *n));
             }
         }
     }
 }
 
+/// "second" for copy 2, and so on (copies are 2..=MAX_META_COPIES).
+fn ordinal(n: usize) -> &'static str {
+    ["first", "second", "third", "fourth"]
+        .get(n.wrapping_sub(1))
+        .copied()
+        .unwrap_or("next")
+}
+
 fn made_line(n: usize, to: &Path, beside_device: bool) {
     match beside_device {
-        true => tracing::info!("metadata: copy {n} made at {}, beside another tier device", to.display()),
+        true => tracing::info!(
+            "metadata: {} copy made at {}, beside another tier device",
+            ordinal(n),
+            to.display()
+        ),
         false => tracing::info!(
-            "metadata: copy {n} made at {}, beside the first copy (no other tier device can hold it): it guards against damaged pages, not against losing that disk",
+            "metadata: {} copy made at {}, beside the first copy (no other tier device can hold it): it guards against damaged pages, not against losing that disk",
+            ordinal(n),
             to.display()
         ),
     }
@@ -448,7 +506,12 @@ pub fn raise_online(pool: &super::Pool) -> Result<usize> {
     let plans = mirror_plan(&pool.path, &pool.meta, pool.sb.uuid)?;
     let mut made = 0;
     for plan in plans {
-        let MirrorPlan::Make { n, to, beside_device } = plan else {
+        let MirrorPlan::Make {
+            n,
+            to,
+            beside_device,
+        } = plan
+        else {
             continue;
         };
         let done = (pool.meta.add_copy(&to).map_err(FsError::from))
@@ -456,7 +519,10 @@ pub fn raise_online(pool: &super::Pool) -> Result<usize> {
             .and_then(|_| sync_dir(&pool.path));
         match done {
             Ok(()) => (made += 1, made_line(n, &to, beside_device)).0,
-            Err(e) => tracing::warn!("metadata: copy {n} not made now ({e}); the next mount makes it"),
+            Err(e) => tracing::warn!(
+                "metadata: {} copy not made now ({e}); the next mount makes it",
+                ordinal(n)
+            ),
         }
     }
     Ok(made)
@@ -608,9 +674,11 @@ mod tests {
         let made = |plans: Vec<MirrorPlan>| -> Vec<(usize, PathBuf, bool)> {
             (plans.into_iter())
                 .map(|p| match p {
-                    MirrorPlan::Make { n, to, beside_device } => {
-                        (n, to.parent().unwrap().to_path_buf(), beside_device)
-                    }
+                    MirrorPlan::Make {
+                        n,
+                        to,
+                        beside_device,
+                    } => (n, to.parent().unwrap().to_path_buf(), beside_device),
                     other => panic!("{other:?}"),
                 })
                 .collect()

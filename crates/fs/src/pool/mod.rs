@@ -198,7 +198,9 @@ impl PoolPaths {
     /// order.
     pub fn meta_copies(p: &Path) -> Vec<PathBuf> {
         let copies = (2..=meta_copies::MAX_META_COPIES).map(|n| Self::meta_copy(p, n));
-        copies.filter(|l| std::fs::symlink_metadata(l).is_ok()).collect()
+        copies
+            .filter(|l| std::fs::symlink_metadata(l).is_ok())
+            .collect()
     }
     pub fn config(p: &Path) -> PathBuf {
         p.join("cairn.toml")
