@@ -139,6 +139,59 @@ fn longest_fifo_stretch(samples: &[Sample]) -> Duration {
     longest
 }
 
+/// All of at least two ring threads at SCHED_IDLE.
+fn all_idle(p: &[i32]) -> bool {
+    p.len() >= 2 && p.iter().all(|&p| p == SCHED_IDLE)
+}
+
+/// Busy CPUs (eight spinning threads per CPU, at this test's normal
+/// priority) for a while, with requests: whether a ring thread reached
+/// policy `raised_to`, and the policies sampled meanwhile.
+fn starve(fs: &Fs, raised_to: i32) -> (bool, Vec<Sample>) {
+    let done = Arc::new(AtomicBool::new(false));
+    let samples = sampler(fs.daemon_pid(), done.clone());
+    let (stop, threads) = hogs(8);
+    let raised = poll(fs, Duration::from_secs(15), |p| p.contains(&raised_to));
+    // Keep the load a while longer: the stretch limit must show.
+    let t0 = Instant::now();
+    let mut i = 0;
+    while t0.elapsed() < Duration::from_secs(3) {
+        touch(fs, i);
+        i += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    threads.into_iter().for_each(|h| h.join().unwrap());
+    done.store(true, Ordering::Relaxed);
+    (raised, samples.join().unwrap())
+}
+
+/// The ring threads go back to SCHED_IDLE: 2 s after the last starved
+/// period, longer while the host stays busy (here that can be other work
+/// than this test's), when raised threads may stay at SCHED_OTHER.
+fn assert_back_to_idle(fs: &Fs) {
+    let mut busy_polls = 0;
+    let back = poll(fs, Duration::from_secs(15), |p| {
+        busy_polls += usize::from(host_busy());
+        all_idle(p)
+    });
+    if back {
+        return;
+    }
+    let p = policies(fs);
+    assert!(
+        busy_polls > 0,
+        "ring threads did not return to SCHED_IDLE on a quiet host: {p:?}"
+    );
+    assert!(
+        p.iter().all(|&x| x == SCHED_IDLE || x == SCHED_OTHER),
+        "ring threads not back from real time on a busy host: {p:?}"
+    );
+    eprintln!(
+        "other work kept the host busy ({busy_polls} polls): \
+         ring threads stay raised at SCHED_OTHER: {p:?}"
+    );
+}
+
 #[test]
 fn a_ring_thread_starved_by_busy_cpus_is_raised_briefly_and_back_to_idle_after() {
     let limited = own_cpu_limit();
@@ -149,28 +202,12 @@ fn a_ring_thread_starved_by_busy_cpus_is_raised_briefly_and_back_to_idle_after()
         SCHED_FIFO
     };
     let fs = mount("idle");
-    let idle = |p: &[i32]| p.len() >= 2 && p.iter().all(|&p| p == SCHED_IDLE);
     assert!(
-        poll(&fs, Duration::from_secs(10), idle),
+        poll(&fs, Duration::from_secs(10), all_idle),
         "ring threads not all at SCHED_IDLE on a quiet machine: {:?}",
         fs.daemon_thread_policies()
     );
-    let done = Arc::new(AtomicBool::new(false));
-    let samples = sampler(fs.daemon_pid(), done.clone());
-    // Eight spinning threads per CPU, at the test's own (normal) priority.
-    let (stop, threads) = hogs(8);
-    let raised = poll(&fs, Duration::from_secs(15), |p| p.contains(&raised_to));
-    // Keep the load a while longer: the stretch limit must show.
-    let t0 = Instant::now();
-    let mut i = 0;
-    while t0.elapsed() < Duration::from_secs(3) {
-        touch(&fs, i);
-        i += 1;
-    }
-    stop.store(true, Ordering::Relaxed);
-    threads.into_iter().for_each(|h| h.join().unwrap());
-    done.store(true, Ordering::Relaxed);
-    let samples = samples.join().unwrap();
+    let (raised, samples) = starve(&fs, raised_to);
     let fifo_seen = samples
         .iter()
         .any(|(_, t)| t.iter().any(|&(_, p)| p == SCHED_FIFO));
@@ -192,25 +229,7 @@ fn a_ring_thread_starved_by_busy_cpus_is_raised_briefly_and_back_to_idle_after()
         stretch <= Duration::from_millis(800),
         "a ring thread stayed SCHED_FIFO for {stretch:?}"
     );
-    // The boost lasts 2 s after the last starved period, longer while
-    // the host stays busy (here that can be other work than this test's).
-    let mut busy_polls = 0;
-    let back = poll(&fs, Duration::from_secs(15), |p| {
-        busy_polls += usize::from(host_busy());
-        idle(p)
-    });
-    if !back {
-        let p = policies(&fs);
-        assert!(
-            busy_polls > 0,
-            "ring threads did not return to SCHED_IDLE on a quiet host: {p:?}"
-        );
-        assert!(
-            p.iter().all(|&x| x == SCHED_IDLE || x == SCHED_OTHER),
-            "ring threads not back from real time on a busy host: {p:?}"
-        );
-        eprintln!("other work kept the host busy ({busy_polls} polls): ring threads stay raised at SCHED_OTHER: {p:?}");
-    }
+    assert_back_to_idle(&fs);
     fs.finish();
 }
 
