@@ -68,3 +68,16 @@ set_conf() {
         echo "$2 = $3" >>"$1"
     fi
 }
+
+# Cairn is measured over FUSE io_uring where the kernel offers it, but
+# `cairn mount` does not turn the host-wide fuse.enable_uring on by itself
+# (only with --enable-uring-module): say so when it is off, and turn it on
+# for the host when BENCH_ENABLE_URING=1.
+bench_uring_param=/sys/module/fuse/parameters/enable_uring
+if [ -r "$bench_uring_param" ] && [ "$(cat "$bench_uring_param")" != Y ]; then
+    if [ "${BENCH_ENABLE_URING:-0}" = 1 ]; then
+        echo Y >"$bench_uring_param" && log "turned on fuse.enable_uring (BENCH_ENABLE_URING=1)"
+    else
+        log "fuse.enable_uring=N: Cairn mounts use /dev/fuse threads (BENCH_ENABLE_URING=1 turns io_uring on)"
+    fi
+fi

@@ -549,11 +549,28 @@ pub struct MountArgs {
     /// FUSE worker threads reading /dev/fuse.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
-    /// FUSE over io_uring (per-CPU queues): auto uses it when the kernel has
-    /// it (turning on fuse.enable_uring as root), on requires it, off uses
-    /// /dev/fuse only.
+    /// FUSE over io_uring (per-CPU queues): auto uses it when the kernel
+    /// offers it (fuse.enable_uring=Y) and /dev/fuse threads otherwise, on
+    /// requires it, off uses /dev/fuse only. Neither changes the host's
+    /// fuse.enable_uring; see --enable-uring-module.
     #[arg(long, default_value = "auto", value_parser = transport_arg)]
     pub io_uring: cairn_fuse::Transport,
+    /// Turn on FUSE over io_uring in the kernel when it is off (write Y to
+    /// /sys/module/fuse/parameters/enable_uring; needs root). This is a
+    /// host-wide switch: it lets every FUSE daemon on the host use
+    /// io_uring. Not with --io-uring off.
+    #[arg(long)]
+    pub enable_uring_module: bool,
+    /// Scheduling of the io_uring ring threads: normal (default) keeps
+    /// them ordinary SCHED_OTHER threads at the daemon's nice value, never
+    /// real time, which is safe on a shared host; idle (root) has them
+    /// wait at SCHED_IDLE so callers stay on their CPU (faster small
+    /// requests on some VMs), and raises a thread its CPU starves: to
+    /// SCHED_FIFO for at most 500 ms at a time and 200 ms of CPU per
+    /// second, and never above SCHED_OTHER in a cgroup with a CPU limit
+    /// (cpu.max); off leaves their scheduling as inherited.
+    #[arg(long, value_name = "POLICY", default_value = "normal", value_parser = ring_priority_arg)]
+    pub ring_priority: cairn_fuse::RingPriority,
     /// Mount a pool whose intent log is damaged in the middle (a record
     /// unreadable in both of its copies, valid ones after it): replay the
     /// records before the damage and drop the rest, losing their fsync'd
@@ -636,6 +653,21 @@ pub struct NbdArgs {
 
 fn transport_arg(s: &str) -> Result<cairn_fuse::Transport, String> {
     s.parse()
+}
+
+fn ring_priority_arg(s: &str) -> Result<cairn_fuse::RingPriority, String> {
+    s.parse()
+}
+
+impl MountArgs {
+    /// How the mount reaches the kernel: the transport options above.
+    pub fn transport(&self) -> cairn_fuse::TransportOptions {
+        cairn_fuse::TransportOptions {
+            io_uring: self.io_uring,
+            enable_module: self.enable_uring_module,
+            ring_priority: self.ring_priority,
+        }
+    }
 }
 
 #[derive(Args)]

@@ -204,7 +204,7 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     if crate::nbd::wanted(&config) {
         crate::nbd::start(&fs, &config, &a.nbd)?;
     }
-    let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, a.io_uring)
+    let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, &a.transport())
         .with_context(|| format!("mounting on {}", mnt.display()));
     let session = session.inspect_err(|_| crate::nbd::stop())?;
     let http = crate::metrics::start(&fs, &config, token).inspect_err(|_| crate::nbd::stop())?;
@@ -302,6 +302,10 @@ fn daemon_command(pool: &Path, a: &MountArgs) -> Result<Command> {
         .arg("--foreground");
     cmd.arg("--threads").arg(a.threads.to_string());
     cmd.arg("--io-uring").arg(a.io_uring.to_string());
+    cmd.arg("--ring-priority").arg(a.ring_priority.to_string());
+    if a.enable_uring_module {
+        cmd.arg("--enable-uring-module");
+    }
     if a.discard_damaged_log {
         cmd.arg("--discard-damaged-log");
     }

@@ -34,7 +34,7 @@ pub fn serve(
     let p = salvage::open_salvage_pool(pool, config)?;
     let fs = Fs::open_salvage(p)?;
     let mnt = a.mountpoint.canonicalize()?;
-    let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, a.io_uring)?;
+    let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, &a.transport())?;
     tracing::warn!("{}", mounted_line(pool, &mnt));
     ready.ok();
     let m2 = mnt.clone();

@@ -57,7 +57,15 @@ fn burst(fs: &Fs, tag: &str, threads: usize, secs: f64, limit: Duration) {
 
 #[test]
 fn the_fuse_worker_pool_keeps_what_it_grew_and_writes_never_hang() {
-    let fs = Fs::new();
+    // The pool serves io_uring's hand-offs: turn io_uring on if it is off.
+    let mut fs = Fs::create();
+    fs.mkfs(&[]);
+    fs.mount_args = vec![
+        "--io-uring".into(),
+        "on".into(),
+        "--enable-uring-module".into(),
+    ];
+    fs.mount();
     burst(&fs, "grow", 32, 3.0, Duration::from_secs(60));
     let grown = workers(&fs);
     assert!(

@@ -318,11 +318,15 @@ fn run_model(mut fs: Fs, seed: u64, batches: usize, ops: usize) {
     fs.finish();
 }
 
-/// Mounts a default pool with the given `--io-uring` mode.
+/// Mounts a default pool with the given `--io-uring` mode (turning
+/// io_uring on in the kernel for `on`, which needs it).
 fn pool_with_transport(mode: &str) -> Fs {
     let mut fs = Fs::create();
     fs.mkfs(&[]);
     fs.mount_args = vec!["--io-uring".into(), mode.into()];
+    if mode == "on" {
+        fs.mount_args.push("--enable-uring-module".into());
+    }
     fs.mount();
     fs
 }

@@ -264,6 +264,8 @@ fn metrics_are_valid_and_agree_with_info() {
         &addr,
         &"--nbd-socket",
         &sock,
+        // The FUSE worker pool's metrics need io_uring: on, if it is off.
+        &"--enable-uring-module",
     ]);
     // A known workload: files (one written twice: dedup), snapshots, an
     // NBD volume written with qemu-io, and every maintenance command.
@@ -487,8 +489,8 @@ fn metrics_are_valid_and_agree_with_info() {
             "cairn_nbd_queue_wait_seconds_count{{server=\"{srv}\"}}"
         )) >= 2.0
     );
-    // Over io_uring, the FUSE worker pool (the kernel here has it: the
-    // mount would have logged "serving /dev/fuse" otherwise).
+    // Over io_uring, the FUSE worker pool (the kernel here has it, and
+    // --enable-uring-module turned it on if it was off).
     let fw = &i["fuse_workers"];
     assert!(fw.is_object(), "no FUSE worker pool in info: {fw}");
     assert_eq!(get("cairn_fuse_workers"), u(&fw["workers"]));

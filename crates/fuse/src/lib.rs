@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use ops::CairnFuse;
-pub use transport::Transport;
+pub use transport::{RingPriority, Transport, TransportError, TransportOptions};
 
 /// Mount options for a pool.
 pub fn config(threads: usize, fsname: &str, uring: Option<fuser::UringConfig>) -> Config {
@@ -64,7 +64,7 @@ pub fn serve(
     fs: Arc<Fs>,
     mountpoint: &Path,
     threads: usize,
-    transport: Transport,
+    transport: &TransportOptions,
 ) -> std::io::Result<()> {
     let cfg = config_ro(threads, &fsname(&fs), prepare(transport)?, fs.read_only());
     let fuse = CairnFuse::new(fs);
@@ -80,7 +80,7 @@ pub fn spawn(
     fs: Arc<Fs>,
     mountpoint: &Path,
     threads: usize,
-    transport: Transport,
+    transport: &TransportOptions,
 ) -> std::io::Result<fuser::BackgroundSession> {
     let cfg = config_ro(threads, &fsname(&fs), prepare(transport)?, fs.read_only());
     let fuse = CairnFuse::new(fs);
@@ -96,6 +96,6 @@ fn fsname(fs: &Fs) -> String {
     fs.pool().path.display().to_string()
 }
 
-fn prepare(t: Transport) -> std::io::Result<Option<fuser::UringConfig>> {
+fn prepare(t: &TransportOptions) -> std::io::Result<Option<fuser::UringConfig>> {
     transport::prepare(t).map_err(std::io::Error::other)
 }

@@ -49,6 +49,7 @@ pub use crate::ll::request::LockOwner;
 pub use crate::ll::request::Version;
 pub use crate::mnt::mount_options::Config;
 pub use crate::uring::{Executor, UringConfig};
+pub use crate::uring_sched::RingPriority;
 pub use crate::mnt::mount_options::MountOption;
 pub use crate::notify::Notifier;
 pub use crate::notify::PollHandle;
@@ -103,6 +104,7 @@ mod request_param;
 mod session;
 mod time;
 mod uring;
+mod uring_load;
 mod uring_sched;
 
 /// We generally support async reads

@@ -100,12 +100,13 @@ pub struct UringConfig {
     /// Threads (each with its own ring and one entry) per CPU queue. More
     /// than one keeps a CPU's queue moving while a handler blocks.
     pub threads_per_queue: usize,
-    /// Run ring threads at `SCHED_IDLE` between requests (root only), so the
-    /// scheduler sees their CPU as free when a reply wakes the caller and
-    /// keeps the caller there. Reads and writes are served at normal
-    /// priority, and a thread that waits for its CPU is raised for a while
+    /// How ring threads are scheduled: `Normal` (the default) leaves them
+    /// at `SCHED_OTHER`; `Idle` (root only) has them wait for requests at
+    /// `SCHED_IDLE`, so the scheduler sees their CPU as free when a reply
+    /// wakes the caller and keeps the caller there, and raises a thread
+    /// that waits for its CPU for a while; `Off` leaves their policy alone
     /// (see `uring_sched.rs`).
-    pub idle_priority: bool,
+    pub priority: crate::uring_sched::RingPriority,
     /// Entries registered per thread: requests it can hold at once (those
     /// handed to workers keep theirs until they reply).
     pub entries_per_thread: usize,
@@ -131,9 +132,9 @@ impl PartialEq for UringConfig {
         };
         (
             self.threads_per_queue,
-            self.idle_priority,
+            self.priority,
             self.entries_per_thread,
-        ) == (o.threads_per_queue, o.idle_priority, o.entries_per_thread)
+        ) == (o.threads_per_queue, o.priority, o.entries_per_thread)
             && self.bulk_read_min == o.bulk_read_min
             && same_executor
     }
@@ -145,7 +146,7 @@ impl Default for UringConfig {
     fn default() -> Self {
         Self {
             threads_per_queue: 2,
-            idle_priority: true,
+            priority: crate::uring_sched::RingPriority::default(),
             entries_per_thread: 4,
             bulk_read_min: 128 * 1024,
             executor: None,
@@ -704,7 +705,7 @@ pub(crate) fn start<FS: Filesystem>(
 ) -> io::Result<Rings> {
     let cpus = possible_cpus();
     let depth = entries_per_thread(&cfg, cpus);
-    let idle = cfg.idle_priority && crate::uring_sched::can_leave_idle();
+    let prio = crate::uring_sched::effective(cfg.priority);
     let mut rings = Rings {
         rings: Vec::new(),
         threads: Vec::new(),
@@ -736,7 +737,7 @@ pub(crate) fn start<FS: Filesystem>(
             let (r, b) = (ring.clone(), bulk.clone());
             let spawned = std::thread::Builder::new()
                 .name(name)
-                .spawn(move || serve(r, se, idle, b));
+                .spawn(move || serve(r, se, prio, b));
             match spawned {
                 Ok(h) => rings.threads.push(h),
                 Err(err) => {
@@ -747,7 +748,7 @@ pub(crate) fn start<FS: Filesystem>(
             rings.rings.push(ring);
         }
     }
-    if idle {
+    if prio == crate::uring_sched::RingPriority::Idle {
         let scheds = rings
             .rings
             .iter()
@@ -755,7 +756,7 @@ pub(crate) fn start<FS: Filesystem>(
         rings.monitor = Some(crate::uring_sched::Monitor::start(scheds.collect())?);
     }
     info!(
-        "FUSE over io_uring: {cpus} queues x {} threads x {} entries, idle priority {idle}",
+        "FUSE over io_uring: {cpus} queues x {} threads x {} entries, ring priority {prio:?}",
         cfg.threads_per_queue, depth
     );
     Ok(rings)
@@ -790,10 +791,15 @@ impl Handoff {
     }
 }
 
-fn serve<FS: Filesystem>(ring: Arc<Ring>, se: Arc<SessionEventLoop<FS>>, idle: bool, bulk: Bulk) {
+fn serve<FS: Filesystem>(
+    ring: Arc<Ring>,
+    se: Arc<SessionEventLoop<FS>>,
+    prio: crate::uring_sched::RingPriority,
+    bulk: Bulk,
+) {
     let _ = ring.owner.set(std::thread::current().id());
     pin_to_cpu(ring.qid as usize);
-    ring.sched.enter(idle);
+    ring.sched.enter(prio);
 
     let setup = (0..ring.entries.len())
         .try_for_each(|i| ring.register(i))
@@ -822,23 +828,43 @@ fn ring_loop<FS: Filesystem>(
         done.clear();
         // SAFETY: only this thread reads the completion queue.
         done.extend(unsafe { ring.io.completion_shared() }.map(|c| (c.user_data(), c.result())));
-        for &(ud, res) in &done {
-            if ud == STOP {
-                return Ok(());
-            }
-            let idx = ud as usize;
-            match -res {
-                0 => serve_request(ring, idx, se, bulk)?,
-                libc::EAGAIN | libc::EINTR => ring.register(idx)?,
-                libc::ENOTCONN | libc::ENODEV | libc::ECANCELED => return Ok(()),
-                libc::EOPNOTSUPP => {
-                    warn!("fuse ring: the kernel refused io_uring; using /dev/fuse");
-                    return Ok(());
-                }
-                e => return Err(io::Error::from_raw_os_error(e)),
-            }
+        // Never at idle priority (uring_sched.rs): requests take locks
+        // other threads wait for (the entry's, the ring's, the workers'
+        // queue, the filesystem's). Their replies are submitted in this
+        // thread's next wait.
+        if !ring
+            .sched
+            .serve(|| handle_completions(ring, &done, se, bulk))?
+        {
+            return Ok(());
         }
     }
+}
+
+/// Handles one batch of completions; false when the ring is done.
+fn handle_completions<FS: Filesystem>(
+    ring: &Arc<Ring>,
+    done: &[(u64, i32)],
+    se: &Arc<SessionEventLoop<FS>>,
+    bulk: &Bulk,
+) -> io::Result<bool> {
+    for &(ud, res) in done {
+        if ud == STOP {
+            return Ok(false);
+        }
+        let idx = ud as usize;
+        match -res {
+            0 => serve_request(ring, idx, se, bulk)?,
+            libc::EAGAIN | libc::EINTR => ring.register(idx)?,
+            libc::ENOTCONN | libc::ENODEV | libc::ECANCELED => return Ok(false),
+            libc::EOPNOTSUPP => {
+                warn!("fuse ring: the kernel refused io_uring; using /dev/fuse");
+                return Ok(false);
+            }
+            e => return Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+    Ok(true)
 }
 
 /// Rebuilds the request the kernel put in entry `idx` and dispatches it,
@@ -888,7 +914,7 @@ fn serve_request<FS: Filesystem>(
     if let Some((tx, _)) = bulk.as_ref().filter(|(_, min)| to_worker(*min)) {
         let (r, s) = (ring.clone(), se.clone());
         let job: Job = Box::new(move || {
-            if let Err(err) = dispatch(&r, idx, &s, bytes, false) {
+            if let Err(err) = dispatch(&r, idx, &s, bytes) {
                 error!("fuse ring {}: {err}", r.qid);
             }
         });
@@ -898,23 +924,15 @@ fn serve_request<FS: Filesystem>(
         error!("fuse ring {}: bulk workers gone", ring.qid);
         return ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))]);
     }
-    // Only long reads and writes are worth two sched_setscheduler calls:
-    // a small one is over before idle priority could starve it.
-    let long = matches!(opcode, OP_READ | OP_WRITE) && size >= RAISE_MIN;
-    dispatch(ring, idx, se, bytes, long)
+    dispatch(ring, idx, se, bytes)
 }
 
-/// Reads and writes at least this large are served at normal priority.
-const RAISE_MIN: u32 = 64 * 1024;
-
 /// Parses and dispatches a rebuilt request, then commits a staged reply.
-/// `bulk`: raise a ring thread at idle priority to normal while it runs.
 fn dispatch<FS: Filesystem>(
     ring: &Arc<Ring>,
     idx: usize,
     se: &SessionEventLoop<FS>,
     bytes: RequestBytes,
-    bulk: bool,
 ) -> io::Result<()> {
     // SAFETY: see RequestBytes; we are the entry's owner until the commit.
     let data = unsafe { std::slice::from_raw_parts(bytes.0, bytes.1) };
@@ -932,7 +950,7 @@ fn dispatch<FS: Filesystem>(
         st.payload_borrowed = bytes.2;
         st.staged = None;
     }
-    ring.sched.serve(bulk, || req.dispatch(se));
+    req.dispatch(se);
     drop(req);
     ring.finish_dispatch(idx)
 }

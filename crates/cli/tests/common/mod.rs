@@ -5,6 +5,7 @@
 //! own temp dir and its `Drop` always removes the mount, even when a test fails.
 #![allow(dead_code)]
 
+pub mod cgroup;
 pub mod hist;
 pub mod json;
 pub mod redundancy;
@@ -233,6 +234,9 @@ pub struct Fs {
     pub mount_args: Vec<String>,
     /// Extra environment variables of every `cairn mount`.
     pub mount_env: Vec<(String, PathBuf)>,
+    /// A program (and its arguments) that runs `cairn mount ...` in its
+    /// place, e.g. a shell that joins a cgroup and then execs it.
+    pub mount_prefix: Vec<String>,
     child: Option<Child>,
     mounts: u32,
     tmp: Option<tempfile::TempDir>,
@@ -256,6 +260,7 @@ impl Fs {
             mnt,
             mount_args,
             mount_env: Vec::new(),
+            mount_prefix: Vec::new(),
             child: None,
             mounts: 0,
             tmp: Some(tmp),
@@ -363,6 +368,11 @@ impl Fs {
             .collect()
     }
 
+    /// Process id of the foreground daemon.
+    pub fn daemon_pid(&self) -> u32 {
+        self.child.as_ref().expect("not mounted").id()
+    }
+
     /// Pids of processes (other than us) whose command line mentions this
     /// pool: daemons started by this test, e.g. in daemon (non-foreground) mode.
     pub fn daemon_pids(&self) -> Vec<i32> {
@@ -388,7 +398,15 @@ impl Fs {
         assert!(self.child.is_none(), "mount(): already mounted");
         self.mounts += 1;
         let out = File::create(self.out_file()).unwrap();
-        let child = Command::new(CAIRN)
+        let mut cmd = match self.mount_prefix.split_first() {
+            Some((prog, args)) => {
+                let mut c = Command::new(prog);
+                c.args(args).arg(CAIRN);
+                c
+            }
+            None => Command::new(CAIRN),
+        };
+        let child = cmd
             .arg("mount")
             .arg(&self.pool)
             .arg(&self.mnt)
