@@ -535,7 +535,7 @@ impl Backend for Mirror {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_devices::{HostStorage, OpenHow, Storage};
+    use cairn_devices::{HostStorage, OpenHow};
 
     fn copies(dir: &Path, n: usize) -> Vec<Arc<dyn Backend>> {
         (0..n)

@@ -106,7 +106,7 @@ impl<'a> Taken<'a> {
     /// own, named by its directory).
     fn domains_of(&self, dir: &Path) -> Vec<String> {
         let here = self.specs.iter().filter(|d| dir_of(d) == dir);
-        here.map(|d| domain_of(d)).collect()
+        here.map(domain_of).collect()
     }
 
     fn take(&mut self, dir: &Path) {

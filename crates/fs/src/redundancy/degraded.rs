@@ -236,8 +236,8 @@ pub(crate) fn promote_meta_mirror(pool: &Path) -> Result<bool> {
     use crate::pool::PoolPaths;
     let meta = PoolPaths::meta(pool);
     let first_gone = std::fs::metadata(&meta).is_err() && std::fs::symlink_metadata(&meta).is_ok();
-    let there = PoolPaths::meta_copies(pool).into_iter();
-    let mirror = there.filter(|l| std::fs::metadata(l).is_ok()).next();
+    let there = PoolPaths::meta_copies(pool);
+    let mirror = there.into_iter().find(|l| std::fs::metadata(l).is_ok());
     let (true, Some(mirror)) = (first_gone, mirror) else {
         return Ok(false);
     };
