@@ -12,5 +12,5 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 cargo test --workspace --profile suite -- --test-threads=2
 # fuser is vendored with Cairn's FUSE-over-io_uring transport (vendor/fuser/PATCHES.md):
 # its unit tests, and formatting of the files Cairn added.
-rustfmt --edition 2024 --check vendor/fuser/src/uring.rs vendor/fuser/src/uring_sched.rs
+rustfmt --edition 2024 --check vendor/fuser/src/uring.rs vendor/fuser/src/uring_sched.rs vendor/fuser/src/uring_load.rs vendor/fuser/src/uring_rescue.rs
 CARGO_TARGET_DIR="$PWD/target" cargo test --release --manifest-path vendor/fuser/Cargo.toml --lib

@@ -299,15 +299,28 @@ fn a_device_whose_writes_hang_is_faulted_and_the_writes_go_on() {
 /// one read waits on it (a read in the kernel cannot be taken back), the
 /// watchdog faults the device within seconds, and every other file then
 /// reads exact from the other copies without waiting; the waiting read
-/// ends exact once the device answers.
+/// ends exact once the device answers. With /dev/fuse threads.
 #[test]
 fn a_device_whose_reads_hang_is_faulted_and_reads_go_on() {
+    hung_reads_fault_the_device_and_reads_go_on(&["--io-uring", "off"]);
+}
+
+/// The same over FUSE io_uring: the ring thread that waits on the hung
+/// read holds the requests the kernel queued on its other entries until
+/// the rescuer hands them to workers (vendor/fuser/src/uring_rescue.rs).
+#[test]
+fn a_device_whose_reads_hang_is_faulted_and_reads_go_on_over_io_uring() {
+    hung_reads_fault_the_device_and_reads_go_on(&[
+        "--io-uring",
+        "on",
+        "--enable-uring-module",
+    ]);
+}
+
+fn hung_reads_fault_the_device_and_reads_go_on(mount_args: &[&str]) {
     let (mut fs, plan) = mounted(3, &[]);
     fs.set_config("io_timeout_secs", "2");
-    // Classic FUSE threads: a FUSE ring thread that waits on the hung
-    // read would hold the requests the kernel queues on its ring entries
-    // too (a limit of the io_uring frontend, not of the device layer).
-    fs.mount_args = vec!["--io-uring".into(), "off".into()];
+    fs.mount_args = mount_args.iter().map(|a| a.to_string()).collect();
     fs.remount();
     let files = write_files(&fs.mnt, "r", 7, 10);
     cairn_sync(&fs);

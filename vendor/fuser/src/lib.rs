@@ -105,6 +105,7 @@ mod session;
 mod time;
 mod uring;
 mod uring_load;
+mod uring_rescue;
 mod uring_sched;
 
 /// We generally support async reads

@@ -22,6 +22,7 @@
 //! payload still borrowed by the running handler is staged and committed when
 //! the handler returns.
 
+use std::collections::VecDeque;
 use std::io;
 use std::io::IoSlice;
 use std::os::fd::AsRawFd;
@@ -30,6 +31,8 @@ use std::os::fd::OwnedFd;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::sync::OnceLock;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::thread::ThreadId;
 
@@ -68,6 +71,8 @@ const OP_FSYNCDIR: u32 = 30;
 const OP_SETLKW: u32 = 33;
 /// `user_data` of the eventfd poll that stops a ring thread.
 const STOP: u64 = u64::MAX;
+/// user_data of a no-op that wakes the ring thread to look at `pending`.
+const WAKE: u64 = u64::MAX - 1;
 
 /// `struct fuse_uring_ent_in_out`.
 #[repr(C)]
@@ -368,6 +373,17 @@ pub(crate) struct Ring {
     /// The thread serving this ring (set when it starts).
     owner: OnceLock<ThreadId>,
     sched: crate::uring_sched::ThreadSched,
+    /// Serializes reading the completion queue: the ring thread reads it,
+    /// and so does the rescuer while the ring thread is stuck in one
+    /// request (`uring_rescue.rs`).
+    cq: Mutex<()>,
+    /// Completions read and not yet handled, in order: the ring thread
+    /// takes them one at a time, so those behind a request that blocks
+    /// can be handed to workers by the rescuer.
+    pending: Mutex<VecDeque<(u64, i32)>>,
+    /// When the ring thread started the request it serves itself
+    /// (`uring_rescue::now_ms`), 0 while it serves none.
+    pub(crate) busy_since: AtomicU64,
 }
 
 impl std::fmt::Debug for Ring {
@@ -416,7 +432,35 @@ impl Ring {
             stop: unsafe { OwnedFd::from_raw_fd(efd) },
             owner: OnceLock::new(),
             sched: crate::uring_sched::ThreadSched::default(),
+            cq: Mutex::new(()),
+            pending: Mutex::new(VecDeque::new()),
+            busy_since: AtomicU64::new(0),
         })
+    }
+
+    /// Moves the completions the kernel has posted to `pending`.
+    fn reap(&self) {
+        let _cq = self.cq.lock();
+        // SAFETY: readers of the completion queue are serialized by `cq`.
+        let done = unsafe { self.io.completion_shared() };
+        self.pending
+            .lock()
+            .extend(done.map(|c| (c.user_data(), c.result())));
+    }
+
+    /// The next completion to handle.
+    fn next_pending(&self) -> Option<(u64, i32)> {
+        self.pending.lock().pop_front()
+    }
+
+    /// Puts back a completion only the ring thread may handle, and wakes
+    /// it (it may be waiting for the kernel, which will post nothing more
+    /// for what the rescuer read).
+    fn give_back(&self, c: (u64, i32)) -> io::Result<()> {
+        self.pending.lock().push_front(c);
+        let nop = opcode::Nop::new().build().user_data(WAKE);
+        self.push(&squeue::Entry128::from(nop))?;
+        self.io.submit().map(|_| ())
     }
 
     fn push(&self, sqe: &squeue::Entry128) -> io::Result<()> {
@@ -582,12 +626,16 @@ pub(crate) struct Rings {
     threads: Vec<JoinHandle<()>>,
     monitor: Option<crate::uring_sched::Monitor>,
     bulk: Option<BulkPool>,
+    rescuer: Option<crate::uring_rescue::Rescuer>,
 }
 
 impl Rings {
     pub(crate) fn stop(self) {
         if let Some(m) = self.monitor {
             m.stop();
+        }
+        if let Some(r) = self.rescuer {
+            r.stop();
         }
         for r in &self.rings {
             r.wake_to_stop();
@@ -711,7 +759,9 @@ pub(crate) fn start<FS: Filesystem>(
         threads: Vec::new(),
         monitor: None,
         bulk: None,
+        rescuer: None,
     };
+    let mut loops = Vec::new();
     let bulk = match (cfg.bulk_read_min, &cfg.executor) {
         (0, _) => None,
         (min, Some(e)) => Some((Handoff::Executor(e.clone()), min)),
@@ -734,6 +784,7 @@ pub(crate) fn start<FS: Filesystem>(
             };
             let name = format!("fuse-ring-{qid}.{t}");
             let se = Arc::new(make_loop(name.clone()));
+            loops.push((ring.clone(), se.clone()));
             let (r, b) = (ring.clone(), bulk.clone());
             let spawned = std::thread::Builder::new()
                 .name(name)
@@ -746,6 +797,15 @@ pub(crate) fn start<FS: Filesystem>(
                 }
             }
             rings.rings.push(ring);
+        }
+    }
+    if let Some(b) = &bulk {
+        match crate::uring_rescue::Rescuer::start(loops, b.clone()) {
+            Ok(r) => rings.rescuer = Some(r),
+            Err(err) => {
+                rings.stop();
+                return Err(err);
+            }
         }
     }
     if prio == crate::uring_sched::RingPriority::Idle {
@@ -770,10 +830,10 @@ impl crate::uring_sched::HasSched for Ring {
 
 /// Where a ring thread sends large reads, and from what size.
 /// Where ring threads hand requests off, and from what READ/WRITE size.
-type Bulk = Option<(Handoff, u32)>;
+pub(crate) type Bulk = Option<(Handoff, u32)>;
 
 #[derive(Debug, Clone)]
-enum Handoff {
+pub(crate) enum Handoff {
     Pool(std::sync::mpsc::Sender<Job>),
     Executor(Arc<dyn Executor>),
 }
@@ -818,43 +878,39 @@ fn ring_loop<FS: Filesystem>(
     se: &Arc<SessionEventLoop<FS>>,
     bulk: &Bulk,
 ) -> io::Result<()> {
-    let mut done = Vec::with_capacity(8);
     loop {
         match ring.io.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
             Err(e) => return Err(e),
         }
-        done.clear();
-        // SAFETY: only this thread reads the completion queue.
-        done.extend(unsafe { ring.io.completion_shared() }.map(|c| (c.user_data(), c.result())));
+        ring.reap();
         // Never at idle priority (uring_sched.rs): requests take locks
         // other threads wait for (the entry's, the ring's, the workers'
         // queue, the filesystem's). Their replies are submitted in this
         // thread's next wait.
-        if !ring
-            .sched
-            .serve(|| handle_completions(ring, &done, se, bulk))?
-        {
+        if !ring.sched.serve(|| handle_pending(ring, se, bulk))? {
             return Ok(());
         }
     }
 }
 
-/// Handles one batch of completions; false when the ring is done.
-fn handle_completions<FS: Filesystem>(
+/// Handles the completions read, one at a time (the rescuer may take
+/// those behind one that blocks); false when the ring is done.
+fn handle_pending<FS: Filesystem>(
     ring: &Arc<Ring>,
-    done: &[(u64, i32)],
     se: &Arc<SessionEventLoop<FS>>,
     bulk: &Bulk,
 ) -> io::Result<bool> {
-    for &(ud, res) in done {
-        if ud == STOP {
-            return Ok(false);
+    while let Some((ud, res)) = ring.next_pending() {
+        match ud {
+            STOP => return Ok(false),
+            WAKE => continue,
+            _ => {}
         }
         let idx = ud as usize;
         match -res {
-            0 => serve_request(ring, idx, se, bulk)?,
+            0 => serve_request(ring, idx, se, bulk, false)?,
             libc::EAGAIN | libc::EINTR => ring.register(idx)?,
             libc::ENOTCONN | libc::ENODEV | libc::ECANCELED => return Ok(false),
             libc::EOPNOTSUPP => {
@@ -867,13 +923,46 @@ fn handle_completions<FS: Filesystem>(
     Ok(true)
 }
 
+/// Hands the requests read but not yet handled to workers, while the
+/// ring thread is stuck in one (`uring_rescue.rs`); returns how many. A
+/// stop, or an error the ring thread must see, is left for it.
+pub(crate) fn rescue_pending<FS: Filesystem>(
+    ring: &Arc<Ring>,
+    se: &Arc<SessionEventLoop<FS>>,
+    bulk: &Bulk,
+) -> io::Result<usize> {
+    ring.reap();
+    let mut handed = 0;
+    while let Some((ud, res)) = ring.next_pending() {
+        match (ud, -res) {
+            (WAKE, _) => {}
+            (_, 0) if ud != STOP => {
+                serve_request(ring, ud as usize, se, bulk, true)?;
+                handed += 1;
+            }
+            (_, libc::EAGAIN | libc::EINTR) if ud != STOP => {
+                ring.register(ud as usize)?;
+                ring.io.submit()?;
+            }
+            // A stop, or an error that ends the ring: its thread's.
+            _ => {
+                ring.give_back((ud, res))?;
+                break;
+            }
+        }
+    }
+    Ok(handed)
+}
+
 /// Rebuilds the request the kernel put in entry `idx` and dispatches it,
-/// here or (large reads and writes, requests that may block) on a worker.
+/// here or (large reads and writes, requests that may block, and with
+/// `to_workers` every one) on a worker.
 fn serve_request<FS: Filesystem>(
     ring: &Arc<Ring>,
     idx: usize,
     se: &Arc<SessionEventLoop<FS>>,
     bulk: &Bulk,
+    to_workers: bool,
 ) -> io::Result<()> {
     let e = &ring.entries[idx];
     // SAFETY: the kernel completed the command: the buffers are ours to read.
@@ -902,6 +991,7 @@ fn serve_request<FS: Filesystem>(
     // fuse_read_in.size and fuse_write_in.size: the u32 at byte 16.
     let size = u32::from_ne_bytes(hdr.op_in[16..20].try_into().unwrap());
     let to_worker = |min: u32| match opcode {
+        _ if to_workers => true,
         OP_READ | OP_WRITE => size >= min,
         OP_FSYNC | OP_FSYNCDIR => !se
             .filesystem
@@ -924,7 +1014,11 @@ fn serve_request<FS: Filesystem>(
         error!("fuse ring {}: bulk workers gone", ring.qid);
         return ring.send(idx, &[IoSlice::new(&error_header(unique, libc::EIO))]);
     }
-    dispatch(ring, idx, se, bytes)
+    ring.busy_since
+        .store(crate::uring_rescue::now_ms(), Ordering::Relaxed);
+    let r = dispatch(ring, idx, se, bytes);
+    ring.busy_since.store(0, Ordering::Relaxed);
+    r
 }
 
 /// Parses and dispatches a rebuilt request, then commits a staged reply.
