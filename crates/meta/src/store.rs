@@ -607,8 +607,8 @@ fn good_copy(copies: &[Arc<dyn Backend>], names: &[std::path::PathBuf]) -> usize
     });
     for (i, w) in writes.iter().enumerate().filter(|(i, _)| *i != pick) {
         let why = match w {
-            None => "failed its check",
-            Some(n) if Some(*n) < best => "is older",
+            None => "failed its check;",
+            Some(n) if Some(*n) < best => "is older than",
             Some(_) => continue,
         };
         let name = names
@@ -620,8 +620,8 @@ fn good_copy(copies: &[Arc<dyn Backend>], names: &[std::path::PathBuf]) -> usize
             .map(|p| p.display().to_string())
             .unwrap_or_default();
         match i {
-            0 => tracing::error!("metadata {name} {why}; repaired from its copy {good}"),
-            _ => tracing::warn!("metadata copy {name} {why}; repaired from {good}"),
+            0 => tracing::error!("metadata {name} {why} its mirror {good}, which repairs it"),
+            _ => tracing::warn!("metadata copy {name} {why} {good}, which repairs it"),
         }
     }
     pick

@@ -594,3 +594,67 @@ fn volumes_and_their_snapshots_reach_the_mirror() {
     assert!(x.matches && y.matches);
     assert_eq!(x.computed, y.computed, "the snapshot's tree hash");
 }
+
+/// A pool of two 64 MiB device files, so that chunks can have two copies.
+fn two_device_pool(dir: &Path, name: &str, mirror: bool) -> Arc<Fs> {
+    use cairn_devices::{DeviceClass, DeviceSpec};
+    let p = dir.join(name);
+    let devices = (0..2)
+        .map(|i| {
+            DeviceSpec::tier(
+                DeviceClass::Ssd,
+                dir.join(format!("{name}.d{i}")),
+                Some(64 << 20),
+            )
+        })
+        .collect();
+    let o = MkfsOptions {
+        sparse: true,
+        mirror,
+        devices,
+        ..MkfsOptions::default()
+    };
+    mkfs(&p, o).unwrap();
+    Fs::open(Pool::open(&p, None).unwrap()).unwrap()
+}
+
+/// The layouts of the segments file `path` (under the root) has its
+/// chunks in, and their copies.
+fn layouts_of(fs: &Fs, dir: &[u8], name: &[u8]) -> Vec<(Option<cairn_data::Layout>, usize)> {
+    let d = fs.lookup(ROOT_INO, dir).unwrap().ino;
+    let f = fs.lookup(d, name).unwrap().ino;
+    let r = fs.pool().meta.read().unwrap();
+    let mut out = Vec::new();
+    for id in fs.file_chunks(f).unwrap() {
+        let rec = cairn_data::ChunkRec::decode(&r.chunk(id).unwrap().unwrap()).unwrap();
+        let seg = fs.pool().chunks.segment(rec.segment).unwrap();
+        out.push((seg.layout, 1 + seg.copies.len()));
+    }
+    out.sort_by_key(|(l, n)| (l.map(|l| l.to_string()), *n));
+    out.dedup();
+    out
+}
+
+#[test]
+fn a_directory_with_its_own_copies_keeps_them_on_the_mirror() {
+    let d = tempfile::tempdir().unwrap();
+    let src = two_device_pool(d.path(), "src", false);
+    let keep = src.mkdir(Ctx::ROOT, ROOT_INO, b"keep", 0o755).unwrap().ino;
+    let plain = src.mkdir(Ctx::ROOT, ROOT_INO, b"plain", 0o755).unwrap().ino;
+    src.set_path_layout(keep, Some("copies=2".parse().unwrap()))
+        .unwrap();
+    for (dir, seed) in [(keep, 1u8), (plain, 2u8)] {
+        let f = src.create(Ctx::ROOT, dir, b"f", 0o644).unwrap().ino;
+        let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7) as u8 ^ seed).collect();
+        src.write(f, 0, &data).unwrap();
+    }
+    src.flush().unwrap();
+    let two = vec![(Some("copies=2".parse().unwrap()), 2)];
+    assert_eq!(layouts_of(&src, b"keep", b"f"), two, "the source");
+    let dst = two_device_pool(d.path(), "dst", true);
+    apply_stream(&dst, &stream(&src, 0)[..], ApplyOptions::default()).unwrap();
+    assert_mirrors(&src, &dst, 1);
+    assert_eq!(layouts_of(&dst, b"keep", b"f"), two, "the mirror");
+    let one = layouts_of(&dst, b"plain", b"f");
+    assert!(one.iter().all(|(l, n)| l.is_none() && *n == 1), "{one:?}");
+}

@@ -169,7 +169,7 @@ impl Fs {
     }
 
     /// The chunks the committed extents of file `ino` name, each once.
-    fn file_chunks(&self, ino: u64) -> Result<Vec<u64>> {
+    pub fn file_chunks(&self, ino: u64) -> Result<Vec<u64>> {
         let mut out = Vec::new();
         let mut seen = std::collections::HashSet::new();
         scan_all(

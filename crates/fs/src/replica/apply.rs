@@ -3,7 +3,9 @@
 //! then every event is applied at its own TID in one metadata transaction,
 //! with the chunk reference counts, history-only bytes and commit log kept
 //! as a commit of the source would keep them. A batch that fails leaves
-//! the mirror at its previous TID.
+//! the mirror at its previous TID. A chunk is written in the layout its
+//! file asks for (its own redundancy policy, which the stream carries as
+//! an xattr), as the source's flush would write it.
 
 use super::changes::{is_extent, Change, Event, StoredChunk};
 use crate::error::{FsError, Result};
@@ -11,9 +13,9 @@ use crate::history::liveness::add_ref;
 use crate::types::Extent;
 use crate::vfs::Fs;
 use cairn_data::chunk::{header_of, unseal};
-use cairn_data::{ChunkRec, Hash};
+use cairn_data::{ChunkRec, Hash, Layout};
 use cairn_devices::SlotAddr;
-use cairn_meta::{ElemKey, MetaWrite};
+use cairn_meta::{ElemKey, MetaWrite, RecordType};
 use std::collections::{BTreeSet, HashMap};
 
 /// A chunk a batch names: its id on the source, its hash, and its bytes
@@ -121,6 +123,7 @@ impl Fs {
     /// and writes it (as stored: compressed chunks stay compressed).
     fn store_chunks(&self, b: &Batch) -> Result<(Locals, BTreeSet<u64>)> {
         let mut out = Vec::new();
+        let layouts = self.chunk_layouts(b)?;
         let mut batch = self.pool.chunks.batch();
         for c in &b.chunks {
             if let Some(id) = self.chunk_by_hash(&c.hash)? {
@@ -135,6 +138,7 @@ impl Fs {
                 )));
             };
             verify_chunk(d, &c.hash)?;
+            batch.set_layout(layouts.get(&c.src).copied());
             let rec = batch.append_stored(d.method, d.raw_len, &d.stored, &c.hash)?;
             out.push((c.src, Local::New(rec)));
         }
@@ -143,6 +147,54 @@ impl Fs {
             self.pool.chunks.heat.written(*id);
         }
         Ok((out, segs.into_iter().map(|(id, _)| id).collect()))
+    }
+
+    /// The own layout of the file each chunk of `b` belongs to (by source
+    /// id), as the batch leaves the file's policy attribute, else as the
+    /// mirror holds it; chunks of files without one are absent (their
+    /// tier's policy applies).
+    fn chunk_layouts(&self, b: &Batch) -> Result<HashMap<u64, Layout>> {
+        use crate::redundancy::path_policy::{parse, XATTR};
+        // Per inode: the attribute as the batch leaves it (None: removed).
+        let mut set: HashMap<u64, Option<Layout>> = HashMap::new();
+        let mut file_of: HashMap<u64, u64> = HashMap::new();
+        for e in &b.events {
+            let key = ElemKey(e.key.clone());
+            match (key.rtype(), &e.change) {
+                (Some(RecordType::Xattr), Change::Create(v)) if key.sub() == XATTR => {
+                    set.insert(key.obj(), parse(v));
+                }
+                (Some(RecordType::Xattr), Change::End) if key.sub() == XATTR => {
+                    set.entry(key.obj()).or_insert(None);
+                }
+                (Some(RecordType::Extent), Change::Create(p)) => {
+                    for id in Extent::decode(p)?.chunks() {
+                        file_of.entry(id).or_insert(key.obj());
+                    }
+                }
+                _ => {}
+            }
+        }
+        let r = self.meta()?;
+        let mut held: HashMap<u64, Option<Layout>> = HashMap::new();
+        let mut out = HashMap::new();
+        for (src, ino) in file_of {
+            let layout = match set.get(&ino) {
+                Some(l) => *l,
+                None => match held.get(&ino) {
+                    Some(l) => *l,
+                    None => {
+                        let key = ElemKey::new(ino, RecordType::Xattr, XATTR);
+                        let l = r.get(&key)?.and_then(|e| parse(&e.payload));
+                        *held.entry(ino).or_insert(l)
+                    }
+                },
+            };
+            if let Some(l) = layout {
+                out.insert(src, l);
+            }
+        }
+        Ok(out)
     }
 
     /// Records the batch's new chunks (their references are counted as the
