@@ -308,12 +308,15 @@ pub(super) fn mkfs_line(home: &Path, others: &[PathBuf]) -> String {
         return format!("metadata: 1 copy ({}; --meta-copies 1)", home.display());
     }
     let dir = |p: &Path| p.parent().unwrap_or(Path::new("/")).to_path_buf();
-    let shared = (others.iter()).any(|m| same_filesystem(&dir(home), &dir(m)));
+    let shared = (others.iter())
+        .filter(|m| same_filesystem(&dir(home), &dir(m)))
+        .count();
     let guards = match shared {
-        true => {
-            "some on one filesystem: those guard against damaged pages, not against losing its disk"
+        0 => "none on the first copy's filesystem",
+        n if n == others.len() => {
+            "all on one filesystem: they guard against damaged pages, not against losing its disk"
         }
-        false => "each on its own filesystem",
+        _ => "some share the first's filesystem: those guard against damaged pages, not against losing its disk",
     };
     let all: Vec<String> = std::iter::once(home)
         .chain(others.iter().map(PathBuf::as_path))
