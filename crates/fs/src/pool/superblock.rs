@@ -26,15 +26,6 @@ pub struct Superblock {
 
 impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
-        // What is written is what `decode` accepts: a pool that could not
-        // be opened again would be lost.
-        assert_eq!(
-            check_geometry(self.record_size as u64, self.segment_size),
-            Ok(()),
-            "superblock of records {} in segments {}",
-            self.record_size,
-            self.segment_size
-        );
         let mut b = vec![0u8; SUPERBLOCK_LEN];
         b[0..8].copy_from_slice(POOL_MAGIC);
         b[8..12].copy_from_slice(&POOL_FORMAT_VERSION.to_le_bytes());
