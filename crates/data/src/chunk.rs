@@ -27,6 +27,9 @@ pub type Hash = [u8; 32];
 /// buffer it is expanded into).
 pub const MAX_RAW_LEN: u32 = 1 << 20;
 
+// The header's fields, in the order of the table above, fill it exactly.
+const _: () = assert!(CHUNK_MAGIC.len() + 1 + 1 + 2 + 4 + 4 + 32 + 4 + 4 == CHUNK_HEADER_LEN);
+
 /// Why a sealed chunk does not check out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChunkError {

@@ -12,7 +12,7 @@
 
 use crate::aligned::AlignedBuf;
 use crate::deadline::{devices_within, DeviceJob};
-use crate::error::{DataError, Result};
+use crate::error::{invariant, DataError, Result};
 use crate::wpipe::WriteTarget;
 use cairn_devices::device::DIRECT_ALIGN;
 use cairn_devices::{Device, SlotAddr};
@@ -50,6 +50,8 @@ pub(crate) struct CopyTarget {
     pub(crate) dropped: Arc<Dropped>,
     /// How long a copy's write may take while another copy took it.
     pub(crate) timeout: Option<Duration>,
+    /// The slots' size: no write may reach past a segment's end.
+    pub(crate) segment_size: u64,
 }
 
 impl CopyTarget {
@@ -81,6 +83,16 @@ impl CopyTarget {
 impl WriteTarget for CopyTarget {
     /// `at` is the offset in the segment.
     fn write(&self, buf: &[u8], at: u64, cached: bool) -> Result<()> {
+        // The device refuses writes outside its data area, but cannot
+        // tell one slot from the next: this write would land on the
+        // segment after this one.
+        let end = at.checked_add(buf.len() as u64);
+        invariant!(
+            end.is_some_and(|e| e <= self.segment_size),
+            "a segment write of {} bytes at offset {at}, past the segment's {} bytes",
+            buf.len(),
+            self.segment_size
+        );
         let live: Vec<_> = (self.places.iter())
             .filter(|(a, _, _)| !self.dropped.has(*a))
             .collect();

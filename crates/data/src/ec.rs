@@ -35,7 +35,15 @@ pub fn parity(data: &[&[u8]], m: usize) -> Result<Vec<Vec<u8>>> {
         enc.add_original_shard(d).map_err(codec_err)?;
     }
     let out = enc.encode().map_err(codec_err)?;
-    Ok(out.recovery_iter().map(<[u8]>::to_vec).collect())
+    let shards: Vec<Vec<u8>> = out.recovery_iter().map(<[u8]>::to_vec).collect();
+    // Callers zip the shards with the parity members: one missing or
+    // short would leave a member's parity unwritten.
+    assert!(
+        shards.len() == m && shards.iter().all(|s| s.len() == len),
+        "{} parity shards for {m} of {len} bytes",
+        shards.len()
+    );
+    Ok(shards)
 }
 
 /// Shard `want` (0..k data, k..k+m parity) of a `k`+`m` stripe, from
@@ -67,6 +75,10 @@ pub fn restore_many(
         )));
     }
     let len = have[0].1.len();
+    assert!(
+        have.iter().all(|(_, b)| b.len() == len),
+        "shards of one length"
+    );
     let mut dec = ReedSolomonDecoder::new(k, m, len).map_err(codec_err)?;
     for (i, b) in have {
         match *i < k {

@@ -37,6 +37,11 @@ pub enum DataError {
         #[source]
         source: DeviceError,
     },
+    /// The data layer's own state broke an invariant (a bug: a write
+    /// outside its segment, a segment's accounting gone wrong): nothing
+    /// was written past the check, and the filesystem stops taking changes.
+    #[error("INVARIANT VIOLATED in the data layer: {what}; nothing was written past the check (a bug: keep the log)")]
+    Invariant { what: String },
 }
 
 impl DataError {
@@ -70,8 +75,17 @@ impl DataError {
     pub fn is_invariant(&self) -> bool {
         match self {
             DataError::Device(d) | DataError::WriteFailed { source: d, .. } => d.is_invariant(),
+            DataError::Invariant { .. } => true,
             _ => false,
         }
+    }
+
+    /// A violated invariant of the data layer (`what` did not hold):
+    /// logged here, once, as the error it returns.
+    pub fn invariant(what: String) -> DataError {
+        let e = DataError::Invariant { what };
+        tracing::error!("{e}");
+        e
     }
 
     /// Wraps a device's write or sync error: lack of space stays what it
@@ -89,3 +103,15 @@ impl DataError {
 }
 
 pub type Result<T> = std::result::Result<T, DataError>;
+
+/// `invariant!(cond, "what {}", x)`: when `cond` does not hold (a bug),
+/// returns `DataError::Invariant`, logged once, from the enclosing
+/// function, before the write it guards.
+macro_rules! invariant {
+    ($cond:expr, $($what:tt)+) => {
+        if !$cond {
+            return Err($crate::error::DataError::invariant(format!($($what)+)).into());
+        }
+    };
+}
+pub(crate) use invariant;

@@ -11,7 +11,7 @@
 //! (`stripe_read.rs`), and its copy rewritten so.
 
 use crate::chunk::unseal;
-use crate::error::{DataError, Result};
+use crate::error::{invariant, DataError, Result};
 use crate::records::{corrupt, ChunkRec};
 use crate::store::ChunkStore;
 use cairn_devices::SlotAddr;
@@ -198,15 +198,26 @@ impl ChunkStore {
         // its slot freed (maybe reused), and must not be written.
         let still = self
             .segment(rec.segment)
-            .is_some_and(|s| s.places().contains(&place));
-        if !still {
+            .filter(|s| s.places().contains(&place));
+        let Some(seg) = still else {
             return Err(DataError::Busy(format!("segment {} changed", rec.segment)));
-        }
+        };
         let (dev, at) = self.segs.locate_at(rec, place)?;
-        assert_eq!(
+        // The repair covers the chunk's bytes and no others: those of the
+        // next chunk, or past what the segment holds.
+        invariant!(
+            sealed.len() == rec.len as usize,
+            "a repair of {} bytes for a chunk of {}",
             sealed.len(),
-            rec.len as usize,
-            "repair of a different length"
+            rec.len
+        );
+        invariant!(
+            rec.offset as u64 + rec.len as u64 <= seg.used as u64,
+            "segment {}: a repair at {}+{} past the {} bytes appended",
+            rec.segment,
+            rec.offset,
+            rec.len,
+            seg.used
         );
         dev.write_at(sealed, at)
             .and_then(|()| dev.sync())

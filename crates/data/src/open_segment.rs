@@ -45,6 +45,8 @@ impl SegBuf {
             all[self.len..self.len + p.len()].copy_from_slice(p);
             self.len += p.len();
         }
+        // `padded` can always round up to a whole block.
+        debug_assert!(self.len + DIRECT_ALIGN <= self.buf.capacity());
     }
 
     /// The bytes from `from` on.

@@ -59,6 +59,17 @@ impl ChunkStore {
     /// them one by one (which also handles moved and cached chunks).
     pub fn read_run_into(&self, run: &mut [(ChunkRec, &mut [u8])]) -> Result<()> {
         assert!(!run.is_empty());
+        // One read lands header after data after header: the chunks lie
+        // back to back (`is_run`) and each buffer is its chunk's raw bytes.
+        debug_assert!(
+            run.windows(2).all(|w| {
+                let (a, b) = (&w[0].0, &w[1].0);
+                a.segment == b.segment && a.offset as u64 + a.len as u64 == b.offset as u64
+            }) && run.iter().all(|(r, d)| {
+                d.len() == r.raw_len as usize && r.len as usize == CHUNK_HEADER_LEN + d.len()
+            }),
+            "a run read of chunks that do not follow each other"
+        );
         if self.read_run_direct(run)? {
             return Ok(());
         }

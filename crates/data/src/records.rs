@@ -1,13 +1,13 @@
 //! Chunk and segment records, as stored in the metadata store. Each value
 //! starts with a format version byte and ends with a crc32c of what precedes.
 //!
-//! ChunkRec (v3, 73 + 4n bytes): ver u8 | segment u64 | offset u32 |
+//! ChunkRec (v3, 74 + 4n bytes): ver u8 | segment u64 | offset u32 |
 //!   len u32 | raw_len u32 | refs u64 | live u64 | hash [32] | n u8 |
 //!   sums [u32; n] | crc u32   (len includes the header; `sums` are the
 //!   crc32c of each 4 KiB of an uncompressed chunk's bytes, none for a
 //!   compressed one; n is their count modulo 256, a 1 MiB chunk's 256
-//!   sums count 0, and the record's length gives the count; v2, 72 bytes,
-//!   had no n and sums; v1, 64 bytes, no `live` either)
+//!   sums count 0, and the record's length gives the count; v2, 73 bytes,
+//!   had no n and sums; v1, 65 bytes, no `live` either)
 //! SegmentRec (v3, 47 + 12n bytes): ver u8 | device u32 | slot u64 |
 //!   used u32 | live u64 | chunks u64 | hist u64 | flags u8 | n u8 |
 //!   n x (device u32 | slot u64) | crc u32   (the first copy, then n more,
@@ -38,6 +38,13 @@ pub const SUM_SPAN: usize = 4096;
 
 /// The most sums a record holds (a chunk of 1 MiB).
 const MAX_SUMS: usize = 256;
+
+// The lengths the format (docs/FORMAT.md, the table above) gives the
+// records, which `decode` tells versions apart by; and the sums of the
+// largest chunk fit in a record.
+const _: () = assert!(ChunkRec::V2_LEN == 73 && ChunkRec::V1_LEN == 65);
+const _: () = assert!(SegmentRec::ENCODED_LEN == 46 && SegmentRec::V1_LEN == 38);
+const _: () = assert!(MAX_SUMS * SUM_SPAN == crate::chunk::MAX_RAW_LEN as usize);
 
 fn finish(mut b: Vec<u8>) -> Vec<u8> {
     let crc = crc32c::crc32c(&b);
@@ -127,7 +134,10 @@ impl ChunkRec {
         for s in &self.sums {
             b.extend_from_slice(&s.to_le_bytes());
         }
-        finish(b)
+        let b = finish(b);
+        // `decode_v3` counts the sums by the length.
+        assert_eq!(b.len(), Self::V2_LEN + 1 + 4 * self.sums.len());
+        b
     }
 
     /// Decodes v3, v2 (no sums), or v1 with `live` taken as `refs` (the
@@ -258,6 +268,12 @@ impl SegmentRec {
             "a segment has 1 to {MAX_COPIES} copies, not {}",
             places.len()
         );
+        // `decode` refuses a record with two copies on one device.
+        assert!(
+            (places.iter().enumerate())
+                .all(|(i, p)| places[..i].iter().all(|q| q.device != p.device)),
+            "two copies of a segment on one device: {places:?}"
+        );
         SegmentRec {
             device: places[0].device,
             slot: places[0].slot,
@@ -317,9 +333,26 @@ impl SegmentRec {
             }
         }
         if let Some(l) = self.layout {
+            // `decode` takes the layout back from this value, or refuses
+            // the record.
+            assert_eq!(
+                Layout::from_counter(l.counter()),
+                Some(l),
+                "segment layout {l:?}"
+            );
             b.extend_from_slice(&(l.counter() as u32).to_le_bytes());
         }
-        finish(b)
+        let b = finish(b);
+        // The length `decode` checks for this version.
+        let tail = 4 * self.layout.is_some() as usize;
+        assert_eq!(
+            b.len(),
+            match version {
+                REC_VERSION => Self::ENCODED_LEN,
+                _ => Self::ENCODED_LEN + 1 + 12 * self.copies.len() + tail,
+            }
+        );
+        b
     }
 
     pub fn decode(b: &[u8]) -> Result<Self> {

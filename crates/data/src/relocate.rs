@@ -14,7 +14,7 @@
 //! device is rebuilt from the others, and each chunk is checked: one that
 //! is damaged there is taken from another copy (`verified.rs`).
 
-use crate::error::{DataError, Result};
+use crate::error::{invariant, DataError, Result};
 use crate::records::SegmentRec;
 use crate::store::ChunkStore;
 use cairn_devices::{Device, SlotAddr};
@@ -46,6 +46,16 @@ impl Relocation {
             }
         }
         out.extend(to);
+        // The slots of `from` are freed after the switch: the record must
+        // name none of them, and every new copy.
+        assert!(
+            !out.iter().any(|p| self.from.contains(p)) && self.to.iter().all(|t| out.contains(t)),
+            "segment {}: copies {out:?} from {:?} less {:?} plus {:?}",
+            self.segment,
+            self.old,
+            self.from,
+            self.to
+        );
         out
     }
 }
@@ -172,6 +182,14 @@ impl ChunkStore {
     /// chunk checked and taken from a copy that holds it intact
     /// (`verified.rs`), and syncs.
     fn copy_to(&self, id: u64, rec: &SegmentRec, to: SlotAddr) -> Result<()> {
+        // The new copy goes to a slot claimed for it, never over a copy
+        // it is read from.
+        invariant!(
+            !rec.places().contains(&to),
+            "segment {id}: a new copy on device {} slot {}, where a copy of it is",
+            to.device,
+            to.slot
+        );
         let dst = self.segs.devices.device(to.device)?;
         let b = dst.slot_offset(to.slot);
         let failed = |e| DataError::of_write(to.device, e);
@@ -187,9 +205,11 @@ impl ChunkStore {
             return dst.sync().map_err(failed);
         }
         self.read_checked(id, rec, |off, bytes| {
-            assert!(
+            invariant!(
                 off + bytes.len() as u64 <= rec.used as u64,
-                "a copy stays in its segment"
+                "segment {id}: {} bytes copied at {off}, past the {} used",
+                bytes.len(),
+                rec.used
             );
             dst.write_at(bytes, b + off).map_err(failed)
         })?;
@@ -230,11 +250,14 @@ impl ChunkStore {
             let s = segs
                 .get_mut(&r.segment)
                 .ok_or(DataError::NoSegment(r.segment))?;
-            assert_eq!(
+            // The caller's transaction committed `relocated_record`, made
+            // from these places under the flush lock.
+            invariant!(
+                s.places() == r.old,
+                "segment {} changed during its move: {:?}, not {:?}",
+                r.segment,
                 s.places(),
-                r.old,
-                "segment {} changed during its move",
-                r.segment
+                r.old
             );
             s.set_places(&r.new_places());
         }

@@ -6,7 +6,7 @@
 
 use crate::chunk::CHUNK_HEADER_LEN;
 use crate::dead_pages::{Dead, DeadPages};
-use crate::error::{DataError, Result};
+use crate::error::{invariant, DataError, Result};
 use crate::open_segment::OpenSegment;
 use crate::policy::Policy;
 use crate::records::{corrupt, ChunkRec, SegmentRec};
@@ -59,6 +59,10 @@ pub(crate) struct Segments {
     /// Set by `ChunkStore::misplace_next_write` (tests of the invariant
     /// path only): the next segment write goes past its device's end.
     pub(crate) misplace: AtomicBool,
+    /// Set by `ChunkStore::test_hook_shift_next_write` (tests of the
+    /// invariant path only): the next segment write goes one segment
+    /// further into its device, over the next slot.
+    pub(crate) shift_write: AtomicBool,
     /// The stripes (parity over segments of an `ec=K+M` layout); their
     /// member slots are theirs, not the segments' (`stripes.rs`).
     pub(crate) stripes: RwLock<Stripes>,
@@ -87,10 +91,13 @@ impl Segments {
         }
         let mut segments = HashMap::with_capacity(table.len());
         for (id, rec) in table {
-            assert!(
-                id < next_segment,
-                "segment id {id} >= next id {next_segment}"
-            );
+            // Stored tables are input: a bad one is an error, not a panic.
+            if id >= next_segment {
+                return Err(DataError::BadRecord {
+                    what: "segment",
+                    why: format!("segment id {id} >= next id {next_segment}"),
+                });
+            }
             let (held, own): (Vec<SlotAddr>, Vec<SlotAddr>) =
                 (rec.places().into_iter()).partition(|p| stripes.owner(*p).is_some());
             if let Some(p) = held.iter().find(|p| stripes.of_places(&[**p]).is_none()) {
@@ -121,6 +128,7 @@ impl Segments {
             policy: RwLock::new(Policy::default()),
             short: AtomicBool::new(false),
             misplace: AtomicBool::new(false),
+            shift_write: AtomicBool::new(false),
             stripes: RwLock::new(stripes),
             restored: Default::default(),
             io_timeout: Default::default(),
@@ -284,15 +292,22 @@ impl Segments {
     /// Takes the copy at `addr` out of its segment's record (its write
     /// failed). Its slot stays claimed until the next mount: the record
     /// committed last may still name it, so it must not be reused.
-    pub(crate) fn drop_copy(&self, addr: SlotAddr) {
+    pub(crate) fn drop_copy(&self, addr: SlotAddr) -> Result<()> {
         let mut segs = self.table.write();
-        let hit = segs.values_mut().find(|s| s.places().contains(&addr));
-        if let Some(s) = hit {
+        let hit = segs.iter_mut().find(|(_, s)| s.places().contains(&addr));
+        if let Some((id, s)) = hit {
             let left: Vec<SlotAddr> = s.places().into_iter().filter(|p| *p != addr).collect();
-            assert!(!left.is_empty(), "dropping the last copy of a segment");
+            // The batch fails rather than drop a segment's last copy.
+            invariant!(
+                !left.is_empty(),
+                "segment {id}: its last copy (device {} slot {}) dropped",
+                addr.device,
+                addr.slot
+            );
             s.set_places(&left);
             self.short.store(true, Ordering::Relaxed);
         }
+        Ok(())
     }
 
     /// Closes the open segments so that the next batches open new ones.
@@ -322,10 +337,29 @@ impl Segments {
     }
 
     /// A chunk lost its last reference: see `ChunkStore::unref_chunk`.
-    pub(crate) fn unref_chunk(&self, rec: &ChunkRec) -> Option<SegmentRec> {
+    pub(crate) fn unref_chunk(&self, rec: &ChunkRec) -> Result<Option<SegmentRec>> {
         let open = self.is_open(rec.segment);
         let mut segs = self.table.write();
-        let s = segs.get_mut(&rec.segment)?;
+        let Some(s) = segs.get_mut(&rec.segment) else {
+            return Ok(None);
+        };
+        // A segment that counts no chunk was dropped (or is an open one
+        // emptied): a chunk unreferenced again would free its slot while
+        // other chunks still live there.
+        invariant!(
+            s.chunks > 0,
+            "segment {}: chunk at offset {} unreferenced, but the segment counts no chunk",
+            rec.segment,
+            rec.offset
+        );
+        invariant!(
+            rec.offset as u64 + rec.len as u64 <= s.used as u64,
+            "segment {}: chunk {}+{} unreferenced past the {} bytes appended",
+            rec.segment,
+            rec.offset,
+            rec.len,
+            s.used
+        );
         s.live = s.live.saturating_sub(rec.len as u64);
         s.chunks = s.chunks.saturating_sub(1);
         if rec.live == 0 {
@@ -338,7 +372,7 @@ impl Segments {
         };
         drop(segs);
         self.note_dead(dead);
-        left
+        Ok(left)
     }
 
     /// Where the bytes of `rec` (in segment `s`) lie, for `note_dead`, if
@@ -469,6 +503,24 @@ impl Segments {
         };
         drop(gate);
         let now = std::mem::take(&mut *waiting);
+        // A slot goes back only when no segment names it any more: one
+        // still named would be reused under its chunks. One pass over the
+        // table per commit that frees slots.
+        let set: std::collections::HashSet<SlotAddr> = now.iter().copied().collect();
+        let named = (self.table.read().iter()).find_map(|(id, s)| {
+            let first = SlotAddr {
+                device: s.device,
+                slot: s.slot,
+            };
+            let mut places = std::iter::once(&first).chain(&s.copies);
+            places.find(|p| set.contains(p)).map(|p| (*id, *p))
+        });
+        invariant!(
+            named.is_none(),
+            "slot {:?} freed while segment {} names it",
+            named.map(|n| n.1),
+            named.map_or(0, |n| n.0)
+        );
         now.iter().try_for_each(|a| Ok(self.devices.release(*a)?))
     }
 

@@ -132,6 +132,15 @@ impl ChunkStore {
         self.segs.misplace.store(true, Ordering::Relaxed);
     }
 
+    /// Test hook (tests of the invariant path only): the next segment
+    /// write is aimed one segment further into its device, over the next
+    /// slot, as a bug in the segment offsets would aim it; the data
+    /// layer refuses it (`DataError::Invariant`) before the device sees
+    /// it, since the device cannot tell one slot from the next.
+    pub fn test_hook_shift_next_write(&self) {
+        self.segs.shift_write.store(true, Ordering::Relaxed);
+    }
+
     /// True (and cleared) when segments may lack copies the policy asks
     /// for (a policy change, a failed copy, no room in another domain).
     pub fn take_short(&self) -> bool {
@@ -431,7 +440,8 @@ impl ChunkStore {
     /// the segment's new record, or None if the segment is now empty and was
     /// dropped from the table (its slot is released by `release_slots` after
     /// the metadata commit).
-    pub fn unref_chunk(&self, rec: &ChunkRec) -> Option<SegmentRec> {
+    /// An invariant error if the segment counts no chunk left to lose.
+    pub fn unref_chunk(&self, rec: &ChunkRec) -> Result<Option<SegmentRec>> {
         self.segs.unref_chunk(rec)
     }
 
@@ -554,6 +564,67 @@ mod tests {
             s.read_chunk_into(&r, &mut direct),
             Err(crate::DataError::Corrupt { .. })
         ));
+    }
+
+    /// A segment write aimed past its segment (`test_hook_shift_next_write`:
+    /// into the next slot, inside the device) is refused by the data layer
+    /// as a violated invariant, and the next slot keeps its bytes.
+    #[test]
+    fn a_write_past_its_segment_is_refused_and_the_next_slot_keeps_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), 4);
+        let x = vec![7u8; 300_000];
+        let mut b = s.batch();
+        let first = b.append(&x, &hash_block(&x)).unwrap();
+        b.finish().unwrap();
+        s.close_open_segment();
+        let seg = s.segment(first.segment).unwrap();
+        let dev = s.devices().device(seg.device).unwrap();
+        let others = |d: &cairn_devices::Device| -> Vec<Vec<u8>> {
+            (0..d.header.slot_count())
+                .filter(|&n| n != seg.slot)
+                .map(|n| {
+                    let mut b = vec![0u8; 1 << 20];
+                    d.read_at(&mut b, d.slot_offset(n)).unwrap();
+                    b
+                })
+                .collect()
+        };
+        let before = others(&dev);
+        // The next batch opens a new segment on the free slot after the
+        // first: the shifted write would land one slot further.
+        s.test_hook_shift_next_write();
+        let y = vec![8u8; 300_000];
+        let mut b = s.batch();
+        let e = b
+            .append(&y, &hash_block(&y))
+            .and_then(|_| b.finish().map(drop))
+            .unwrap_err();
+        assert!(e.is_invariant(), "{e}");
+        assert!(matches!(e, crate::DataError::Invariant { .. }), "{e:?}");
+        assert!(e.to_string().starts_with("INVARIANT VIOLATED"), "{e}");
+        assert!(e.to_string().contains("past the segment"), "{e}");
+        assert!(before == others(&dev), "nothing landed on another slot");
+        assert_eq!(s.read_chunk(&first, true).unwrap(), x);
+    }
+
+    /// A chunk unreferenced twice: the second finds its segment counting
+    /// no chunk, and is refused rather than free the slot under others.
+    #[test]
+    fn a_chunk_unreferenced_twice_is_a_violated_invariant() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), 4);
+        let x = vec![3u8; 4096];
+        let mut b = s.batch();
+        let r = b.append(&x, &hash_block(&x)).unwrap();
+        b.finish().unwrap();
+        // Still the open segment: it stays in the table with no chunk.
+        let left = s.unref_chunk(&r).unwrap().expect("the open segment stays");
+        assert_eq!(left.chunks, 0);
+        let e = s.unref_chunk(&r).unwrap_err();
+        assert!(e.is_invariant(), "{e}");
+        assert!(e.to_string().contains("counts no chunk"), "{e}");
+        assert_eq!(s.segment(r.segment).unwrap(), left, "nothing changed");
     }
 }
 

@@ -16,7 +16,7 @@
 //!   more is dropped and its slots freed.
 
 use crate::ec;
-use crate::error::{DataError, Result};
+use crate::error::{invariant, DataError, Result};
 use crate::records::SegmentRec;
 use crate::store::ChunkStore;
 use crate::stripe_rec::StripeRec;
@@ -128,6 +128,15 @@ impl ChunkStore {
             return Ok(None);
         }
         assert!(new.rec.len > 0, "a stripe covers the bytes of its members");
+        // Parity covers every byte a member holds: a byte past `len`
+        // could not be restored.
+        invariant!(
+            new.rec.len as u64 >= used.unwrap_or(0),
+            "stripe {}: parity over {} bytes of members holding {:?}",
+            new.id,
+            new.rec.len,
+            used
+        );
         let checked =
             (new.members.iter()).try_for_each(|(id, _, kept)| self.verify_kept(*id, *kept));
         if let Err(e) = checked.and_then(|()| self.write_parity(&new.rec)) {
@@ -205,12 +214,21 @@ impl ChunkStore {
             let mut stripes = self.segs.stripes.write();
             stripes.insert(s.id, s.rec.clone())?;
             for ((id, planned, member), (rid, rec)) in s.members.iter().zip(records) {
-                assert_eq!(*id, rid, "records in member order");
+                invariant!(
+                    *id == rid,
+                    "stripe {}: record of {rid} for member {id}",
+                    s.id
+                );
                 let cur = table.get_mut(id).ok_or(DataError::NoSegment(*id))?;
-                assert_eq!(
+                // The committed records were made from these places
+                // (`striped_records`): the other copies freed here are
+                // named by no record.
+                invariant!(
+                    cur.places() == *planned,
+                    "segment {id} changed under stripe {}: {:?}, not {:?}",
+                    s.id,
                     cur.places(),
-                    *planned,
-                    "segment {id} changed under the stripe"
+                    planned
                 );
                 *cur = rec;
                 freed.extend(planned.iter().filter(|p| *p != member));
@@ -354,6 +372,15 @@ impl ChunkStore {
 
     /// Writes member `mv.pos`'s bytes at `mv.to` and syncs.
     fn fill_member(&self, rec: &StripeRec, mv: &MemberMove) -> Result<()> {
+        // The new slot is no member's: writing it destroys nothing the
+        // restore reads.
+        invariant!(
+            rec.position(mv.to).is_none(),
+            "stripe {}: member {} remade over member {:?}",
+            mv.stripe,
+            mv.pos,
+            rec.position(mv.to)
+        );
         let src = self.segs.devices.device(mv.from.device)?;
         let dst = self.segs.devices.device(mv.to.device)?;
         let readable = self.segs.devices.is_online(mv.from.device);

@@ -5,7 +5,7 @@
 //! that parity never takes in rotten data).
 
 use crate::ec;
-use crate::error::{DataError, Result};
+use crate::error::{invariant, DataError, Result};
 use crate::store::ChunkStore;
 use crate::stripe_rec::StripeRec;
 use cairn_devices::Device;
@@ -70,7 +70,22 @@ impl ChunkStore {
     pub(crate) fn write_parity(&self, rec: &StripeRec) -> Result<()> {
         let k = rec.k as usize;
         let parity = &rec.members[k..];
+        let seg = self.segs.segment_size;
         self.each_parity_window(rec, |at, devs, shards| {
+            // Every parity member gets its shard, and no shard reaches
+            // past the bytes the stripe covers (into the next slot).
+            invariant!(
+                shards.len() == parity.len() && devs.len() == parity.len(),
+                "{} parity shards for {} parity members",
+                shards.len(),
+                parity.len()
+            );
+            let end = at + shards.first().map_or(0, |s| s.len() as u64);
+            invariant!(
+                end <= rec.len as u64 && rec.len as u64 <= seg,
+                "parity bytes {at}..{end} of a stripe of {} in slots of {seg}",
+                rec.len
+            );
             for ((d, p), par) in devs.iter().zip(parity).zip(&shards) {
                 (d.write_at(par, d.slot_offset(p.slot) + at))
                     .map_err(|e| DataError::of_write(p.device, e))?;

@@ -67,6 +67,8 @@ impl StripeRec {
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
+        // `decode` counts the members by the length.
+        assert_eq!(b.len(), Self::HEAD + 12 * self.members.len() + 4);
         b
     }
 

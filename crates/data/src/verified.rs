@@ -11,7 +11,7 @@
 //! from the other members when no copy gives them.
 
 use crate::chunk::{ChunkHeader, CHUNK_HEADER_LEN};
-use crate::error::Result;
+use crate::error::{invariant, Result};
 use crate::records::SegmentRec;
 use crate::store::ChunkStore;
 use std::sync::atomic::Ordering;
@@ -110,6 +110,13 @@ impl ChunkStore {
             }
             out.extend_from_slice(bytes);
             pos += bytes.len() as u64;
+            // What goes to the sink is the segment's bytes without a gap
+            // or an overlap, and none past its end.
+            invariant!(
+                out_at + out.len() as u64 == pos && pos <= used,
+                "segment {id}: {} bytes from {out_at} handed on at {pos} of {used}",
+                out.len()
+            );
             if out.len() >= WINDOW / 2 {
                 sink(out_at, &out)?;
                 out.clear();

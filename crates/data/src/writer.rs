@@ -23,7 +23,7 @@ use crate::aligned::cached;
 use crate::chunk::{header_of, Hash, CHUNK_HEADER_LEN};
 use crate::compress::{compress, Compression};
 use crate::copies::{CopyTarget, Dropped};
-use crate::error::{DataError, Result};
+use crate::error::{invariant, DataError, Result};
 use crate::layout::Layout;
 pub use crate::open_segment::OpenSegment;
 use crate::open_segment::SegBuf;
@@ -120,6 +120,11 @@ impl<'a> WriteBatch<'a> {
             len as u64 <= self.segs.segment_size,
             "block larger than a segment"
         );
+        // A read refuses a chunk claiming more (`unseal`).
+        invariant!(
+            raw_len <= crate::chunk::MAX_RAW_LEN,
+            "a chunk of {raw_len} raw bytes"
+        );
         if self.open.as_ref().is_some_and(|o| o.layout != self.layout) {
             self.park_open()?;
         }
@@ -136,8 +141,20 @@ impl<'a> WriteBatch<'a> {
         }
         let o = self.open.as_mut().expect("open segment");
         let offset = o.used;
+        let seg_size = self.segs.segment_size;
+        invariant!(
+            offset as u64 + len as u64 <= seg_size,
+            "a chunk of {len} bytes at offset {offset} of segment {} (of {seg_size} bytes)",
+            o.id
+        );
         let mut head = Vec::with_capacity(CHUNK_HEADER_LEN);
         header_of(method, raw_len as usize, stored, hash).encode(&mut head);
+        // The record's `len` says where the next chunk starts.
+        invariant!(
+            head.len() == CHUNK_HEADER_LEN,
+            "a chunk header of {} bytes",
+            head.len()
+        );
         o.buf.push(&[&head, stored]);
         o.used += len;
         if cached(raw_len) {
@@ -153,9 +170,22 @@ impl<'a> WriteBatch<'a> {
         }
         let mut segs = self.segs.table.write();
         let s = segs.get_mut(&id).expect("open segment in table");
+        // The table and the open segment agree on where chunks end: a
+        // record naming other bytes would read another chunk's.
+        invariant!(
+            s.used == offset,
+            "segment {id}: the table says {} bytes used, the open segment appends at {offset}",
+            s.used
+        );
         s.used = offset + len;
         s.live += len as u64;
         s.chunks += 1;
+        invariant!(
+            s.live <= s.used as u64,
+            "segment {id}: {} live bytes of {} appended",
+            s.live,
+            s.used
+        );
         self.touched.insert(id);
         Ok(ChunkRec {
             segment: id,
@@ -183,6 +213,17 @@ impl<'a> WriteBatch<'a> {
         if o.is_flushed() {
             return Ok(());
         }
+        // The buffer holds the segment's bytes from `buf_start` (a block
+        // boundary) to `used`: what is written lands where records say.
+        invariant!(
+            o.buf_start as usize + o.buf.len() == o.used as usize
+                && (o.buf_start as usize).is_multiple_of(DIRECT_ALIGN),
+            "segment {}: a buffer of {} bytes from {} for {} bytes appended",
+            o.id,
+            o.buf.len(),
+            o.buf_start,
+            o.used
+        );
         let mut places = Vec::with_capacity(o.places.len());
         for &p in &o.places {
             let dev = self.segs.devices.device(p.device)?;
@@ -197,10 +238,20 @@ impl<'a> WriteBatch<'a> {
             places,
             dropped: self.dropped.clone(),
             timeout: self.segs.io_timeout.get(),
+            segment_size: self.segs.segment_size,
         });
-        let at = o.buf_start as u64;
+        let mut at = o.buf_start as u64;
+        if self.segs.shift_write.swap(false, Ordering::Relaxed) {
+            at += self.segs.segment_size;
+        }
         let room = (self.segs.segment_size - o.buf_start as u64) as usize;
         let len = o.buf.len().next_multiple_of(DIRECT_ALIGN).min(room);
+        invariant!(
+            o.buf.len() <= len,
+            "segment {}: {} bytes buffered, {len} written",
+            o.id,
+            o.buf.len()
+        );
         let keep_from = o.used as usize / DIRECT_ALIGN * DIRECT_ALIGN;
         let mut next = SegBuf::new(self.pipe.take_buffer(BUF_CAP)?);
         next.push(&[o.buf.tail(keep_from - o.buf_start as usize)]);
@@ -297,7 +348,15 @@ impl<'a> WriteBatch<'a> {
         let id = self.segs.next_segment.fetch_add(1, Ordering::SeqCst);
         let mut rec = SegmentRec::new_at(&places);
         rec.layout = self.layout.filter(|_| !whole);
-        self.segs.table.write().insert(id, rec);
+        let mut table = self.segs.table.write();
+        // Segment ids are never reused: a new one over a stored segment
+        // would lose every chunk that segment holds.
+        invariant!(
+            !table.contains_key(&id),
+            "new segment {id} over a segment of the table"
+        );
+        table.insert(id, rec);
+        drop(table);
         *self.open = Some(OpenSegment {
             id,
             places,
@@ -382,7 +441,7 @@ impl<'a> WriteBatch<'a> {
             if n >= cairn_devices::set::FAILING_AFTER || matches!(why, DataError::Hung { .. }) {
                 self.segs.fault(addr.device);
             }
-            self.segs.drop_copy(*addr);
+            self.segs.drop_copy(*addr)?;
             if let Some(o) = self.open.as_mut() {
                 o.places.retain(|p| p != addr);
             }

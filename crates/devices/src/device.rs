@@ -6,7 +6,7 @@
 use crate::backend::{Backend, Emulated, HostStorage, OpenHow, Storage};
 use crate::class::{DeviceClass, DeviceRole};
 use crate::emulate::{parse_duration_us, Emulation, Throttle};
-use crate::error::{io_err, DeviceError, Result};
+use crate::error::{invariant, io_err, DeviceError, Result};
 use crate::header::{DeviceHeader, DATA_OFFSET, HEADER_LEN};
 use std::fs::File;
 use std::os::unix::fs::FileTypeExt;
@@ -485,6 +485,14 @@ impl Device {
             log_offset: if log_len > 0 { DATA_OFFSET } else { 0 },
             log_len,
         };
+        // What is written is what `open` accepts: whole slots, aligned.
+        assert_eq!(header.check_geometry(), Ok(()), "{}", path.display());
+        assert!(
+            (size - data_offset).is_multiple_of(segment_size)
+                && data_offset.is_multiple_of(DIRECT_ALIGN as u64),
+            "{}: slots of {segment_size} from {data_offset} to {size}",
+            path.display()
+        );
         io.write_at(&header.encode(), 0).map_err(io_err(&path))?;
         io.sync_data().map_err(io_err(&path))?;
         let sparse = !is_block && is_sparse(&*io);
@@ -616,6 +624,8 @@ impl Device {
             log_offset: 0,
             log_len: 0,
         };
+        // Slot offsets are computed from it as from any header read.
+        assert_eq!(header.check_geometry(), Ok(()), "{}", path.display());
         let io: Arc<dyn Backend> = Arc::new(crate::backend::Missing::new(why));
         Device::from_parts(header, path, role, io)
     }
@@ -624,6 +634,17 @@ impl Device {
     /// one (`DeviceSpec::log`).
     pub fn log_area(&self) -> Option<Arc<dyn Backend>> {
         let h = &self.header;
+        // The log area lies between the header and slot 0: a record
+        // written there never lands on a segment.
+        assert!(
+            h.log_len == 0
+                || (h.log_offset >= HEADER_LEN as u64
+                    && h.log_offset.checked_add(h.log_len) <= Some(h.data_offset)),
+            "{}: log area {}+{} over the header or the slots",
+            self.path.display(),
+            h.log_offset,
+            h.log_len
+        );
         (h.log_len > 0).then(|| {
             let w = crate::backend::Window::new(self.io.clone(), h.log_offset, h.log_len);
             Arc::new(w) as Arc<dyn Backend>
@@ -808,18 +829,14 @@ impl Device {
     fn check_in_data_area(&self, what: &str, offset: u64, len: usize) -> Result<()> {
         let h = &self.header;
         let end = offset.checked_add(len as u64);
-        if offset >= h.data_offset && end.is_some_and(|e| e <= h.size) {
-            return Ok(());
-        }
-        let e = DeviceError::Invariant {
-            path: self.path.clone(),
-            what: format!(
-                "a {what} of {len} bytes at offset {offset}, outside the data area {}..{}",
-                h.data_offset, h.size
-            ),
-        };
-        tracing::error!("{e}");
-        Err(e)
+        invariant!(
+            &self.path,
+            offset >= h.data_offset && end.is_some_and(|e| e <= h.size),
+            "a {what} of {len} bytes at offset {offset}, outside the data area {}..{}",
+            h.data_offset,
+            h.size
+        );
+        Ok(())
     }
 
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {

@@ -69,6 +69,17 @@ pub enum DeviceError {
 }
 
 impl DeviceError {
+    /// A violated invariant of device `path` (`what` did not hold): logged
+    /// here, once, as the error it returns.
+    pub fn invariant(path: &std::path::Path, what: String) -> DeviceError {
+        let e = DeviceError::Invariant {
+            path: path.to_path_buf(),
+            what,
+        };
+        tracing::error!("{e}");
+        e
+    }
+
     /// True for an invariant that did not hold (`DeviceError::Invariant`).
     pub fn is_invariant(&self) -> bool {
         matches!(self, DeviceError::Invariant { .. })
@@ -76,6 +87,18 @@ impl DeviceError {
 }
 
 pub type Result<T> = std::result::Result<T, DeviceError>;
+
+/// `invariant!(path, cond, "what {}", x)`: when `cond` does not hold (a
+/// bug), returns `DeviceError::Invariant` of the device at `path`, logged
+/// once, from the enclosing function, before any I/O it guards.
+macro_rules! invariant {
+    ($path:expr, $cond:expr, $($what:tt)+) => {
+        if !$cond {
+            return Err($crate::error::DeviceError::invariant($path, format!($($what)+)).into());
+        }
+    };
+}
+pub(crate) use invariant;
 
 pub(crate) fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> DeviceError + '_ {
     move |source| DeviceError::Io {

@@ -37,6 +37,13 @@ pub const DATA_OFFSET: u64 = 1 << 20;
 pub const MIN_SEGMENT_SIZE: u64 = 4096;
 pub const MAX_SEGMENT_SIZE: u64 = 1 << 30;
 
+// The header's fields and checksum (84 bytes for version 2) fit in it;
+// slot 0 lies past it, and slots start on direct-I/O boundaries.
+const _: () = assert!(80 + 4 <= HEADER_LEN);
+const _: () = assert!(DATA_OFFSET >= HEADER_LEN as u64);
+const _: () = assert!(DATA_OFFSET.is_multiple_of(crate::device::DIRECT_ALIGN as u64));
+const _: () = assert!(MIN_SEGMENT_SIZE.is_multiple_of(crate::device::DIRECT_ALIGN as u64));
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceHeader {
     pub device_id: u32,
@@ -119,7 +126,7 @@ impl DeviceHeader {
     /// The geometry `slot_count` and slot offsets rely on: a segment size
     /// that a pool can have (a power of two, 4 KiB to 1 GiB) and slot 0
     /// after the header and inside the device.
-    fn check_geometry(&self) -> std::result::Result<(), &'static str> {
+    pub(crate) fn check_geometry(&self) -> std::result::Result<(), &'static str> {
         let seg = self.segment_size;
         if !seg.is_power_of_two() || !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&seg) {
             return Err("segment size is not a power of two from 4 KiB to 1 GiB");

@@ -143,6 +143,12 @@ pub fn create_object(
         log_offset: 0,
         log_len: 0,
     };
+    // What is written is what `open` accepts.
+    assert_eq!(
+        header.check_geometry(),
+        Ok(()),
+        "s3 device header {header:?}"
+    );
     io.set_len(size).map_err(|e| err(e.to_string()))?;
     io.write_at(&header.encode(), 0)
         .map_err(|e| err(e.to_string()))?;

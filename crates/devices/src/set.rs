@@ -15,7 +15,7 @@
 
 use crate::class::DeviceRole;
 use crate::device::Device;
-use crate::error::{DeviceError, Result};
+use crate::error::{invariant, DeviceError, Result};
 use crate::spacemap::SpaceMap;
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -377,8 +377,18 @@ impl DeviceSet {
         let dev = {
             let mut m = self.members.write();
             let i = index(&m, addr.device)?;
-            m[i].map.release(addr.slot);
-            m[i].dev.clone()
+            let x = &mut m[i];
+            let slots = x.map.slots();
+            // A slot freed twice may already hold another segment: its
+            // next owner's bytes would be overwritten or punched out.
+            let freed = addr.slot < slots && x.map.release(addr.slot);
+            invariant!(
+                &x.dev.path,
+                freed,
+                "slot {} of {slots} freed while free (freed twice, or never claimed)",
+                addr.slot
+            );
+            x.dev.clone()
         };
         dev.discard_slot(addr.slot);
         Ok(())
@@ -514,6 +524,31 @@ mod tests {
         assert!(matches!(set.allocate(), Err(DeviceError::NoSpace)));
         set.release(SlotAddr { device: 1, slot: 2 }).unwrap();
         assert_eq!(set.allocate().unwrap(), SlotAddr { device: 1, slot: 2 });
+    }
+
+    /// A slot freed twice (or never claimed, or past the device's end)
+    /// is refused as a violated invariant: it may already hold another
+    /// segment. The free count is not touched.
+    #[test]
+    fn a_slot_freed_twice_is_a_violated_invariant() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = DeviceSet::new(vec![device(dir.path(), 0, DeviceClass::Ssd, "a", 5)]).unwrap();
+        let a = set.allocate().unwrap();
+        set.release(a).unwrap();
+        let free = set.slot_totals().1;
+        for bad in [
+            a,
+            SlotAddr {
+                device: 0,
+                slot: 99,
+            },
+        ] {
+            let e = set.release(bad).unwrap_err();
+            assert!(e.is_invariant(), "{e}");
+            assert!(e.to_string().starts_with("INVARIANT VIOLATED"), "{e}");
+            assert!(e.to_string().contains("freed while free"), "{e}");
+        }
+        assert_eq!(set.slot_totals().1, free);
     }
 
     #[test]

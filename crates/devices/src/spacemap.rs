@@ -39,15 +39,26 @@ impl SpaceMap {
         if self.is_used(slot) {
             return false;
         }
+        // A clear bit is a free slot the count knows of.
+        assert!(self.free > 0, "slot {slot} is free but the free count is 0");
         self.used[(slot / 64) as usize] |= 1 << (slot % 64);
         self.free -= 1;
         true
     }
 
-    pub fn release(&mut self, slot: u64) {
-        assert!(self.is_used(slot), "releasing free slot {slot}");
+    /// Frees a used slot. Returns false, changing nothing, if it was free
+    /// (a slot freed twice: the caller's bug, which it reports).
+    pub fn release(&mut self, slot: u64) -> bool {
+        if !self.is_used(slot) {
+            return false;
+        }
+        assert!(
+            self.free < self.slots,
+            "slot {slot} is used but the free count says none is"
+        );
         self.used[(slot / 64) as usize] &= !(1 << (slot % 64));
         self.free += 1;
+        true
     }
 
     /// Allocates a free slot, next-fit from the cursor.
@@ -58,7 +69,8 @@ impl SpaceMap {
         for i in 0..self.slots {
             let slot = (self.cursor + i) % self.slots;
             if !self.is_used(slot) {
-                self.mark_used(slot);
+                let marked = self.mark_used(slot);
+                assert!(marked, "slot {slot} was free a moment ago");
                 self.cursor = slot + 1;
                 return Some(slot);
             }
@@ -80,7 +92,9 @@ mod tests {
         }
         assert_eq!(got.len(), 130);
         assert_eq!(m.free_slots(), 0);
-        m.release(77);
+        assert!(m.release(77));
+        assert!(!m.release(77), "a slot freed twice is refused");
+        assert_eq!(m.free_slots(), 1, "and not counted twice");
         assert_eq!(m.allocate(), Some(77));
         assert!(!m.mark_used(77));
     }

@@ -427,6 +427,13 @@ fn write_copy(
             r.index.remove(&k);
             r.by_off.remove(&o);
         }
+        // The copy lies in the ring (`offer` takes at most a quarter of
+        // it), and both maps name the same copies.
+        assert!(
+            off >= start && off + len <= end,
+            "cache copy {off}+{len} outside the ring {start}..{end}"
+        );
+        debug_assert_eq!(r.index.len(), r.by_off.len(), "cache index maps differ");
         off
     };
     if dev.write_at(bytes, off).is_err() {

@@ -79,6 +79,11 @@ pub enum FsError {
     Data(#[from] DataError),
     #[error(transparent)]
     Device(#[from] DeviceError),
+    /// The filesystem's own state broke an invariant (a bug: a reference
+    /// count below zero, an extent past its block): nothing past the
+    /// check was written, and the filesystem stops taking changes.
+    #[error("INVARIANT VIOLATED in the filesystem: {what}; nothing was written past the check (a bug: keep the log)")]
+    Invariant { what: String },
 }
 
 impl FsError {
@@ -93,9 +98,19 @@ impl FsError {
     pub fn is_invariant(&self) -> bool {
         match self {
             FsError::Data(e) => e.is_invariant(),
+            FsError::Meta(e) => e.is_invariant(),
             FsError::Device(d) => d.is_invariant(),
+            FsError::Invariant { .. } => true,
             _ => false,
         }
+    }
+
+    /// A violated invariant of the filesystem (`what` did not hold):
+    /// logged here, once, as the error it returns.
+    pub fn invariant(what: String) -> FsError {
+        let e = FsError::Invariant { what };
+        tracing::error!("{e}");
+        e
     }
 
     /// The data device whose write failed, when that is what failed.
@@ -153,3 +168,16 @@ impl FsError {
 }
 
 pub type Result<T> = std::result::Result<T, FsError>;
+
+/// `invariant!(cond, "what {}", x)`: when `cond` does not hold (a bug),
+/// returns `FsError::Invariant`, logged once, from the enclosing function,
+/// before the write it guards; a commit that meets one stops the
+/// filesystem (`Fs::stop_on_invariant`, the flush's `take_back`).
+macro_rules! invariant {
+    ($cond:expr, $($what:tt)+) => {
+        if !$cond {
+            return Err($crate::error::FsError::invariant(format!($($what)+)).into());
+        }
+    };
+}
+pub(crate) use invariant;

@@ -292,6 +292,19 @@ impl Extent {
         }
     }
 
+    /// True if the pieces are what a stored extent may hold (`decode`
+    /// refuses others): each non-empty, sorted by offset, disjoint, and
+    /// inside the block's valid bytes.
+    pub fn pieces_valid(&self) -> bool {
+        let mut end = 0u64;
+        self.pieces.iter().all(|p| {
+            let ok =
+                p.len > 0 && p.off as u64 >= end && p.off as u64 + p.len as u64 <= self.len as u64;
+            end = p.off as u64 + p.len as u64;
+            ok
+        })
+    }
+
     /// Every chunk reference the extent holds: the base, then one per
     /// piece (a chunk split into two pieces is named twice, and holds two
     /// references).
@@ -304,6 +317,12 @@ impl Extent {
             true => PAYLOAD_VERSION,
             false => EXTENT_PIECES_VERSION,
         };
+        // The count is stored as a u16 (`MAX_PIECES` keeps it far below).
+        assert!(
+            self.pieces.len() <= u16::MAX as usize,
+            "an extent of {} pieces",
+            self.pieces.len()
+        );
         let mut b = Vec::with_capacity(15 + PIECE_LEN * self.pieces.len());
         b.push(ver);
         b.extend_from_slice(&self.chunk.to_le_bytes());
@@ -333,19 +352,16 @@ impl Extent {
             if n == 0 || b.len() != c.1 + n * PIECE_LEN {
                 return Err(bad("wrong length"));
             }
-            let mut end = 0;
             for _ in 0..n {
-                let p = Piece {
+                ext.pieces.push(Piece {
                     off: c.u32()?,
                     len: c.u32()?,
                     chunk: c.u64()?,
                     from: c.u32()?,
-                };
-                if p.len == 0 || p.off < end || p.off as u64 + p.len as u64 > ext.len as u64 {
-                    return Err(bad("pieces out of order or out of the block"));
-                }
-                end = p.off + p.len;
-                ext.pieces.push(p);
+                });
+            }
+            if !ext.pieces_valid() {
+                return Err(bad("pieces out of order or out of the block"));
             }
         }
         if c.1 != b.len() {

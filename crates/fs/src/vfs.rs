@@ -105,6 +105,10 @@ pub struct Fs {
     /// Opened for salvage: read-only, from a copy in RAM of a damaged
     /// metadata store (`open_salvage`).
     salvage: bool,
+    /// Set by `test_hook_repeat_next_tid` (tests of the invariant path
+    /// only): the next commit writes its metadata as the TID before its
+    /// own.
+    pub(crate) repeat_tid: AtomicBool,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -246,6 +250,7 @@ impl Fs {
             commit_stats: Default::default(),
             maint_stats: Default::default(),
             writes: Default::default(),
+            repeat_tid: AtomicBool::new(false),
         }
     }
 

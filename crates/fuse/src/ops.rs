@@ -571,7 +571,15 @@ impl Filesystem for CairnFuse {
             Err(e) => Err(e),
         };
         match r {
-            Ok(d) => reply.data(&d),
+            Ok(d) => {
+                // The kernel takes no more than it asked for.
+                debug_assert!(
+                    d.len() <= size as usize,
+                    "a read of {size} answered {}",
+                    d.len()
+                );
+                reply.data(&d)
+            }
             Err(e) => reply.error(read_failed(ino.0, offset, size, e)),
         }
     }
@@ -600,6 +608,9 @@ impl Filesystem for CairnFuse {
         }
         match self.fs.write(ino.0, offset, data) {
             Ok(n) => {
+                // A short count would tell the writer part of its write
+                // did not happen.
+                debug_assert_eq!(n as usize, data.len(), "a write answered short");
                 metrics::write_bytes(n as usize);
                 reply.written(n)
             }
@@ -960,7 +971,10 @@ impl Filesystem for CairnFuse {
             .fs
             .copy_range(ino_in.0, offset_in, ino_out.0, offset_out, len)
         {
-            Ok(n) => reply.written(n as u32),
+            Ok(n) => {
+                debug_assert!(n <= len, "copied {n} of {len} bytes asked");
+                reply.written(n as u32)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }

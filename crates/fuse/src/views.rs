@@ -102,6 +102,9 @@ impl Views {
 
     /// The view inode of (ino, tid); `looked_up` counts one kernel lookup.
     pub fn vino(&self, ino: u64, tid: u64, looked_up: bool) -> u64 {
+        // Real inode numbers stay below the views' (`node` tells them
+        // apart by number alone).
+        debug_assert!(ino < SNAPDIR_INO, "a view of inode {ino}");
         let mut t = self.t.lock();
         let t = &mut *t;
         let v = *t.by_key.entry((ino, tid)).or_insert_with(|| {
@@ -113,6 +116,7 @@ impl Views {
         if looked_up {
             t.by_vino.get_mut(&v).expect("view in table").2 += 1;
         }
+        debug_assert_eq!(t.by_key.len(), t.by_vino.len(), "view maps differ");
         v
     }
 

@@ -72,6 +72,14 @@ pub fn convert_v1(txn: &WriteTransaction) -> Result<u64> {
         for r in old.iter()? {
             let (k, v) = r?;
             let id = decode_v1(k.value(), v.value())?;
+            // A stored key is input: one too short is damage, not a panic
+            // of `key`.
+            if k.value().len() < KEY_LEN {
+                return Err(MetaError::Corrupt {
+                    key: format!("dedup_v1 {:02x?}", k.value()),
+                    why: "dedup index key shorter than its hash prefix".into(),
+                });
+            }
             if id < MAX_INDEXED_CHUNK {
                 new.insert(key(k.value()), encode(id))?;
                 moved += 1;

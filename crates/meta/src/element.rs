@@ -42,6 +42,8 @@ pub(crate) fn encode_value(stored_key: &[u8], tid: u64, payload: &[u8]) -> Vec<u
     v.extend_from_slice(payload);
     let crc = crc32c::crc32c_append(crc32c::crc32c(stored_key), &v);
     v.extend_from_slice(&crc.to_le_bytes());
+    // `decode_value` finds the TID and the crc by these lengths.
+    assert_eq!(v.len(), 1 + 8 + payload.len() + 4);
     v
 }
 

@@ -26,7 +26,40 @@ pub enum MetaError {
     Panicked(String),
     #[error("metadata store is already open (is the pool mounted by another process?)")]
     AlreadyOpen,
+    /// A change broke an invariant of the metadata (a bug: an element
+    /// ended before it was made, a TID that does not follow the last):
+    /// the transaction is not committed, and the filesystem stops taking
+    /// changes.
+    #[error("INVARIANT VIOLATED in the metadata store: {what}; the transaction was not committed (a bug: keep the log)")]
+    Invariant { what: String },
 }
+
+impl MetaError {
+    /// A violated invariant of the metadata layer (`what` did not hold):
+    /// logged here, once, as the error it returns.
+    pub fn invariant(what: String) -> MetaError {
+        let e = MetaError::Invariant { what };
+        tracing::error!("{e}");
+        e
+    }
+
+    /// True for an invariant that did not hold (`MetaError::Invariant`).
+    pub fn is_invariant(&self) -> bool {
+        matches!(self, MetaError::Invariant { .. })
+    }
+}
+
+/// `invariant!(cond, "what {}", x)`: when `cond` does not hold (a bug),
+/// returns `MetaError::Invariant`, logged once, from the enclosing
+/// function; the write transaction it is in is not committed.
+macro_rules! invariant {
+    ($cond:expr, $($what:tt)+) => {
+        if !$cond {
+            return Err($crate::error::MetaError::invariant(format!($($what)+)).into());
+        }
+    };
+}
+pub(crate) use invariant;
 
 macro_rules! from_redb {
     ($($t:ty),*) => {$(

@@ -11,6 +11,10 @@ use std::io::{Read, Write};
 pub const MAX_BODY: u32 = 2 << 20;
 const HEAD: usize = 1 + 8 + 4;
 
+// A chunk frame (46 bytes of fields, then a chunk's stored bytes, at most
+// its raw length: compression that does not pay is not kept) fits a body.
+const _: () = assert!(46 + cairn_data::chunk::MAX_RAW_LEN as u64 <= MAX_BODY as u64);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {

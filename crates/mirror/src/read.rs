@@ -94,6 +94,15 @@ pub fn read_stream_limited(
             true => c.upto,
             false => c.events[end - 1].tid,
         };
+        // Each batch moves on and commits a TID no lower than the last,
+        // holding only events after the last and up to its own.
+        assert!(
+            (end > i || end == c.events.len()) && upto >= from,
+            "batch {i}..{end} commits TID {upto:#x} after {from:#x}"
+        );
+        debug_assert!(c.events[i..end]
+            .iter()
+            .all(|e| e.tid > from && e.tid <= upto));
         let tids: Vec<(u64, u64)> = c
             .tids
             .iter()

@@ -19,6 +19,13 @@ pub struct Header {
 
 impl Header {
     pub fn encode(&self) -> Vec<u8> {
+        // `decode` refuses a range that ends before it starts.
+        assert!(
+            self.since <= self.upto,
+            "stream header {:#x}..{:#x}",
+            self.since,
+            self.upto
+        );
         let mut b = Vec::with_capacity(42);
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&VERSION.to_le_bytes());
@@ -56,6 +63,11 @@ impl Header {
 }
 
 pub fn encode_tids(tids: &[(u64, u64)]) -> Vec<u8> {
+    // The mirror logs each TID once, in order (`MetaWrite::log_tid`).
+    debug_assert!(
+        tids.windows(2).all(|w| w[0].0 < w[1].0),
+        "TIDs out of order"
+    );
     let mut b = (tids.len() as u32).to_le_bytes().to_vec();
     for (t, time) in tids {
         b.extend_from_slice(&t.to_le_bytes());
@@ -111,6 +123,12 @@ pub fn encode_event(e: &Event) -> Vec<u8> {
         Change::Create(p) => p,
         Change::End => &[],
     };
+    // The key's length is a u16: a longer one would shift the payload.
+    assert!(
+        e.key.len() <= u16::MAX as usize,
+        "an event key of {} bytes",
+        e.key.len()
+    );
     let mut b = Vec::with_capacity(19 + e.key.len() + payload.len());
     b.extend_from_slice(&e.tid.to_le_bytes());
     b.extend_from_slice(&e.create_tid.to_le_bytes());

@@ -46,6 +46,7 @@ impl Budget {
             return;
         }
         let mut used = self.used.lock();
+        debug_assert!(*used >= n, "{n} bytes given back of {} taken", *used);
         *used -= n.min(*used);
         self.freed.notify_all();
     }

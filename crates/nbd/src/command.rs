@@ -79,7 +79,11 @@ pub(crate) fn execute(neg: &Negotiated, r: &Request, payload: Vec<u8>) -> Reply 
             e.read(off, &mut buf[room..])
                 .map(|()| Reply::Data { buf, room })
         }
-        CMD_WRITE => e.write(off, &payload, fua).map(|()| Reply::Ok),
+        CMD_WRITE => {
+            // The reader read as many bytes as the header says.
+            debug_assert_eq!(payload.len() as u64, len, "WRITE payload length");
+            e.write(off, &payload, fua).map(|()| Reply::Ok)
+        }
         CMD_FLUSH => e.flush().map(|()| Reply::Ok),
         CMD_TRIM => e.trim(off, len).map(|()| Reply::Ok),
         CMD_CACHE => e.cache(off, len).map(|()| Reply::Ok),
@@ -112,6 +116,8 @@ fn clip_extents(x: Vec<(u32, u32)>, len: u32, one: bool) -> Reply {
     if out.is_empty() {
         return Reply::Err(EIO, "export returned no extents".into());
     }
+    // No extent reaches past the request (the protocol forbids it).
+    debug_assert!(out.iter().map(|e| e.0 as u64).sum::<u64>() <= len as u64);
     Reply::Extents(out)
 }
 
@@ -121,6 +127,8 @@ pub(crate) fn encode_reply(structured: bool, r: &Request, reply: Reply) -> Vec<u
     match (structured, reply) {
         (false, Reply::Err(e, _)) => simple_reply(e, cookie).to_vec(),
         (false, Reply::Data { mut buf, room }) => {
+            // The client reads exactly the length it asked for.
+            debug_assert_eq!(buf.len() - room, r.length as usize, "READ reply length");
             buf[room - 16..room].copy_from_slice(&simple_reply(0, cookie));
             buf.drain(..room - 16);
             buf
@@ -130,6 +138,7 @@ pub(crate) fn encode_reply(structured: bool, r: &Request, reply: Reply) -> Vec<u
         (true, Reply::Err(e, msg)) => error_chunk(cookie, e, &msg),
         (true, Reply::Ok) => chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, 0).to_vec(),
         (true, Reply::Data { mut buf, room }) => {
+            debug_assert_eq!(buf.len() - room, r.length as usize, "READ reply length");
             let n = (buf.len() - room) as u32 + 8;
             let h = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, cookie, n);
             buf[room - 28..room - 8].copy_from_slice(&h);

@@ -189,6 +189,11 @@ fn wait_for_room(conn: &Conn, limits: FlightLimits, moved: u64) {
 fn land(conn: &Conn, moved: u64) {
     conn.budget.give(moved);
     let mut f = conn.flight.lock();
+    // Each request lands once, with the bytes it took.
+    debug_assert!(
+        f.0 > 0 && f.1 >= moved,
+        "flight {f:?} less than a request of {moved}"
+    );
     f.0 -= 1;
     f.1 -= moved;
     conn.landed.notify_all();

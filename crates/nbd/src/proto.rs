@@ -98,6 +98,14 @@ pub const REQUEST_LEN: usize = 28;
 /// Size of an option header (magic, option, length).
 pub const OPTION_HEADER_LEN: usize = 16;
 
+// The wire layouts the decoders and encoders below cut: a request is
+// magic u32, flags u16, type u16, cookie u64, offset u64, length u32; an
+// option header magic u64, option u32, length u32. A structured READ
+// reply says its payload length (the data plus an 8-byte offset) in a u32.
+const _: () = assert!(REQUEST_LEN == 4 + 2 + 2 + 8 + 8 + 4);
+const _: () = assert!(OPTION_HEADER_LEN == 8 + 4 + 4);
+const _: () = assert!(MAX_PAYLOAD as u64 + 8 <= u32::MAX as u64);
+
 /// Why bytes are not a valid request or option.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -337,6 +345,9 @@ pub fn error_chunk(cookie: u64, error: u32, msg: &str) -> Vec<u8> {
     b.extend_from_slice(&error.to_be_bytes());
     b.extend_from_slice(&(msg.len() as u16).to_be_bytes());
     b.extend_from_slice(msg);
+    // The client reads as many bytes as the header says: the stream
+    // stays in step.
+    debug_assert_eq!(b.len(), 20 + len as usize, "error chunk length");
     b
 }
 
@@ -349,6 +360,7 @@ pub fn block_status_chunk(cookie: u64, context: u32, extents: &[(u32, u32)]) -> 
         b.extend_from_slice(&length.to_be_bytes());
         b.extend_from_slice(&flags.to_be_bytes());
     }
+    debug_assert_eq!(b.len(), 20 + len as usize, "block status chunk length");
     b
 }
 

@@ -117,6 +117,12 @@ impl Export for VolumeExport {
     }
 
     fn write(&self, off: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        // `check` keeps writes inside the volume: past it one would grow
+        // the volume's file.
+        debug_assert!(
+            off + data.len() as u64 <= self.size,
+            "a write past the volume"
+        );
         let mut at = off;
         for piece in data.chunks(WRITE_PIECE) {
             self.fs.write(self.ino, at, piece).map_err(io_err)?;

@@ -174,6 +174,10 @@ impl ObjectClient {
 
     /// Bytes `range` of object `key` (one ranged GET).
     pub fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        // An empty or reversed range is the caller's arithmetic gone
+        // wrong (the store would answer it with the whole object or an
+        // error).
+        debug_assert!(range.start < range.end, "GET of bytes {range:?} of {key}");
         self.stats.gets.fetch_add(1, Relaxed);
         let path = ObjPath::from(key);
         let b = self.run("GET", key, self.store.get_range(&path, range))?;

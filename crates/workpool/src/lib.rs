@@ -131,6 +131,12 @@ impl Pool {
         if st.workers == 0 {
             spawn_worker(sh, &mut st);
         }
+        debug_assert!(
+            st.busy <= st.workers,
+            "{} busy of {} workers",
+            st.busy,
+            st.workers
+        );
         let wake_manager = st.manager_parked && st.queue.len() > st.workers - st.busy;
         drop(st);
         sh.work.notify_one();
@@ -176,6 +182,9 @@ impl Drop for Pool {
 }
 
 fn spawn_worker(sh: &Arc<Shared>, st: &mut State) {
+    // The manager grows the pool below `max` only; a submit starts the
+    // first worker of an empty pool (and `max` is at least 1).
+    debug_assert!(st.workers < sh.config.max, "a worker past the pool's max");
     st.workers += 1;
     st.starting += 1;
     st.stats.started += 1;
@@ -205,6 +214,12 @@ fn manage(sh: &Arc<Shared>) {
             st.manager_parked = false;
             continue;
         };
+        debug_assert!(
+            st.busy <= st.workers,
+            "{} busy of {} workers",
+            st.busy,
+            st.workers
+        );
         let idle = st.workers - st.busy; // includes starting workers
         if idle == 0 && st.workers < cfg.max && oldest.elapsed() >= cfg.grow_after {
             spawn_worker(sh, &mut st);
@@ -218,6 +233,7 @@ fn manage(sh: &Arc<Shared>) {
 fn worker(sh: &Arc<Shared>) {
     let cfg = &sh.config;
     let mut st = sh.state.lock();
+    debug_assert!(st.starting > 0, "a worker started that nobody counted");
     st.starting -= 1;
     let mut idle_since = Instant::now();
     loop {

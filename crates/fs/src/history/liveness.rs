@@ -23,7 +23,7 @@
 //! once when opened (`convert`): one pass over the live extents and the
 //! chunk records, in one transaction.
 
-use crate::error::{FsError, Result};
+use crate::error::{invariant, FsError, Result};
 use crate::types::Extent;
 use crate::vfs::Fs;
 use cairn_data::{ChunkRec, SegmentRec};
@@ -86,11 +86,10 @@ impl Fs {
     ) -> Result<()> {
         let mut rec = chunk_rec(w, id, "an ended extent names missing")?;
         let live = true_live(w, id, &rec)?;
-        if live < n {
-            return Err(FsError::Io(format!(
-                "chunk {id}: {n} live references ended, {live} counted"
-            )));
-        }
+        invariant!(
+            live >= n,
+            "chunk {id}: {n} live references ended, {live} counted"
+        );
         if live == n && self.pool.chunks.set_history_only(&rec, true) {
             touched.insert(rec.segment);
         }
@@ -123,12 +122,12 @@ pub(crate) fn chunk_uses<'a>(elements: impl IntoIterator<Item = &'a Element>) ->
 pub(crate) fn make_decrements(w: &mut MetaWrite<'_>, debts: &Debts) -> Result<()> {
     for (&id, &n) in debts {
         let mut rec = chunk_rec(w, id, "an ended extent names missing")?;
-        rec.live = rec.live.checked_sub(n).ok_or_else(|| {
-            FsError::Io(format!(
-                "chunk {id}: {n} live references ended, {} counted",
-                rec.live
-            ))
-        })?;
+        invariant!(
+            rec.live >= n,
+            "chunk {id}: {n} live references ended, {} counted",
+            rec.live
+        );
+        rec.live -= n;
         w.put_chunk(id, &rec.encode())?;
     }
     Ok(())
@@ -145,13 +144,13 @@ fn chunk_rec(w: &MetaWrite<'_>, id: u64, what: &str) -> Result<ChunkRec> {
 /// A chunk's true live count: the stored one less the decrements that
 /// wait for it.
 pub(crate) fn true_live(w: &MetaWrite<'_>, id: u64, rec: &ChunkRec) -> Result<u64> {
-    rec.live.checked_sub(w.live_owed(id)).ok_or_else(|| {
-        FsError::Io(format!(
-            "chunk {id}: {} live references stored, {} waiting to go",
-            rec.live,
-            w.live_owed(id)
-        ))
-    })
+    let owed = w.live_owed(id);
+    invariant!(
+        rec.live >= owed,
+        "chunk {id}: {} live references stored, {owed} waiting to go",
+        rec.live
+    );
+    Ok(rec.live - owed)
 }
 
 /// One more live reference to a stored chunk (dedup, clones); returns its
@@ -187,13 +186,13 @@ pub(crate) fn add_live(
     let was = true_live(w, id, &rec)?;
     let now = was
         .checked_add_signed(delta as _)
-        .filter(|&l| l <= rec.refs)
-        .ok_or_else(|| {
-            FsError::Io(format!(
-                "chunk {id}: {was} live of {} references, changed by {delta}",
-                rec.refs
-            ))
-        })?;
+        .filter(|&l| l <= rec.refs);
+    invariant!(
+        now.is_some(),
+        "chunk {id}: {was} live of {} references, changed by {delta}",
+        rec.refs
+    );
+    let now = now.unwrap_or(was);
     rec.live = (rec.live - was) + now;
     if (was == 0) != (now == 0) && fs.pool.chunks.set_history_only(&rec, now == 0) {
         touched.insert(rec.segment);
@@ -262,4 +261,45 @@ pub(crate) fn convert(meta: &MetaStore) -> Result<u64> {
         tracing::info!("live reference counts: {n} chunk records converted to version 2");
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Live references never go below zero: decrements of more than a
+    /// chunk counts, stored or waiting, are a violated invariant, and the
+    /// transaction that met one is not committed.
+    #[test]
+    fn live_references_below_zero_are_a_violated_invariant() {
+        let d = tempfile::tempdir().unwrap();
+        let m = MetaStore::create(&d.path().join("m.redb")).unwrap();
+        let rec = ChunkRec {
+            segment: 1,
+            offset: 0,
+            len: 100,
+            raw_len: 44,
+            refs: 2,
+            live: 1,
+            hash: [5; 32],
+            sums: Vec::new(),
+        };
+        m.write(|w| w.put_chunk(7, &rec.encode())).unwrap();
+        let too_many: Debts = [(7, 2)].into();
+        let e = m.write(|w| make_decrements(w, &too_many)).unwrap_err();
+        assert!(matches!(e, FsError::Invariant { .. }), "{e:?}");
+        assert!(e.is_invariant(), "{e}");
+        assert!(e.to_string().starts_with("INVARIANT VIOLATED"), "{e}");
+        let e = m
+            .write(|w| {
+                w.owe_live(7, 2);
+                true_live(w, 7, &rec).map(drop)
+            })
+            .unwrap_err();
+        assert!(e.is_invariant(), "{e}");
+        let stored = m.read().unwrap().chunk(7).unwrap().unwrap();
+        assert_eq!(ChunkRec::decode(&stored).unwrap(), rec, "not committed");
+        let fine: Debts = [(7, 1)].into();
+        m.write(|w| make_decrements(w, &fine)).unwrap();
+    }
 }

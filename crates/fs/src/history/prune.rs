@@ -3,7 +3,7 @@
 //! ones until deleted, automatic ones by the daily/weekly/monthly policy)
 //! and every TID newer than the fine-grained retention window.
 
-use crate::error::{FsError, Result};
+use crate::error::{invariant, FsError, Result};
 use crate::history::snapshot::{read_snapshots, Snapshot, SnapshotKind};
 use crate::types::Time;
 use crate::vfs::Fs;
@@ -114,6 +114,13 @@ impl Fs {
             .map(|(n, b)| Snapshot::decode(&n, &b).map(|s| s.tid))
             .collect::<Result<Vec<u64>>>()?;
         retained.sort_unstable();
+        // History is pruned up to a committed TID at most (this commit's
+        // own, when it prunes): a cutoff past it is arithmetic gone wrong.
+        let last = w.counter("last_tid")?;
+        invariant!(
+            from <= cutoff && cutoff <= last,
+            "prune of TIDs {from}..={cutoff}, the last committed is {last}"
+        );
         if !dry_run {
             self.make_debts_before(w, cutoff)?;
         }
@@ -149,7 +156,9 @@ impl Fs {
     /// removes all history no retained TID sees. Freed space shows at once.
     pub fn prune(&self, policy: &PrunePolicy, dry_run: bool) -> Result<PruneReport> {
         let run = self.maint_stats.start(crate::service_stats::Task::Prune);
-        let rep = self.prune_inner(policy, dry_run)?;
+        // Its commit stops the filesystem on a violated invariant, as a
+        // flush's does.
+        let rep = (self.prune_inner(policy, dry_run)).map_err(|e| self.stop_on_invariant(e))?;
         run.progress(1, 1);
         if !rep.dry_run {
             run.processed(rep.bytes_freed);

@@ -7,7 +7,7 @@
 //! copying: copy -> sync -> one transaction -> free the old slots. A crash
 //! before the transaction leaves the old copies in force.
 
-use crate::error::Result;
+use crate::error::{invariant, Result};
 use crate::types::Extent;
 use crate::vfs::Fs;
 use cairn_data::{ChunkRec, Layout};
@@ -69,7 +69,9 @@ impl Fs {
         progress: &dyn Fn(u64, u64),
     ) -> Result<ReblockReport> {
         let run = self.maint_stats.start(crate::service_stats::Task::Reblock);
-        self.reblock_counted(&run, opts, progress)
+        // Its commits stop the filesystem on a violated invariant, as a
+        // flush's do.
+        (self.reblock_counted(&run, opts, progress)).map_err(|e| self.stop_on_invariant(e))
     }
 
     /// `reblock`, counted in the metrics as `run` (of GC or reblock).
@@ -274,7 +276,20 @@ impl Fs {
         let after = self.pool.chunks.preview_unref(&olds);
         let new_segs: BTreeSet<u64> = moves.iter().map(|m| m.2.segment).collect();
         self.pool.meta.write(|w| {
-            for (id, _, new) in &moves {
+            for (id, old, new) in &moves {
+                // A moved chunk is the same chunk elsewhere: its record
+                // keeps its content and its references.
+                invariant!(
+                    (new.hash, new.raw_len, new.refs) == (old.hash, old.raw_len, old.refs)
+                        && (new.segment, new.offset) != (old.segment, old.offset),
+                    "chunk {id} moved from segment {} to {} changed (raw {} -> {}, refs {} -> {})",
+                    old.segment,
+                    new.segment,
+                    old.raw_len,
+                    new.raw_len,
+                    old.refs,
+                    new.refs
+                );
                 w.put_chunk(*id, &new.encode())?;
             }
             // The segments written to first: one that also loses chunks
@@ -367,7 +382,7 @@ impl Fs {
         let mut freed = Vec::new();
         for old in olds {
             let seg = self.pool.chunks.segment(old.segment);
-            if self.pool.chunks.unref_chunk(old).is_none() {
+            if self.pool.chunks.unref_chunk(old)?.is_none() {
                 freed.extend(seg.iter().flat_map(|s| s.places()));
             }
         }

@@ -4,7 +4,7 @@
 //! offset within a block can share a chunk; the bytes of partial blocks at
 //! either end are copied through the write-back overlay.
 
-use crate::error::{FsError, Result};
+use crate::error::{invariant, FsError, Result};
 use crate::types::{FileKind, Inode};
 use crate::vfs::Fs;
 use cairn_meta::{ElemKey, MetaWrite, RecordType};
@@ -218,6 +218,11 @@ fn clone_block(
     tid: u64,
     touched: &mut std::collections::BTreeSet<u64>,
 ) -> Result<()> {
+    // The source is a committed state: a TID before this clone's own.
+    invariant!(
+        at.is_none_or(|t| t < tid),
+        "inode {src} block {sblk} cloned as of TID {at:?} into TID {tid}"
+    );
     let skey = ElemKey::extent(src, sblk);
     let dkey = ElemKey::extent(dst, dblk);
     let found = match at {

@@ -4,7 +4,7 @@
 //! (writeback/patch.rs); space is reserved against the pool's free space so a
 //! full pool gives ENOSPC to the writer instead of failing a later commit.
 
-use crate::error::{FsError, Result};
+use crate::error::{invariant, FsError, Result};
 use crate::types::{Extent, FileKind, Inode};
 use crate::vfs::{Fs, State};
 use crate::writeback::overlay::{Block, BlockState};
@@ -254,7 +254,9 @@ impl Fs {
                 reclaimed += 1;
                 continue;
             }
-            self.write_locked(&mut st, ino, off, data)?;
+            // A write that met a violated invariant stops the filesystem
+            // as a commit that met one does.
+            (self.write_locked(&mut st, ino, off, data)).map_err(|e| self.stop_on_invariant(e))?;
             st.dirty(ino).written += data.len() as u64;
             drop(st);
             let l = &self.load;
@@ -321,6 +323,13 @@ impl Fs {
         valid: usize,
     ) -> Result<()> {
         let hi = lo + src.len();
+        // The bytes land inside their block: past the record size they
+        // would be another block's, and the extent would say so.
+        invariant!(
+            hi as u64 <= self.record && valid as u64 <= self.record,
+            "inode {ino} block {blk}: bytes {lo}..{hi} (valid {valid}) in records of {}",
+            self.record
+        );
         let mut buf = if lo == 0 && hi >= valid {
             st.dirty(ino).take_block(ino, blk);
             st.dirty(ino).take_patch(ino, blk);

@@ -2,7 +2,7 @@
 //! symlinks, xattrs. Each edits the dirty overlay under the
 //! state lock; the flusher commits it.
 
-use crate::error::{FsError, Result};
+use crate::error::{invariant, FsError, Result};
 use crate::types::{dirent_subkey, DirEnt, FileKind, Inode, Time};
 use crate::vfs::{check_name, Ctx, Fs, State};
 use std::sync::atomic::Ordering;
@@ -316,6 +316,19 @@ impl Fs {
             (true, true) if !self.dir_is_empty(st, i.ino)? => return Err(FsError::NotEmpty),
             _ => {}
         }
+        // Link counts never go below what the entries make them (a
+        // directory: 2 and one per subdirectory; a file: one per entry),
+        // checked before anything changes.
+        invariant!(
+            !dir || p.nlink > 2,
+            "directory {parent}: a subdirectory removed from a link count of {}",
+            p.nlink
+        );
+        invariant!(
+            dir || i.nlink > 0,
+            "inode {}: an entry removed from a link count of 0",
+            i.ino
+        );
         let now = Self::now();
         st.dirty(parent)
             .put_dirent(parent, dirent_subkey(name), None);
@@ -401,14 +414,51 @@ impl Fs {
                 (true, true) if !self.dir_is_empty(st, di.ino)? => return Err(FsError::NotEmpty),
                 _ => {}
             }
+            self.check_unlinks(st, p1, p2, src, &di)?;
             if di.kind == FileKind::Dir {
                 let mut pp = self.inode(st, p2)?;
                 pp.nlink -= 1;
                 st.put_inode(pp);
             }
             self.drop_link(st, di, Self::now());
+        } else {
+            self.check_unlinks(st, p1, p2, src, &self.inode(st, src.ino)?)?;
         }
         self.move_entry(st, p1, n1, p2, n2, src)
+    }
+
+    /// Before a rename changes anything: the link counts it lowers are
+    /// above what the entries make them (the source directory's, when a
+    /// directory leaves it; the replaced inode's, `gone`, and its parent's
+    /// when it is a directory).
+    fn check_unlinks(&self, st: &State, p1: u64, p2: u64, src: DirEnt, gone: &Inode) -> Result<()> {
+        if src.kind == FileKind::Dir && p1 != p2 {
+            let a = self.inode(st, p1)?;
+            invariant!(
+                a.nlink > 2,
+                "directory {p1}: a subdirectory moved out of a link count of {}",
+                a.nlink
+            );
+        }
+        if gone.ino == src.ino {
+            return Ok(());
+        }
+        match gone.kind {
+            FileKind::Dir => {
+                let pp = self.inode(st, p2)?;
+                invariant!(
+                    pp.nlink > 2,
+                    "directory {p2}: a subdirectory replaced in a link count of {}",
+                    pp.nlink
+                );
+            }
+            _ => invariant!(
+                gone.nlink > 0,
+                "inode {}: replaced by a rename with a link count of 0",
+                gone.ino
+            ),
+        }
+        Ok(())
     }
 
     fn move_entry(
@@ -453,6 +503,16 @@ impl Fs {
         a: (u64, &[u8], DirEnt),
         b: (u64, &[u8], DirEnt),
     ) -> Result<()> {
+        let delta = (a.2.kind == FileKind::Dir) as i64 - (b.2.kind == FileKind::Dir) as i64;
+        if a.0 != b.0 {
+            for (p, d) in [(a.0, -delta), (b.0, delta)] {
+                let n = self.inode(st, p)?.nlink as i64 + d;
+                invariant!(
+                    n >= 2,
+                    "directory {p}: a link count of {n} after an exchange"
+                );
+            }
+        }
         let now = Self::now();
         st.dirty(a.0).put_dirent(a.0, dirent_subkey(a.1), Some(b.2));
         st.dirty(b.0).put_dirent(b.0, dirent_subkey(b.1), Some(a.2));
@@ -465,7 +525,6 @@ impl Fs {
             st.put_inode(i);
         }
         if a.0 != b.0 {
-            let delta = (a.2.kind == FileKind::Dir) as i64 - (b.2.kind == FileKind::Dir) as i64;
             for (p, d) in [(a.0, -delta), (b.0, delta)] {
                 let mut pi = self.inode(st, p)?;
                 pi.nlink = (pi.nlink as i64 + d) as u32;

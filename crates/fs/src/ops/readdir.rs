@@ -83,6 +83,14 @@ impl Fs {
         let mut out = dot_entries(dir, d.parent, cookie);
         let rest = max.saturating_sub(out.len()).max(1);
         out.extend(self.entries_after(&st, dir, cookie.max(2), rest)?);
+        // A listing resumes after the last cookie handed out: each entry's
+        // must be past the one asked from, in order (else `ls` would loop
+        // or skip; equal cookies only from a 63-bit hash collision).
+        debug_assert!(
+            out.first().is_none_or(|e| e.cookie > cookie)
+                && out.windows(2).all(|w| w[0].cookie <= w[1].cookie),
+            "readdir of {dir} from cookie {cookie}"
+        );
         Ok(out)
     }
 }

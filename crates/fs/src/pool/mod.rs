@@ -563,6 +563,10 @@ fn write_first_tid(
 
 /// Writes the superblock file (mode 0600) and syncs it.
 fn write_superblock(path: &Path, sb: &Superblock, storage: &dyn Storage) -> std::io::Result<()> {
+    // What is written is what `Superblock::decode` accepts: a pool that
+    // could not be opened again would be lost (mkfs checked the sizes).
+    let geometry = superblock::check_geometry(sb.record_size as u64, sb.segment_size);
+    assert_eq!(geometry, Ok(()), "superblock {sb:?}");
     let f = storage.open(path, &OpenHow::REPLACE)?;
     if let Some(host) = f.host_file() {
         cairn_devices::private::tighten_file(host)?;

@@ -12,7 +12,7 @@
 //! in a background thread whenever something may need it, at most
 //! `resilver_rate_mib` a second, and steps aside for client writes.
 
-use crate::error::{FsError, Result};
+use crate::error::{invariant, FsError, Result};
 use crate::maintenance::tier::RateLimit;
 use crate::vfs::Fs;
 use cairn_data::{Relocation, SegmentRec};
@@ -508,6 +508,8 @@ impl Fs {
     /// Takes an emptied device out of the set and the device table.
     pub(crate) fn forget_device(&self, id: u32, dev: &Device) -> Result<()> {
         let _last = self.flush_guard();
+        self.device_unnamed(id)
+            .map_err(|e| self.stop_on_invariant(e))?;
         self.log_copy_leaves(dev);
         self.pool.chunks.devices().remove(id)?;
         self.pool.meta.write(|w| {
@@ -517,6 +519,27 @@ impl Fs {
         if dev.path.starts_with(&self.pool.path) {
             let _ = std::fs::remove_file(&dev.path);
         }
+        Ok(())
+    }
+
+    /// Before device `id` leaves the pool: no segment or stripe names it
+    /// any more (its slot map, which `DeviceSet::remove` checks, and the
+    /// tables agree), else their copies there would be lost with it.
+    fn device_unnamed(&self, id: u32) -> Result<()> {
+        let c = &self.pool.chunks;
+        let seg = c.segment_table().into_iter().find(|(_, s)| s.on_device(id));
+        invariant!(
+            seg.is_none(),
+            "device {id} removed while segment {:?} has a copy on it",
+            seg.map(|s| s.0)
+        );
+        let stripe =
+            (c.stripe_table().into_iter()).find(|(_, r)| r.members.iter().any(|m| m.device == id));
+        invariant!(
+            stripe.is_none(),
+            "device {id} removed while stripe {:?} has a member on it",
+            stripe.map(|s| s.0)
+        );
         Ok(())
     }
 

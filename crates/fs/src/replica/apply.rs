@@ -211,7 +211,7 @@ impl Fs {
                 Local::Held(id) => id,
                 Local::New(mut rec) => {
                     (rec.refs, rec.live) = (0, 0);
-                    w.put_chunk(next, &rec.encode())?;
+                    w.put_new_chunk(next, &rec.encode())?;
                     w.put_dedup(&rec.hash, next)?;
                     next += 1;
                     next - 1

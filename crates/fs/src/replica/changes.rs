@@ -131,6 +131,13 @@ impl Fs {
         }
         let end_first = |e: &Event| matches!(e.change, Change::Create(_));
         c.events.sort_by_key(|e| (e.tid, end_first(e)));
+        // One read view: every change is after `since` and up to `upto`,
+        // and an element ends after it was made (the mirror applies them
+        // as such, `apply_batch`).
+        debug_assert!(c
+            .events
+            .iter()
+            .all(|e| { e.tid > since && e.tid <= upto && (e.create_tid < e.tid || end_first(e)) }));
         Ok(c)
     }
 

@@ -45,21 +45,34 @@ impl Committing {
     pub fn push(&mut self, ov: Arc<Overlay>) {
         let free = self.0.iter_mut().find(|o| o.is_none());
         *free.expect("at most two overlays wait for a commit") = Some(ov);
+        self.check();
     }
 
     /// Takes the oldest (its commit is made, or failed).
     pub fn pop_oldest(&mut self) -> Option<Arc<Overlay>> {
         let oldest = self.0[0].take();
         self.0.swap(0, 1);
+        self.check();
         oldest
     }
 
     /// Takes the newest (a cut above a commit that failed).
     pub fn pop_newest(&mut self) -> Option<Arc<Overlay>> {
-        match self.0[1].take() {
+        let newest = match self.0[1].take() {
             Some(o) => Some(o),
             None => self.0[0].take(),
-        }
+        };
+        self.check();
+        newest
+    }
+
+    /// The oldest is first, with no gap before a newer one: `is_empty`
+    /// looks at the first place only, and `push` fills the first free one.
+    fn check(&self) {
+        debug_assert!(
+            self.0[0].is_some() || self.0[1].is_none(),
+            "a committing overlay after a gap"
+        );
     }
 
     /// Bytes the commits still to make will store.

@@ -5,7 +5,7 @@
 //! previous version; after it, the new one. Expired history is pruned in
 //! the same transaction and the chunks it alone referenced are released.
 
-use crate::error::{FsError, Result};
+use crate::error::{invariant, FsError, Result};
 use crate::history::liveness::add_ref;
 use crate::history::snapshot::Snapshot;
 use crate::types::{Extent, Time};
@@ -190,7 +190,9 @@ impl Fs {
         self.drop_ns_meta();
         self.flushing.write().pop_oldest();
         drop(st);
-        self.pool.chunks.release_slots(freed)?;
+        // Committed: a slot that cannot be freed safely is a bug that
+        // stops the filesystem, as one met during the commit would.
+        (self.pool.chunks.release_slots(freed)).map_err(|e| self.stop_on_invariant(e.into()))?;
         self.reserve.recover();
         self.pool.chunks.probe_suspects();
         Ok(())
@@ -297,6 +299,14 @@ impl Fs {
             snaps: vec![snap.clone()],
             logged,
         });
+    }
+
+    /// Test hook (tests of the invariant path only): the next commit
+    /// writes its metadata as the TID before its own, the last committed
+    /// one, as a bug in the TID arithmetic would; the metadata store
+    /// refuses it (`MetaError::Invariant`) and the filesystem stops.
+    pub fn test_hook_repeat_next_tid(&self) {
+        self.repeat_tid.store(true, Ordering::Relaxed);
     }
 
     /// Stops the filesystem (`stop`) when `e` is a violated invariant;
@@ -456,6 +466,16 @@ impl Fs {
                 stored: Stored::Existing(id),
             });
         }
+        // Every buffered block and patch of the overlay is committed, once:
+        // one left out would be lost when the overlay retires.
+        let want = (ov.blocks.values().map(|m| m.len()))
+            .chain(ov.patches.values().map(|m| m.len()))
+            .sum::<usize>();
+        invariant!(
+            sink.out.len() == want,
+            "{} blocks to commit for the overlay's {want}",
+            sink.out.len()
+        );
         sink.finish(self)
     }
 
@@ -587,6 +607,12 @@ impl Fs {
         written: &[Written],
         touched: &mut BTreeSet<u64>,
     ) -> Result<Vec<SlotAddr>> {
+        // The TID a bug in the commit's arithmetic would give it (tests
+        // of the invariant path only: `test_hook_repeat_next_tid`).
+        let tid = match self.repeat_tid.swap(false, Ordering::Relaxed) {
+            true => tid - 1,
+            false => tid,
+        };
         let now = Time::now().as_nanos() as u64;
         let floor = self.log_guard().map_or(0, |l| l.retried_records(tid));
         let retention = self
@@ -598,6 +624,14 @@ impl Fs {
             apply_overlay(w, ov, tid)?;
             // Names checked free by the cut, under the flush lock.
             for s in snaps {
+                // The cut sealed the snapshot's changes as this TID: a
+                // snapshot naming another would show another tree.
+                invariant!(
+                    s.tid == tid,
+                    "snapshot {:?} of TID {} committed as TID {tid}",
+                    s.name,
+                    s.tid
+                );
                 w.put_snapshot(&s.name, &s.encode())?;
             }
             let mut next_chunk = w.counter("next_chunk")?;
@@ -605,19 +639,63 @@ impl Fs {
             let mut piece_ids: HashMap<(usize, usize), u64> = HashMap::new();
             for (n, wb) in written.iter().enumerate() {
                 let key = ElemKey::extent(wb.ino, wb.blk);
+                // A block's extent covers its own bytes only: one longer
+                // than a record would read over the next block.
+                // Reads find the block at `blk * record` (the replay's
+                // decoder refuses an index past that arithmetic too).
+                invariant!(
+                    wb.blk.checked_mul(self.record).is_some(),
+                    "inode {} block {}: past the largest file offset",
+                    wb.ino,
+                    wb.blk
+                );
+                invariant!(
+                    wb.len as u64 <= self.record,
+                    "inode {} block {}: an extent of {} bytes in records of {}",
+                    wb.ino,
+                    wb.blk,
+                    wb.len,
+                    self.record
+                );
+                invariant!(
+                    !matches!(wb.stored, Stored::Pending(_) | Stored::EarlierPiece(..)),
+                    "inode {} block {}: committed with no chunk stored for it",
+                    wb.ino,
+                    wb.blk
+                );
                 let id = match &wb.stored {
                     Stored::Hole => {
                         w.end(&key, tid)?;
                         continue;
                     }
                     Stored::New(rec) => {
+                        // The chunk holds the block's bytes, no more, no
+                        // fewer: the extent's length is what reads expect.
+                        invariant!(
+                            rec.raw_len == wb.len,
+                            "inode {} block {}: a chunk of {} bytes for {}",
+                            wb.ino,
+                            wb.blk,
+                            rec.raw_len,
+                            wb.len
+                        );
                         let id = next_chunk;
                         next_chunk += 1;
                         self.put_new_chunk(w, id, rec)?;
                         id
                     }
                     Stored::Existing(id) => add_ref(self, w, *id, touched)?,
-                    Stored::Earlier(i) => add_ref(self, w, ids[*i], touched)?,
+                    Stored::Earlier(i) => {
+                        // An earlier block of this flush, stored new: its
+                        // id is known by now.
+                        invariant!(
+                            *i < n && matches!(written[*i].stored, Stored::New(_)),
+                            "inode {} block {}: a duplicate of written block {i} of {n}",
+                            wb.ino,
+                            wb.blk
+                        );
+                        add_ref(self, w, ids[*i], touched)?
+                    }
                     Stored::Pieced(planned, news) => {
                         let at = PieceAt { n, ids: &ids };
                         let ext = self.commit_pieces(
@@ -639,6 +717,12 @@ impl Fs {
                 w.put(&key, &Extent::whole(id, wb.len).encode(), tid)?;
             }
             w.set_counter("next_chunk", next_chunk)?;
+            // Inode numbers are never given twice: the counter only grows.
+            let stored_ino = w.counter("next_ino")?;
+            invariant!(
+                next_ino >= stored_ino,
+                "inode counter {next_ino} below the committed {stored_ino}"
+            );
             w.set_counter("next_ino", next_ino)?;
             w.set_counter("last_tid", tid)?;
             if floor > 0 {
@@ -724,7 +808,19 @@ impl Fs {
                 }
             };
         }
-        assert!(news.next().is_none(), "a new piece per chunk");
+        invariant!(
+            news.next().is_none(),
+            "block {}: more chunks stored than the planned extent has new pieces",
+            at.n
+        );
+        // Stored otherwise, the block could not be read back (`decode`).
+        invariant!(
+            ext.pieces_valid() && ext.len as u64 <= self.record,
+            "block {}: pieces {:?} over {} bytes",
+            at.n,
+            ext.pieces,
+            ext.len
+        );
         Ok(ext)
     }
 
@@ -735,7 +831,7 @@ impl Fs {
         id: u64,
         rec: &ChunkRec,
     ) -> Result<()> {
-        w.put_chunk(id, &rec.encode())?;
+        w.put_new_chunk(id, &rec.encode())?;
         if self.pool.config.dedup {
             w.put_dedup(&rec.hash, id)?;
         }
@@ -748,13 +844,30 @@ impl Fs {
         w: &mut MetaWrite<'_>,
         touched: &BTreeSet<u64>,
     ) -> Result<()> {
+        let size = self.pool.chunks.segment_size();
         for id in touched.iter() {
             match self.pool.chunks.segment(*id) {
-                Some(rec) => w.put_segment(*id, &rec.encode())?,
+                Some(rec) => {
+                    invariant!(
+                        rec.used as u64 <= size,
+                        "segment {id}: {} bytes used of {size}",
+                        rec.used
+                    );
+                    w.put_segment(*id, &rec.encode())?
+                }
                 None => w.remove_segment(*id)?,
             }
         }
-        w.set_counter("next_segment", self.pool.chunks.next_segment_id())?;
+        // Segment ids are never reused: the counter only grows.
+        let (next, stored) = (
+            self.pool.chunks.next_segment_id(),
+            w.counter("next_segment")?,
+        );
+        invariant!(
+            next >= stored,
+            "segment counter {next} below the committed {stored}"
+        );
+        w.set_counter("next_segment", next)?;
         Ok(())
     }
 
@@ -781,7 +894,11 @@ impl Fs {
                 return Err(FsError::Io(format!("{key}: chunk {id} already gone")));
             };
             let mut rec = ChunkRec::decode(&raw)?;
-            assert!(rec.refs > 0, "chunk {id} with zero refs still stored");
+            // A chunk with no reference left is removed with its last one.
+            invariant!(
+                rec.refs > 0,
+                "{key}: chunk {id} with no reference left is still stored"
+            );
             rec.refs -= 1;
             if rec.refs > 0 {
                 w.put_chunk(id, &rec.encode())?;
@@ -812,7 +929,7 @@ impl Fs {
         w.remove_dedup(&rec.hash, id)?;
         let seg = self.pool.chunks.segment(rec.segment);
         touched.insert(rec.segment);
-        if self.pool.chunks.unref_chunk(rec).is_none() {
+        if self.pool.chunks.unref_chunk(rec)?.is_none() {
             if let Some(s) = seg {
                 freed.extend(s.places());
             }
@@ -989,7 +1106,11 @@ pub(crate) fn compress_all<'b>(
     if c == cairn_data::Compression::None {
         return vec![None; blocks.len()];
     }
-    on_every_core(&blocks, |b| cairn_data::compress::compress(c, b))
+    let packed = on_every_core(&blocks, |b| cairn_data::compress::compress(c, b));
+    // Callers zip the packings with the blocks: one left out would leave
+    // a block (and every one after it) unstored.
+    assert_eq!(packed.len(), blocks.len(), "a packing per block");
+    packed
 }
 
 /// `f` of each item, in order, the items split across the cores.

@@ -170,6 +170,11 @@ fn stored<'a>(r: &mut Reader<'a>, record: u64) -> Result<Entry<'a>> {
 
 /// Writes a stored block entry (see `Entry::Stored`).
 pub(crate) fn put_stored(w: &mut Vec<u8>, ino: u64, blk: u64, len: usize, chunk: u64) {
+    // `stored` refuses an empty block: a replay would fail on it.
+    assert!(
+        len > 0 && len <= u32::MAX as usize,
+        "inode {ino} block {blk}: a stored entry of {len} bytes"
+    );
     w.push(T_STORED);
     put_u64(w, ino);
     put_u64(w, blk);
@@ -204,6 +209,13 @@ pub(crate) fn put_u32(w: &mut Vec<u8>, v: u32) {
 }
 
 pub(crate) fn put_bytes(w: &mut Vec<u8>, b: &[u8]) {
+    // The length is a u32: a longer value would shift every entry after
+    // it, and the replay would refuse the record.
+    assert!(
+        b.len() <= u32::MAX as usize,
+        "a record value of {} bytes",
+        b.len()
+    );
     put_u32(w, b.len() as u32);
     w.extend_from_slice(b);
 }

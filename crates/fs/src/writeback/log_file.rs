@@ -22,6 +22,12 @@ pub const VERSION: u16 = 3;
 const VERSION_UNMIRRORED: u16 = 2;
 const VERSION_ONE_REGION: u16 = 1;
 pub const HEADER_LEN: usize = 64;
+// A record header: magic, version u16, 2 bytes, payload length u32, pool
+// uuid, base TID, sequence, inode counter, then 8 bytes whose first 4
+// hold the checksum (`checksum`, `append_record`); a payload's length
+// fits its u32.
+const _: () = assert!(8 + 2 + 2 + 4 + 16 + 8 + 8 + 8 + 8 == HEADER_LEN);
+const _: () = assert!(MAX_LOG_SIZE / 2 <= u32::MAX as u64);
 /// Regions of a log on devices are whole sectors.
 const SECTOR: u64 = 4096;
 /// Default size of a log file (`intent_log_mib`): two regions of 64 MiB,

@@ -149,6 +149,7 @@ impl Overlay {
         self.take_patch(ino, blk);
         let new = data.len() as u64;
         if let Some(old) = self.blocks.entry(ino).or_default().insert(blk, data) {
+            debug_assert!(self.bytes >= old.len() as u64, "buffered bytes below zero");
             self.bytes -= old.len() as u64;
         }
         self.bytes += new;
@@ -165,6 +166,12 @@ impl Overlay {
     /// `patch.rs`); when the patch covers the block's `valid` bytes it
     /// becomes a whole block.
     pub fn put_patch(&mut self, ino: u64, blk: u64, off: usize, data: &[u8], valid: usize) {
+        // A block is buffered whole or patched, never both: the flush
+        // would commit two extents for it.
+        debug_assert!(
+            !self.blocks.get(&ino).is_some_and(|m| m.contains_key(&blk)),
+            "inode {ino} block {blk}: a patch over a buffered block"
+        );
         self.changed = true;
         self.unlogged
             .block(ino, blk, off as u32, (off + data.len()) as u32);
@@ -188,6 +195,10 @@ impl Overlay {
     /// Removes the patch of a block.
     pub fn take_patch(&mut self, ino: u64, blk: u64) -> Option<Patch> {
         let p = self.patches.get_mut(&ino)?.remove(&blk)?;
+        debug_assert!(
+            self.patch_count > 0 && self.patched >= p.bytes() as u64 && self.bytes >= self.patched,
+            "patch accounting below zero"
+        );
         self.bytes -= p.bytes() as u64;
         self.patched -= p.bytes() as u64;
         self.patch_count -= 1;

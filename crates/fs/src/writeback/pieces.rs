@@ -118,6 +118,13 @@ pub fn gaps(lo: u32, hi: u32, covered: impl IntoIterator<Item = (u32, u32)>) -> 
 
 /// Bytes `lo..hi` of the block that piece `p` holds.
 fn part(p: &Piece, lo: u32, hi: u32) -> Piece {
+    // A part of a piece: its bytes come from the same place in its chunk.
+    assert!(
+        p.off <= lo && lo < hi && hi <= p.off + p.len,
+        "part {lo}..{hi} of piece {}+{}",
+        p.off,
+        p.len
+    );
     Piece {
         off: lo,
         len: hi - lo,

@@ -52,6 +52,8 @@ impl RecentBlocks {
         g.bytes += data.len();
         g.order.push_back(hash);
         g.map.insert(hash, data.clone());
+        // The FIFO and the map name the same blocks, within the bound.
+        debug_assert!(g.bytes <= self.cap && g.map.len() == g.order.len());
     }
 
     /// The block with content hash `hash`, if kept.

@@ -23,7 +23,7 @@
 //! 1, as it does for a pool made before live counts existed.
 
 use super::MetaWrite;
-use crate::error::{MetaError, Result};
+use crate::error::{invariant, MetaError, Result};
 use crate::tables::{LIVE_REFS, LIVE_TID};
 use parking_lot::Mutex;
 use redb::ReadableTable;
@@ -238,18 +238,17 @@ impl MetaWrite<'_> {
         // `live_tid` says which ends have their decrements made: a
         // transaction that made the earlier ones and left its own waiting
         // would leave that untrue.
-        if self.live_txn.taken && !self.live_txn.owed.is_empty() {
-            return Err(MetaError::Db(
-                "live reference decrements owed after the waiting ones were made".into(),
-            ));
-        }
+        invariant!(
+            !self.live_txn.taken || self.live_txn.owed.is_empty(),
+            "{} live reference decrements owed after the waiting ones were made",
+            self.live_txn.owed.len()
+        );
         let refs = self.counter(LIVE_REFS)?;
         if self.live_unmade() {
-            if self.live_waits() {
-                return Err(MetaError::Db(
-                    "live reference decrements owed before those a crash left were made".into(),
-                ));
-            }
+            invariant!(
+                !self.live_waits(),
+                "live reference decrements owed before those a crash left were made"
+            );
         } else if !self.live_waits() {
             let last_end = self.ends.last()?.map_or(0, |(k, _)| k.value().0);
             let upto = self.counter("last_tid")?.max(last_end);

@@ -33,6 +33,50 @@ mod basics {
         assert!(r.get_asof(&k, 200).unwrap().is_none());
     }
 
+    /// TIDs only grow: an element ended at (or before) the TID that made
+    /// it, one made at TID_MAX, or a TID logged again, is a violated
+    /// invariant, and so is a new chunk recorded over a stored one; the
+    /// transaction is not committed.
+    #[test]
+    fn a_change_out_of_tid_order_is_refused_and_not_committed() {
+        let (_d, s) = store();
+        let k = ElemKey::new(9, RecordType::Inode, &[]);
+        s.write(|w| {
+            w.put(&k, b"v1", 5)?;
+            w.log_tid(5, 50)
+        })
+        .unwrap();
+        type Change<'a> = &'a dyn Fn(&mut MetaWrite<'_>) -> Result<()>;
+        let refused: [Change; 5] = [
+            &|w| w.put(&k, b"v2", 5).map(drop),
+            &|w| {
+                w.put_chunk(3, b"a")?;
+                w.put_new_chunk(3, b"b")
+            },
+            &|w| w.end(&k, 4).map(drop),
+            &|w| {
+                w.put(&ElemKey::new(10, RecordType::Inode, &[]), b"x", TID_MAX)
+                    .map(drop)
+            },
+            &|w| {
+                w.put(&k, b"v2", 6)?;
+                w.log_tid(5, 60)
+            },
+        ];
+        for f in refused {
+            let e = s.write(|w| f(w)).unwrap_err();
+            assert!(e.is_invariant(), "{e}");
+            assert!(e.to_string().starts_with("INVARIANT VIOLATED"), "{e}");
+        }
+        let r = s.read().unwrap();
+        let e = r.get(&k).unwrap().unwrap();
+        assert_eq!((e.payload.as_slice(), e.create_tid), (&b"v1"[..], 5));
+        assert_eq!(r.tids_after(0).unwrap(), vec![(5, 50)]);
+        assert!(r.chunk(3).unwrap().is_none());
+        drop(r);
+        s.write(|w| w.log_tid(6, 60)).unwrap();
+    }
+
     #[test]
     fn prune_respects_retained_tids() {
         let (_d, s) = store();

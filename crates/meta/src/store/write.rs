@@ -3,6 +3,7 @@
 //! entries, snapshots, devices), committed by `MetaStore::write`.
 
 use super::*;
+use crate::error::invariant;
 
 /// The tables of one write transaction.
 pub struct MetaWrite<'t> {
@@ -89,11 +90,14 @@ impl MetaWrite<'_> {
         payload: Vec<u8>,
         tid: u64,
     ) -> Result<Element> {
-        self.born_gone(create_tid, key.as_bytes());
-        assert!(
-            create_tid < tid,
-            "element {key} created at {create_tid} ended at {tid}"
+        // An element ends at a TID after the one that made it (and never
+        // at infinity, which marks it live): else history would hold a
+        // version no TID ever saw, and prune would misjudge it.
+        invariant!(
+            create_tid < tid && tid < TID_MAX,
+            "element {key} created at TID {create_tid} ended at TID {tid}"
         );
+        self.born_gone(create_tid, key.as_bytes());
         let hk = hist_key(key.as_bytes(), create_tid);
         self.keep_ended(tid, &hk, &encode_value(&hk, tid, &payload))?;
         self.ends.insert((tid, hk.as_slice()), ())?;
@@ -122,6 +126,8 @@ impl MetaWrite<'_> {
     /// Returns the ended element, if any. One insert into `live` replaces
     /// the current element and hands it back (no separate remove).
     pub fn put(&mut self, key: &ElemKey, payload: &[u8], tid: u64) -> Result<Option<Element>> {
+        // TID_MAX is the delete TID of a live element, no commit's TID.
+        invariant!(tid < TID_MAX, "element {key} made at TID {tid}");
         let value = encode_value(key.as_bytes(), tid, payload);
         let old = match self.live.insert(key.as_bytes(), value.as_slice())? {
             Some(v) => Some(decode_value(key.as_bytes(), v.value())?),
@@ -282,6 +288,17 @@ impl MetaWrite<'_> {
         Ok(())
     }
 
+    /// Records a new chunk under a fresh id: one that replaced a stored
+    /// record would leave that chunk's references naming other bytes.
+    pub fn put_new_chunk(&mut self, id: u64, rec: &[u8]) -> Result<()> {
+        let replaced = self.chunks.insert(id, rec)?.is_some();
+        invariant!(
+            !replaced,
+            "new chunk {id} recorded over a stored chunk record"
+        );
+        Ok(())
+    }
+
     pub fn remove_chunk(&mut self, id: u64) -> Result<()> {
         self.chunks.remove(id)?;
         self.forget_live_debts(id);
@@ -317,9 +334,24 @@ impl MetaWrite<'_> {
         Ok(())
     }
 
+    /// Records that `tid` was committed at `time_ns`: once per TID, each
+    /// above the TIDs recorded before it (the commit's TID order).
     pub fn log_tid(&mut self, tid: u64, time_ns: u64) -> Result<()> {
+        let last = self.tids.last()?.map(|(t, _)| t.value());
+        invariant!(
+            last.is_none_or(|l| tid > l),
+            "TID {tid} committed after TID {} (TIDs only grow)",
+            last.unwrap_or(0)
+        );
         self.tids.insert(tid, time_ns)?;
         Ok(())
+    }
+
+    /// Forgets the commit times of the TIDs after `tid` (a fresh mirror
+    /// gives its own up for those its source streams).
+    pub fn forget_tids_after(&mut self, tid: u64) -> Result<()> {
+        let after = tid.saturating_add(1);
+        Ok(self.tids.retain_in(after.., |_, _| false)?)
     }
 
     /// The newest TID committed at or before `time_ns`, searching from
