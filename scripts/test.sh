@@ -7,6 +7,8 @@ export PATH="$HOME/.cargo/bin:$PATH"
 bash scripts/deps.sh test
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
+# Assertions per 1,000 lines of library code stay at 5 or more (issue 52).
+bash scripts/assert-density.sh 5.0
 # The `suite` profile (Cargo.toml): release optimization without LTO, so
 # the test binaries link quickly.
 cargo test --workspace --profile suite -- --test-threads=2

@@ -125,6 +125,7 @@ impl Mirror {
     /// whose length does).
     fn sync_copies(&self, good: usize, repair: bool) -> io::Result<u64> {
         let all = self.copies.read().clone();
+        assert!(good < all.len(), "copy {good} of {}", all.len());
         let src = all[good].io.clone();
         let len = src.len()?;
         let mut differ = 0;

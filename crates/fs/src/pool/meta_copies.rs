@@ -233,6 +233,7 @@ pub(super) fn mkfs_copies(
 /// `redundancy::degraded::promote_meta_mirror`). Named by the pool's
 /// uuid: pools whose devices share a directory never share a copy.
 fn copy_file_name(dir: &Path, uuid: [u8; 16], n: usize, avoid: &[PathBuf]) -> PathBuf {
+    assert!(n >= 2, "copy {n} is the store itself");
     let id = uuid::Uuid::from_bytes(uuid).simple().to_string();
     let names = match n {
         2 => [
@@ -390,6 +391,7 @@ fn plan_copies(
     uuid: [u8; 16],
     want: usize,
 ) -> Vec<MirrorPlan> {
+    assert!(want <= MAX_META_COPIES, "{want} copies of the metadata");
     let mut taken = Taken::new(specs, home, pool);
     let mut files = vec![home.to_path_buf()];
     files.extend(
