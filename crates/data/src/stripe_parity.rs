@@ -43,20 +43,9 @@ impl ChunkStore {
             let n = WINDOW.min(rec.len as u64 - at) as usize;
             let data: Vec<Vec<u8>> = {
                 let _gate = self.segs.io_gate.read();
-                std::thread::scope(|s| {
-                    let jobs: Vec<_> = (0..k)
-                        .map(|i| {
-                            let (d, p) = (&devs[i], rec.members[i]);
-                            s.spawn(move || {
-                                let mut b = vec![0u8; n];
-                                d.read_at(&mut b, d.slot_offset(p.slot) + at).map(|()| b)
-                            })
-                        })
-                        .collect();
-                    jobs.into_iter()
-                        .map(|j| j.join().expect("a stripe reader died"))
-                        .collect::<std::result::Result<Vec<_>, _>>()
-                })?
+                let all: Vec<usize> = (0..k).collect();
+                let read = self.read_members(rec, &all, at, at + n as u64, true);
+                read.into_iter().map(|(_, r)| r).collect::<Result<_>>()?
             };
             let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
             sink(at, &devs[k..], ec::parity(&refs, rec.m as usize)?)?;

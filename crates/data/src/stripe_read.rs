@@ -80,26 +80,13 @@ impl ChunkStore {
             if batch.is_empty() {
                 break;
             }
-            let got = std::thread::scope(|s| {
-                let jobs: Vec<_> = (batch.iter())
-                    .map(|i| {
-                        (
-                            *i,
-                            s.spawn(|| self.read_member(rec.members[*i], a, e, cached)),
-                        )
-                    })
-                    .collect();
-                let joined = jobs.into_iter().map(|(i, j)| (i, j.join()));
-                joined.collect::<Vec<_>>()
-            });
-            for (i, r) in got {
+            for (i, r) in self.read_members(rec, &batch, a, e, cached) {
                 match r {
-                    Ok(Ok(b)) => have.push((i, b)),
-                    Ok(Err(err)) => tracing::warn!(
+                    Ok(b) => have.push((i, b)),
+                    Err(err) => tracing::warn!(
                         "stripe member on device {}: {err}; reading another",
                         rec.members[i].device
                     ),
-                    Err(_) => tracing::error!("a stripe member's reader died"),
                 }
             }
         }
@@ -140,6 +127,31 @@ impl ChunkStore {
                 self.segs.restored.keep(key, Arc::new(b));
             }
             Ok(first)
+        })
+    }
+
+    /// Bytes `[a, e)` of the members of `rec` at positions `which`, read
+    /// at once (a thread each), with what each read gave.
+    pub(crate) fn read_members(
+        &self,
+        rec: &StripeRec,
+        which: &[usize],
+        a: u64,
+        e: u64,
+        cached: bool,
+    ) -> Vec<(usize, Result<Vec<u8>>)> {
+        std::thread::scope(|s| {
+            let jobs: Vec<_> = (which.iter())
+                .map(|&i| {
+                    let at = rec.members[i];
+                    (i, s.spawn(move || self.read_member(at, a, e, cached)))
+                })
+                .collect();
+            let died = || Err(DataError::Parity("a stripe member's reader died".into()));
+            let joined = jobs.into_iter();
+            joined
+                .map(|(i, j)| (i, j.join().unwrap_or_else(|_| died())))
+                .collect()
         })
     }
 
