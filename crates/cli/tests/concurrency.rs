@@ -1477,9 +1477,7 @@ fn concurrent_ops_with_fsync_and_kill9() {
 fn fuse_handoffs_run_on_the_adaptive_worker_pool() {
     let mut fs = Fs::create();
     fs.mkfs(&[]);
-    fs.mount_args = ["--io-uring", "on", "--enable-uring-module"]
-        .map(String::from)
-        .to_vec();
+    fs.mount_args = OVER_IO_URING.map(String::from).to_vec();
     fs.mount();
     let path = fs.p("big");
     let mut f = std::fs::File::create(&path).unwrap();

@@ -310,7 +310,7 @@ fn a_device_whose_reads_hang_is_faulted_and_reads_go_on() {
 /// the rescuer hands them to workers (vendor/fuser/src/uring_rescue.rs).
 #[test]
 fn a_device_whose_reads_hang_is_faulted_and_reads_go_on_over_io_uring() {
-    hung_reads_fault_the_device_and_reads_go_on(&["--io-uring", "on", "--enable-uring-module"]);
+    hung_reads_fault_the_device_and_reads_go_on(&OVER_IO_URING);
 }
 
 fn hung_reads_fault_the_device_and_reads_go_on(mount_args: &[&str]) {

@@ -251,9 +251,7 @@ fn host_busy() -> bool {
 fn ring_threads_stay_normal_by_default_even_on_busy_cpus() {
     let mut fs = Fs::create();
     fs.mkfs(&[]);
-    fs.mount_args = ["--io-uring", "on", "--enable-uring-module"]
-        .map(String::from)
-        .to_vec();
+    fs.mount_args = OVER_IO_URING.map(String::from).to_vec();
     fs.mount();
     let normal = |p: &[i32]| p.len() >= 2 && p.iter().all(|&p| p == SCHED_OTHER);
     assert!(

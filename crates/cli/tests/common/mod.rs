@@ -224,13 +224,18 @@ pub fn cairn_umount(mnt: &Path) -> Output {
     out
 }
 
+/// Mount arguments for FUSE over io_uring, turning the kernel's switch on
+/// (tests only: the switch is host-wide).
+pub const OVER_IO_URING: [&str; 3] = ["--io-uring", "on", "--enable-uring-module"];
+
 /// A pool plus mount point in a private temp dir, with the daemon as a child.
 pub struct Fs {
     /// Private temp dir holding everything below.
     pub dir: PathBuf,
     pub pool: PathBuf,
     pub mnt: PathBuf,
-    /// Extra arguments passed to every `cairn mount`.
+    /// Extra arguments passed to every `cairn mount` (e.g.
+    /// `OVER_IO_URING`).
     pub mount_args: Vec<String>,
     /// Extra environment variables of every `cairn mount`.
     pub mount_env: Vec<(String, PathBuf)>,

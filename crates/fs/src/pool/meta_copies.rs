@@ -206,15 +206,7 @@ pub(super) fn mkfs_copies(
     let tiers = (opts.devices.iter())
         .filter(|d| d.role == DeviceRole::Tier)
         .count();
-    for plan in plans {
-        let MirrorPlan::Make {
-            n,
-            to,
-            beside_device,
-        } = plan
-        else {
-            continue;
-        };
+    for (n, to, beside_device) in makes(plans) {
         if !beside_device && tiers >= n {
             warnings.push(format!(
                 "the metadata's {} copy is beside the first, on the same disk: no tier device of another directory or failure domain is left to hold it (block devices); give --meta-mirror DIR on another disk to survive losing that disk",
@@ -348,6 +340,19 @@ pub(super) enum MirrorPlan {
         from: PathBuf,
         to: PathBuf,
     },
+}
+
+/// The copies `plans` make (copy, file, beside a device), leaving out
+/// the moves.
+fn makes(plans: Vec<MirrorPlan>) -> impl Iterator<Item = (usize, PathBuf, bool)> {
+    plans.into_iter().filter_map(|p| match p {
+        MirrorPlan::Make {
+            n,
+            to,
+            beside_device,
+        } => Some((n, to, beside_device)),
+        MirrorPlan::Move { .. } => None,
+    })
 }
 
 /// The tier devices of the store's device table, as specs.
@@ -510,15 +515,7 @@ fn made_line(n: usize, to: &Path, beside_device: bool) {
 pub fn raise_online(pool: &super::Pool) -> Result<usize> {
     let plans = mirror_plan(&pool.path, &pool.meta, pool.sb.uuid)?;
     let mut made = 0;
-    for plan in plans {
-        let MirrorPlan::Make {
-            n,
-            to,
-            beside_device,
-        } = plan
-        else {
-            continue;
-        };
+    for (n, to, beside_device) in makes(plans) {
         let done = (pool.meta.add_copy(&to).map_err(FsError::from))
             .and_then(|_| link_copy(&pool.path, n, &to))
             .and_then(|_| sync_dir(&pool.path));
