@@ -13,8 +13,7 @@
 use crate::aligned::AlignedBuf;
 use crate::deadline::{devices_within, DeviceJob};
 use crate::error::{invariant, DataError, Result};
-use crate::wpipe::WriteTarget;
-use cairn_devices::device::DIRECT_ALIGN;
+use crate::wpipe::{write_device, WriteTarget};
 use cairn_devices::{Device, SlotAddr};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -55,24 +54,21 @@ pub(crate) struct CopyTarget {
 }
 
 impl CopyTarget {
-    /// Writes `buf` at `at` of each copy of `many` on its own thread, each
-    /// waited for at most the timeout; one that did not answer is `Hung`.
+    /// Writes `buf`'s first `n` bytes at `at` of each copy of `many` on its
+    /// own thread, each waited for at most the timeout; one that did not
+    /// answer is `Hung` (its thread keeps its share of the buffer).
     fn write_each(
         &self,
         many: &[&(SlotAddr, Arc<Device>, u64)],
-        buf: &[u8],
+        buf: &Arc<AlignedBuf>,
+        n: usize,
         at: u64,
         cached: bool,
     ) -> Vec<Result<()>> {
-        // The threads may outlive this call: they get their own copy of
-        // the bytes (aligned, for direct I/O).
-        let mut own = AlignedBuf::new(buf.len(), DIRECT_ALIGN);
-        own.slice_mut(buf.len()).copy_from_slice(buf);
-        let own = Arc::new(own);
         let jobs: Vec<(u32, DeviceJob)> = (many.iter())
             .map(|(addr, dev, base)| {
-                let (dev, own, n, to) = (dev.clone(), own.clone(), buf.len(), base + at);
-                let job = move || dev.write(own.slice(n), to, cached);
+                let (dev, own, to) = (dev.clone(), buf.clone(), base + at);
+                let job = move || write_device(&dev, own.slice(n), to, cached);
                 (addr.device, Box::new(job) as DeviceJob)
             })
             .collect();
@@ -82,15 +78,14 @@ impl CopyTarget {
 
 impl WriteTarget for CopyTarget {
     /// `at` is the offset in the segment.
-    fn write(&self, buf: &[u8], at: u64, cached: bool) -> Result<()> {
+    fn write(&self, buf: &Arc<AlignedBuf>, n: usize, at: u64, cached: bool) -> Result<()> {
         // The device refuses writes outside its data area, but cannot
         // tell one slot from the next: this write would land on the
         // segment after this one.
-        let end = at.checked_add(buf.len() as u64);
+        let end = at.checked_add(n as u64);
         invariant!(
             end.is_some_and(|e| e <= self.segment_size),
-            "a segment write of {} bytes at offset {at}, past the segment's {} bytes",
-            buf.len(),
+            "a segment write of {n} bytes at offset {at}, past the segment's {} bytes",
             self.segment_size
         );
         let live: Vec<_> = (self.places.iter())
@@ -99,8 +94,8 @@ impl WriteTarget for CopyTarget {
         assert!(!self.places.is_empty(), "a write with no copy to go to");
         let results: Vec<Result<()>> = match live.as_slice() {
             [] => return Err(DataError::Writer("every copy of the segment failed")),
-            [(_, dev, base)] => vec![dev.write(buf, base + at, cached)],
-            many => self.write_each(many, buf, at, cached),
+            [(_, dev, base)] => vec![write_device(dev, buf.slice(n), base + at, cached)],
+            many => self.write_each(many, buf, n, at, cached),
         };
         let mut first_err = None;
         let mut ok = 0;

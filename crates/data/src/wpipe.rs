@@ -20,8 +20,10 @@ const DEPTH: usize = 2;
 /// Where a pipe's writes go: a device (or a test's fault injector).
 /// `cached`: write through the host's page cache (small chunks, which
 /// reads then find there; see `crate::CACHED_CHUNK`), else past it.
+/// The buffer is shared (`Arc`) so that a target writing several copies
+/// hands it to a thread per copy without copying it.
 pub(crate) trait WriteTarget: Send + Sync {
-    fn write(&self, buf: &[u8], at: u64, cached: bool) -> Result<()>;
+    fn write(&self, buf: &Arc<AlignedBuf>, len: usize, at: u64, cached: bool) -> Result<()>;
 }
 
 /// Writes through the page cache go in pieces of at most this size, each
@@ -33,21 +35,26 @@ pub(crate) trait WriteTarget: Send + Sync {
 const CACHED_PIECE: usize = 256 << 10;
 
 impl WriteTarget for Device {
-    fn write(&self, buf: &[u8], at: u64, cached: bool) -> Result<()> {
-        let failed = |e| DataError::of_write(self.id(), e);
-        if !cached {
-            self.write_direct_at(buf, at).map_err(failed)?;
-            self.start_writeback(at, buf.len() as u64);
-            return Ok(());
-        }
-        let mut off = at;
-        for piece in buf.chunks(CACHED_PIECE) {
-            self.write_at(piece, off).map_err(failed)?;
-            self.start_writeback(off, piece.len() as u64);
-            off += piece.len() as u64;
-        }
-        Ok(())
+    fn write(&self, buf: &Arc<AlignedBuf>, len: usize, at: u64, cached: bool) -> Result<()> {
+        write_device(self, buf.slice(len), at, cached)
     }
+}
+
+/// Writes `buf` at byte `at` of `dev` (a copy's thread writes so too).
+pub(crate) fn write_device(dev: &Device, buf: &[u8], at: u64, cached: bool) -> Result<()> {
+    let failed = |e| DataError::of_write(dev.id(), e);
+    if !cached {
+        dev.write_direct_at(buf, at).map_err(failed)?;
+        dev.start_writeback(at, buf.len() as u64);
+        return Ok(());
+    }
+    let mut off = at;
+    for piece in buf.chunks(CACHED_PIECE) {
+        dev.write_at(piece, off).map_err(failed)?;
+        dev.start_writeback(off, piece.len() as u64);
+        off += piece.len() as u64;
+    }
+    Ok(())
 }
 
 /// One write: the first `len` bytes of `buf` at byte `at`, through the
@@ -60,8 +67,9 @@ struct Job {
     cached: bool,
 }
 
-/// A written buffer coming back, with the write's outcome.
-type Done = (AlignedBuf, Result<()>);
+/// A written buffer coming back (unless a copy's thread that did not
+/// answer in time still holds it), with the write's outcome.
+type Done = (Option<AlignedBuf>, Result<()>);
 
 struct Worker {
     jobs: SyncSender<Job>,
@@ -151,7 +159,7 @@ impl WritePipe {
         let mut first = Ok(());
         while let Some((buf, res)) = next {
             self.in_flight -= 1;
-            self.free.push(buf);
+            self.free.extend(buf);
             first = first.and(res);
             next = w.done.try_recv().ok();
         }
@@ -181,11 +189,10 @@ fn start_worker() -> Worker {
 }
 
 fn write_jobs(rx: Receiver<Job>, tx: Sender<Done>) {
-    for mut job in rx {
-        let res = job
-            .dev
-            .write(job.buf.slice_mut(job.len), job.at, job.cached);
-        if tx.send((job.buf, res)).is_err() {
+    for job in rx {
+        let buf = Arc::new(job.buf);
+        let res = job.dev.write(&buf, job.len, job.at, job.cached);
+        if tx.send((Arc::into_inner(buf), res)).is_err() {
             return;
         }
     }
@@ -204,7 +211,8 @@ mod tests {
     }
 
     impl WriteTarget for Log {
-        fn write(&self, buf: &[u8], at: u64, _cached: bool) -> Result<()> {
+        fn write(&self, buf: &Arc<AlignedBuf>, len: usize, at: u64, _: bool) -> Result<()> {
+            let buf = buf.slice(len);
             std::thread::sleep(std::time::Duration::from_millis(2));
             if self.bad == Some(at) {
                 return Err(DataError::Writer("injected write failure"));

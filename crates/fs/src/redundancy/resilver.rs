@@ -5,7 +5,8 @@
 //! room in another failure domain at the time, a raised policy) gets more,
 //! and copies beyond the policy (a lowered one) are dropped, slowest first.
 //! Only the segments that need it are read, in the order of the device
-//! slots being replaced, and each change is the segment move of
+//! slots being replaced, two at a time (one is read while the new copy of
+//! the other is written and synced), and each change is the segment move of
 //! `cairn_data::relocate` (copy, sync, commit the new record, free the old
 //! slots), so a crash at any point leaves the last committed record right
 //! and a new run finishes the work (nothing else to resume). The work runs
@@ -24,6 +25,27 @@ use std::time::Duration;
 
 /// Segment changes committed in one metadata transaction.
 const BATCH: usize = 16;
+/// Threads making new copies at once: two keep the reads of one segment
+/// going while the new copy of the one before is written and synced.
+const PREPARERS: usize = 2;
+
+/// The fixes of a run not yet taken by a preparing thread, in device
+/// order; emptied when the run stops on an error.
+struct PrepareQueue(std::vec::IntoIter<Fix>);
+
+impl PrepareQueue {
+    fn new(fixes: Vec<Fix>) -> Self {
+        PrepareQueue(fixes.into_iter())
+    }
+
+    fn next(&mut self) -> Option<Fix> {
+        self.0.next()
+    }
+
+    fn stop(&mut self) {
+        self.0 = Vec::new().into_iter();
+    }
+}
 
 /// What a run did.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
@@ -180,7 +202,7 @@ impl Fs {
     pub fn resilver(
         &self,
         replace_missing: bool,
-        pick: &dyn Fn(&Device) -> bool,
+        pick: &(dyn Fn(&Device) -> bool + Sync),
         progress: &dyn Fn(u64, u64),
     ) -> Result<ResilverReport> {
         // One run at a time (`cairn redundancy rebuild` while the
@@ -197,7 +219,7 @@ impl Fs {
         &self,
         _one: &MutexGuard<'_, ()>,
         replace_missing: bool,
-        pick: &dyn Fn(&Device) -> bool,
+        pick: &(dyn Fn(&Device) -> bool + Sync),
         progress: &dyn Fn(u64, u64),
     ) -> Result<ResilverReport> {
         if self.read_only() {
@@ -211,41 +233,101 @@ impl Fs {
         let (fixes, lost) = self.resilver_plan(replace_missing);
         rep.lost = lost;
         let total = fixes.len() as u64;
+        let queue = parking_lot::Mutex::new(PrepareQueue::new(fixes));
         let mut ready: Vec<Relocation> = Vec::with_capacity(BATCH);
-        for (i, fix) in fixes.into_iter().enumerate() {
-            if self.stopping.load(Ordering::SeqCst) {
-                break;
-            }
-            progress(i as u64, total);
-            run.progress(i as u64, total);
-            match self.prepare_fix(&fix, pick) {
-                Ok(Some(r)) => {
-                    let used = self
-                        .pool
-                        .chunks
-                        .segment(r.segment)
-                        .map_or(0, |s| s.used as u64);
-                    rate.spend(used * r.to.len() as u64);
-                    rep.bytes += used * r.to.len() as u64;
-                    ready.push(r);
+        let mut failed: Option<FsError> = None;
+        std::thread::scope(|s| {
+            let rx = self.prepare_in_parallel(s, &queue, pick);
+            for (done, got) in rx.into_iter().enumerate() {
+                if failed.is_some() {
+                    // After a failure, what the other thread made is freed.
+                    if let Ok(Some(r)) = got {
+                        self.abandon_logged(&r);
+                    }
+                    continue;
                 }
-                Ok(None) | Err(cairn_data::DataError::Busy(_)) => {}
-                Err(cairn_data::DataError::NoSpace) => rep.short += 1,
-                Err(e) => {
-                    self.commit_fixes(&mut ready, &mut rep)?;
-                    return Err(e.into());
+                progress(done as u64, total);
+                run.progress(done as u64, total);
+                if let Err(e) = self.take_prepared(got, &mut ready, &mut rep, &mut rate) {
+                    queue.lock().stop();
+                    failed = Some(e);
                 }
             }
-            if ready.len() >= BATCH {
-                self.commit_fixes(&mut ready, &mut rep)?;
-                self.writes_yield();
-            }
+        });
+        if let Some(e) = failed {
+            self.commit_fixes(&mut ready, &mut rep)?;
+            return Err(e);
         }
         self.commit_fixes(&mut ready, &mut rep)?;
         self.stripes_last(&mut rate, &mut rep)?;
         progress(total, total);
         run.processed(rep.bytes);
         Ok(rep)
+    }
+
+    /// Starts `PREPARERS` threads in `s` that take fixes from `queue` in
+    /// order and make their new copies (one reads a segment while another
+    /// writes and syncs the one before); what each made comes out of the
+    /// receiver, at most `PREPARERS` ahead of the committer.
+    fn prepare_in_parallel<'s>(
+        &'s self,
+        s: &'s std::thread::Scope<'s, '_>,
+        queue: &'s parking_lot::Mutex<PrepareQueue>,
+        pick: &'s (dyn Fn(&Device) -> bool + Sync),
+    ) -> std::sync::mpsc::Receiver<cairn_data::error::Result<Option<Relocation>>> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(PREPARERS);
+        for _ in 0..PREPARERS {
+            let tx = tx.clone();
+            s.spawn(move || loop {
+                let next = queue.lock().next();
+                let Some(fix) = next.filter(|_| !self.stopping.load(Ordering::SeqCst)) else {
+                    return;
+                };
+                if tx.send(self.prepare_fix(&fix, pick)).is_err() {
+                    return;
+                }
+            });
+        }
+        rx
+    }
+
+    /// Takes what a preparing thread made of one fix: a change joins
+    /// `ready` (committed `BATCH` at a time), a segment without room is
+    /// counted short; an error stops the run.
+    fn take_prepared(
+        &self,
+        got: cairn_data::error::Result<Option<Relocation>>,
+        ready: &mut Vec<Relocation>,
+        rep: &mut ResilverReport,
+        rate: &mut RateLimit,
+    ) -> Result<()> {
+        match got {
+            Ok(Some(r)) => {
+                let used = (self.pool.chunks.segment(r.segment)).map_or(0, |s| s.used as u64);
+                rate.spend(used * r.to.len() as u64);
+                rep.bytes += used * r.to.len() as u64;
+                ready.push(r);
+                if ready.len() >= BATCH {
+                    self.commit_fixes(ready, rep)?;
+                    self.writes_yield();
+                }
+                Ok(())
+            }
+            Ok(None) | Err(cairn_data::DataError::Busy(_)) => Ok(()),
+            Err(cairn_data::DataError::NoSpace) => {
+                rep.short += 1;
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Frees the new copies of a change that will not be committed; a
+    /// failure only keeps their slots claimed until the next mount.
+    fn abandon_logged(&self, r: &Relocation) {
+        if let Err(e) = self.pool.chunks.abandon(r) {
+            tracing::warn!("segment {}: its new copies stay claimed: {e}", r.segment);
+        }
     }
 
     /// Makes the new copies of one fix; the relocation to commit, None if
