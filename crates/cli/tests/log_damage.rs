@@ -1,5 +1,5 @@
 //! A damaged intent log never drops fsync'd writes silently (issue 50,
-//! item 2). Each record is kept twice (docs/FORMAT.md, "Intent log"), so
+//! item 2). Each record is kept twice (docs/format/intent-log.md), so
 //! damage to one place loses nothing; damage to both places of a record
 //! with valid records after it makes the mount refuse, naming what would be
 //! lost, until the admin says `--discard-damaged-log`. The sweep damages

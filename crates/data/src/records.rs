@@ -39,7 +39,7 @@ pub const SUM_SPAN: usize = 4096;
 /// The most sums a record holds (a chunk of 1 MiB).
 const MAX_SUMS: usize = 256;
 
-// The lengths the format (docs/FORMAT.md, the table above) gives the
+// The lengths the format (docs/format/metadata.md, "ChunkRec") gives the
 // records, which `decode` tells versions apart by; and the sums of the
 // largest chunk fit in a record.
 const _: () = assert!(ChunkRec::V2_LEN == 73 && ChunkRec::V1_LEN == 65);

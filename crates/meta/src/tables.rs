@@ -1,4 +1,4 @@
-//! The redb tables that make up the metadata store (see docs/FORMAT.md).
+//! The redb tables that make up the metadata store (see docs/format/metadata.md).
 
 use redb::TableDefinition;
 

@@ -7,7 +7,7 @@
 //! one memory budget bounds the payloads in flight across connections
 //! (budget.rs). TCP clients must start TLS with a client certificate
 //! (tls.rs) unless the server is told to allow plain TCP.
-//! See docs/FORMAT.md, "NBD (on the wire)", for the subset served.
+//! See docs/format/volumes-and-nbd.md, "NBD (on the wire)", for the subset served.
 
 mod budget;
 mod command;

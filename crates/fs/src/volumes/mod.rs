@@ -7,7 +7,7 @@
 //!
 //! - A volume's file is named after the volume and carries the xattr
 //!   `user.cairn.volume` (its block size and creation time, versioned and
-//!   checksummed, see `record.rs` and docs/FORMAT.md "Volumes").
+//!   checksummed, see `record.rs` and docs/format/volumes-and-nbd.md "Volumes").
 //! - A volume snapshot is a pool snapshot named `VOLUME@SNAP`: created in
 //!   O(1), it keeps what the pool held at its TID (the whole pool, as
 //!   HAMMER's snapshots of a PFS do) until deleted.

@@ -1,4 +1,4 @@
-//! The payload of an intent log record (docs/FORMAT.md, "Intent log"): a
+//! The payload of an intent log record (docs/format/intent-log.md): a
 //! list of tagged entries. `intent.rs` writes them from the overlay with
 //! the `put_*` helpers; `decode` reads a whole payload back into `Entry`
 //! values, every field bounds-checked and every range checked against the

@@ -3,7 +3,7 @@
 //! its second half, so that one damaged sector loses no record; a record
 //! damaged in both places, with valid ones of its run after it, is damage,
 //! not a torn tail: the open refuses (`LogError::Damaged`) unless told to
-//! drop the damaged run's rest (scan.rs). Layout in docs/FORMAT.md
+//! drop the damaged run's rest (scan.rs). Layout in docs/format/intent-log.md
 //! ("Intent log"). The file is opened through the pool's storage
 //! (`cairn_devices::Storage`).
 

@@ -1,4 +1,4 @@
-//! Reading the two TID indexes (see docs/FORMAT.md): `born_v1` (live
+//! Reading the two TID indexes (see docs/format/metadata.md): `born_v1` (live
 //! elements by create TID) and `ends_v1` (ended elements by delete TID),
 //! each checked against the table it indexes. Shared by read views and
 //! write transactions.
