@@ -126,6 +126,46 @@ mod tests {
         assert!(all_ok(&missing), "commands without an example: {missing:?}");
     }
 
+    /// docs/commands.md and the commands the binary knows name the same
+    /// commands: a command added, renamed or dropped on one side only
+    /// fails here.
+    #[test]
+    fn the_command_table_in_the_docs_names_every_command() {
+        let doc = include_str!("../../../docs/commands.md");
+        let documented: std::collections::BTreeSet<String> = (doc.lines())
+            .filter_map(|l| l.strip_prefix("| `cairn "))
+            .map(|rest| {
+                let words = rest.split(['`', ' ']).take_while(|w| {
+                    !w.is_empty() && w.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+                });
+                words.take(2).collect::<Vec<_>>().join(" ")
+            })
+            .collect();
+        let mut cmd = super::command();
+        cmd.build();
+        let mut all = Vec::new();
+        super::leaves(&cmd, "", &mut all);
+        let known: std::collections::BTreeSet<String> = (all.into_iter())
+            .filter(|(p, c)| !p.is_empty() && !c.is_hide_set())
+            .map(|(p, _)| p)
+            .filter(|p| !p.split(' ').any(|w| w == "help"))
+            .collect();
+        // A documented "cairn mount POOL MNT --salvage" is `mount`; a
+        // two-word entry whose second word is no subcommand is its first.
+        let documented: std::collections::BTreeSet<String> = (documented.into_iter())
+            .map(|d| match known.contains(&d) {
+                true => d,
+                false => d.split(' ').next().unwrap_or_default().to_string(),
+            })
+            .collect();
+        let undocumented: Vec<_> = known.difference(&documented).collect();
+        let unknown: Vec<_> = documented.difference(&known).collect();
+        assert!(
+            undocumented.is_empty() && unknown.is_empty(),
+            "not in docs/commands.md: {undocumented:?}; documented but unknown: {unknown:?}"
+        );
+    }
+
     fn all_ok(missing: &[String]) -> bool {
         missing.is_empty()
     }

@@ -55,6 +55,23 @@ impl Fs {
         if let Err(e) = crate::pool::meta_copies::raise_online(&self.pool) {
             tracing::warn!("metadata: copies not raised now ({e}); the next mount raises them");
         }
+        if let Some((have, want)) = self.log_copies_short() {
+            tracing::warn!("intent log: {have} copies on devices, the redundancy asks for {want}: {ADD_LOG_COPY}");
+        }
+    }
+
+    /// (copies, copies wanted) of the intent log on devices when it has
+    /// fewer than the metadata's wanted copies. A device's log area is
+    /// made with the device, so the log gains copies only with devices
+    /// added with `:log=SIZE`.
+    pub(crate) fn log_copies_short(&self) -> Option<(usize, usize)> {
+        if self.pool.log_devices.is_empty() {
+            return None;
+        }
+        let have = self.intent.as_ref()?.lock().copies();
+        let read = self.pool.meta.read().ok()?;
+        let want = crate::pool::meta_copies::wanted(&read).ok()?;
+        (have < want).then_some((have, want))
     }
 
     /// A file or directory now asks for `layout`: the metadata keeps at
@@ -74,6 +91,10 @@ impl Fs {
         Ok(())
     }
 }
+
+/// What to do about an intent log with fewer copies than asked for.
+const ADD_LOG_COPY: &str =
+    "add a device that holds one (`cairn device add TARGET CLASS:PATH:SIZE:log=64M`)";
 
 /// One device in `redundancy show` and `info`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -211,6 +232,9 @@ impl Fs {
                 self.pool.log_devices.len()
             ),
         };
+        if let Some((_, want)) = self.log_copies_short() {
+            st.intent_log += &format!("; the redundancy asks for {want}: {ADD_LOG_COPY}");
+        }
         st
     }
 }
