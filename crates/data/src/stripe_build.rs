@@ -76,6 +76,10 @@ impl ChunkStore {
     /// domain no other member uses) with `m` parity members on other
     /// domains, parity written and synced. None when the candidates or
     /// the devices do not reach that many domains.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "k <= MAX_DATA and m <= MAX_PARITY (below 256); len is at most a segment, whose size is <= 1 GiB (check_geometry)"
+    )]
     pub fn make_stripe(
         &self,
         k: usize,
@@ -371,6 +375,10 @@ impl ChunkStore {
     }
 
     /// Writes member `mv.pos`'s bytes at `mv.to` and syncs.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "at most WINDOW bytes; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn fill_member(&self, rec: &StripeRec, mv: &MemberMove) -> Result<()> {
         // The new slot is no member's: writing it destroys nothing the
         // restore reads.
