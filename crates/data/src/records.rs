@@ -125,7 +125,7 @@ impl ChunkRec {
 
     #[allow(
         clippy::cast_possible_truncation,
-        reason = "counts checked against MAX_SUMS and MAX_COPIES (below 256) and a layout counter of 16 bits (asserted by from_counter)"
+        reason = "the count byte holds the number of sums (at most MAX_SUMS = 256, asserted) modulo 256 on purpose: decode_v3 takes the count from the length"
     )]
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.sums.len() <= MAX_SUMS, "too many chunk sums");
@@ -181,7 +181,7 @@ impl ChunkRec {
 
     #[allow(
         clippy::cast_possible_truncation,
-        reason = "n <= MAX_SUMS < 256 is checked first in the same condition"
+        reason = "the count byte holds n modulo 256 on purpose (256 sums are stored as 0)"
     )]
     fn decode_v3(b: &[u8]) -> Result<Self> {
         let bad = |why: &str| DataError::BadRecord {
@@ -325,7 +325,7 @@ impl SegmentRec {
 
     #[allow(
         clippy::cast_possible_truncation,
-        reason = "counts checked against MAX_SUMS and MAX_COPIES (below 256) and a layout counter of 16 bits (asserted by from_counter)"
+        reason = "copies.len() < MAX_COPIES = 4 (asserted) and a layout counter below 2^32 (EC_TAG | k << 8 | m, asserted to round-trip)"
     )]
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.copies.len() < MAX_COPIES, "too many segment copies");

@@ -78,7 +78,7 @@ impl ChunkStore {
     /// the devices do not reach that many domains.
     #[allow(
         clippy::cast_possible_truncation,
-        reason = "k <= MAX_DATA and m <= MAX_PARITY (below 256); len is at most a segment, whose size is <= 1 GiB (check_geometry)"
+        reason = "k <= MAX_DATA = 16 and m <= MAX_PARITY = 3 (a segment layout's, debug-asserted); len is at most a segment, whose size is <= 1 GiB (check_geometry)"
     )]
     pub fn make_stripe(
         &self,
@@ -86,6 +86,10 @@ impl ChunkStore {
         m: usize,
         cands: &[(u64, SegmentRec)],
     ) -> Result<Option<NewStripe>> {
+        debug_assert!(
+            k <= crate::layout::MAX_DATA && m <= crate::layout::MAX_PARITY,
+            "a stripe of {k}+{m}"
+        );
         let set = &self.segs.devices;
         let usable = |p: &SlotAddr| set.is_online(p.device) && !set.is_draining(p.device);
         let mut domains: Vec<Option<String>> = Vec::new();

@@ -263,7 +263,7 @@ impl Mirror {
 
     #[allow(
         clippy::cast_possible_truncation,
-        reason = "at most MAX_META_COPIES copies"
+        reason = "the pool's metadata copies, at most 4 (meta_copies)"
     )]
     pub fn stats(&self) -> MirrorStats {
         MirrorStats {

@@ -159,7 +159,7 @@ impl Fs {
     /// and report). Empties `run`.
     #[allow(
         clippy::cast_possible_truncation,
-        reason = "an offset within a record (record size <= 1 MiB, check_geometry)"
+        reason = "an offset within the output buffer; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
     )]
     fn read_run(
         &self,
@@ -198,7 +198,7 @@ impl Fs {
     /// has sums, so a small random read reads about that much.
     #[allow(
         clippy::cast_possible_truncation,
-        reason = "offsets within one record (record size <= 1 MiB, check_geometry)"
+        reason = "offsets within one record (record size <= 1 MiB, check_geometry) and the output buffer"
     )]
     pub(crate) fn read_extent_part(
         &self,
