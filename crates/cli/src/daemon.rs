@@ -415,7 +415,10 @@ fn print_warnings(log: &Path, from: u64) {
 /// What the log got since `start` (this daemon's lines), at most 40 lines.
 fn log_since(log: &Path, start: u64) -> String {
     let s = std::fs::read(log).unwrap_or_default();
-    let s = String::from_utf8_lossy(s.get(start as usize..).unwrap_or_default());
+    let s = String::from_utf8_lossy(
+        s.get(usize::try_from(start).unwrap_or(usize::MAX)..)
+            .unwrap_or_default(),
+    );
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
 }

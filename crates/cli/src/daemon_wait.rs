@@ -18,6 +18,10 @@ pub struct Daemon {
 impl Daemon {
     /// The process listening on the pool's control socket, if one answers
     /// (and this user may connect).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "pidfd_open returns an fd, a c_int, in a c_long"
+    )]
     pub fn of_pool(pool: &Path) -> Option<Daemon> {
         let s = UnixStream::connect(PoolPaths::control(pool)).ok()?;
         let pid = peer_pid(&s)?;
@@ -41,7 +45,7 @@ impl Daemon {
                 events: libc::POLLIN,
                 revents: 0,
             };
-            let ms = left.as_millis().min(i32::MAX as u128) as i32;
+            let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
             // SAFETY: one valid pollfd.
             let n = unsafe { libc::poll(&mut p, 1, ms) };
             if n > 0 {
@@ -57,6 +61,10 @@ impl Daemon {
 }
 
 /// The pid of the process at the other end of a Unix socket.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "size_of::<ucred>() is 12 bytes"
+)]
 fn peer_pid(s: &UnixStream) -> Option<i32> {
     let mut cred = libc::ucred {
         pid: 0,

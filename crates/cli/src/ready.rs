@@ -118,7 +118,7 @@ fn readable(f: &File, timeout: Duration) -> bool {
         events: libc::POLLIN,
         revents: 0,
     };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
     // SAFETY: one valid pollfd.
     unsafe { libc::poll(&mut p, 1, ms) > 0 }
 }

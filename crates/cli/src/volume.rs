@@ -185,6 +185,10 @@ impl NbdServeArgs {
     }
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "n is one of 4096, 16384, 65536 (matched)"
+)]
 fn block_size_arg(s: &str) -> Result<u32, String> {
     let n = size_arg(s)?;
     match n {

@@ -109,6 +109,10 @@ impl Drop for AlignedBuf {
 /// cannot do direct I/O (the caller reads buffered). Direct reads keep a
 /// second copy of what the FUSE page cache holds out of the host's page
 /// cache, and a small read costs the device blocks it touches only.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "at - start is below the alignment; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+)]
 pub fn read_direct<R>(
     dev: &Device,
     at: u64,

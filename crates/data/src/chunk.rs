@@ -95,19 +95,31 @@ impl ChunkHeader {
         if &b[0..4] != CHUNK_MAGIC {
             return Err(ChunkError::BadMagic);
         }
-        let crc = u32::from_le_bytes(b[52..56].try_into().unwrap());
+        let crc = u32::from_le_bytes(
+            b[52..56]
+                .try_into()
+                .expect("slice length matches the array"),
+        );
         if crc != crc32c::crc32c(&b[0..52]) {
             return Err(ChunkError::HeaderChecksum);
         }
         if b[4] != CHUNK_VERSION {
             return Err(ChunkError::UnknownVersion(b[4]));
         }
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u32_at = |o: usize| {
+            u32::from_le_bytes(
+                b[o..o + 4]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            )
+        };
         Ok(ChunkHeader {
             compression: b[5],
             raw_len: u32_at(8),
             stored_len: u32_at(12),
-            hash: b[16..48].try_into().unwrap(),
+            hash: b[16..48]
+                .try_into()
+                .expect("slice length matches the array"),
             data_crc: u32_at(48),
         })
     }
@@ -138,7 +150,15 @@ pub fn seal_stored(
 }
 
 /// The header that seals `stored` (its data crc computed here).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a chunk is at most MAX_RAW_LEN (1 MiB) raw, and stored only if compressed smaller (or raw)"
+)]
 pub fn header_of(method: u8, raw_len: usize, stored: &[u8], hash: &Hash) -> ChunkHeader {
+    debug_assert!(
+        raw_len <= MAX_RAW_LEN as usize,
+        "a chunk of {raw_len} bytes"
+    );
     ChunkHeader {
         compression: method,
         raw_len: raw_len as u32,

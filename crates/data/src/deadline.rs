@@ -64,7 +64,10 @@ impl Default for IoTimeout {
 
 impl IoTimeout {
     pub fn set(&self, d: Duration) {
-        self.0.store(d.as_millis() as u64, Ordering::Relaxed);
+        self.0.store(
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     pub fn get(&self) -> Option<Duration> {

@@ -52,7 +52,7 @@ pub struct Heat {
 fn now_secs() -> u32 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as u32)
+        .map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX))
 }
 
 impl Heat {
@@ -100,6 +100,10 @@ impl Heat {
 
     /// Gives `to` the share `fraction` of `from`'s hits (chunks moved by
     /// reblock or GC keep their heat in their new segment).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "an f64 to u64 `as` saturates; hits times a fraction in 0..=1"
+    )]
     pub fn carry(&self, from: u64, to: u64, fraction: f64) {
         let mut m = self.map.write();
         let Some(src) = m.get(&from) else {
@@ -118,6 +122,10 @@ impl Heat {
     /// Multiplies every hit count by `factor` (0..=1) and forgets segments
     /// that no longer exist or cooled to nothing and were not accessed for
     /// `FORGET_SECS`.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "an f64 to u64 `as` saturates; hits times a decay factor below 1"
+    )]
     pub fn decay(&self, factor: f64, exists: impl Fn(u64) -> bool) {
         assert!((0.0..=1.0).contains(&factor), "decay factor {factor}");
         let now = now_secs();
@@ -196,14 +204,15 @@ impl Heat {
         let heat = Heat::new(segment_size);
         let mut m = heat.map.write();
         for e in body[8..].chunks_exact(ENTRY) {
-            let seg = u64::from_le_bytes(e[..8].try_into().unwrap());
+            let seg =
+                u64::from_le_bytes(e[..8].try_into().expect("slice length matches the array"));
             let h = SegHeat::default();
             h.hits.store(
-                u64::from_le_bytes(e[8..16].try_into().unwrap()),
+                u64::from_le_bytes(e[8..16].try_into().expect("slice length matches the array")),
                 Ordering::Relaxed,
             );
             h.last.store(
-                u32::from_le_bytes(e[16..].try_into().unwrap()),
+                u32::from_le_bytes(e[16..].try_into().expect("slice length matches the array")),
                 Ordering::Relaxed,
             );
             m.insert(seg, h);

@@ -63,6 +63,10 @@ impl Layout {
     }
 
     /// Back from `counter`; None for a value no layout has.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "v is 1..=4 or EC_TAG with k and m in its low 16 bits (matched above)"
+    )]
     pub(crate) fn from_counter(v: u64) -> Option<Self> {
         match v {
             1..=4 => Some(Layout::Copies(v as u8)),
@@ -107,6 +111,7 @@ impl FromStr for Layout {
 }
 
 /// `copies=N` (1 to MAX_COPIES) or `ec=K+M`.
+#[allow(clippy::cast_possible_truncation, reason = "MAX_COPIES is 4")]
 pub(crate) fn parse_layout(l: &str) -> Result<Layout, String> {
     if let Some(ec) = l.strip_prefix("ec=") {
         let parsed = ec
@@ -129,6 +134,10 @@ pub(crate) fn parse_layout(l: &str) -> Result<Layout, String> {
 }
 
 /// K from 2 to MAX_DATA, M from 1 to MAX_PARITY.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "MAX_DATA and MAX_PARITY are below 256"
+)]
 fn check_ec(l: Layout) -> Result<(), String> {
     let Layout::Ec { k, m } = l else {
         return Ok(());

@@ -308,6 +308,10 @@ impl ChunkStore {
     /// Reads up to `window` bytes of `rec`'s segment from `rec` on, caches
     /// and offers the chunks after it; returns `rec`'s sealed bytes and
     /// where the last whole chunk read ends.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "positions and lengths within a window of a segment, which is at most a u32 in size (read into a buffer of a u32 length)"
+    )]
     fn read_window(
         &self,
         rec: &ChunkRec,
@@ -348,6 +352,10 @@ impl ChunkStore {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 mod tests {
     use crate::chunk::hash_block;
     use crate::compress::Compression;
@@ -441,6 +449,10 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 mod readahead_tests {
     use crate::chunk::hash_block;
     use crate::compress::Compression;

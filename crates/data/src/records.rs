@@ -63,7 +63,9 @@ fn check<'a>(what: &'static str, b: &'a [u8], lens: [usize; 2]) -> Result<(u8, &
         return Err(bad("wrong length"));
     }
     let (body, crc) = b.split_at(b.len() - 4);
-    if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
+    if crc32c::crc32c(body)
+        != u32::from_le_bytes(crc.try_into().expect("slice length matches the array"))
+    {
         return Err(bad("checksum mismatch"));
     }
     let v = body[0];
@@ -74,7 +76,9 @@ fn check<'a>(what: &'static str, b: &'a [u8], lens: [usize; 2]) -> Result<(u8, &
 }
 
 fn rd<const N: usize>(b: &[u8], o: &mut usize) -> [u8; N] {
-    let v = b[*o..*o + N].try_into().unwrap();
+    let v = b[*o..*o + N]
+        .try_into()
+        .expect("slice length matches the array");
     *o += N;
     v
 }
@@ -119,6 +123,10 @@ impl ChunkRec {
         !self.sums.is_empty() && self.sums.len() == (self.raw_len as usize).div_ceil(SUM_SPAN)
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the count byte holds the number of sums (at most MAX_SUMS = 256, asserted) modulo 256 on purpose: decode_v3 takes the count from the length"
+    )]
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.sums.len() <= MAX_SUMS, "too many chunk sums");
         let mut b = Vec::with_capacity(Self::V2_LEN + 1 + 4 * self.sums.len());
@@ -171,6 +179,10 @@ impl ChunkRec {
         })
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the count byte holds n modulo 256 on purpose (256 sums are stored as 0)"
+    )]
     fn decode_v3(b: &[u8]) -> Result<Self> {
         let bad = |why: &str| DataError::BadRecord {
             what: "chunk",
@@ -187,7 +199,9 @@ impl ChunkRec {
             return Err(bad("wrong length"));
         }
         let (body, crc) = b.split_at(b.len() - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
+        if crc32c::crc32c(body)
+            != u32::from_le_bytes(crc.try_into().expect("slice length matches the array"))
+        {
             return Err(bad("checksum mismatch"));
         }
         let o = &mut 1;
@@ -309,6 +323,10 @@ impl SegmentRec {
         self.device == id || self.copies.iter().any(|c| c.device == id)
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "copies.len() < MAX_COPIES = 4 (asserted) and a layout counter below 2^32 (EC_TAG | k << 8 | m, asserted to round-trip)"
+    )]
     pub fn encode(&self) -> Vec<u8> {
         assert!(self.copies.len() < MAX_COPIES, "too many segment copies");
         let mut b = Vec::with_capacity(Self::ENCODED_LEN + 1 + 12 * self.copies.len());
@@ -403,7 +421,9 @@ impl SegmentRec {
             return Err(bad("wrong length"));
         }
         let (body, crc) = b.split_at(b.len() - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
+        if crc32c::crc32c(body)
+            != u32::from_le_bytes(crc.try_into().expect("slice length matches the array"))
+        {
             return Err(bad("checksum mismatch"));
         }
         let o = &mut 1;

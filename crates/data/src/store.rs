@@ -487,6 +487,10 @@ impl ChunkStore {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 mod tests {
     use crate::chunk::hash_block;
     use crate::ChunkStore;
@@ -629,6 +633,10 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 mod page_cache_tests {
     use crate::chunk::hash_block;
     use crate::{ChunkRec, ChunkStore};

@@ -76,12 +76,20 @@ impl ChunkStore {
     /// domain no other member uses) with `m` parity members on other
     /// domains, parity written and synced. None when the candidates or
     /// the devices do not reach that many domains.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "k <= MAX_DATA = 16 and m <= MAX_PARITY = 3 (a segment layout's, debug-asserted); len is at most a segment, whose size is <= 1 GiB (check_geometry)"
+    )]
     pub fn make_stripe(
         &self,
         k: usize,
         m: usize,
         cands: &[(u64, SegmentRec)],
     ) -> Result<Option<NewStripe>> {
+        debug_assert!(
+            k <= crate::layout::MAX_DATA && m <= crate::layout::MAX_PARITY,
+            "a stripe of {k}+{m}"
+        );
         let set = &self.segs.devices;
         let usable = |p: &SlotAddr| set.is_online(p.device) && !set.is_draining(p.device);
         let mut domains: Vec<Option<String>> = Vec::new();
@@ -371,6 +379,10 @@ impl ChunkStore {
     }
 
     /// Writes member `mv.pos`'s bytes at `mv.to` and syncs.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "at most WINDOW bytes; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn fill_member(&self, rec: &StripeRec, mv: &MemberMove) -> Result<()> {
         // The new slot is no member's: writing it destroys nothing the
         // restore reads.

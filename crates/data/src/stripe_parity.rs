@@ -29,6 +29,10 @@ pub struct ParityCheck {
 impl ChunkStore {
     /// Computes the parity of `rec`'s data members and hands each window
     /// to `sink` (offset, parity devices, the window's M parity shards).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "at most WINDOW bytes; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn each_parity_window(
         &self,
         rec: &StripeRec,

@@ -53,6 +53,10 @@ impl ChunkStore {
     /// that order, restored together from one read of K other members
     /// (through the page cache if `cached`: a file read goes on to read
     /// the data members that are there itself).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "an offset within a window of a member; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn restore_ranges(
         &self,
         rec: &StripeRec,
@@ -103,6 +107,10 @@ impl ChunkStore {
 
     /// The window at `w` of member `pos` of stripe `id`, restored (or
     /// found restored).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a window of a stripe, at most a segment; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn restored_window(
         &self,
         stripe: &StripeRec,
@@ -158,6 +166,10 @@ impl ChunkStore {
     /// Bytes `[a, e)` of the slot at `at`: unless `cached`, past the
     /// host's page cache when the device allows (the bytes are read once,
     /// to restore another member), else buffered.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a range within a member slot; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn read_member(&self, at: SlotAddr, a: u64, e: u64, cached: bool) -> Result<Vec<u8>> {
         let dev = self.segs.devices.device(at.device)?;
         assert!(
@@ -187,6 +199,10 @@ impl ChunkStore {
 
     /// Restores chunk `rec` of member `pos` of stripe `id`: from the
     /// restored windows that hold it, restoring those it lacks.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within the restored bytes; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn restore_chunk(
         &self,
         rec: &ChunkRec,

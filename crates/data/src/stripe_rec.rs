@@ -81,7 +81,9 @@ impl StripeRec {
             return Err(bad("wrong length"));
         }
         let (body, crc) = b.split_at(b.len() - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
+        if crc32c::crc32c(body)
+            != u32::from_le_bytes(crc.try_into().expect("slice length matches the array"))
+        {
             return Err(bad("checksum mismatch"));
         }
         if body[0] != STRIPE_VERSION {
@@ -90,14 +92,22 @@ impl StripeRec {
         let members = body[Self::HEAD..]
             .chunks_exact(12)
             .map(|c| SlotAddr {
-                device: u32::from_le_bytes(c[..4].try_into().unwrap()),
-                slot: u64::from_le_bytes(c[4..].try_into().unwrap()),
+                device: u32::from_le_bytes(
+                    c[..4].try_into().expect("slice length matches the array"),
+                ),
+                slot: u64::from_le_bytes(
+                    c[4..].try_into().expect("slice length matches the array"),
+                ),
             })
             .collect();
         let rec = StripeRec {
             k: body[1],
             m: body[2],
-            len: u32::from_le_bytes(body[3..7].try_into().unwrap()),
+            len: u32::from_le_bytes(
+                body[3..7]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            ),
             members,
         };
         match rec.invalid() {

@@ -47,6 +47,10 @@ impl ChunkStore {
     /// Reads the `used` bytes of segment `rec` in order, checked chunk by
     /// chunk, and hands them to `sink` (offset in the segment, bytes) in
     /// pieces of about a window.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets and lengths within a segment slot, read in windows of WINDOW bytes; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     pub(crate) fn read_checked(
         &self,
         id: u64,
@@ -156,6 +160,10 @@ impl ChunkStore {
 
     /// The chunk at `pos` of segment `rec` from the first copy that holds
     /// it intact, read alone.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "min(CHUNK_HEADER_LEN); u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn intact_chunk_elsewhere(&self, rec: &SegmentRec, pos: u64, room: u64) -> Option<Vec<u8>> {
         for p in self.segs.read_order(rec) {
             let Ok(dev) = self.segs.devices.device(p.device) else {
@@ -183,6 +191,10 @@ impl ChunkStore {
 
     /// The chunk at `pos` of segment `rec` restored from its stripe, if it
     /// is in one and the restored bytes are intact.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "min(CHUNK_HEADER_LEN); u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn intact_chunk_from_stripe(&self, rec: &SegmentRec, pos: u64, room: u64) -> Option<Vec<u8>> {
         let (_, at, stripe) = self.stripe_of(&rec.places())?;
         let mut head = vec![0u8; CHUNK_HEADER_LEN.min(room as usize)];

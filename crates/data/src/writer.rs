@@ -97,7 +97,16 @@ impl<'a> WriteBatch<'a> {
 
     /// Appends one block as a new chunk (compressed per the pool setting);
     /// returns its record (refs = 1).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a chunk is at most MAX_RAW_LEN (1 MiB, asserted in header_of)"
+    )]
     pub fn append(&mut self, raw: &[u8], hash: &Hash) -> Result<ChunkRec> {
+        debug_assert!(
+            raw.len() <= crate::chunk::MAX_RAW_LEN as usize,
+            "a chunk of {} bytes",
+            raw.len()
+        );
         let packed = compress(self.compression, raw);
         match &packed {
             Some((m, z)) => self.append_stored(*m, raw.len() as u32, z, hash),
@@ -108,6 +117,10 @@ impl<'a> WriteBatch<'a> {
     /// Appends a chunk whose stored bytes are given as they are (already
     /// compressed with `method`, or raw): reblock and GC move chunks so,
     /// without decompressing and compressing again.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a chunk is at most MAX_RAW_LEN (1 MiB) plus its header"
+    )]
     pub fn append_stored(
         &mut self,
         method: u8,
@@ -206,6 +219,10 @@ impl<'a> WriteBatch<'a> {
     /// Hands the buffered bytes to the writer thread (padded to whole
     /// blocks) and carries the partial last block into a fresh buffer, to be
     /// written again when it grows.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within an open segment, whose size is <= 1 GiB (check_geometry); u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn write_buffer(&mut self) -> Result<()> {
         let Some(o) = self.open.as_mut() else {
             return Ok(());

@@ -6,6 +6,8 @@
 //! refers to `store`). Comments and string literals are skipped; test
 //! modules (`#[cfg(test)]`) are checked like the rest of the file.
 
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 

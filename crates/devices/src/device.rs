@@ -221,6 +221,8 @@ pub fn is_cairn_device(path: &Path) -> bool {
 pub fn host_space(dir: &Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is a plain C struct of integers, for which all zero
+    // bytes are a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: c is a valid NUL-terminated path, st a valid out pointer.
     let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
@@ -344,6 +346,7 @@ pub enum Occupant {
 }
 
 /// Looks at the first MiB of a device path.
+#[allow(clippy::cast_possible_truncation, reason = "DATA_OFFSET is 1 MiB")]
 pub fn occupant(path: &Path) -> Result<Occupant> {
     use std::io::Read;
     let f = match File::open(path) {
@@ -679,6 +682,8 @@ impl Device {
         use std::os::unix::fs::MetadataExt;
         let file = self.io.host_file()?;
         let dev = file.metadata().ok()?.dev();
+        // SAFETY: statvfs is a plain C struct of integers, for which all
+        // zero bytes are a valid value.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: fstatvfs on an fd we own into a valid out pointer.
         let rc = unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) };

@@ -21,7 +21,8 @@ impl Emulation {
         let xfer = if self.bytes_per_sec == 0 {
             0
         } else {
-            (bytes as u128 * 1_000_000_000 / self.bytes_per_sec as u128) as u64
+            u64::try_from(bytes as u128 * 1_000_000_000 / self.bytes_per_sec as u128)
+                .unwrap_or(u64::MAX)
         };
         Duration::from_micros(self.latency_us) + Duration::from_nanos(xfer)
     }

@@ -91,12 +91,17 @@ impl DeviceHeader {
         if b.len() < 84 || &b[0..8] != DEVICE_MAGIC {
             return Err(DeviceError::NotADevice { path: p() });
         }
-        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        let version =
+            u32::from_le_bytes(b[8..12].try_into().expect("slice length matches the array"));
         let end = match version {
             VERSION_NO_LOG => 64,
             _ => 80,
         };
-        let crc = u32::from_le_bytes(b[end..end + 4].try_into().unwrap());
+        let crc = u32::from_le_bytes(
+            b[end..end + 4]
+                .try_into()
+                .expect("slice length matches the array"),
+        );
         if crc != crc32c::crc32c(&b[0..end]) {
             return Err(DeviceError::BadChecksum { path: p() });
         }
@@ -107,11 +112,23 @@ impl DeviceHeader {
                 known: DEVICE_FORMAT_VERSION,
             });
         }
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let u64_at = |o: usize| {
+            u64::from_le_bytes(
+                b[o..o + 8]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            )
+        };
         let bad = |why| DeviceError::BadHeader { path: p(), why };
         let h = DeviceHeader {
-            device_id: u32::from_le_bytes(b[12..16].try_into().unwrap()),
-            pool_uuid: b[16..32].try_into().unwrap(),
+            device_id: u32::from_le_bytes(
+                b[12..16]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            ),
+            pool_uuid: b[16..32]
+                .try_into()
+                .expect("slice length matches the array"),
             class: DeviceClass::from_rank(b[32]).ok_or_else(|| bad("unknown device class"))?,
             size: u64_at(40),
             segment_size: u64_at(48),
@@ -170,7 +187,10 @@ mod tests {
     fn roundtrip() {
         let h = sample();
         let b = h.encode();
-        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 1);
+        assert_eq!(
+            u32::from_le_bytes(b[8..12].try_into().expect("slice length matches the array")),
+            1
+        );
         assert_eq!(DeviceHeader::decode(&b, Path::new("x")).unwrap(), h);
         let with_log = DeviceHeader {
             log_offset: DATA_OFFSET,
@@ -179,7 +199,10 @@ mod tests {
             ..sample()
         };
         let b = with_log.encode();
-        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 2);
+        assert_eq!(
+            u32::from_le_bytes(b[8..12].try_into().expect("slice length matches the array")),
+            2
+        );
         assert_eq!(DeviceHeader::decode(&b, Path::new("x")).unwrap(), with_log);
         let mut bad = b.clone();
         bad[75] ^= 1;

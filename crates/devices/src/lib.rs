@@ -7,6 +7,11 @@
 //! segment), slow-device emulation and the SSD cache ring. It knows nothing
 //! about chunks, files or metadata.
 
+// Offsets and lengths are u64 on disk and index buffers in memory as usize:
+// Cairn builds for 64-bit targets only, where `u64 as usize` is lossless
+// (the lint baseline's allows of cast_possible_truncation rely on it).
+const _: () = assert!(usize::BITS == 64, "Cairn needs a 64-bit target");
+
 pub mod backend;
 pub mod class;
 pub mod device;

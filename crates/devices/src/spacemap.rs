@@ -12,6 +12,10 @@ pub struct SpaceMap {
 }
 
 impl SpaceMap {
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "words of a bitmap held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     pub fn new(slots: u64) -> Self {
         SpaceMap {
             used: vec![0; slots.div_ceil(64) as usize],

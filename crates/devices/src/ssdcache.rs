@@ -227,7 +227,9 @@ impl SsdCache {
     /// Offers a verified copy of what `key` holds at home (a sealed chunk,
     /// a metadata page), read from its home device.
     pub fn offer(&self, key: CacheKey, sealed: &[u8]) {
-        if sealed.len() as u64 > (self.end - self.start) / 4 {
+        // The index keeps u32 lengths (write_copy).
+        if sealed.len() as u64 > (self.end - self.start) / 4 || u32::try_from(sealed.len()).is_err()
+        {
             return;
         }
         if !self.bucket.lock().admit(sealed.len() as u64)
@@ -365,8 +367,20 @@ fn decode_index(
     if !(body.len() - INDEX_HEAD_LEN).is_multiple_of(INDEX_ENTRY_LEN) {
         return Err(bad("wrong length"));
     }
-    let u64_at = |e: &[u8], i: usize| u64::from_le_bytes(e[i..i + 8].try_into().unwrap());
-    let u32_at = |e: &[u8], i: usize| u32::from_le_bytes(e[i..i + 4].try_into().unwrap());
+    let u64_at = |e: &[u8], i: usize| {
+        u64::from_le_bytes(
+            e[i..i + 8]
+                .try_into()
+                .expect("slice length matches the array"),
+        )
+    };
+    let u32_at = |e: &[u8], i: usize| {
+        u32::from_le_bytes(
+            e[i..i + 4]
+                .try_into()
+                .expect("slice length matches the array"),
+        )
+    };
     let max_len = end.saturating_sub(start) / 4;
     let fits = |&(key, at, len): &SavedCopy| {
         let end_ok = at.checked_add(len as u64).is_some_and(|e| e <= end);
@@ -391,6 +405,10 @@ fn decode_index(
 }
 
 /// Appends one copy at the ring head, recycling what it overwrites.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "offer refuses copies of 4 GiB or more"
+)]
 fn write_copy(
     dev: &Device,
     ring: &Mutex<Ring>,
@@ -449,6 +467,10 @@ fn write_copy(
 mod fuzz_tests;
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 mod tests {
     use super::*;
     use crate::{DeviceClass, DeviceSpec};

@@ -6,6 +6,8 @@
 //! either a typed error or a header whose geometry the rest of the layer
 //! can use; a valid header round-trips.
 
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
 use cairn_devices::header::{DeviceHeader, DATA_OFFSET, HEADER_LEN};
 use cairn_devices::{DeviceClass, DeviceError};
 use cairn_fuzzkit::proptest::prelude::*;

@@ -39,7 +39,7 @@ impl Contention {
         }
         let t = Instant::now();
         let g = m.lock();
-        let ns = t.elapsed().as_nanos() as u64;
+        let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.waited.fetch_add(1, Relaxed);
         self.wait_ns.fetch_add(ns, Relaxed);
         self.max_wait_ns.fetch_max(ns, Relaxed);

@@ -22,6 +22,7 @@ impl Rank {
     const SHARD0: u32 = 100;
     pub(crate) const FLUSHING: Rank = Rank(1000);
 
+    #[allow(clippy::cast_possible_truncation, reason = "i < 512 (asserted)")]
     pub(crate) fn shard(i: usize) -> Rank {
         assert!(i < 512, "shard {i}");
         Rank(Self::SHARD0 + i as u32)

@@ -252,6 +252,10 @@ pub struct ServiceStats {
 
 impl Fs {
     /// The cheap figures: no scan of metadata or chunks.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "nanoseconds since 1970: now is after 1970 and before 2554"
+    )]
     pub fn service_stats(&self) -> crate::Result<ServiceStats> {
         let c = &self.commit_stats;
         let whole = c.whole.snapshot();

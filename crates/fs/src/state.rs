@@ -26,6 +26,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 /// Shards of the state. A power of two well above the core count.
 pub(crate) const SHARDS: usize = 64;
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a remainder of SHARDS, a small constant"
+)]
 pub(crate) fn shard_of(ino: u64) -> usize {
     (ino % SHARDS as u64) as usize
 }

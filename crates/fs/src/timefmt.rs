@@ -2,6 +2,10 @@
 //! retention periods and listings.
 
 /// (year, month 1..=12, day 1..=31) of a day number since 1970-01-01.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "day 1..=31 and month 1..=12 by the calendar arithmetic"
+)]
 pub fn civil(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);

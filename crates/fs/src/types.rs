@@ -116,7 +116,7 @@ impl Cursor<'_> {
             .get(self.1..self.1 + N)
             .ok_or_else(|| FsError::Io("short payload".into()))?;
         self.1 += N;
-        Ok(s.try_into().unwrap())
+        Ok(s.try_into().expect("slice length matches the array"))
     }
     fn u32(&mut self) -> Result<u32> {
         Ok(u32::from_le_bytes(self.take()?))
@@ -228,11 +228,19 @@ impl DirEnt {
 /// The 63-bit name hash that orders a directory and serves as readdir
 /// cookie. Values 0..=2 are left for the start, "." and "..".
 pub fn name_hash(name: &[u8]) -> u64 {
-    let h = u64::from_be_bytes(blake3::hash(name).as_bytes()[0..8].try_into().unwrap());
+    let h = u64::from_be_bytes(
+        blake3::hash(name).as_bytes()[0..8]
+            .try_into()
+            .expect("slice length matches the array"),
+    );
     3 + (h >> 1) % ((1u64 << 63) - 3)
 }
 
 /// Key of a directory entry: hash (BE) | name length | name.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "name.len() <= MAX_NAME = 255 (asserted above)"
+)]
 pub fn dirent_subkey(name: &[u8]) -> Vec<u8> {
     assert!(name.len() <= MAX_NAME);
     let mut k = Vec::with_capacity(9 + name.len());
@@ -246,9 +254,10 @@ pub fn dirent_subkey(name: &[u8]) -> Vec<u8> {
 /// not match the name it holds (only damage makes one) is an error.
 pub fn split_dirent_subkey(k: &[u8]) -> Result<(u64, &[u8])> {
     match k.get(9..) {
-        Some(name) if name.len() == k[8] as usize => {
-            Ok((u64::from_be_bytes(k[0..8].try_into().unwrap()), name))
-        }
+        Some(name) if name.len() == k[8] as usize => Ok((
+            u64::from_be_bytes(k[0..8].try_into().expect("slice length matches the array")),
+            name,
+        )),
         _ => Err(FsError::Io(format!("damaged directory entry key {k:02x?}"))),
     }
 }
@@ -312,6 +321,10 @@ impl Extent {
         std::iter::once(self.chunk).chain(self.pieces.iter().map(|p| p.chunk))
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "pieces.len() <= u16::MAX (asserted above)"
+    )]
     pub fn encode(&self) -> Vec<u8> {
         let ver = match self.pieces.is_empty() {
             true => PAYLOAD_VERSION,

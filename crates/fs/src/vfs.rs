@@ -203,6 +203,10 @@ impl Fs {
     }
 
     /// `with_pool` with the counters read.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a dirty limit in bytes from a MiB count; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn with_counters(pool: Pool, next_ino: u64, last_tid: u64) -> Fs {
         let record = pool.record_size();
         let recent = crate::writeback::recent::RecentBlocks::new(

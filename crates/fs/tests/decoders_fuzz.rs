@@ -8,6 +8,8 @@
 //! and gives a typed error or a value that encodes back the same; a valid
 //! encoding round-trips.
 
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
 use cairn_devices::{DeviceClass, DeviceRole, Emulation};
 use cairn_fs::history::snapshot::{Snapshot, SnapshotKind};
 use cairn_fs::pool::superblock::Superblock;

@@ -100,7 +100,7 @@ pub(crate) fn timer(op: Op) -> Timer {
 impl Drop for Timer {
     fn drop(&mut self) {
         let Some((i, t0)) = self.0 else { return };
-        let ns = t0.elapsed().as_nanos() as u64;
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let s = &STATS[i as usize];
         s.sum_ns.fetch_add(ns, Relaxed);
         let b = BOUNDS_US.partition_point(|&ub| ub * 1000 < ns);

@@ -127,6 +127,10 @@ impl CairnFuse {
 
     /// A directory listing of any directory; entries of views carry view
     /// inode numbers when `looked_up` (readdirplus counts as a lookup).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a directory cookie is an index we gave out; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn list_any(
         &self,
         dir: u64,
@@ -943,6 +947,10 @@ impl Filesystem for CairnFuse {
 
     /// A clone where blocks line up (the target shares the source's
     /// chunks), a copy of the bytes elsewhere.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "n <= len, which is clamped to u32::MAX above"
+    )]
     fn copy_file_range(
         &self,
         _req: &Request,
@@ -982,7 +990,10 @@ impl Filesystem for CairnFuse {
 
 fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, FsError>) {
     match r {
-        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if size == 0 => match u32::try_from(v.len()) {
+            Ok(n) => reply.size(n),
+            Err(_) => reply.error(Errno::E2BIG),
+        },
         Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
         Ok(v) => reply.data(&v),
         Err(e) => reply.error(errno(e)),

@@ -173,23 +173,34 @@ fn note(size: usize) {
 /// The system allocator, counting per thread.
 struct Meter;
 
+// SAFETY: every method forwards to the system allocator with the caller's
+// arguments unchanged, so Meter keeps System's contract; note() only
+// updates thread-locals (try_with: no panic during thread teardown).
 unsafe impl GlobalAlloc for Meter {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         note(l.size());
+        // SAFETY: the caller upholds GlobalAlloc's contract for these
+        // arguments, which are passed on unchanged.
         unsafe { System.alloc(l) }
     }
 
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         note(l.size());
+        // SAFETY: the caller upholds GlobalAlloc's contract for these
+        // arguments, which are passed on unchanged.
         unsafe { System.alloc_zeroed(l) }
     }
 
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
         note(new_size);
+        // SAFETY: the caller upholds GlobalAlloc's contract for these
+        // arguments, which are passed on unchanged.
         unsafe { System.realloc(p, l, new_size) }
     }
 
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: the caller upholds GlobalAlloc's contract for these
+        // arguments, which are passed on unchanged.
         unsafe { System.dealloc(p, l) }
     }
 }

@@ -5,6 +5,8 @@
 //! no path or name of the pool; the routes that do are off without the
 //! detail switch, and every route wants the token when one is set.
 
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
 use cairn_devices::{DeviceClass, DeviceSpec};
 use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, PoolConfig, ROOT_INO};
 use std::io::{Read, Write};

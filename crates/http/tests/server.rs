@@ -5,6 +5,8 @@
 //! cells that cover every slot and segment; the page is served with a
 //! content security policy; anything but GET and HEAD is refused.
 
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
 use cairn_devices::{DeviceClass, DeviceSpec};
 use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, PoolConfig, ROOT_INO};
 use serde_json::Value;

@@ -26,7 +26,9 @@ pub fn key(hash: &[u8]) -> [u8; KEY_LEN] {
         hash.len() >= KEY_LEN,
         "dedup key needs {KEY_LEN} hash bytes"
     );
-    hash[..KEY_LEN].try_into().unwrap()
+    hash[..KEY_LEN]
+        .try_into()
+        .expect("slice length matches the array")
 }
 
 pub fn encode(chunk: u64) -> [u8; 6] {
@@ -50,7 +52,9 @@ fn decode_v1(hash: &[u8], b: &[u8]) -> Result<u64> {
             why: "bad dedup index entry (version or checksum)".into(),
         });
     }
-    Ok(u64::from_le_bytes(b[1..9].try_into().unwrap()))
+    Ok(u64::from_le_bytes(
+        b[1..9].try_into().expect("slice length matches the array"),
+    ))
 }
 
 /// Moves every dedup_v1 entry into dedup_v2 and deletes dedup_v1, inside

@@ -58,7 +58,7 @@ pub(crate) fn decode_value(key: &[u8], v: &[u8]) -> Result<(u64, Vec<u8>)> {
         return Err(bad("value too short"));
     }
     let (body, crc) = v.split_at(v.len() - 4);
-    let want = u32::from_le_bytes(crc.try_into().unwrap());
+    let want = u32::from_le_bytes(crc.try_into().expect("slice length matches the array"));
     let got = match body[0] {
         VALUE_VERSION => crc32c::crc32c_append(crc32c::crc32c(key), body),
         VALUE_VERSION_V1 => crc32c::crc32c(body),
@@ -67,7 +67,11 @@ pub(crate) fn decode_value(key: &[u8], v: &[u8]) -> Result<(u64, Vec<u8>)> {
     if got != want {
         return Err(bad("checksum mismatch"));
     }
-    let tid = u64::from_le_bytes(body[1..9].try_into().unwrap());
+    let tid = u64::from_le_bytes(
+        body[1..9]
+            .try_into()
+            .expect("slice length matches the array"),
+    );
     Ok((tid, body[9..].to_vec()))
 }
 
@@ -91,7 +95,7 @@ pub(crate) fn split_hist_key(k: &[u8]) -> Result<(ElemKey, u64)> {
     let (key, tid) = k.split_at(at);
     Ok((
         ElemKey(key.to_vec()),
-        u64::from_be_bytes(tid.try_into().unwrap()),
+        u64::from_be_bytes(tid.try_into().expect("slice length matches the array")),
     ))
 }
 

@@ -64,6 +64,10 @@ pub struct Mirror {
 
 /// Copies `buf.len()` bytes at `off` out of `pages` (which start at page
 /// `first`); UnexpectedEof when they end before.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "page arithmetic on buffers held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+)]
 fn copy_out(buf: &mut [u8], off: u64, first: u64, pages: &[u8]) -> io::Result<()> {
     let skip = (off - first * PAGE) as usize;
     let src = pages.get(skip..skip + buf.len());
@@ -71,6 +75,7 @@ fn copy_out(buf: &mut [u8], off: u64, first: u64, pages: &[u8]) -> io::Result<()
     Ok(())
 }
 
+#[allow(clippy::cast_possible_truncation, reason = "PAGE is 4096")]
 fn crc_page(b: &[u8]) -> u32 {
     let mut page = [0u8; PAGE as usize];
     page[..b.len()].copy_from_slice(b);
@@ -168,6 +173,10 @@ impl Mirror {
 
     /// The pages of `dst` (both `len` long) that differ from `src`'s,
     /// rewritten from `src` with `repair`, and the checksums of `src`.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "page arithmetic on buffers held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn compare(
         src: &dyn Backend,
         dst: &dyn Backend,
@@ -204,6 +213,10 @@ impl Mirror {
     /// made equal to a copy that checks out page by page, synced, and from
     /// then on written with the others. An error leaves the copies as
     /// they were.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "page arithmetic on buffers held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     pub fn add_copy(&self, new: Arc<dyn Backend>) -> io::Result<()> {
         let _w = self.writing.lock();
         let (good, src) = self.live().into_iter().next().expect("a live copy");
@@ -232,6 +245,10 @@ impl Mirror {
 
     /// Pages `first..first + n` as a copy that checks out holds them,
     /// page by page (repairing the others from it).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "page arithmetic on buffers held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn read_pages_repaired(&self, first: u64, n: u64) -> io::Result<Vec<u8>> {
         let mut out = Vec::with_capacity((n * PAGE) as usize);
         for p in first..first + n {
@@ -244,6 +261,10 @@ impl Mirror {
         Ok(out)
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the pool's metadata copies, at most 4 (meta_copies)"
+    )]
     pub fn stats(&self) -> MirrorStats {
         MirrorStats {
             repaired_at_open: self.repaired_at_open.load(Ordering::Relaxed),
@@ -301,6 +322,10 @@ impl Mirror {
     }
 
     /// Reads the whole pages covering `off..off + len` from copy `i`.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "page arithmetic on buffers held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn read_pages(&self, i: usize, off: u64, len: usize) -> io::Result<(u64, Vec<u8>)> {
         let first = off / PAGE;
         let end = (off + len as u64).div_ceil(PAGE) * PAGE;
@@ -312,6 +337,10 @@ impl Mirror {
     }
 
     /// The first page of `pages` (page `first` on) whose checksum is wrong.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "page arithmetic on buffers held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn bad_page(&self, first: u64, pages: &[u8]) -> Option<u64> {
         let sums = self.sums.read();
         pages
@@ -334,6 +363,10 @@ impl Mirror {
     /// Makes copy `j`'s pages from `first` on equal to `good` where they
     /// differ (or cannot be read), then reads them back: a copy that still
     /// reads wrong (or fails) is dropped. Returns the pages rewritten.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "page arithmetic on buffers held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn rewrite_from(&self, j: usize, first: u64, good: &[u8]) -> u64 {
         let theirs = self.read_pages(j, first * PAGE, good.len());
         let theirs = theirs.map(|(_, b)| b).unwrap_or_default();
@@ -389,6 +422,10 @@ impl Mirror {
     /// Verifies every page of every copy, repairing bad ones from a good
     /// copy; returns the pages repaired. An error names a page no copy
     /// holds right.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "page arithmetic on buffers held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     pub fn scrub(&self) -> io::Result<u64> {
         let _w = self.writing.lock();
         let pages = self.sums.read().len() as u64;
@@ -420,6 +457,10 @@ impl Mirror {
     /// after `buf` was written there (None: a length change): whole pages
     /// from the bytes written, partial ones read back from the first live
     /// copy.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "page arithmetic on buffers held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn resum(&self, off: u64, len: usize, buf: Option<&[u8]>) -> io::Result<()> {
         let (i, c) = self.live().into_iter().next().expect("a live copy");
         let file_len = c.len()?;
@@ -513,6 +554,10 @@ impl Backend for Mirror {
         c.len()
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "page counts of a file whose checksums are held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn set_len(&self, len: u64) -> io::Result<()> {
         let _w = self.writing.lock();
         self.each(|c| c.set_len(len))?;
@@ -534,6 +579,10 @@ impl Backend for Mirror {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 mod tests {
     use super::*;
     use cairn_devices::{HostStorage, OpenHow};

@@ -107,7 +107,10 @@ impl PageCache {
 
     /// Serves `out` from `cache` if a verified copy is there.
     fn lookup(&self, cache: &SsdCache, offset: u64, out: &mut [u8]) -> bool {
-        let len = out.len() as u32;
+        // A read of 4 GiB or more is never cached (fill skips it).
+        let Ok(len) = u32::try_from(out.len()) else {
+            return false;
+        };
         let want = self.valid.lock().pages.get(&offset).copied();
         let key = meta_key(offset, len);
         let Some((_, crc)) = want.filter(|&(l, _)| l == len) else {
@@ -124,14 +127,16 @@ impl PageCache {
     /// Records a range just read from the file (unless a write ran
     /// meanwhile) and offers it to `cache`.
     fn fill(&self, cache: &SsdCache, offset: u64, bytes: &[u8], writes_before: u64) {
-        let key = meta_key(offset, bytes.len() as u32);
+        let Ok(len) = u32::try_from(bytes.len()) else {
+            return;
+        };
+        let key = meta_key(offset, len);
         {
             let mut v = self.valid.lock();
             if v.writes != writes_before {
                 return;
             }
-            v.pages
-                .insert(offset, (bytes.len() as u32, crc32c::crc32c(bytes)));
+            v.pages.insert(offset, (len, crc32c::crc32c(bytes)));
             v.max_len = v.max_len.max(bytes.len() as u64);
         }
         cache.forget(key);

@@ -630,6 +630,10 @@ fn good_copy(copies: &[Arc<dyn Backend>], names: &[std::path::PathBuf]) -> usize
 /// The count of write transactions of a copy of the store, if it passes
 /// redb's integrity check (every committed page against its parent's
 /// checksum), checked in RAM.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a probe length; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+)]
 fn writes_if_sound(c: &dyn Backend) -> Option<u64> {
     use redb::StorageBackend;
     let len = c.len().ok().filter(|l| *l > 0)?;

@@ -1,6 +1,8 @@
 //! The dedup index at scale: its size per unique block (the RAM it takes
 //! when fully cached) and the conversion of a dedup_v1 index.
 
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
 use cairn_meta::tables::DEDUP_V1;
 use cairn_meta::MetaStore;
 use rand::{Rng, SeedableRng};

@@ -2,6 +2,8 @@
 //! and rewrites pages in place) every read matches a model of what was
 //! written, and reads are served from the cache device.
 
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
 use cairn_devices::{Device, DeviceClass, DeviceSpec, FillLimit, SsdCache};
 use cairn_meta::{MetaStore, PageCache};
 use rand::{Rng, SeedableRng};

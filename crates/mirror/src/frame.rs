@@ -4,6 +4,12 @@
 //! missing is refused by its number, a damaged one by its crc, and a body
 //! longer than `MAX_BODY` before anything is allocated for it.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    clippy::unwrap_used,
+    reason = "left to the mirror protocol change, which rewrites this file"
+)]
+
 use crate::error::{Result, StreamError};
 use std::io::{Read, Write};
 

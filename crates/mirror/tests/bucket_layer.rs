@@ -5,6 +5,8 @@
 //! read back; a stream split into chunk objects and joined back byte for
 //! byte.
 
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
 use bytes::Bytes;
 use cairn_mirror::bucket::manifest::Manifest;
 use cairn_mirror::bucket::{objects, Bucket};

@@ -122,6 +122,10 @@ fn clip_extents(x: Vec<(u32, u32)>, len: u32, one: bool) -> Reply {
 }
 
 /// The bytes of a reply.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a READ reply carries the request's u32 length (asserted above)"
+)]
 pub(crate) fn encode_reply(structured: bool, r: &Request, reply: Reply) -> Vec<u8> {
     let cookie = r.cookie;
     match (structured, reply) {

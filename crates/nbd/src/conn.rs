@@ -229,7 +229,9 @@ fn read_pieces(
     while v.len() < len {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(NbdError::PayloadTimeout(len as u32));
+            return Err(NbdError::PayloadTimeout(
+                u32::try_from(len).unwrap_or(u32::MAX),
+            ));
         }
         reader.get_ref().set_read_timeout(Some(left))?;
         let want = (len - v.len()).min(PIECE);
@@ -246,7 +248,9 @@ fn read_pieces(
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err(NbdError::PayloadTimeout(len as u32))
+                return Err(NbdError::PayloadTimeout(
+                    u32::try_from(len).unwrap_or(u32::MAX),
+                ))
             }
             Err(e) => return Err(e.into()),
         }

@@ -37,6 +37,7 @@ impl Drop for Busy<'_> {
 
 impl MemExport {
     /// An empty (all holes) writable export of `size` bytes.
+    #[allow(clippy::cast_possible_truncation, reason = "PAGE is 4096")]
     pub fn new(size: u64) -> MemExport {
         MemExport {
             size,
@@ -65,7 +66,8 @@ impl MemExport {
 
     /// From now on every call sleeps `d` (zero: none).
     pub fn set_delay(&self, d: Duration) {
-        self.delay_us.store(d.as_micros() as u64, SeqCst);
+        self.delay_us
+            .store(u64::try_from(d.as_micros()).unwrap_or(u64::MAX), SeqCst);
     }
 
     /// A read-only copy of the current contents (a snapshot).
@@ -110,6 +112,10 @@ impl MemExport {
 
     /// Calls `f(page, range within page, range within the request)` for
     /// each page overlapping `off..off + len`.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within a PAGE-sized page, or within the request's buffer"
+    )]
     fn each_page(off: u64, len: u64, mut f: impl FnMut(u64, usize, usize, usize)) {
         let mut pos = off;
         while pos < off + len {
@@ -156,6 +162,7 @@ impl Export for MemExport {
         Ok(())
     }
 
+    #[allow(clippy::cast_possible_truncation, reason = "PAGE is 4096")]
     fn write(&self, off: u64, data: &[u8], _fua: bool) -> io::Result<()> {
         let _busy = self.enter()?;
         let mut pages = self.pages.write();
@@ -180,6 +187,7 @@ impl Export for MemExport {
         Ok(())
     }
 
+    #[allow(clippy::cast_possible_truncation, reason = "PAGE is 4096")]
     fn write_zeroes(&self, off: u64, len: u64, may_trim: bool, _fua: bool) -> io::Result<()> {
         let _busy = self.enter()?;
         if may_trim {
@@ -196,6 +204,10 @@ impl Export for MemExport {
         Ok(())
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "extents of a request, whose length is a u32"
+    )]
     fn block_status(&self, off: u64, len: u32) -> io::Result<Vec<(u32, u32)>> {
         let _busy = self.enter()?;
         let pages = self.pages.read();

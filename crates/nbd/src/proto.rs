@@ -268,6 +268,10 @@ pub fn decode_export_name(b: &[u8]) -> Result<String, DecodeError> {
 }
 
 /// An option reply: header and data.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "option reply data is built by the server: names and strings of at most MAX_STRING (4 KiB) and fixed-size info"
+)]
 pub fn option_reply(opt: u32, kind: u32, data: &[u8]) -> Vec<u8> {
     let mut b = Vec::with_capacity(20 + data.len());
     b.extend_from_slice(&OPT_REPLY_MAGIC.to_be_bytes());
@@ -303,7 +307,16 @@ pub fn info_block_size(min: u32, preferred: u32, max: u32) -> Vec<u8> {
 }
 
 /// NBD_REP_SERVER data: name length, name, description.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "an export name is at most MAX_STRING (4 KiB)"
+)]
 pub fn rep_server(name: &str, description: &str) -> Vec<u8> {
+    debug_assert!(
+        name.len() <= MAX_STRING,
+        "an export name of {} bytes",
+        name.len()
+    );
     let mut b = (name.len() as u32).to_be_bytes().to_vec();
     b.extend_from_slice(name.as_bytes());
     b.extend_from_slice(description.as_bytes());
@@ -338,6 +351,10 @@ pub fn chunk_header(flags: u16, kind: u16, cookie: u64, len: u32) -> [u8; 20] {
 }
 
 /// A final NBD_REPLY_TYPE_ERROR chunk with a message.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "msg is cut to 512 bytes first"
+)]
 pub fn error_chunk(cookie: u64, error: u32, msg: &str) -> Vec<u8> {
     let msg = &msg.as_bytes()[..msg.len().min(512)];
     let len = 6 + msg.len() as u32;
@@ -352,6 +369,10 @@ pub fn error_chunk(cookie: u64, error: u32, msg: &str) -> Vec<u8> {
 }
 
 /// A final NBD_REPLY_TYPE_BLOCK_STATUS chunk.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "the extents of one request, bounded by its u32 length"
+)]
 pub fn block_status_chunk(cookie: u64, context: u32, extents: &[(u32, u32)]) -> Vec<u8> {
     let len = 4 + 8 * extents.len() as u32;
     let mut b = chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, cookie, len).to_vec();

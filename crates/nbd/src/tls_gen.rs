@@ -16,6 +16,7 @@ fn err(e: rcgen::Error) -> NbdError {
 
 /// Valid from January 1st of this year (in UTC: already past) for ten
 /// years after that.
+#[allow(clippy::cast_possible_truncation, reason = "years since 1970 fit i32")]
 fn validity(p: &mut CertificateParams) {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

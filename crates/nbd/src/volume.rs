@@ -105,7 +105,8 @@ impl Export for VolumeExport {
         let got = match self.at {
             None => self.fs.read_into(self.ino, off, buf).map_err(io_err)?,
             Some(tid) => {
-                let n = buf.len() as u32;
+                let n = u32::try_from(buf.len())
+                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
                 let data = self.fs.asof_read(self.ino, tid, off, n).map_err(io_err)?;
                 buf[..data.len()].copy_from_slice(&data);
                 data.len()
@@ -159,6 +160,10 @@ impl Export for VolumeExport {
         Ok(())
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the distance to the next hole or data within a request, whose length is a u32"
+    )]
     fn block_status(&self, off: u64, len: u32) -> io::Result<Vec<(u32, u32)>> {
         let end = off + len as u64;
         if self.at.is_some() {

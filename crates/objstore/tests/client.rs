@@ -2,6 +2,8 @@
 //! call, its counters, verified uploads, and a server that is down (an
 //! error within the time limit, the state unreachable) and back.
 
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
 use cairn_objstore::testing::{S3Server, TEST_KEY_ID, TEST_SECRET};
 use cairn_objstore::{ClientOptions, Credentials, Locator, ObjError, ObjectClient};
 use std::time::{Duration, Instant};

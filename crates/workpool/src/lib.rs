@@ -248,7 +248,7 @@ fn worker(sh: &Arc<Shared>) {
             st.busy -= 1;
             st.stats.completed += 1;
             st.stats.panicked += u64::from(!ok);
-            st.stats.busy_us += spent.as_micros() as u64;
+            st.stats.busy_us += u64::try_from(spent.as_micros()).unwrap_or(u64::MAX);
             idle_since = Instant::now();
             continue;
         }

@@ -64,6 +64,10 @@ impl WaitHistogram {
 
     /// An upper bound of the `q` quantile (0 < q <= 1): the top of the
     /// bucket it falls in, capped by the largest wait seen.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "an f64 to u64 `as` saturates; a rank within count"
+    )]
     pub fn quantile_us(&self, q: f64) -> u64 {
         let want = ((self.count as f64) * q).ceil() as u64;
         let mut seen = 0;
@@ -91,6 +95,7 @@ impl WaitHistogram {
 
 impl Stats {
     pub(crate) fn note_wait(&mut self, d: Duration) {
-        self.queue_wait.note(d.as_micros() as u64);
+        self.queue_wait
+            .note(u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
     }
 }

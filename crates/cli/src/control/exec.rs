@@ -1,6 +1,11 @@
 //! Runs a control request against an open filesystem (in the daemon or in
 //! this process) and returns its JSON result.
 
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "left to the mirror protocol change, which rewrites this file"
+)]
+
 use super::protocol::Request;
 use cairn_fs::history::snapshot::hex;
 use cairn_fs::{Fs, FsError, ReblockOptions, SnapshotKind};

@@ -273,6 +273,7 @@ pub type Tree = BTreeMap<String, Node>;
 /// the daemon and not from pages cached before (e.g. before a reblock).
 pub fn read_uncached(p: &Path) -> io::Result<Vec<u8>> {
     let mut f = File::open(p)?;
+    // SAFETY: posix_fadvise on the fd of a File open here; it takes no pointer.
     unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     let mut v = Vec::new();
     f.read_to_end(&mut v)?;

@@ -540,6 +540,7 @@ impl Fs {
     /// Sends `sig` to the daemon (e.g. SIGTERM) without waiting.
     pub fn signal(&self, sig: libc::c_int) {
         let pid = self.child.as_ref().expect("not mounted").id() as libc::pid_t;
+        // SAFETY: kill takes plain integers and touches none of our memory.
         assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
     }
 
@@ -601,6 +602,7 @@ impl Drop for Fs {
         wait_unmounted(&self.mnt, Duration::from_secs(5));
         if !eventually(Duration::from_secs(5), || self.daemon_pids().is_empty()) {
             for pid in self.daemon_pids() {
+                // SAFETY: kill takes plain integers and touches none of our memory.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
         }
@@ -679,7 +681,10 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 /// statvfs(2) of `p`.
 pub fn statvfs(p: &Path) -> libc::statvfs {
     let c = cpath(p);
+    // SAFETY: statvfs is a plain C struct of integers, for which all zero bytes are a valid
+    // value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a NUL-terminated path and st a valid, exclusively borrowed out pointer.
     let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
     assert_eq!(
         r,

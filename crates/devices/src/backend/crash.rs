@@ -83,6 +83,10 @@ pub fn surviving(trace: &[Event], k: usize, mode: CrashMode, seed: u64) -> Vec<E
 
 /// The prefix of a write up to a random sector boundary inside it (None:
 /// nothing of it).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test backend: offsets within a write's data; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+)]
 fn tear(e: &Event, rng: &mut SplitMix64) -> Option<Event> {
     let Event::Write { file, off, data } = e else {
         return Some(e.clone());
@@ -109,6 +113,10 @@ fn tear(e: &Event, rng: &mut SplitMix64) -> Option<Event> {
 }
 
 /// Applies one change to the images (a file not there starts empty).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test backend: offsets within an in-memory image; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+)]
 pub fn apply(images: &mut Images, e: &Event) {
     if matches!(e, Event::Sync { .. }) {
         return;
@@ -246,7 +254,12 @@ pub fn read_images(root: &Path, extra: &[PathBuf]) -> io::Result<Images> {
             if t.is_dir() {
                 dirs.push(p);
             } else if t.is_file() {
-                out.insert(p.strip_prefix(&root).unwrap().to_path_buf(), read_one(&p)?);
+                out.insert(
+                    p.strip_prefix(&root)
+                        .expect("read_dir of a directory under root")
+                        .to_path_buf(),
+                    read_one(&p)?,
+                );
             }
         }
     }
@@ -258,6 +271,10 @@ pub fn read_images(root: &Path, extra: &[PathBuf]) -> io::Result<Images> {
     Ok(out)
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test backend: the length of a file image held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+)]
 fn read_one(p: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read;
     let mut f = std::fs::File::open(p)?;
@@ -340,6 +357,10 @@ pub fn write_image(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 mod tests {
     use super::*;
 

@@ -311,6 +311,10 @@ impl FaultControl {
 }
 
 /// Applies the corruption of `d` to `bufs`, which hold bytes from `off`.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test backend: offsets within the buffer read; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+)]
 fn corrupt(d: &Decision, bufs: &mut [&mut [u8]], off: u64) {
     for (r, x) in &d.corrupt {
         let mut at = off;

@@ -27,6 +27,10 @@ pub struct FileBackend {
     direct: OnceLock<Option<File>>,
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "only the low bits matter to the alignment test"
+)]
 fn aligned(ptr: *const u8, off: u64, len: usize) -> bool {
     (ptr as usize | off as usize | len).is_multiple_of(DIRECT_ALIGN)
 }
@@ -74,7 +78,12 @@ impl FileBackend {
     }
 
     /// One preadv of `group` at `at`; false when it read short or failed.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the caller passes at most IOV_MAX (1024) buffers per call"
+    )]
     fn preadv(&self, group: &mut [&mut [u8]], at: u64) -> bool {
+        debug_assert!(group.len() <= IOV_MAX, "preadv of {} buffers", group.len());
         let want: usize = group.iter().map(|b| b.len()).sum();
         let mut stack = [libc::iovec {
             iov_base: std::ptr::null_mut(),

@@ -154,6 +154,10 @@ impl Inner {
 
     /// Calls `f(part, offset in part, range of buf)` for each object a
     /// byte range of `len` at `off` covers.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "min with a usize room; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn pieces(
         &self,
         off: u64,
@@ -263,6 +267,10 @@ impl Inner {
 }
 
 impl Backend for S3Backend {
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within an object held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
         let inner = &self.inner;
         let len = buf.len();
@@ -332,6 +340,10 @@ impl Backend for S3Backend {
         }
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within an object held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         let inner = &self.inner;
         inner.pieces(off, buf.len(), |part, within, r| {

@@ -81,6 +81,10 @@ impl ReadAhead {
     /// Serves `buf` at `off` of object `obj` from a window, fetching one
     /// with `fetch(start, len)` (a ranged GET that may return fewer bytes
     /// at the object's end) when the read continues a sequential run.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "an offset within a readahead window held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     pub fn read(
         &self,
         obj: u64,
@@ -198,7 +202,11 @@ impl State {
         self.ends.push((obj, end));
         // One entry was added: at most one bound is passed, by one.
         if self.ends.iter().filter(|e| e.0 == obj).count() > RUNS {
-            let oldest = self.ends.iter().position(|e| e.0 == obj).unwrap();
+            let oldest = self
+                .ends
+                .iter()
+                .position(|e| e.0 == obj)
+                .expect("more than RUNS entries of obj were just counted");
             self.ends.remove(oldest);
         } else if self.ends.len() > ENDS {
             self.ends.remove(0);
@@ -230,6 +238,10 @@ impl State {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 mod tests {
     use super::*;
     use std::cell::RefCell;

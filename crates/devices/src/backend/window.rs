@@ -52,6 +52,10 @@ impl Backend for Window {
         self.inner.write_durable_at(buf, at)
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a length within a mapped window; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn write_back_wait(&self, off: u64, len: u64) -> io::Result<()> {
         let at = self.at(off, len as usize)?;
         self.inner.write_back_wait(at, len)

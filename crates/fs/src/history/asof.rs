@@ -81,6 +81,10 @@ impl Fs {
         Ok(out)
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "end - off is at most a u32 length asked; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     pub fn asof_read(&self, ino: u64, tid: u64, off: u64, size: u32) -> Result<Vec<u8>> {
         let r = self.view(tid)?;
         let i = Self::inode_at(&r, ino, tid)?;

@@ -167,6 +167,10 @@ impl Fs {
         Ok(rep)
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "nanoseconds since 1970: now is after 1970 and before 2554"
+    )]
     fn prune_inner(&self, policy: &PrunePolicy, dry_run: bool) -> Result<PruneReport> {
         self.flush()?;
         let last = self.flush_guard();

@@ -36,6 +36,10 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// A snapshot taken now at `tid`, its hash not yet computed.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "nanoseconds since 1970: now is after 1970 and before 2554"
+    )]
     pub(crate) fn new(name: &str, tid: u64, kind: SnapshotKind) -> Snapshot {
         Snapshot {
             name: name.to_string(),
@@ -75,10 +79,18 @@ impl Snapshot {
             return Err(bad("unknown record version or length"));
         }
         let (body, crc) = b.split_at(SNAPSHOT_LEN - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
+        if crc32c::crc32c(body)
+            != u32::from_le_bytes(crc.try_into().expect("slice length matches the array"))
+        {
             return Err(bad("record checksum mismatch"));
         }
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let u64_at = |o: usize| {
+            u64::from_le_bytes(
+                b[o..o + 8]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            )
+        };
         Ok(Snapshot {
             name: name.to_string(),
             tid: u64_at(1),
@@ -88,7 +100,11 @@ impl Snapshot {
             } else {
                 SnapshotKind::Named
             },
-            hash: (b[18] == 1).then(|| b[19..51].try_into().unwrap()),
+            hash: (b[18] == 1).then(|| {
+                b[19..51]
+                    .try_into()
+                    .expect("slice length matches the array")
+            }),
             files: u64_at(51),
             bytes: u64_at(59),
         })

@@ -43,6 +43,10 @@ impl Fs {
         self.walk_hash(tid, true)
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a name is at most MAX_NAME (255) bytes"
+    )]
     fn walk_hash(&self, tid: u64, read_data: bool) -> Result<TreeSum> {
         let r = self.view(tid)?;
         let mut h = blake3::Hasher::new();

@@ -107,6 +107,10 @@ fn paths(s: &Scan) -> HashMap<u64, String> {
     out
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+)]
 fn check_namespace(
     s: &Scan,
     paths: &HashMap<u64, String>,

@@ -35,6 +35,10 @@ pub const MAX_CELLS: usize = 65_536;
 impl Fs {
     /// The heat map with at most `max_cells` cells per device (clamped to
     /// 1..=MAX_CELLS).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a heat for display in f32; cells of a map held in memory, u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     pub fn heat_map(&self, max_cells: usize) -> Vec<HeatMapDevice> {
         let max_cells = max_cells.clamp(1, MAX_CELLS) as u64;
         let chunks = &self.pool.chunks;

@@ -475,6 +475,10 @@ fn link_counts(found: &Found) -> (HashMap<u64, u32>, HashMap<u64, u32>) {
 
 /// Writes the new store at `path` in one transaction; returns the number
 /// of segments it holds.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "nanoseconds since 1970: now is after 1970 and before 2554"
+)]
 fn write_store(
     path: &Path,
     r: &MetaRead,

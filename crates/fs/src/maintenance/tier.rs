@@ -104,7 +104,7 @@ impl WriteClock {
     }
 
     fn touch(&self) {
-        let now = self.start.elapsed().as_millis() as u64 + 1;
+        let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
         self.last_ms.store(now, Ordering::Relaxed);
     }
 
@@ -238,6 +238,10 @@ impl Census {
 
     /// Demotions from one faster device, coldest first: enough to bring it
     /// under the cap, and to make room for `hot` segments.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "counts of candidates, min with a usize length; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn demotions(
         &self,
         c: &crate::pool::config::PoolConfig,
@@ -356,7 +360,8 @@ impl Fs {
                 continue;
             };
             if m.forced {
-                rep.yielded_ms += self.yield_to_writers().as_millis() as u64;
+                rep.yielded_ms +=
+                    u64::try_from(self.yield_to_writers().as_millis()).unwrap_or(u64::MAX);
             }
             let moved = if m.up {
                 self.move_segment(m.segment, |d, t, f| {

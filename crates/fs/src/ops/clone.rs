@@ -98,6 +98,10 @@ impl Fs {
     /// source's extents and adding the references. With `from.at`, the
     /// source is read as it was at that TID (it must be retained: a
     /// snapshot's); `dst` may then be the source itself (a rollback).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "nanoseconds since 1970: now is after 1970 and before 2554"
+    )]
     pub(crate) fn clone_blocks(
         &self,
         from: BlockRange,

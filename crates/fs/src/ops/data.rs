@@ -58,6 +58,10 @@ impl Fs {
     /// most `dst.len()`) and returns the count. Every one of those bytes is
     /// written, holes and unwritten tails as zeros, so `dst` may hold
     /// anything beforehand (the frontend passes its reply buffer).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "end - off is at most dst.len(); u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     pub fn read_into(&self, ino: u64, off: u64, dst: &mut [u8]) -> Result<usize> {
         let rs = self.record;
         let (end, parts, meta) = {
@@ -153,6 +157,10 @@ impl Fs {
     /// into `out` with one device read, or one by one if it is a single
     /// block or the run read fails (moved, damaged: the single reads retry
     /// and report). Empties `run`.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "an offset within the output buffer; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn read_run(
         &self,
         r: &cairn_meta::MetaRead,
@@ -188,6 +196,10 @@ impl Fs {
     /// at file offset `off`) in place, straight from the device: only the
     /// 4 KiB spans of the chunk that part touches are read when the chunk
     /// has sums, so a small random read reads about that much.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within one record (record size <= 1 MiB, check_geometry) and the output buffer"
+    )]
     pub(crate) fn read_extent_part(
         &self,
         r: &cairn_meta::MetaRead,
@@ -242,6 +254,7 @@ impl Fs {
             return Ok(0);
         }
         off.checked_add(data.len() as u64).ok_or(FsError::Invalid)?;
+        let n = u32::try_from(data.len()).map_err(|_| FsError::Invalid)?;
         self.check_room()?;
         let _busy = self.writes.begin();
         let mut reclaimed = 0;
@@ -263,7 +276,7 @@ impl Fs {
             let (dirty, written) = (l.bytes(), l.written());
             let whole = dirty.saturating_sub(l.patched());
             self.throttle(dirty, whole, written)?;
-            return Ok(data.len() as u32);
+            return Ok(n);
         }
     }
 
@@ -283,6 +296,10 @@ impl Fs {
         }
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within one record (record size <= 1 MiB, check_geometry) or within data"
+    )]
     fn write_locked(&self, st: &mut State, ino: u64, off: u64, data: &[u8]) -> Result<()> {
         let rs = self.record;
         let mut i = self.inode(st, ino)?;
@@ -390,6 +407,10 @@ impl Fs {
         Ok(())
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "size % rs is below the record size (<= 1 MiB, check_geometry)"
+    )]
     pub(crate) fn truncate(&self, ino: u64, size: u64) -> Result<()> {
         let rs = self.record;
         let mut st = self.lock_inos(&[ino]);
@@ -455,6 +476,10 @@ impl Fs {
     }
 
     /// Makes [off, end) read as zeros: whole blocks become holes.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within one record (record size <= 1 MiB, check_geometry)"
+    )]
     fn zero_range(&self, st: &mut State, ino: u64, off: u64, end: u64) -> Result<()> {
         let rs = self.record;
         if off >= end {
@@ -478,6 +503,10 @@ impl Fs {
         Ok(())
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "bsize is 4096; MAX_NAME is 255"
+    )]
     pub fn statfs(&self) -> Statfs {
         let bsize = 4096u64;
         let (total, _) = self.pool.chunks.devices().slot_totals();
@@ -536,6 +565,10 @@ impl Cover {
 
     /// A block at file offset `start` will write its first `len` bytes
     /// (clipped to the buffer): zero the gap before them.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within the claimed buffer; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn claim(&mut self, out: &mut [u8], start: u64, len: u64) {
         let end = self.off + out.len() as u64;
         let lo = start.max(self.off).min(end);
@@ -554,6 +587,10 @@ impl Cover {
 
 /// Copies the part of a block (starting at file offset `bstart`) that lies
 /// in the output buffer (starting at file offset `off`).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "offsets within one record (record size <= 1 MiB, check_geometry)"
+)]
 pub(crate) fn copy_block_part(out: &mut [u8], off: u64, bstart: u64, data: &[u8]) {
     let out_end = off + out.len() as u64;
     let lo = off.max(bstart);

@@ -95,6 +95,10 @@ impl Fs {
         Ok(())
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "S_ISGID is 0o2000, a permission bit"
+    )]
     fn new_inode(
         ino: u64,
         ctx: Ctx,
@@ -527,7 +531,9 @@ impl Fs {
         if a.0 != b.0 {
             for (p, d) in [(a.0, -delta), (b.0, delta)] {
                 let mut pi = self.inode(st, p)?;
-                pi.nlink = (pi.nlink as i64 + d) as u32;
+                pi.nlink = u32::try_from(i64::from(pi.nlink) + d).map_err(|_| {
+                    FsError::invariant(format!("directory {p}: link count {} {d:+}", pi.nlink))
+                })?;
                 pi.mtime = now;
                 pi.ctime = now;
                 st.put_inode(pi);
@@ -617,6 +623,10 @@ impl Fs {
 /// Permission bits without set-user-ID, and without set-group-ID when the
 /// group may execute (without group execute, S_ISGID marks mandatory
 /// locking and stays), as the kernel drops them.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "S_ISUID and S_ISGID are permission bits below 0o10000"
+)]
 fn drop_setid(perm: u16) -> u16 {
     let mut p = perm & !(libc::S_ISUID as u16);
     if p & 0o010 != 0 {

@@ -433,8 +433,10 @@ impl PoolConfig {
 
 /// The machine's memory in MiB (sysinfo), None if unknown.
 fn machine_memory_mib() -> Option<u64> {
-    // SAFETY: sysinfo fills the zeroed struct we own.
+    // SAFETY: sysinfo is a plain C struct of integers (and padding), for
+    // which all zero bytes are a valid value.
     let mut si: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: sysinfo fills the struct we own through a valid pointer.
     if unsafe { libc::sysinfo(&mut si) } != 0 || si.totalram == 0 {
         return None;
     }

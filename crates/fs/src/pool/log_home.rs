@@ -50,6 +50,10 @@ fn eligible(d: &DeviceSpec) -> bool {
 /// domain, as many as the metadata's copies (which follow the data's
 /// redundancy, `meta_copies::wanted_at_mkfs`). Returns a warning when the
 /// log ends up with fewer copies than that.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a device id is an index in the list of devices given to mkfs, a handful"
+)]
 pub fn place(opts: &mut MkfsOptions) -> Option<String> {
     if opts.intent_log == LogHome::PoolDir
         || opts.mirror

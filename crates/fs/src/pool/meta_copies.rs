@@ -38,6 +38,10 @@ pub const MAX_META_COPIES: usize = cairn_data::layout::MAX_COPIES;
 
 /// Refuses a `--meta-copies` out of 1..=MAX_META_COPIES, and one copy
 /// together with a directory for the second.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "MAX_META_COPIES is a small constant"
+)]
 pub(super) fn validate(opts: &MkfsOptions) -> Result<()> {
     if !(1..=MAX_META_COPIES as u32).contains(&opts.meta_copies) {
         return Err(FsError::BadRequest(format!(
@@ -56,6 +60,10 @@ pub(super) fn validate(opts: &MkfsOptions) -> Result<()> {
 
 /// The copies of the metadata the pool keeps: those it was made with, at
 /// least as many as its most redundant data (pool, tier or path policy).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "copy counts; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+)]
 pub(crate) fn wanted(r: &MetaRead) -> Result<usize> {
     let made = match r.counter(META_COPIES)? {
         0 => 2,
@@ -571,6 +579,10 @@ fn dir_of(d: &DeviceSpec) -> PathBuf {
 }
 
 /// Copies a file through the storage and syncs the copy.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "min with a buffer's length"
+)]
 pub(super) fn copy_file(from: &Path, to: &Path, storage: &dyn Storage) -> std::io::Result<()> {
     let src = storage.open(from, &OpenHow::EXISTING)?;
     let dst = storage.open(to, &OpenHow::REPLACE)?;

@@ -343,6 +343,10 @@ impl Created {
     }
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a device id is an index in the list of devices given to mkfs, a handful"
+)]
 fn mkfs_in(
     pool: &Path,
     mut opts: MkfsOptions,
@@ -530,6 +534,10 @@ fn settle_devices(pool: &Path, cwd: &Path, opts: &mut MkfsOptions) -> Result<()>
 /// TID 1: the devices, the empty root directory and the counters (the
 /// metadata copies chosen, and the unbound mirror role of a pool made to
 /// be a mirror).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "nanoseconds since 1970: now is after 1970 and before 2554"
+)]
 fn write_first_tid(
     meta: &MetaStore,
     descs: &[DeviceDesc],
@@ -579,6 +587,10 @@ fn write_superblock(path: &Path, sb: &Superblock, storage: &dyn Storage) -> std:
 /// file of each. Refused: two specs naming one file or block device, a
 /// device an open pool uses, a size below the minimum, and (without
 /// --force) a device holding a Cairn header or other data.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a device id is an index in the list of devices given to mkfs, a handful"
+)]
 fn check_devices(opts: &MkfsOptions) -> Result<Vec<PathBuf>> {
     let mut seen = std::collections::HashMap::new();
     let mut files = Vec::new();
@@ -814,6 +826,10 @@ impl Pool {
 
     /// Opens the pool with its files (metadata store, devices, intent
     /// log) opened through `storage`.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a cache size in MiB from the config; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     pub fn open_with(
         path: &Path,
         config: Option<PoolConfig>,

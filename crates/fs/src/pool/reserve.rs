@@ -219,6 +219,10 @@ impl Reserve {
 
     /// The reserve written as zeros and synced (so that a full host says
     /// so now), unless its blocks are already there.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "min with a buffer's length"
+    )]
     fn write_zeros(&self, f: &File) -> std::io::Result<()> {
         use std::os::unix::fs::{FileExt, MetadataExt};
         let m = f.metadata()?;

@@ -42,12 +42,19 @@ impl Superblock {
         if b.len() < 52 || &b[0..8] != POOL_MAGIC {
             return Err(FsError::NotAPool(format!("{what}: no Cairn superblock")));
         }
-        if crc32c::crc32c(&b[0..48]) != u32::from_le_bytes(b[48..52].try_into().unwrap()) {
+        if crc32c::crc32c(&b[0..48])
+            != u32::from_le_bytes(
+                b[48..52]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            )
+        {
             return Err(FsError::NotAPool(format!(
                 "{what}: superblock checksum mismatch (corrupt)"
             )));
         }
-        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        let version =
+            u32::from_le_bytes(b[8..12].try_into().expect("slice length matches the array"));
         if version != POOL_FORMAT_VERSION {
             return Err(FsError::UnknownVersion {
                 found: version,
@@ -55,10 +62,24 @@ impl Superblock {
             });
         }
         let sb = Superblock {
-            record_size: u32::from_le_bytes(b[12..16].try_into().unwrap()),
-            uuid: b[16..32].try_into().unwrap(),
-            segment_size: u64::from_le_bytes(b[32..40].try_into().unwrap()),
-            created: u64::from_le_bytes(b[40..48].try_into().unwrap()),
+            record_size: u32::from_le_bytes(
+                b[12..16]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            ),
+            uuid: b[16..32]
+                .try_into()
+                .expect("slice length matches the array"),
+            segment_size: u64::from_le_bytes(
+                b[32..40]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            ),
+            created: u64::from_le_bytes(
+                b[40..48]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            ),
         };
         check_geometry(sb.record_size as u64, sb.segment_size)
             .map_err(|why| FsError::NotAPool(format!("{what}: {why}")))?;

@@ -55,11 +55,19 @@ impl Role {
         w.set_counter(ROLE, n)?;
         w.set_counter(
             SOURCE_HI,
-            u64::from_be_bytes(source[..8].try_into().unwrap()),
+            u64::from_be_bytes(
+                source[..8]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            ),
         )?;
         w.set_counter(
             SOURCE_LO,
-            u64::from_be_bytes(source[8..].try_into().unwrap()),
+            u64::from_be_bytes(
+                source[8..]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            ),
         )?;
         Ok(())
     }

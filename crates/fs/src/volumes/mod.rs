@@ -133,6 +133,10 @@ impl Fs {
     }
 
     /// Makes an empty (all-zero, nothing stored) volume.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "nanoseconds since 1970: now is after 1970 and before 2554"
+    )]
     pub fn volume_create(&self, name: &str, size: u64, block_size: u32) -> Result<VolumeInfo> {
         self.refuse_on_mirror()?;
         check_volume_name(name)?;

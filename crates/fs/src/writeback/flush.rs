@@ -407,6 +407,10 @@ impl Fs {
     /// the flush lock: only this flush's own commit can drop a chunk, and it
     /// adds the new references before it prunes. Blocks are hashed a window
     /// per core ahead on other threads while this one seals and dedups.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a block is at most a record (record size <= 1 MiB, check_geometry)"
+    )]
     fn write_blocks(&self, ov: &Overlay, take: &TickTake) -> Result<(Vec<Written>, BTreeSet<u64>)> {
         let mut blocks: Vec<(u64, u64, Block)> = ov
             .blocks
@@ -576,8 +580,8 @@ impl Fs {
             t0.elapsed() - t1
         );
         if r.is_ok() {
-            let data_ns = t1.as_nanos() as u64;
-            let meta_ns = (t0.elapsed() - t1).as_nanos() as u64;
+            let data_ns = u64::try_from(t1.as_nanos()).unwrap_or(u64::MAX);
+            let meta_ns = u64::try_from((t0.elapsed() - t1).as_nanos()).unwrap_or(u64::MAX);
             self.commit_stats.note(data_ns, meta_ns, ov.bytes);
         }
         r
@@ -598,6 +602,10 @@ impl Fs {
         }
     }
 
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "nanoseconds since 1970: now is after 1970 and before 2554"
+    )]
     fn commit_meta(
         &self,
         ov: &Overlay,
@@ -1008,6 +1016,10 @@ impl<'a> BlockSink<'a> {
 
     /// Notes a hashed block: a hole, or a duplicate (dedup), or new bytes
     /// to store. For new bytes returns the index `store_new` fills in.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a block is at most a record (record size <= 1 MiB, check_geometry)"
+    )]
     fn put(
         &mut self,
         ino: u64,
@@ -1132,6 +1144,10 @@ pub(crate) fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R +
 
 /// Appends a block with content hash `h` to `batch`: as `compress_all`
 /// packed it (`z`), or raw.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a block is at most a record (record size <= 1 MiB, check_geometry)"
+)]
 pub(crate) fn append_block(
     batch: &mut cairn_data::WriteBatch<'_>,
     raw: &[u8],

@@ -766,6 +766,10 @@ impl Fs {
 
 impl Fs {
     /// A logged patch range: written as the write that made it was.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "min(rs), the record size (<= 1 MiB, check_geometry)"
+    )]
     fn replay_patch(
         &self,
         st: &mut State,
@@ -804,6 +808,10 @@ fn encode_pending(st: &mut State, owed: Option<&Overlay>, t: &Marks, w: &mut Vec
 
 /// About how many bytes the entries of `u` take in a record (room reserved
 /// before encoding).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a byte count of blocks held in memory; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+)]
 fn encoded_size(u: &Unlogged) -> usize {
     u.bytes as usize + 64 * u.blocks.len() + 256
 }
@@ -850,6 +858,10 @@ fn encode_record(ov: &mut Overlay, t: &Marks, w: &mut Vec<u8>) {
 /// Appends the changes `u` names, with their values in `ov`, to `w` as
 /// record entries (see `encode_record`); a block a tick stored is named by
 /// its chunk (`tick.rs`).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "counts and offsets within one record (record size <= 1 MiB, check_geometry)"
+)]
 fn encode_entries(ov: &Overlay, u: &Unlogged, t: &Marks, w: &mut Vec<u8>) {
     for &ino in &u.inodes {
         if matches!(ov.inodes.get(&ino), Some(None)) {

@@ -169,6 +169,10 @@ fn stored<'a>(r: &mut Reader<'a>, record: u64) -> Result<Entry<'a>> {
 }
 
 /// Writes a stored block entry (see `Entry::Stored`).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "len <= u32::MAX (asserted)"
+)]
 pub(crate) fn put_stored(w: &mut Vec<u8>, ino: u64, blk: u64, len: usize, chunk: u64) {
     // `stored` refuses an empty block: a replay would fail on it.
     assert!(
@@ -208,6 +212,10 @@ pub(crate) fn put_u32(w: &mut Vec<u8>, v: u32) {
     w.extend_from_slice(&v.to_le_bytes());
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "b.len() <= u32::MAX (asserted)"
+)]
 pub(crate) fn put_bytes(w: &mut Vec<u8>, b: &[u8]) {
     // The length is a u32: a longer value would shift every entry after
     // it, and the replay would refuse the record.
@@ -262,11 +270,19 @@ impl<'a> Reader<'a> {
     }
 
     fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+        Ok(u32::from_le_bytes(
+            self.take(4)?
+                .try_into()
+                .expect("slice length matches the array"),
+        ))
     }
 
     fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+        Ok(u64::from_le_bytes(
+            self.take(8)?
+                .try_into()
+                .expect("slice length matches the array"),
+        ))
     }
 
     fn bytes(&mut self) -> Result<&'a [u8]> {

@@ -737,6 +737,10 @@ fn zero_heads(f: &dyn Backend, size: u64) -> io::Result<u64> {
 /// Copies a device's log area to the new file `to` (mode 0600), then
 /// writes zeros over the whole area: its records are set aside, and no
 /// open finds them (`salvage --rebuild`).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "min with a buffer's length"
+)]
 pub fn set_aside(f: &dyn Backend, to: &Path) -> io::Result<()> {
     use std::io::Write;
     let mut out = cairn_devices::private::private_options()
@@ -758,6 +762,10 @@ pub fn set_aside(f: &dyn Backend, to: &Path) -> io::Result<()> {
 }
 
 /// Writes zeros over `[from, to)` of `f`.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "min with a buffer's length"
+)]
 fn zero(f: &dyn Backend, from: u64, to: u64) -> io::Result<()> {
     let zeros = vec![0u8; 1 << 20];
     let mut at = from;
@@ -769,7 +777,15 @@ fn zero(f: &dyn Backend, from: u64, to: u64) -> io::Result<()> {
     Ok(())
 }
 
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a payload fits the log (append checks pos + len <= capacity), whose capacity is at most MAX_LOG_SIZE = 4 GiB"
+)]
 fn encode_head(h: &RecordHead, len: usize, version: u16) -> [u8; HEADER_LEN] {
+    debug_assert!(
+        len as u64 <= MAX_LOG_SIZE,
+        "a record payload of {len} bytes"
+    );
     let mut b = Vec::with_capacity(HEADER_LEN);
     b.extend_from_slice(&MAGIC);
     b.extend_from_slice(&version.to_le_bytes());
@@ -787,17 +803,29 @@ fn encode_head(h: &RecordHead, len: usize, version: u16) -> [u8; HEADER_LEN] {
 /// A record's header fields, payload length (at most what the log can
 /// hold after the header) and version (1 or 2).
 fn parse_head(b: &[u8; HEADER_LEN]) -> Result<(RecordHead, usize, u16), LogError> {
-    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let u64_at = |o: usize| {
+        u64::from_le_bytes(
+            b[o..o + 8]
+                .try_into()
+                .expect("slice length matches the array"),
+        )
+    };
     let version = u16::from_le_bytes([b[8], b[9]]);
     if b[..8] != MAGIC || !(VERSION_ONE_REGION..=VERSION).contains(&version) {
         return Err(LogError::NoRecord("no record magic or version"));
     }
-    let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+    let len = u32::from_le_bytes(
+        b[12..16]
+            .try_into()
+            .expect("slice length matches the array"),
+    ) as usize;
     if len as u64 > MAX_LOG_SIZE / 2 - HEADER_LEN as u64 {
         return Err(LogError::NoRecord("payload longer than the log"));
     }
     let head = RecordHead {
-        uuid: b[16..32].try_into().unwrap(),
+        uuid: b[16..32]
+            .try_into()
+            .expect("slice length matches the array"),
         base_tid: u64_at(32),
         seq: u64_at(40),
         next_ino: u64_at(48),
@@ -817,6 +845,10 @@ fn checksum(head: &[u8], payload: &[u8]) -> u32 {
 mod fuzz_tests;
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 mod tests {
     use super::*;
     use cairn_devices::HostStorage;

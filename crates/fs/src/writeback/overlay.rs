@@ -143,6 +143,10 @@ impl Overlay {
 
     /// Buffers a block whose bytes `lo..hi` changed (the rest is as it was,
     /// or zeros past the old end; a shorter block was cut at its length).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within one record (record size <= 1 MiB, check_geometry)"
+    )]
     pub fn put_block(&mut self, ino: u64, blk: u64, data: Block, lo: usize, hi: usize) {
         self.changed = true;
         self.unlogged.block(ino, blk, lo as u32, hi.max(lo) as u32);
@@ -165,6 +169,10 @@ impl Overlay {
     /// Writes `data` at `off` of block `blk` without its old bytes (see
     /// `patch.rs`); when the patch covers the block's `valid` bytes it
     /// becomes a whole block.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within one record (record size <= 1 MiB, check_geometry)"
+    )]
     pub fn put_patch(&mut self, ino: u64, blk: u64, off: usize, data: &[u8], valid: usize) {
         // A block is buffered whole or patched, never both: the flush
         // would commit two extents for it.

@@ -17,6 +17,10 @@ pub struct Patch {
 impl Patch {
     /// Writes `data` at `off` over what the patch holds. Returns the bytes
     /// held before and after.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "offsets within one record (record size <= 1 MiB, check_geometry)"
+    )]
     pub fn write(&mut self, off: usize, data: &[u8]) -> (usize, usize) {
         let before = self.bytes();
         let (mut lo, mut hi) = (off, off + data.len());
@@ -87,6 +91,10 @@ impl Patch {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 mod tests {
     use super::*;
 

@@ -39,6 +39,10 @@ pub const NEW_PIECE: u64 = u64::MAX;
 /// leaves a gap past the valid bytes, or the pieces would be more than
 /// `MAX_PIECES` (or, never for a valid patch, hold more than `record`
 /// bytes).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "offsets within one record (record size <= 1 MiB, check_geometry)"
+)]
 pub fn plan(ext: &Extent, patch: &Patch, record: u64) -> Option<Extent> {
     let old = ext.len as usize;
     if patch.end() > old && !appends(patch, old) {
@@ -134,6 +138,10 @@ fn part(p: &Piece, lo: u32, hi: u32) -> Piece {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};

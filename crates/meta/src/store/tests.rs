@@ -1,5 +1,9 @@
 //! Tests of the metadata store: versions and as-of reads, prune, scans,
 //! the creation index and the batched dedup entries.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 
 mod basics {
     use super::super::*;

@@ -1,5 +1,9 @@
 //! Unit tests of the wire encoders and decoders against hand-written
 //! byte layouts from the protocol document.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 
 use super::*;
 

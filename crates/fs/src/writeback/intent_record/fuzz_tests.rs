@@ -3,6 +3,10 @@
 //! mutations. A decode never panics, allocates in proportion to the
 //! payload, and gives a typed error or entries whose ranges fit the record
 //! size and that encode back to the same entries; valid entries round-trip.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 
 use super::*;
 use crate::history::snapshot::SnapshotKind;

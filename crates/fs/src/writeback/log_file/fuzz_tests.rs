@@ -5,6 +5,10 @@
 //! cannot hold; a scan returns the undamaged records before the first bad
 //! one, each with the payload that was written, or says the log is
 //! damaged when valid records of the run follow a bad one.
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test data: small generated values, truncation intended"
+)]
 
 use super::*;
 use cairn_fuzzkit::proptest::prelude::*;

@@ -145,7 +145,13 @@ impl LogFile {
         if let Err(e) = io.read_at(&mut payload, off + HEADER_LEN as u64) {
             return self.unreadable(p, e);
         }
-        if checksum(&h, &payload) != u32::from_le_bytes(h[56..60].try_into().unwrap()) {
+        if checksum(&h, &payload)
+            != u32::from_le_bytes(
+                h[56..60]
+                    .try_into()
+                    .expect("slice length matches the array"),
+            )
+        {
             return Ok(None);
         }
         Ok(Some(((head, payload), total)))
@@ -241,6 +247,10 @@ impl LogFile {
     /// The first place in `[from, to)` of the area at `at` of place `p`
     /// holding a record header `wanted` accepts whose record is valid, by
     /// its offset from `at`.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "min with SEARCH_CHUNK, a usize"
+    )]
     fn search(
         &self,
         p: usize,
