@@ -12,6 +12,7 @@
 //! A bucket holds one writer at a time (the copy that runs); any number
 //! of pools may restore from it.
 
+pub mod copy;
 pub mod manifest;
 pub mod objects;
 pub mod prefetch;
