@@ -11,6 +11,7 @@ mod logging;
 mod metrics;
 mod mirror;
 mod mirror_bucket;
+mod mirror_ends;
 mod nbd;
 mod ready;
 mod report;

@@ -1,8 +1,9 @@
-//! `cairn mirror`: reading streams out of a pool, applying them to a
-//! mirror pool, copying between the two, status and promotion. The work
-//! runs where the pool is open (the daemon of a mounted pool, or this
-//! process: `control::client::call`); streams pass through files or FIFOs
-//! in a private temporary directory.
+//! `cairn mirror`: the arguments and what is printed. The work runs where
+//! the pool is open (the daemon of a mounted pool, or this process:
+//! `control::client::call`); copies are decided in `cairn_mirror::copy`
+//! and `cairn_mirror::bucket::copy`, which reach the pools through
+//! `mirror_ends`. Streams pass through files or FIFOs in a private
+//! temporary directory.
 
 #![allow(
     clippy::cast_possible_truncation,
@@ -11,12 +12,16 @@
 )]
 
 use crate::args::MirrorCmd;
-use crate::control::client::{call, Session};
+use crate::control::client::call_as;
 use crate::control::protocol::Request;
+use crate::mirror_ends::{Dest, PoolSource};
 use anyhow::{Context, Result};
-use cairn_fs::replica::Role;
-use cairn_fs::{Fs, FsError};
-use serde_json::{json, Value};
+use cairn_mirror::reply::{
+    CopyReply, LackingHexReply, PromoteReply, ReadReply, ReleaseReply, RollbackReply, StatusReply,
+    WriteReply,
+};
+use cairn_mirror::CopyOptions;
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -24,7 +29,7 @@ pub fn run(c: MirrorCmd) -> Result<()> {
     match c {
         MirrorCmd::Read { t, since, output } => {
             let v = match output {
-                Some(p) => call(&t.target, read_req(since, &absolute(&p)?))?,
+                Some(p) => call_as(&t.target, read_req(since, &absolute(&p)?))?,
                 None => read_to_stdout(&t.target, since)?,
             };
             eprintln!("{}", describe_read(&v));
@@ -38,14 +43,10 @@ pub fn run(c: MirrorCmd) -> Result<()> {
             batch_mib,
             json,
             credentials_file,
-        } => copy_cmd(
-            &src,
-            &dst,
-            resync,
-            batch_mib,
-            json,
-            credentials_file.as_deref(),
-        ),
+        } => {
+            let o = CopyOptions { resync, batch_mib };
+            copy_cmd(&src, &dst, o, json, credentials_file.as_deref())
+        }
         MirrorCmd::Restore {
             bucket,
             pool,
@@ -54,39 +55,42 @@ pub fn run(c: MirrorCmd) -> Result<()> {
         } => {
             let b = crate::mirror_bucket::open(&bucket, credentials_file.as_deref())?;
             let v = crate::mirror_bucket::restore(&b, &pool)?;
-            print(&v, json, crate::mirror_bucket::describe_restore);
-            Ok(())
+            print(&v, json, crate::mirror_bucket::describe_restore)
         }
         MirrorCmd::Stream { src, dst, interval } => follow(&src, &dst, interval),
+        c => pool_cmd(c),
+    }
+}
+
+/// The commands that are one request to one pool.
+fn pool_cmd(c: MirrorCmd) -> Result<()> {
+    match c {
         MirrorCmd::Status(t) => {
-            let v = call(&t.target, Request::MirrorStatus)?;
-            print(&v, t.json, describe_status);
-            Ok(())
+            let v: StatusReply = call_as(&t.target, Request::MirrorStatus)?;
+            print(&v, t.json, describe_status)
         }
         MirrorCmd::Release { t, mirror } => {
-            let v = call(&t.target, Request::MirrorRelease { mirror })?;
-            print(&v, t.json, |v| match v["released"] == true {
+            let v: ReleaseReply = call_as(&t.target, Request::MirrorRelease { mirror })?;
+            print(&v, t.json, |v| match v.released {
                 true => "released: prune no longer keeps history for that mirror".into(),
                 false => "that mirror had no hold on this pool".into(),
-            });
-            Ok(())
+            })
         }
         MirrorCmd::Lacking(t) => lacking_cmd(&t),
         MirrorCmd::Rollback { t, snapshot } => {
-            let v = call(&t.target, Request::MirrorRollback { snapshot })?;
-            print(&v, t.json, describe_rollback);
-            Ok(())
+            let v: RollbackReply = call_as(&t.target, Request::MirrorRollback { snapshot })?;
+            print(&v, t.json, describe_rollback)
         }
         MirrorCmd::Promote(t) => {
-            let v = call(&t.target, Request::MirrorPromote)?;
+            let v: PromoteReply = call_as(&t.target, Request::MirrorPromote)?;
             print(&v, t.json, |v| {
                 format!(
                     "promoted: a writable pool at TID {:#x} (mount it again to write)",
-                    v["tid"].as_u64().unwrap_or(0)
+                    v.tid
                 )
-            });
-            Ok(())
+            })
         }
+        _ => anyhow::bail!("not a one-pool mirror command"),
     }
 }
 
@@ -101,42 +105,35 @@ fn write_cmd(t: &crate::args::TargetArgs, input: Option<PathBuf>, force: bool) -
         path: text(&path),
         force,
     };
-    let v = call(&t.target, req)?;
-    print(&v, t.json, describe_write);
-    Ok(())
+    let v: WriteReply = call_as(&t.target, req)?;
+    print(&v, t.json, describe_write)
 }
 
 /// `mirror copy`: to a pool here or over ssh, or into a bucket.
 fn copy_cmd(
     src: &Path,
     dst: &Path,
-    resync: bool,
-    batch_mib: u64,
+    o: CopyOptions,
     json: bool,
     credentials_file: Option<&Path>,
 ) -> Result<()> {
     // What was written before the command is in the copy.
-    call(src, Request::Sync)?;
-    let v = match cairn_objstore::locator::is_locator(&text(dst)) {
-        true => {
-            let b = crate::mirror_bucket::open(&text(dst), credentials_file)?;
-            crate::mirror_bucket::copy(src, &b, resync, batch_mib)?
-        }
-        false => {
-            let dest = Dest::parse(dst)?;
-            let v = copy(src, &dest, resync, batch_mib)?;
-            dest.close()?;
-            v
-        }
-    };
+    call_as::<serde_json::Value>(src, Request::Sync)?;
+    if cairn_objstore::locator::is_locator(&text(dst)) {
+        let b = crate::mirror_bucket::open(&text(dst), credentials_file)?;
+        let v = crate::mirror_bucket::copy(src, &b, o)?;
+        return print(&v, json, |v| {
+            let second = crate::mirror_bucket::describe_copy(v);
+            format!("{}\n{second}", describe_read(&v.read))
+        });
+    }
+    let dest = Dest::parse(dst)?;
+    let dir = private_dir()?;
+    let v = cairn_mirror::copy::copy(&PoolSource(src), &dest, o, dir.path())?;
+    dest.close()?;
     print(&v, json, |v| {
-        let second = match v.get("bucket") {
-            Some(_) => crate::mirror_bucket::describe_copy(v),
-            None => describe_write(&v["write"]),
-        };
-        format!("{}\n{second}", describe_read(&v["read"]))
-    });
-    Ok(())
+        format!("{}\n{}", describe_read(&v.read), describe_write(&v.write))
+    })
 }
 
 /// `mirror lacking`: hashes on stdin; those the pool lacks as hex JSON
@@ -144,229 +141,20 @@ fn copy_cmd(
 fn lacking_cmd(t: &crate::args::TargetArgs) -> Result<()> {
     let dir = private_dir()?;
     let (wanted, out) = (spool_stdin(dir.path())?, dir.path().join("lacking"));
-    call(
-        &t.target,
-        Request::MirrorLacking {
-            path: text(&wanted),
-            out: text(&out),
-        },
-    )?;
+    let req = Request::MirrorLacking {
+        path: text(&wanted),
+        out: text(&out),
+    };
+    call_as::<cairn_mirror::reply::LackingReply>(&t.target, req)?;
     let hex: String = std::fs::read(&out)?
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    println!("{}", json!({ "lacking": hex }));
+    println!(
+        "{}",
+        serde_json::to_value(LackingHexReply { lacking: hex })?
+    );
     Ok(())
-}
-
-/// Where a mirror is: a pool here (directory or mount point; opened once
-/// for all the steps of a copy when not mounted), or one reached over ssh
-/// (`ssh:[user@]host:POOL`, where `cairn mirror write` runs; no daemon
-/// needed there).
-enum Dest {
-    Local(PathBuf, Session),
-    Ssh { host: String, pool: String },
-}
-
-impl Dest {
-    fn close(self) -> Result<()> {
-        match self {
-            Dest::Local(_, s) => s.close(),
-            Dest::Ssh { .. } => Ok(()),
-        }
-    }
-
-    fn parse(p: &Path) -> Result<Dest> {
-        let s = text(p);
-        let Some(rest) = s.strip_prefix("ssh:") else {
-            return Ok(Dest::Local(p.to_path_buf(), Session::open(p)?));
-        };
-        match rest.split_once(':') {
-            Some((host, pool)) if !host.is_empty() && !pool.is_empty() => Ok(Dest::Ssh {
-                host: host.into(),
-                pool: pool.into(),
-            }),
-            _ => anyhow::bail!("{s}: expected ssh:[user@]host:POOL"),
-        }
-    }
-
-    fn name(&self) -> String {
-        match self {
-            Dest::Local(p, _) => absolute(p).map_or(text(p), |p| text(&p)),
-            Dest::Ssh { host, pool } => format!("ssh:{host}:{pool}"),
-        }
-    }
-
-    fn status(&self) -> Result<Value> {
-        match self {
-            Dest::Local(_, s) => s.call(Request::MirrorStatus),
-            Dest::Ssh { .. } => self.remote("status", &[], None),
-        }
-    }
-
-    fn write(&self, stream: &Path) -> Result<Value> {
-        match self {
-            Dest::Local(_, s) => s.call(Request::MirrorWrite {
-                path: text(stream),
-                force: false,
-            }),
-            Dest::Ssh { .. } => self.remote("write", &[], Some(stream)),
-        }
-    }
-
-    fn rollback(&self, snapshot: &str) -> Result<Value> {
-        let req = Request::MirrorRollback {
-            snapshot: snapshot.into(),
-        };
-        match self {
-            Dest::Local(_, s) => s.call(req),
-            Dest::Ssh { .. } => self.remote("rollback", &[&quote(snapshot)], None),
-        }
-    }
-
-    /// Writes into `out` which of the hashes in `wanted` the mirror lacks.
-    fn lacking(&self, wanted: &Path, out: &Path) -> Result<()> {
-        match self {
-            Dest::Local(_, s) => {
-                s.call(Request::MirrorLacking {
-                    path: text(wanted),
-                    out: text(out),
-                })?;
-            }
-            Dest::Ssh { .. } => {
-                let v = self.remote("lacking", &[], Some(wanted))?;
-                let hex = v["lacking"].as_str().unwrap_or_default();
-                std::fs::write(out, decode_hex(hex)?)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs `cairn mirror CMD POOL TAIL --json` on the host over ssh
-    /// (CAIRN_SSH: the ssh command, default `ssh`; CAIRN_REMOTE: the
-    /// remote cairn, default `cairn`; TAIL words already quoted), with
-    /// `input` on its stdin.
-    fn remote(&self, cmd_name: &str, tail: &[&str], input: Option<&Path>) -> Result<Value> {
-        let Dest::Ssh { host, pool } = self else {
-            unreachable!("a remote mirror")
-        };
-        let ssh = std::env::var("CAIRN_SSH").unwrap_or_else(|_| "ssh".into());
-        let cairn = std::env::var("CAIRN_REMOTE").unwrap_or_else(|_| "cairn".into());
-        let mut words = ssh.split_whitespace();
-        let mut cmd = std::process::Command::new(words.next().unwrap_or("ssh"));
-        // `--` ends ssh's options: a host is never taken for one.
-        cmd.args(words).arg("--").arg(host);
-        let remote = format!(
-            "{} mirror {cmd_name} {} {} --json",
-            quote(&cairn),
-            quote(pool),
-            tail.join(" ")
-        );
-        cmd.arg(remote).stderr(std::process::Stdio::inherit());
-        cmd.stdin(match input {
-            Some(f) => std::process::Stdio::from(std::fs::File::open(f)?),
-            None => std::process::Stdio::null(),
-        });
-        let out = cmd.output().with_context(|| format!("running {ssh}"))?;
-        if !out.status.success() {
-            anyhow::bail!("cairn mirror {cmd_name} on {host} failed ({})", out.status);
-        }
-        serde_json::from_slice(&out.stdout).context("the remote cairn's answer")
-    }
-}
-
-fn decode_hex(s: &str) -> Result<Vec<u8>> {
-    let bad = || anyhow::anyhow!("a bad hash list from the mirror");
-    if !s.len().is_multiple_of(2) {
-        return Err(bad());
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| bad()))
-        .collect()
-}
-
-/// `s` quoted for a POSIX shell.
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-/// Brings the mirror `dst` up to date with `src`: the changes after the
-/// mirror's TID, through a file in a private directory.
-fn copy(src: &Path, dest: &Dest, resync: bool, batch_mib: u64) -> Result<Value> {
-    let at = dest.status()?;
-    let from = call(src, Request::MirrorStatus)?;
-    if at["role"] == "promoted" || at["role"] == "pool" {
-        anyhow::bail!(
-            "{} is not a mirror (role: {}): a promoted mirror has changes of its own that a copy would overwrite",
-            dest.name(),
-            at["role"].as_str().unwrap_or("?")
-        );
-    }
-    if at["source"].is_string() && at["source"] != from["uuid"] {
-        anyhow::bail!(
-            "{} comes from pool {}, and {} mirrors pool {}",
-            src.display(),
-            from["uuid"].as_str().unwrap_or("?"),
-            dest.name(),
-            at["source"].as_str().unwrap_or("?")
-        );
-    }
-    let mut since = match at["role"] == "unbound" {
-        true => 0,
-        false => at["tid"].as_u64().unwrap_or(0),
-    };
-    let mut rolled = Value::Null;
-    if resync && behind_horizon(&from, since) {
-        let name = common_snapshot(&from, &at, since, &dest.name())?;
-        rolled = dest.rollback(&name)?;
-        since = rolled["to"].as_u64().unwrap_or(0);
-    }
-    let dir = private_dir()?;
-    let (file, r) = read_negotiated(src, since, batch_mib, dir.path(), |wanted, lacking| {
-        dest.lacking(wanted, lacking)
-    })?;
-    let w = dest.write(&file)?;
-    // The source keeps the history after the mirror's TID until the next
-    // copy moves the hold (`cairn mirror release` drops it).
-    let hold = Request::MirrorHold {
-        mirror: at["uuid"].as_str().unwrap_or_default().to_string(),
-        at: dest.name(),
-        tid: w["upto"].as_u64().unwrap_or(0),
-    };
-    call(src, hold)?;
-    Ok(json!({ "read": r, "write": w, "rollback": rolled }))
-}
-
-/// Reads the stream of `src`'s changes after `since` into `dir/stream`
-/// with the bytes of only the chunks the mirror lacks: the source lists
-/// the hashes it would send (a file of hashes), `lacking` writes those the
-/// mirror lacks into the second file. Returns the stream file and the
-/// read's report.
-pub(crate) fn read_negotiated(
-    src: &Path,
-    since: u64,
-    batch_mib: u64,
-    dir: &Path,
-    lacking: impl FnOnce(&Path, &Path) -> Result<()>,
-) -> Result<(PathBuf, Value)> {
-    let (file, wanted, lack) = (dir.join("stream"), dir.join("wanted"), dir.join("lacking"));
-    call(
-        src,
-        Request::MirrorCandidates {
-            since,
-            path: text(&wanted),
-        },
-    )?;
-    lacking(&wanted, &lack)?;
-    let read = Request::MirrorRead {
-        since,
-        path: text(&file),
-        lacking: Some(text(&lack)),
-        batch_mib: Some(batch_mib),
-    };
-    let r = call(src, read)?;
-    Ok((file, r))
 }
 
 /// `mirror stream`: copies whenever the source's TID moves; an error is
@@ -390,18 +178,7 @@ fn follow(src: &Path, dst: &Path, interval: f64) -> Result<()> {
         match step {
             Ok(Some((s, v))) => {
                 failing = false;
-                // The lag: from the source's commit to the mirror having it.
-                let now = cairn_fs::Time::now().as_nanos() as u64;
-                let lag = s["time_ns"]
-                    .as_u64()
-                    .map(|t| now.saturating_sub(t) as f64 / 1e9);
-                eprintln!(
-                    "{} mirror at TID {:#x}, lag {}: {}",
-                    cairn_fs::timefmt::format_utc(now),
-                    v["write"]["upto"].as_u64().unwrap_or(0),
-                    lag.map_or("-".into(), |l| format!("{l:.2} s")),
-                    describe_write(&v["write"])
-                );
+                eprintln!("{}", describe_step(&s, &v));
             }
             Ok(None) => failing = false,
             Err(e) if !failing => {
@@ -415,59 +192,41 @@ fn follow(src: &Path, dst: &Path, interval: f64) -> Result<()> {
     Ok(())
 }
 
+/// The line of a `mirror stream` copy: when, where the mirror is, and its
+/// lag (from the source's commit, `s`, to the mirror having it).
+fn describe_step(s: &StatusReply, v: &CopyReply) -> String {
+    let now = u64::try_from(cairn_fs::Time::now().as_nanos()).unwrap_or(0);
+    let lag = s.time_ns.map(|t| now.saturating_sub(t) as f64 / 1e9);
+    format!(
+        "{} mirror at TID {:#x}, lag {}: {}",
+        cairn_fs::timefmt::format_utc(now),
+        v.write.upto,
+        lag.map_or("-".into(), |l| format!("{l:.2} s")),
+        describe_write(&v.write)
+    )
+}
+
 /// One look of `mirror stream`: a copy when the source's TID moved past
 /// `known` (the mirror's TID after the last copy; None: ask the mirror).
 /// The mirror is opened only then, and closed after (so that it can be
 /// mounted between copies).
-fn follow_step(src: &Path, dst: &Path, known: &mut Option<u64>) -> Result<Option<(Value, Value)>> {
-    let s = call(src, Request::MirrorStatus)?;
-    if known.is_some() && s["tid"].as_u64() == *known {
+fn follow_step(
+    src: &Path,
+    dst: &Path,
+    known: &mut Option<u64>,
+) -> Result<Option<(StatusReply, CopyReply)>> {
+    let s: StatusReply = call_as(src, Request::MirrorStatus)?;
+    if *known == Some(s.tid) {
         return Ok(None);
     }
     let dest = Dest::parse(dst)?;
-    let at = dest.status()?["tid"].as_u64();
-    let v = match s["tid"].as_u64() == at {
-        true => None,
-        false => Some(copy(src, &dest, false, 64)?),
-    };
-    dest.close()?;
-    *known = match &v {
-        Some(v) => v["write"]["upto"].as_u64(),
-        None => at,
-    };
-    Ok(v.map(|v| (s, v)))
-}
-
-/// Whether the source (`from`, its status) pruned past TID `since`, where
-/// it holds no snapshot: it cannot send the changes after it.
-pub(crate) fn behind_horizon(from: &Value, since: u64) -> bool {
-    let pruned = from["pruned_tid"].as_u64().unwrap_or(0);
-    let at_snapshot = snapshot_list(from).iter().any(|(_, t)| *t == since);
-    since > 0 && since < pruned && !at_snapshot
-}
-
-/// The newest snapshot the source (`from`) and the mirror (`at`) both hold
-/// (same name, same TID) at or before the mirror's TID `since`.
-fn common_snapshot(from: &Value, at: &Value, since: u64, mirror: &str) -> Result<String> {
-    let theirs = snapshot_list(at);
-    snapshot_list(from)
-        .into_iter()
-        .filter(|s| s.1 <= since && theirs.contains(s))
-        .max_by_key(|s| s.1)
-        .map(|s| s.0)
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "{mirror} and its source hold no snapshot in common at or before the mirror's TID {since:#x}: it needs a full resync (cairn mkfs --force --mirror, then a full copy)"
-            )
-        })
-}
-
-/// (name, TID) of the snapshots a `mirror status` lists.
-fn snapshot_list(status: &Value) -> Vec<(String, u64)> {
-    let list = status["snapshots"].as_array().cloned().unwrap_or_default();
-    list.iter()
-        .filter_map(|s| Some((s["name"].as_str()?.to_string(), s["tid"].as_u64()?)))
-        .collect()
+    let dir = private_dir()?;
+    let r = cairn_mirror::copy::catch_up(&PoolSource(src), &dest, s.tid, dir.path());
+    let closed = dest.close();
+    let (at, copied) = r?;
+    closed?;
+    *known = Some(at);
+    Ok(copied.map(|c| (s, c)))
 }
 
 fn read_req(since: u64, path: &Path) -> Request {
@@ -480,7 +239,7 @@ fn read_req(since: u64, path: &Path) -> Request {
 }
 
 /// Reads a stream through a FIFO, copying it to stdout as it comes.
-fn read_to_stdout(target: &Path, since: u64) -> Result<Value> {
+fn read_to_stdout(target: &Path, since: u64) -> Result<ReadReply> {
     let dir = private_dir()?;
     let fifo = dir.path().join("stream");
     let c = std::ffi::CString::new(text(&fifo))?;
@@ -493,7 +252,7 @@ fn read_to_stdout(target: &Path, since: u64) -> Result<Value> {
         let mut f = std::fs::File::open(&f2)?;
         std::io::copy(&mut f, &mut std::io::stdout().lock())
     });
-    let r = call(target, read_req(since, &fifo));
+    let r = call_as(target, read_req(since, &fifo));
     if r.is_err() {
         // Unblock the copier if the writer never opened the FIFO.
         let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
@@ -541,6 +300,7 @@ fn remove_abandoned_stream_dirs(tmp: &Path) {
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return;
     };
+    // SAFETY: geteuid takes nothing and cannot fail.
     let uid = unsafe { libc::geteuid() };
     for e in entries.flatten() {
         let path = e.path();
@@ -564,249 +324,70 @@ fn remove_abandoned_stream_dirs(tmp: &Path) {
     }
 }
 
-fn absolute(p: &Path) -> Result<PathBuf> {
+pub(crate) fn absolute(p: &Path) -> Result<PathBuf> {
     Ok(std::path::absolute(p)?)
 }
 
-fn text(p: &Path) -> String {
+pub(crate) fn text(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-fn print(v: &Value, json: bool, human: impl Fn(&Value) -> String) {
+/// Prints reply `v`: as JSON (with `--json`) or as `human` says it.
+fn print<T: Serialize>(v: &T, json: bool, human: impl Fn(&T) -> String) -> Result<()> {
     match json {
-        true => println!("{v}"),
+        true => println!("{}", serde_json::to_value(v)?),
         false => println!("{}", human(v)),
     }
+    Ok(())
 }
 
-fn describe_status(v: &Value) -> String {
-    let src = v["source"]
-        .as_str()
+fn describe_status(v: &StatusReply) -> String {
+    let src = (v.source.as_ref())
         .map(|s| format!(", source pool {s}"))
         .unwrap_or_default();
     let mut out = format!(
         "pool {}: {}, TID {:#x} ({}){src}",
-        v["uuid"].as_str().unwrap_or("?"),
-        v["role"].as_str().unwrap_or("?"),
-        v["tid"].as_u64().unwrap_or(0),
-        v["time_ns"]
-            .as_u64()
-            .map_or("-".into(), cairn_fs::timefmt::format_utc)
+        v.uuid,
+        v.role.as_str(),
+        v.tid,
+        v.time_ns.map_or("-".into(), cairn_fs::timefmt::format_utc)
     );
-    for m in v["mirrors"].as_array().into_iter().flatten() {
+    for m in &v.mirrors {
         out.push_str(&format!(
             "\nmirror {} at {}: TID {:#x}, {} commits behind, last copy {}",
-            m["mirror"].as_str().unwrap_or("?"),
-            m["at"].as_str().unwrap_or("?"),
-            m["tid"].as_u64().unwrap_or(0),
-            m["lag_tids"],
-            m["time_ns"]
-                .as_u64()
-                .map_or("-".into(), cairn_fs::timefmt::format_utc)
+            m.mirror,
+            m.at,
+            m.tid,
+            m.lag_tids,
+            cairn_fs::timefmt::format_utc(m.time_ns)
         ));
     }
     out
 }
 
-fn describe_read(v: &Value) -> String {
+pub(crate) fn describe_read(v: &ReadReply) -> String {
     format!(
         "stream: TIDs {:#x}..{:#x}, {} changes, {} chunks sent ({} bytes), {} chunks the mirror holds, {} bytes",
-        v["since"].as_u64().unwrap_or(0),
-        v["upto"].as_u64().unwrap_or(0),
-        v["events"], v["chunks_sent"], v["chunk_bytes"], v["chunks_skipped"], v["bytes"]
+        v.since, v.upto, v.events, v.chunks_sent, v.chunk_bytes, v.chunks_skipped, v.bytes
     )
 }
 
-fn describe_rollback(v: &Value) -> String {
+fn describe_rollback(v: &RollbackReply) -> String {
     format!(
         "mirror rolled back from TID {:#x} to TID {:#x}: {} elements removed, {} live again, {} snapshots removed, {} chunks freed",
-        v["from"].as_u64().unwrap_or(0),
-        v["to"].as_u64().unwrap_or(0),
-        v["removed"].as_u64().unwrap_or(0),
-        v["restored"].as_u64().unwrap_or(0),
-        v["snapshots_removed"].as_u64().unwrap_or(0),
-        v["chunks_freed"].as_u64().unwrap_or(0)
+        v.from, v.to, v.removed, v.restored, v.snapshots_removed, v.chunks_freed
     )
 }
 
-fn describe_write(v: &Value) -> String {
-    let streams = match v["streams"].as_u64() {
-        Some(n) if n > 1 => format!(" of {n} streams"),
+fn describe_write(v: &WriteReply) -> String {
+    let streams = match v.streams {
+        n if n > 1 => format!(" of {n} streams"),
         _ => String::new(),
     };
     format!(
         "mirror: TID {:#x} -> {:#x}: {} changes, {} new chunks, in {} batches{streams}",
-        v["since"].as_u64().unwrap_or(0),
-        v["upto"].as_u64().unwrap_or(0),
-        v["events"],
-        v["chunks"],
-        v["batches"]
+        v.since, v.upto, v.events, v.chunks, v.batches
     )
-}
-
-fn refused(e: cairn_mirror::StreamError) -> FsError {
-    match e {
-        cairn_mirror::StreamError::Fs(e) => e,
-        e => FsError::BadRequest(e.to_string()),
-    }
-}
-
-/// Creates `path` (mode 0600) for writing.
-fn create_private(path: &str) -> Result<std::fs::File, FsError> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode_private()
-        .open(path)
-        .map_err(|e| FsError::BadRequest(format!("{path}: {e}")))
-}
-
-fn read_hashes(path: &str) -> Result<Vec<cairn_data::Hash>, FsError> {
-    let b = std::fs::read(path).map_err(|e| FsError::BadRequest(format!("{path}: {e}")))?;
-    cairn_mirror::negotiate::decode(&b).map_err(refused)
-}
-
-/// Writes the stream of changes after `since` into `path` (created 0600);
-/// with `lacking`, only the chunks listed there travel with their bytes.
-pub fn read_to(
-    fs: &Arc<Fs>,
-    since: u64,
-    path: &str,
-    lacking: Option<&str>,
-    batch_mib: Option<u64>,
-) -> Result<Value, FsError> {
-    let lacking: Option<std::collections::HashSet<cairn_data::Hash>> = lacking
-        .map(read_hashes)
-        .transpose()?
-        .map(|v| v.into_iter().collect());
-    let answered = |h: &cairn_data::Hash| lacking.as_ref().is_some_and(|l| !l.contains(h));
-    let held = match lacking.is_some() {
-        true => cairn_mirror::Held::Answered(&answered),
-        false => cairn_mirror::Held::AtSince,
-    };
-    let out = std::io::BufWriter::with_capacity(1 << 20, create_private(path)?);
-    let mut limits = cairn_mirror::Limits::default();
-    if let Some(m) = batch_mib {
-        limits.bytes = m.clamp(1, 4096) << 20;
-    }
-    let r = cairn_mirror::read_stream_limited(fs, since, out, held, limits).map_err(refused)?;
-    Ok(
-        json!({ "since": r.since, "upto": r.upto, "events": r.events, "chunks_sent": r.chunks_sent,
-        "chunks_skipped": r.chunks_skipped, "chunk_bytes": r.chunk_bytes, "batches": r.batches, "bytes": r.bytes }),
-    )
-}
-
-/// The hashes a stream after `since` would send bytes for, into `path`.
-pub fn candidates_to(fs: &Arc<Fs>, since: u64, path: &str) -> Result<Value, FsError> {
-    let c = cairn_mirror::negotiate::candidates(fs, since).map_err(refused)?;
-    let mut f = create_private(path)?;
-    std::io::Write::write_all(&mut f, &cairn_mirror::negotiate::encode(&c))
-        .map_err(|e| FsError::Io(format!("{path}: {e}")))?;
-    Ok(json!({ "hashes": c.len() }))
-}
-
-/// Of the hashes in `path`, those this pool lacks, into `out`.
-pub fn lacking_to(fs: &Arc<Fs>, path: &str, out: &str) -> Result<Value, FsError> {
-    let l = cairn_mirror::negotiate::lacking(fs, &read_hashes(path)?).map_err(refused)?;
-    let mut f = create_private(out)?;
-    std::io::Write::write_all(&mut f, &cairn_mirror::negotiate::encode(&l))
-        .map_err(|e| FsError::Io(format!("{out}: {e}")))?;
-    Ok(json!({ "lacking": l.len() }))
-}
-
-/// Checks the whole stream in `path`, then applies it, reporting the
-/// bytes applied so far.
-pub fn write_from(
-    fs: &Arc<Fs>,
-    path: &str,
-    force: bool,
-    progress: &dyn Fn(u64, u64),
-) -> Result<Value, FsError> {
-    let open = || {
-        let f =
-            std::fs::File::open(path).map_err(|e| FsError::BadRequest(format!("{path}: {e}")))?;
-        Ok::<_, FsError>(std::io::BufReader::with_capacity(1 << 20, f))
-    };
-    cairn_mirror::check_streams(open()?)
-        .map_err(|e| FsError::BadRequest(format!("{e}; nothing was applied")))?;
-    let opts = cairn_mirror::ApplyOptions { force };
-    let total = std::fs::metadata(path).map_or(0, |m| m.len());
-    let input = Counting {
-        inner: open()?,
-        done: 0,
-        shown: 0,
-        total,
-        progress,
-    };
-    let r = cairn_mirror::apply_streams(fs, input, opts).map_err(refused)?;
-    Ok(
-        json!({ "since": r.since, "upto": r.upto, "events": r.events, "chunks": r.chunks, "batches": r.batches, "streams": r.streams }),
-    )
-}
-
-/// A reader that reports how much of `total` it has read (every MiB).
-struct Counting<'a, R> {
-    inner: R,
-    done: u64,
-    shown: u64,
-    total: u64,
-    progress: &'a dyn Fn(u64, u64),
-}
-
-impl<R: std::io::Read> std::io::Read for Counting<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.done += n as u64;
-        if self.done - self.shown >= 1 << 20 || (n == 0 && self.done > self.shown) {
-            self.shown = self.done;
-            (self.progress)(self.done, self.total.max(self.done));
-        }
-        Ok(n)
-    }
-}
-
-pub fn status(fs: &Arc<Fs>) -> Result<Value, FsError> {
-    let tid = fs.last_tid();
-    let hex = |s: &[u8; 16]| cairn_mirror::apply::uuid(s);
-    let uuid = hex(&fs.pool().sb.uuid);
-    let (role, source) = match fs.mirror_role()? {
-        Role::Normal => ("pool", None),
-        Role::Unbound => ("unbound", None),
-        Role::Mirror { source } => ("mirror", Some(hex(&source))),
-        Role::Promoted { source } => ("promoted", Some(hex(&source))),
-    };
-    let mirrors: Vec<Value> = (fs.mirror_holds().into_iter())
-        .map(|h| json!({ "mirror": h.mirror, "at": h.at, "tid": h.tid, "time_ns": h.time_ns, "lag_tids": tid.saturating_sub(h.tid) }))
-        .collect();
-    let r = fs.pool().meta.read().map_err(FsError::from)?;
-    let time_ns = r.tid_time(tid).map_err(FsError::from)?.map(|(_, ns)| ns);
-    let pruned_tid = r.counter("pruned_tid").map_err(FsError::from)?;
-    let snapshots: Vec<Value> = (fs.snapshots()?.into_iter())
-        .map(|s| json!({ "name": s.name, "tid": s.tid }))
-        .collect();
-    Ok(
-        json!({ "role": role, "tid": tid, "uuid": uuid, "source": source, "time_ns": time_ns,
-        "mirrors": mirrors, "pruned_tid": pruned_tid, "snapshots": snapshots }),
-    )
-}
-
-pub fn promote(fs: &Arc<Fs>) -> Result<Value, FsError> {
-    match fs.mirror_role()? {
-        Role::Mirror { source } => fs.set_mirror_role(Role::Promoted { source })?,
-        r => return Err(FsError::BadRequest(format!("not a mirror ({r:?})"))),
-    }
-    Ok(json!({ "tid": fs.last_tid() }))
-}
-
-trait Private {
-    fn mode_private(&mut self) -> &mut Self;
-}
-
-impl Private for std::fs::OpenOptions {
-    fn mode_private(&mut self) -> &mut Self {
-        std::os::unix::fs::OpenOptionsExt::mode(self, 0o600)
-    }
 }
 
 #[cfg(test)]

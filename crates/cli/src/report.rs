@@ -111,7 +111,7 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
     print_devices(&i.devices);
     print_caches(&i);
     println!("volumes:");
-    crate::volume::print_volume_table(&vols);
+    crate::volume::print_volume_table(&vols)?;
     print_nbd(&nbd);
     if fw.is_object() {
         let wait = &fw["queue_wait"];

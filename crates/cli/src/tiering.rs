@@ -3,10 +3,11 @@
 //! pool is mounted, or run in this process when it is not).
 
 use crate::args::{DeviceCmd, RedundancyCmd, TargetArgs, TierCmd};
-use crate::control::client::{call, resolve_file, UsageError};
+use crate::control::client::{call, decode_as, resolve_file, UsageError};
 use crate::control::protocol::Request;
 use crate::report::human;
 use anyhow::{Context, Result};
+use cairn_fs::redundancy::RedundancyStatus;
 use serde_json::Value;
 
 fn num(v: &Value, k: &str) -> u64 {
@@ -174,7 +175,7 @@ pub fn redundancy(c: RedundancyCmd) -> Result<()> {
         print_json(&v);
         return Ok(());
     }
-    print_redundancy(&v);
+    print_redundancy(&decode_as("redundancy", v)?);
     Ok(())
 }
 
@@ -257,51 +258,46 @@ fn show_path_policy(t: &TargetArgs) -> Result<()> {
 }
 
 /// The redundancy status for people.
-fn print_redundancy(v: &Value) {
-    println!("policy: {}", v["policy"].as_str().unwrap_or("?"));
+fn print_redundancy(v: &RedundancyStatus) {
+    println!("policy: {}", v.policy);
     println!(
         "{:>3} {:<5} {:<8} {:<14} {:>8} {:<3}  path",
         "id", "class", "state", "domain", "copies", "log"
     );
-    for d in v["devices"].as_array().into_iter().flatten() {
-        let mut state = d["state"].as_str().unwrap_or("?").to_string();
-        if d["draining"] == true {
+    for d in &v.devices {
+        let mut state = d.state.clone();
+        if d.draining {
             state.push('*');
         }
         println!(
             "{:>3} {:<5} {:<8} {:<14} {:>8} {:<3}  {}",
-            num(d, "id"),
-            d["class"].as_str().unwrap_or("?"),
+            d.id,
+            d.class,
             state,
-            d["domain"].as_str().unwrap_or("?"),
-            num(d, "copies"),
-            if d["log"] == true { "yes" } else { "-" },
-            d["path"].as_str().unwrap_or("?")
+            d.domain,
+            d.copies,
+            if d.log { "yes" } else { "-" },
+            d.path
         );
     }
-    println!("intent log: {}", v["intent_log"].as_str().unwrap_or("?"));
+    println!("intent log: {}", v.intent_log);
     println!(
         "{} segments; {} short of copies ({} at risk); {} lost ({})",
-        num(v, "segments"),
-        num(v, "short_segments"),
-        human(num(v, "bytes_at_risk")),
-        num(v, "lost_segments"),
-        human(num(v, "lost_bytes"))
+        v.segments,
+        v.short_segments,
+        human(v.bytes_at_risk),
+        v.lost_segments,
+        human(v.lost_bytes)
     );
-    if num(v, "stripes") + num(v, "waiting_for_stripe") > 0 {
+    if v.stripes + v.waiting_for_stripe > 0 {
         println!(
             "{} stripes holding {} segments; {} segments wait for a stripe (keeping their copies meanwhile)",
-            num(v, "stripes"),
-            num(v, "striped_segments"),
-            num(v, "waiting_for_stripe")
+            v.stripes, v.striped_segments, v.waiting_for_stripe
         );
     }
     println!(
         "since mount: {} reads served from another copy, {} restored from parity, {} copies repaired, {} left bad",
-        num(v, "served_from_other_copy"),
-        num(v, "restored_from_parity"),
-        num(v, "repaired"),
-        num(v, "unrepaired")
+        v.served_from_other_copy, v.restored_from_parity, v.repaired, v.unrepaired
     );
 }
 

@@ -3,11 +3,13 @@
 //! which serves an unmounted pool's volumes over NBD without FUSE.
 
 use crate::args::{size_arg, NbdArgs};
-use crate::control::client::call;
+use crate::control::client::{call, decode_as};
 use crate::control::protocol::Request;
+use crate::control::replies::{VolumeChange, VolumeSnapshotReply};
 use crate::report::human;
 use anyhow::{bail, Context, Result};
 use cairn_fs::timefmt::format_utc;
+use cairn_fs::VolumeInfo;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -263,11 +265,10 @@ pub fn run(c: VolumeCmd) -> Result<()> {
 
 fn snapshot(t: &VolTarget, name: String, snap: String, wait: bool) -> Result<()> {
     let v = call(&t.target, Request::VolumeSnapshot { name, snap, wait })?;
+    let r: VolumeSnapshotReply = decode_as("volume_snapshot", v.clone())?;
     let line = format!(
         "created snapshot {} at tid 0x{:016x} (export {})",
-        v["snapshot"].as_str().unwrap_or(""),
-        v["tid"].as_u64().unwrap_or(0),
-        v["export"].as_str().unwrap_or(""),
+        r.snapshot, r.tid, r.export,
     );
     done(t, v, &line)
 }
@@ -284,24 +285,23 @@ fn done(t: &VolTarget, v: Value, line: &str) -> Result<()> {
 /// One volume's line after a change, and a warning when the volume is
 /// larger than the pool (volumes are thin: writes fail once it is full).
 fn one(t: &VolTarget, what: &str, v: Value) -> Result<()> {
-    let (size, cap) = (v["size"].as_u64(), v["pool_capacity"].as_u64());
-    if let (Some(size), Some(cap)) = (size, cap) {
-        if size > cap {
-            eprintln!(
-                "cairn: warning: volume {} ({}) is larger than the pool's capacity ({}, {} free): volumes are thin-provisioned, so its writes fail with ENOSPC once the pool is full; add a device (`cairn device add`) before it fills",
-                v["name"].as_str().unwrap_or(""),
-                human(size),
-                human(cap),
-                human(v["pool_available"].as_u64().unwrap_or(0))
-            );
-        }
+    let r: VolumeChange = decode_as("volume", v.clone())?;
+    let vol = &r.volume;
+    if let Some(cap) = r.pool_capacity.filter(|c| vol.size > *c) {
+        eprintln!(
+            "cairn: warning: volume {} ({}) is larger than the pool's capacity ({}, {} free): volumes are thin-provisioned, so its writes fail with ENOSPC once the pool is full; add a device (`cairn device add`) before it fills",
+            vol.name,
+            human(vol.size),
+            human(cap),
+            human(r.pool_available.unwrap_or(0))
+        );
     }
     let line = format!(
         "{what} volume {}: {} ({} bytes), block size {}",
-        v["name"].as_str().unwrap_or(""),
-        human(v["size"].as_u64().unwrap_or(0)),
-        v["size"].as_u64().unwrap_or(0),
-        v["block_size"].as_u64().unwrap_or(0)
+        vol.name,
+        human(vol.size),
+        vol.size,
+        vol.block_size
     );
     done(t, v, &line)
 }
@@ -311,43 +311,41 @@ fn list(t: &VolTarget, v: Value) -> Result<()> {
         print_json(&v);
         return Ok(());
     }
-    print_volume_table(&v);
-    Ok(())
+    print_volume_table(&v)
 }
 
 /// The table of `volume list` and `info`: a line per volume, one more
 /// per snapshot.
-pub fn print_volume_table(v: &Value) {
-    let vols = v.as_array().cloned().unwrap_or_default();
+pub fn print_volume_table(v: &Value) -> Result<()> {
+    let vols: Vec<VolumeInfo> = decode_as("volume_list", v.clone())?;
     if vols.is_empty() {
         println!("no volumes");
-        return;
+        return Ok(());
     }
     println!(
         "{:<24} {:>12} {:>6} {:>12}  SNAPSHOTS",
         "NAME", "SIZE", "BLOCK", "STORED"
     );
-    let n = |x: &Value, k: &str| x[k].as_u64().unwrap_or(0);
     for x in &vols {
-        let snaps = x["snapshots"].as_array().cloned().unwrap_or_default();
         println!(
             "{:<24} {:>12} {:>6} {:>12}  {}",
-            x["name"].as_str().unwrap_or(""),
-            human(n(x, "size")),
-            format!("{}K", n(x, "block_size") >> 10),
-            human(n(x, "stored_bytes")),
-            snaps.len()
+            x.name,
+            human(x.size),
+            format!("{}K", x.block_size >> 10),
+            human(x.stored_bytes),
+            x.snapshots.len()
         );
-        for s in &snaps {
+        for s in &x.snapshots {
             println!(
                 "  @{:<21} {:>12}  tid 0x{:016x} {} UTC",
-                s["name"].as_str().unwrap_or(""),
-                human(n(s, "size")),
-                n(s, "tid"),
-                format_utc(n(s, "time_ns"))
+                s.name,
+                human(s.size),
+                s.tid,
+                format_utc(s.time_ns)
             );
         }
     }
+    Ok(())
 }
 
 /// `cairn nbd serve`.

@@ -162,6 +162,20 @@ pub fn call(target: &Path, req: Request) -> Result<Value> {
     Ok(v)
 }
 
+/// Runs `req` on the pool behind `target` and decodes its reply as a `T`
+/// (a reply missing one of `T`'s fields is an error).
+pub fn call_as<T: serde::de::DeserializeOwned>(target: &Path, req: Request) -> Result<T> {
+    let s = Session::open(target)?;
+    let v = s.call_as(req)?;
+    s.close()?;
+    Ok(v)
+}
+
+/// `v`, the reply to a request of kind `op`, as a `T`.
+pub fn decode_as<T: serde::de::DeserializeOwned>(op: &str, v: Value) -> Result<T> {
+    serde_json::from_value(v).with_context(|| format!("the reply to a {op} request"))
+}
+
 /// A pool that several requests go to: its daemon when it is mounted,
 /// else the pool opened once in this process (and closed when done), so
 /// that a command of several steps opens and checks it once.
@@ -195,6 +209,12 @@ impl Session {
         };
         pb.finish_and_clear();
         r
+    }
+
+    /// `call`, its reply decoded as a `T`.
+    pub fn call_as<T: serde::de::DeserializeOwned>(&self, req: Request) -> Result<T> {
+        let op = req.op();
+        decode_as(op, self.call(req)?)
     }
 
     /// Closes a pool opened here (committing what it holds).

@@ -212,41 +212,34 @@ fn devices(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Va
     }
 }
 
-/// The mirror-stream requests.
+/// The mirror-stream requests (`cairn_mirror::serve`, typed replies).
 fn mirror(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Value, FsError> {
+    use cairn_mirror::serve;
     match req {
         Request::MirrorRead {
             since,
             path,
             lacking,
             batch_mib,
-        } => crate::mirror::read_to(fs, since, &path, lacking.as_deref(), batch_mib),
-        Request::MirrorCandidates { since, path } => crate::mirror::candidates_to(fs, since, &path),
-        Request::MirrorLacking { path, out } => crate::mirror::lacking_to(fs, &path, &out),
+        } => report(serve::read_to(
+            fs,
+            since,
+            &path,
+            lacking.as_deref(),
+            batch_mib,
+        )?),
+        Request::MirrorCandidates { since, path } => {
+            report(serve::candidates_to(fs, since, &path)?)
+        }
+        Request::MirrorLacking { path, out } => report(serve::lacking_to(fs, &path, &out)?),
         Request::MirrorWrite { path, force } => {
-            crate::mirror::write_from(fs, &path, force, progress)
+            report(serve::write_from(fs, &path, force, progress)?)
         }
-        Request::MirrorStatus => crate::mirror::status(fs),
-        Request::MirrorPromote => crate::mirror::promote(fs),
-        Request::MirrorRollback { snapshot } => {
-            let r = fs.rollback_mirror(&snapshot)?;
-            Ok(
-                json!({ "from": r.from, "to": r.to, "removed": r.removed, "restored": r.restored,
-                "snapshots_removed": r.snapshots_removed, "chunks_freed": r.chunks_freed }),
-            )
-        }
-        Request::MirrorHold { mirror, at, tid } => {
-            let time_ns = cairn_fs::Time::now().as_nanos() as u64;
-            let h = cairn_fs::replica::Hold {
-                mirror,
-                at,
-                tid,
-                time_ns,
-            };
-            fs.mirror_hold(h)?;
-            Ok(json!({}))
-        }
-        Request::MirrorRelease { mirror } => Ok(json!({ "released": fs.mirror_release(&mirror)? })),
+        Request::MirrorStatus => report(serve::status(fs)?),
+        Request::MirrorPromote => report(serve::promote(fs)?),
+        Request::MirrorRollback { snapshot } => report(serve::rollback(fs, &snapshot)?),
+        Request::MirrorHold { mirror, at, tid } => report(serve::hold(fs, mirror, at, tid)?),
+        Request::MirrorRelease { mirror } => report(serve::release(fs, &mirror)?),
         r => not_for("mirror", r),
     }
 }

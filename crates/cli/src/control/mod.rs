@@ -6,4 +6,5 @@
 pub mod client;
 pub mod exec;
 pub mod protocol;
+pub mod replies;
 pub mod server;

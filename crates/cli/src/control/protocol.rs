@@ -202,6 +202,22 @@ fn yes() -> bool {
 }
 
 impl Request {
+    /// The request's `op` (its kind), as errors name it.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::MirrorRead { .. } => "mirror_read",
+            Request::MirrorCandidates { .. } => "mirror_candidates",
+            Request::MirrorLacking { .. } => "mirror_lacking",
+            Request::MirrorWrite { .. } => "mirror_write",
+            Request::MirrorStatus => "mirror_status",
+            Request::MirrorPromote => "mirror_promote",
+            Request::MirrorRollback { .. } => "mirror_rollback",
+            Request::MirrorHold { .. } => "mirror_hold",
+            Request::MirrorRelease { .. } => "mirror_release",
+            _ => "control",
+        }
+    }
+
     /// Does it create a snapshot (whose content hash is then computed)?
     pub fn creates_snapshot(&self) -> bool {
         matches!(

@@ -17,6 +17,7 @@
     reason = "left to the mirror protocol change, which rewrites this file"
 )]
 
+pub mod copy;
 pub mod manifest;
 pub mod objects;
 pub mod prefetch;
