@@ -19,8 +19,8 @@ use crate::records::SegmentRec;
 use crate::store::ChunkStore;
 use cairn_devices::{Device, SlotAddr};
 
-/// A change of a segment's copies prepared (the new ones written and
-/// synced), not yet switched.
+/// A change of a segment's copies prepared (the new ones written, and
+/// synced unless prepared by `copy_changing_unsynced`), not yet switched.
 #[derive(Debug, Clone)]
 pub struct Relocation {
     pub segment: u64,
@@ -28,8 +28,11 @@ pub struct Relocation {
     pub old: Vec<SlotAddr>,
     /// Copies the change takes away (freed after the switch).
     pub from: Vec<SlotAddr>,
-    /// Copies it adds (written and synced).
+    /// Copies it adds (written; synced once `synced`).
     pub to: Vec<SlotAddr>,
+    /// The new copies are on stable storage: only then may a record
+    /// naming them commit (`relocated_record`).
+    pub(crate) synced: bool,
 }
 
 impl Relocation {
@@ -87,7 +90,7 @@ impl ChunkStore {
                 .allocate_copies(&to, class.rank(), want - 1, |_, _, _| true);
             to.extend(more);
         }
-        self.prepare(id, &rec, rec.places(), to)
+        self.prepare(id, &rec, rec.places(), to, true)
     }
 
     /// Changes the copies of sealed segment `id`: makes up to `add` new
@@ -104,6 +107,32 @@ impl ChunkStore {
         add: usize,
         rank: u8,
         pick: impl Fn(&Device, u64, u64) -> bool,
+    ) -> Result<Relocation> {
+        self.changing(id, from, add, rank, pick, true)
+    }
+
+    /// `copy_changing` without the sync of the new copies: the caller
+    /// syncs a batch of changes at once (`sync_relocations`) before it
+    /// commits them (one sync per device instead of one per segment).
+    pub fn copy_changing_unsynced(
+        &self,
+        id: u64,
+        from: Vec<SlotAddr>,
+        add: usize,
+        rank: u8,
+        pick: impl Fn(&Device, u64, u64) -> bool,
+    ) -> Result<Relocation> {
+        self.changing(id, from, add, rank, pick, false)
+    }
+
+    fn changing(
+        &self,
+        id: u64,
+        from: Vec<SlotAddr>,
+        add: usize,
+        rank: u8,
+        pick: impl Fn(&Device, u64, u64) -> bool,
+        sync: bool,
     ) -> Result<Relocation> {
         let rec = self.sealed(id)?;
         let places = rec.places();
@@ -131,7 +160,7 @@ impl ChunkStore {
             keep.len() + to.len() > 0,
             "segment {id} would be left with no copy"
         );
-        self.prepare(id, &rec, from, to)
+        self.prepare(id, &rec, from, to, sync)
     }
 
     /// The record of sealed segment `id` (not the open one).
@@ -142,22 +171,26 @@ impl ChunkStore {
         self.segment(id).ok_or(DataError::NoSegment(id))
     }
 
-    /// Writes the segment's bytes to each slot of `to` and syncs; on any
-    /// failure frees them all.
+    /// Writes the segment's bytes to each slot of `to` (and syncs, if
+    /// `sync`); on any failure frees them all.
     fn prepare(
         &self,
         id: u64,
         rec: &SegmentRec,
         from: Vec<SlotAddr>,
         to: Vec<SlotAddr>,
+        sync: bool,
     ) -> Result<Relocation> {
         let r = Relocation {
             segment: id,
             old: rec.places(),
             from,
             to,
+            synced: sync,
         };
-        let copied = r.to.iter().try_for_each(|t| self.copy_to(id, rec, *t));
+        let copied =
+            r.to.iter()
+                .try_for_each(|t| self.copy_to(id, rec, *t, sync));
         if let Err(e) = copied {
             self.abandon(&r)?;
             self.count_failed_write(&e);
@@ -181,7 +214,7 @@ impl ChunkStore {
     /// Copies the `used` bytes of segment `id` (`rec`) to slot `to`, each
     /// chunk checked and taken from a copy that holds it intact
     /// (`verified.rs`), and syncs.
-    fn copy_to(&self, id: u64, rec: &SegmentRec, to: SlotAddr) -> Result<()> {
+    fn copy_to(&self, id: u64, rec: &SegmentRec, to: SlotAddr, sync: bool) -> Result<()> {
         // The new copy goes to a slot claimed for it, never over a copy
         // it is read from.
         invariant!(
@@ -213,19 +246,52 @@ impl ChunkStore {
             );
             dst.write_at(bytes, b + off).map_err(failed)
         })?;
-        dst.sync().map_err(failed)
+        match sync {
+            true => dst.sync().map_err(failed),
+            false => Ok(()),
+        }
+    }
+
+    /// Syncs the devices the new copies of `rs` went to, once each, and
+    /// marks them synced. On a failure none is marked: the caller
+    /// abandons them.
+    pub fn sync_relocations(&self, rs: &mut [Relocation]) -> Result<()> {
+        let mut devices: Vec<u32> = (rs.iter())
+            .filter(|r| !r.synced)
+            .flat_map(|r| r.to.iter().map(|t| t.device))
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        for id in devices {
+            let synced = self.segs.devices.device(id)?.sync();
+            if let Err(e) = synced.map_err(|e| DataError::of_write(id, e)) {
+                self.count_failed_write(&e);
+                return Err(e);
+            }
+        }
+        rs.iter_mut().for_each(|r| r.synced = true);
+        Ok(())
     }
 
     /// The segment's record as it will be after the change, or None if
     /// the segment changed since it was prepared (dropped, or moved by
     /// someone else): then the caller gives up with `abandon`.
-    pub fn relocated_record(&self, r: &Relocation) -> Option<SegmentRec> {
-        let mut rec = self.segment(r.segment)?;
+    pub fn relocated_record(&self, r: &Relocation) -> Result<Option<SegmentRec>> {
+        // A record naming copies that a crash could still lose would
+        // point reads at stale bytes.
+        invariant!(
+            r.synced,
+            "segment {}: its new copies would commit before they are synced",
+            r.segment
+        );
+        let Some(mut rec) = self.segment(r.segment) else {
+            return Ok(None);
+        };
         if rec.places() != r.old {
-            return None;
+            return Ok(None);
         }
         rec.set_places(&r.new_places());
-        Some(rec)
+        Ok(Some(rec))
     }
 
     /// Frees the new copies of a change that will not be switched.
@@ -280,6 +346,7 @@ mod tests {
             old,
             from,
             to,
+            synced: true,
         };
         let old = vec![at(0, 1), at(1, 2)];
         let moved = r(old.clone(), vec![at(0, 1)], vec![at(2, 5)]);

@@ -86,6 +86,30 @@ fn assert_intact(fs: &Fs, ino: u64, data: &[u8]) {
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
 
+/// A change prepared without its sync cannot give a record to commit
+/// until `sync_relocations` synced its new copies.
+#[test]
+fn an_unsynced_copy_gives_no_record_until_it_is_synced() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let (ino, data) = fill(&fs);
+    let seg = on_device(&fs, 1)[0];
+    let cs = &fs.pool().chunks;
+    let from = cs.segment(seg).unwrap().places();
+    let mut r = vec![cs
+        .copy_changing_unsynced(seg, from, 1, 0, |_, _, _| true)
+        .unwrap()];
+    let refused = cs.relocated_record(&r[0]).unwrap_err();
+    assert!(
+        refused.to_string().contains("INVARIANT VIOLATED"),
+        "{refused}"
+    );
+    cs.sync_relocations(&mut r).unwrap();
+    assert!(cs.relocated_record(&r[0]).unwrap().is_some());
+    cs.abandon(&r[0]).unwrap();
+    assert_intact(&fs, ino, &data);
+}
+
 #[test]
 fn interrupted_moves_roll_back_before_the_switch_and_forward_after() {
     let d = tempfile::tempdir().unwrap();
@@ -119,7 +143,7 @@ fn interrupted_moves_roll_back_before_the_switch_and_forward_after() {
     // Crash after the switch committed, before the old slot was freed.
     let cs = &fs.pool().chunks;
     let r = cs.copy_segment(seg, |_, _, _| true).unwrap();
-    let rec = cs.relocated_record(&r).expect("segment unchanged");
+    let rec = (cs.relocated_record(&r).unwrap()).expect("segment unchanged");
     fs.pool()
         .meta
         .write(|w| {

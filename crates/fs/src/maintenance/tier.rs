@@ -309,7 +309,7 @@ impl Fs {
         };
         crate::failpoint::hit("tier-move-copied");
         let _last = self.flush_guard();
-        let Some(rec) = self.pool.chunks.relocated_record(&r) else {
+        let Some(rec) = self.pool.chunks.relocated_record(&r)? else {
             self.pool.chunks.abandon(&r)?;
             return Ok(None);
         };

@@ -372,8 +372,13 @@ impl Fs {
         add: usize,
         pick: &dyn Fn(&Device) -> bool,
     ) -> cairn_data::error::Result<Option<Relocation>> {
-        let changed =
-            (self.pool.chunks).copy_changing(fix.segment, from, add, fix.rank, |d, _, _| pick(d));
+        let changed = (self.pool.chunks).copy_changing_unsynced(
+            fix.segment,
+            from,
+            add,
+            fix.rank,
+            |d, _, _| pick(d),
+        );
         let r = match changed {
             Ok(r) => r,
             Err(cairn_data::DataError::NoSegment(_) | cairn_data::DataError::Busy(_)) => {
@@ -398,10 +403,16 @@ impl Fs {
         if ready.is_empty() {
             return Ok(());
         }
+        // The batch's new copies reach stable storage with one sync per
+        // device, before any record names them.
+        if let Err(e) = self.pool.chunks.sync_relocations(ready) {
+            ready.drain(..).for_each(|r| self.abandon_logged(&r));
+            return Err(e.into());
+        }
         let _last = self.flush_guard();
         let mut recs: Vec<(Relocation, SegmentRec)> = Vec::with_capacity(ready.len());
         for r in ready.drain(..) {
-            match self.pool.chunks.relocated_record(&r) {
+            match self.pool.chunks.relocated_record(&r)? {
                 Some(rec) => recs.push((r, rec)),
                 None => self.pool.chunks.abandon(&r)?,
             }
