@@ -46,9 +46,8 @@
 #     is read with both devices (its new device cannot be mounted alone: the
 #     chunks its degraded mount allocated are single, on the old device).
 #     Note: the benchmark waits for the background pass a degraded mount
-#     starts before running `device replace`: run at once, the two race and
-#     the background thread panics ("segment N lacks a copy to take away",
-#     relocate.rs) and is gone for the rest of the mount.
+#     starts before running `device replace`, so that the time is the
+#     replacement's alone (the two take turns: one run at a time).
 #  4. erasure coding (ec=4+2): a pool of six device files of ECDEV_MB
 #     (`mkfs --redundancy ec=4+2`) holding one EC_MB file written as in 1
 #     (new segments keep three copies until `cairn redundancy rebuild`

@@ -5,12 +5,6 @@
 //! `mirror_ends`. Streams pass through files or FIFOs in a private
 //! temporary directory.
 
-#![allow(
-    clippy::cast_possible_truncation,
-    clippy::undocumented_unsafe_blocks,
-    reason = "left to the mirror protocol change, which rewrites this file"
-)]
-
 use crate::args::MirrorCmd;
 use crate::control::client::call_as;
 use crate::control::protocol::Request;

@@ -106,39 +106,12 @@ impl ChunkStore {
     }
 
     /// The window at `w` of member `pos` of stripe `id`, restored (or
-    /// found restored). A read that goes on from the window before (a
-    /// sequential read) restores the next window too, on a thread of its
-    /// own: decoding is what such a read waits for, and this uses a
-    /// second core for it.
+    /// found restored).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a window of a stripe, at most a segment; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
     fn restored_window(
-        &self,
-        stripe: &StripeRec,
-        id: u64,
-        pos: usize,
-        w: u64,
-    ) -> Result<Arc<Vec<u8>>> {
-        let key = |w| (id, stripe.members[pos], w);
-        let next = w + RESTORE_WINDOW;
-        let sequential = w >= RESTORE_WINDOW
-            && next < stripe.len as u64
-            && !self.segs.restored.has(key(w))
-            && !self.segs.restored.has(key(next))
-            && self.segs.restored.has(key(w - RESTORE_WINDOW));
-        if !sequential {
-            return self.restore_window(stripe, id, pos, w);
-        }
-        std::thread::scope(|s| {
-            let ahead = s.spawn(|| self.restore_window(stripe, id, pos, next));
-            let got = self.restore_window(stripe, id, pos, w);
-            // The window ahead is only kept: a failure there is met (and
-            // reported) when the read gets to it.
-            let _ = ahead.join();
-            got
-        })
-    }
-
-    /// `restored_window` without the window ahead.
-    fn restore_window(
         &self,
         stripe: &StripeRec,
         id: u64,

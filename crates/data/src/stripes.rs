@@ -162,11 +162,6 @@ impl Restored {
         r
     }
 
-    /// True if window `key` is kept (restored, not yet forgotten).
-    pub(crate) fn has(&self, key: RestoredKey) -> bool {
-        self.state.lock().kept.iter().any(|(k, _)| *k == key)
-    }
-
     /// Keeps window `key`, restored along with another.
     pub(crate) fn keep(&self, key: RestoredKey, bytes: Arc<Vec<u8>>) {
         let mut st = self.state.lock();

@@ -6,12 +6,8 @@
 //! (`Held::AtSince`). The lists are files of 32-byte hashes (at most
 //! `MAX_HASHES`).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "left to the mirror protocol change, which rewrites this file"
-)]
-
 use crate::error::{Result, StreamError};
+use crate::frame::Body;
 use cairn_data::Hash;
 use cairn_fs::Fs;
 use std::collections::HashSet;
@@ -57,5 +53,6 @@ pub fn decode(b: &[u8]) -> Result<Vec<Hash>> {
             b.len()
         )));
     }
-    Ok(b.chunks(32).map(|c| c.try_into().unwrap()).collect())
+    let mut hashes = Body::new(b, "hash list");
+    (0..b.len() / 32).map(|_| hashes.array()).collect()
 }

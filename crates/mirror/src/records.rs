@@ -1,14 +1,8 @@
 //! The bodies of the stream's frames (docs/FORMAT.md, "Mirror streams"),
 //! each with its encoder and a decoder that checks every length.
 
-#![allow(
-    clippy::cast_possible_truncation,
-    clippy::unwrap_used,
-    reason = "left to the mirror protocol change, which rewrites this file"
-)]
-
 use crate::error::{Result, StreamError};
-use crate::frame::Body;
+use crate::frame::{len16, len32, Body};
 use cairn_fs::replica::{Change, ChunkIn, Event, StoredChunk};
 
 /// Format version of streams written now.
@@ -52,7 +46,7 @@ impl Header {
                 "stream format version {v}; this cairn reads version {VERSION}"
             )));
         }
-        let source = c.bytes(16)?.try_into().unwrap();
+        let source = c.array::<16>()?;
         let (since, upto) = (c.u64()?, c.u64()?);
         c.done()?;
         if since > upto {
@@ -74,7 +68,7 @@ pub fn encode_tids(tids: &[(u64, u64)]) -> Vec<u8> {
         tids.windows(2).all(|w| w[0].0 < w[1].0),
         "TIDs out of order"
     );
-    let mut b = (tids.len() as u32).to_le_bytes().to_vec();
+    let mut b = len32(tids.len()).to_vec();
     for (t, time) in tids {
         b.extend_from_slice(&t.to_le_bytes());
         b.extend_from_slice(&time.to_le_bytes());
@@ -109,7 +103,7 @@ pub fn encode_chunk(c: &ChunkIn) -> Vec<u8> {
 pub fn decode_chunk(b: &[u8]) -> Result<ChunkIn> {
     let mut c = Body::new(b, "chunk");
     let src = c.u64()?;
-    let hash: [u8; 32] = c.bytes(32)?.try_into().unwrap();
+    let hash: [u8; 32] = c.array()?;
     let data = match c.u8()? {
         0 => None,
         1 => Some(StoredChunk {
@@ -129,17 +123,13 @@ pub fn encode_event(e: &Event) -> Vec<u8> {
         Change::Create(p) => p,
         Change::End => &[],
     };
-    // The key's length is a u16: a longer one would shift the payload.
-    assert!(
-        e.key.len() <= u16::MAX as usize,
-        "an event key of {} bytes",
-        e.key.len()
-    );
+    // The key's length is a u16 (`len16` refuses a longer one, which
+    // would shift the payload).
     let mut b = Vec::with_capacity(19 + e.key.len() + payload.len());
     b.extend_from_slice(&e.tid.to_le_bytes());
     b.extend_from_slice(&e.create_tid.to_le_bytes());
     b.push(matches!(e.change, Change::Create(_)) as u8);
-    b.extend_from_slice(&(e.key.len() as u16).to_le_bytes());
+    b.extend_from_slice(&len16(e.key.len()));
     b.extend_from_slice(&e.key);
     b.extend_from_slice(payload);
     b
@@ -187,11 +177,11 @@ pub fn decode_commit(b: &[u8]) -> Result<(u64, u64)> {
 }
 
 pub fn encode_snapshots(snaps: &[(String, Vec<u8>)]) -> Vec<u8> {
-    let mut b = (snaps.len() as u32).to_le_bytes().to_vec();
+    let mut b = len32(snaps.len()).to_vec();
     for (name, rec) in snaps {
-        b.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        b.extend_from_slice(&len16(name.len()));
         b.extend_from_slice(name.as_bytes());
-        b.extend_from_slice(&(rec.len() as u32).to_le_bytes());
+        b.extend_from_slice(&len32(rec.len()));
         b.extend_from_slice(rec);
     }
     b
@@ -226,7 +216,7 @@ pub fn decode_end(b: &[u8]) -> Result<(u64, u64)> {
 
 /// Inodes unlinked while still open on the source.
 pub fn encode_orphans(inos: &[u64]) -> Vec<u8> {
-    let mut b = (inos.len() as u32).to_le_bytes().to_vec();
+    let mut b = len32(inos.len()).to_vec();
     for i in inos {
         b.extend_from_slice(&i.to_le_bytes());
     }

@@ -1,11 +1,6 @@
 //! Runs a control request against an open filesystem (in the daemon or in
 //! this process) and returns its JSON result.
 
-#![allow(
-    clippy::cast_possible_truncation,
-    reason = "left to the mirror protocol change, which rewrites this file"
-)]
-
 use super::protocol::Request;
 use cairn_fs::history::snapshot::hex;
 use cairn_fs::{Fs, FsError, ReblockOptions, SnapshotKind};
@@ -86,7 +81,7 @@ fn snapshot(fs: &Arc<Fs>, req: Request) -> Result<Value, FsError> {
     match req {
         Request::SnapshotCreate { name, auto, wait } => {
             let (name, kind) = if auto {
-                let now = cairn_fs::Time::now().as_nanos() as u64;
+                let now = u64::try_from(cairn_fs::Time::now().as_nanos()).unwrap_or(0);
                 (
                     format!("auto-{}", cairn_fs::timefmt::compact_utc(now)),
                     SnapshotKind::Auto,

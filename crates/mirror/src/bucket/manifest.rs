@@ -5,12 +5,6 @@
 //! every object it names, so a copy cut off anywhere leaves the previous
 //! manifest, and the chain it names, whole.
 
-#![allow(
-    clippy::cast_possible_truncation,
-    clippy::unwrap_used,
-    reason = "left to the mirror protocol change, which rewrites this file"
-)]
-
 use crate::error::{Result, StreamError};
 use crate::frame::Body;
 
@@ -66,7 +60,7 @@ impl Manifest {
         b.extend_from_slice(&self.id);
         b.extend_from_slice(&self.source);
         b.extend_from_slice(&self.chunks.to_le_bytes());
-        b.extend_from_slice(&(self.streams.len() as u32).to_le_bytes());
+        b.extend_from_slice(&crate::frame::len32(self.streams.len()));
         for e in &self.streams {
             b.extend_from_slice(&e.since.to_le_bytes());
             b.extend_from_slice(&e.upto.to_le_bytes());
@@ -90,8 +84,8 @@ impl Manifest {
                 "bucket manifest format version {v}; this cairn reads version {MANIFEST_VERSION}"
             )));
         }
-        let id = c.bytes(16)?.try_into().unwrap();
-        let source = c.bytes(16)?.try_into().unwrap();
+        let id = c.array()?;
+        let source = c.array()?;
         let chunks = c.u64()?;
         let n = c.count(56)?;
         if n > MAX_STREAMS {
@@ -103,7 +97,7 @@ impl Manifest {
                 since: c.u64()?,
                 upto: c.u64()?,
                 bytes: c.u64()?,
-                hash: c.bytes(32)?.try_into().unwrap(),
+                hash: c.array()?,
             };
             let from = streams.last().map_or(0, |p| p.upto);
             if e.since != from || e.upto <= e.since {
@@ -133,7 +127,7 @@ mod tests {
             since,
             upto,
             bytes: upto * 10,
-            hash: [upto as u8; 32],
+            hash: [upto.to_le_bytes()[0]; 32],
         };
         Manifest {
             id: [1; 16],

@@ -12,11 +12,6 @@
 //! A bucket holds one writer at a time (the copy that runs); any number
 //! of pools may restore from it.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "left to the mirror protocol change, which rewrites this file"
-)]
-
 pub mod copy;
 pub mod manifest;
 pub mod objects;
@@ -27,10 +22,10 @@ use bytes::Bytes;
 use cairn_data::Hash;
 use cairn_objstore::ObjectClient;
 use manifest::{Entry, Manifest};
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
-use std::sync::Mutex;
 
 const MANIFEST: &str = "manifest";
 /// Chunk objects uploaded at once by a copy.
@@ -50,7 +45,8 @@ fn unseal<'a>(b: &'a [u8], magic: &[u8; 8], what: &str, kind: &str) -> Result<&'
         return damaged(format!("not a Cairn {kind}"));
     }
     let (sealed, crc) = b.split_at(b.len() - 4);
-    if crc32c::crc32c(sealed) != u32::from_le_bytes(crc.try_into().unwrap()) {
+    let crc = crate::frame::Body::new(crc, "object checksum").u32()?;
+    if crc32c::crc32c(sealed) != crc {
         return damaged("checksum mismatch".into());
     }
     Ok(&sealed[magic.len()..])
@@ -214,15 +210,15 @@ impl Bucket {
         let out = std::thread::scope(|scope| {
             for _ in 0..UPLOADERS {
                 scope.spawn(|| loop {
-                    let next = rx.lock().unwrap().recv();
+                    let next = rx.lock().recv();
                     let Ok((key, body)) = next else { return };
                     if let Err(e) = self.client.put_verified(&key, body) {
-                        failed.lock().unwrap().get_or_insert(e.into());
+                        failed.lock().get_or_insert(e.into());
                     }
                 });
             }
             let mut send = |key: String, body: Bytes| {
-                if failed.lock().unwrap().is_some() {
+                if failed.lock().is_some() {
                     return Err(StreamError::Refused("an upload failed".into()));
                 }
                 tx.send((key, body))
@@ -232,7 +228,7 @@ impl Bucket {
             drop(tx);
             out
         });
-        match failed.into_inner().unwrap() {
+        match failed.into_inner() {
             Some(e) => Err(e),
             None => out,
         }

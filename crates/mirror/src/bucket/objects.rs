@@ -5,11 +5,6 @@
 //! stream as the bucket keeps it, whose chunk frames carry no bytes
 //! (`split_stream` on the way in, `join_stream` on the way out).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "left to the mirror protocol change, which rewrites this file"
-)]
-
 use crate::error::{Result, StreamError};
 use crate::frame::{Body, FrameReader, FrameWriter, Kind};
 use crate::records::{decode_chunk, encode_chunk, Header};
@@ -71,7 +66,7 @@ pub fn decode_object(b: &[u8], want: &Hash) -> Result<StoredChunk> {
         )));
     }
     let (method, raw_len) = (c.u8()?, c.u32()?);
-    let hash: Hash = c.bytes(32)?.try_into().unwrap();
+    let hash: Hash = c.array()?;
     if &hash != want {
         return Err(StreamError::Damaged(format!(
             "{what}: holds chunk {}",

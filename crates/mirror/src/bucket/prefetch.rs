@@ -5,14 +5,9 @@
 //! the consumer in flight on `threads` threads, so memory stays bounded
 //! (window × one chunk) and the consumer sees the items in their order.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "left to the mirror protocol change, which rewrites this file"
-)]
-
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Condvar, Mutex};
 
 struct State<R> {
     /// Results not yet taken, by index.
@@ -49,21 +44,21 @@ pub fn in_order<T: Sync, R: Send, X>(
                 if i >= items.len() {
                     return;
                 }
-                let mut g = st.lock().unwrap();
+                let mut g = st.lock();
                 while !g.stop && i >= g.taken + window {
-                    g = cv.wait(g).unwrap();
+                    cv.wait(&mut g);
                 }
                 if g.stop {
                     return;
                 }
                 drop(g);
                 let r = get(&items[i]);
-                st.lock().unwrap().done.insert(i, r);
+                st.lock().done.insert(i, r);
                 cv.notify_all();
             });
         }
         let mut take = || {
-            let mut g = st.lock().unwrap();
+            let mut g = st.lock();
             let k = g.taken;
             if k >= items.len() {
                 return None;
@@ -74,11 +69,11 @@ pub fn in_order<T: Sync, R: Send, X>(
                     cv.notify_all();
                     return Some(r);
                 }
-                g = cv.wait(g).unwrap();
+                cv.wait(&mut g);
             }
         };
         let out = consume(&mut take);
-        st.lock().unwrap().stop = true;
+        st.lock().stop = true;
         cv.notify_all();
         out
     })
