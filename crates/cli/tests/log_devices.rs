@@ -158,6 +158,53 @@ fn a_wrecked_or_lost_log_device_loses_no_fsynced_write() {
     fs.finish();
 }
 
+/// The intent log's copies are areas made with their devices: a raised
+/// redundancy that asks for more says so, and how to add one, until a
+/// device added with `:log=` holds the copy wanted.
+#[test]
+fn raising_copies_beyond_the_log_copies_says_how_to_add_one() {
+    let mut fs = Fs::create();
+    let spec = |name: &str, log: &str| format!("ssd:{}:512M:sparse{log}", fs.dev(name));
+    let (d0, d1, d2) = (
+        spec("d0", ":log=16M"),
+        spec("d1", ":log=16M"),
+        spec("d2", ""),
+    );
+    let d3 = spec("d3", ":log=16M");
+    fs.mkfs(&[
+        "--redundancy",
+        "copies=1",
+        "--device",
+        &d0,
+        "--device",
+        &d1,
+        "--device",
+        &d2,
+    ]);
+    fs.mount();
+    let m = fs.mnt.to_str().unwrap().to_string();
+    let log_line = || {
+        let v: Value =
+            serde_json::from_str(&cairn_ok(&["redundancy", "show", &m, "--json"])).unwrap();
+        v["intent_log"].as_str().unwrap().to_string()
+    };
+    let before = log_line();
+    assert!(before.starts_with("2 of 2 copies on devices"), "{before}");
+    assert!(!before.contains("asks for"), "{before}");
+    cairn_ok(&["redundancy", "set", &m, "copies=3"]);
+    let short = log_line();
+    assert!(
+        short.contains("asks for 3") && short.contains(":log="),
+        "{short}"
+    );
+    cairn_ok(&["device", "add", &m, &d3]);
+    let after = log_line();
+    assert!(after.starts_with("3 of 3 copies on devices"), "{after}");
+    assert!(!after.contains("asks for"), "{after}");
+    assert_eq!(log_devices(&fs).len(), 3);
+    fs.finish();
+}
+
 #[test]
 fn the_last_log_copy_stays_until_another_device_holds_one() {
     let mut fs = Fs::create();

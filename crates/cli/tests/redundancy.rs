@@ -546,41 +546,6 @@ fn an_ec_4_2_pool_keeps_three_metadata_copies_and_survives_losing_two_of_their_d
     fs.finish();
 }
 
-/// The intent log's copies are areas made with their devices: a raised
-/// redundancy that asks for more says so, and how to add one, until a
-/// device added with `:log=` holds the copy wanted.
-#[test]
-fn raising_copies_beyond_the_log_copies_says_how_to_add_one() {
-    let (fs, _disks) = pool_of_disks(3, "copies=1");
-    let m = fs.mnt.to_str().unwrap().to_string();
-    let log_line = || {
-        let v: Value =
-            serde_json::from_str(&cairn_ok(&["redundancy", "show", &m, "--json"])).unwrap();
-        v["intent_log"].as_str().unwrap().to_string()
-    };
-    let before = log_line();
-    assert!(before.starts_with("2 of 2 copies on devices"), "{before}");
-    assert!(!before.contains("asks for"), "{before}");
-    cairn_ok(&["redundancy", "set", &m, "copies=3"]);
-    let short = log_line();
-    assert!(
-        short.contains("asks for 3") && short.contains(":log="),
-        "{short}"
-    );
-    let extra = fs.dir.join("disk3");
-    std::fs::create_dir_all(&extra).unwrap();
-    cairn_ok(&[
-        "device",
-        "add",
-        &m,
-        &format!("ssd:{}:128M:log=16M", extra.display()),
-    ]);
-    let after = log_line();
-    assert!(after.starts_with("3 of 3 copies on devices"), "{after}");
-    assert!(!after.contains("asks for"), "{after}");
-    fs.finish();
-}
-
 #[test]
 fn raising_copies_online_adds_metadata_copies_at_once() {
     let (mut fs, disks) = pool_of_disks(3, "copies=1");

@@ -20,7 +20,7 @@ use crate::store::ChunkStore;
 use cairn_devices::{Device, SlotAddr};
 
 /// A change of a segment's copies prepared (the new ones written, and
-/// synced unless prepared by `copy_changing_unsynced`), not yet switched.
+/// synced unless `copy_changing` was told not to), not yet switched.
 #[derive(Debug, Clone)]
 pub struct Relocation {
     pub segment: u64,
@@ -100,32 +100,10 @@ impl ChunkStore {
     /// NoSpace when copies were asked for and none could be placed; Busy
     /// when a copy of `from` is no longer the segment's (it changed since
     /// the caller looked).
+    /// With `sync` false the new copies are written but not synced: the
+    /// caller syncs a batch of changes at once (`sync_relocations`, one
+    /// sync per device instead of one per segment) before it commits them.
     pub fn copy_changing(
-        &self,
-        id: u64,
-        from: Vec<SlotAddr>,
-        add: usize,
-        rank: u8,
-        pick: impl Fn(&Device, u64, u64) -> bool,
-    ) -> Result<Relocation> {
-        self.changing(id, from, add, rank, pick, true)
-    }
-
-    /// `copy_changing` without the sync of the new copies: the caller
-    /// syncs a batch of changes at once (`sync_relocations`) before it
-    /// commits them (one sync per device instead of one per segment).
-    pub fn copy_changing_unsynced(
-        &self,
-        id: u64,
-        from: Vec<SlotAddr>,
-        add: usize,
-        rank: u8,
-        pick: impl Fn(&Device, u64, u64) -> bool,
-    ) -> Result<Relocation> {
-        self.changing(id, from, add, rank, pick, false)
-    }
-
-    fn changing(
         &self,
         id: u64,
         from: Vec<SlotAddr>,

@@ -97,7 +97,7 @@ fn an_unsynced_copy_gives_no_record_until_it_is_synced() {
     let cs = &fs.pool().chunks;
     let from = cs.segment(seg).unwrap().places();
     let mut r = vec![cs
-        .copy_changing_unsynced(seg, from, 1, 0, |_, _, _| true)
+        .copy_changing(seg, from, 1, 0, |_, _, _| true, false)
         .unwrap()];
     let refused = cs.relocated_record(&r[0]).unwrap_err();
     assert!(

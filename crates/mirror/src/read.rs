@@ -30,8 +30,8 @@ impl Default for Limits {
     }
 }
 
-/// What a stream carried.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// What a stream carried (also the reply to `MirrorRead`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReadReport {
     pub since: u64,
     pub upto: u64,

@@ -7,33 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// `MirrorRead`: the stream read out of the source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReadReply {
-    pub since: u64,
-    pub upto: u64,
-    pub events: u64,
-    pub chunks_sent: u64,
-    pub chunks_skipped: u64,
-    pub chunk_bytes: u64,
-    pub batches: u64,
-    pub bytes: u64,
-}
-
-impl From<crate::ReadReport> for ReadReply {
-    fn from(r: crate::ReadReport) -> ReadReply {
-        ReadReply {
-            since: r.since,
-            upto: r.upto,
-            events: r.events,
-            chunks_sent: r.chunks_sent,
-            chunks_skipped: r.chunks_skipped,
-            chunk_bytes: r.chunk_bytes,
-            batches: r.batches,
-            bytes: r.bytes,
-        }
-    }
-}
+/// `MirrorRead`: the stream read out of the source (the reader's own
+/// report, `read::ReadReport`).
+pub use crate::read::ReadReport as ReadReply;
 
 /// `MirrorWrite`: the streams applied to the mirror.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,16 +113,9 @@ pub struct StatusReply {
     pub snapshots: Vec<SnapshotAt>,
 }
 
-/// `MirrorRollback`: what rolling a mirror back to a snapshot changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RollbackReply {
-    pub from: u64,
-    pub to: u64,
-    pub removed: u64,
-    pub restored: u64,
-    pub snapshots_removed: u64,
-    pub chunks_freed: u64,
-}
+/// `MirrorRollback`: what rolling a mirror back to a snapshot changed
+/// (the pool's own report).
+pub use cairn_fs::replica::RollbackReport as RollbackReply;
 
 /// `MirrorPromote`: the TID the promoted pool is at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -76,7 +76,7 @@ pub fn read_to(
         limits.bytes = m.clamp(1, 4096) << 20;
     }
     let r = crate::read_stream_limited(fs, since, out, held, limits).map_err(refused)?;
-    Ok(r.into())
+    Ok(r)
 }
 
 /// The hashes a stream after `since` would send bytes for, into `path`.
@@ -197,15 +197,7 @@ pub fn promote(fs: &Arc<Fs>) -> Result<PromoteReply> {
 
 /// `MirrorRollback`: a mirror rolled back to its snapshot `snapshot`.
 pub fn rollback(fs: &Arc<Fs>, snapshot: &str) -> Result<RollbackReply> {
-    let r = fs.rollback_mirror(snapshot)?;
-    Ok(RollbackReply {
-        from: r.from,
-        to: r.to,
-        removed: r.removed,
-        restored: r.restored,
-        snapshots_removed: r.snapshots_removed,
-        chunks_freed: r.chunks_freed,
-    })
+    fs.rollback_mirror(snapshot)
 }
 
 /// `MirrorHold`: mirror `mirror` (reached at `at`) is at `tid` now.

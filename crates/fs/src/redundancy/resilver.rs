@@ -372,12 +372,15 @@ impl Fs {
         add: usize,
         pick: &dyn Fn(&Device) -> bool,
     ) -> cairn_data::error::Result<Option<Relocation>> {
-        let changed = (self.pool.chunks).copy_changing_unsynced(
+        // Synced a batch at a time, before the commit (`commit_fixes`).
+        let sync = false;
+        let changed = (self.pool.chunks).copy_changing(
             fix.segment,
             from,
             add,
             fix.rank,
             |d, _, _| pick(d),
+            sync,
         );
         let r = match changed {
             Ok(r) => r,

@@ -201,7 +201,7 @@ impl Fs {
                     continue;
                 }
                 let rank = dev.class().rank();
-                match chunks.copy_changing(sid, Vec::new(), add, rank, |_, _, _| true) {
+                match chunks.copy_changing(sid, Vec::new(), add, rank, |_, _, _| true, true) {
                     Ok(r) => {
                         rate.spend(s.used as u64 * add as u64);
                         rep.bytes += s.used as u64 * add as u64;

@@ -14,8 +14,8 @@ use crate::vfs::Fs;
 use cairn_meta::{Element, RecordType};
 use std::collections::BTreeSet;
 
-/// What a rollback changed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// What a rollback changed (also the reply to `MirrorRollback`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RollbackReport {
     pub from: u64,
     pub to: u64,
