@@ -223,14 +223,20 @@ impl Fs {
                 log: log.as_ref().is_some_and(|l| l.contains(&d.path)),
             });
         }
+        // The devices made with a log area: those the pool opened with
+        // (missing ones included) and those added since.
+        let mut holders = self.pool.log_devices.clone();
+        holders.extend(
+            (set.devices().iter())
+                .filter(|d| d.header.log_len > 0)
+                .map(|d| d.id()),
+        );
+        holders.sort_unstable();
+        holders.dedup();
         st.intent_log = match &log {
             None => "none (fsync commits)".into(),
             Some(_) if self.pool.log_devices.is_empty() => "the pool directory".into(),
-            Some(l) => format!(
-                "{} of {} copies on devices",
-                l.len(),
-                self.pool.log_devices.len()
-            ),
+            Some(l) => format!("{} of {} copies on devices", l.len(), holders.len()),
         };
         if let Some((_, want)) = self.log_copies_short() {
             st.intent_log += &format!("; the redundancy asks for {want}: {ADD_LOG_COPY}");
