@@ -3,37 +3,35 @@
 //! people or, with --json, as JSON.
 
 use crate::args::{GcArgs, HistoryArgs, PruneArgs, ReblockArgs, SnapshotCmd, TargetArgs, UndoArgs};
-use crate::control::client::{call, resolve_file};
+use crate::control::client::{call_with_json, resolve_file};
 use crate::control::protocol::Request;
+use crate::control::replies::{Deleted, SnapshotCreated, SnapshotEntry, SyncReply};
 use crate::report::human;
 use anyhow::{bail, Context, Result};
 use cairn_fs::timefmt::format_utc;
+use cairn_fs::{PruneReport, ReblockReport, ScrubReport, VerifyReport, Version};
 use serde_json::Value;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
-fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).expect("json"));
+fn print_json(v: &Value) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
 }
 
 /// One line per entry of a report's "damaged" list.
-fn print_damaged(v: &Value, label: &str) {
-    for d in v["damaged"].as_array().into_iter().flatten() {
-        println!("{label}: {}", d.as_str().unwrap_or(""));
+fn print_damaged(damaged: &[String], label: &str) {
+    for d in damaged {
+        println!("{label}: {d}");
     }
-}
-
-fn num(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or(0)
 }
 
 pub fn sync(t: &TargetArgs) -> Result<()> {
-    let v = call(&t.target, Request::Sync)?;
+    let (r, v): (SyncReply, _) = call_with_json(&t.target, Request::Sync)?;
     if t.json {
-        print_json(&v);
-    } else {
-        println!("0x{:016x}", num(&v, "tid"));
+        return print_json(&v);
     }
+    println!("0x{:016x}", r.tid);
     Ok(())
 }
 
@@ -48,8 +46,7 @@ pub fn snapshot(c: SnapshotCmd) -> Result<()> {
                 auto: false,
                 wait: !no_wait,
             };
-            let v = call(&t.target, req)?;
-            created(&t, v)
+            created(&t, req)
         }
         SnapshotCmd::Auto { t } => {
             let req = Request::SnapshotCreate {
@@ -57,79 +54,83 @@ pub fn snapshot(c: SnapshotCmd) -> Result<()> {
                 auto: true,
                 wait: true,
             };
-            created(&t, call(&t.target, req)?)
+            created(&t, req)
         }
-        SnapshotCmd::List { t } => list(&t, call(&t.target, Request::SnapshotList)?),
+        SnapshotCmd::List { t } => list(&t),
         SnapshotCmd::Delete { t, name } => {
-            let v = call(&t.target, Request::SnapshotDelete { name: name.clone() })?;
+            let req = Request::SnapshotDelete { name };
+            let (r, v): (Deleted, _) = call_with_json(&t.target, req)?;
             if t.json {
-                print_json(&v);
-            } else {
-                println!("deleted snapshot {name}; run `cairn prune` to free its space now");
+                return print_json(&v);
             }
+            println!(
+                "deleted snapshot {}; run `cairn prune` to free its space now",
+                r.deleted
+            );
             Ok(())
         }
-        SnapshotCmd::Verify { t, name } => {
-            let v = call(&t.target, Request::SnapshotVerify { name })?;
-            let ok = v["matches"].as_bool() == Some(true);
-            if t.json {
-                print_json(&v);
-            } else {
-                print_damaged(&v, "DAMAGED");
-                println!(
-                    "snapshot {} (tid 0x{:016x}): {} files, {}: recorded {} computed {}: {}",
-                    v["name"].as_str().unwrap_or(""),
-                    num(&v, "tid"),
-                    num(&v, "files"),
-                    human(num(&v, "bytes")),
-                    v["recorded"].as_str().unwrap_or("(none)"),
-                    v["computed"].as_str().unwrap_or(""),
-                    if ok { "OK" } else { "MISMATCH" }
-                );
-            }
-            if !ok {
-                std::process::exit(3);
-            }
-            Ok(())
-        }
+        SnapshotCmd::Verify { t, name } => verify(&t, name),
     }
 }
 
-fn created(t: &TargetArgs, v: Value) -> Result<()> {
+/// `snapshot verify`: exits with status 3 when the hashes differ.
+fn verify(t: &TargetArgs, name: String) -> Result<()> {
+    let (r, v): (VerifyReport, _) = call_with_json(&t.target, Request::SnapshotVerify { name })?;
     if t.json {
-        print_json(&v);
+        print_json(&v)?;
     } else {
+        print_damaged(&r.damaged, "DAMAGED");
         println!(
-            "created snapshot {} at tid 0x{:016x} in {:.2} ms",
-            v["name"].as_str().unwrap_or(""),
-            num(&v, "tid"),
-            v["create_ms"].as_f64().unwrap_or(0.0)
+            "snapshot {} (tid 0x{:016x}): {} files, {}: recorded {} computed {}: {}",
+            r.name,
+            r.tid,
+            r.files,
+            human(r.bytes),
+            r.recorded.as_deref().unwrap_or("(none)"),
+            r.computed,
+            if r.matches { "OK" } else { "MISMATCH" }
         );
+    }
+    if !r.matches {
+        std::process::exit(3);
     }
     Ok(())
 }
 
-fn list(t: &TargetArgs, v: Value) -> Result<()> {
+fn created(t: &TargetArgs, req: Request) -> Result<()> {
+    let (r, v): (SnapshotCreated, _) = call_with_json(&t.target, req)?;
     if t.json {
-        print_json(&v);
-        return Ok(());
+        return print_json(&v);
+    }
+    println!(
+        "created snapshot {} at tid 0x{:016x} in {:.2} ms",
+        r.name, r.tid, r.create_ms
+    );
+    Ok(())
+}
+
+fn list(t: &TargetArgs) -> Result<()> {
+    let (list, v): (Vec<SnapshotEntry>, _) = call_with_json(&t.target, Request::SnapshotList)?;
+    if t.json {
+        return print_json(&v);
     }
     println!(
         "{:<28} {:<18} {:<19} {:<5} {:>10} {:>10}  HASH",
         "NAME", "TID", "TIME (UTC)", "KIND", "DATA", "FREES"
     );
-    for s in v.as_array().into_iter().flatten() {
-        let hash = s["hash"]
-            .as_str()
-            .map_or("(computing)".to_string(), |h| h[..16].to_string());
+    for s in &list {
+        let hash = match &s.hash {
+            Some(h) => h.get(..16).unwrap_or(h),
+            None => "(computing)",
+        };
         println!(
             "{:<28} 0x{:016x} {:<19} {:<5} {:>10} {:>10}  {hash}",
-            s["name"].as_str().unwrap_or(""),
-            num(s, "tid"),
-            format_utc(num(s, "time_ns")),
-            s["kind"].as_str().unwrap_or(""),
-            human(num(s, "bytes")),
-            human(num(s, "unique_bytes")),
+            s.name,
+            s.tid,
+            format_utc(s.time_ns),
+            s.kind,
+            human(s.bytes),
+            human(s.unique_bytes),
         );
     }
     Ok(())
@@ -143,24 +144,24 @@ pub fn history(a: &HistoryArgs) -> Result<()> {
     let ino = std::fs::symlink_metadata(&a.path)
         .with_context(|| format!("{}", a.path.display()))?
         .ino();
-    let v = call(&mnt, Request::History { ino })?;
+    let (list, v): (Vec<Version>, _) = call_with_json(&mnt, Request::History { ino })?;
     if a.json {
-        print_json(&v);
-        return Ok(());
+        return print_json(&v);
     }
     println!(
         "{:<18} {:<19} {:>14} {:<19}",
         "TID", "COMMITTED (UTC)", "SIZE", "MTIME (UTC)"
     );
-    for e in v.as_array().into_iter().flatten() {
-        let mtime = e["mtime_ns"].as_i64().unwrap_or(0).max(0) as u64;
+    for e in &list {
+        // Before 1970 shows as 1970, as it always has.
+        let mtime = u64::try_from(e.mtime_ns.max(0)).unwrap_or(u64::MAX);
         println!(
             "0x{:016x} {:<19} {:>14} {:<19}{}",
-            num(e, "tid"),
-            format_utc(num(e, "time_ns")),
-            num(e, "size"),
+            e.tid,
+            format_utc(e.time_ns),
+            e.size,
             format_utc(mtime),
-            if e["ended_tid"].is_null() {
+            if e.ended_tid.is_none() {
                 "  (current)"
             } else {
                 ""
@@ -247,23 +248,22 @@ pub fn prune(a: &PruneArgs) -> Result<()> {
         keep_weekly: a.keep_weekly,
         keep_monthly: a.keep_monthly,
     };
-    let v = call(&a.t.target, req)?;
+    let (r, v): (PruneReport, _) = call_with_json(&a.t.target, req)?;
     if a.t.json {
-        print_json(&v);
-        return Ok(());
+        return print_json(&v);
     }
-    for s in v["expired_snapshots"].as_array().into_iter().flatten() {
-        println!("expired automatic snapshot {}", s.as_str().unwrap_or(""));
+    for s in &r.expired_snapshots {
+        println!("expired automatic snapshot {s}");
     }
     println!(
         "{}{} history elements, {} chunks ({}) and {} segments {}; history whole from tid 0x{:016x}",
         if a.dry_run { "dry run: " } else { "" },
-        num(&v, "elements"),
-        num(&v, "chunks_freed"),
-        human(num(&v, "bytes_freed")),
-        num(&v, "segments_freed"),
+        r.elements,
+        r.chunks_freed,
+        human(r.bytes_freed),
+        r.segments_freed,
         if a.dry_run { "would be freed" } else { "freed" },
-        num(&v, "cutoff_tid"),
+        r.cutoff_tid,
     );
     Ok(())
 }
@@ -273,51 +273,51 @@ pub fn reblock(a: &ReblockArgs) -> Result<()> {
         max_live_pct: a.max_live,
         files: !a.no_files,
     };
-    moved(&a.t, call(&a.t.target, req)?)
+    moved(&a.t, req)
 }
 
 pub fn gc(a: &GcArgs) -> Result<()> {
     let req = Request::Gc {
         max_live_pct: a.max_live,
     };
-    moved(&a.t, call(&a.t.target, req)?)
+    moved(&a.t, req)
 }
 
-/// Prints a reblock or gc report.
-fn moved(t: &TargetArgs, v: Value) -> Result<()> {
+/// Runs a reblock or gc request and prints its report.
+fn moved(t: &TargetArgs, req: Request) -> Result<()> {
+    let (r, v): (ReblockReport, _) = call_with_json(&t.target, req)?;
     if t.json {
-        print_json(&v);
-        return Ok(());
+        return print_json(&v);
     }
-    print_damaged(&v, "DAMAGED (left in place)");
+    print_damaged(&r.damaged, "DAMAGED (left in place)");
     println!(
         "rewrote {} segments and {} files: {} chunks ({}) moved, {} segments freed",
-        num(&v, "segments_rewritten"),
-        num(&v, "files_rewritten"),
-        num(&v, "chunks_moved"),
-        human(num(&v, "bytes_moved")),
-        num(&v, "segments_freed"),
+        r.segments_rewritten,
+        r.files_rewritten,
+        r.chunks_moved,
+        human(r.bytes_moved),
+        r.segments_freed,
     );
     Ok(())
 }
 
 pub fn scrub(t: &TargetArgs) -> Result<()> {
-    let v = call(&t.target, Request::Scrub)?;
-    let damaged = v["damaged"].as_array().map_or(0, |d| d.len());
+    let (r, v): (ScrubReport, _) = call_with_json(&t.target, Request::Scrub)?;
+    let damaged = r.damaged.len();
     if t.json {
-        print_json(&v);
+        print_json(&v)?;
     } else {
-        print_damaged(&v, "DAMAGED");
+        print_damaged(&r.damaged, "DAMAGED");
         println!(
             "scrubbed {} chunks ({}): {damaged} damaged",
-            num(&v, "chunks"),
-            human(num(&v, "bytes"))
+            r.chunks,
+            human(r.bytes)
         );
-        let copies = num(&v, "meta_copies");
+        let copies = r.meta_copies;
         let (open, read, now) = (
-            num(&v, "meta_repaired_at_open"),
-            num(&v, "meta_repaired_on_read"),
-            num(&v, "meta_repaired_now"),
+            r.meta_repaired_at_open,
+            r.meta_repaired_on_read,
+            r.meta_repaired_now,
         );
         println!(
             "metadata: {copies} cop{}; pages repaired from the other copy: {open} when the pool was opened, {read} on reads, {now} by this scrub",

@@ -6,13 +6,13 @@
 //! info` can report their statistics.
 
 use crate::args::NbdArgs;
+use crate::control::replies::NbdServer;
 use crate::volume::{NbdServeArgs, NbdTlsInitArgs};
 use anyhow::{bail, Context, Result};
 use cairn_fs::pool::PoolPaths;
 use cairn_fs::{Fs, FsError, Pool, PoolConfig};
 use cairn_nbd::{Address, PoolExports, Server, ServerConfig, TlsConfig};
 use parking_lot::Mutex;
-use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -154,26 +154,26 @@ pub fn stop() {
 }
 
 /// The servers' addresses and statistics, with the worker pool's queue
-/// wait summarized (null when not serving).
-pub fn stats_json() -> Value {
+/// wait summarized (None when not serving).
+pub fn servers() -> Option<Vec<NbdServer>> {
     let servers = SERVERS.lock();
     if servers.is_empty() {
-        return Value::Null;
+        return None;
     }
-    let list: Vec<Value> = servers
+    let list = servers
         .iter()
         .map(|s| {
             let st = s.stats();
             let w = &st.pool.queue_wait;
-            json!({
-                "address": address(s),
-                "queue_wait_mean_us": w.mean_us(),
-                "queue_wait_p99_us": w.p99_us(),
-                "stats": st,
-            })
+            NbdServer {
+                address: address(s),
+                queue_wait_mean_us: w.mean_us(),
+                queue_wait_p99_us: w.p99_us(),
+                stats: st,
+            }
         })
         .collect();
-    Value::Array(list)
+    Some(list)
 }
 
 /// `cairn nbd serve`: open the pool, serve until a signal, close cleanly.

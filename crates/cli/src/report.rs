@@ -1,7 +1,11 @@
 //! `cairn check` and `cairn info`: open the pool, run the library's report,
 //! print it for people or as JSON.
 
+use crate::control::client::call_with_json;
+use crate::control::protocol::Request;
+use crate::control::replies::{InfoReply, NbdServer};
 use anyhow::{bail, Result};
+use cairn_fs::maintenance::objects::ObjectInfo;
 use cairn_fs::{FsError, Pool};
 use std::path::Path;
 
@@ -83,21 +87,16 @@ pub fn human(n: u64) -> String {
 
 /// Info works on a mounted pool too (answered by the daemon).
 pub fn info(target: &Path, json: bool) -> Result<()> {
-    let v = crate::control::client::call(target, crate::control::protocol::Request::Info)?;
+    let (r, v): (InfoReply, _) = call_with_json(target, Request::Info)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    let (vols, nbd, fw) = (
-        v["volumes"].clone(),
-        v["nbd"].clone(),
-        v["fuse_workers"].clone(),
-    );
-    let i: cairn_fs::maintenance::info::PoolInfo = serde_json::from_value(v)?;
+    let i = &r.pool;
     for w in i.mode_warnings.iter().chain(&i.space_warning) {
         println!("WARNING: {w}");
     }
-    print_summary(&i);
+    print_summary(i);
     for l in &i.locks {
         println!(
             "lock {:<10} taken {}, waited {} times ({:.1} ms in all, {:.1} ms at most)",
@@ -109,17 +108,15 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
         );
     }
     print_devices(&i.devices);
-    print_caches(&i);
+    print_caches(i);
     println!("volumes:");
-    crate::volume::print_volume_table(&vols)?;
-    print_nbd(&nbd);
-    if fw.is_object() {
-        let wait = &fw["queue_wait"];
-        let mean =
-            wait["total_us"].as_u64().unwrap_or(0) / wait["count"].as_u64().unwrap_or(0).max(1);
+    crate::volume::print_volume_table(&r.volumes);
+    print_nbd(r.nbd.as_deref());
+    if let Some(fw) = &r.fuse_workers {
+        let wait = &fw.queue_wait;
         println!(
             "fuse workers:    {}",
-            workers_line(&fw, mean, ("max", wait["max_us"].as_u64().unwrap_or(0)))
+            workers_line(fw, wait.mean_us(), ("max", wait.max_us))
         );
     }
     Ok(())
@@ -199,10 +196,7 @@ fn print_devices(devices: &[cairn_fs::maintenance::info::DeviceInfo]) {
             d.path
         );
         if let Some(o) = &d.object_store {
-            println!(
-                "     {}",
-                object_line(&serde_json::to_value(o).expect("serializes"))
-            );
+            println!("     {}", object_line(o));
         }
     }
 }
@@ -229,67 +223,64 @@ fn print_caches(i: &cairn_fs::maintenance::info::PoolInfo) {
 
 /// An adaptive worker pool's state (crates/workpool `Stats`), and its
 /// queue wait.
-fn workers_line(p: &serde_json::Value, wait_mean_us: u64, (tail, wait_us): (&str, u64)) -> String {
-    let n = |k: &str| p[k].as_u64().unwrap_or(0);
+fn workers_line(
+    p: &cairn_workpool::Stats,
+    wait_mean_us: u64,
+    (tail, wait_us): (&str, u64),
+) -> String {
     format!(
         "{} alive ({}..{}), {} busy, {} queued, peak {}; queue wait mean {wait_mean_us} us, {tail} {wait_us} us",
-        n("workers"),
-        n("min"),
-        n("max"),
-        n("busy"),
-        n("queued"),
-        n("peak_workers"),
+        p.workers, p.min, p.max, p.busy, p.queued, p.peak_workers,
     )
 }
 
 /// The NBD servers of the daemon: address, connections, commands, workers.
-fn print_nbd(nbd: &serde_json::Value) {
-    let Some(list) = nbd.as_array() else {
+fn print_nbd(nbd: Option<&[NbdServer]>) {
+    let Some(list) = nbd else {
         println!("nbd:             not served");
         return;
     };
-    let n = |x: &serde_json::Value, k: &str| x[k].as_u64().unwrap_or(0);
     for s in list {
-        let st = &s["stats"];
-        let (c, p) = (&st["commands"], &st["pool"]);
+        let st = &s.stats;
+        let (read, write) = (st.command("read"), st.command("write"));
         println!(
             "nbd:             {} ({} connections open, {} in all)",
-            s["address"].as_str().unwrap_or(""),
-            n(st, "connections_open"),
-            n(st, "connections_total")
+            s.address, st.connections_open, st.connections_total
         );
         println!(
             "  requests:      {} reads ({}), {} writes ({}), {} flushes, {} trims, {} errors",
-            n(&c["read"], "count"),
-            human(n(&c["read"], "bytes")),
-            n(&c["write"], "count"),
-            human(n(&c["write"], "bytes")),
-            n(&c["flush"], "count"),
-            n(&c["trim"], "count"),
-            c.as_object()
-                .map_or(0, |m| m.values().map(|x| n(x, "errors")).sum::<u64>())
+            read.count,
+            human(read.bytes),
+            write.count,
+            human(write.bytes),
+            st.command("flush").count,
+            st.command("trim").count,
+            st.commands.values().map(|c| c.errors).sum::<u64>()
         );
-        let (mean, p99) = (n(s, "queue_wait_mean_us"), n(s, "queue_wait_p99_us"));
-        println!("  workers:       {}", workers_line(p, mean, ("p99", p99)));
+        let (mean, p99) = (s.queue_wait_mean_us, s.queue_wait_p99_us);
+        println!(
+            "  workers:       {}",
+            workers_line(&st.pool, mean, ("p99", p99))
+        );
     }
 }
 
 /// One line of an object-store device's state for `info` and `tier
 /// status`: "s3 ok: 12 GET, 3 PUT, ... 0 errors".
-pub(crate) fn object_line(o: &serde_json::Value) -> String {
-    let n = |k: &str| o[k].as_u64().unwrap_or(0);
+pub(crate) fn object_line(o: &ObjectInfo) -> String {
+    let n = &o.stats;
     format!(
         "object store {}: {} GET, {} PUT, {} HEAD, {} LIST, {} DELETE; {} in, {} out; {} errors ({} timeouts); {} deletes pending",
-        o["state"].as_str().unwrap_or("?"),
-        n("gets"),
-        n("puts"),
-        n("heads"),
-        n("lists"),
-        n("deletes"),
-        human(n("bytes_in")),
-        human(n("bytes_out")),
-        n("errors"),
-        n("timeouts"),
-        n("pending_deletes"),
+        n.state,
+        n.gets,
+        n.puts,
+        n.heads,
+        n.lists,
+        n.deletes,
+        human(n.bytes_in),
+        human(n.bytes_out),
+        n.errors,
+        n.timeouts,
+        o.pending_deletes,
     )
 }

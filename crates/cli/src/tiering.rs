@@ -3,85 +3,80 @@
 //! pool is mounted, or run in this process when it is not).
 
 use crate::args::{DeviceCmd, RedundancyCmd, TargetArgs, TierCmd};
-use crate::control::client::{call, decode_as, resolve_file, UsageError};
+use crate::control::client::{call_with_json, resolve_file, UsageError};
 use crate::control::protocol::Request;
+use crate::control::replies::DeviceAdded;
 use crate::report::human;
 use anyhow::{Context, Result};
+use cairn_fs::maintenance::devices::RemoveReport;
+use cairn_fs::maintenance::tier::{MigrateReport, TierDevice};
+use cairn_fs::redundancy::path_policy::PathLayoutReport;
+use cairn_fs::redundancy::resilver::{ReplaceReport, ResilverReport};
 use cairn_fs::redundancy::RedundancyStatus;
 use serde_json::Value;
 
-fn num(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or(0)
-}
-
-fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).expect("json"));
+fn print_json(v: &Value) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
 }
 
 pub fn device(c: DeviceCmd) -> Result<()> {
     match c {
-        DeviceCmd::Add {
-            t,
-            mut spec,
-            sparse,
-        } => {
-            spec.sparse |= sparse;
-            if spec.sparse {
-                eprintln!(
-                    "cairn: warning: {} is left sparse (--sparse): its blocks are not reserved, so writes fail when the host filesystem fills",
-                    spec.path.display()
-                );
-            }
-            // The daemon's working directory is not ours (an s3 spec
-            // names no local path).
-            if !spec.class.is_object_store() {
-                let cwd = std::env::current_dir().context("current directory")?;
-                spec.path = cwd.join(&spec.path);
-            }
-            let v = call(
-                &t.target,
-                Request::DeviceAdd {
-                    spec: spec.to_string(),
-                },
-            )?;
-            if t.json {
-                print_json(&v);
-            } else {
-                println!(
-                    "added device {} ({} {}) at {}",
-                    num(&v, "device"),
-                    spec.class,
-                    spec.role,
-                    spec.path.display()
-                );
-                if let Some(to) = v["meta_mirror_next"].as_str() {
-                    println!("the metadata's second copy goes to {to} at the next mount");
-                }
-            }
-            Ok(())
-        }
+        DeviceCmd::Add { t, spec, sparse } => add(&t, spec, sparse),
         DeviceCmd::Remove { t, device } => {
             let name = device_name(device)?;
-            let v = call(
-                &t.target,
-                Request::DeviceRemove {
-                    device: name.display().to_string(),
-                },
-            )?;
+            let req = Request::DeviceRemove {
+                device: name.display().to_string(),
+            };
+            let (r, v): (RemoveReport, _) = call_with_json(&t.target, req)?;
             if t.json {
-                print_json(&v);
-            } else {
-                println!(
-                    "removed device {}: {} segments ({}) moved to the other devices",
-                    num(&v, "device"),
-                    num(&v, "segments_moved"),
-                    human(num(&v, "bytes_moved"))
-                );
+                return print_json(&v);
             }
+            println!(
+                "removed device {}: {} segments ({}) moved to the other devices",
+                r.device,
+                r.segments_moved,
+                human(r.bytes_moved)
+            );
             Ok(())
         }
         DeviceCmd::Replace { t, old, new } => replace(t, old, new),
     }
+}
+
+/// `cairn device add`.
+fn add(t: &TargetArgs, mut spec: cairn_devices::DeviceSpec, sparse: bool) -> Result<()> {
+    spec.sparse |= sparse;
+    if spec.sparse {
+        eprintln!(
+            "cairn: warning: {} is left sparse (--sparse): its blocks are not reserved, so writes fail when the host filesystem fills",
+            spec.path.display()
+        );
+    }
+    // The daemon's working directory is not ours (an s3 spec names no
+    // local path).
+    if !spec.class.is_object_store() {
+        let cwd = std::env::current_dir().context("current directory")?;
+        spec.path = cwd.join(&spec.path);
+    }
+    let req = Request::DeviceAdd {
+        spec: spec.to_string(),
+    };
+    let (r, v): (DeviceAdded, _) = call_with_json(&t.target, req)?;
+    if t.json {
+        return print_json(&v);
+    }
+    println!(
+        "added device {} ({} {}) at {}",
+        r.device,
+        spec.class,
+        spec.role,
+        spec.path.display()
+    );
+    if let Some(to) = r.meta_mirror_next {
+        println!("the metadata's second copy goes to {to} at the next mount");
+    }
+    Ok(())
 }
 
 /// A device named on the command line: its id as given, a path made
@@ -112,17 +107,16 @@ fn replace(
         device: device_name(old)?.display().to_string(),
         spec: new.to_string(),
     };
-    let v = call(&t.target, req)?;
+    let (r, v): (ReplaceReport, _) = call_with_json(&t.target, req)?;
     if t.json {
-        print_json(&v);
-        return Ok(());
+        return print_json(&v);
     }
     println!(
         "replaced device {} by device {}: {} segments ({}) copied",
-        num(&v, "old"),
-        num(&v, "new"),
-        num(&v, "segments"),
-        human(num(&v, "bytes"))
+        r.old,
+        r.new,
+        r.segments,
+        human(r.bytes)
     );
     Ok(())
 }
@@ -143,39 +137,37 @@ pub fn redundancy(c: RedundancyCmd) -> Result<()> {
             Some(_) => return show_path_policy(&t),
             None => (t, Request::RedundancyShow),
         },
-        RedundancyCmd::Rebuild { t } => {
-            let v = call(&t.target, Request::Resilver)?;
-            if t.json {
-                print_json(&v);
-            } else {
-                println!(
-                    "{} segments changed: {} copies made ({}), {} dropped; {} still short of copies, {} lost",
-                    num(&v, "segments"),
-                    num(&v, "copies_made"),
-                    human(num(&v, "bytes")),
-                    num(&v, "copies_dropped"),
-                    num(&v, "short"),
-                    num(&v, "lost")
-                );
-                let stripes = ["stripes_made", "members_made", "stripes_dropped"];
-                if stripes.iter().any(|k| num(&v, k) > 0) {
-                    println!(
-                        "stripes: {} made, {} members made again, {} dropped",
-                        num(&v, "stripes_made"),
-                        num(&v, "members_made"),
-                        num(&v, "stripes_dropped")
-                    );
-                }
-            }
-            return Ok(());
-        }
+        RedundancyCmd::Rebuild { t } => return rebuild(&t),
     };
-    let v = call(&t.target, req)?;
+    let (r, v): (RedundancyStatus, _) = call_with_json(&t.target, req)?;
     if t.json {
-        print_json(&v);
-        return Ok(());
+        return print_json(&v);
     }
-    print_redundancy(&decode_as("redundancy", v)?);
+    print_redundancy(&r);
+    Ok(())
+}
+
+/// `cairn redundancy rebuild`.
+fn rebuild(t: &TargetArgs) -> Result<()> {
+    let (r, v): (ResilverReport, _) = call_with_json(&t.target, Request::Resilver)?;
+    if t.json {
+        return print_json(&v);
+    }
+    println!(
+        "{} segments changed: {} copies made ({}), {} dropped; {} still short of copies, {} lost",
+        r.segments,
+        r.copies_made,
+        human(r.bytes),
+        r.copies_dropped,
+        r.short,
+        r.lost
+    );
+    if r.stripes_made + r.members_made + r.stripes_dropped > 0 {
+        println!(
+            "stripes: {} made, {} members made again, {} dropped",
+            r.stripes_made, r.members_made, r.stripes_dropped
+        );
+    }
     Ok(())
 }
 
@@ -203,22 +195,21 @@ fn set_path_policy(t: &TargetArgs, mnt: &std::path::Path, policy: &str) -> Resul
         ino,
         policy: policy.to_string(),
     };
-    let v = call(mnt, req)?;
+    let (r, v): (PathLayoutReport, _) = call_with_json(mnt, req)?;
     if t.json {
-        print_json(&v);
-        return Ok(());
+        return print_json(&v);
     }
     println!(
         "{}: {policy} on {} files and directories; of their {} files' data, {} chunks ({}) moved, {} shared chunks kept at a stronger layout",
         t.target.display(),
-        num(&v, "nodes"),
-        num(&v, "files"),
-        num(&v, "chunks_moved"),
-        human(num(&v, "bytes_moved")),
-        num(&v, "shared_kept")
+        r.nodes,
+        r.files,
+        r.chunks_moved,
+        human(r.bytes_moved),
+        r.shared_kept
     );
-    for d in v["damaged"].as_array().into_iter().flatten() {
-        println!("not moved: {}", d.as_str().unwrap_or("?"));
+    for d in &r.damaged {
+        println!("not moved: {d}");
     }
     Ok(())
 }
@@ -247,7 +238,7 @@ fn show_path_policy(t: &TargetArgs) -> Result<()> {
         }
     };
     if t.json {
-        print_json(&serde_json::json!({ "path": t.target, "policy": own }));
+        print_json(&serde_json::json!({ "path": t.target, "policy": own }))?;
     } else {
         match own {
             Some(p) => println!("{}: {p} (its own)", t.target.display()),
@@ -309,73 +300,72 @@ pub fn tier(c: TierCmd) -> Result<()> {
 }
 
 fn status(t: &TargetArgs) -> Result<()> {
-    let v = call(&t.target, Request::TierStatus)?;
+    let (list, v): (Vec<TierDevice>, _) = call_with_json(&t.target, Request::TierStatus)?;
     if t.json {
-        print_json(&v);
-        return Ok(());
+        return print_json(&v);
     }
     println!(
         "{:>3} {:<5} {:<6} {:>10} {:>10} {:>5} {:>6}  heat: {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}  path",
         "id", "class", "role", "used", "size", "fill", "segs", "0", "<=1", "<=4", "<=16", "<=64", ">64"
     );
-    for d in v.as_array().into_iter().flatten() {
-        let (used, size) = (num(d, "used"), num(d, "size"));
-        let heat: Vec<u64> = d["heat"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_u64())
-            .collect();
-        let mut notes = String::new();
-        if d["draining"].as_bool() == Some(true) {
-            notes.push_str(" [draining]");
-        }
-        if d["failing"].as_bool() == Some(true) {
-            notes.push_str(" [FAILING]");
-        }
-        match d["state"].as_str() {
-            Some("online") | None => {}
-            Some(s) => notes.push_str(&format!(" [{}]", s.to_uppercase())),
-        }
-        if let Some(e) = d["emulated"].as_str() {
-            notes.push_str(&format!(" [emulated slow: {e}]"));
-        }
+    for td in &list {
+        let d = &td.device;
+        let h = &td.heat;
         println!(
-            "{:>3} {:<5} {:<6} {:>10} {:>10} {:>4}% {:>6}        {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}  {}{notes}",
-            num(d, "id"),
-            d["class"].as_str().unwrap_or(""),
-            d["role"].as_str().unwrap_or(""),
-            human(used),
-            human(size),
-            (used * 100).checked_div(size).unwrap_or(0),
-            num(d, "segments"),
-            heat.first().unwrap_or(&0),
-            heat.get(1).unwrap_or(&0),
-            heat.get(2).unwrap_or(&0),
-            heat.get(3).unwrap_or(&0),
-            heat.get(4).unwrap_or(&0),
-            heat.get(5).unwrap_or(&0),
-            d["path"].as_str().unwrap_or(""),
+            "{:>3} {:<5} {:<6} {:>10} {:>10} {:>4}% {:>6}        {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}  {}{}",
+            d.id,
+            d.class,
+            d.role,
+            human(d.used),
+            human(d.size),
+            (d.used * 100).checked_div(d.size).unwrap_or(0),
+            d.segments,
+            h[0],
+            h[1],
+            h[2],
+            h[3],
+            h[4],
+            h[5],
+            d.path,
+            status_notes(d),
         );
-        if d["object_store"].is_object() {
-            println!("    {}", crate::report::object_line(&d["object_store"]));
+        if let Some(o) = &d.object_store {
+            println!("    {}", crate::report::object_line(o));
         }
     }
     Ok(())
 }
 
-fn migrate(t: &TargetArgs) -> Result<()> {
-    let v = call(&t.target, Request::Migrate)?;
-    if t.json {
-        print_json(&v);
-    } else {
-        println!(
-            "promoted {} and demoted {} segments ({} copied), {} skipped",
-            num(&v, "promoted"),
-            num(&v, "demoted"),
-            human(num(&v, "bytes")),
-            num(&v, "skipped")
-        );
+/// The notes after a device's line in `tier status`: draining, failing,
+/// not online (an older daemon sends no state: online), emulated slow.
+fn status_notes(d: &cairn_fs::maintenance::info::DeviceInfo) -> String {
+    let mut notes = String::new();
+    if d.draining {
+        notes.push_str(" [draining]");
     }
+    if d.failing {
+        notes.push_str(" [FAILING]");
+    }
+    if !d.state.is_empty() && d.state != "online" {
+        notes.push_str(&format!(" [{}]", d.state.to_uppercase()));
+    }
+    if let Some(e) = &d.emulated {
+        notes.push_str(&format!(" [emulated slow: {e}]"));
+    }
+    notes
+}
+
+fn migrate(t: &TargetArgs) -> Result<()> {
+    let (r, v): (MigrateReport, _) = call_with_json(&t.target, Request::Migrate)?;
+    if t.json {
+        return print_json(&v);
+    }
+    println!(
+        "promoted {} and demoted {} segments ({} copied), {} skipped",
+        r.promoted,
+        r.demoted,
+        human(r.bytes),
+        r.skipped
+    );
     Ok(())
 }

@@ -3,9 +3,9 @@
 //! which serves an unmounted pool's volumes over NBD without FUSE.
 
 use crate::args::{size_arg, NbdArgs};
-use crate::control::client::{call, decode_as};
+use crate::control::client::call_with_json;
 use crate::control::protocol::Request;
-use crate::control::replies::{VolumeChange, VolumeSnapshotReply};
+use crate::control::replies::{Deleted, VolumeChange, VolumeSnapshotReply};
 use crate::report::human;
 use anyhow::{bail, Context, Result};
 use cairn_fs::timefmt::format_utc;
@@ -199,8 +199,9 @@ fn block_size_arg(s: &str) -> Result<u32, String> {
     }
 }
 
-fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).expect("json"));
+fn print_json(v: &Value) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
 }
 
 pub fn run(c: VolumeCmd) -> Result<()> {
@@ -216,9 +217,9 @@ pub fn run(c: VolumeCmd) -> Result<()> {
                 size,
                 block_size,
             };
-            one(&t, "created", call(&t.target, req)?)
+            one(&t, "created", req)
         }
-        VolumeCmd::List { t } => list(&t, call(&t.target, Request::VolumeList)?),
+        VolumeCmd::List { t } => list(&t),
         VolumeCmd::Resize {
             t,
             name,
@@ -226,7 +227,7 @@ pub fn run(c: VolumeCmd) -> Result<()> {
             shrink,
         } => {
             let req = Request::VolumeResize { name, size, shrink };
-            one(&t, "resized", call(&t.target, req)?)
+            one(&t, "resized", req)
         }
         VolumeCmd::Delete {
             t,
@@ -234,10 +235,11 @@ pub fn run(c: VolumeCmd) -> Result<()> {
             with_snapshots,
         } => {
             let req = Request::VolumeDelete {
-                name: name.clone(),
+                name,
                 with_snapshots,
             };
-            done(&t, call(&t.target, req)?, &format!("deleted volume {name}"))
+            let (r, v): (Deleted, _) = call_with_json(&t.target, req)?;
+            done(&t, v, &format!("deleted volume {}", r.deleted))
         }
         VolumeCmd::Snapshot {
             t,
@@ -254,18 +256,18 @@ pub fn run(c: VolumeCmd) -> Result<()> {
                 snap: snap.into(),
                 new,
             };
-            one(&t, "cloned", call(&t.target, req)?)
+            one(&t, "cloned", req)
         }
         VolumeCmd::Rollback { t, name, snap } => {
             let req = Request::VolumeRollback { name, snap };
-            one(&t, "rolled back", call(&t.target, req)?)
+            one(&t, "rolled back", req)
         }
     }
 }
 
 fn snapshot(t: &VolTarget, name: String, snap: String, wait: bool) -> Result<()> {
-    let v = call(&t.target, Request::VolumeSnapshot { name, snap, wait })?;
-    let r: VolumeSnapshotReply = decode_as("volume_snapshot", v.clone())?;
+    let req = Request::VolumeSnapshot { name, snap, wait };
+    let (r, v): (VolumeSnapshotReply, _) = call_with_json(&t.target, req)?;
     let line = format!(
         "created snapshot {} at tid 0x{:016x} (export {})",
         r.snapshot, r.tid, r.export,
@@ -275,17 +277,16 @@ fn snapshot(t: &VolTarget, name: String, snap: String, wait: bool) -> Result<()>
 
 fn done(t: &VolTarget, v: Value, line: &str) -> Result<()> {
     if t.json {
-        print_json(&v);
-    } else {
-        println!("{line}");
+        return print_json(&v);
     }
+    println!("{line}");
     Ok(())
 }
 
 /// One volume's line after a change, and a warning when the volume is
 /// larger than the pool (volumes are thin: writes fail once it is full).
-fn one(t: &VolTarget, what: &str, v: Value) -> Result<()> {
-    let r: VolumeChange = decode_as("volume", v.clone())?;
+fn one(t: &VolTarget, what: &str, req: Request) -> Result<()> {
+    let (r, v): (VolumeChange, _) = call_with_json(&t.target, req)?;
     let vol = &r.volume;
     if let Some(cap) = r.pool_capacity.filter(|c| vol.size > *c) {
         eprintln!(
@@ -306,27 +307,27 @@ fn one(t: &VolTarget, what: &str, v: Value) -> Result<()> {
     done(t, v, &line)
 }
 
-fn list(t: &VolTarget, v: Value) -> Result<()> {
+fn list(t: &VolTarget) -> Result<()> {
+    let (vols, v): (Vec<VolumeInfo>, _) = call_with_json(&t.target, Request::VolumeList)?;
     if t.json {
-        print_json(&v);
-        return Ok(());
+        return print_json(&v);
     }
-    print_volume_table(&v)
+    print_volume_table(&vols);
+    Ok(())
 }
 
 /// The table of `volume list` and `info`: a line per volume, one more
 /// per snapshot.
-pub fn print_volume_table(v: &Value) -> Result<()> {
-    let vols: Vec<VolumeInfo> = decode_as("volume_list", v.clone())?;
+pub fn print_volume_table(vols: &[VolumeInfo]) {
     if vols.is_empty() {
         println!("no volumes");
-        return Ok(());
+        return;
     }
     println!(
         "{:<24} {:>12} {:>6} {:>12}  SNAPSHOTS",
         "NAME", "SIZE", "BLOCK", "STORED"
     );
-    for x in &vols {
+    for x in vols {
         println!(
             "{:<24} {:>12} {:>6} {:>12}  {}",
             x.name,
@@ -345,7 +346,6 @@ pub fn print_volume_table(v: &Value) -> Result<()> {
             );
         }
     }
-    Ok(())
 }
 
 /// `cairn nbd serve`.

@@ -2,7 +2,7 @@
 //! moved and errors returned; a serialisable snapshot with the worker
 //! pool's statistics.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -69,7 +69,7 @@ impl Counters {
 }
 
 /// Counts of one command.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CommandStats {
     pub count: u64,
     /// Bytes read, written, trimmed, zeroed or described (successes).
@@ -78,7 +78,7 @@ pub struct CommandStats {
 }
 
 /// A server's statistics.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Stats {
     pub connections_total: u64,
     pub connections_open: u64,

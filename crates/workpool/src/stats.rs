@@ -1,7 +1,7 @@
 //! The pool's counters and its queue-wait histogram (power-of-two
 //! microsecond buckets), serialisable for reports.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// Buckets of the wait histogram: bucket `i` counts waits below `2^i` µs
@@ -9,7 +9,7 @@ use std::time::Duration;
 pub const WAIT_BUCKETS: usize = 32;
 
 /// What a pool did, as of `Pool::stats`.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Stats {
     pub min: u64,
     pub max: u64,
@@ -38,7 +38,7 @@ pub struct Stats {
 }
 
 /// Queue waits of the jobs that started.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WaitHistogram {
     pub count: u64,
     pub total_us: u64,

@@ -171,6 +171,16 @@ pub fn call_as<T: serde::de::DeserializeOwned>(target: &Path, req: Request) -> R
     Ok(v)
 }
 
+/// `call_as`, with the reply as it came too (what `--json` prints).
+pub fn call_with_json<T: serde::de::DeserializeOwned>(
+    target: &Path,
+    req: Request,
+) -> Result<(T, Value)> {
+    let op = req.op();
+    let v = call(target, req)?;
+    Ok((decode_as(op, v.clone())?, v))
+}
+
 /// `v`, the reply to a request of kind `op`, as a `T`.
 pub fn decode_as<T: serde::de::DeserializeOwned>(op: &str, v: Value) -> Result<T> {
     serde_json::from_value(v).with_context(|| format!("the reply to a {op} request"))

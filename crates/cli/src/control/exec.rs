@@ -2,9 +2,13 @@
 //! this process) and returns its JSON result.
 
 use super::protocol::Request;
+use super::replies::{
+    Deleted, DeviceAdded, InfoReply, SnapshotCreated, SnapshotEntry, SyncReply, VolumeChange,
+    VolumeSnapshotReply,
+};
 use cairn_fs::history::snapshot::hex;
 use cairn_fs::{Fs, FsError, ReblockOptions, SnapshotKind};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,9 +17,9 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
     match req {
         Request::Sync => {
             fs.flush()?;
-            Ok(json!({ "tid": fs.last_tid() }))
+            report(SyncReply { tid: fs.last_tid() })
         }
-        Request::Info => info(fs),
+        Request::Info => report(info(fs, None)?),
         Request::SnapshotCreate { .. }
         | Request::SnapshotList
         | Request::SnapshotDelete { .. }
@@ -48,7 +52,7 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
 }
 
 /// A report as JSON (every report type serializes).
-fn report(r: impl serde::Serialize) -> Result<Value, FsError> {
+pub fn report(r: impl serde::Serialize) -> Result<Value, FsError> {
     Ok(serde_json::to_value(r).expect("report serializes"))
 }
 
@@ -58,22 +62,27 @@ fn not_for(family: &str, r: Request) -> Result<Value, FsError> {
     )))
 }
 
-/// `info`: the pool's figures, and in the daemon its frontends' counters.
-fn info(fs: &Arc<Fs>) -> Result<Value, FsError> {
+/// `info`: the pool's figures, and in the daemon its frontends' counters
+/// and `log_lines_dropped` (the mount daemon's log only).
+pub fn info(fs: &Arc<Fs>, log_lines_dropped: Option<u64>) -> Result<InfoReply, FsError> {
     let mut info = cairn_fs::maintenance::info::pool_info(fs.pool())?;
     info.locks = fs.lock_stats();
     info.space_warning = fs.space_status();
-    let mut v = report(info)?;
-    v["volumes"] = report(fs.volumes()?)?;
-    v["redundancy"] = report(fs.redundancy_status())?;
-    v["nbd"] = crate::nbd::stats_json();
-    v["fuse_workers"] = report(cairn_fuse::workers::stats())?;
-    // The counters the metrics endpoint serves (mount daemon only).
-    v["service"] = report(fs.service_stats()?)?;
-    if cairn_fuse::metrics::enabled() {
-        v["fuse"] = report(cairn_fuse::metrics::snapshot())?;
-    }
-    Ok(v)
+    let fuse = match cairn_fuse::metrics::enabled() {
+        true => Some(report(cairn_fuse::metrics::snapshot())?),
+        false => None,
+    };
+    Ok(InfoReply {
+        pool: info,
+        volumes: fs.volumes()?,
+        redundancy: fs.redundancy_status(),
+        nbd: crate::nbd::servers(),
+        fuse_workers: cairn_fuse::workers::stats(),
+        // The counters the metrics endpoint serves (mount daemon only).
+        service: report(fs.service_stats()?)?,
+        fuse,
+        log_lines_dropped,
+    })
 }
 
 /// The snapshot requests.
@@ -95,28 +104,41 @@ fn snapshot(fs: &Arc<Fs>, req: Request) -> Result<Value, FsError> {
                 false => fs.snapshot_cut(&name, kind)?,
             };
             let ms = t0.elapsed().as_secs_f64() * 1e3;
-            Ok(json!({ "name": s.name, "tid": s.tid, "time_ns": s.time_ns, "create_ms": ms }))
+            report(SnapshotCreated {
+                name: s.name,
+                tid: s.tid,
+                time_ns: s.time_ns,
+                create_ms: ms,
+            })
         }
         Request::SnapshotList => {
-            let list: Vec<Value> = fs
+            let list: Vec<SnapshotEntry> = fs
                 .snapshot_usage()?
                 .into_iter()
                 .map(|u| {
                     let s = u.snap;
-                    json!({
-                        "name": s.name, "tid": s.tid, "time_ns": s.time_ns,
-                        "kind": if s.kind == SnapshotKind::Auto { "auto" } else { "named" },
-                        "unique_bytes": u.unique_bytes,
-                        "hash": s.hash.map(|h| hex(&h)),
-                        "files": s.files, "bytes": s.bytes,
-                    })
+                    let kind = if s.kind == SnapshotKind::Auto {
+                        "auto"
+                    } else {
+                        "named"
+                    };
+                    SnapshotEntry {
+                        name: s.name,
+                        tid: s.tid,
+                        time_ns: s.time_ns,
+                        kind: kind.to_string(),
+                        unique_bytes: u.unique_bytes,
+                        hash: s.hash.map(|h| hex(&h)),
+                        files: s.files,
+                        bytes: s.bytes,
+                    }
                 })
                 .collect();
-            Ok(Value::Array(list))
+            report(list)
         }
         Request::SnapshotDelete { name } => {
             fs.snapshot_delete(&name)?;
-            Ok(json!({ "deleted": name }))
+            report(Deleted { deleted: name })
         }
         Request::SnapshotVerify { name } => report(fs.snapshot_verify(&name)?),
         r => not_for("snapshot", r),
@@ -167,12 +189,11 @@ fn devices(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Va
                 .map_err(|e: cairn_devices::DeviceError| FsError::BadRequest(e.to_string()))?;
             let id = fs.device_add(&spec)?;
             let next = cairn_fs::pool::meta_copies::next_open_target(fs.pool())?;
-            let later = next.is_some();
-            Ok(json!({
-                "device": id,
-                "meta_mirror_at_next_mount": later,
-                "meta_mirror_next": next.map(|p| p.display().to_string()),
-            }))
+            report(DeviceAdded {
+                device: id,
+                meta_mirror_at_next_mount: next.is_some(),
+                meta_mirror_next: next.map(|p| p.display().to_string()),
+            })
         }
         Request::DeviceRemove { device } => {
             report(fs.device_remove(std::path::Path::new(&device), progress)?)
@@ -241,11 +262,13 @@ fn mirror(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Val
 
 /// A volume's reply with the pool's capacity and free space (volumes are
 /// thin: the client warns of one larger than the pool).
-fn with_room(fs: &Arc<Fs>, mut v: Value) -> Result<Value, FsError> {
+fn with_room(fs: &Arc<Fs>, volume: cairn_fs::VolumeInfo) -> Result<Value, FsError> {
     let st = fs.statfs();
-    v["pool_capacity"] = (st.blocks * st.bsize as u64).into();
-    v["pool_available"] = (st.bavail * st.bsize as u64).into();
-    Ok(v)
+    report(VolumeChange {
+        volume,
+        pool_capacity: Some(st.blocks * u64::from(st.bsize)),
+        pool_available: Some(st.bavail * u64::from(st.bsize)),
+    })
 }
 
 /// The volume requests.
@@ -255,22 +278,27 @@ fn volume(fs: &Arc<Fs>, req: Request) -> Result<Value, FsError> {
             name,
             size,
             block_size,
-        } => with_room(fs, report(fs.volume_create(&name, size, block_size)?)?),
+        } => with_room(fs, fs.volume_create(&name, size, block_size)?),
         Request::VolumeList => report(fs.volumes()?),
         Request::VolumeResize { name, size, shrink } => {
-            with_room(fs, report(fs.volume_resize(&name, size, shrink)?)?)
+            with_room(fs, fs.volume_resize(&name, size, shrink)?)
         }
         Request::VolumeDelete {
             name,
             with_snapshots,
         } => {
             fs.volume_delete(&name, with_snapshots)?;
-            Ok(json!({ "deleted": name }))
+            report(Deleted { deleted: name })
         }
         Request::VolumeSnapshot { name, snap, wait } => {
             let s = fs.volume_snapshot(&name, &snap, wait)?;
-            Ok(json!({ "volume": name, "snapshot": snap, "export": s.name,
-                "tid": s.tid, "time_ns": s.time_ns }))
+            report(VolumeSnapshotReply {
+                volume: name,
+                snapshot: snap,
+                export: s.name,
+                tid: s.tid,
+                time_ns: s.time_ns,
+            })
         }
         Request::VolumeClone { name, snap, new } => report(fs.volume_clone(&name, &snap, &new)?),
         Request::VolumeRollback { name, snap } => report(fs.volume_rollback(&name, &snap)?),

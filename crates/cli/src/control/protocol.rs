@@ -202,8 +202,34 @@ fn yes() -> bool {
 }
 
 impl Request {
-    /// The request's `op` (its kind), as errors name it.
+    /// The request's `op` (its kind, as sent), as errors name it.
     pub fn op(&self) -> &'static str {
+        match self {
+            Request::Sync => "sync",
+            Request::Info => "info",
+            Request::SnapshotCreate { .. } => "snapshot_create",
+            Request::SnapshotList => "snapshot_list",
+            Request::SnapshotDelete { .. } => "snapshot_delete",
+            Request::SnapshotVerify { .. } => "snapshot_verify",
+            Request::History { .. } => "history",
+            Request::Prune { .. } => "prune",
+            Request::Reblock { .. } => "reblock",
+            Request::Gc { .. } => "gc",
+            Request::Scrub => "scrub",
+            Request::DeviceAdd { .. } => "device_add",
+            Request::DeviceRemove { .. } => "device_remove",
+            Request::DeviceReplace { .. } => "device_replace",
+            Request::RedundancySet { .. } => "redundancy_set",
+            Request::RedundancySetPath { .. } => "redundancy_set_path",
+            Request::RedundancyShow => "redundancy_show",
+            Request::Resilver => "resilver",
+            Request::Migrate => "migrate",
+            Request::TierStatus => "tier_status",
+            r => r.op_mirror_or_volume(),
+        }
+    }
+
+    fn op_mirror_or_volume(&self) -> &'static str {
         match self {
             Request::MirrorRead { .. } => "mirror_read",
             Request::MirrorCandidates { .. } => "mirror_candidates",
@@ -214,6 +240,13 @@ impl Request {
             Request::MirrorRollback { .. } => "mirror_rollback",
             Request::MirrorHold { .. } => "mirror_hold",
             Request::MirrorRelease { .. } => "mirror_release",
+            Request::VolumeCreate { .. } => "volume_create",
+            Request::VolumeList => "volume_list",
+            Request::VolumeResize { .. } => "volume_resize",
+            Request::VolumeDelete { .. } => "volume_delete",
+            Request::VolumeSnapshot { .. } => "volume_snapshot",
+            Request::VolumeClone { .. } => "volume_clone",
+            Request::VolumeRollback { .. } => "volume_rollback",
             _ => "control",
         }
     }
@@ -237,3 +270,114 @@ pub enum Reply {
 
 #[cfg(test)]
 mod fuzz_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_is_the_op_sent() {
+        let (n, s) = (String::new, 0u64);
+        let reqs = [
+            Request::Sync,
+            Request::Info,
+            Request::SnapshotCreate {
+                name: n(),
+                auto: false,
+                wait: true,
+            },
+            Request::SnapshotList,
+            Request::SnapshotDelete { name: n() },
+            Request::SnapshotVerify { name: n() },
+            Request::History { ino: s },
+            Request::Prune {
+                dry_run: true,
+                retention_secs: None,
+                keep_daily: None,
+                keep_weekly: None,
+                keep_monthly: None,
+            },
+            Request::Reblock {
+                max_live_pct: 1,
+                files: true,
+            },
+            Request::Gc { max_live_pct: 1 },
+            Request::Scrub,
+            Request::DeviceAdd { spec: n() },
+            Request::DeviceRemove { device: n() },
+            Request::DeviceReplace {
+                device: n(),
+                spec: n(),
+            },
+            Request::RedundancySet { policy: n() },
+            Request::RedundancySetPath {
+                ino: s,
+                policy: n(),
+            },
+            Request::RedundancyShow,
+            Request::Resilver,
+            Request::Migrate,
+            Request::TierStatus,
+            Request::MirrorRead {
+                since: s,
+                path: n(),
+                lacking: None,
+                batch_mib: None,
+            },
+            Request::MirrorCandidates {
+                since: s,
+                path: n(),
+            },
+            Request::MirrorLacking {
+                path: n(),
+                out: n(),
+            },
+            Request::MirrorWrite {
+                path: n(),
+                force: false,
+            },
+            Request::MirrorStatus,
+            Request::MirrorPromote,
+            Request::MirrorRollback { snapshot: n() },
+            Request::MirrorHold {
+                mirror: n(),
+                at: n(),
+                tid: s,
+            },
+            Request::MirrorRelease { mirror: n() },
+            Request::VolumeCreate {
+                name: n(),
+                size: s,
+                block_size: 4096,
+            },
+            Request::VolumeList,
+            Request::VolumeResize {
+                name: n(),
+                size: s,
+                shrink: false,
+            },
+            Request::VolumeDelete {
+                name: n(),
+                with_snapshots: false,
+            },
+            Request::VolumeSnapshot {
+                name: n(),
+                snap: n(),
+                wait: true,
+            },
+            Request::VolumeClone {
+                name: n(),
+                snap: n(),
+                new: n(),
+            },
+            Request::VolumeRollback {
+                name: n(),
+                snap: n(),
+            },
+        ];
+        for r in reqs {
+            let v = serde_json::to_value(&r).expect("serializes");
+            assert_eq!(v["op"].as_str(), Some(r.op()), "{r:?}");
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! The daemon side of the control socket: one thread accepting, one thread
 //! per connection, each running one request against the mounted filesystem.
 
-use super::exec::execute;
+use super::exec::{execute, info, report};
 use super::protocol::MAX_REQUEST_LINE;
 use super::protocol::{decode_request, read_line, ProtocolError, Reply, Request};
 use cairn_fs::Fs;
@@ -60,15 +60,13 @@ fn serve_one(fs: &Arc<Fs>, conn: UnixStream) {
             &Reply::Progress(d, t),
         );
     };
-    let info = matches!(req, Request::Info);
-    let reply = match execute(fs, req, &progress) {
-        Ok(mut v) => {
-            if info {
-                // Only the daemon logs to a file that can fill.
-                v["log_lines_dropped"] = crate::logging::dropped().into();
-            }
-            Reply::Ok(v)
-        }
+    let done = match req {
+        // Only the daemon logs to a file that can fill.
+        Request::Info => info(fs, Some(crate::logging::dropped())).and_then(report),
+        req => execute(fs, req, &progress),
+    };
+    let reply = match done {
+        Ok(v) => Reply::Ok(v),
         Err(e) => Reply::Err(e.to_string()),
     };
     if creates {

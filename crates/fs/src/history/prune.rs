@@ -23,7 +23,7 @@ pub struct PrunePolicy {
 }
 
 /// What a prune removed (or, dry, would remove).
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct PruneReport {
     pub dry_run: bool,
     /// Automatic snapshots the policy no longer keeps (deleted).

@@ -436,7 +436,7 @@ impl Fs {
 }
 
 /// The outcome of `snapshot verify`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct VerifyReport {
     pub name: String,
     pub tid: u64,

@@ -7,7 +7,7 @@ use crate::vfs::Fs;
 use cairn_meta::{ElemKey, RecordType};
 
 /// One version of a file.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Version {
     /// The commit that made this version.
     pub tid: u64,
@@ -17,7 +17,7 @@ pub struct Version {
     pub time_ns: u64,
     pub size: u64,
     pub mtime_ns: i128,
-    pub kind: &'static str,
+    pub kind: String,
 }
 
 impl Fs {
@@ -36,7 +36,7 @@ impl Fs {
                 time_ns,
                 size: i.size,
                 mtime_ns: i.mtime.as_nanos(),
-                kind: kind_name(i.kind),
+                kind: kind_name(i.kind).to_string(),
             });
         }
         if out.is_empty() {

@@ -35,7 +35,7 @@ impl Default for ReblockOptions {
     }
 }
 
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct ReblockReport {
     pub segments_rewritten: u64,
     pub files_rewritten: u64,

@@ -18,7 +18,7 @@ use cairn_data::ChunkRec;
 use cairn_meta::RecordType;
 use std::collections::{BTreeMap, HashMap};
 
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct ScrubReport {
     pub chunks: u64,
     pub bytes: u64,

@@ -39,7 +39,7 @@ pub(crate) fn valid(name: &[u8], value: &[u8]) -> bool {
 }
 
 /// What `set_path_layout` did.
-#[derive(Debug, Default, Clone, serde::Serialize)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PathLayoutReport {
     /// Files and directories that got the new policy.
     pub nodes: u64,
