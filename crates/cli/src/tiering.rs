@@ -53,12 +53,7 @@ fn add(t: &TargetArgs, mut spec: cairn_devices::DeviceSpec, sparse: bool) -> Res
             spec.path.display()
         );
     }
-    // The daemon's working directory is not ours (an s3 spec names no
-    // local path).
-    if !spec.class.is_object_store() {
-        let cwd = std::env::current_dir().context("current directory")?;
-        spec.path = cwd.join(&spec.path);
-    }
+    absolute_path(&mut spec)?;
     let req = Request::DeviceAdd {
         spec: spec.to_string(),
     };
@@ -75,6 +70,16 @@ fn add(t: &TargetArgs, mut spec: cairn_devices::DeviceSpec, sparse: bool) -> Res
     );
     if let Some(to) = r.meta_mirror_next {
         println!("the metadata's second copy goes to {to} at the next mount");
+    }
+    Ok(())
+}
+
+/// Makes a device spec's path absolute: the daemon's working directory is
+/// not ours (an s3 spec names no local path).
+fn absolute_path(spec: &mut cairn_devices::DeviceSpec) -> Result<()> {
+    if !spec.class.is_object_store() {
+        let cwd = std::env::current_dir().context("current directory")?;
+        spec.path = cwd.join(&spec.path);
     }
     Ok(())
 }
@@ -98,11 +103,7 @@ fn replace(
     old: std::path::PathBuf,
     mut new: cairn_devices::DeviceSpec,
 ) -> Result<()> {
-    if !new.class.is_object_store() {
-        new.path = std::env::current_dir()
-            .context("current directory")?
-            .join(&new.path);
-    }
+    absolute_path(&mut new)?;
     let req = Request::DeviceReplace {
         device: device_name(old)?.display().to_string(),
         spec: new.to_string(),
