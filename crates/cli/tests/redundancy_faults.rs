@@ -408,3 +408,47 @@ fn bit_rot_on_a_device_is_read_around_and_repaired() {
     );
     fs.finish();
 }
+
+/// Re-replication makes copies on a device whose syncs fail: each batch's
+/// new copies are synced once before their commit, so a failed sync
+/// abandons the batch (no record names a copy that may not be on disk),
+/// counts against the device, and loses nothing; once the device syncs
+/// again (a remount without the fault) a rebuild makes every copy.
+#[test]
+fn new_copies_whose_sync_fails_are_never_committed() {
+    let (mut fs, plan) = mounted(3, &["--segment-size", "1M"]);
+    let files = write_files(&fs.mnt, "s", 7, 12);
+    cairn_sync(&fs);
+    let m = fs.mnt.to_str().unwrap().to_string();
+    fs.set_fault_plan(&plan, "devs/d2 sync eio\n");
+    cairn_ok(&["redundancy", "set", &m, "copies=3"]);
+    // The background run and this one meet the failing syncs; whether
+    // this one fails or finds the device faulted depends on which ran first.
+    let _ = cairn(&["redundancy", "rebuild", &m]);
+    let i = info(&fs);
+    assert!(
+        count(device(&i, 2), "write_errors") >= 1,
+        "the failing sync was hit: {i}"
+    );
+    let st = redundancy(&fs);
+    assert_eq!(count(&st, "lost_segments"), 0, "{st}");
+    assert!(
+        count(&st, "short_segments") > 0,
+        "copies=3 cannot be met yet: {st}"
+    );
+    assert_written(&fs, &files, "after the failed syncs");
+    fs::write(&plan, "").unwrap();
+    fs.remount();
+    assert_written(&fs, &files, "after a remount without faults");
+    cairn_ok(&["redundancy", "rebuild", &m]);
+    let st = redundancy(&fs);
+    assert_eq!(count(&st, "short_segments"), 0, "{st}");
+    for d in 0..3 {
+        assert_eq!(
+            count(device(&st, d), "copies"),
+            count(&st, "segments"),
+            "every segment has a copy on device {d}: {st}"
+        );
+    }
+    fs.finish();
+}
