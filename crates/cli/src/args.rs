@@ -15,12 +15,22 @@ use std::path::PathBuf;
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
+    /// An encrypted pool's key file (mode 0600: a passphrase line, or
+    /// exactly 32 raw bytes), for any command that opens the pool; with
+    /// `mkfs --encrypt`, the new pool's. Without it the passphrase is
+    /// asked at the terminal (or read from the systemd credential
+    /// `cairn-key`).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
 pub enum Cmd {
     /// Create a pool in a directory.
     Mkfs(MkfsArgs),
+    /// An encrypted pool's key.
+    #[command(subcommand)]
+    Key(KeyCmd),
     /// Mount a pool (in the background unless --foreground).
     Mount(MountArgs),
     /// Flush and unmount a mounted pool.
@@ -290,6 +300,21 @@ pub struct GcArgs {
     pub max_live: u32,
 }
 
+#[derive(Subcommand)]
+pub enum KeyCmd {
+    /// Wrap the pool's data key with a new passphrase or key file (the
+    /// current one, from --key-file or typed, must unlock it); no data is
+    /// rewritten, and a mounted pool stays mounted.
+    Change {
+        /// A pool directory, or a mount point.
+        target: PathBuf,
+        /// The new key file (mode 0600); without it the new passphrase is
+        /// typed twice.
+        #[arg(long, value_name = "FILE")]
+        new_key_file: Option<PathBuf>,
+    },
+}
+
 #[derive(Args)]
 pub struct TargetArgs {
     /// A pool directory, or a mount point (or any path in a mount).
@@ -495,6 +520,10 @@ pub struct MkfsArgs {
     /// directory's intent.log, one copy on the disk that holds it.
     #[arg(long, value_name = "WHERE", default_value = "devices")]
     pub intent_log: cairn_fs::pool::log_home::LogHome,
+    /// Encrypt the pool (XChaCha20-Poly1305): its random data key is
+    /// wrapped by a passphrase (typed twice) or by --key-file FILE.
+    #[arg(long)]
+    pub encrypt: bool,
 }
 
 fn policy_arg(s: &str) -> Result<cairn_data::Policy, String> {
@@ -524,6 +553,7 @@ impl MkfsArgs {
             mirror: self.mirror,
             redundancy: self.redundancy,
             intent_log: self.intent_log,
+            encrypt: None,
         })
     }
 }

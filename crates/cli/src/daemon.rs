@@ -141,7 +141,7 @@ pub(crate) fn init_logging() {
 /// format is in cairn_devices::backend::plan).
 fn open_pool(pool: &Path, config: PoolConfig) -> Result<Pool> {
     let Some(plan) = std::env::var_os("CAIRN_FAULT_PLAN") else {
-        return Ok(Pool::open(pool, Some(config))?);
+        return crate::key::open_pool(pool, Some(config), None);
     };
     let storage = PlanStorage::new(HostStorage::shared(), Path::new(&plan))?;
     tracing::warn!(
@@ -149,7 +149,7 @@ fn open_pool(pool: &Path, config: PoolConfig) -> Result<Pool> {
         Path::new(&plan).display()
     );
     storage.watch(Duration::from_millis(50));
-    Ok(Pool::open_with(pool, Some(config), storage)?)
+    crate::key::open_pool(pool, Some(config), Some(storage))
 }
 
 /// A pool that cannot open for want of room on its host filesystem: says
@@ -255,6 +255,18 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(out);
     let status = crate::ready::StatusPipe::new()?;
     status.pass_to(&mut cmd);
+    // An encrypted pool's passphrase is typed here, at the terminal, and
+    // handed to the daemon through a pipe (a key file it reads itself).
+    let _key_pipe = match crate::key::key_file() {
+        Some(f) => {
+            cmd.arg("--key-file").arg(std::path::absolute(f)?);
+            None
+        }
+        None => match crate::key::secret_for(pool)? {
+            Some(secret) => Some(crate::key::pass_to(&secret, &mut cmd)?),
+            None => None,
+        },
+    };
     // SAFETY: setsid is async-signal-safe; detaches from our terminal.
     unsafe {
         cmd.pre_exec(|| {

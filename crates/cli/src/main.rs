@@ -7,6 +7,7 @@ mod control;
 mod daemon;
 mod daemon_wait;
 mod help;
+mod key;
 mod logging;
 mod metrics;
 mod mirror;
@@ -96,9 +97,18 @@ fn quiet_on_closed_stdout() {
 
 fn run(cli: args::Cli) -> Result<()> {
     use args::Cmd;
+    key::set_key_file(cli.key_file);
     match cli.cmd {
         Cmd::Mkfs(a) => {
-            let opts = a.options()?;
+            let mut opts = a.options()?;
+            match (a.encrypt, key::key_file()) {
+                (true, f) => opts.encrypt = Some(key::new_secret(f, "the new pool")?),
+                (false, Some(f)) => anyhow::bail!(
+                    "--key-file {} is for an encrypted pool: add --encrypt",
+                    f.display()
+                ),
+                (false, None) => {}
+            }
             let made = cairn_fs::pool::mkfs_report(&a.pool, opts)
                 .with_context(|| format!("mkfs {}", a.pool.display()))?;
             let sb = &made.superblock;
@@ -122,8 +132,15 @@ fn run(cli: args::Cli) -> Result<()> {
             }
             println!("  {}", made.metadata);
             println!("  {}", made.log);
+            if a.encrypt {
+                println!("  encrypted (XChaCha20-Poly1305): keep the passphrase or key file safe, without it the pool cannot be read");
+            }
             Ok(())
         }
+        Cmd::Key(args::KeyCmd::Change {
+            target,
+            new_key_file,
+        }) => key::change(&target, new_key_file.as_deref()),
         Cmd::Mount(a) => daemon::mount(a),
         Cmd::Umount(a) => daemon::umount(&a.mountpoint),
         Cmd::Check(a) => report::check(&a.pool),

@@ -194,7 +194,12 @@ pub fn serve_unmounted(a: &NbdServeArgs) -> Result<()> {
     let mut signals =
         signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
     crate::daemon::init_logging();
-    let p = match Pool::open(&pool, Some(c.clone())) {
+    let p = match Pool::open_keyed(
+        &pool,
+        Some(c.clone()),
+        cairn_devices::HostStorage::shared(),
+        crate::key::secret_for(&pool)?.as_ref(),
+    ) {
         Err(FsError::Busy) => return Err(in_use(&pool)),
         r => r?,
     };

@@ -45,7 +45,9 @@ fn mount_point_of(path: &Path) -> Option<(std::path::PathBuf, String)> {
 
 pub fn check(pool: &Path) -> Result<()> {
     not_a_mount_point(pool)?;
-    let rep = match Pool::open(pool, None) {
+    let secret = crate::key::secret_for(pool)?;
+    let host = cairn_devices::HostStorage::shared();
+    let rep = match Pool::open_keyed(pool, None, host, secret.as_ref()) {
         Err(e) if e.meta_damage().is_some() => {
             cairn_fs::maintenance::salvage::salvage_pool(pool, e.meta_damage().unwrap_or_default())?
         }
@@ -155,6 +157,19 @@ fn print_summary(i: &cairn_fs::maintenance::info::PoolInfo) {
         "compression:     {} ({:.2}x)",
         i.compression, i.compression_ratio
     );
+    match &i.encryption {
+        None => println!("encryption:      off"),
+        Some(e) => {
+            let day = |s: u64| cairn_fs::timefmt::format_utc(s.saturating_mul(1_000_000_000));
+            println!("encryption:      {}; key: {}", e.algorithm, e.key_source);
+            println!(
+                "                 made {}, key last changed {}",
+                day(e.created),
+                day(e.key_changed)
+            );
+            println!("                 encrypted: {}", e.covers);
+        }
+    }
     let w = &i.waiting;
     println!(
         "batched updates: {} dedup entries, {} creation index removals, {} live counts, {} old versions waiting; {} chunks stored ahead of their tree commit",

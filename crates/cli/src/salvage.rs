@@ -31,7 +31,7 @@ pub fn serve(
     config: PoolConfig,
     ready: &crate::ready::Ready,
 ) -> Result<()> {
-    let p = salvage::open_salvage_pool(pool, config)?;
+    let p = salvage::open_salvage_pool(pool, config, crate::key::secret_for(pool)?.as_ref())?;
     let fs = Fs::open_salvage(p)?;
     let mnt = a.mountpoint.canonicalize()?;
     let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, &a.transport())?;

@@ -3,21 +3,34 @@
 //!
 //! ```text
 //! 0   magic "CHNK"          4
-//! 4   format version u8     1
-//! 5   compression u8        1   0 = none (1 = lz4, 2 = zstd reserved)
+//! 4   format version u8     1   1 = plain, 2 = encrypted
+//! 5   stored form u8        1   compression (0 = none, 1 = lz4, 2 = zstd)
+//!                               | 0x80 when encrypted (version 2)
 //! 6   reserved u16          2
 //! 8   raw length u32        4   bytes after decompression
 //! 12  stored length u32     4   bytes that follow the header
-//! 16  blake3 hash [32]      32  of the raw bytes
+//! 16  blake3 hash [32]      32  of the raw bytes (keyed when encrypted)
 //! 48  data crc32c u32       4   of the stored bytes
 //! 52  header crc32c u32     4   of bytes 0..52
 //! 56  stored bytes ...
 //! ```
+//!
+//! An encrypted chunk's stored bytes are `nonce (24) | ciphertext | tag
+//! (16)` of its (compressed) bytes, sealed with the pool's chunk key and
+//! bound to its header's version, form, raw length and hash (`sealed_aad`),
+//! so a chunk moved to another id fails authentication (`codec.rs`). The
+//! data crc covers them as stored, so scrub and copies check them without
+//! the key.
 
 use crate::compress::{compress, decompress, Compression};
 
 pub const CHUNK_MAGIC: &[u8; 4] = b"CHNK";
 pub const CHUNK_VERSION: u8 = 1;
+/// The version of an encrypted chunk's header.
+pub const CHUNK_VERSION_ENCRYPTED: u8 = 2;
+/// The bit of the stored-form byte that says the stored bytes are
+/// encrypted (the rest is the compression method).
+pub const ENCRYPTED: u8 = 0x80;
 pub const CHUNK_HEADER_LEN: usize = 56;
 
 pub type Hash = [u8; 32];
@@ -57,6 +70,12 @@ pub enum ChunkError {
     ContentHash,
     #[error("chunk is compressed, expected raw")]
     NotRaw,
+    #[error("chunk header version {version} disagrees with its stored form {form:#x}")]
+    FormMismatch { version: u8, form: u8 },
+    #[error("the chunk is encrypted: the pool's key is needed to read it")]
+    NeedsKey,
+    #[error("the chunk fails authentication (changed, or moved from another chunk)")]
+    Authentication,
 }
 
 pub fn hash_block(data: &[u8]) -> Hash {
@@ -76,7 +95,7 @@ impl ChunkHeader {
     pub fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(CHUNK_MAGIC);
-        out.push(CHUNK_VERSION);
+        out.push(version_of(self.compression));
         out.push(self.compression);
         out.extend_from_slice(&[0, 0]);
         out.extend_from_slice(&self.raw_len.to_le_bytes());
@@ -103,8 +122,14 @@ impl ChunkHeader {
         if crc != crc32c::crc32c(&b[0..52]) {
             return Err(ChunkError::HeaderChecksum);
         }
-        if b[4] != CHUNK_VERSION {
+        if b[4] != CHUNK_VERSION && b[4] != CHUNK_VERSION_ENCRYPTED {
             return Err(ChunkError::UnknownVersion(b[4]));
+        }
+        if b[4] != version_of(b[5]) {
+            return Err(ChunkError::FormMismatch {
+                version: b[4],
+                form: b[5],
+            });
         }
         let u32_at = |o: usize| {
             u32::from_le_bytes(
@@ -125,7 +150,26 @@ impl ChunkHeader {
     }
 }
 
-/// Builds the on-disk form of a block: header + stored bytes. Appends to `out`.
+/// The header version of a chunk whose stored-form byte is `form`.
+fn version_of(form: u8) -> u8 {
+    match form & ENCRYPTED {
+        0 => CHUNK_VERSION,
+        _ => CHUNK_VERSION_ENCRYPTED,
+    }
+}
+
+/// The associated data an encrypted chunk's stored bytes are bound to:
+/// magic, version, stored form, raw length and content hash.
+pub fn sealed_aad(form: u8, raw_len: u32, hash: &Hash) -> [u8; 42] {
+    let mut a = [0u8; 42];
+    a[..4].copy_from_slice(CHUNK_MAGIC);
+    a[4] = version_of(form);
+    a[5] = form;
+    a[6..10].copy_from_slice(&raw_len.to_le_bytes());
+    a[10..].copy_from_slice(hash);
+    a
+}
+
 /// Appends a sealed chunk (header + stored bytes) to `out`, compressed
 /// with `c` when that saves at least 1/8. Returns the sealed length.
 pub fn seal(raw: &[u8], hash: &Hash, c: Compression, out: &mut Vec<u8>) -> usize {
@@ -168,28 +212,46 @@ pub fn header_of(method: u8, raw_len: usize, stored: &[u8], hash: &Hash) -> Chun
     }
 }
 
-/// Verifies a sealed chunk and returns its raw (decompressed) bytes.
+/// Verifies a sealed chunk of a plain pool and returns its raw
+/// (decompressed) bytes; an encrypted one is `NeedsKey` (`codec.rs` opens
+/// those).
 pub fn unseal(buf: &[u8], expected: &Hash, full_hash: bool) -> Result<Vec<u8>, ChunkError> {
-    let (head, data) = buf.split_at(CHUNK_HEADER_LEN.min(buf.len()));
-    let h = check_stored(head, data, expected)?;
-    let stored = &data[..h.stored_len as usize];
-    let raw = if h.compression == crate::compress::RAW {
-        if h.raw_len != h.stored_len {
-            return Err(ChunkError::RawLenMismatch);
-        }
-        stored.to_vec()
-    } else {
-        if h.raw_len > MAX_RAW_LEN {
-            return Err(ChunkError::RawTooLong(h.raw_len));
-        }
-        let mut raw = vec![0u8; h.raw_len as usize];
-        decompress(h.compression, stored, &mut raw).map_err(ChunkError::Decompress)?;
-        raw
-    };
+    let (h, stored) = checked(buf, expected)?;
+    if h.compression & ENCRYPTED != 0 {
+        return Err(ChunkError::NeedsKey);
+    }
+    let raw = expand(h.compression, h.raw_len, stored)?;
     if full_hash && &hash_block(&raw) != expected {
         return Err(ChunkError::ContentHash);
     }
     Ok(raw)
+}
+
+/// The header of sealed chunk `buf` and its stored bytes, checked against
+/// the header's checksums and `expected`.
+pub fn checked<'b>(buf: &'b [u8], expected: &Hash) -> Result<(ChunkHeader, &'b [u8]), ChunkError> {
+    let (head, data) = buf.split_at(CHUNK_HEADER_LEN.min(buf.len()));
+    let h = check_stored(head, data, expected)?;
+    let stored = &data[..h.stored_len as usize];
+    Ok((h, stored))
+}
+
+/// The `raw_len` raw bytes of a chunk from its plain (decrypted) stored
+/// bytes, decompressed per `method` (the stored form without `ENCRYPTED`).
+pub fn expand(method: u8, raw_len: u32, stored: &[u8]) -> Result<Vec<u8>, ChunkError> {
+    Ok(if method == crate::compress::RAW {
+        if raw_len as usize != stored.len() {
+            return Err(ChunkError::RawLenMismatch);
+        }
+        stored.to_vec()
+    } else {
+        if raw_len > MAX_RAW_LEN {
+            return Err(ChunkError::RawTooLong(raw_len));
+        }
+        let mut raw = vec![0u8; raw_len as usize];
+        decompress(method, stored, &mut raw).map_err(ChunkError::Decompress)?;
+        raw
+    })
 }
 
 /// Checks the header and the stored bytes' checksum.

@@ -7,7 +7,7 @@
 //!
 //! Modules form layers, bottom to top; each refers only to modules below
 //! it (tests/layering.rs checks this):
-//! compress, error, ec, deadline -> aligned -> chunk -> layout -> records ->
+//! compress, error, ec, deadline -> aligned -> chunk -> codec -> layout -> records ->
 //! stripe_rec ->
 //! stripes -> policy -> heat, cache, wpipe -> copies -> dead_pages ->
 //! open_segment -> segments -> writer -> readahead -> store ->
@@ -27,6 +27,7 @@
 mod aligned;
 pub mod cache;
 pub mod chunk;
+pub mod codec;
 pub mod compress;
 mod copies;
 mod dead_pages;
@@ -55,6 +56,7 @@ pub mod writer;
 
 pub use aligned::CACHED_CHUNK;
 pub use chunk::{ChunkError, ChunkHeader, Hash, CHUNK_HEADER_LEN};
+pub use codec::ChunkCodec;
 pub use compress::Compression;
 pub use error::DataError;
 pub use heat::{Heat, HeatSample};

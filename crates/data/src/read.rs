@@ -10,7 +10,7 @@
 //! bypass all of this.
 
 use crate::aligned::{cached, read_direct};
-use crate::chunk::{unseal, verify_split, CHUNK_HEADER_LEN};
+use crate::chunk::{verify_split, CHUNK_HEADER_LEN};
 use crate::error::Result;
 use crate::readahead::{chunks_in, Plan, Readahead};
 use crate::records::{corrupt, ChunkRec};
@@ -193,7 +193,7 @@ impl ChunkStore {
         let ssd = self.ssd_cache.read().clone();
         let cached = ssd
             .as_ref()
-            .and_then(|c| c.lookup(key, |buf| unseal(buf, &rec.hash, false).ok()));
+            .and_then(|c| c.lookup(key, |buf| self.codec.unseal(buf, &rec.hash, false).ok()));
         let raw: Arc<[u8]> = match cached {
             Some(raw) => raw.into(),
             None => {
@@ -235,7 +235,8 @@ impl ChunkStore {
                 None => self.segs.read_sealed(rec)?,
             },
         };
-        let raw = unseal(&sealed, &rec.hash, false).map_err(|why| corrupt(rec, why.to_string()))?;
+        let raw = (self.codec.unseal(&sealed, &rec.hash, false))
+            .map_err(|why| corrupt(rec, why.to_string()))?;
         offer(rec, &sealed);
         Ok(raw.into())
     }
@@ -329,7 +330,7 @@ impl ChunkStore {
         let mut end = rec.offset + rec.len;
         for (pos, h) in chunks_in(&buf).into_iter().skip(1) {
             let sealed = &buf[pos..pos + CHUNK_HEADER_LEN + h.stored_len as usize];
-            let Ok(raw) = unseal(sealed, &h.hash, false) else {
+            let Ok(raw) = self.codec.unseal(sealed, &h.hash, false) else {
                 break;
             };
             let next = ChunkRec {

@@ -6,7 +6,8 @@
 
 use crate::aligned::{cached, read_direct};
 use crate::cache::RamCache;
-use crate::chunk::{unseal, CHUNK_HEADER_LEN};
+use crate::chunk::CHUNK_HEADER_LEN;
+use crate::codec::ChunkCodec;
 use crate::compress::Compression;
 use crate::error::Result;
 use crate::heat::Heat;
@@ -48,6 +49,8 @@ pub struct ChunkStore {
     pub(crate) readahead: RwLock<Arc<Readahead>>,
     /// What self-healing reads did (`heal.rs`).
     pub(crate) heal: HealStats,
+    /// How blocks become stored chunks and back: plain or encrypted.
+    pub(crate) codec: ChunkCodec,
 }
 
 impl ChunkStore {
@@ -78,7 +81,20 @@ impl ChunkStore {
             ssd_cache: RwLock::new(None),
             readahead: RwLock::new(Arc::new(Readahead::new(0))),
             heal: Default::default(),
+            codec: ChunkCodec::default(),
         })
+    }
+
+    /// Makes the store read and write chunks with `codec` (an encrypted
+    /// pool's, set once at open before any chunk is read).
+    pub fn set_codec(&mut self, codec: ChunkCodec) {
+        self.codec = codec;
+    }
+
+    /// The pool's chunk codec (its content hash, and how blocks are
+    /// packed).
+    pub fn codec(&self) -> &ChunkCodec {
+        &self.codec
     }
 
     /// Sets how many copies new segments get.
@@ -240,7 +256,8 @@ impl ChunkStore {
     /// The raw bytes of `rec` from its sealed bytes, verified (with
     /// `full_hash`, against its hash and the record's span sums too).
     pub(crate) fn raw_of(&self, rec: &ChunkRec, buf: &[u8], full_hash: bool) -> Result<Vec<u8>> {
-        let raw = unseal(buf, &rec.hash, full_hash).map_err(|why| corrupt(rec, why.to_string()))?;
+        let raw = (self.codec.unseal(buf, &rec.hash, full_hash))
+            .map_err(|why| corrupt(rec, why.to_string()))?;
         if raw.len() != rec.raw_len as usize {
             return Err(corrupt(rec, "raw length differs from record".into()));
         }
@@ -264,7 +281,7 @@ impl ChunkStore {
     /// (compression method, stored bytes) of `rec` from its sealed bytes,
     /// fully verified.
     fn stored_of(&self, rec: &ChunkRec, buf: &[u8]) -> Result<(u8, Vec<u8>)> {
-        unseal(buf, &rec.hash, true).map_err(|why| corrupt(rec, why.to_string()))?;
+        (self.codec.unseal(buf, &rec.hash, true)).map_err(|why| corrupt(rec, why.to_string()))?;
         let h =
             crate::chunk::ChunkHeader::decode(buf).map_err(|why| corrupt(rec, why.to_string()))?;
         let end = CHUNK_HEADER_LEN + h.stored_len as usize;
@@ -398,7 +415,13 @@ impl ChunkStore {
     /// Starts appending new chunks. Only one batch at a time (it holds the
     /// open segment); the filesystem's flusher is the only writer.
     pub fn batch(&self) -> WriteBatch<'_> {
-        WriteBatch::new(&self.segs, self.segs.open.lock(), None, self.compression())
+        WriteBatch::new(
+            &self.segs,
+            self.segs.open.lock(),
+            None,
+            self.compression(),
+            self.codec.clone(),
+        )
     }
 
     /// Starts appending moved chunks (reblock, GC) to segments on devices of
@@ -417,7 +440,13 @@ impl ChunkStore {
         };
         if same_tier {
             // New data goes to this tier anyway: share its open segment.
-            return WriteBatch::new(&self.segs, new_data, None, self.compression());
+            return WriteBatch::new(
+                &self.segs,
+                new_data,
+                None,
+                self.compression(),
+                self.codec.clone(),
+            );
         }
         drop(new_data);
         let mut open = self.segs.open_reloc.lock();
@@ -433,7 +462,13 @@ impl ChunkStore {
             );
             *open = None;
         }
-        WriteBatch::new(&self.segs, open, Some(rank), self.compression())
+        WriteBatch::new(
+            &self.segs,
+            open,
+            Some(rank),
+            self.compression(),
+            self.codec.clone(),
+        )
     }
 
     /// A chunk lost its last reference: account it in its segment. Returns

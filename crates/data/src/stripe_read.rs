@@ -6,7 +6,6 @@
 //! segment gives its bytes.
 
 use crate::aligned::AlignedBuf;
-use crate::chunk::unseal;
 use crate::ec;
 use crate::error::{DataError, Result};
 use crate::records::{corrupt, ChunkRec};
@@ -225,7 +224,7 @@ impl ChunkStore {
             buf.extend_from_slice(&bytes[a as usize..b as usize]);
             w += RESTORE_WINDOW;
         }
-        let raw = unseal(&buf, &rec.hash, true)
+        let raw = (self.codec.unseal(&buf, &rec.hash, true))
             .map_err(|why| corrupt(rec, format!("restored from stripe {id}, still bad: {why}")))?;
         if raw.len() != rec.raw_len as usize {
             return Err(corrupt(rec, "raw length differs from record".into()));

@@ -21,7 +21,8 @@
 
 use crate::aligned::cached;
 use crate::chunk::{header_of, Hash, CHUNK_HEADER_LEN};
-use crate::compress::{compress, Compression};
+use crate::codec::ChunkCodec;
+use crate::compress::Compression;
 use crate::copies::{CopyTarget, Dropped};
 use crate::error::{invariant, DataError, Result};
 use crate::layout::Layout;
@@ -63,6 +64,8 @@ pub struct WriteBatch<'a> {
     dropped: Arc<Dropped>,
     /// The layout the next chunks' files asked for (None: their class's).
     layout: Option<Layout>,
+    /// How new chunks are packed (plain or encrypted).
+    codec: ChunkCodec,
 }
 
 impl<'a> WriteBatch<'a> {
@@ -71,6 +74,7 @@ impl<'a> WriteBatch<'a> {
         open: MutexGuard<'a, Option<OpenSegment>>,
         place: Option<u8>,
         compression: Compression,
+        codec: ChunkCodec,
     ) -> Self {
         WriteBatch {
             segs,
@@ -84,7 +88,13 @@ impl<'a> WriteBatch<'a> {
             cached_bytes: 0,
             dropped: Arc::default(),
             layout: None,
+            codec,
         }
+    }
+
+    /// How this batch packs new chunks (the store's codec).
+    pub fn codec(&self) -> &ChunkCodec {
+        &self.codec
     }
 
     /// The layout of the chunks appended next (a file's policy; None: the
@@ -107,7 +117,7 @@ impl<'a> WriteBatch<'a> {
             "a chunk of {} bytes",
             raw.len()
         );
-        let packed = compress(self.compression, raw);
+        let packed = self.codec.pack(self.compression, raw, hash);
         match &packed {
             Some((m, z)) => self.append_stored(*m, raw.len() as u32, z, hash),
             None => self.append_stored(crate::compress::RAW, raw.len() as u32, raw, hash),
@@ -137,6 +147,17 @@ impl<'a> WriteBatch<'a> {
         invariant!(
             raw_len <= crate::chunk::MAX_RAW_LEN,
             "a chunk of {raw_len} raw bytes"
+        );
+        // An encrypted pool never stores a plain chunk, nor a plain pool
+        // one it could not read.
+        invariant!(
+            self.codec.is_encrypted() == (method & crate::chunk::ENCRYPTED != 0),
+            "a chunk of stored form {method:#x} in a pool whose chunks are {}",
+            if self.codec.is_encrypted() {
+                "encrypted"
+            } else {
+                "plain"
+            }
         );
         if self.open.as_ref().is_some_and(|o| o.layout != self.layout) {
             self.park_open()?;

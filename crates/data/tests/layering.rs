@@ -19,6 +19,7 @@ const ORDER: &[&str] = &[
     "deadline",
     "aligned",
     "chunk",
+    "codec",
     "layout",
     "records",
     "stripe_rec",

@@ -42,6 +42,9 @@ pub enum FsError {
     Io(String),
     #[error("not a Cairn pool: {0}")]
     NotAPool(String),
+    /// An encrypted pool's key: missing, wrong, or its key block damaged.
+    #[error("{0}")]
+    Key(String),
     #[error("unsupported pool format version {found} (this build supports {known})")]
     UnknownVersion { found: u32, known: u32 },
     #[error("pool already exists at {0} (use --force to overwrite)")]

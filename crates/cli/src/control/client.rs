@@ -7,7 +7,7 @@ use super::protocol::{decode_reply, read_line, Reply, Request, MAX_REPLY_LINE};
 use crate::daemon::{cairn_mounts, pool_locked};
 use anyhow::{anyhow, bail, Context, Result};
 use cairn_fs::pool::PoolPaths;
-use cairn_fs::{Fs, Pool};
+use cairn_fs::Fs;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use std::io::{BufReader, Write};
@@ -202,7 +202,7 @@ impl Session {
         }
         let open = match pool_locked(&pool) {
             true => None,
-            false => Some(Fs::open(Pool::open(&pool, None)?)?),
+            false => Some(Fs::open(crate::key::open_pool(&pool, None, None)?)?),
         };
         Ok(Session { pool, open })
     }

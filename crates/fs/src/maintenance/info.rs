@@ -98,6 +98,10 @@ pub struct PoolInfo {
     /// Metadata updates that wait for their sorted batch.
     #[serde(default)]
     pub waiting: WaitingUpdates,
+    /// An encrypted pool's cipher, key source and key dates (None: the
+    /// pool is not encrypted).
+    #[serde(default)]
+    pub encryption: Option<crate::pool::key::Encryption>,
 }
 
 /// Per-write metadata updates that reach their tables in sorted batches
@@ -253,6 +257,7 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
         space_warning: None,
         locks: Vec::new(),
         waiting: waiting_updates(pool, &r)?,
+        encryption: pool.encryption.clone(),
     })
 }
 

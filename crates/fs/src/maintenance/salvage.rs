@@ -33,8 +33,13 @@ const MAX_SEGMENT_LOOKUPS: u64 = 1 << 22;
 /// are all guarded (its file is never written), the devices to read
 /// chunks from and the segment records that can be read. No SSD cache
 /// and no background work: nothing is written to the pool's devices.
-pub fn open_salvage_pool(path: &Path, config: PoolConfig) -> Result<Pool> {
+pub fn open_salvage_pool(
+    path: &Path,
+    config: PoolConfig,
+    secret: Option<&cairn_crypt::Secret>,
+) -> Result<Pool> {
     let sb = read_superblock(path)?;
+    let unlocked = crate::pool::key::unlock(path, sb.uuid, secret)?;
     let lock = crate::pool::take_lock(path)?;
     let meta = MetaStore::open_salvage(&PoolPaths::meta(path))?;
     let r = meta.read()?;
@@ -49,17 +54,23 @@ pub fn open_salvage_pool(path: &Path, config: PoolConfig) -> Result<Pool> {
         .max(table.iter().map(|(id, _)| id + 1).max().unwrap_or(1));
     drop(r);
     let set = Arc::new(DeviceSet::new(devices)?);
-    let chunks = match ChunkStore::with_stripes(set.clone(), table.clone(), stripes, next_segment) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(
-                "the stripe table does not fit the segments ({e}): read without parity"
-            );
-            ChunkStore::new(set, table, next_segment)?
-        }
-    };
+    let mut chunks =
+        match ChunkStore::with_stripes(set.clone(), table.clone(), stripes, next_segment) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(
+                    "the stripe table does not fit the segments ({e}): read without parity"
+                );
+                ChunkStore::new(set, table, next_segment)?
+            }
+        };
     chunks.set_ram_cache(config.read_cache_mib << 20);
     chunks.set_readahead(config.readahead_kib << 10);
+    let keys = unlocked.as_ref().map(|(k, _)| k.clone());
+    let encryption = unlocked.map(|(keys, info)| {
+        chunks.set_codec(cairn_data::ChunkCodec::encrypted(keys));
+        info
+    });
     Ok(Pool {
         path: path.to_path_buf(),
         sb,
@@ -73,6 +84,8 @@ pub fn open_salvage_pool(path: &Path, config: PoolConfig) -> Result<Pool> {
         storage,
         // A salvage mount replays no intent log.
         log_devices: Vec::new(),
+        encryption,
+        keys,
         _lock: lock,
     })
 }

@@ -8,6 +8,7 @@
 //! stay on std::fs.
 
 pub mod config;
+pub mod key;
 pub mod log_home;
 pub mod meta_copies;
 pub mod perms;
@@ -55,6 +56,8 @@ pub struct MkfsOptions {
     pub redundancy: cairn_data::Policy,
     /// Where the intent log goes (`--intent-log`).
     pub intent_log: log_home::LogHome,
+    /// Encrypt the pool, its data key wrapped by this secret (`--encrypt`).
+    pub encrypt: Option<cairn_crypt::Secret>,
 }
 
 impl Default for MkfsOptions {
@@ -70,6 +73,7 @@ impl Default for MkfsOptions {
             mirror: false,
             redundancy: cairn_data::Policy::default(),
             intent_log: log_home::LogHome::default(),
+            encrypt: None,
         }
     }
 }
@@ -204,6 +208,10 @@ impl PoolPaths {
     }
     pub fn config(p: &Path) -> PathBuf {
         p.join("cairn.toml")
+    }
+    /// An encrypted pool's key block (`key.rs`).
+    pub fn key(p: &Path) -> PathBuf {
+        p.join("key")
     }
     pub fn heat(p: &Path) -> PathBuf {
         p.join("heat")
@@ -378,7 +386,15 @@ fn mkfs_in(
     let _ = std::fs::remove_file(PoolPaths::meta(pool));
     forget_old_mirror(pool);
     let _ = std::fs::remove_file(PoolPaths::intent(pool));
+    let _ = std::fs::remove_file(PoolPaths::key(pool));
     let uuid = *uuid::Uuid::new_v4().as_bytes();
+    if let Some(secret) = &opts.encrypt {
+        let now = Time::now().secs.max(0) as u64;
+        let (block, _) = cairn_crypt::KeyBlock::create(secret, uuid, now)
+            .map_err(|e| FsError::Key(e.to_string()))?;
+        made.will_create(&PoolPaths::key(pool));
+        key::write_key_block(pool, &block)?;
+    }
     made.will_create(&PoolPaths::meta(pool));
     let home = meta_home(pool, &opts.devices)?;
     made.will_create(&home);
@@ -775,6 +791,10 @@ pub struct Pool {
     /// The devices that hold a copy of the intent log (none: the log is
     /// the pool directory's file), online or not.
     pub log_devices: Vec<u32>,
+    /// An encrypted pool's key (None: not encrypted).
+    pub encryption: Option<key::Encryption>,
+    /// An encrypted pool's keys (None: not encrypted).
+    pub keys: Option<Arc<cairn_crypt::PoolKeys>>,
     pub(crate) _lock: File,
 }
 
@@ -826,16 +846,29 @@ impl Pool {
 
     /// Opens the pool with its files (metadata store, devices, intent
     /// log) opened through `storage`.
-    #[allow(
-        clippy::cast_possible_truncation,
-        reason = "a cache size in MiB from the config; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
-    )]
     pub fn open_with(
         path: &Path,
         config: Option<PoolConfig>,
         storage: Arc<dyn Storage>,
     ) -> Result<Pool> {
+        Self::open_keyed(path, config, storage, None)
+    }
+
+    /// `open_with` for a pool that may be encrypted: `secret` unlocks its
+    /// key (refused, with nothing changed, when it does not; and given
+    /// for a pool that is not encrypted).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a cache size in MiB from the config; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
+    pub fn open_keyed(
+        path: &Path,
+        config: Option<PoolConfig>,
+        storage: Arc<dyn Storage>,
+        secret: Option<&cairn_crypt::Secret>,
+    ) -> Result<Pool> {
         let sb = read_superblock(path)?;
+        let unlocked = key::unlock(path, sb.uuid, secret)?;
         let mut mode_warnings = crate::pool::perms::tighten(path);
         let lock = take_lock(path)?;
         let config = match config {
@@ -898,6 +931,11 @@ impl Pool {
         let lost = lost.judge(&table, &stripes, sb.segment_size, writable, config.degraded)?;
         let mut chunks = ChunkStore::with_stripes(set.clone(), table, stripes, next_segment)?;
         chunks.set_policy(policy);
+        let keys = unlocked.as_ref().map(|(k, _)| k.clone());
+        let encryption = unlocked.map(|(keys, info)| {
+            chunks.set_codec(cairn_data::ChunkCodec::encrypted(keys));
+            info
+        });
         crate::maintenance::objects::spawn_gc(set.clone());
         chunks.set_compression(config.compression()?);
         chunks.set_ram_cache(config.read_cache_mib << 20);
@@ -930,6 +968,8 @@ impl Pool {
                 .filter(|d| d.log.is_some())
                 .map(|d| d.id)
                 .collect(),
+            encryption,
+            keys,
             _lock: lock,
         };
         pool.set_ssd_cache(cache);

@@ -12,7 +12,7 @@ use crate::error::{FsError, Result};
 use crate::history::liveness::add_ref;
 use crate::types::Extent;
 use crate::vfs::Fs;
-use cairn_data::chunk::{header_of, unseal};
+use cairn_data::chunk::header_of;
 use cairn_data::{ChunkRec, Hash, Layout};
 use cairn_devices::SlotAddr;
 use cairn_meta::{ElemKey, MetaWrite, RecordType};
@@ -137,7 +137,7 @@ impl Fs {
                     c.src
                 )));
             };
-            verify_chunk(d, &c.hash)?;
+            verify_chunk(batch.codec(), d, &c.hash)?;
             batch.set_layout(layouts.get(&c.src).copied());
             let rec = batch.append_stored(d.method, d.raw_len, &d.stored, &c.hash)?;
             out.push((c.src, Local::New(rec)));
@@ -297,8 +297,9 @@ fn replace_snapshots(w: &mut MetaWrite<'_>, snaps: &[(String, Vec<u8>)]) -> Resu
     Ok(())
 }
 
-/// Checks stored bytes against their checksum and the content hash.
-fn verify_chunk(d: &StoredChunk, hash: &Hash) -> Result<()> {
+/// Checks stored bytes against their checksum and the content hash (an
+/// encrypted chunk: its authentication, with the pool's key).
+fn verify_chunk(codec: &cairn_data::ChunkCodec, d: &StoredChunk, hash: &Hash) -> Result<()> {
     if d.hash != *hash {
         return Err(FsError::BadRequest(
             "a chunk's hash does not match its frame".into(),
@@ -307,7 +308,7 @@ fn verify_chunk(d: &StoredChunk, hash: &Hash) -> Result<()> {
     let mut buf = Vec::with_capacity(cairn_data::CHUNK_HEADER_LEN + d.stored.len());
     header_of(d.method, d.raw_len as usize, &d.stored, hash).encode(&mut buf);
     buf.extend_from_slice(&d.stored);
-    unseal(&buf, hash, true)
+    (codec.unseal(&buf, hash, true))
         .map(drop)
         .map_err(|e| FsError::BadRequest(format!("chunk {}: {e}", hex(hash))))
 }

@@ -435,10 +435,15 @@ impl Fs {
         let blocks: Vec<(u64, u64, &Block)> = blocks.iter().map(|(i, b, d)| (*i, *b, d)).collect();
         let windows: Vec<_> = blocks.chunks(HASH_WINDOW).collect();
         let mut sink = BlockSink::new(self, layouts)?;
+        let codec = self.pool.chunks.codec();
         std::thread::scope(|sc| {
             let spawn = |i: usize| {
                 let w = windows.get(i).copied()?;
-                Some(sc.spawn(move || w.iter().map(|b| content_hash(b.2)).collect::<Vec<_>>()))
+                Some(sc.spawn(move || {
+                    w.iter()
+                        .map(|b| content_hash(codec, b.2))
+                        .collect::<Vec<_>>()
+                }))
             };
             // As many windows hashed ahead as there are cores.
             let depth = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -958,9 +963,10 @@ pub(crate) fn change_count(ov: &Overlay) -> u64 {
 /// Blocks hashed per window of the flush's hashing thread.
 const HASH_WINDOW: usize = 64;
 
-/// A block's content hash, or None if it is all zeros (a hole).
-pub(crate) fn content_hash(data: &[u8]) -> Option<Hash> {
-    (!data.iter().all(|&b| b == 0)).then(|| cairn_data::chunk::hash_block(data))
+/// A block's content hash in this pool (`ChunkCodec::hash`), or None if
+/// it is all zeros (a hole).
+pub(crate) fn content_hash(codec: &cairn_data::ChunkCodec, data: &[u8]) -> Option<Hash> {
+    (!data.iter().all(|&b| b == 0)).then(|| codec.hash(data))
 }
 
 /// Where `write_blocks` puts hashed blocks: dedup, then a chunk batch.
@@ -1054,7 +1060,13 @@ impl<'a> BlockSink<'a> {
     /// Stores the new blocks of a window, in order, compressed (when the
     /// pool compresses) on every core first.
     fn store_new(&mut self, news: &[(usize, &[u8])]) -> Result<()> {
-        let packed = compress_all(self.compression, news.iter().map(|n| n.1));
+        let hashed: Vec<(&[u8], Hash)> = (news.iter())
+            .map(|&(at, raw)| match self.out[at].stored {
+                Stored::Pending(h) => (raw, h),
+                _ => unreachable!("a new block is pending"),
+            })
+            .collect();
+        let packed = self.batch.codec().pack_all(self.compression, &hashed);
         for (&(at, raw), z) in news.iter().zip(packed) {
             let Stored::Pending(h) = self.out[at].stored else {
                 unreachable!("a new block is pending");
@@ -1078,7 +1090,7 @@ impl<'a> BlockSink<'a> {
         let mut news = Vec::new();
         self.layout_of(ino);
         for (k, (_, b)) in patch.ranges().enumerate() {
-            let h = cairn_data::chunk::hash_block(b);
+            let h = self.batch.codec().hash(b);
             news.push(match self.duplicate(&h)? {
                 Some(s) => s,
                 None => {
@@ -1106,40 +1118,6 @@ impl<'a> BlockSink<'a> {
         }
         Ok((self.out, segs.into_iter().map(|(id, _)| id).collect()))
     }
-}
-
-/// Each block compressed with `c` (None where that does not pay or `c` is
-/// none), split across the cores.
-pub(crate) fn compress_all<'b>(
-    c: cairn_data::Compression,
-    blocks: impl Iterator<Item = &'b [u8]>,
-) -> Vec<Option<(u8, Vec<u8>)>> {
-    let blocks: Vec<&[u8]> = blocks.collect();
-    if c == cairn_data::Compression::None {
-        return vec![None; blocks.len()];
-    }
-    let packed = on_every_core(&blocks, |b| cairn_data::compress::compress(c, b));
-    // Callers zip the packings with the blocks: one left out would leave
-    // a block (and every one after it) unstored.
-    assert_eq!(packed.len(), blocks.len(), "a packing per block");
-    packed
-}
-
-/// `f` of each item, in order, the items split across the cores.
-pub(crate) fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let per = items.len().div_ceil(cores).max(1);
-    let f = &f;
-    std::thread::scope(|sc| {
-        let parts: Vec<_> = items
-            .chunks(per)
-            .map(|part| sc.spawn(move || part.iter().map(f).collect::<Vec<_>>()))
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|h| h.join().expect("a worker does not panic"))
-            .collect()
-    })
 }
 
 /// Appends a block with content hash `h` to `batch`: as `compress_all`

@@ -197,7 +197,8 @@ impl Fs {
             Some(places) => LogFile::open_places(places, uuid, last, on_damage),
         };
         match opened {
-            Ok((mut log, mut recs)) => {
+            Ok((mut log, recs)) => {
+                let mut recs = self.opened_records(&mut log, recs)?;
                 let t = self.pool.config.io_timeout_secs;
                 log.timeout = (t > 0).then(|| std::time::Duration::from_secs(t));
                 if let Some(d) = &log.discarded {
@@ -232,6 +233,34 @@ impl Fs {
                 Ok(Vec::new())
             }
         }
+    }
+
+    /// An encrypted pool's records with their payloads opened, and its log
+    /// made to seal new ones. A record that fails authentication (its
+    /// checksum holds: changed by someone, not by damage) refuses the
+    /// mount as damage does, or with --discard-damaged-log ends the
+    /// records replayed.
+    fn opened_records(&self, log: &mut LogFile, recs: Vec<Record>) -> Result<Vec<Record>> {
+        let Some(keys) = &self.pool.keys else {
+            return Ok(recs);
+        };
+        log.cipher = Some(keys.log.clone());
+        let mut out = Vec::with_capacity(recs.len());
+        for (h, p) in recs {
+            let Ok(plain) = keys
+                .log
+                .open(&crate::writeback::log_file::record_aad(&h), &p)
+            else {
+                let why = format!("intent log: record {} (on TID {}) fails authentication: its bytes were changed, or it belongs elsewhere", h.seq, h.base_tid);
+                if self.pool.config.discard_damaged_log {
+                    tracing::error!("{why}; --discard-damaged-log: replaying the {} record(s) before it and dropping the rest", out.len());
+                    break;
+                }
+                return Err(FsError::DamagedLog(format!("{why}. Nothing was changed. Mount with --discard-damaged-log to replay the records before it and drop the rest")));
+            };
+            out.push((h, plain));
+        }
+        Ok(out)
     }
 
     /// The copies of a log kept on devices (`Pool::log_devices`), those
@@ -286,6 +315,21 @@ impl Fs {
             .meta()
             .and_then(|r| crate::maintenance::check::live_paths(&r));
         let paths = paths.unwrap_or_default();
+        // An encrypted log's records are read for their names opened.
+        let opened = |recs: &[Record]| match &self.pool.keys {
+            Some(k) => {
+                crate::writeback::log_file::open_records(&k.log, recs.to_vec()).unwrap_or_default()
+            }
+            None => recs.to_vec(),
+        };
+        let d = &Damage {
+            path: d.path.clone(),
+            region: d.region,
+            base_tid: d.base_tid,
+            first_lost: d.first_lost,
+            before: opened(&d.before),
+            after: opened(&d.after),
+        };
         format!(
             "{d}. Applying the records before it alone would lose the fsync'd changes of \
              record {} (unreadable) and of those after it, which touch {}. Nothing was \

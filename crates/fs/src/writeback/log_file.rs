@@ -233,6 +233,9 @@ pub struct LogFile {
     retried: u64,
     /// The last record's buffer, for the next (`record_buffer`).
     spare: Vec<u8>,
+    /// An encrypted pool's log key: each record's payload is sealed with
+    /// it, bound to the record's header (`record_aad`).
+    pub cipher: Option<cairn_crypt::Sealer>,
     /// The damage an open told to discard it found (`OnDamage::Discard`).
     pub discarded: Option<Box<Damage>>,
 }
@@ -342,6 +345,7 @@ impl LogFile {
             pending_seal: 0,
             retried: 0,
             spare: Vec::new(),
+            cipher: None,
             discarded: None,
         };
         let live = [last_tid, last_tid + 1];
@@ -576,18 +580,23 @@ impl LogFile {
             "a record buffer starts with header room"
         );
         assert_eq!(self.pending_seal, 0, "no record before a pending seal");
-        let len = rec.len() as u64;
-        if self.pos + len > self.capacity() {
-            self.recycle(rec);
-            self.broken_until = self.base_tid + 1;
-            return Err(LogError::Full);
-        }
         let head = RecordHead {
             uuid: self.uuid,
             base_tid: self.base_tid,
             seq: self.seq,
             next_ino,
         };
+        if let Some(c) = &self.cipher {
+            let sealed = c.seal(&record_aad(&head), &rec[HEADER_LEN..]);
+            rec.truncate(HEADER_LEN);
+            rec.extend_from_slice(&sealed);
+        }
+        let len = rec.len() as u64;
+        if self.pos + len > self.capacity() {
+            self.recycle(rec);
+            self.broken_until = self.base_tid + 1;
+            return Err(LogError::Full);
+        }
         let head = encode_head(&head, rec.len() - HEADER_LEN, self.layout.version());
         rec[..HEADER_LEN].copy_from_slice(&head);
         let sum = checksum(&rec[..HEADER_LEN], &rec[HEADER_LEN..]);
@@ -775,6 +784,30 @@ fn zero(f: &dyn Backend, from: u64, to: u64) -> io::Result<()> {
         at += n as u64;
     }
     Ok(())
+}
+
+/// What an encrypted record's payload is bound to: its pool, the TID it
+/// applies on and its place in that TID's run, so a record replayed in
+/// another place (or another pool's) fails authentication.
+pub fn record_aad(h: &RecordHead) -> [u8; 48] {
+    let mut a = [0u8; 48];
+    a[..8].copy_from_slice(b"CAIRNILR");
+    a[8..24].copy_from_slice(&h.uuid);
+    a[24..32].copy_from_slice(&h.base_tid.to_le_bytes());
+    a[32..40].copy_from_slice(&h.seq.to_le_bytes());
+    a[40..48].copy_from_slice(&h.next_ino.to_le_bytes());
+    a
+}
+
+/// The records of an encrypted log with their payloads opened; the
+/// sequence number of the first that fails authentication is the error.
+pub fn open_records(cipher: &cairn_crypt::Sealer, recs: Vec<Record>) -> Result<Vec<Record>, u64> {
+    (recs.into_iter())
+        .map(|(h, p)| match cipher.open(&record_aad(&h), &p) {
+            Ok(plain) => Ok((h, plain)),
+            Err(_) => Err(h.seq),
+        })
+        .collect()
 }
 
 #[allow(

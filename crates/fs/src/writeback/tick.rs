@@ -506,7 +506,7 @@ impl Fs {
     /// holds already, not earlier in `todo`), compressed on every core, and
     /// syncs them; returns (index in `todo`, chunk record) of each.
     fn store_blocks(&self, todo: &[(u64, u64, Block)]) -> Result<Vec<(usize, ChunkRec)>> {
-        let hashes = hash_all(todo);
+        let hashes = hash_all(self.pool.chunks.codec(), todo);
         let r = self.meta()?;
         let dedup = self.pool.config.dedup;
         let mut seen: HashSet<Hash> = HashSet::new();
@@ -521,8 +521,11 @@ impl Fs {
             news.push((n, h));
         }
         drop(r);
-        let raws = news.iter().map(|(n, _)| todo[*n].2.as_slice());
-        let packed = crate::writeback::flush::compress_all(self.pool.chunks.compression(), raws);
+        let raws: Vec<(&[u8], Hash)> = (news.iter())
+            .map(|(n, h)| (todo[*n].2.as_slice(), *h))
+            .collect();
+        let chunks = &self.pool.chunks;
+        let packed = chunks.codec().pack_all(chunks.compression(), &raws);
         let layouts = self.own_layouts(news.iter().map(|(n, _)| todo[*n].0))?;
         let mut batch = self.pool.chunks.batch();
         let mut out = Vec::with_capacity(news.len());
@@ -661,6 +664,6 @@ impl Fs {
 }
 
 /// The content hash of each block (None: all zeros), on every core.
-fn hash_all(todo: &[(u64, u64, Block)]) -> Vec<Option<Hash>> {
-    crate::writeback::flush::on_every_core(todo, |t| crate::writeback::flush::content_hash(&t.2))
+fn hash_all(codec: &cairn_data::ChunkCodec, todo: &[(u64, u64, Block)]) -> Vec<Option<Hash>> {
+    cairn_data::codec::on_every_core(todo, |t| crate::writeback::flush::content_hash(codec, &t.2))
 }

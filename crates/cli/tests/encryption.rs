@@ -1,0 +1,489 @@
+//! Encryption at rest on real mounts (issue 53): an encrypted pool keeps
+//! file contents out of every byte it stores (device files, the SSD cache,
+//! the intent log's records), while an unencrypted pool, the negative
+//! control, shows them; a wrong key, a damaged key block and an open key
+//! file are refused and change nothing; `key change` rewraps without
+//! rewriting data; a changed or moved chunk gives EIO, never other bytes.
+
+#![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test sizes and offsets: small by construction"
+)]
+
+mod common;
+
+use common::*;
+use std::collections::HashSet;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The big file, spread over the fast tier and the slow one.
+const BIG: (u64, usize) = (11, 48 << 20);
+/// The small file fsync'd into the intent log just before a kill -9.
+const LOGGED: (u64, usize) = (12, 20_000);
+
+/// A key file of 32 random bytes, mode 0600, in the test's directory.
+fn key_file(fs: &Fs, name: &str) -> PathBuf {
+    let p = fs.dir.join(name);
+    std::fs::write(&p, pattern(seed() ^ name.len() as u64, 32)).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+/// A pool of a small fast device, a slow one and an SSD cache, with the
+/// cache's fill limits off and the RAM cache off (so rereads fill the SSD
+/// cache), encrypted with `key` when given, mounted with a long commit
+/// interval (so fsync's records stay in the log).
+fn pool(key: Option<&Path>) -> Fs {
+    let mut fs = Fs::create();
+    let devices = [
+        format!("nvme:{}:32M", fs.dev("fast")),
+        format!("hdd:{}:256M", fs.dev("slow")),
+        format!("ssd:{}:64M:role=cache", fs.dev("cache")),
+    ];
+    let mut args: Vec<String> = Vec::new();
+    for d in &devices {
+        args.extend(["--device".into(), d.clone()]);
+    }
+    if let Some(k) = key {
+        args.extend([
+            "--encrypt".into(),
+            "--key-file".into(),
+            k.display().to_string(),
+        ]);
+        fs.mount_args
+            .extend(["--key-file".into(), k.display().to_string()]);
+    }
+    fs.mkfs(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    for (k, v) in [
+        ("cache_fill_burst_mib", "1024"),
+        ("cache_fill_rate_mib", "1024"),
+        ("read_cache_mib", "0"),
+    ] {
+        fs.set_config(k, v);
+    }
+    fs.mount_args
+        .extend(["--commit-interval".into(), "600".into()]);
+    fs.mount();
+    fs
+}
+
+/// Writes the big file (committed), rereads it after a remount (filling
+/// the SSD cache), then fsyncs the small one and kills the daemon, so
+/// that its record is only in the intent log; the next mount replays it.
+fn fill(fs: &mut Fs) {
+    std::fs::write(fs.p("big"), pattern(BIG.0, BIG.1)).unwrap();
+    cairn_ok(&["sync", fs.mnt.to_str().unwrap()]);
+    fs.remount();
+    assert_bytes_eq(
+        &std::fs::read(fs.p("big")).unwrap(),
+        &pattern(BIG.0, BIG.1),
+        "big",
+    );
+    let mut f = std::fs::File::create(fs.p("logged")).unwrap();
+    std::io::Write::write_all(&mut f, &pattern(LOGGED.0, LOGGED.1)).unwrap();
+    f.sync_all().unwrap();
+    fs.kill9();
+}
+
+/// Every file the pool keeps: the pool directory's and its devices'.
+fn stored_files(fs: &Fs) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for dir in [fs.pool.clone(), fs.dir.join("devs")] {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// The 16-byte windows of `data` at offsets that are multiples of 16:
+/// any 31 contiguous bytes of `data` hold one of them.
+fn windows(data: &[u8]) -> HashSet<[u8; 16]> {
+    data.chunks_exact(16)
+        .map(|w| w.try_into().unwrap())
+        .collect()
+}
+
+/// How many places of `file` hold a window of `wins` (4 KiB blocks of
+/// zeros skipped: device files are mostly unwritten).
+fn hits_in(file: &Path, wins: &HashSet<[u8; 16]>) -> usize {
+    let bytes = std::fs::read(file).unwrap();
+    let mut hits = 0;
+    let mut at = 0;
+    while at + 16 <= bytes.len() {
+        let block_end = (at / 4096 + 1) * 4096;
+        if at % 4096 == 0
+            && bytes[at..block_end.min(bytes.len())]
+                .iter()
+                .all(|&b| b == 0)
+        {
+            at = block_end;
+            continue;
+        }
+        let w: &[u8; 16] = bytes[at..at + 16].try_into().unwrap();
+        if wins.contains(w) {
+            hits += 1;
+            at += 16;
+        } else {
+            at += 1;
+        }
+    }
+    hits
+}
+
+/// (file, hits) for every stored file with any window of the big file's
+/// or the logged file's bytes.
+fn plaintext_hits(fs: &Fs) -> Vec<(String, usize)> {
+    let mut wins = windows(&pattern(BIG.0, BIG.1));
+    wins.extend(windows(&pattern(LOGGED.0, LOGGED.1)));
+    let logged = windows(&pattern(LOGGED.0, LOGGED.1));
+    let mut out = Vec::new();
+    for f in stored_files(fs) {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        let (all, small) = (hits_in(&f, &wins), hits_in(&f, &logged));
+        if all > 0 {
+            out.push((format!("{name} (of which the fsync'd file: {small})"), all));
+        }
+    }
+    out
+}
+
+#[test]
+fn file_contents_are_in_no_stored_byte_of_an_encrypted_pool() {
+    let probe = Fs::create();
+    let key = key_file(&probe, "key");
+    let mut fs = pool(Some(&key));
+    fill(&mut fs);
+    let hits = plaintext_hits(&fs);
+    assert!(hits.is_empty(), "plaintext in an encrypted pool: {hits:?}");
+    // The log's record replays: the fsync'd file is back, exact.
+    fs.mount();
+    assert_bytes_eq(
+        &std::fs::read(fs.p("logged")).unwrap(),
+        &pattern(LOGGED.0, LOGGED.1),
+        "logged after kill -9",
+    );
+    assert_bytes_eq(
+        &std::fs::read(fs.p("big")).unwrap(),
+        &pattern(BIG.0, BIG.1),
+        "big after kill -9",
+    );
+    let info = cairn_ok(&["info", fs.mnt.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+    let enc = &v["encryption"];
+    assert_eq!(enc["key_source"], "key file (32 raw bytes)", "{enc}");
+    assert!(
+        enc["algorithm"]
+            .as_str()
+            .unwrap()
+            .contains("XChaCha20-Poly1305"),
+        "{enc}"
+    );
+    fs.unmount();
+    let out = checked(&fs, Some(&key));
+    assert!(
+        out.status.success(),
+        "check of the encrypted pool: {}",
+        describe(&out)
+    );
+}
+
+/// The negative control: the same steps on a pool without encryption find
+/// the contents in the device files, the SSD cache and the intent log.
+#[test]
+fn the_scan_finds_contents_in_an_unencrypted_pool() {
+    let mut fs = pool(None);
+    fill(&mut fs);
+    let hits = plaintext_hits(&fs);
+    let named = |n: &str| hits.iter().any(|(f, _)| f.starts_with(n));
+    assert!(named("fast") && named("slow") && named("cache"), "{hits:?}");
+    // The logged file is in the log areas of the devices only.
+    let in_log = hits
+        .iter()
+        .any(|(f, _)| !f.ends_with("(of which the fsync'd file: 0)"));
+    assert!(in_log, "the fsync'd record was not found: {hits:?}");
+    fs.mount();
+    fs.finish();
+}
+
+/// `cairn ARGS` with no terminal to type a passphrase at (a new session),
+/// stdin closed.
+fn cairn_no_tty(args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    cmd.args(args).stdin(Stdio::null());
+    // SAFETY: setsid is async-signal-safe; the child leaves our terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
+/// `cairn check POOL [--key-file K]` without a terminal.
+fn checked(fs: &Fs, key: Option<&Path>) -> Output {
+    let mut args = vec!["check".to_string(), fs.pool.display().to_string()];
+    if let Some(k) = key {
+        args.extend(["--key-file".into(), k.display().to_string()]);
+    }
+    cairn_no_tty(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// Asserts `out` failed and its stderr says `want`.
+fn refused(out: &Output, want: &str, what: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(want),
+        "{what}: {}",
+        describe(out)
+    );
+}
+
+#[test]
+fn wrong_keys_damaged_key_blocks_and_open_key_files_are_refused_and_change_nothing() {
+    let probe = Fs::create();
+    let key = key_file(&probe, "key");
+    let mut fs = pool(Some(&key));
+    std::fs::write(fs.p("f"), pattern(3, 300_000)).unwrap();
+    fs.unmount();
+    let before: Vec<(PathBuf, Vec<u8>)> = (stored_files(&fs).into_iter())
+        .filter(|p| !p.ends_with("cairn.log"))
+        .map(|p| (p.clone(), std::fs::read(&p).unwrap()))
+        .collect();
+    let pool = fs.pool.display().to_string();
+    let mnt = fs.mnt.display().to_string();
+    let other = key_file(&probe, "other-key");
+    let other_s = other.display().to_string();
+    refused(
+        &cairn_no_tty(&["mount", &pool, &mnt, "--key-file", &other_s]),
+        "wrong passphrase or key file",
+        "another key",
+    );
+    refused(
+        &checked(&fs, Some(&other)),
+        "wrong passphrase or key file",
+        "check with another key",
+    );
+    refused(
+        &cairn_no_tty(&["mount", &pool, &mnt]),
+        "give --key-file",
+        "no key and no terminal",
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    refused(
+        &checked(&fs, Some(&key)),
+        "chmod 600",
+        "a key file others can read",
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let block = fs.pool.join("key");
+    let good = std::fs::read(&block).unwrap();
+    let mut bad = good.clone();
+    bad[100] ^= 0x01;
+    std::fs::write(&block, &bad).unwrap();
+    refused(
+        &checked(&fs, Some(&key)),
+        "key block is damaged",
+        "a damaged key block",
+    );
+    std::fs::write(&block, &good).unwrap();
+    // A key file for a pool that is not encrypted names the wrong pool.
+    let plain = Fs::create();
+    plain.mkfs(&[]);
+    let plain_pool = plain.pool.display().to_string();
+    let key_s = key.display().to_string();
+    refused(
+        &cairn_no_tty(&["check", &plain_pool, "--key-file", &key_s]),
+        "is not encrypted",
+        "a key for a plain pool",
+    );
+    for (p, bytes) in &before {
+        assert!(
+            std::fs::read(p).unwrap() == *bytes,
+            "{} changed by a refused command",
+            p.display()
+        );
+    }
+    fs.mount();
+    assert_bytes_eq(
+        &std::fs::read(fs.p("f")).unwrap(),
+        &pattern(3, 300_000),
+        "f after the refusals",
+    );
+    fs.unmount();
+    assert!(checked(&fs, Some(&key)).status.success());
+}
+
+#[test]
+fn key_change_rewraps_the_key_and_the_old_one_stops_working() {
+    let probe = Fs::create();
+    let key = key_file(&probe, "key");
+    let mut fs = pool(Some(&key));
+    std::fs::write(fs.p("f"), pattern(4, 1 << 20)).unwrap();
+    let new = probe.dir.join("passphrase");
+    std::fs::write(&new, "a long passphrase for the new key\n").unwrap();
+    std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (key_s, new_s) = (key.display().to_string(), new.display().to_string());
+    let mnt = fs.mnt.display().to_string();
+    // Online: the mounted pool goes on, only the key block changes.
+    let out = cairn_no_tty(&[
+        "key",
+        "change",
+        &mnt,
+        "--key-file",
+        &key_s,
+        "--new-key-file",
+        &new_s,
+    ]);
+    assert!(out.status.success(), "key change: {}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no data was rewritten"));
+    std::fs::write(fs.p("g"), pattern(5, 70_000)).unwrap();
+    fs.unmount();
+    refused(
+        &checked(&fs, Some(&key)),
+        "wrong passphrase or key file",
+        "the old key",
+    );
+    let out = cairn_no_tty(&[
+        "key",
+        "change",
+        &fs.pool.display().to_string(),
+        "--key-file",
+        &key_s,
+        "--new-key-file",
+        &key_s,
+    ]);
+    refused(
+        &out,
+        "wrong passphrase or key file",
+        "a change with the old key",
+    );
+    fs.mount_args = vec!["--key-file".into(), new_s.clone()];
+    fs.mount();
+    assert_bytes_eq(
+        &std::fs::read(fs.p("f")).unwrap(),
+        &pattern(4, 1 << 20),
+        "f",
+    );
+    assert_bytes_eq(&std::fs::read(fs.p("g")).unwrap(), &pattern(5, 70_000), "g");
+    let info = cairn_ok(&["info", &mnt, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(
+        v["encryption"]["key_source"], "passphrase (Argon2id)",
+        "{info}"
+    );
+    fs.unmount();
+    assert!(checked(&fs, Some(&new)).status.success());
+}
+
+/// The places of the encrypted chunks (version 2 headers) in `dev`.
+fn encrypted_chunks(dev: &[u8]) -> Vec<usize> {
+    (0..dev.len().saturating_sub(56))
+        .filter(|&i| &dev[i..i + 4] == b"CHNK" && dev[i + 4] == 2)
+        .collect()
+}
+
+/// Makes the checksums of the chunk at `at` agree with its bytes again,
+/// so only the encryption's authentication can notice a change.
+fn reseal_checksums(dev: &mut [u8], at: usize) {
+    let stored = u32::from_le_bytes(dev[at + 12..at + 16].try_into().unwrap()) as usize;
+    let crc = crc32c::crc32c(&dev[at + 56..at + 56 + stored]);
+    dev[at + 48..at + 52].copy_from_slice(&crc.to_le_bytes());
+    let head = crc32c::crc32c(&dev[at..at + 52]);
+    dev[at + 52..at + 56].copy_from_slice(&head.to_le_bytes());
+}
+
+#[test]
+fn a_changed_or_moved_chunk_gives_eio_never_other_bytes() {
+    let probe = Fs::create();
+    let key = key_file(&probe, "key");
+    let mut fs = pool(Some(&key));
+    // Two files of one 64 KiB block each, with different contents.
+    std::fs::write(fs.p("a"), pattern(21, 65_536)).unwrap();
+    std::fs::write(fs.p("b"), pattern(22, 65_536)).unwrap();
+    fs.unmount();
+    let dev_path = fs.dir.join("devs").join("fast");
+    let clean = std::fs::read(&dev_path).unwrap();
+    let chunks = encrypted_chunks(&clean);
+    assert_eq!(chunks.len(), 2, "two encrypted chunks on the fast device");
+    let read_both = |fs: &mut Fs, what: &str| {
+        fs.mount();
+        let got: Vec<std::io::Result<Vec<u8>>> =
+            ["a", "b"].iter().map(|n| std::fs::read(fs.p(n))).collect();
+        fs.unmount();
+        for (r, (n, seed)) in got.iter().zip([("a", 21), ("b", 22)]) {
+            if let Ok(bytes) = r {
+                assert_bytes_eq(bytes, &pattern(seed, 65_536), &format!("{what}: {n} read"));
+            }
+        }
+        got.iter()
+            .filter(|r| {
+                r.as_ref()
+                    .is_err_and(|e| e.raw_os_error() == Some(libc::EIO))
+            })
+            .count()
+    };
+    // A flipped bit with the checksums redone: authentication refuses it.
+    let mut dev = clean.clone();
+    dev[chunks[0] + 56 + 24 + 1000] ^= 0x04;
+    reseal_checksums(&mut dev, chunks[0]);
+    std::fs::write(&dev_path, &dev).unwrap();
+    assert_eq!(
+        read_both(&mut fs, "a flipped bit"),
+        1,
+        "{}",
+        fs.daemon_output()
+    );
+    // One chunk's sealed bytes under the other's header: refused too.
+    let mut dev = clean.clone();
+    let len = 24 + 65_536 + 16;
+    let (a, b) = (chunks[0] + 56, chunks[1] + 56);
+    let moved = dev[a..a + len].to_vec();
+    dev[b..b + len].copy_from_slice(&moved);
+    reseal_checksums(&mut dev, chunks[1]);
+    std::fs::write(&dev_path, &dev).unwrap();
+    assert_eq!(
+        read_both(&mut fs, "a moved chunk"),
+        1,
+        "{}",
+        fs.daemon_output()
+    );
+    std::fs::write(&dev_path, &clean).unwrap();
+    assert_eq!(read_both(&mut fs, "restored"), 0);
+}
+
+#[test]
+fn dedup_and_compression_work_inside_an_encrypted_pool() {
+    let mut fs = Fs::create();
+    let key = key_file(&fs, "key");
+    let key_s = key.display().to_string();
+    fs.mkfs(&["--encrypt", "--key-file", &key_s, "--compression", "lz4"]);
+    fs.mount_args.extend(["--key-file".into(), key_s]);
+    fs.mount();
+    let text: Vec<u8> = (0..4 << 20)
+        .map(|i: u32| b"encrypted, compressed, deduplicated "[(i % 36) as usize])
+        .collect();
+    std::fs::write(fs.p("one"), &text).unwrap();
+    std::fs::write(fs.p("two"), &text).unwrap();
+    cairn_ok(&["sync", fs.mnt.to_str().unwrap()]);
+    let v: serde_json::Value =
+        serde_json::from_str(&cairn_ok(&["info", fs.mnt.to_str().unwrap(), "--json"])).unwrap();
+    let (dedup, compression) = (
+        v["dedup_ratio"].as_f64().unwrap(),
+        v["compression_ratio"].as_f64().unwrap(),
+    );
+    assert!(dedup > 1.9, "dedup ratio {dedup}");
+    assert!(compression > 4.0, "compression ratio {compression}");
+    fs.remount();
+    assert_bytes_eq(&std::fs::read(fs.p("two")).unwrap(), &text, "two");
+    fs.unmount();
+    assert!(checked(&fs, Some(&key)).status.success());
+}

@@ -1,0 +1,212 @@
+//! How a pool turns blocks into stored chunk bytes and back: its content
+//! hash (BLAKE3, keyed with the pool's content key when the pool is
+//! encrypted), compression, and for an encrypted pool authenticated
+//! encryption of the compressed bytes (`cairn-crypt`), bound to the
+//! chunk's header (`chunk::sealed_aad`). Every read of a chunk's raw bytes
+//! and every new chunk goes through the pool's codec; copies, moves and
+//! mirror streams carry stored bytes as they are.
+
+use crate::chunk::{self, expand, sealed_aad, ChunkError, Hash, ENCRYPTED};
+use crate::compress::{compress, Compression, RAW};
+use cairn_crypt::{PoolKeys, OVERHEAD};
+use std::sync::Arc;
+
+/// The pool's chunk codec: plain, or encrypted with the pool's keys.
+#[derive(Clone, Default, Debug)]
+pub struct ChunkCodec {
+    keys: Option<Arc<PoolKeys>>,
+}
+
+impl ChunkCodec {
+    /// The codec of an encrypted pool.
+    pub fn encrypted(keys: Arc<PoolKeys>) -> Self {
+        ChunkCodec { keys: Some(keys) }
+    }
+
+    /// True if new chunks are encrypted.
+    pub fn is_encrypted(&self) -> bool {
+        self.keys.is_some()
+    }
+
+    /// The content hash of a block: what names its chunk and finds its
+    /// duplicates.
+    pub fn hash(&self, raw: &[u8]) -> Hash {
+        match &self.keys {
+            Some(k) => k.content_hash(raw),
+            None => chunk::hash_block(raw),
+        }
+    }
+
+    /// The stored form of a new chunk of `raw` (content hash `hash`):
+    /// (form, bytes), compressed with `c` when that saves 1/8 and
+    /// encrypted in an encrypted pool. None: `raw` is stored as it is.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a chunk is at most MAX_RAW_LEN (1 MiB)"
+    )]
+    pub fn pack(&self, c: Compression, raw: &[u8], hash: &Hash) -> Option<(u8, Vec<u8>)> {
+        let packed = compress(c, raw);
+        let Some(keys) = self.keys.as_ref() else {
+            return packed;
+        };
+        let (method, plain) = match &packed {
+            Some((m, z)) => (*m, z.as_slice()),
+            None => (RAW, raw),
+        };
+        assert!(
+            method & ENCRYPTED == 0,
+            "a compression method below the flag"
+        );
+        let form = method | ENCRYPTED;
+        let aad = sealed_aad(form, raw.len() as u32, hash);
+        let sealed = keys.chunks.seal(&aad, plain);
+        assert_eq!(sealed.len(), plain.len() + OVERHEAD);
+        Some((form, sealed))
+    }
+
+    /// The `pack` of each block (with its hash), split across the cores.
+    pub fn pack_all(&self, c: Compression, blocks: &[(&[u8], Hash)]) -> Vec<Option<(u8, Vec<u8>)>> {
+        if c == Compression::None && !self.is_encrypted() {
+            return vec![None; blocks.len()];
+        }
+        let packed = on_every_core(blocks, |(b, h)| self.pack(c, b, h));
+        // Callers zip the packings with the blocks: one left out would
+        // leave a block (and every one after it) unstored.
+        assert_eq!(packed.len(), blocks.len(), "a packing per block");
+        packed
+    }
+
+    /// Verifies sealed chunk `buf` against its checksums and `expected`,
+    /// opens it if encrypted, and returns its raw bytes (with `full_hash`
+    /// checked against `expected`). Never a byte of a chunk that fails.
+    pub fn unseal(
+        &self,
+        buf: &[u8],
+        expected: &Hash,
+        full_hash: bool,
+    ) -> Result<Vec<u8>, ChunkError> {
+        let (h, stored) = chunk::checked(buf, expected)?;
+        let raw = match h.compression & ENCRYPTED {
+            0 => expand(h.compression, h.raw_len, stored)?,
+            _ => {
+                let keys = self.keys.as_ref().ok_or(ChunkError::NeedsKey)?;
+                let aad = sealed_aad(h.compression, h.raw_len, expected);
+                let plain =
+                    (keys.chunks.open(&aad, stored)).map_err(|_| ChunkError::Authentication)?;
+                expand(h.compression & !ENCRYPTED, h.raw_len, &plain)?
+            }
+        };
+        if full_hash && &self.hash(&raw) != expected {
+            return Err(ChunkError::ContentHash);
+        }
+        Ok(raw)
+    }
+}
+
+/// `f` of each item, in order, the items split across the cores.
+pub fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let per = items.len().div_ceil(cores).max(1);
+    let f = &f;
+    std::thread::scope(|sc| {
+        let parts: Vec<_> = (items.chunks(per))
+            .map(|part| sc.spawn(move || part.iter().map(f).collect::<Vec<_>>()))
+            .collect();
+        (parts.into_iter())
+            .flat_map(|h| h.join().expect("a worker does not panic"))
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::{seal_stored, CHUNK_HEADER_LEN};
+    use cairn_crypt::DataKey;
+
+    fn encrypted() -> ChunkCodec {
+        ChunkCodec::encrypted(Arc::new(PoolKeys::derive(&DataKey::random())))
+    }
+
+    fn sealed(codec: &ChunkCodec, c: Compression, raw: &[u8]) -> (Hash, Vec<u8>) {
+        let h = codec.hash(raw);
+        let (form, stored) = codec
+            .pack(c, raw, &h)
+            .expect("an encrypted pool packs every block");
+        let mut buf = Vec::new();
+        seal_stored(form, raw.len(), &stored, &h, &mut buf);
+        (h, buf)
+    }
+
+    #[test]
+    fn an_encrypted_chunk_reads_back_and_holds_no_plaintext() {
+        let codec = encrypted();
+        for c in [Compression::None, Compression::Lz4, Compression::Zstd(3)] {
+            let raw = b"a distinctive sentence of plaintext ".repeat(100);
+            let (h, buf) = sealed(&codec, c, &raw);
+            assert_eq!(buf[4], chunk::CHUNK_VERSION_ENCRYPTED);
+            assert_eq!(codec.unseal(&buf, &h, true).unwrap(), raw);
+            assert!(
+                !buf.windows(16).any(|w| raw.windows(16).any(|r| r == w)),
+                "plaintext in {c}"
+            );
+            assert_eq!(chunk::unseal(&buf, &h, false), Err(ChunkError::NeedsKey));
+            assert_eq!(
+                ChunkCodec::default().unseal(&buf, &h, false),
+                Err(ChunkError::NeedsKey)
+            );
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_or_a_chunk_under_another_id_is_refused() {
+        let codec = encrypted();
+        let (h, buf) = sealed(&codec, Compression::None, &[0x42; 4096]);
+        for at in [
+            0,
+            5,
+            9,
+            20,
+            50,
+            CHUNK_HEADER_LEN,
+            CHUNK_HEADER_LEN + 30,
+            buf.len() - 1,
+        ] {
+            let mut b = buf.clone();
+            b[at] ^= 0x08;
+            assert!(codec.unseal(&b, &h, false).is_err(), "flip at {at} read");
+        }
+        // The same bytes under another id, header and checksums redone:
+        // the encryption's binding refuses them.
+        let other = codec.hash(b"other content");
+        let mut moved = Vec::new();
+        seal_stored(buf[5], 4096, &buf[CHUNK_HEADER_LEN..], &other, &mut moved);
+        assert_eq!(
+            codec.unseal(&moved, &other, false),
+            Err(ChunkError::Authentication)
+        );
+        // And a key of another pool opens nothing.
+        assert_eq!(
+            encrypted().unseal(&buf, &h, false),
+            Err(ChunkError::Authentication)
+        );
+    }
+
+    #[test]
+    fn a_plain_pool_is_unchanged() {
+        let plain = ChunkCodec::default();
+        let raw = vec![9u8; 8192];
+        let h = plain.hash(&raw);
+        assert_eq!(h, chunk::hash_block(&raw));
+        assert!(plain.pack(Compression::None, &raw, &h).is_none());
+        let (form, z) = plain
+            .pack(Compression::Lz4, &raw, &h)
+            .expect("zeros shrink");
+        assert_eq!(form, crate::compress::LZ4, "a plain pool compresses");
+        assert!(z.len() < raw.len() / 8);
+        let mut buf = Vec::new();
+        chunk::seal(&raw, &h, Compression::Lz4, &mut buf);
+        assert_eq!(plain.unseal(&buf, &h, true).unwrap(), raw);
+        assert_ne!(encrypted().hash(&raw), h);
+    }
+}
