@@ -487,3 +487,34 @@ fn dedup_and_compression_work_inside_an_encrypted_pool() {
     fs.unmount();
     assert!(checked(&fs, Some(&key)).status.success());
 }
+
+/// Mirrors of encrypted pools are not done yet: a stream of one into a
+/// plain mirror is refused with a clear error, and the mirror is
+/// unchanged and healthy (no chunk it could not read, no read-only pool).
+#[test]
+fn a_plain_mirror_refuses_the_stream_of_an_encrypted_pool() {
+    let mut src = Fs::create();
+    let key = key_file(&src, "key");
+    let key_s = key.display().to_string();
+    src.mkfs(&["--encrypt", "--key-file", &key_s]);
+    src.mount_args.extend(["--key-file".into(), key_s]);
+    src.mount();
+    std::fs::write(src.p("f"), pattern(31, 200_000)).unwrap();
+    cairn_ok(&["sync", src.mnt.to_str().unwrap()]);
+    let dst = Fs::create();
+    dst.mkfs(&["--mirror"]);
+    let out = cairn_no_tty(&[
+        "mirror",
+        "copy",
+        src.mnt.to_str().unwrap(),
+        dst.pool.to_str().unwrap(),
+    ]);
+    refused(
+        &out,
+        "the stream is of an encrypted pool",
+        "a copy into a plain mirror",
+    );
+    assert!(dst.check().contains("0 problem(s)"));
+    src.unmount();
+    assert!(checked(&src, Some(&key)).status.success());
+}

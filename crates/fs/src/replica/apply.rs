@@ -305,6 +305,13 @@ fn verify_chunk(codec: &cairn_data::ChunkCodec, d: &StoredChunk, hash: &Hash) ->
             "a chunk's hash does not match its frame".into(),
         ));
     }
+    let encrypted = d.method & cairn_data::chunk::ENCRYPTED != 0;
+    if encrypted != codec.is_encrypted() {
+        return Err(FsError::BadRequest(match encrypted {
+            true => "the stream is of an encrypted pool and this mirror is not encrypted: its chunks are kept only in a mirror that holds the source's key (mirrors of encrypted pools are not supported yet)".into(),
+            false => "the stream is of a pool that is not encrypted and this mirror is encrypted: mirror it into a mirror made without --encrypt".into(),
+        }));
+    }
     let mut buf = Vec::with_capacity(cairn_data::CHUNK_HEADER_LEN + d.stored.len());
     header_of(d.method, d.raw_len as usize, &d.stored, hash).encode(&mut buf);
     buf.extend_from_slice(&d.stored);
