@@ -32,6 +32,11 @@ impl std::fmt::Debug for Secret {
 }
 
 impl Secret {
+    /// A raw key of 32 bytes (as a key file of exactly 32 bytes gives).
+    pub fn raw_key(key: [u8; RAW_KEY_LEN]) -> Secret {
+        Secret::RawKey(Zeroizing::new(key))
+    }
+
     /// A passphrase typed by the administrator (without its newline);
     /// refused when empty or longer than `MAX_PASSPHRASE`.
     pub fn passphrase(p: &[u8]) -> Result<Secret, CryptError> {

@@ -11,7 +11,9 @@
 //! as it was taken; `check` finds no problem.
 //!
 //! CAIRN_CRASH_POINTS (default 2000) crash points over CAIRN_CRASH_SEEDS
-//! seeds (default 8) starting at CAIRN_CRASH_SEED (default 1);
+//! seeds (default 8) starting at CAIRN_CRASH_SEED (default 1); the same
+//! sweep on an encrypted pool (chunks and intent log records sealed) runs
+//! CAIRN_CRASH_POINTS_ENCRYPTED (default 300) points over 2 seeds;
 //! `scripts/crash-sweep.sh N` runs N points and reports the rate. Every
 //! failure is printed with its seed, point and mode before the test fails.
 
@@ -39,12 +41,18 @@ const MIB: u64 = 1 << 20;
 /// directory), relative to the test directory.
 const RESERVE: &str = "fast/meta.reserve";
 
+/// The key of an encrypted pool's sweep (None: not encrypted).
+fn secret(encrypted: bool) -> Option<cairn_crypt::Secret> {
+    encrypted.then(|| cairn_crypt::Secret::raw_key([0x5c; 32]))
+}
+
 /// A pool of a small nvme and a small hdd device, 1 MiB segments (so gc,
-/// reblock and tier moves have segments to work on).
-fn make(dir: &Path) {
+/// reblock and tier moves have segments to work on), encrypted if asked.
+fn make(dir: &Path, encrypted: bool) {
     let mut o = MkfsOptions {
         segment_size: MIB,
         sparse: true,
+        encrypt: secret(encrypted),
         ..MkfsOptions::default()
     };
     for (class, name, size) in [
@@ -67,8 +75,23 @@ fn config() -> PoolConfig {
     }
 }
 
-fn open(dir: &Path) -> Arc<Fs> {
-    Fs::open(Pool::open(&dir.join("pool"), Some(config())).unwrap()).unwrap()
+/// Opens the pool under `dir` through `storage` (the host's if None).
+fn open_pool(
+    dir: &Path,
+    encrypted: bool,
+    storage: Option<Arc<dyn cairn_devices::Storage>>,
+) -> cairn_fs::error::Result<Pool> {
+    let storage = storage.unwrap_or_else(cairn_devices::HostStorage::shared);
+    Pool::open_keyed(
+        &dir.join("pool"),
+        Some(config()),
+        storage,
+        secret(encrypted).as_ref(),
+    )
+}
+
+fn open(dir: &Path, encrypted: bool) -> Arc<Fs> {
+    Fs::open(open_pool(dir, encrypted, None).unwrap()).unwrap()
 }
 
 fn env(name: &str, default: u64) -> u64 {
@@ -88,16 +111,16 @@ struct Run {
 
 /// Makes a pool under `dir`, opens and shuts it once (so that the intent
 /// log exists), then runs the workload with every write recorded.
-fn record(dir: &Path, seed: u64, ops: usize) -> Run {
-    make(dir);
-    open(dir).shutdown().unwrap();
+fn record(dir: &Path, seed: u64, ops: usize, encrypted: bool) -> Run {
+    make(dir, encrypted);
+    open(dir, encrypted).shutdown().unwrap();
     let mut base = read_images(dir, &[]).unwrap();
     // Never written through the storage (its blocks only hold room for
     // the metadata): left in place, out of the images.
     base.remove(Path::new(RESERVE));
     let rec = Recorder::new(dir).unwrap();
     let storage = Arc::new(TraceStorage::new(rec.clone()));
-    let pool = Pool::open_with(&dir.join("pool"), Some(config()), storage).unwrap();
+    let pool = open_pool(dir, encrypted, Some(storage)).unwrap();
     let fs = Fs::open(pool).unwrap();
     let points = workload::run(&fs, seed, ops, &|| rec.len());
     drop(fs); // the power goes: nothing after the trace counts
@@ -130,9 +153,15 @@ fn crash_points(run: &Run, n: usize, rng: &mut Rng) -> Vec<usize> {
 
 /// Recovers the pool from the crash `images` (after `k` events) and
 /// checks it.
-fn crash_at(dir: &Path, run: &Run, k: usize, images: &Images) -> Result<(), String> {
+fn crash_at(
+    dir: &Path,
+    run: &Run,
+    k: usize,
+    images: &Images,
+    encrypted: bool,
+) -> Result<(), String> {
     common::restore(dir, images, |rel| rel == Path::new(RESERVE));
-    let pool = Pool::open(&dir.join("pool"), Some(config())).map_err(|e| format!("open: {e}"))?;
+    let pool = open_pool(dir, encrypted, None).map_err(|e| format!("open: {e}"))?;
     let rep = check_pool(&pool).map_err(|e| format!("check: {e}"))?;
     if !rep.problems.is_empty() {
         return Err(format!("check before replay: {:?}", rep.problems));
@@ -186,6 +215,21 @@ fn verify(fs: &Fs, points: &[Point], crash: usize) -> Result<(), String> {
 fn crash_point_sweep() {
     let total = env("CAIRN_CRASH_POINTS", 2000) as usize;
     let seeds = env("CAIRN_CRASH_SEEDS", 8).max(1);
+    sweep(total, seeds, false);
+}
+
+/// The sweep on an encrypted pool: every chunk and intent log record the
+/// workload writes is sealed, and every crash point must recover as on a
+/// plain pool (a torn sealed record is a torn record, never a refused
+/// mount or wrong bytes).
+#[test]
+fn crash_point_sweep_of_an_encrypted_pool() {
+    let total = env("CAIRN_CRASH_POINTS_ENCRYPTED", 300) as usize;
+    sweep(total, 2, true);
+}
+
+/// `total` crash points over `seeds` seeds from CAIRN_CRASH_SEED.
+fn sweep(total: usize, seeds: u64, encrypted: bool) {
     let first = env("CAIRN_CRASH_SEED", 1);
     let modes = [
         CrashMode::DropUnsynced,
@@ -202,7 +246,7 @@ fn crash_point_sweep() {
             false => tempfile::tempdir().unwrap(),
         };
         let t_rec = Instant::now();
-        let run = record(dir.path(), seed, 160);
+        let run = record(dir.path(), seed, 160, encrypted);
         let t_rec = t_rec.elapsed().as_secs_f64();
         let mut replay = Replay::new(run.base.clone(), &run.trace);
         let mut rng = Rng::new(seed ^ 0x5eed);
@@ -240,7 +284,7 @@ fn crash_point_sweep() {
             let mode_seed = seed << 32 | k as u64;
             replay.advance(k);
             let images = replay.images(mode, mode_seed);
-            if let Err(e) = crash_at(dir.path(), &run, k, &images) {
+            if let Err(e) = crash_at(dir.path(), &run, k, &images, encrypted) {
                 let near: Vec<String> = run
                     .points
                     .iter()
@@ -282,14 +326,14 @@ fn workload_recovers_at_its_last_durability_point() {
     // which the model once took for a move.
     for seed in [1, 2, 3, 4, 778787368u64] {
         let dir = tempfile::tempdir().unwrap();
-        make(dir.path());
-        let fs = open(dir.path());
+        make(dir.path(), false);
+        let fs = open(dir.path(), false);
         let step = std::sync::atomic::AtomicUsize::new(0);
         let trace = || step.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let points = workload::run(&fs, seed, 300, &trace);
         assert!(points.len() > 10, "seed {seed}: {} points", points.len());
         drop(fs);
-        let fs = open(dir.path());
+        let fs = open(dir.path(), false);
         if let Err(e) = verify(&fs, &points, usize::MAX) {
             panic!("seed {seed}: {e}");
         }
