@@ -7,7 +7,7 @@
 //! whose segments died are thinned and dropped, the tier mover
 //! converts copies on one class to stripes on another and back, a full
 //! `ec=4+2` pool gives ENOSPC while striping and takes writes again after
-//! deletes.
+//! deletes, and a damaged stripe record costs only what needs its parity.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 #![allow(
@@ -685,4 +685,120 @@ fn a_full_ec_pool_gives_enospc_and_takes_writes_again_after_deletes() {
     slots_in_use(&fs);
     let rep = check_pool(fs.pool()).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
+
+/// The first chunk stored in the data member at `member` of a stripe,
+/// by its segment: (chunk id, its record).
+fn chunk_in_member(fs: &Fs, member: cairn_devices::SlotAddr) -> (u64, cairn_data::ChunkRec) {
+    let chunks = &fs.pool().chunks;
+    let seg = (chunks.segment_table().into_iter())
+        .find(|(_, s)| s.places().contains(&member))
+        .map(|(id, _)| id)
+        .expect("a segment of the member");
+    let mut found = None;
+    let r = fs.pool().meta.read().unwrap();
+    r.for_each_chunk(|id, raw| {
+        let rec = cairn_data::ChunkRec::decode(raw).unwrap();
+        if rec.segment == seg && found.is_none() {
+            found = Some((id, rec));
+        }
+    })
+    .unwrap();
+    found.expect("a chunk in the member's segment")
+}
+
+/// Flips bytes in the middle of a chunk's only copy, on its device file.
+fn rot(dir: &Path, at: cairn_devices::SlotAddr, rec: &cairn_data::ChunkRec) {
+    let path = device_file(dir, at.device);
+    let mut raw = std::fs::read(&path).unwrap();
+    let start = (MIB + at.slot * MIB) as usize + rec.offset as usize + rec.len as usize / 2;
+    raw[start..start + 64].iter_mut().for_each(|b| *b ^= 0x5a);
+    std::fs::write(&path, &raw).unwrap();
+}
+
+/// The files (by name) whose chunks include `chunk`.
+fn users_of(fs: &Fs, model: &Model, chunk: u64) -> Vec<String> {
+    (model.keys())
+        .filter(|name| {
+            let ino = fs.lookup(ROOT_INO, name.as_bytes()).unwrap().ino;
+            fs.file_chunks(ino).unwrap().contains(&chunk)
+        })
+        .cloned()
+        .collect()
+}
+
+/// A stripe record whose checksum fails (damaged in the stored
+/// metadata): the pool still opens and names the stripe; its segments'
+/// data members read exact; a chunk rotten in one of them, which only
+/// that stripe's parity could restore, is EIO and the one loss check and
+/// scrub report (with the stripe), while a chunk rotten in a member of a
+/// sound stripe is restored from its parity.
+#[test]
+fn a_damaged_stripe_record_loses_only_what_needs_its_parity() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make(d.path(), 3, "ec=2+1");
+    let fs = open(&pool);
+    let model = write_files(&fs, 12, 8);
+    fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
+    let stripes = fs.pool().chunks.stripe_table();
+    assert!(stripes.len() >= 3, "{stripes:?}");
+    let (bad_id, bad) = stripes[0].clone();
+    let (good_id, good) = stripes[1].clone();
+    let (lost_chunk, lost_rec) = chunk_in_member(&fs, bad.data()[0]);
+    let (healed_chunk, healed_rec) = chunk_in_member(&fs, good.data()[0]);
+    let lost_files = users_of(&fs, &model, lost_chunk);
+    assert!(!lost_files.is_empty() && users_of(&fs, &model, healed_chunk).len() == 1);
+    // One bit of a member's slot flips in the stored record.
+    let mut raw = bad.encode();
+    raw[12] ^= 1;
+    let put = |w: &mut cairn_meta::MetaWrite<'_>| w.put_stripe(bad_id, &raw);
+    fs.pool().meta.write(put).unwrap();
+    fs.shutdown().unwrap();
+    drop(fs);
+    rot(d.path(), bad.data()[0], &lost_rec);
+    rot(d.path(), good.data()[0], &healed_rec);
+    let opened = std::panic::catch_unwind(|| Pool::open(&pool, None));
+    let opened = opened.unwrap_or_else(|_| panic!("the open panicked"));
+    let fs = Fs::open(opened.unwrap_or_else(|e| panic!("a damaged stripe refused the pool: {e}")))
+        .unwrap();
+    let ids: Vec<u64> = (fs.pool().chunks.stripe_table().iter())
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(!ids.contains(&bad_id) && ids.contains(&good_id), "{ids:?}");
+    for (name, want) in &model {
+        let f = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
+        match fs.read(f.ino, 0, f.size as u32 + 1) {
+            Ok(got) => assert!(got == *want, "{name} reads different bytes"),
+            Err(e) => {
+                assert!(lost_files.contains(name), "{name}: {e}");
+                assert_eq!(e.errno(), libc::EIO, "{name}: {e}");
+            }
+        }
+    }
+    let problems = check_pool(fs.pool()).unwrap().problems;
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    let stripe = format!("stripe {bad_id}: DAMAGED");
+    assert!(
+        problems.iter().any(|p| p.starts_with(&stripe)),
+        "{problems:?}"
+    );
+    let chunk = format!("chunk {lost_chunk} ");
+    assert!(
+        problems.iter().any(|p| p.starts_with(&chunk)),
+        "{problems:?}"
+    );
+    let rep = fs.scrub(&|_, _| {}).unwrap();
+    assert_eq!(rep.damaged.len(), 2, "{rep:?}");
+    assert!(
+        rep.damaged.iter().any(|p| p.starts_with(&stripe)),
+        "{rep:?}"
+    );
+    let named = |f: &String| rep.damaged.iter().any(|p| p.contains(f.as_str()));
+    assert!(lost_files.iter().all(named), "{lost_files:?}: {rep:?}");
+    // Re-replication gives the damaged stripe's segments their copies
+    // back (then stripes) like any segment short of its layout.
+    fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
+    let st = fs.redundancy_status();
+    assert_eq!(st.short_segments + st.lost_segments, 0, "{st:?}");
+    assert_stripes(&fs, false, "re-striped");
 }
