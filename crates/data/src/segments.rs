@@ -524,11 +524,17 @@ impl Segments {
         now.iter().try_for_each(|a| Ok(self.devices.release(*a)?))
     }
 
-    /// Bytes that new chunks can still use: free slots plus the open
-    /// segment's tail.
+    /// Bytes that new chunks can still use: the free slots shared among
+    /// the copies a new segment gets (the policy's most, at most one per
+    /// failure domain: an `ec` layout's M+1 until its stripe is made),
+    /// plus the open segment's tail. Counting every free slot once would
+    /// let writes (and fsyncs) take bytes no flush can store.
     pub(crate) fn free_bytes(&self) -> u64 {
         let (_, free_slots) = self.devices.slot_totals();
-        free_slots * self.segment_size + self.open_tail.load(Ordering::Relaxed)
+        let copies = (self.policy.read().most_copies())
+            .min(self.devices.segment_domains())
+            .max(1) as u64;
+        free_slots / copies * self.segment_size + self.open_tail.load(Ordering::Relaxed)
     }
 }
 

@@ -406,6 +406,19 @@ impl DeviceSet {
             })
     }
 
+    /// The failure domains of the devices that take new segments: the
+    /// most copies a new segment can get.
+    pub fn segment_domains(&self) -> usize {
+        let m = self.members.read();
+        let mut domains: Vec<&str> = (m.iter())
+            .filter(|x| x.takes_segments())
+            .map(|x| x.domain.as_str())
+            .collect();
+        domains.sort_unstable();
+        domains.dedup();
+        domains.len()
+    }
+
     /// Per device, in id order: (device, total slots, free slots).
     pub fn per_device_slots(&self) -> Vec<(Arc<Device>, u64, u64)> {
         self.members

@@ -2,7 +2,10 @@
 //! pool from one copy to two and re-replicating, replacing a lost device,
 //! lowering two copies to one, changing one copy to parity (`ec=2+1`:
 //! stripes made) and replacing a lost device of a striped pool (stripe
-//! members restored from parity). Each change runs on a pool opened with
+//! members restored from parity); and of the copies of the metadata: a
+//! third made while mounted (a path given `copies=3`), and the second
+//! moved beside a device added to a one-device pool (at the next open).
+//! Each change runs on a pool opened with
 //! a trace storage (every write, sync, length change and punched hole of
 //! the devices, the metadata and the intent log, in order); crash images
 //! are built at both sides of every sync of the trace, at its end and at
@@ -33,6 +36,7 @@ use cairn_devices::backend::{read_images, CrashMode, Images, Replay};
 use cairn_devices::backend::{Event, Recorder, TraceStorage};
 use cairn_devices::{DeviceClass, DeviceSpec};
 use cairn_fs::maintenance::check::check_pool;
+use cairn_fs::pool::PoolPaths;
 use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, PoolConfig, ROOT_INO};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -95,6 +99,17 @@ fn make(dir: &Path, policy: &str) -> Model {
     };
     mkfs(&pool_dir(dir), o).unwrap();
     let fs = open(dir);
+    let model = write_model(&fs);
+    if policy.starts_with("ec=") {
+        let rep = fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
+        assert!(rep.stripes_made > 4, "{rep:?}");
+    }
+    fs.shutdown().unwrap();
+    model
+}
+
+/// Writes the files of the model (about 20 MiB) and flushes.
+fn write_model(fs: &Fs) -> Model {
     let mut model = Model::new();
     let sizes = [2_500_000, 300_000, 1_200_000, 40_000, 3_100_000, 700_000];
     for i in 0..16 {
@@ -109,11 +124,6 @@ fn make(dir: &Path, policy: &str) -> Model {
         model.insert(name, data);
     }
     fs.flush().unwrap();
-    if policy.starts_with("ec=") {
-        let rep = fs.resilver(true, &|_| true, &|_, _| {}).unwrap();
-        assert!(rep.stripes_made > 4, "{rep:?}");
-    }
-    fs.shutdown().unwrap();
     model
 }
 
@@ -312,6 +322,13 @@ struct Scenario<'a> {
 }
 
 fn sweep(dir: &Path, run: &Run, s: &Scenario) {
+    sweep_with(dir, run, s, &[], &|_| {});
+}
+
+/// `sweep`, with the crash points `also` added, and `at_crash(k)` run on
+/// the restored files of each crash point `k` before the pool is opened
+/// (for what the trace does not hold: links).
+fn sweep_with(dir: &Path, run: &Run, s: &Scenario, also: &[usize], at_crash: &dyn Fn(usize)) {
     let max = std::env::var("CAIRN_REDUNDANCY_POINTS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -319,7 +336,10 @@ fn sweep(dir: &Path, run: &Run, s: &Scenario) {
     let syncs = (run.trace.iter())
         .filter(|e| matches!(e, Event::Sync { .. }))
         .count();
-    let ks = crash_points(&run.trace, max, 0x5eed ^ run.trace.len() as u64);
+    let mut ks = crash_points(&run.trace, max, 0x5eed ^ run.trace.len() as u64);
+    ks.extend(also.iter().filter(|k| **k <= run.trace.len()));
+    ks.sort_unstable();
+    ks.dedup();
     println!(
         "{}: {} events, {syncs} syncs, {} crash points",
         s.name,
@@ -338,6 +358,7 @@ fn sweep(dir: &Path, run: &Run, s: &Scenario) {
         let mode = modes[j % 3];
         replay.advance(k);
         common::restore(dir, &replay.images(mode, k as u64), is_reserve);
+        at_crash(k);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| at_point(dir, s)));
         let r = r.unwrap_or_else(|p| {
             let msg = p
@@ -554,4 +575,158 @@ fn power_loss_while_a_lost_device_of_a_striped_pool_is_replaced() {
         holds: &|fs| has_stripes(fs, 2, 1),
     };
     sweep(d.path(), &run, &s);
+}
+
+/// The metadata's copies: `n` in all, each but the first linked
+/// (`meta.mirror`, `meta.mirror.N`) to a file in a directory of its own
+/// (not the first's, which `meta.redb` links to),
+/// each equal to the first byte for byte after a commit (every commit
+/// went to it), and no other copy's file left in the pool's directories.
+fn has_meta_copies(dir: &Path, fs: &Fs, n: usize) -> Result<(), String> {
+    let links = PoolPaths::meta_copies(&pool_dir(dir));
+    let copies: Vec<PathBuf> = (links.iter())
+        .map(|l| std::fs::canonicalize(l).map_err(|e| format!("{}: {e}", l.display())))
+        .collect::<Result<_, _>>()?;
+    let first = pool_dir(dir).join("meta.redb").canonicalize().unwrap();
+    let mut dirs: BTreeSet<_> = copies.iter().map(|c| c.parent()).collect();
+    dirs.insert(first.parent());
+    if copies.len() + 1 != n || dirs.len() != n {
+        return Err(format!("metadata copies {copies:?}"));
+    }
+    let mark = fs.setxattr(ROOT_INO, b"user.commit", b"1", cairn_fs::XattrMode::Any);
+    mark.map_err(|e| format!("setxattr: {e}"))?;
+    fs.flush().map_err(|e| format!("flush: {e}"))?;
+    let first = std::fs::read(&first).unwrap();
+    if let Some(c) = copies.iter().find(|c| std::fs::read(c).unwrap() != first) {
+        return Err(format!("{} differs from the first copy", c.display()));
+    }
+    for sub in ["d0", "d1", "d2", "pool"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path().canonicalize().unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("cairn-meta-mirror") && !copies.contains(&p) {
+                return Err(format!("a stray copy {}", p.display()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The index of the first sync of the metadata copy the trace made (a
+/// copy's file that was not there when recording began), and its file.
+fn new_copy_synced(run: &Run) -> (usize, PathBuf) {
+    let new = |e: &Event| {
+        let f = e.file();
+        f.to_string_lossy().contains("cairn-meta-mirror") && !run.base.contains_key(f)
+    };
+    let at = (run.trace.iter()).position(|e| new(e) && matches!(e, Event::Sync { .. }));
+    let at = at.expect("a new copy of the metadata was made and synced");
+    (at, run.trace[at].file().to_path_buf())
+}
+
+/// Gives directory `three` (made if missing) the layout `copies=3`, as
+/// `cairn redundancy set DIR copies=3` does: the metadata then keeps
+/// three copies (`path_layout_copies`).
+fn three_copies_for_a_path(fs: &Fs) -> Result<(), String> {
+    let dir = match fs.lookup(ROOT_INO, b"three") {
+        Ok(a) => a.ino,
+        Err(_) => {
+            (fs.mkdir(Ctx::ROOT, ROOT_INO, b"three", 0o755))
+                .map_err(|e| format!("mkdir: {e}"))?
+                .ino
+        }
+    };
+    let layout = Some("copies=3".parse().unwrap());
+    fs.set_path_layout(dir, layout).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// A third copy of the metadata made online: a directory given its own
+/// layout `copies=3` on a pool of three devices whose metadata has two
+/// copies makes the third beside a device while mounted
+/// (`meta_copies::raise_online`: `Mirror::add_copy` fills and syncs it,
+/// then it takes every write, then the link `meta.mirror.3` is made).
+/// The link is made outside the trace: at each crash point it is there
+/// when the crash came after the copy's sync and the event after it.
+/// After each crash the copy is either complete and in use, or absent
+/// and made again (at the open, or by setting the layout again), and no
+/// partial copy is left behind. (A pool that keeps one copy cannot add
+/// one while mounted: its second is made at the next open.)
+#[test]
+fn power_loss_while_a_metadata_copy_is_made_online() {
+    let d = shm_dir();
+    let model = make(d.path(), "copies=2");
+    let run = record(d.path(), |fs| {
+        has_meta_copies(d.path(), fs, 2).unwrap();
+        three_copies_for_a_path(fs).unwrap();
+        has_meta_copies(d.path(), fs, 3).unwrap();
+    });
+    let (synced, copy) = new_copy_synced(&run);
+    let copy = d.path().canonicalize().unwrap().join(copy);
+    let link = PoolPaths::meta_copy(&pool_dir(d.path()), 3);
+    let at_crash = |k: usize| {
+        let _ = std::fs::remove_file(&link);
+        if k > synced + 1 {
+            std::os::unix::fs::symlink(&copy, &link).unwrap();
+        }
+    };
+    let s = Scenario {
+        name: "third metadata copy online",
+        model,
+        most: 2,
+        want: 2,
+        finish: &three_copies_for_a_path,
+        holds: &|fs| has_copies(fs, 2).and_then(|_| has_meta_copies(d.path(), fs, 3)),
+    };
+    let around: Vec<usize> = (synced.saturating_sub(2)..synced + 4).collect();
+    sweep_with(d.path(), &run, &s, &around, &at_crash);
+}
+
+/// A pool of one device keeps its second metadata copy beside the first
+/// (in the device's directory, on the same disk); a device is added (the pool then shut down) and
+/// the next open moves the copy beside it (`settle_copy`: copied and
+/// synced through the storage, then the link switched and the old file
+/// removed, outside the trace). At each crash point the link names the
+/// new file when the crash came after its sync and the event after it,
+/// else the old one (which `restore` puts back either way: the next open
+/// removes it once unused, `forget_moved`). After each crash the pool opens with the
+/// copy beside the added device, complete and in use, and nothing else.
+#[test]
+fn power_loss_while_the_metadata_copy_moves_beside_an_added_device() {
+    let d = shm_dir();
+    let o = MkfsOptions {
+        segment_size: MIB,
+        sparse: true,
+        devices: vec![spec(d.path(), 0, 48 * MIB)],
+        ..MkfsOptions::default()
+    };
+    mkfs(&pool_dir(d.path()), o).unwrap();
+    let fs = open(d.path());
+    let model = write_model(&fs);
+    fs.device_add(&spec(d.path(), 1, 24 * MIB)).unwrap();
+    fs.shutdown().unwrap();
+    drop(fs);
+    let link = PoolPaths::meta_copy(&pool_dir(d.path()), 2);
+    let old = std::fs::canonicalize(&link).unwrap();
+    let run = record(d.path(), |fs| has_meta_copies(d.path(), fs, 2).unwrap());
+    let (synced, copy) = new_copy_synced(&run);
+    let copy = d.path().canonicalize().unwrap().join(copy);
+    let at_crash = |k: usize| {
+        let _ = std::fs::remove_file(&link);
+        let to = if k > synced + 1 { &copy } else { &old };
+        std::os::unix::fs::symlink(to, &link).unwrap();
+    };
+    let s = Scenario {
+        name: "metadata copy moved beside an added device",
+        model,
+        most: 1,
+        want: 1,
+        finish: &|_| Ok(()),
+        holds: &|fs| has_copies(fs, 1).and_then(|_| has_meta_copies(d.path(), fs, 2)),
+    };
+    let around: Vec<usize> = (synced.saturating_sub(2)..synced + 4).collect();
+    sweep_with(d.path(), &run, &s, &around, &at_crash);
 }

@@ -7,7 +7,8 @@
 //! frame boundary and inside frames, a flipped byte, another pool's, one
 //! applied twice, one that does not start at the mirror's TID) are refused;
 //! a truncated one leaves the mirror at its last complete batch, from
-//! which the next stream resumes.
+//! which the next stream resumes. Per-path redundancy policies reach the
+//! mirror: its chunks' layouts and the copies of its metadata.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 #![allow(
@@ -667,4 +668,44 @@ fn a_directory_with_its_own_copies_keeps_them_on_the_mirror() {
     assert_eq!(layouts_of(&dst, b"keep", b"f"), two, "the mirror");
     let one = layouts_of(&dst, b"plain", b"f");
     assert!(one.iter().all(|(l, n)| l.is_none() && *n == 1), "{one:?}");
+}
+
+/// The copies of the metadata the paths' own layouts ask for
+/// (`path_layout_copies`) and the links of the copies in the pool.
+fn path_copies(fs: &Fs) -> (u64, Vec<std::path::PathBuf>) {
+    use cairn_fs::pool::{meta_copies::PATH_COPIES, PoolPaths};
+    let r = fs.pool().meta.read().unwrap();
+    let n = r.counter(PATH_COPIES).unwrap();
+    (n, PoolPaths::meta_copies(&fs.pool().path))
+}
+
+/// A directory given `copies=3` raises the source's metadata to three
+/// copies (`path_layout_copies`); a stream that carries the directory's
+/// policy must raise the mirror's the same way, at once, so that the
+/// mirror's metadata survives the losses its data does.
+#[test]
+fn a_path_policy_from_a_stream_raises_the_mirrors_metadata_copies() {
+    let d = tempfile::tempdir().unwrap();
+    let src = two_device_pool(d.path(), "src", false);
+    let keep = src.mkdir(Ctx::ROOT, ROOT_INO, b"keep", 0o755).unwrap().ino;
+    let f = src.create(Ctx::ROOT, keep, b"f", 0o644).unwrap().ino;
+    src.write(f, 0, &[7u8; 100_000]).unwrap();
+    src.set_path_layout(keep, Some("copies=3".parse().unwrap()))
+        .unwrap();
+    let (n, links) = path_copies(&src);
+    assert_eq!((n, links.len()), (3, 2), "the source: {links:?}");
+    let dst = two_device_pool(d.path(), "dst", true);
+    assert_eq!(path_copies(&dst).0, 0, "a new mirror");
+    apply_stream(&dst, &stream(&src, 0)[..], ApplyOptions::default()).unwrap();
+    let (n, links) = path_copies(&dst);
+    assert_eq!((n, links.len()), (3, 2), "the mirror: {links:?}");
+    let f = dst.lookup(ROOT_INO, b"keep").unwrap().ino;
+    let f = dst.lookup(f, b"f").unwrap().ino;
+    assert_eq!(dst.read(f, 0, 200_000).unwrap(), vec![7u8; 100_000]);
+    // Reopened, the mirror keeps its three copies.
+    let pool = dst.pool().path.clone();
+    dst.shutdown().unwrap();
+    drop(dst);
+    let dst = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
+    assert_eq!(path_copies(&dst).1.len(), 2, "reopened");
 }

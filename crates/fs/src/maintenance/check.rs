@@ -211,7 +211,19 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
             .push(format!("{n} element(s) reference missing chunk {chunk}"));
     }
     check_segments(pool, segs, &mut rep.problems);
+    rep.problems.extend(damaged_stripes(&r)?);
     Ok(rep)
+}
+
+/// "stripe N: DAMAGED record ..." for each stripe record that does not
+/// decode (left out at open: its segments have no parity); `check` and
+/// scrub report them.
+pub(crate) fn damaged_stripes(r: &cairn_meta::MetaRead) -> Result<Vec<String>> {
+    let bad = (r.stripes()?.into_iter())
+        .filter_map(|(id, raw)| Some((id, cairn_data::StripeRec::decode(&raw).err()?)));
+    Ok(bad
+        .map(|(id, e)| format!("stripe {id}: DAMAGED record ({e}): its segments have no parity"))
+        .collect())
 }
 
 /// Which live file blocks use each chunk, for naming the files a damaged

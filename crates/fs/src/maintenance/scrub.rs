@@ -110,6 +110,8 @@ impl Fs {
             self.forget_damaged(&bad_hashes)?;
         }
         rep.damaged.extend(self.damaged_records()?);
+        rep.damaged
+            .extend(crate::maintenance::check::damaged_stripes(&r)?);
         self.scrub_parity(&mut rep);
         self.scrub_meta(&mut rep)?;
         Ok(rep)

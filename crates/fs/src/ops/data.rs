@@ -281,12 +281,17 @@ impl Fs {
     }
 
     /// A writer is short of space: step 0 commits and drops fine-grained
-    /// history, step 1 compacts segments holding garbage (GC, best effort:
-    /// it needs a little room itself), and after that the answer is ENOSPC.
+    /// history, step 1 drops the stripes whose segments all died (their
+    /// slots stay held until then) and compacts segments holding garbage
+    /// (GC, best effort: it needs a little room itself), and after that
+    /// the answer is ENOSPC.
     fn reclaim(&self, step: u32) -> Result<()> {
         match step {
             0 => self.flush_with(true),
             1 => {
+                if let Err(e) = self.drop_unneeded_stripes() {
+                    tracing::warn!("dropping unused stripes for a writer short of space: {e}");
+                }
                 if let Err(e) = self.gc(95, 0, &|_, _| {}) {
                     tracing::warn!("compaction for a writer short of space: {e}");
                 }

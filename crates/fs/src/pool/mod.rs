@@ -831,12 +831,22 @@ pub(crate) fn segment_table(r: &cairn_meta::MetaRead) -> Result<Vec<(u64, Segmen
         .collect()
 }
 
-/// The stripe table (`ec=K+M` layouts).
+/// The stripe table (`ec=K+M` layouts), without the records that do not
+/// decode (a failed checksum): each is logged naming the stripe, and its
+/// segments are read from their own copies, without parity (their
+/// parity slots, which no record names now, are free); `check` names it
+/// too. A damaged record must not refuse the whole pool.
 pub(crate) fn stripe_table(r: &cairn_meta::MetaRead) -> Result<Vec<(u64, cairn_data::StripeRec)>> {
-    r.stripes()?
-        .into_iter()
-        .map(|(id, raw)| Ok((id, cairn_data::StripeRec::decode(&raw)?)))
-        .collect()
+    let mut out = Vec::new();
+    for (id, raw) in r.stripes()? {
+        match cairn_data::StripeRec::decode(&raw) {
+            Ok(rec) => out.push((id, rec)),
+            Err(e) => tracing::error!(
+                "DAMAGED stripe record: stripe {id} ({e}): its segments are read without its parity"
+            ),
+        }
+    }
+    Ok(out)
 }
 
 impl Pool {

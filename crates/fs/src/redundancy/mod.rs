@@ -83,13 +83,31 @@ impl Fs {
             return Ok(());
         }
         let _last = self.flush_guard();
-        self.pool.meta.write(|w| {
-            let had = w.counter(PATH_COPIES)?;
-            w.set_counter(PATH_COPIES, had.max(want))
-        })?;
-        self.raise_meta_copies();
+        if self.pool.meta.write(|w| raise_path_copies(w, [layout]))? {
+            self.raise_meta_copies();
+        }
         Ok(())
     }
+}
+
+/// Raises, in the transaction `w`, the copies of the metadata the paths'
+/// own layouts ask for (`meta_copies::PATH_COPIES`, never lowered) to
+/// those of `layouts`: a path given a layout here (`note_path_layout`),
+/// or by a mirror stream (`apply_batch`). True when it went up: the
+/// caller then makes the copies after the commit (`raise_meta_copies`).
+pub(crate) fn raise_path_copies(
+    w: &mut cairn_meta::MetaWrite<'_>,
+    layouts: impl IntoIterator<Item = cairn_data::Layout>,
+) -> Result<bool> {
+    use crate::pool::meta_copies::PATH_COPIES;
+    let had = w.counter(PATH_COPIES)?;
+    let want = (layouts.into_iter())
+        .map(|l| l.copies() as u64)
+        .fold(had, u64::max);
+    if want > had {
+        w.set_counter(PATH_COPIES, want)?;
+    }
+    Ok(want > had)
 }
 
 /// What to do about an intent log with fewer copies than asked for.

@@ -240,6 +240,16 @@ impl Fs {
         Ok(())
     }
 
+    /// Drops the stripes no segment needs (their segments all died), for
+    /// a writer short of space (`Fs::reclaim`): their slots are free at
+    /// once, without waiting for the next re-replication run. Returns how
+    /// many went.
+    pub(crate) fn drop_unneeded_stripes(&self) -> Result<u64> {
+        let mut rep = ResilverReport::default();
+        self.dissolve_stripes(&mut rep)?;
+        Ok(rep.stripes_dropped)
+    }
+
     /// Stripe members on device `id`.
     pub(crate) fn members_on(&self, id: u32) -> usize {
         let stripes = self.pool.chunks.stripe_table();

@@ -66,7 +66,12 @@ impl Fs {
         let (locals, mut touched) = self.store_chunks(b)?;
         let mut freed = Vec::new();
         let old_orphans = self.meta()?.orphans()?;
+        let own = path_layouts(b).into_values().flatten();
+        let mut more_copies = false;
         let r = self.pool.meta.write(|w| {
+            // Paths given their own layout raise the metadata's copies
+            // as on the source (`Fs::note_path_layout`).
+            more_copies = crate::redundancy::raise_path_copies(w, own)?;
             self.map_chunks(w, locals, ids)?;
             let ended = apply_events(self, w, &b.events, ids, &mut touched)?;
             for tid in ended {
@@ -93,6 +98,9 @@ impl Fs {
         });
         self.settle_write(r, &freed)?;
         *last = b.upto;
+        if more_copies {
+            self.raise_meta_copies();
+        }
         // What the filesystem keeps of the committed state in RAM.
         self.drop_ns_meta();
         (self.next_ino).fetch_max(b.next_ino, std::sync::atomic::Ordering::SeqCst);
@@ -155,24 +163,14 @@ impl Fs {
     /// tier's policy applies).
     fn chunk_layouts(&self, b: &Batch) -> Result<HashMap<u64, Layout>> {
         use crate::redundancy::path_policy::{parse, XATTR};
-        // Per inode: the attribute as the batch leaves it (None: removed).
-        let mut set: HashMap<u64, Option<Layout>> = HashMap::new();
+        let set = path_layouts(b);
         let mut file_of: HashMap<u64, u64> = HashMap::new();
         for e in &b.events {
             let key = ElemKey(e.key.clone());
-            match (key.rtype(), &e.change) {
-                (Some(RecordType::Xattr), Change::Create(v)) if key.sub() == XATTR => {
-                    set.insert(key.obj(), parse(v));
+            if let (Some(RecordType::Extent), Change::Create(p)) = (key.rtype(), &e.change) {
+                for id in Extent::decode(p)?.chunks() {
+                    file_of.entry(id).or_insert(key.obj());
                 }
-                (Some(RecordType::Xattr), Change::End) if key.sub() == XATTR => {
-                    set.entry(key.obj()).or_insert(None);
-                }
-                (Some(RecordType::Extent), Change::Create(p)) => {
-                    for id in Extent::decode(p)?.chunks() {
-                        file_of.entry(id).or_insert(key.obj());
-                    }
-                }
-                _ => {}
             }
         }
         let r = self.meta()?;
@@ -222,6 +220,27 @@ impl Fs {
         w.set_counter("next_chunk", next)?;
         Ok(())
     }
+}
+
+/// Per inode, the own layout (redundancy policy attribute) of the paths
+/// whose attribute `b` sets or removes, as the batch leaves it (None:
+/// removed, or a value that names no layout).
+fn path_layouts(b: &Batch) -> HashMap<u64, Option<Layout>> {
+    use crate::redundancy::path_policy::{parse, XATTR};
+    let mut set = HashMap::new();
+    for e in &b.events {
+        let key = ElemKey(e.key.clone());
+        match (key.rtype(), &e.change) {
+            (Some(RecordType::Xattr), Change::Create(v)) if key.sub() == XATTR => {
+                set.insert(key.obj(), parse(v));
+            }
+            (Some(RecordType::Xattr), Change::End) if key.sub() == XATTR => {
+                set.entry(key.obj()).or_insert(None);
+            }
+            _ => {}
+        }
+    }
+    set
 }
 
 /// Applies the events in order; returns the TIDs at which extents ended
