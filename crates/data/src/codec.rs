@@ -119,6 +119,9 @@ pub fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) 
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::chunk::{seal_stored, CHUNK_HEADER_LEN};
