@@ -1,7 +1,8 @@
 //! Encryption at rest on real mounts (issue 53): an encrypted pool keeps
-//! file contents out of every byte it stores (device files, the SSD cache,
-//! the intent log's records), while an unencrypted pool, the negative
-//! control, shows them; a wrong key, a damaged key block and an open key
+//! file contents and metadata values (a symlink's target, an xattr's
+//! value) out of every byte it stores (device files, the SSD cache, the
+//! intent log's records, the metadata store and its copy), while an
+//! unencrypted pool, the negative control, shows them; a wrong key, a damaged key block and an open key
 //! file are refused and change nothing; `key change` rewraps without
 //! rewriting data; a changed or moved chunk gives EIO, never other bytes.
 
@@ -24,6 +25,9 @@ use std::process::{Command, Output, Stdio};
 const BIG: (u64, usize) = (11, 48 << 20);
 /// The small file fsync'd into the intent log just before a kill -9.
 const LOGGED: (u64, usize) = (12, 20_000);
+/// A symlink's target and an xattr's value: metadata values, sealed.
+const TARGET: &str = "canary/symlink-target-7f3a9c1e";
+const XATTR_VALUE: &[u8] = b"canary-xattr-value-91bd44e2";
 
 /// A key file of 32 random bytes, mode 0600, in the test's directory.
 fn key_file(fs: &Fs, name: &str) -> PathBuf {
@@ -76,6 +80,23 @@ fn pool(key: Option<&Path>) -> Fs {
 /// that its record is only in the intent log; the next mount replays it.
 fn fill(fs: &mut Fs) {
     std::fs::write(fs.p("big"), pattern(BIG.0, BIG.1)).unwrap();
+    std::os::unix::fs::symlink(TARGET, fs.p("link")).unwrap();
+    let (path, name) = (
+        cpath(&fs.p("big")),
+        std::ffi::CString::new("user.canary").unwrap(),
+    );
+    // SAFETY: both strings are NUL-terminated and outlive the call; the
+    // value is a live slice of its length.
+    let r = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            XATTR_VALUE.as_ptr().cast(),
+            XATTR_VALUE.len(),
+            0,
+        )
+    };
+    assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
     cairn_ok(&["sync", fs.mnt.to_str().unwrap()]);
     fs.remount();
     assert_bytes_eq(
@@ -89,13 +110,14 @@ fn fill(fs: &mut Fs) {
     fs.kill9();
 }
 
-/// Every file the pool keeps: the pool directory's and its devices'.
+/// Every file the pool keeps: the pool directory's (symlinks followed:
+/// the metadata's copies) and its devices'.
 fn stored_files(fs: &Fs) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for dir in [fs.pool.clone(), fs.dir.join("devs")] {
         for e in std::fs::read_dir(&dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_file() {
+            let p = std::fs::canonicalize(e.unwrap().path()).unwrap();
+            if p.is_file() && !out.contains(&p) {
                 out.push(p);
             }
         }
@@ -143,6 +165,8 @@ fn hits_in(file: &Path, wins: &HashSet<[u8; 16]>) -> usize {
 fn plaintext_hits(fs: &Fs) -> Vec<(String, usize)> {
     let mut wins = windows(&pattern(BIG.0, BIG.1));
     wins.extend(windows(&pattern(LOGGED.0, LOGGED.1)));
+    wins.extend(windows(TARGET.as_bytes()));
+    wins.extend(windows(XATTR_VALUE));
     let logged = windows(&pattern(LOGGED.0, LOGGED.1));
     let mut out = Vec::new();
     for f in stored_files(fs) {
@@ -204,6 +228,17 @@ fn the_scan_finds_contents_in_an_unencrypted_pool() {
     let hits = plaintext_hits(&fs);
     let named = |n: &str| hits.iter().any(|(f, _)| f.starts_with(n));
     assert!(named("fast") && named("slow") && named("cache"), "{hits:?}");
+    // The symlink target and the xattr value are in the metadata store.
+    let meta = std::fs::canonicalize(fs.pool.join("meta.redb")).unwrap();
+    let values: HashSet<[u8; 16]> = windows(TARGET.as_bytes())
+        .into_iter()
+        .chain(windows(XATTR_VALUE))
+        .collect();
+    assert!(
+        hits_in(&meta, &values) >= 2,
+        "the metadata values were not found in {}",
+        meta.display()
+    );
     // The logged file is in the log areas of the devices only.
     let in_log = hits
         .iter()

@@ -14,6 +14,7 @@ use zeroize::Zeroizing;
 const CHUNK_CONTEXT: &str = "cairn 2026-12 chunk sealing key";
 const CONTENT_HASH_CONTEXT: &str = "cairn 2026-12 chunk content hash key";
 const LOG_CONTEXT: &str = "cairn 2026-12 intent log record key";
+const ELEMENT_CONTEXT: &str = "cairn 2026-12 metadata element value key";
 
 /// The pool's 256-bit data key: random at mkfs, kept on disk only wrapped.
 pub struct DataKey(pub(crate) Zeroizing<[u8; 32]>);
@@ -44,6 +45,8 @@ pub struct PoolKeys {
     pub chunks: Sealer,
     /// Seals the payload of every intent log record.
     pub log: Sealer,
+    /// Seals the payload of every metadata element value.
+    pub elements: Sealer,
     content_key: Zeroizing<[u8; 32]>,
 }
 
@@ -59,6 +62,7 @@ impl PoolKeys {
         PoolKeys {
             chunks: Sealer::new(&key.derive(CHUNK_CONTEXT)),
             log: Sealer::new(&key.derive(LOG_CONTEXT)),
+            elements: Sealer::new(&key.derive(ELEMENT_CONTEXT)),
             content_key: key.derive(CONTENT_HASH_CONTEXT),
         }
     }
@@ -78,7 +82,12 @@ mod tests {
     fn each_purpose_has_its_own_key_and_the_content_hash_is_keyed() {
         let k = DataKey::random();
         let keys = PoolKeys::derive(&k);
-        let contexts = [CHUNK_CONTEXT, CONTENT_HASH_CONTEXT, LOG_CONTEXT];
+        let contexts = [
+            CHUNK_CONTEXT,
+            CONTENT_HASH_CONTEXT,
+            LOG_CONTEXT,
+            ELEMENT_CONTEXT,
+        ];
         let derived: std::collections::HashSet<[u8; 32]> =
             contexts.iter().map(|c| *k.derive(c)).collect();
         assert_eq!(derived.len(), contexts.len(), "a key per purpose");

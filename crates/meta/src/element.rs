@@ -8,11 +8,15 @@
 use crate::error::{MetaError, Result};
 use crate::key::ElemKey;
 use crate::TID_MAX;
+use std::sync::{Arc, OnceLock};
 
 /// Version of values written now: crc32c over key and value.
 const VALUE_VERSION: u8 = 2;
 /// Older values: crc32c over the value only.
 const VALUE_VERSION_V1: u8 = 1;
+/// Values of an encrypted pool: the payload sealed (`ValueSeal`), the
+/// crc32c over key and value as in version 2.
+const VALUE_VERSION_SEALED: u8 = 3;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Element {
@@ -33,8 +37,79 @@ impl Element {
     }
 }
 
-/// Encodes the value stored under `stored_key` (the live key, or the
-/// history key with its create_tid).
+/// How element payloads are stored: in the clear, or, in an encrypted
+/// pool, sealed with its element key (value version 3), bound to the key
+/// they are stored under and their TID. Shared by the store and every
+/// view of it; set once, when the pool is unlocked, before any element is
+/// read or written (`MetaStore::seal_values`).
+#[derive(Clone, Default)]
+pub struct ValueSeal(Arc<OnceLock<cairn_crypt::Sealer>>);
+
+impl std::fmt::Debug for ValueSeal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ValueSeal(sealed: {})", self.0.get().is_some())
+    }
+}
+
+impl ValueSeal {
+    /// Seals the values written from now on with `s`; false if they were
+    /// sealed already (with the key set first).
+    pub fn set(&self, s: cairn_crypt::Sealer) -> bool {
+        self.0.set(s).is_ok()
+    }
+
+    /// True if values are sealed.
+    pub fn is_set(&self) -> bool {
+        self.0.get().is_some()
+    }
+
+    /// Encodes the value stored under `stored_key` (the live key, or the
+    /// history key with its create_tid).
+    pub(crate) fn encode(&self, stored_key: &[u8], tid: u64, payload: &[u8]) -> Vec<u8> {
+        let Some(s) = self.0.get() else {
+            return encode_value(stored_key, tid, payload);
+        };
+        let mut v = Vec::with_capacity(13 + payload.len() + cairn_crypt::OVERHEAD);
+        v.push(VALUE_VERSION_SEALED);
+        v.extend_from_slice(&tid.to_le_bytes());
+        s.seal_into(&sealed_aad(stored_key, tid), payload, &mut v);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(stored_key), &v);
+        v.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(v.len(), 1 + 8 + payload.len() + cairn_crypt::OVERHEAD + 4);
+        v
+    }
+
+    /// Returns (tid, payload) of the value stored under `key`, checked
+    /// against its checksum and, sealed, opened with the element key.
+    pub(crate) fn decode(&self, key: &[u8], v: &[u8]) -> Result<(u64, Vec<u8>)> {
+        let (tid, body) = checked_value(key, v)?;
+        if v[0] != VALUE_VERSION_SEALED {
+            return Ok((tid, body.to_vec()));
+        }
+        let bad = |why: &str| MetaError::Corrupt {
+            key: format!("{:?}", ElemKey(key.to_vec())),
+            why: why.into(),
+        };
+        let s = (self.0.get())
+            .ok_or_else(|| bad("the element is encrypted: the pool's key is needed"))?;
+        s.open(&sealed_aad(key, tid), body)
+            .map(|p| (tid, p))
+            .map_err(|_| {
+                bad("the element fails authentication (changed, or moved from another key)")
+            })
+    }
+}
+
+/// What a sealed value is bound to: its stored key and TID.
+fn sealed_aad(stored_key: &[u8], tid: u64) -> Vec<u8> {
+    let mut a = Vec::with_capacity(16 + stored_key.len());
+    a.extend_from_slice(b"CAIRNEV3");
+    a.extend_from_slice(&tid.to_le_bytes());
+    a.extend_from_slice(stored_key);
+    a
+}
+
+/// Encodes the plain (version 2) value stored under `stored_key`.
 pub(crate) fn encode_value(stored_key: &[u8], tid: u64, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(13 + payload.len());
     v.push(VALUE_VERSION);
@@ -47,9 +122,23 @@ pub(crate) fn encode_value(stored_key: &[u8], tid: u64, payload: &[u8]) -> Vec<u
     v
 }
 
-/// Returns (tid, payload) of the value stored under `key` after checking
-/// it against its checksum (which covers the key from version 2 on).
+/// Returns (tid, payload) of a plain value stored under `key` after
+/// checking it against its checksum (which covers the key from version 2
+/// on); a sealed one is refused (`ValueSeal::decode` opens those).
+#[cfg(test)]
 pub(crate) fn decode_value(key: &[u8], v: &[u8]) -> Result<(u64, Vec<u8>)> {
+    ValueSeal::default().decode(key, v)
+}
+
+/// The TID of the value stored under `key` (a plain or a sealed one),
+/// checked against its checksum; its payload is not opened.
+pub(crate) fn tid_of(key: &[u8], v: &[u8]) -> Result<u64> {
+    checked_value(key, v).map(|(tid, _)| tid)
+}
+
+/// (tid, the bytes between it and the crc) of the value stored under
+/// `key`, checked against its checksum.
+fn checked_value<'v>(key: &[u8], v: &'v [u8]) -> Result<(u64, &'v [u8])> {
     let bad = |why: &str| MetaError::Corrupt {
         key: format!("{:?}", ElemKey(key.to_vec())),
         why: why.into(),
@@ -60,7 +149,7 @@ pub(crate) fn decode_value(key: &[u8], v: &[u8]) -> Result<(u64, Vec<u8>)> {
     let (body, crc) = v.split_at(v.len() - 4);
     let want = u32::from_le_bytes(crc.try_into().expect("slice length matches the array"));
     let got = match body[0] {
-        VALUE_VERSION => crc32c::crc32c_append(crc32c::crc32c(key), body),
+        VALUE_VERSION | VALUE_VERSION_SEALED => crc32c::crc32c_append(crc32c::crc32c(key), body),
         VALUE_VERSION_V1 => crc32c::crc32c(body),
         _ => return Err(bad("unknown element version")),
     };
@@ -72,7 +161,7 @@ pub(crate) fn decode_value(key: &[u8], v: &[u8]) -> Result<(u64, Vec<u8>)> {
             .try_into()
             .expect("slice length matches the array"),
     );
-    Ok((tid, body[9..].to_vec()))
+    Ok((tid, &body[9..]))
 }
 
 /// History key: element key followed by the create_tid (BE).
@@ -120,6 +209,43 @@ mod tests {
             d[i] ^= 0x10;
             assert!(decode_value(b"key-a", &d).is_err(), "flip at {i}");
         }
+    }
+
+    /// A seal with a key of its own.
+    fn sealed() -> ValueSeal {
+        let seal = ValueSeal::default();
+        let keys = cairn_crypt::PoolKeys::derive(&cairn_crypt::DataKey::random());
+        assert!(seal.set(keys.log));
+        seal
+    }
+
+    #[test]
+    fn sealed_values_open_only_under_their_key_tid_and_pool_key() {
+        let seal = sealed();
+        let v = seal.encode(b"key-a", 7, b"a symlink target");
+        assert_eq!(v[0], VALUE_VERSION_SEALED);
+        assert!(!v.windows(6).any(|w| w == b"target"), "plaintext in {v:?}");
+        assert_eq!(
+            seal.decode(b"key-a", &v).unwrap(),
+            (7, b"a symlink target".to_vec())
+        );
+        // Damage is caught by the checksum, a value resealed under another
+        // key (checksum redone) by the authentication.
+        assert!(seal.decode(b"key-b", &v).is_err());
+        let mut moved = v[..v.len() - 4].to_vec();
+        let crc = crc32c::crc32c_append(crc32c::crc32c(b"key-b"), &moved);
+        moved.extend_from_slice(&crc.to_le_bytes());
+        let e = seal.decode(b"key-b", &moved).unwrap_err().to_string();
+        assert!(e.contains("fails authentication"), "{e}");
+        // Another pool's key, or none, opens nothing.
+        assert!(sealed().decode(b"key-a", &v).is_err());
+        let e = decode_value(b"key-a", &v).unwrap_err().to_string();
+        assert!(e.contains("the pool's key is needed"), "{e}");
+        // Plain values still read in a sealed store.
+        assert_eq!(
+            seal.decode(b"k", &encode_value(b"k", 1, b"old")).unwrap(),
+            (1, b"old".to_vec())
+        );
     }
 
     #[test]

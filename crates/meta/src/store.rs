@@ -5,7 +5,7 @@
 
 use crate::dedup;
 use crate::dedup::pending::Pending;
-use crate::element::{decode_value, encode_value, hist_key, split_hist_key, Element};
+use crate::element::{hist_key, split_hist_key, Element, ValueSeal};
 use crate::error::{MetaError, Result};
 use crate::key::{prefix_end, ElemKey};
 use crate::mirror::{Mirror, MirrorStats};
@@ -70,6 +70,8 @@ pub struct MetaStore {
     /// (`born_v1`, as far as it reads), to tell a record the damage hides
     /// from a hole or a missing name.
     named: Arc<BornNames>,
+    /// How element values are stored: plain, or sealed (an encrypted pool).
+    seal: ValueSeal,
 }
 
 /// The live element keys a salvage view's creation index names, and
@@ -127,8 +129,8 @@ impl Drop for BumpOnDrop<'_> {
 }
 
 /// Decodes a stored live element.
-fn live_element(key: &[u8], v: &[u8]) -> Result<Element> {
-    let (create_tid, payload) = decode_value(key, v)?;
+fn live_element(seal: &ValueSeal, key: &[u8], v: &[u8]) -> Result<Element> {
+    let (create_tid, payload) = seal.decode(key, v)?;
     Ok(Element {
         key: ElemKey(key.to_vec()),
         create_tid,
@@ -160,6 +162,7 @@ fn tid_before_time(
 /// created by then, else the newest ended one created by then and deleted
 /// after it. Two B-tree lookups whatever the history length.
 fn get_asof(
+    seal: &ValueSeal,
     live: &impl ReadableTable<&'static [u8], &'static [u8]>,
     hist: &impl ReadableTable<&'static [u8], &'static [u8]>,
     fresh: &FreshView<'_, impl ReadableTable<FreshKey, &'static [u8]>>,
@@ -167,7 +170,7 @@ fn get_asof(
     tid: u64,
 ) -> Result<Option<Element>> {
     if let Some(v) = live.get(key.as_bytes())? {
-        let e = live_element(key.as_bytes(), v.value())?;
+        let e = live_element(seal, key.as_bytes(), v.value())?;
         if e.create_tid <= tid {
             return Ok(Some(e));
         }
@@ -178,7 +181,7 @@ fn get_asof(
     let merged = match it.next_back() {
         Some(r) => {
             let (k, v) = r?;
-            Some(hist_element(k.value(), v.value())?)
+            Some(hist_element(seal, k.value(), v.value())?)
         }
         None => None,
     };
@@ -193,9 +196,9 @@ fn get_asof(
     Ok(newest.filter(|e| tid < e.delete_tid))
 }
 
-fn hist_element(k: &[u8], v: &[u8]) -> Result<Element> {
+fn hist_element(seal: &ValueSeal, k: &[u8], v: &[u8]) -> Result<Element> {
     let (key, create_tid) = split_hist_key(k)?;
-    let (delete_tid, payload) = decode_value(k, v)?;
+    let (delete_tid, payload) = seal.decode(k, v)?;
     Ok(Element {
         key,
         create_tid,
@@ -265,6 +268,7 @@ impl MetaStore {
             writes: parking_lot::Mutex::default(),
             salvage: false,
             named: Arc::default(),
+            seal: ValueSeal::default(),
         };
         s.write(|w| {
             w.set_counter("last_tid", 0)?;
@@ -335,6 +339,7 @@ impl MetaStore {
             writes: parking_lot::Mutex::default(),
             salvage: false,
             named: Arc::default(),
+            seal: ValueSeal::default(),
         };
         let refs = match s.db()?.begin_read()?.open_table(COUNTERS) {
             Ok(t) => t.get(LIVE_REFS)?.map_or(0, |v| v.value()),
@@ -681,6 +686,7 @@ impl MetaStore {
             writes: parking_lot::Mutex::default(),
             salvage: true,
             named: Arc::default(),
+            seal: ValueSeal::default(),
         };
         // Without the index (damage in `fresh_v1`), readers scan the table.
         if let Err(e) = guarded(|| s.load_fresh_index()) {
@@ -726,6 +732,13 @@ impl MetaStore {
         BornNames { keys, complete }
     }
 
+    /// Seals the element values written from now on with `s` and opens
+    /// sealed ones (an encrypted pool, unlocked): called at open, before
+    /// any element is read or written. False if they were sealed already.
+    pub fn seal_values(&self, s: cairn_crypt::Sealer) -> bool {
+        self.seal.set(s)
+    }
+
     pub fn read(&self) -> Result<MetaRead> {
         guarded(|| {
             let txn = self.db()?.begin_read()?;
@@ -738,6 +751,7 @@ impl MetaStore {
                 chunks: txn.open_table(CHUNKS)?,
                 salvage: self.salvage,
                 named: self.named.clone(),
+                seal: self.seal.clone(),
                 txn,
             })
         })
@@ -862,6 +876,7 @@ impl MetaStore {
                     gone_dedup: Vec::new(),
                     drain_dedup: false,
                     born_waiting: &self.born_waiting,
+                    seal: self.seal.clone(),
                     born_txn: BornTxn::default(),
                     live_waiting: &self.live_waiting,
                     live_txn: DebtsTxn::default(),

@@ -69,6 +69,7 @@ struct Found {
 /// integrity check (a sound store is refused: rebuilding would only lose
 /// its history). With `dry_run`, only says what would be kept and lost.
 pub fn rebuild_pool(pool: &Path, dry_run: bool) -> Result<RebuildReport> {
+    crate::pool::key::refuse_salvage(pool)?;
     let sb = read_superblock(pool)?;
     let rs = sb.record_size as u64;
     let _lock = crate::pool::take_lock(pool)?;

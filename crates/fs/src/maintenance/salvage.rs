@@ -42,6 +42,9 @@ pub fn open_salvage_pool(
     let unlocked = crate::pool::key::unlock(path, sb.uuid, secret)?;
     let lock = crate::pool::take_lock(path)?;
     let meta = MetaStore::open_salvage(&PoolPaths::meta(path))?;
+    if let Some((keys, _)) = &unlocked {
+        meta.seal_values(keys.elements.clone());
+    }
     let r = meta.read()?;
     let storage = HostStorage::shared();
     let (devices, _) = pool_devices(&r, path, &sb, &config)?;
@@ -199,6 +202,7 @@ pub(crate) fn readable_segments(r: &MetaRead) -> Vec<(u64, SegmentRec)> {
 /// The report for a pool whose metadata store is damaged: always has at
 /// least one problem (the failed integrity check itself).
 pub fn salvage_pool(pool: &Path, why: &str) -> Result<CheckReport> {
+    crate::pool::key::refuse_salvage(pool)?;
     let sb = read_superblock(pool)?;
     let mut rep = CheckReport::default();
     rep.problems.push(format!(

@@ -388,17 +388,22 @@ fn mkfs_in(
     let _ = std::fs::remove_file(PoolPaths::intent(pool));
     let _ = std::fs::remove_file(PoolPaths::key(pool));
     let uuid = *uuid::Uuid::new_v4().as_bytes();
+    let mut keys = None;
     if let Some(secret) = &opts.encrypt {
         let now = Time::now().secs.max(0) as u64;
-        let (block, _) = cairn_crypt::KeyBlock::create(secret, uuid, now)
+        let (block, key) = cairn_crypt::KeyBlock::create(secret, uuid, now)
             .map_err(|e| FsError::Key(e.to_string()))?;
         made.will_create(&PoolPaths::key(pool));
         key::write_key_block(pool, &block)?;
+        keys = Some(cairn_crypt::PoolKeys::derive(&key));
     }
     made.will_create(&PoolPaths::meta(pool));
     let home = meta_home(pool, &opts.devices)?;
     made.will_create(&home);
     let meta = MetaStore::create_with(&home, storage)?;
+    if let Some(keys) = &keys {
+        meta.seal_values(keys.elements.clone());
+    }
     let now = Time::now();
     let mut warnings = Vec::new();
     let mut lines = Vec::new();
@@ -887,14 +892,18 @@ impl Pool {
         };
         crate::redundancy::degraded::promote_meta_mirror(path)?;
         let meta_pages = PageCache::new();
-        let open_meta = || {
-            MetaStore::open_mirrored(
+        let open_meta = || -> Result<MetaStore> {
+            let m = MetaStore::open_mirrored(
                 &PoolPaths::meta(path),
                 &PoolPaths::meta_copies(path),
                 (config.meta_cache_mib as usize) << 20,
                 meta_pages.clone(),
                 storage.clone(),
-            )
+            )?;
+            if let Some((keys, _)) = &unlocked {
+                m.seal_values(keys.elements.clone());
+            }
+            Ok(m)
         };
         let mut meta = open_meta()?;
         crate::history::live_debts::redo_live_debts(&meta)?;

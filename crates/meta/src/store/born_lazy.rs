@@ -15,7 +15,7 @@
 //! is not, the open redoes the removals of the elements that ended after
 //! `born_tid`, from `ends_v1` and `gone_v1` (`redo_removals`).
 
-use super::{decode_value, split_hist_key, MetaWrite};
+use super::{split_hist_key, MetaWrite};
 use crate::error::Result;
 use crate::tables::{BORN_INSERTED, BORN_TID};
 use parking_lot::Mutex;
@@ -189,7 +189,7 @@ impl MetaWrite<'_> {
         let mut n = 0;
         for r in self.live.iter()? {
             let (k, v) = r?;
-            let (create_tid, _) = decode_value(k.value(), v.value())?;
+            let create_tid = crate::element::tid_of(k.value(), v.value())?;
             self.born.insert((create_tid, k.value()), ())?;
             n += 1;
         }

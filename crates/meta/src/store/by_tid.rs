@@ -6,6 +6,7 @@
 use super::hist_lazy::{ended_value, FreshKey};
 use super::{hist_element, live_element};
 use crate::element::Element;
+use crate::element::ValueSeal;
 use crate::error::{MetaError, Result};
 use redb::ReadableTable;
 
@@ -16,6 +17,7 @@ type Bytes = &'static [u8];
 /// entry whose element is no longer live, or was created at another TID,
 /// is one whose removal waits (`born_lazy.rs`): skipped.
 pub(super) fn born_after(
+    seal: &ValueSeal,
     born: &impl ReadableTable<Index, ()>,
     live: &impl ReadableTable<Bytes, Bytes>,
     since: u64,
@@ -27,7 +29,7 @@ pub(super) fn born_after(
         let Some(v) = live.get(key)? else {
             continue;
         };
-        let e = live_element(key, v.value())?;
+        let e = live_element(seal, key, v.value())?;
         if e.create_tid == tid {
             out.push(e);
         }
@@ -38,6 +40,7 @@ pub(super) fn born_after(
 /// The elements kept in history that ended after `since`, in delete TID
 /// order: merged into `hist`, or still waiting in `fresh`.
 pub(super) fn ended_after(
+    seal: &ValueSeal,
     ends: &impl ReadableTable<Index, ()>,
     hist: &impl ReadableTable<Bytes, Bytes>,
     fresh: Option<&impl ReadableTable<FreshKey, Bytes>>,
@@ -52,7 +55,7 @@ pub(super) fn ended_after(
             key: format!("{hk:02x?}"),
             why: "ends index names a missing history element".into(),
         })?;
-        out.push(hist_element(hk, &v)?);
+        out.push(hist_element(seal, hk, &v)?);
     }
     Ok(out)
 }

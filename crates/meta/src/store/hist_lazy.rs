@@ -174,6 +174,8 @@ impl FreshIndex {
 pub(super) struct FreshView<'a, T> {
     pub table: Option<&'a T>,
     pub index: &'a FreshIndex,
+    /// How the entries' values are stored (the store's).
+    pub seal: &'a crate::element::ValueSeal,
     /// The snapshot's `hist_merges`.
     pub merges: u64,
 }
@@ -190,7 +192,7 @@ impl<T: ReadableTable<FreshKey, Bytes>> FreshView<'_, T> {
             Some(c) => {
                 for (hk, delete_tid) in c {
                     if let Some(v) = t.get((delete_tid, hk.as_slice()))? {
-                        out.push(hist_element(&hk, v.value())?);
+                        out.push(hist_element(self.seal, &hk, v.value())?);
                     }
                 }
             }
@@ -199,7 +201,7 @@ impl<T: ReadableTable<FreshKey, Bytes>> FreshView<'_, T> {
                     let (k, v) = r?;
                     let hk = k.value().1;
                     if in_range(&range, hk) {
-                        out.push(hist_element(hk, v.value())?);
+                        out.push(hist_element(self.seal, hk, v.value())?);
                     }
                 }
                 out.sort_by(|a, b| (&a.key, a.create_tid).cmp(&(&b.key, b.create_tid)));
@@ -247,6 +249,7 @@ impl MetaWrite<'_> {
         Ok(FreshView {
             table: Some(&self.fresh),
             index: self.fresh_index,
+            seal: &self.seal,
             merges: self.counter(HIST_MERGES)?,
         })
     }

@@ -189,7 +189,7 @@ impl MetaWrite<'_> {
     /// The elements kept in history that ended after `since` (the open's
     /// redo of the decrements a crash left waiting).
     pub fn ended_after(&self, since: u64) -> Result<Vec<crate::element::Element>> {
-        super::by_tid::ended_after(&self.ends, &self.hist, Some(&self.fresh), since)
+        super::by_tid::ended_after(&self.seal, &self.ends, &self.hist, Some(&self.fresh), since)
     }
 
     /// This transaction makes the decrements a crash left waiting (the

@@ -21,6 +21,8 @@ pub struct MetaRead {
     pub(super) salvage: bool,
     /// In a salvage view, the keys the creation index names.
     pub(super) named: Arc<super::BornNames>,
+    /// How element values are stored (the store's).
+    pub(super) seal: ValueSeal,
 }
 
 /// A read view's `fresh_v1` and its merge counter `hist_merges`.
@@ -51,6 +53,7 @@ impl MetaRead {
         Ok(FreshView {
             table: f.table.as_ref(),
             index: &self.fresh_index,
+            seal: &self.seal,
             merges: f.merges,
         })
     }
@@ -75,12 +78,14 @@ impl MetaRead {
         guarded(|| {
             if self.salvage {
                 return match self.by_pass(key)? {
-                    Some(v) => self.not_ended(live_element(key.as_bytes(), &v)?).map(Some),
+                    Some(v) => self
+                        .not_ended(live_element(&self.seal, key.as_bytes(), &v)?)
+                        .map(Some),
                     None => Ok(None),
                 };
             }
             match self.live.get(key.as_bytes())? {
-                Some(v) => live_element(key.as_bytes(), v.value()).map(Some),
+                Some(v) => live_element(&self.seal, key.as_bytes(), v.value()).map(Some),
                 None => Ok(None),
             }
         })
@@ -173,7 +178,16 @@ impl MetaRead {
     /// deleted after it. Two B-tree lookups whatever the history length,
     /// and one for each version of the key waiting for its merge.
     pub fn get_asof(&self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
-        guarded(|| get_asof(&self.live, &self.hist, &self.fresh_view()?, key, tid))
+        guarded(|| {
+            get_asof(
+                &self.seal,
+                &self.live,
+                &self.hist,
+                &self.fresh_view()?,
+                key,
+                tid,
+            )
+        })
     }
 
     /// Every element with this prefix that was visible at `tid`, in key
@@ -186,14 +200,14 @@ impl MetaRead {
             let mut out = Vec::new();
             for r in self.live.range::<&[u8]>((lo, hi))? {
                 let (k, v) = r?;
-                let e = live_element(k.value(), v.value())?;
+                let e = live_element(&self.seal, k.value(), v.value())?;
                 if e.create_tid <= tid {
                     out.push(e);
                 }
             }
             for r in self.hist.range::<&[u8]>((lo, hi))? {
                 let (k, v) = r?;
-                let e = hist_element(k.value(), v.value())?;
+                let e = hist_element(&self.seal, k.value(), v.value())?;
                 if e.visible_at(tid) {
                     out.push(e);
                 }
@@ -214,7 +228,7 @@ impl MetaRead {
             let mut out = Vec::new();
             for r in self.hist.range::<&[u8]>(lo.as_slice()..=hi.as_slice())? {
                 let (k, v) = r?;
-                out.push(hist_element(k.value(), v.value())?);
+                out.push(hist_element(&self.seal, k.value(), v.value())?);
             }
             let waiting = (Bound::Included(&lo[..]), Bound::Included(&hi[..]));
             out.extend(self.fresh_view()?.range(waiting)?);
@@ -246,7 +260,7 @@ impl MetaRead {
             let mut out = Vec::new();
             for r in self.live.range::<&[u8]>((start, stop))? {
                 let (k, v) = r?;
-                let e = live_element(k.value(), v.value())?;
+                let e = live_element(&self.seal, k.value(), v.value())?;
                 if !self.salvage {
                     out.push(e);
                 } else if in_range(&(lo, hi), k.value()) {
@@ -282,10 +296,10 @@ impl MetaRead {
         guarded(|| {
             for r in self.live.iter()? {
                 let (k, v) = r?;
-                f(k.value(), live_element(k.value(), v.value()));
+                f(k.value(), live_element(&self.seal, k.value(), v.value()));
             }
             self.each_ended(|k, v| {
-                f(k, hist_element(k, v));
+                f(k, hist_element(&self.seal, k, v));
                 Ok(())
             })
         })
@@ -295,7 +309,7 @@ impl MetaRead {
     pub fn for_each_hist(&self, mut f: impl FnMut(Element)) -> Result<()> {
         guarded(|| {
             self.each_ended(|k, v| {
-                f(hist_element(k, v)?);
+                f(hist_element(&self.seal, k, v)?);
                 Ok(())
             })
         })
@@ -306,7 +320,7 @@ impl MetaRead {
         guarded(|| {
             for r in self.live.iter()? {
                 let (k, v) = r?;
-                f(live_element(k.value(), v.value())?);
+                f(live_element(&self.seal, k.value(), v.value())?);
             }
             Ok(())
         })
@@ -497,7 +511,7 @@ impl MetaRead {
 
     /// The live elements created after `since` (the `born_v1` index).
     pub fn born_after(&self, since: u64) -> Result<Vec<Element>> {
-        guarded(|| by_tid::born_after(&self.txn.open_table(BORN)?, &self.live, since))
+        guarded(|| by_tid::born_after(&self.seal, &self.txn.open_table(BORN)?, &self.live, since))
     }
 
     /// The elements kept in history that ended after `since` (the `ends_v1`
@@ -505,7 +519,13 @@ impl MetaRead {
     pub fn ended_after(&self, since: u64) -> Result<Vec<Element>> {
         guarded(|| {
             let ends = self.txn.open_table(ENDS)?;
-            by_tid::ended_after(&ends, &self.hist, self.fresh_snap()?.table.as_ref(), since)
+            by_tid::ended_after(
+                &self.seal,
+                &ends,
+                &self.hist,
+                self.fresh_snap()?.table.as_ref(),
+                since,
+            )
         })
     }
 

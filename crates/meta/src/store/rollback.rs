@@ -5,7 +5,7 @@
 //! caller's (the filesystem layer's) to settle, from what this returns.
 
 use super::MetaWrite;
-use crate::element::{encode_value, Element};
+use crate::element::Element;
 use crate::error::Result;
 use crate::TID_MAX;
 
@@ -28,11 +28,13 @@ impl MetaWrite<'_> {
         // ends removed below must not be needed to redo a decrement.
         self.drain_born()?;
         self.no_live_debts_before(u64::MAX)?;
-        for e in super::by_tid::born_after(&self.born, &self.live, tid)? {
+        for e in super::by_tid::born_after(&self.seal, &self.born, &self.live, tid)? {
             self.remove_live(&e.key)?;
             out.removed_live.push(e);
         }
-        for e in super::by_tid::ended_after(&self.ends, &self.hist, Some(&self.fresh), tid)? {
+        for e in
+            super::by_tid::ended_after(&self.seal, &self.ends, &self.hist, Some(&self.fresh), tid)?
+        {
             self.remove_ended(&e)?;
             if e.create_tid > tid {
                 out.removed_hist.push(e);
@@ -40,7 +42,7 @@ impl MetaWrite<'_> {
             }
             let k = e.key.as_bytes();
             self.live
-                .insert(k, encode_value(k, e.create_tid, &e.payload).as_slice())?;
+                .insert(k, self.seal.encode(k, e.create_tid, &e.payload).as_slice())?;
             self.born.insert((e.create_tid, k), ())?;
             out.restored.push(Element {
                 delete_tid: TID_MAX,

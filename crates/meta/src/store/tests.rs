@@ -255,12 +255,12 @@ mod born_tests {
                 let k2 = ElemKey::new(8, RecordType::Inode, &[]);
                 live.insert(
                     k2.as_bytes(),
-                    encode_value(k2.as_bytes(), 5, b"new").as_slice(),
+                    crate::element::encode_value(k2.as_bytes(), 5, b"new").as_slice(),
                 )
                 .unwrap();
                 live.insert(
                     k.as_bytes(),
-                    encode_value(k.as_bytes(), 5, b"mod").as_slice(),
+                    crate::element::encode_value(k.as_bytes(), 5, b"mod").as_slice(),
                 )
                 .unwrap();
                 let mut c = txn.open_table(COUNTERS).unwrap();

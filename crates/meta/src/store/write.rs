@@ -40,6 +40,8 @@ pub struct MetaWrite<'t> {
     /// Creation index removals: those waiting, and this transaction's
     /// (`store/born_lazy.rs`).
     pub(super) born_waiting: &'t BornPending,
+    /// How element values are stored (the store's).
+    pub(super) seal: ValueSeal,
     pub(super) born_txn: BornTxn,
     /// Live reference decrements: those waiting, and this transaction's
     /// (`store/live_lazy.rs`).
@@ -59,7 +61,7 @@ pub(super) enum DedupOut {
 impl MetaWrite<'_> {
     pub fn get(&self, key: &ElemKey) -> Result<Option<Element>> {
         match self.live.get(key.as_bytes())? {
-            Some(v) => live_element(key.as_bytes(), v.value()).map(Some),
+            Some(v) => live_element(&self.seal, key.as_bytes(), v.value()).map(Some),
             None => Ok(None),
         }
     }
@@ -67,7 +69,14 @@ impl MetaWrite<'_> {
     /// The element with this key as it was at `tid` (see
     /// `MetaRead::get_asof`).
     pub fn get_asof(&self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
-        get_asof(&self.live, &self.hist, &self.fresh_view()?, key, tid)
+        get_asof(
+            &self.seal,
+            &self.live,
+            &self.hist,
+            &self.fresh_view()?,
+            key,
+            tid,
+        )
     }
 
     /// Ends the live element with this key at `tid` (moves it to history).
@@ -76,7 +85,7 @@ impl MetaWrite<'_> {
         let Some(old) = self.live.remove(key.as_bytes())? else {
             return Ok(None);
         };
-        let (create_tid, payload) = decode_value(key.as_bytes(), old.value())?;
+        let (create_tid, payload) = self.seal.decode(key.as_bytes(), old.value())?;
         drop(old);
         self.move_to_history(key, create_tid, payload, tid)
             .map(Some)
@@ -99,7 +108,7 @@ impl MetaWrite<'_> {
         );
         self.born_gone(create_tid, key.as_bytes());
         let hk = hist_key(key.as_bytes(), create_tid);
-        self.keep_ended(tid, &hk, &encode_value(&hk, tid, &payload))?;
+        self.keep_ended(tid, &hk, &self.seal.encode(&hk, tid, &payload))?;
         self.ends.insert((tid, hk.as_slice()), ())?;
         self.ended.insert(hk, payload.clone());
         Ok(Element {
@@ -116,7 +125,7 @@ impl MetaWrite<'_> {
         let Some(old) = self.live.remove(key.as_bytes())? else {
             return Ok(false);
         };
-        let (create_tid, _) = decode_value(key.as_bytes(), old.value())?;
+        let (create_tid, _) = self.seal.decode(key.as_bytes(), old.value())?;
         drop(old);
         self.born.remove((create_tid, key.as_bytes()))?;
         Ok(true)
@@ -128,9 +137,9 @@ impl MetaWrite<'_> {
     pub fn put(&mut self, key: &ElemKey, payload: &[u8], tid: u64) -> Result<Option<Element>> {
         // TID_MAX is the delete TID of a live element, no commit's TID.
         invariant!(tid < TID_MAX, "element {key} made at TID {tid}");
-        let value = encode_value(key.as_bytes(), tid, payload);
+        let value = self.seal.encode(key.as_bytes(), tid, payload);
         let old = match self.live.insert(key.as_bytes(), value.as_slice())? {
-            Some(v) => Some(decode_value(key.as_bytes(), v.value())?),
+            Some(v) => Some(self.seal.decode(key.as_bytes(), v.value())?),
             None => None,
         };
         let ended = match old {
@@ -177,7 +186,7 @@ impl MetaWrite<'_> {
         if dry_run {
             for (delete_tid, hk, key, create_tid) in victims {
                 let payload = match ended_value(Some(&self.fresh), &self.hist, delete_tid, &hk)? {
-                    Some(v) => decode_value(&hk, &v)?.1,
+                    Some(v) => self.seal.decode(&hk, &v)?.1,
                     None => Vec::new(),
                 };
                 removed.push(Element {
@@ -201,7 +210,7 @@ impl MetaWrite<'_> {
                     key: key.to_string(),
                     why: "ends index names a missing history element".into(),
                 })?;
-            let (_, payload) = decode_value(&hk, &v)?;
+            let (_, payload) = self.seal.decode(&hk, &v)?;
             removed.push(Element {
                 key,
                 create_tid,
@@ -230,7 +239,7 @@ impl MetaWrite<'_> {
                         key: key.to_string(),
                         why: "ends index names a missing history element".into(),
                     })?;
-                    decode_value(hk, &v)?.1
+                    self.seal.decode(hk, &v)?.1
                 }
             };
             out.push(Element {
@@ -274,7 +283,7 @@ impl MetaWrite<'_> {
         let mut out = Vec::new();
         for r in self.live.range::<&[u8]>((lo, hi))? {
             let (k, v) = r?;
-            out.push(live_element(k.value(), v.value())?);
+            out.push(live_element(&self.seal, k.value(), v.value())?);
         }
         Ok(out)
     }
