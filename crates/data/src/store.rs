@@ -247,8 +247,22 @@ impl ChunkStore {
         self.or_heal(rec, first, |sealed| self.raw_of(rec, sealed, full_hash))
     }
 
-    /// `read_chunk` from the copy reads go to first.
+    /// `read_chunk` from the copy reads go to first: a chunk the page
+    /// cache does not keep (`cached`) with one direct read into this
+    /// thread's bounce buffer, opened there (a compressed or encrypted one
+    /// is expanded from it: a buffered read of it cost a copy out of the
+    /// host's page cache that took half of an encrypted pool's cold read).
     fn read_chunk_here(&self, rec: &ChunkRec, full_hash: bool) -> Result<Vec<u8>> {
+        if !cached(rec.raw_len) {
+            let _gate = self.segs.io_gate.read();
+            let (dev, at) = self.segs.locate(rec)?;
+            let direct = read_direct(&dev, at, rec.len as usize, |buf| {
+                self.raw_of(rec, buf, full_hash)
+            })?;
+            if let Some(raw) = direct {
+                return Ok(raw);
+            }
+        }
         let buf = self.segs.read_sealed(rec)?;
         self.raw_of(rec, &buf, full_hash)
     }
