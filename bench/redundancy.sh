@@ -125,28 +125,6 @@ declare -A NOTE
 
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
-add() { RES[$1]="${RES[$1]:-} $2"; }
-# vals KEY: the values of RES[KEY] in the array V.
-vals() { read -ra V <<<"${RES[$1]:-}"; }
-med() { vals "$1"; if [ ${#V[@]} -eq 0 ]; then echo n/a; else median "${V[@]}"; fi; }
-latest() { vals "$1"; echo "${V[-1]}"; }
-# quiet CMD...: runs CMD with its output kept aside; on failure shows the
-# exact command and its output and stops the script.
-quiet() {
-    local out
-    if ! out=$("$@" 2>&1); then
-        log "command failed: $*"
-        printf '%s\n' "$out" >&2
-        exit 1
-    fi
-}
-# verdict VALUE OP TARGET
-verdict() {
-    awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {
-        if (v == "n/a") { print "n/a"; exit }
-        ok = (op == "<=") ? v + 0 <= t + 0 : v + 0 >= t + 0
-        print ok ? "PASS" : "MISS" }'
-}
 
 # ------------------------------------------------------------------ setup
 
