@@ -81,7 +81,13 @@ impl ElemKey {
     }
 
     pub fn rtype(&self) -> Option<RecordType> {
-        self.0.get(8).and_then(|&t| RecordType::from_u8(t))
+        Self::rtype_of(&self.0)
+    }
+
+    /// The record type of the stored key `k` (None for one too short or
+    /// of an unknown type, which only damage makes).
+    pub fn rtype_of(k: &[u8]) -> Option<RecordType> {
+        k.get(8).and_then(|&t| RecordType::from_u8(t))
     }
 
     pub fn sub(&self) -> &[u8] {

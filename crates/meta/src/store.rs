@@ -7,7 +7,7 @@ use crate::dedup;
 use crate::dedup::pending::Pending;
 use crate::element::{hist_key, split_hist_key, Element, ValueSeal};
 use crate::error::{MetaError, Result};
-use crate::key::{prefix_end, ElemKey};
+use crate::key::{prefix_end, ElemKey, RecordType};
 use crate::mirror::{Mirror, MirrorStats};
 use crate::pagecache::{CachedFile, PageCache};
 use crate::tables::*;

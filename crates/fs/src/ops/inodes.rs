@@ -24,12 +24,7 @@ impl Fs {
             return Ok(());
         }
         let balance = self.live_delta().load(std::sync::atomic::Ordering::Relaxed);
-        let mut n = 0u64;
-        self.meta()?.for_each_live(|e| {
-            if e.key.rtype() == Some(RecordType::Inode) {
-                n += 1;
-            }
-        })?;
+        let n = self.meta()?.count_live(RecordType::Inode)?;
         *c = Some((n, balance));
         Ok(())
     }

@@ -316,6 +316,20 @@ impl MetaRead {
     }
 
     /// Every live element (for check): calls `f` on each.
+    /// How many live elements are of record type `t`, from their keys
+    /// alone (no value is read or opened: an encrypted pool's inode count
+    /// after mount decrypted every element).
+    pub fn count_live(&self, t: RecordType) -> Result<u64> {
+        guarded(|| {
+            let mut n = 0;
+            for r in self.live.iter()? {
+                let (k, _) = r?;
+                n += u64::from(ElemKey::rtype_of(k.value()) == Some(t));
+            }
+            Ok(n)
+        })
+    }
+
     pub fn for_each_live(&self, mut f: impl FnMut(Element)) -> Result<()> {
         guarded(|| {
             for r in self.live.iter()? {
