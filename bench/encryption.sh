@@ -127,18 +127,6 @@ check_tools() {
     python3 -c 'import sqlite3' || die "python3 has no sqlite3 module"
 }
 
-build_cairn() {
-    if [ -z "${BIN:-}" ]; then
-        if [ -z "${NO_BUILD:-}" ]; then
-            log "building cairn (profile $PROFILE)"
-            # (without OUT_DIR: build scripts read it, a value from the
-            # caller's environment would make cargo rebuild them each time)
-            (cd "$ROOT" && env -u OUT_DIR cargo build --profile "$PROFILE" -p cairn-cli >&2)
-        fi
-        BIN=${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE/cairn
-    fi
-    [ -x "$BIN" ] || die "no binary at $BIN"
-}
 
 setup_dirs() {
     local need avail m=$WDEV_MB

@@ -107,3 +107,18 @@ verdict() {
         ok = (op == "<=") ? v + 0 <= t + 0 : v + 0 >= t + 0
         print ok ? "PASS" : "MISS" }'
 }
+
+# build_cairn: BIN, or the cairn of profile PROFILE under ROOT, built
+# first unless NO_BUILD (encryption.sh, redundancy.sh).
+build_cairn() {
+    if [ -z "${BIN:-}" ]; then
+        if [ -z "${NO_BUILD:-}" ]; then
+            log "building cairn (profile $PROFILE)"
+            # (without OUT_DIR: build scripts read it, a value from the
+            # caller's environment would make cargo rebuild them each time)
+            (cd "$ROOT" && env -u OUT_DIR cargo build --profile "$PROFILE" -p cairn-cli >&2)
+        fi
+        BIN=${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE/cairn
+    fi
+    [ -x "$BIN" ] || die "no binary at $BIN"
+}

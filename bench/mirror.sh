@@ -67,17 +67,6 @@ for k in sys.argv[1].split("."):
     v = v[k]
 print(v)' "$1"
 }
-# quiet CMD...: runs CMD with its output kept aside; on failure shows the
-# exact command and its output and stops the script.
-quiet() {
-    local out
-    if ! out=$("$@" 2>&1); then
-        log "command failed: $*"
-        printf '%s\n' "$out" >&2
-        exit 1
-    fi
-}
-add() { RES[$1]="${RES[$1]:-} $2"; }
 med() { [ -n "${RES[$1]:-}" ] || { echo n/a; return; }; median ${RES[$1]}; }
 # sec NAME: the median of a time, in seconds with 3 decimals.
 sec() { awk -v v="$(med "$1")" 'BEGIN { if (v == "n/a") print v; else printf "%.3f", v }'; }
