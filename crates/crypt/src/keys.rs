@@ -5,6 +5,7 @@
 //! not confirmed from outside it).
 
 use crate::aead::Sealer;
+use crate::names::NameSealer;
 use chacha20poly1305::aead::rand_core::RngCore;
 use chacha20poly1305::aead::OsRng;
 use zeroize::Zeroizing;
@@ -15,6 +16,8 @@ const CHUNK_CONTEXT: &str = "cairn 2026-12 chunk sealing key";
 const CONTENT_HASH_CONTEXT: &str = "cairn 2026-12 chunk content hash key";
 const LOG_CONTEXT: &str = "cairn 2026-12 intent log record key";
 const ELEMENT_CONTEXT: &str = "cairn 2026-12 metadata element value key";
+const NAME_CONTEXT: &str = "cairn 2026-12 metadata name sealing key";
+const NAME_HASH_CONTEXT: &str = "cairn 2026-12 metadata name hash key";
 
 /// The pool's 256-bit data key: random at mkfs, kept on disk only wrapped.
 pub struct DataKey(pub(crate) Zeroizing<[u8; 32]>);
@@ -37,6 +40,16 @@ impl DataKey {
     fn derive(&self, context: &str) -> Zeroizing<[u8; 32]> {
         Zeroizing::new(blake3::derive_key(context, self.0.as_ref()))
     }
+
+    /// A 64-byte key (AES-SIV takes two 256-bit keys) from BLAKE3's
+    /// extendable output.
+    fn derive_long(&self, context: &str) -> Zeroizing<[u8; 64]> {
+        let mut out = Zeroizing::new([0u8; 64]);
+        let mut h = blake3::Hasher::new_derive_key(context);
+        h.update(self.0.as_ref());
+        h.finalize_xof().fill(out.as_mut());
+        out
+    }
 }
 
 /// The keys an open encrypted pool works with.
@@ -47,6 +60,8 @@ pub struct PoolKeys {
     pub log: Sealer,
     /// Seals the payload of every metadata element value.
     pub elements: Sealer,
+    /// Seals the names in metadata keys (entries, xattr names).
+    pub names: NameSealer,
     content_key: Zeroizing<[u8; 32]>,
 }
 
@@ -63,6 +78,7 @@ impl PoolKeys {
             chunks: Sealer::new(&key.derive(CHUNK_CONTEXT)),
             log: Sealer::new(&key.derive(LOG_CONTEXT)),
             elements: Sealer::new(&key.derive(ELEMENT_CONTEXT)),
+            names: NameSealer::new(key.derive_long(NAME_CONTEXT), key.derive(NAME_HASH_CONTEXT)),
             content_key: key.derive(CONTENT_HASH_CONTEXT),
         }
     }
@@ -87,6 +103,8 @@ mod tests {
             CONTENT_HASH_CONTEXT,
             LOG_CONTEXT,
             ELEMENT_CONTEXT,
+            NAME_CONTEXT,
+            NAME_HASH_CONTEXT,
         ];
         let derived: std::collections::HashSet<[u8; 32]> =
             contexts.iter().map(|c| *k.derive(c)).collect();

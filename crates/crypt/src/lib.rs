@@ -16,10 +16,12 @@ mod aead;
 mod error;
 mod keyblock;
 mod keys;
+mod names;
 mod secret;
 
 pub use aead::{Sealer, NONCE_LEN, OVERHEAD, TAG_LEN};
 pub use error::CryptError;
 pub use keyblock::{KeyBlock, KeySource, KEYBLOCK_LEN, KEYBLOCK_MAGIC, KEYBLOCK_VERSION};
 pub use keys::{DataKey, PoolKeys};
+pub use names::{NameSealer, NAME_OVERHEAD};
 pub use secret::{read_key_file, Secret, MAX_PASSPHRASE};

@@ -23,6 +23,7 @@ pub mod failpoint;
 pub mod history;
 mod lock_rank;
 pub mod maintenance;
+pub mod names;
 pub mod ops;
 pub mod pool;
 pub mod redundancy;

@@ -226,17 +226,25 @@ impl DirEnt {
 }
 
 /// The 63-bit name hash that orders a directory and serves as readdir
-/// cookie. Values 0..=2 are left for the start, "." and "..".
+/// cookie. Values 0..=2 are left for the start, "." and "..". (An
+/// encrypted pool keys it: `Names::dirent_subkey`.)
 pub fn name_hash(name: &[u8]) -> u64 {
+    hash63(blake3::hash(name).as_bytes())
+}
+
+/// A name hash from the first 8 bytes of a 32-byte digest.
+pub(crate) fn hash63(digest: &[u8; 32]) -> u64 {
     let h = u64::from_be_bytes(
-        blake3::hash(name).as_bytes()[0..8]
+        digest[0..8]
             .try_into()
             .expect("slice length matches the array"),
     );
     3 + (h >> 1) % ((1u64 << 63) - 3)
 }
 
-/// Key of a directory entry: hash (BE) | name length | name.
+/// Key of a directory entry: hash (BE) | name length | name. In an
+/// encrypted pool the name is sealed, 16 bytes longer than the length
+/// says (`Names::dirent_subkey`).
 #[allow(
     clippy::cast_possible_truncation,
     reason = "name.len() <= MAX_NAME = 255 (asserted above)"
@@ -253,8 +261,24 @@ pub fn dirent_subkey(name: &[u8]) -> Vec<u8> {
 /// (hash, name) of a directory entry subkey; one whose length byte does
 /// not match the name it holds (only damage makes one) is an error.
 pub fn split_dirent_subkey(k: &[u8]) -> Result<(u64, &[u8])> {
+    split_subkey(k, 0)
+}
+
+/// (hash, sealed name) of an encrypted pool's entry subkey (the name is
+/// `NAME_OVERHEAD` longer than its length byte says).
+pub(crate) fn split_sealed_dirent_subkey(k: &[u8]) -> Result<(u64, &[u8])> {
+    split_subkey(k, cairn_crypt::NAME_OVERHEAD)
+}
+
+/// Whether `k` is an entry subkey of either form (for decoders that do
+/// not know whether the pool is encrypted).
+pub(crate) fn is_dirent_subkey(k: &[u8]) -> bool {
+    split_dirent_subkey(k).is_ok() || split_sealed_dirent_subkey(k).is_ok()
+}
+
+fn split_subkey(k: &[u8], overhead: usize) -> Result<(u64, &[u8])> {
     match k.get(9..) {
-        Some(name) if name.len() == k[8] as usize => Ok((
+        Some(name) if name.len() == k[8] as usize + overhead => Ok((
             u64::from_be_bytes(k[0..8].try_into().expect("slice length matches the array")),
             name,
         )),

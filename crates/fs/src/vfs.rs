@@ -6,7 +6,7 @@
 use crate::error::{FsError, Result};
 use crate::lock_rank::{Rank, Ranked};
 use crate::pool::Pool;
-use crate::types::{dirent_subkey, DirEnt, Extent, FileKind, Inode, Time, MAX_NAME};
+use crate::types::{DirEnt, Extent, FileKind, Inode, Time, MAX_NAME};
 use crate::writeback::committing::Committing;
 use crate::writeback::overlay::{BlockState, Overlay};
 use cairn_data::ChunkRec;
@@ -305,6 +305,11 @@ impl Fs {
         Ok(())
     }
 
+    /// How names sit in this pool's metadata keys.
+    pub fn names(&self) -> &crate::names::Names {
+        &self.pool.names
+    }
+
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
@@ -422,7 +427,7 @@ impl Fs {
             return Err(FsError::NameTooLong);
         }
         st.need(dir)?;
-        let sk = dirent_subkey(name);
+        let sk = self.names().dirent_subkey(dir, name);
         let from = |o: &Overlay| o.dirents.get(&dir).and_then(|m| m.get(&sk)).cloned();
         if let Some(e) = st.newest(dir, from) {
             return Ok(e);
@@ -451,9 +456,7 @@ impl Fs {
         if let Some(v) = st.newest(ino, from) {
             return Ok(v);
         }
-        let e = self
-            .ns_meta(st)?
-            .get(&ElemKey::new(ino, RecordType::Xattr, name))?;
+        let e = self.ns_meta(st)?.get(&self.names().xattr_key(ino, name))?;
         Ok(e.map(|e| e.payload))
     }
 
@@ -461,12 +464,11 @@ impl Fs {
     pub(crate) fn xattr_names(&self, st: &State, ino: u64) -> Result<Vec<Vec<u8>>> {
         st.need(ino)?;
         let prefix = ElemKey::prefix(ino, RecordType::Xattr);
-        let mut m: std::collections::BTreeMap<Vec<u8>, bool> = self
-            .ns_meta(st)?
-            .scan(&prefix, None, usize::MAX)?
-            .into_iter()
-            .map(|e| (e.key.sub().to_vec(), true))
-            .collect();
+        let mut m = std::collections::BTreeMap::new();
+        for e in self.ns_meta(st)?.scan(&prefix, None, usize::MAX)? {
+            let name = self.names().xattr_name(ino, e.key.sub())?;
+            m.insert(name.into_owned(), true);
+        }
         for o in st.oldest_first(ino) {
             for (k, v) in o.xattrs.get(&ino).into_iter().flatten() {
                 m.insert(k.clone(), v.is_some());

@@ -43,7 +43,7 @@ impl Element {
 /// view of it; set once, when the pool is unlocked, before any element is
 /// read or written (`MetaStore::seal_values`).
 #[derive(Clone, Default)]
-pub struct ValueSeal(Arc<OnceLock<cairn_crypt::Sealer>>);
+pub struct ValueSeal(Arc<OnceLock<Arc<cairn_crypt::PoolKeys>>>);
 
 impl std::fmt::Debug for ValueSeal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -54,8 +54,13 @@ impl std::fmt::Debug for ValueSeal {
 impl ValueSeal {
     /// Seals the values written from now on with `s`; false if they were
     /// sealed already (with the key set first).
-    pub fn set(&self, s: cairn_crypt::Sealer) -> bool {
-        self.0.set(s).is_ok()
+    pub fn set(&self, keys: Arc<cairn_crypt::PoolKeys>) -> bool {
+        self.0.set(keys).is_ok()
+    }
+
+    /// The pool's keys, when values are sealed.
+    pub(crate) fn keys(&self) -> Option<&cairn_crypt::PoolKeys> {
+        self.0.get().map(|k| k.as_ref())
     }
 
     /// True if values are sealed.
@@ -66,7 +71,7 @@ impl ValueSeal {
     /// Encodes the value stored under `stored_key` (the live key, or the
     /// history key with its create_tid).
     pub(crate) fn encode(&self, stored_key: &[u8], tid: u64, payload: &[u8]) -> Vec<u8> {
-        let Some(s) = self.0.get() else {
+        let Some(s) = self.keys().map(|k| &k.elements) else {
             return encode_value(stored_key, tid, payload);
         };
         let mut v = Vec::with_capacity(13 + payload.len() + cairn_crypt::OVERHEAD);
@@ -90,7 +95,7 @@ impl ValueSeal {
             key: format!("{:?}", ElemKey(key.to_vec())),
             why: why.into(),
         };
-        let s = (self.0.get())
+        let s = (self.keys().map(|k| &k.elements))
             .ok_or_else(|| bad("the element is encrypted: the pool's key is needed"))?;
         s.open(&sealed_aad(key, tid), body)
             .map(|p| (tid, p))
@@ -215,7 +220,7 @@ mod tests {
     fn sealed() -> ValueSeal {
         let seal = ValueSeal::default();
         let keys = cairn_crypt::PoolKeys::derive(&cairn_crypt::DataKey::random());
-        assert!(seal.set(keys.log));
+        assert!(seal.set(Arc::new(keys)));
         seal
     }
 

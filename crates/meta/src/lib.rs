@@ -15,6 +15,7 @@ pub mod error;
 pub mod key;
 pub mod mirror;
 pub mod pagecache;
+mod snapshot_seal;
 pub mod store;
 pub mod tables;
 

@@ -732,11 +732,11 @@ impl MetaStore {
         BornNames { keys, complete }
     }
 
-    /// Seals the element values written from now on with `s` and opens
-    /// sealed ones (an encrypted pool, unlocked): called at open, before
+    /// Seals the element values (and snapshot names and records) written
+    /// from now on with `keys` and opens sealed ones (an encrypted pool, unlocked): called at open, before
     /// any element is read or written. False if they were sealed already.
-    pub fn seal_values(&self, s: cairn_crypt::Sealer) -> bool {
-        self.seal.set(s)
+    pub fn seal_values(&self, keys: std::sync::Arc<cairn_crypt::PoolKeys>) -> bool {
+        self.seal.set(keys)
     }
 
     pub fn read(&self) -> Result<MetaRead> {

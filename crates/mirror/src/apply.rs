@@ -204,6 +204,9 @@ fn read_header<R: Read>(r: &mut FrameReader<R>) -> Result<Header> {
 fn bind(fs: &Fs, h: &Header, opts: ApplyOptions) -> Result<()> {
     let at = fs.last_tid();
     let refuse = |why: String| Err(StreamError::Refused(why));
+    if fs.pool().keys.is_some() {
+        return refuse("the target is an encrypted mirror, and streams are applied only to mirrors made without --encrypt for now (the stream of a plain pool; streams of encrypted pools are not written yet)".into());
+    }
     let role = fs.mirror_role()?;
     match role {
         Role::Normal => {

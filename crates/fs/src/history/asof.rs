@@ -5,7 +5,7 @@
 
 use crate::error::{FsError, Result};
 use crate::ops::readdir::DirEntry;
-use crate::types::{dirent_subkey, split_dirent_subkey, DirEnt, Extent, FileKind, Inode, MAX_NAME};
+use crate::types::{DirEnt, Extent, FileKind, Inode, MAX_NAME};
 use crate::vfs::Fs;
 use cairn_meta::{ElemKey, MetaRead, RecordType};
 
@@ -42,7 +42,11 @@ impl Fs {
         if Self::inode_at(&r, dir, tid)?.kind != FileKind::Dir {
             return Err(FsError::NotDir);
         }
-        let key = ElemKey::new(dir, RecordType::DirEntry, &dirent_subkey(name));
+        let key = ElemKey::new(
+            dir,
+            RecordType::DirEntry,
+            &self.names().dirent_subkey(dir, name),
+        );
         let e = r.get_asof(&key, tid)?.ok_or(FsError::NotFound)?;
         Self::inode_at(&r, DirEnt::decode(&e.payload)?.ino, tid)
     }
@@ -63,8 +67,8 @@ impl Fs {
         let mut out = crate::ops::readdir::dot_entries(dir, d.parent, cookie);
         let all = r.scan_asof(&ElemKey::prefix(dir, RecordType::DirEntry), tid)?;
         for e in all {
-            let (hash, name) = split_dirent_subkey(e.key.sub())?;
-            if hash <= cookie.max(2) || crate::volumes::hidden(dir, name) {
+            let (hash, name) = self.names().dirent_name(dir, e.key.sub())?;
+            if hash <= cookie.max(2) || crate::volumes::hidden(dir, &name) {
                 continue;
             }
             let de = DirEnt::decode(&e.payload)?;
@@ -119,7 +123,12 @@ impl Fs {
     pub fn asof_getxattr(&self, ino: u64, tid: u64, name: &[u8]) -> Result<Vec<u8>> {
         let r = self.view(tid)?;
         Self::inode_at(&r, ino, tid)?;
-        let e = r.get_asof(&ElemKey::new(ino, RecordType::Xattr, name), tid)?;
+        let key = ElemKey::new(
+            ino,
+            RecordType::Xattr,
+            &self.names().xattr_subkey(ino, name),
+        );
+        let e = r.get_asof(&key, tid)?;
         e.map(|e| e.payload).ok_or(FsError::NoAttr)
     }
 
@@ -129,7 +138,7 @@ impl Fs {
         Self::inode_at(&r, ino, tid)?;
         let mut out = Vec::new();
         for e in r.scan_asof(&ElemKey::prefix(ino, RecordType::Xattr), tid)? {
-            out.extend_from_slice(e.key.sub());
+            out.extend_from_slice(&self.names().xattr_name(ino, e.key.sub())?);
             out.push(0);
         }
         Ok(out)

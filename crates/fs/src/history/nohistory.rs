@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::history::snapshot::Snapshot;
 use crate::vfs::{Fs, State};
 use cairn_devices::SlotAddr;
-use cairn_meta::{ElemKey, Element, MetaWrite, RecordType};
+use cairn_meta::{Element, MetaWrite};
 use std::collections::{BTreeSet, HashMap};
 
 /// The extended attribute that turns fine-grained history off.
@@ -64,8 +64,7 @@ impl Fs {
         }
         let mut off: HashMap<u64, bool> = HashMap::new();
         for e in ended {
-            if e.key.rtype() == Some(RecordType::Xattr) && e.key.sub() == XATTR && is_on(&e.payload)
-            {
+            if self.names().is_xattr(&e.key, XATTR) && is_on(&e.payload) {
                 off.insert(e.key.obj(), true);
             }
         }
@@ -75,7 +74,7 @@ impl Fs {
             let nohist = match off.get(&obj) {
                 Some(&b) => b,
                 None => {
-                    let key = ElemKey::new(obj, RecordType::Xattr, XATTR);
+                    let key = self.names().xattr_key(obj, XATTR);
                     let b = w.get(&key)?.is_some_and(|x| is_on(&x.payload));
                     off.insert(obj, b);
                     b

@@ -6,7 +6,7 @@
 //! changes are new element versions), so a snapshot's hash never changes.
 
 use crate::error::Result;
-use crate::types::{split_dirent_subkey, DirEnt, Extent, FileKind, ROOT_INO};
+use crate::types::{DirEnt, Extent, FileKind, ROOT_INO};
 use crate::vfs::Fs;
 use cairn_data::ChunkRec;
 use cairn_meta::{ElemKey, MetaRead, RecordType};
@@ -87,11 +87,11 @@ impl Fs {
                 h.update(&t.nsec.to_le_bytes());
             }
             for x in r.scan_asof(&ElemKey::prefix(n.ino, RecordType::Xattr), tid)? {
-                hash_bytes(&mut h, x.key.sub());
+                hash_bytes(&mut h, &self.names().xattr_name(n.ino, x.key.sub())?);
                 hash_bytes(&mut h, &x.payload);
             }
             match i.kind {
-                FileKind::Dir => push_children(&r, &n, tid, &mut stack)?,
+                FileKind::Dir => push_children(&r, self.names(), &n, tid, &mut stack)?,
                 FileKind::Symlink => {
                     let t = r.get_asof(&ElemKey::new(n.ino, RecordType::Symlink, &[]), tid)?;
                     hash_bytes(&mut h, &t.map(|e| e.payload).unwrap_or_default());
@@ -154,11 +154,17 @@ fn hash_bytes(h: &mut blake3::Hasher, b: &[u8]) {
 }
 
 /// Pushes a directory's entries (as of `tid`) so that they pop in name order.
-fn push_children(r: &MetaRead, n: &Node, tid: u64, stack: &mut Vec<Node>) -> Result<()> {
+fn push_children(
+    r: &MetaRead,
+    names: &crate::names::Names,
+    n: &Node,
+    tid: u64,
+    stack: &mut Vec<Node>,
+) -> Result<()> {
     let mut kids = Vec::new();
     for e in r.scan_asof(&ElemKey::prefix(n.ino, RecordType::DirEntry), tid)? {
-        let (_, name) = split_dirent_subkey(e.key.sub())?;
-        kids.push((name.to_vec(), DirEnt::decode(&e.payload)?.ino));
+        let (_, name) = names.dirent_name(n.ino, e.key.sub())?;
+        kids.push((name.into_owned(), DirEnt::decode(&e.payload)?.ino));
     }
     kids.sort();
     for (name, ino) in kids.into_iter().rev() {

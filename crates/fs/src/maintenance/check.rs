@@ -7,7 +7,7 @@
 
 use crate::error::Result;
 use crate::pool::Pool;
-use crate::types::{split_dirent_subkey, DirEnt, Extent, FileKind, Inode, ROOT_INO};
+use crate::types::{DirEnt, Extent, FileKind, Inode, ROOT_INO};
 use cairn_data::ChunkRec;
 use cairn_meta::{ElemKey, Element, RecordType};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -23,6 +23,8 @@ pub struct CheckReport {
 
 #[derive(Default)]
 struct Scan {
+    /// How the pool's keys hold names.
+    names: crate::names::Names,
     inodes: HashMap<u64, Inode>,
     dirents: HashMap<u64, Vec<(Vec<u8>, DirEnt)>>,
     extents: Vec<(u64, u64, Extent, bool)>,
@@ -40,8 +42,11 @@ fn collect(e: Element, s: &mut Scan, problems: &mut Vec<String>) {
             s.inodes.insert(obj, i);
         }),
         Some(RecordType::DirEntry) if live => DirEnt::decode(&e.payload).and_then(|d| {
-            let (_, name) = split_dirent_subkey(e.key.sub())?;
-            s.dirents.entry(obj).or_default().push((name.to_vec(), d));
+            let (_, name) = s.names.dirent_name(obj, e.key.sub())?;
+            s.dirents
+                .entry(obj)
+                .or_default()
+                .push((name.into_owned(), d));
             Ok(())
         }),
         Some(RecordType::Extent) => (e.key.extent_block().map_err(crate::error::FsError::from))
@@ -72,8 +77,14 @@ fn collect(e: Element, s: &mut Scan, problems: &mut Vec<String>) {
 
 /// Paths of every reachable inode (one per inode), walking from the root.
 /// Paths of the current tree by inode (for naming files in reports).
-pub(crate) fn live_paths(r: &cairn_meta::MetaRead) -> Result<HashMap<u64, String>> {
-    let mut s = Scan::default();
+pub(crate) fn live_paths(
+    r: &cairn_meta::MetaRead,
+    names: &crate::names::Names,
+) -> Result<HashMap<u64, String>> {
+    let mut s = Scan {
+        names: names.clone(),
+        ..Scan::default()
+    };
     let mut ignored = Vec::new();
     r.for_each_checked(|_, e| match e {
         Ok(e) if e.is_live() && e.key.rtype() == Some(RecordType::DirEntry) => {
@@ -167,7 +178,10 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
     // Stored live counts include the decrements that wait (`live_debts`).
     let (r, owed) = pool.meta.read_owing()?;
     let mut rep = CheckReport::default();
-    let mut s = Scan::default();
+    let mut s = Scan {
+        names: pool.names.clone(),
+        ..Scan::default()
+    };
     let mut damaged = Vec::new();
     r.for_each_checked(|key, e| match e {
         Ok(e) => collect(e, &mut s, &mut rep.problems),

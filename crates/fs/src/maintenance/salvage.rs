@@ -43,7 +43,7 @@ pub fn open_salvage_pool(
     let lock = crate::pool::take_lock(path)?;
     let meta = MetaStore::open_salvage(&PoolPaths::meta(path))?;
     if let Some((keys, _)) = &unlocked {
-        meta.seal_values(keys.elements.clone());
+        meta.seal_values(keys.clone());
     }
     let r = meta.read()?;
     let storage = HostStorage::shared();
@@ -88,6 +88,7 @@ pub fn open_salvage_pool(
         // A salvage mount replays no intent log.
         log_devices: Vec::new(),
         encryption,
+        names: crate::names::Names::of(keys.clone()),
         keys,
         _lock: lock,
     })

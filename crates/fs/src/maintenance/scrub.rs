@@ -192,7 +192,7 @@ impl Fs {
         if bad.is_empty() {
             return Ok(Vec::new());
         }
-        let paths = crate::maintenance::check::live_paths(&r)?;
+        let paths = crate::maintenance::check::live_paths(&r, self.names())?;
         Ok(bad
             .into_iter()
             .map(|(ino, why)| {
@@ -224,7 +224,7 @@ impl Fs {
     /// "chunk N (why): used by <inode I> offset O (current), ..." lines.
     fn describe_users(&self, bad: &BTreeMap<u64, String>) -> Result<Vec<String>> {
         let r = self.meta()?;
-        let paths = crate::maintenance::check::live_paths(&r)?;
+        let paths = crate::maintenance::check::live_paths(&r, self.names())?;
         let mut users: HashMap<u64, Vec<String>> = HashMap::new();
         let rs = self.record;
         let mut note = |e: cairn_meta::Element| {

@@ -3,7 +3,7 @@
 //! state lock; the flusher commits it.
 
 use crate::error::{invariant, FsError, Result};
-use crate::types::{dirent_subkey, DirEnt, FileKind, Inode, Time};
+use crate::types::{DirEnt, FileKind, Inode, Time};
 use crate::vfs::{check_name, Ctx, Fs, State};
 use std::sync::atomic::Ordering;
 
@@ -172,7 +172,7 @@ impl Fs {
             st.put_inode(i.clone());
             st.dirty(parent).put_dirent(
                 parent,
-                dirent_subkey(name),
+                self.names().dirent_subkey(parent, name),
                 Some(DirEnt { ino: i.ino, kind }),
             );
             p.mtime = i.mtime;
@@ -262,7 +262,7 @@ impl Fs {
         p.ctime = now;
         st.dirty(parent).put_dirent(
             parent,
-            dirent_subkey(name),
+            self.names().dirent_subkey(parent, name),
             Some(DirEnt { ino, kind: i.kind }),
         );
         st.put_inode(i.clone());
@@ -335,7 +335,7 @@ impl Fs {
         );
         let now = Self::now();
         st.dirty(parent)
-            .put_dirent(parent, dirent_subkey(name), None);
+            .put_dirent(parent, self.names().dirent_subkey(parent, name), None);
         if dir {
             p.nlink -= 1;
         }
@@ -475,8 +475,10 @@ impl Fs {
         src: DirEnt,
     ) -> Result<()> {
         let now = Self::now();
-        st.dirty(p1).put_dirent(p1, dirent_subkey(n1), None);
-        st.dirty(p2).put_dirent(p2, dirent_subkey(n2), Some(src));
+        st.dirty(p1)
+            .put_dirent(p1, self.names().dirent_subkey(p1, n1), None);
+        st.dirty(p2)
+            .put_dirent(p2, self.names().dirent_subkey(p2, n2), Some(src));
         let mut i = self.inode(st, src.ino)?;
         i.ctime = now;
         let is_dir = i.kind == FileKind::Dir;
@@ -518,8 +520,10 @@ impl Fs {
             }
         }
         let now = Self::now();
-        st.dirty(a.0).put_dirent(a.0, dirent_subkey(a.1), Some(b.2));
-        st.dirty(b.0).put_dirent(b.0, dirent_subkey(b.1), Some(a.2));
+        st.dirty(a.0)
+            .put_dirent(a.0, self.names().dirent_subkey(a.0, a.1), Some(b.2));
+        st.dirty(b.0)
+            .put_dirent(b.0, self.names().dirent_subkey(b.0, b.1), Some(a.2));
         for (ent, new_parent) in [(a.2, b.0), (b.2, a.0)] {
             let mut i = self.inode(st, ent.ino)?;
             i.ctime = now;

@@ -5,7 +5,7 @@
 //! make a resumed listing skip one of them; the chance is negligible.
 
 use crate::error::Result;
-use crate::types::{split_dirent_subkey, DirEnt, FileKind};
+use crate::types::{DirEnt, FileKind};
 use crate::vfs::{Fs, State};
 use cairn_meta::{ElemKey, RecordType};
 use std::collections::BTreeMap;
@@ -50,8 +50,8 @@ impl Fs {
                     break;
                 }
                 if let Some(d) = v {
-                    let (hash, name) = split_dirent_subkey(&k)?;
-                    if crate::volumes::hidden(dir, name) {
+                    let (hash, name) = self.names().dirent_name(dir, &k)?;
+                    if crate::volumes::hidden(dir, &name) {
                         continue;
                     }
                     out.push(DirEntry {

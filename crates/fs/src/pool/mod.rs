@@ -395,14 +395,14 @@ fn mkfs_in(
             .map_err(|e| FsError::Key(e.to_string()))?;
         made.will_create(&PoolPaths::key(pool));
         key::write_key_block(pool, &block)?;
-        keys = Some(cairn_crypt::PoolKeys::derive(&key));
+        keys = Some(Arc::new(cairn_crypt::PoolKeys::derive(&key)));
     }
     made.will_create(&PoolPaths::meta(pool));
     let home = meta_home(pool, &opts.devices)?;
     made.will_create(&home);
     let meta = MetaStore::create_with(&home, storage)?;
     if let Some(keys) = &keys {
-        meta.seal_values(keys.elements.clone());
+        meta.seal_values(keys.clone());
     }
     let now = Time::now();
     let mut warnings = Vec::new();
@@ -582,6 +582,9 @@ fn write_first_tid(
         w.set_counter("next_chunk", 1)?;
         w.set_counter("next_segment", 1)?;
         w.set_counter(meta_copies::META_COPIES, opts.meta_copies as u64)?;
+        if opts.encrypt.is_some() {
+            w.set_counter(key::SEALED_NAMES, 1)?;
+        }
         w.log_tid(1, now.as_nanos() as u64)?;
         if opts.mirror {
             crate::replica::Role::Unbound.write(w)?;
@@ -800,6 +803,8 @@ pub struct Pool {
     pub encryption: Option<key::Encryption>,
     /// An encrypted pool's keys (None: not encrypted).
     pub keys: Option<Arc<cairn_crypt::PoolKeys>>,
+    /// How names sit in metadata keys (sealed when encrypted).
+    pub names: crate::names::Names,
     pub(crate) _lock: File,
 }
 
@@ -901,11 +906,14 @@ impl Pool {
                 storage.clone(),
             )?;
             if let Some((keys, _)) = &unlocked {
-                m.seal_values(keys.elements.clone());
+                m.seal_values(keys.clone());
             }
             Ok(m)
         };
         let mut meta = open_meta()?;
+        if unlocked.is_some() {
+            key::require_sealed_names(&meta)?;
+        }
         crate::history::live_debts::redo_live_debts(&meta)?;
         crate::history::liveness::convert(&meta)?;
         // A second copy missing, or beside the first while an added device
@@ -988,6 +996,7 @@ impl Pool {
                 .map(|d| d.id)
                 .collect(),
             encryption,
+            names: crate::names::Names::of(keys.clone()),
             keys,
             _lock: lock,
         };

@@ -217,6 +217,7 @@ fn scan_all(r: &MetaRead, prefix: &[u8], mut f: impl FnMut(Element) -> Result<()
 pub(crate) fn layouts_in(
     ov: &Overlay,
     r: &MetaRead,
+    names: &crate::names::Names,
     inos: impl Iterator<Item = u64>,
 ) -> Result<HashMap<u64, Option<Layout>>> {
     let mut out = HashMap::new();
@@ -227,9 +228,7 @@ pub(crate) fn layouts_in(
         let pending = ov.xattrs.get(&ino).and_then(|m| m.get(XATTR)).cloned();
         let value = match pending {
             Some(v) => v,
-            None => r
-                .get(&ElemKey::new(ino, RecordType::Xattr, XATTR))?
-                .map(|e| e.payload),
+            None => r.get(&names.xattr_key(ino, XATTR))?.map(|e| e.payload),
         };
         out.insert(ino, value.as_deref().and_then(parse));
     }

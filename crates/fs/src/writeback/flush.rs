@@ -423,7 +423,8 @@ impl Fs {
         // Files of one layout after another (each goes to open segments
         // of its layout, `path_policy.rs`), then by file and offset.
         let inos = blocks.iter().map(|b| b.0).chain(pieced.iter().map(|p| p.0));
-        let layouts = crate::redundancy::path_policy::layouts_in(ov, &self.meta()?, inos)?;
+        let layouts =
+            crate::redundancy::path_policy::layouts_in(ov, &self.meta()?, self.names(), inos)?;
         let code = |ino: u64| {
             layouts
                 .get(&ino)
@@ -634,7 +635,7 @@ impl Fs {
             .history_retention_secs
             .saturating_mul(1_000_000_000);
         self.pool.meta.write(|w| {
-            apply_overlay(w, ov, tid)?;
+            apply_overlay(w, ov, tid, self.names())?;
             // Names checked free by the cut, under the flush lock.
             for s in snaps {
                 // The cut sealed the snapshot's changes as this TID: a
@@ -1153,7 +1154,12 @@ pub(crate) fn indexed_chunk(r: &MetaRead, h: &Hash) -> Result<Option<u64>> {
 
 /// Writes the namespace part of an overlay: deletions, truncations, inodes,
 /// entries, symlinks, xattrs and orphans.
-fn apply_overlay(w: &mut MetaWrite<'_>, ov: &Overlay, tid: u64) -> Result<()> {
+fn apply_overlay(
+    w: &mut MetaWrite<'_>,
+    ov: &Overlay,
+    tid: u64,
+    names: &crate::names::Names,
+) -> Result<()> {
     for (&ino, i) in &ov.inodes {
         if i.is_none() {
             for e in w.scan(&ElemKey::object_prefix(ino))? {
@@ -1194,7 +1200,7 @@ fn apply_overlay(w: &mut MetaWrite<'_>, ov: &Overlay, tid: u64) -> Result<()> {
     }
     for (&ino, xs) in &ov.xattrs {
         for (name, v) in xs {
-            let key = ElemKey::new(ino, RecordType::Xattr, name);
+            let key = names.xattr_key(ino, name);
             match v {
                 Some(v) => w.put(&key, v, tid)?,
                 None => w.end(&key, tid)?,

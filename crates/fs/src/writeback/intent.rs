@@ -313,7 +313,7 @@ impl Fs {
     fn refusal(&self, d: &Damage) -> String {
         let paths = self
             .meta()
-            .and_then(|r| crate::maintenance::check::live_paths(&r));
+            .and_then(|r| crate::maintenance::check::live_paths(&r, self.names()));
         let paths = paths.unwrap_or_default();
         // An encrypted log's records are read for their names opened.
         let opened = |recs: &[Record]| match &self.pool.keys {
@@ -338,7 +338,7 @@ impl Fs {
              damage and dropping the rest: `cairn mount {pool} MNT --discard-damaged-log` \
              (keep a copy of {} first if the lost changes matter)",
             d.first_lost,
-            touched(d, self.record, &paths),
+            touched(d, self.record, &paths, self.names()),
             d.path.display(),
             pool = self.pool.path.display()
         )
@@ -1019,7 +1019,12 @@ fn path_holds_records(path: &std::path::Path) -> bool {
 /// person: the paths of the inodes they change or name, from the
 /// committed tree (`paths`) and the entries the run's records make, or
 /// their numbers.
-fn touched(d: &Damage, record_size: u64, paths: &HashMap<u64, String>) -> String {
+fn touched(
+    d: &Damage,
+    record_size: u64,
+    paths: &HashMap<u64, String>,
+    names: &crate::names::Names,
+) -> String {
     let mut paths = paths.clone();
     let all = d.before.iter().chain(&d.after);
     for e in all.flat_map(|(_, rec)| rec::decode(rec, record_size).unwrap_or_default()) {
@@ -1029,14 +1034,16 @@ fn touched(d: &Damage, record_size: u64, paths: &HashMap<u64, String>) -> String
             ent: Some(ent),
         } = e
         {
-            let name = crate::types::split_dirent_subkey(subkey).map_or(subkey, |k| k.1);
+            let name = names
+                .dirent_name(dir, subkey)
+                .map_or(std::borrow::Cow::Borrowed(subkey), |k| k.1);
             let dir = paths
                 .get(&dir)
                 .map_or(format!("inode {dir}"), |p| p.clone());
             let p = format!(
                 "{}/{}",
                 dir.trim_end_matches('/'),
-                String::from_utf8_lossy(name)
+                String::from_utf8_lossy(&name)
             );
             paths.entry(ent.ino).or_insert(p);
         }

@@ -6,7 +6,7 @@
 
 use crate::error::{FsError, Result};
 use crate::history::snapshot::{check_snapshot_name, Snapshot};
-use crate::types::{split_dirent_subkey, DirEnt, Inode};
+use crate::types::{is_dirent_subkey, DirEnt, Inode};
 
 // Entry tags of a record's payload.
 pub(crate) const T_DELETE: u8 = 1;
@@ -108,7 +108,11 @@ fn entry<'a>(r: &mut Reader<'a>, record: u64) -> Result<Entry<'a>> {
         }
         T_DIRENT => {
             let (dir, subkey) = (r.u64()?, r.bytes()?);
-            split_dirent_subkey(subkey)?;
+            if !is_dirent_subkey(subkey) {
+                return Err(FsError::Io(format!(
+                    "damaged directory entry key {subkey:02x?}"
+                )));
+            }
             let ent = r.opt_bytes()?.map(DirEnt::decode).transpose()?;
             Entry::Dirent { dir, subkey, ent }
         }

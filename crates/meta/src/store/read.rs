@@ -481,7 +481,11 @@ impl MetaRead {
             let mut out = Vec::new();
             for r in t.iter()? {
                 let (k, v) = r?;
-                out.push((k.value().to_string(), v.value().to_vec()));
+                let stored = k.value();
+                out.push((
+                    self.seal.snapshot_name(stored)?,
+                    self.seal.open_snapshot(stored, v.value())?,
+                ));
             }
             Ok(out)
         })

@@ -441,25 +441,35 @@ impl MetaWrite<'_> {
     }
 
     pub fn put_snapshot(&mut self, name: &str, rec: &[u8]) -> Result<()> {
-        self.snapshots.insert(name, rec)?;
+        let stored = self.seal.snapshot_key(name);
+        let v = self.seal.seal_snapshot(&stored, rec);
+        self.snapshots.insert(stored.as_str(), v.as_slice())?;
         Ok(())
     }
 
     pub fn remove_snapshot(&mut self, name: &str) -> Result<bool> {
-        Ok(self.snapshots.remove(name)?.is_some())
+        let stored = self.seal.snapshot_key(name);
+        Ok(self.snapshots.remove(stored.as_str())?.is_some())
     }
 
     pub fn snapshots(&self) -> Result<Vec<(String, Vec<u8>)>> {
         let mut out = Vec::new();
         for r in self.snapshots.iter()? {
             let (k, v) = r?;
-            out.push((k.value().to_string(), v.value().to_vec()));
+            let stored = k.value();
+            out.push((
+                self.seal.snapshot_name(stored)?,
+                self.seal.open_snapshot(stored, v.value())?,
+            ));
         }
         Ok(out)
     }
 
     pub fn snapshot(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.snapshots.get(name)?.map(|v| v.value().to_vec()))
+        let stored = self.seal.snapshot_key(name);
+        (self.snapshots.get(stored.as_str())?)
+            .map(|v| self.seal.open_snapshot(&stored, v.value()))
+            .transpose()
     }
 
     pub fn remove_device(&mut self, id: u32) -> Result<()> {
