@@ -1,6 +1,6 @@
 //! Encryption at rest on real mounts (issue 53): an encrypted pool keeps
-//! file contents and metadata values (a symlink's target, an xattr's
-//! value) out of every byte it stores (device files, the SSD cache, the
+//! file contents, metadata values (a symlink's target, an xattr's value)
+//! and names (of 1,000 files and their xattrs) out of every byte it stores (device files, the SSD cache, the
 //! intent log's records, the metadata store and its copy), while an
 //! unencrypted pool, the negative control, shows them; a wrong key, a damaged key block and an open key
 //! file are refused and change nothing; `key change` rewraps without
@@ -14,6 +14,7 @@
 
 mod common;
 
+use common::canary::{hits_in, windows};
 use common::*;
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
@@ -28,6 +29,66 @@ const LOGGED: (u64, usize) = (12, 20_000);
 /// A symlink's target and an xattr's value: metadata values, sealed.
 const TARGET: &str = "canary/symlink-target-7f3a9c1e";
 const XATTR_VALUE: &[u8] = b"canary-xattr-value-91bd44e2";
+/// Files with distinctive names, each with an xattr of a distinctive
+/// name: names sit in the metadata's keys, sealed; the last `NAMES_LOGGED`
+/// are made after the commit, so that their names are only in the log.
+const NAMES: usize = 1000;
+const NAMES_LOGGED: usize = 10;
+
+/// A snapshot's name (in the snapshots table: sealed too).
+const SNAPSHOT: &str = "canary-snapshot-name-7c41d09e2b";
+
+fn file_name(i: usize) -> String {
+    format!("canary-file-name-{i:04}-5d2e9b71c3")
+}
+
+fn xattr_name(i: usize) -> String {
+    format!("user.canary-xattr-name-{i:04}-e8a1")
+}
+
+/// Makes the named files `range` in directory `canary-directory-4b1f`.
+fn make_named(fs: &Fs, range: std::ops::Range<usize>) {
+    let dir = fs.p("canary-directory-4b1f");
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in range {
+        let p = dir.join(file_name(i));
+        std::fs::write(&p, b"x").unwrap();
+        set_xattr(&p, &xattr_name(i), b"v");
+    }
+}
+
+fn set_xattr(p: &Path, name: &str, value: &[u8]) {
+    let (path, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: both strings are NUL-terminated and outlive the call; the
+    // value is a live slice of its length.
+    let r = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "setxattr {}: {}",
+        p.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The 16-byte windows of every canary name.
+fn name_windows() -> HashSet<[u8; 16]> {
+    let mut wins = windows(b"canary-directory-4b1f");
+    wins.extend(windows(SNAPSHOT.as_bytes()));
+    for i in 0..NAMES {
+        wins.extend(windows(file_name(i).as_bytes()));
+        wins.extend(windows(xattr_name(i).as_bytes()));
+    }
+    wins
+}
 
 /// A key file of 32 random bytes, mode 0600, in the test's directory.
 fn key_file(fs: &Fs, name: &str) -> PathBuf {
@@ -81,22 +142,9 @@ fn pool(key: Option<&Path>) -> Fs {
 fn fill(fs: &mut Fs) {
     std::fs::write(fs.p("big"), pattern(BIG.0, BIG.1)).unwrap();
     std::os::unix::fs::symlink(TARGET, fs.p("link")).unwrap();
-    let (path, name) = (
-        cpath(&fs.p("big")),
-        std::ffi::CString::new("user.canary").unwrap(),
-    );
-    // SAFETY: both strings are NUL-terminated and outlive the call; the
-    // value is a live slice of its length.
-    let r = unsafe {
-        libc::setxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            XATTR_VALUE.as_ptr().cast(),
-            XATTR_VALUE.len(),
-            0,
-        )
-    };
-    assert_eq!(r, 0, "setxattr: {}", std::io::Error::last_os_error());
+    set_xattr(&fs.p("big"), "user.canary", XATTR_VALUE);
+    make_named(fs, 0..NAMES - NAMES_LOGGED);
+    cairn_ok(&["snapshot", "create", fs.mnt.to_str().unwrap(), SNAPSHOT]);
     cairn_ok(&["sync", fs.mnt.to_str().unwrap()]);
     fs.remount();
     assert_bytes_eq(
@@ -104,6 +152,7 @@ fn fill(fs: &mut Fs) {
         &pattern(BIG.0, BIG.1),
         "big",
     );
+    make_named(fs, NAMES - NAMES_LOGGED..NAMES);
     let mut f = std::fs::File::create(fs.p("logged")).unwrap();
     std::io::Write::write_all(&mut f, &pattern(LOGGED.0, LOGGED.1)).unwrap();
     f.sync_all().unwrap();
@@ -125,41 +174,6 @@ fn stored_files(fs: &Fs) -> Vec<PathBuf> {
     out
 }
 
-/// The 16-byte windows of `data` at offsets that are multiples of 16:
-/// any 31 contiguous bytes of `data` hold one of them.
-fn windows(data: &[u8]) -> HashSet<[u8; 16]> {
-    data.chunks_exact(16)
-        .map(|w| w.try_into().unwrap())
-        .collect()
-}
-
-/// How many places of `file` hold a window of `wins` (4 KiB blocks of
-/// zeros skipped: device files are mostly unwritten).
-fn hits_in(file: &Path, wins: &HashSet<[u8; 16]>) -> usize {
-    let bytes = std::fs::read(file).unwrap();
-    let mut hits = 0;
-    let mut at = 0;
-    while at + 16 <= bytes.len() {
-        let block_end = (at / 4096 + 1) * 4096;
-        if at % 4096 == 0
-            && bytes[at..block_end.min(bytes.len())]
-                .iter()
-                .all(|&b| b == 0)
-        {
-            at = block_end;
-            continue;
-        }
-        let w: &[u8; 16] = bytes[at..at + 16].try_into().unwrap();
-        if wins.contains(w) {
-            hits += 1;
-            at += 16;
-        } else {
-            at += 1;
-        }
-    }
-    hits
-}
-
 /// (file, hits) for every stored file with any window of the big file's
 /// or the logged file's bytes.
 fn plaintext_hits(fs: &Fs) -> Vec<(String, usize)> {
@@ -167,6 +181,7 @@ fn plaintext_hits(fs: &Fs) -> Vec<(String, usize)> {
     wins.extend(windows(&pattern(LOGGED.0, LOGGED.1)));
     wins.extend(windows(TARGET.as_bytes()));
     wins.extend(windows(XATTR_VALUE));
+    wins.extend(name_windows());
     let logged = windows(&pattern(LOGGED.0, LOGGED.1));
     let mut out = Vec::new();
     for f in stored_files(fs) {
@@ -199,6 +214,25 @@ fn file_contents_are_in_no_stored_byte_of_an_encrypted_pool() {
         &pattern(BIG.0, BIG.1),
         "big after kill -9",
     );
+    // Every name reads back, the logged ones replayed from the log.
+    for i in [0, 7, NAMES - NAMES_LOGGED - 1, NAMES - 1] {
+        let p = fs.p("canary-directory-4b1f").join(file_name(i));
+        assert_eq!(std::fs::read(&p).unwrap(), b"x", "{}", p.display());
+        let names = xattr_names(&p);
+        assert!(names.contains(&xattr_name(i)), "{names:?}");
+    }
+    let listed = std::fs::read_dir(fs.p("canary-directory-4b1f"))
+        .unwrap()
+        .count();
+    assert_eq!(listed, NAMES);
+    let snaps = cairn_ok(&["snapshot", "list", fs.mnt.to_str().unwrap()]);
+    assert!(snaps.contains(SNAPSHOT), "{snaps}");
+    let seen = fs
+        .mnt
+        .join(".snapshots")
+        .join(SNAPSHOT)
+        .join("canary-directory-4b1f");
+    assert_eq!(std::fs::read(seen.join(file_name(3))).unwrap(), b"x");
     let info = cairn_ok(&["info", fs.mnt.to_str().unwrap(), "--json"]);
     let v: serde_json::Value = serde_json::from_str(&info).unwrap();
     let enc = &v["encryption"];
@@ -219,6 +253,21 @@ fn file_contents_are_in_no_stored_byte_of_an_encrypted_pool() {
     );
 }
 
+/// The xattr names of `p`.
+fn xattr_names(p: &Path) -> Vec<String> {
+    let path = cpath(p);
+    let mut buf = vec![0u8; 64 << 10];
+    // SAFETY: the path is NUL-terminated; the buffer is live and of the
+    // length given.
+    let n = unsafe { libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n >= 0, "listxattr: {}", std::io::Error::last_os_error());
+    buf.truncate(n as usize);
+    (buf.split(|&b| b == 0))
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect()
+}
+
 /// The negative control: the same steps on a pool without encryption find
 /// the contents in the device files, the SSD cache and the intent log.
 #[test]
@@ -237,6 +286,13 @@ fn the_scan_finds_contents_in_an_unencrypted_pool() {
     assert!(
         hits_in(&meta, &values) >= 2,
         "the metadata values were not found in {}",
+        meta.display()
+    );
+    // So are the names (entries and xattr names), in its keys.
+    let names = hits_in(&meta, &name_windows());
+    assert!(
+        names >= 2 * (NAMES - NAMES_LOGGED),
+        "{names} names found in {}",
         meta.display()
     );
     // The logged file is in the log areas of the devices only.

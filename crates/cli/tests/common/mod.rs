@@ -5,6 +5,7 @@
 //! own temp dir and its `Drop` always removes the mount, even when a test fails.
 #![allow(dead_code)]
 
+pub mod canary;
 pub mod cgroup;
 pub mod hist;
 pub mod json;
