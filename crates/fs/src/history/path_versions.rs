@@ -7,7 +7,9 @@
 //! A directory renamed keeps its inode, so the entries in it keep theirs.
 
 use super::asof::{parse_asof, SNAPSHOTS_DIR};
-use super::versions::{assert_ordered, inode_history, inode_versions, version, Version};
+use super::versions::{
+    assert_ordered, inode_history, inode_versions, version, with_times, Version,
+};
 use crate::error::{FsError, Result};
 use crate::types::{dirent_subkey, DirEnt, FileKind, MAX_NAME, ROOT_INO};
 use crate::vfs::Fs;
@@ -133,13 +135,13 @@ pub(crate) fn name_versions(r: &MetaRead, dir: u64, name: &[u8]) -> Result<Vec<V
                 e.create_tid.max(d.create_tid),
                 e.delete_tid.min(d.delete_tid),
             );
-            let mut v = version(r, ino, e, from, to)?;
+            let mut v = version(ino, e, from, to)?;
             v.inode_changed = out.last().is_some_and(|p| p.ino != ino);
             out.push(v);
         }
     }
     assert_ordered(&out);
-    Ok(out)
+    with_times(r, out)
 }
 
 /// The history as it was at `tid`: versions made by then, the one current

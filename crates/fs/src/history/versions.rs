@@ -47,10 +47,10 @@ impl Fs {
 pub(crate) fn inode_history(r: &MetaRead, ino: u64) -> Result<Vec<Version>> {
     let mut out = Vec::new();
     for e in inode_versions(r, ino)? {
-        out.push(version(r, ino, &e, e.create_tid, e.delete_tid)?);
+        out.push(version(ino, &e, e.create_tid, e.delete_tid)?);
     }
     assert_ordered(&out);
-    Ok(out)
+    with_times(r, out)
 }
 
 /// The stored versions of inode `ino`'s element, oldest first.
@@ -59,20 +59,28 @@ pub(crate) fn inode_versions(r: &MetaRead, ino: u64) -> Result<Vec<Element>> {
 }
 
 /// The version that inode element `e` of `ino` was from `from` until `to`
-/// (TID_MAX: still current).
-pub(crate) fn version(r: &MetaRead, ino: u64, e: &Element, from: u64, to: u64) -> Result<Version> {
+/// (TID_MAX: still current), its time left for `with_times`.
+pub(crate) fn version(ino: u64, e: &Element, from: u64, to: u64) -> Result<Version> {
     let i = Inode::decode(ino, &e.payload)?;
-    let time_ns = r.tid_time(from)?.map_or(0, |(_, t)| t);
     Ok(Version {
         tid: from,
         ended_tid: (to != TID_MAX).then_some(to),
-        time_ns,
+        time_ns: 0,
         size: i.size,
         mtime_ns: i.mtime.as_nanos(),
         kind: kind_name(i.kind).to_string(),
         ino,
         inode_changed: false,
     })
+}
+
+/// `v` with each version's commit time (the TID table opened once).
+pub(crate) fn with_times(r: &MetaRead, mut v: Vec<Version>) -> Result<Vec<Version>> {
+    let tids: Vec<u64> = v.iter().map(|x| x.tid).collect();
+    for (x, t) in v.iter_mut().zip(r.tid_times(&tids)?) {
+        x.time_ns = t.map_or(0, |(_, t)| t);
+    }
+    Ok(v)
 }
 
 /// What holds of any history: each version ends after it starts, and
