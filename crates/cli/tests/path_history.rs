@@ -7,6 +7,10 @@
 //! `PATH@@0x<tid>`, the bytes it had. Every test ends with `cairn check`.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "the shared test helpers (common/) cast test sizes and seeds"
+)]
 
 mod common;
 
