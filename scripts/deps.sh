@@ -14,6 +14,9 @@ if [ "${1:-}" = test ]; then
   # nbdinfo, nbdcopy and nbdfuse (in libnbd-bin on Debian 12; newer
   # releases may split nbdfuse out), qemu-img and qemu-io, nbdkit.
   pkgs+=(libnbd-bin qemu-utils nbdkit)
+  # vim for the path history tests (crates/cli/tests/path_history.rs: a
+  # save with backupcopy=no, by rename over the file).
+  pkgs+=(vim)
   # gnuplot (no X) for bench/volumes_latency.sh's plot.
   pkgs+=(gnuplot-nox)
   # promtool (prometheus) checks the metrics endpoint; headless chromium

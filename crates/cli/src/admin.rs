@@ -11,12 +11,28 @@ use anyhow::{bail, Context, Result};
 use cairn_fs::timefmt::format_utc;
 use cairn_fs::{PruneReport, ReblockReport, ScrubReport, VerifyReport, Version};
 use serde_json::Value;
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
+/// `v` as pretty JSON on stdout, in large writes (a history of 10,000
+/// versions is 170,000 lines: println! would write each alone).
 fn print_json(v: &Value) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(())
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    closed_ok((|| {
+        serde_json::to_writer_pretty(&mut out, v)?;
+        writeln!(out)?;
+        out.flush()
+    })())
+}
+
+/// Success when the reader of stdout went away (`cairn history F | head`),
+/// as main.rs makes println! quiet about it.
+fn closed_ok(r: std::io::Result<()>) -> Result<()> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
 }
 
 /// One line per entry of a report's "damaged" list.
@@ -137,38 +153,88 @@ fn list(t: &TargetArgs) -> Result<()> {
 }
 
 pub fn history(a: &HistoryArgs) -> Result<()> {
-    let (_, mnt) = resolve_file(&a.path, false)?;
     if a.off || a.on {
+        resolve_file(&a.path, false)?;
         return set_nohistory(&a.path, a.off);
     }
-    let ino = std::fs::symlink_metadata(&a.path)
-        .with_context(|| format!("{}", a.path.display()))?
-        .ino();
-    let (list, v): (Vec<Version>, _) = call_with_json(&mnt, Request::History { ino })?;
+    let (mnt, path) = mount_relative(&a.path)?;
+    let req = Request::HistoryPath {
+        path,
+        inode: a.inode,
+    };
+    let (list, v): (Vec<Version>, _) =
+        call_with_json(&mnt, req).with_context(|| format!("{}", a.path.display()))?;
     if a.json {
         return print_json(&v);
     }
-    println!(
-        "{:<18} {:<19} {:>14} {:<19}",
-        "TID", "COMMITTED (UTC)", "SIZE", "MTIME (UTC)"
-    );
-    for e in &list {
+    print_versions(&list)
+}
+
+/// The table of `cairn history`: a line per version, marking where the
+/// inode changed, and a line where the path was gone.
+fn print_versions(list: &[Version]) -> Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    closed_ok(write_versions(&mut out, list).and_then(|()| out.flush()))
+}
+
+fn write_versions(out: &mut impl Write, list: &[Version]) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<18} {:<19} {:>14} {:<19} {:>10}",
+        "TID", "COMMITTED (UTC)", "SIZE", "MTIME (UTC)", "INODE"
+    )?;
+    for (i, e) in list.iter().enumerate() {
         // Before 1970 shows as 1970, as it always has.
         let mtime = u64::try_from(e.mtime_ns.max(0)).unwrap_or(u64::MAX);
-        println!(
-            "0x{:016x} {:<19} {:>14} {:<19}{}",
+        let mark = match (e.inode_changed, e.ended_tid) {
+            (true, None) => "  (new inode, current)",
+            (true, Some(_)) => "  (new inode)",
+            (false, None) => "  (current)",
+            (false, Some(_)) => "",
+        };
+        writeln!(
+            out,
+            "0x{:016x} {:<19} {:>14} {:<19} {:>10}{mark}",
             e.tid,
             format_utc(e.time_ns),
             e.size,
             format_utc(mtime),
-            if e.ended_tid.is_none() {
-                "  (current)"
-            } else {
-                ""
-            }
-        );
+            e.ino,
+        )?;
+        let next = list.get(i + 1).map(|n| n.tid);
+        match (e.ended_tid, next) {
+            (Some(end), None) => writeln!(out, "0x{end:016x} (gone: deleted or renamed away)")?,
+            (Some(end), Some(n)) if n != end => writeln!(
+                out,
+                "0x{end:016x} (no version until the next: deleted, renamed away, or pruned)"
+            )?,
+            _ => {}
+        }
     }
     Ok(())
+}
+
+/// PATH as its mount shows it: the mount point and the path from the
+/// mount's root, its directories resolved (symlinks followed) and its last
+/// name as given (the history of a symlink is the link's own). PATH itself
+/// may be gone: a deleted path has a history too.
+fn mount_relative(path: &std::path::Path) -> Result<(PathBuf, Vec<u8>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let (_, mnt) = resolve_file(path, true)?;
+    let abs = std::path::absolute(path)?;
+    let full = match (abs.parent(), abs.file_name()) {
+        (Some(d), Some(n)) => d
+            .canonicalize()
+            .with_context(|| format!("{}", d.display()))?
+            .join(n),
+        _ => abs
+            .canonicalize()
+            .with_context(|| format!("{}", abs.display()))?,
+    };
+    let rel = full
+        .strip_prefix(&mnt)
+        .with_context(|| format!("{} is not below {}", full.display(), mnt.display()))?;
+    Ok((mnt, rel.as_os_str().as_bytes().to_vec()))
 }
 
 /// Copies the old version (read through the mount's historical views) over

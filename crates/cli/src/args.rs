@@ -50,7 +50,9 @@ pub enum Cmd {
     /// Create, list, delete and verify snapshots (named, retained TIDs).
     #[command(subcommand)]
     Snapshot(SnapshotCmd),
-    /// List the stored versions of a file (one per commit that changed it).
+    /// List the stored versions of a path (one per commit that changed it),
+    /// across saves that replace the file (rename over it, delete and
+    /// create again).
     History(HistoryArgs),
     /// Bring back an old version of a file as a new version.
     Undo(UndoArgs),
@@ -366,10 +368,16 @@ pub enum SnapshotCmd {
 
 #[derive(Args)]
 pub struct HistoryArgs {
-    /// A file or directory inside a mounted pool.
+    /// A file or directory inside a mounted pool (it may be gone: a
+    /// deleted path's versions are listed while history keeps them).
     pub path: PathBuf,
     #[arg(long)]
     pub json: bool,
+    /// The versions of the inode PATH names, not of the path: a save by
+    /// rename over PATH (`sed -i`, most editors) makes a new inode, whose
+    /// history starts at that save.
+    #[arg(long, conflicts_with_all = ["off", "on"])]
+    pub inode: bool,
     /// Stop keeping fine-grained history of PATH (HAMMER's nohistory:
     /// snapshots still work; nodes created in a directory inherit it). The
     /// same as `setfattr -n user.cairn.nohistory -v 1 PATH`.

@@ -18,7 +18,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("snapshot list", "  cairn snapshot list /mnt/pool --json"),
     ("snapshot delete", "  cairn snapshot delete /mnt/pool before-upgrade"),
     ("snapshot verify", "  cairn snapshot verify /mnt/pool before-upgrade"),
-    ("history", "  cairn history /mnt/pool/etc/app.conf\n  cairn history --off /mnt/pool/scratch"),
+    ("history", "  cairn history /mnt/pool/etc/app.conf\n  cairn history --inode --json /mnt/pool/etc/app.conf\n  cairn history /mnt/pool/.snapshots/before-upgrade/etc/app.conf\n  cairn history --off /mnt/pool/scratch"),
     ("undo", "  cairn undo --snapshot before-upgrade /mnt/pool/etc/app.conf\n  cairn undo --tid 0x2a -o /tmp/old.conf /mnt/pool/etc/app.conf"),
     ("prune", "  cairn prune /mnt/pool --dry-run\n  cairn prune /mnt/pool --keep-daily 7 --keep-weekly 4"),
     ("reblock", "  cairn reblock /mnt/pool --max-live 60"),

@@ -855,6 +855,25 @@ fn dashboard_in_headless_chromium() {
         page["points_after"].as_u64() > page["points_before"].as_u64(),
         "{page}"
     );
+    // The history of a path, saved again by rename over it: one version
+    // more, of a new inode and marked so (the file as written may be more
+    // than one version: a commit can fall inside its writes).
+    let before = page["history_before"].as_array().unwrap();
+    let after = page["history_after"].as_array().unwrap();
+    assert!(
+        !before.is_empty() && after.len() == before.len() + 1,
+        "{page}"
+    );
+    for (a, b) in after.iter().zip(before) {
+        assert_eq!(a["ino"], b["ino"], "{page}");
+    }
+    let (old, new) = (&after[before.len() - 1], &after[before.len()]);
+    assert_ne!(new["ino"], old["ino"], "{page}");
+    let mark = new["mark"].as_str().unwrap();
+    assert!(
+        mark.contains("new inode") && mark.contains("current"),
+        "{mark}"
+    );
     // Pool strings shown literally, nothing injected or run.
     let pool_text = page["pool_text"].as_str().unwrap();
     assert!(pool_text.contains(PAYLOAD), "{pool_text}");

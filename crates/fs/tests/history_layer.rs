@@ -10,7 +10,7 @@
 
 use cairn_fs::{
     maintenance::check::check_pool, mkfs, Ctx, Fs, MkfsOptions, Pool, PrunePolicy, ReblockOptions,
-    SnapshotKind, ROOT_INO,
+    RenameFlags, SnapshotKind, ROOT_INO,
 };
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -374,4 +374,72 @@ fn nodes_created_in_a_nohistory_directory_inherit_it() {
     assert_eq!(fs.getxattr(g.ino, NOHIST).unwrap(), b"1");
     let rep = check_pool(fs.pool()).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
+
+/// The history of a path follows its name: saves by rename over it (a new
+/// inode each), a delete and a new create (a gap), a rename of its
+/// directory (whose inode stays, so its entries keep their history); seen
+/// through a view it is the history as of the view's TID.
+#[test]
+fn path_history_follows_the_name() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let dir = fs.mkdir(Ctx::ROOT, ROOT_INO, b"d", 0o755).unwrap().ino;
+    let save = |k: u64| -> u64 {
+        let t = fs.create(Ctx::ROOT, dir, b"f.tmp", 0o644).unwrap().ino;
+        fs.write(t, 0, &data(100, k)).unwrap();
+        fs.rename(dir, b"f.tmp", dir, b"f", RenameFlags::default())
+            .unwrap();
+        fs.flush().unwrap();
+        t
+    };
+    let mut inos: Vec<u64> = (0..5).map(save).collect();
+    let v = fs.path_history(b"d/f", false).unwrap();
+    assert_eq!(v.iter().map(|x| x.ino).collect::<Vec<_>>(), inos, "{v:?}");
+    for (i, x) in v.iter().enumerate() {
+        assert_eq!(x.inode_changed, i > 0, "{v:?}");
+        assert_eq!(fs.asof_lookup(dir, x.tid, b"f").unwrap().ino, x.ino);
+        let got = fs.asof_read(x.ino, x.tid, 0, 100).unwrap();
+        assert!(got == data(100, i as u64), "version {i} reads other bytes");
+        if let Some(next) = v.get(i + 1) {
+            assert_eq!(x.ended_tid, Some(next.tid), "{v:?}");
+        }
+    }
+    let own = fs.path_history(b"d/f", true).unwrap();
+    assert_eq!((own.len(), own[0].ino), (1, inos[4]), "{own:?}");
+
+    // Deleted, committed, created again: a gap, then a new inode.
+    fs.unlink(dir, b"f").unwrap();
+    fs.flush().unwrap();
+    let g = fs.create(Ctx::ROOT, dir, b"f", 0o644).unwrap().ino;
+    fs.write(g, 0, b"again").unwrap();
+    inos.push(g);
+    let v2 = fs.path_history(b"d/f", false).unwrap();
+    assert_eq!(v2.iter().map(|x| x.ino).collect::<Vec<_>>(), inos, "{v2:?}");
+    assert!(v2[4].ended_tid.unwrap() < v2[5].tid && v2[5].inode_changed);
+
+    // The directory renamed: the same history under the new path.
+    fs.rename(ROOT_INO, b"d", ROOT_INO, b"e", RenameFlags::default())
+        .unwrap();
+    let v3 = fs.path_history(b"/e/./f", false).unwrap();
+    let tids = |v: &[cairn_fs::Version]| v.iter().map(|x| (x.tid, x.ended_tid)).collect::<Vec<_>>();
+    assert_eq!(tids(&v3), tids(&v2));
+    assert!(fs.path_history(b"d/f", false).is_err());
+    assert!(
+        fs.path_history(b"e/../e/f", false).is_err(),
+        "`..` is the caller's"
+    );
+
+    // Through a view: as of the third save, under the name it had then.
+    let t = v[2].tid;
+    let seen = fs
+        .path_history(format!("d@@0x{t:x}/f").as_bytes(), false)
+        .unwrap();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!((seen[2].tid, seen[2].ended_tid), (t, None), "{seen:?}");
+    let at_f = fs
+        .path_history(format!("e/f@@0x{t:x}").as_bytes(), false)
+        .unwrap();
+    assert_eq!(tids(&at_f), tids(&seen));
+    fs.shutdown().unwrap();
 }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 pub const SNAPDIR_INO: u64 = 1 << 62;
 const VIEW_BASE: u64 = SNAPDIR_INO + 1;
 /// The snapshots directory at the mount root.
-pub const SNAPDIR_NAME: &[u8] = b".snapshots";
+pub const SNAPDIR_NAME: &[u8] = cairn_fs::history::asof::SNAPSHOTS_DIR;
 
 /// What a FUSE inode number stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,17 +74,7 @@ pub fn without_hidden_xattrs(list: Vec<u8>) -> Vec<u8> {
         .collect()
 }
 
-/// Splits `NAME@@0x<hex>` into (NAME, tid). HAMMER writes 16 hex digits;
-/// fewer are accepted.
-pub fn parse_asof(name: &[u8]) -> Option<(&[u8], u64)> {
-    let pos = name.windows(4).rposition(|w| w == b"@@0x")?;
-    let hex = std::str::from_utf8(&name[pos + 4..]).ok()?;
-    if hex.is_empty() || hex.len() > 16 {
-        return None;
-    }
-    let tid = u64::from_str_radix(hex, 16).ok()?;
-    Some((&name[..pos], tid))
-}
+pub use cairn_fs::history::asof::parse_asof;
 
 impl Views {
     pub fn node(&self, ino: u64) -> Result<Node> {

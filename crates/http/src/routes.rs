@@ -1,7 +1,8 @@
 //! What each request gets: the token check (401 on every route when a
 //! token is set), GET and HEAD only (405 otherwise), then the route. The
-//! routes that give paths and names (`DETAIL`) answer 403 unless the
-//! admin turned the detailed API on; the others give only figures.
+//! routes that give paths and names (`DETAIL`, the history of a path
+//! among them) answer 403 unless the admin turned the detailed API on;
+//! the others give only figures.
 
 use crate::auth::Token;
 use crate::metrics::{collect, text};
@@ -17,8 +18,9 @@ const INDEX: &str = include_str!("web/index.html");
 const SCRIPT: &str = include_str!("web/dashboard.js");
 const STYLE: &str = include_str!("web/dashboard.css");
 pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-/// Routes that give the pool's and devices' paths and snapshot names.
-pub const DETAIL: &[&str] = &["/api/info", "/api/tier", "/api/snapshots"];
+/// Routes that give the pool's and devices' paths, snapshot names, and
+/// what a path's history says about it.
+pub const DETAIL: &[&str] = &["/api/info", "/api/tier", "/api/snapshots", "/api/history"];
 
 /// Everything a request handler reads.
 pub(crate) struct Ctx {
@@ -108,6 +110,7 @@ fn route(path: &str, query: &str, ctx: &Ctx) -> Reply {
         "/api/info" => js(info(ctx)),
         "/api/tier" => js(json!(ctx.fs.tier_status())),
         "/api/snapshots" => js(snapshots(&ctx.fs)),
+        "/api/history" => history(&ctx.fs, query),
         "/api/heatmap" => {
             let cells = param(query, "cells")
                 .and_then(|c| c.parse().ok())
@@ -116,6 +119,39 @@ fn route(path: &str, query: &str, ctx: &Ctx) -> Reply {
         }
         _ => Reply::text(404, "not found\n"),
     }
+}
+
+/// `/api/history?path=P[&inode=1]`: the versions of path P (from the
+/// mount root, percent-encoded; none: the root), as `cairn history P
+/// --json` gives them; 404 with the reason when it has none.
+fn history(fs: &Fs, query: &str) -> Reply {
+    let Some(path) = percent_decode(param(query, "path").unwrap_or("")) else {
+        return Reply::text(400, "path: bad percent-encoding\n");
+    };
+    let inode = param(query, "inode") == Some("1");
+    match fs.path_history(&path, inode) {
+        Ok(v) => Reply::new(200, "application/json", json!(v).to_string()),
+        Err(e) => Reply::text(404, &format!("{e}\n")),
+    }
+}
+
+/// A query value's bytes: `%XX` escapes decoded, `+` a space (as forms
+/// send it); None for a malformed escape.
+fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut b = s.bytes();
+    while let Some(c) = b.next() {
+        out.push(match c {
+            b'%' => {
+                let hi = char::from(b.next()?).to_digit(16)?;
+                let lo = char::from(b.next()?).to_digit(16)?;
+                u8::try_from(hi * 16 + lo).ok()?
+            }
+            b'+' => b' ',
+            c => c,
+        });
+    }
+    Some(out)
 }
 
 /// The last scan (`cairn info --json`'s figures) and the cheap figures.
@@ -141,4 +177,21 @@ fn snapshots(fs: &Fs) -> Value {
         })
         .collect();
     json!(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(
+            percent_decode("%2Fa%20b+c").as_deref(),
+            Some(&b"/a b c"[..])
+        );
+        assert_eq!(percent_decode("%ff%00").as_deref(), Some(&[0xff, 0][..]));
+        assert_eq!(percent_decode("x%2"), None);
+        assert_eq!(percent_decode("%+f"), None);
+        assert_eq!(percent_decode("%zz"), None);
+    }
 }

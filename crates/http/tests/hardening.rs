@@ -146,7 +146,7 @@ const PUBLIC: &[&str] = &[
     "/api/heatmap",
 ];
 /// The routes that give paths and names.
-const DETAIL: &[&str] = &["/api/info", "/api/tier", "/api/snapshots"];
+const DETAIL: &[&str] = &["/api/info", "/api/tier", "/api/snapshots", "/api/history"];
 
 #[test]
 fn public_routes_carry_no_path_or_name_and_detail_is_off_by_default() {
@@ -177,6 +177,12 @@ fn public_routes_carry_no_path_or_name_and_detail_is_off_by_default() {
     assert!(get_ok(addr, "/api/info", "").2.contains(SECRET_DIR));
     assert!(get_ok(addr, "/api/tier", "").2.contains(SECRET_DIR));
     assert!(get_ok(addr, "/api/snapshots", "").2.contains(SECRET_SNAP));
+    // The history of a path, percent-encoded from the mount root.
+    let (st, _, body) = get_ok(addr, "/api/history?path=%2Ff", "");
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("\"inode_changed\":false"), "{body}");
+    assert_eq!(get_ok(addr, "/api/history?path=nothing", "").0, 404);
+    assert_eq!(get_ok(addr, "/api/history?path=%zz", "").0, 400);
     srv.shutdown();
     fs.shutdown().unwrap();
 }

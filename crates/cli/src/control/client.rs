@@ -178,7 +178,10 @@ pub fn call_with_json<T: serde::de::DeserializeOwned>(
 ) -> Result<(T, Value)> {
     let op = req.op();
     let v = call(target, req)?;
-    Ok((decode_as(op, v.clone())?, v))
+    // Decoded from a borrow: a reply may be large (a long history).
+    let t = <T as serde::Deserialize>::deserialize(&v)
+        .with_context(|| format!("the reply to a {op} request"))?;
+    Ok((t, v))
 }
 
 /// `v`, the reply to a request of kind `op`, as a `T`.

@@ -25,6 +25,7 @@ pub fn execute(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Resul
         | Request::SnapshotDelete { .. }
         | Request::SnapshotVerify { .. } => snapshot(fs, req),
         Request::History { .. }
+        | Request::HistoryPath { .. }
         | Request::Prune { .. }
         | Request::Reblock { .. }
         | Request::Gc { .. }
@@ -149,6 +150,7 @@ fn snapshot(fs: &Arc<Fs>, req: Request) -> Result<Value, FsError> {
 fn maintenance(fs: &Arc<Fs>, req: Request, progress: &dyn Fn(u64, u64)) -> Result<Value, FsError> {
     match req {
         Request::History { ino } => report(fs.history(ino)?),
+        Request::HistoryPath { path, inode } => report(fs.path_history(&path, inode)?),
         Request::Prune {
             dry_run,
             retention_secs,

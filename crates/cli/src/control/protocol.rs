@@ -72,6 +72,14 @@ pub enum Request {
     History {
         ino: u64,
     },
+    /// The versions of a path (bytes, relative to the mount root, as the
+    /// mount shows it: views included), across the inodes it named;
+    /// `inode`: those of the inode it names instead.
+    HistoryPath {
+        path: Vec<u8>,
+        #[serde(default)]
+        inode: bool,
+    },
     Prune {
         dry_run: bool,
         retention_secs: Option<u64>,
@@ -212,6 +220,7 @@ impl Request {
             Request::SnapshotDelete { .. } => "snapshot_delete",
             Request::SnapshotVerify { .. } => "snapshot_verify",
             Request::History { .. } => "history",
+            Request::HistoryPath { .. } => "history_path",
             Request::Prune { .. } => "prune",
             Request::Reblock { .. } => "reblock",
             Request::Gc { .. } => "gc",
@@ -290,6 +299,10 @@ mod tests {
             Request::SnapshotDelete { name: n() },
             Request::SnapshotVerify { name: n() },
             Request::History { ino: s },
+            Request::HistoryPath {
+                path: Vec::new(),
+                inode: false,
+            },
             Request::Prune {
                 dry_run: true,
                 retention_secs: None,

@@ -1,7 +1,8 @@
 // Loads the Cairn dashboard in the system's headless Chromium, reads the
 // figures it shows, writes more data into the mount and checks that the
 // page's counters and charts move; reads the heat map's cells per device;
-// looks for markup or script injected by pool strings (the test pool's
+// shows the history of a file saved again by rename over it; looks for
+// markup or script injected by pool strings (the test pool's
 // path and a snapshot name carry an <img onerror> payload); saves
 // screenshots. Prints JSON for tests/service.rs to compare with
 // `cairn info --json` and /api/heatmap.
@@ -67,6 +68,19 @@ try {
   await page.waitForTimeout(1500);
   out.written_after = await val("#write-total");
   out.points_after = await page.$eval("#chart-throughput", (e) => Number(e.dataset.points));
+  // The history of a path: more0 as written, then saved again by rename
+  // over it (each answer commits first, so that is a second version).
+  const showHistory = async () => {
+    await page.$eval("#hist-status", (e) => { e.textContent = ""; });
+    await page.click("#hist-go");
+    await page.waitForFunction(() => / versions?$/.test(document.getElementById("hist-status").textContent), null, { timeout: 15000 });
+    return page.$$eval("#history tbody tr", (rs) => rs.map((r) => ({ ino: Number(r.cells[3].textContent), mark: r.cells[4].textContent })));
+  };
+  await page.fill("#hist-path", "more0");
+  out.history_before = await showHistory();
+  fs.writeFileSync(path.join(mnt, "more0.tmp"), "saved again");
+  fs.renameSync(path.join(mnt, "more0.tmp"), path.join(mnt, "more0"));
+  out.history_after = await showHistory();
   // Injection: no element the payload would make, no script it would run.
   out.injected_imgs = await page.$$eval("img", (l) => l.length);
   out.injected_onerror = await page.$$eval("[onerror]", (l) => l.length);

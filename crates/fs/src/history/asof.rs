@@ -9,6 +9,21 @@ use crate::types::{DirEnt, Extent, FileKind, Inode, MAX_NAME};
 use crate::vfs::Fs;
 use cairn_meta::{ElemKey, MetaRead, RecordType};
 
+/// The directory at the mount root that holds the snapshots' trees.
+pub const SNAPSHOTS_DIR: &[u8] = b".snapshots";
+
+/// Splits `NAME@@0x<hex>` into (NAME, tid). HAMMER writes 16 hex digits;
+/// fewer are accepted.
+pub fn parse_asof(name: &[u8]) -> Option<(&[u8], u64)> {
+    let pos = name.windows(4).rposition(|w| w == b"@@0x")?;
+    let hex = std::str::from_utf8(&name[pos + 4..]).ok()?;
+    if hex.is_empty() || hex.len() > 16 {
+        return None;
+    }
+    let tid = u64::from_str_radix(hex, 16).ok()?;
+    Some((&name[..pos], tid))
+}
+
 impl Fs {
     /// A read of the committed metadata that can serve views at `tid`: the
     /// TID must be committed and its history whole (not older than the

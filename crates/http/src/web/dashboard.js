@@ -1,6 +1,6 @@
 // Cairn dashboard: polls /api/metrics and /api/info every second and
 // /api/tier, /api/heatmap and /api/snapshots every five, and draws with
-// plain canvas/SVG. Every string that comes from the pool (paths, snapshot
+// plain canvas/SVG; /api/history (the versions of a path) on demand. Every string that comes from the pool (paths, snapshot
 // names, classes...) reaches the page as a text node (`el`, `set`): the
 // page never parses HTML made from data (no innerHTML with data).
 "use strict";
@@ -226,6 +226,36 @@ function onSnapshots(list) {
   });
   svg.replaceChildren(...kids);
 }
+
+// The versions of the path typed in, marking where the inode changed and
+// where the path was gone between two versions.
+function historyRow(v, next) {
+  const tid = "0x" + v.tid.toString(16).padStart(16, "0");
+  const gap = v.ended_tid != null && (!next || next.tid !== v.ended_tid);
+  const mark = [v.inode_changed ? "new inode" : "", v.ended_tid == null ? "current" : "",
+    gap ? "then gone until the next version" : ""].filter((m) => m).join(", ");
+  return el("tr", { class: v.inode_changed ? "new-inode" : "" }, el("td", {}, tid),
+    el("td", {}, new Date(v.time_ns / 1e6).toISOString().replace("T", " ").slice(0, 19)),
+    el("td", {}, human(v.size)), el("td", {}, v.ino), el("td", {}, mark));
+}
+async function showHistory() {
+  const body = $("history").tBodies[0];
+  const q = "/api/history?path=" + encodeURIComponent($("hist-path").value) + ($("hist-inode").checked ? "&inode=1" : "");
+  set("hist-status", "…");
+  try {
+    const r = await fetch(q, { cache: "no-store" });
+    if (!r.ok) {
+      rows(body, []);
+      set("hist-status", r.status === 403 ? NO_DETAIL : (await r.text()).trim());
+      return;
+    }
+    const list = await r.json();
+    rows(body, list.map((v, i) => historyRow(v, list[i + 1])));
+    set("hist-status", list.length + " version" + (list.length === 1 ? "" : "s"));
+  } catch (e) { set("hist-status", "error: " + e.message); }
+}
+$("hist-go").addEventListener("click", showHistory);
+$("hist-path").addEventListener("keydown", (e) => { if (e.key === "Enter") showHistory(); });
 
 async function tick() {
   try {

@@ -498,16 +498,15 @@ impl MetaRead {
 
     /// (tid, commit time ns) of the newest commit at or before `tid`.
     pub fn tid_time(&self, tid: u64) -> Result<Option<(u64, u64)>> {
+        guarded(|| tid_time(&self.txn.open_table(TIDS)?, tid))
+    }
+
+    /// `tid_time` of each of `tids`, in their order, with the table opened
+    /// once (a history of many versions asks for each one's time).
+    pub fn tid_times(&self, tids: &[u64]) -> Result<Vec<Option<(u64, u64)>>> {
         guarded(|| {
             let t = self.txn.open_table(TIDS)?;
-            let r = t.range(..=tid)?.next_back();
-            Ok(match r {
-                Some(r) => {
-                    let (k, v) = r?;
-                    Some((k.value(), v.value()))
-                }
-                None => None,
-            })
+            tids.iter().map(|&tid| tid_time(&t, tid)).collect()
         })
     }
 
@@ -585,4 +584,16 @@ impl MetaRead {
             ))
         })
     }
+}
+
+/// (tid, commit time ns) of the newest commit at or before `tid` in the
+/// TID table.
+fn tid_time(t: &impl ReadableTable<u64, u64>, tid: u64) -> Result<Option<(u64, u64)>> {
+    Ok(match t.range(..=tid)?.next_back() {
+        Some(r) => {
+            let (k, v) = r?;
+            Some((k.value(), v.value()))
+        }
+        None => None,
+    })
 }

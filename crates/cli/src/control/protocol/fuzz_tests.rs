@@ -25,6 +25,8 @@ fn arb_request() -> impl Strategy<Value = Request> {
         arb_name().prop_map(|name| Request::SnapshotDelete { name }),
         arb_name().prop_map(|name| Request::SnapshotVerify { name }),
         any::<u64>().prop_map(|ino| Request::History { ino }),
+        (prop::collection::vec(any::<u8>(), 0..64), any::<bool>())
+            .prop_map(|(path, inode)| Request::HistoryPath { path, inode }),
         (
             any::<bool>(),
             prop::option::of(any::<u64>()),
