@@ -609,3 +609,33 @@ fn a_plain_mirror_refuses_the_stream_of_an_encrypted_pool() {
     src.unmount();
     assert!(checked(&src, Some(&key)).status.success());
 }
+
+/// Names sealed in keys still make a history that follows a path: a file
+/// saved by rename over it twice lists its three versions, each a new
+/// inode, and its first version reads back through `@@0x<tid>`.
+#[test]
+fn history_follows_a_path_in_an_encrypted_pool() {
+    let mut fs = Fs::create();
+    let key = key_file(&fs, "key");
+    let key_s = key.display().to_string();
+    fs.mkfs(&["--encrypt", "--key-file", &key_s]);
+    fs.mount_args.extend(["--key-file".into(), key_s]);
+    fs.mount();
+    let mnt = fs.mnt.to_str().unwrap().to_string();
+    for v in ["one\n", "two\n", "three\n"] {
+        std::fs::write(fs.p("saved.tmp"), v).unwrap();
+        std::fs::rename(fs.p("saved.tmp"), fs.p("saved")).unwrap();
+        cairn_ok(&["sync", &mnt]);
+    }
+    let out = cairn_ok(&["history", fs.p("saved").to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let versions = v.as_array().unwrap();
+    assert_eq!(versions.len(), 3, "{out}");
+    let inos: HashSet<u64> = versions.iter().map(|x| x["ino"].as_u64().unwrap()).collect();
+    assert_eq!(inos.len(), 3, "each save is a new inode: {out}");
+    let first = versions[0]["tid"].as_u64().unwrap();
+    let old = fs.mnt.join(format!("saved@@{first:#x}"));
+    assert_eq!(std::fs::read(&old).unwrap(), b"one\n");
+    fs.unmount();
+    assert!(checked(&fs, Some(&key)).status.success());
+}

@@ -11,7 +11,7 @@ use super::versions::{
     assert_ordered, inode_history, inode_versions, version, with_times, Version,
 };
 use crate::error::{FsError, Result};
-use crate::types::{dirent_subkey, DirEnt, FileKind, MAX_NAME, ROOT_INO};
+use crate::types::{DirEnt, FileKind, MAX_NAME, ROOT_INO};
 use crate::vfs::Fs;
 use cairn_meta::{ElemKey, Element, MetaRead, RecordType};
 use std::collections::HashMap;
@@ -38,7 +38,7 @@ impl Fs {
         let at = self.resolve_view_path(rel)?;
         let r = self.meta()?;
         let mut v = match (&at.name, inode_only) {
-            (Some(name), false) => name_versions(&r, at.dir, name)?,
+            (Some(name), false) => name_versions(&r, self.names(), at.dir, name)?,
             (Some(name), true) => inode_history(&r, self.ino_at(at.dir, name, at.tid)?)?,
             (None, _) => inode_history(&r, at.dir)?,
         };
@@ -114,11 +114,16 @@ impl Fs {
 /// Every version of the name `name` in directory `dir`, oldest first: for
 /// each version of its directory entry, the versions of the inode it named
 /// while it named it. Each inode's versions are read once.
-pub(crate) fn name_versions(r: &MetaRead, dir: u64, name: &[u8]) -> Result<Vec<Version>> {
+pub(crate) fn name_versions(
+    r: &MetaRead,
+    names: &crate::names::Names,
+    dir: u64,
+    name: &[u8],
+) -> Result<Vec<Version>> {
     if name.len() > MAX_NAME {
         return Err(FsError::NameTooLong);
     }
-    let key = ElemKey::new(dir, RecordType::DirEntry, &dirent_subkey(name));
+    let key = ElemKey::new(dir, RecordType::DirEntry, &names.dirent_subkey(dir, name));
     let mut inodes: HashMap<u64, Vec<Element>> = HashMap::new();
     let mut out: Vec<Version> = Vec::new();
     for d in r.versions(&key)? {
