@@ -631,7 +631,10 @@ fn history_follows_a_path_in_an_encrypted_pool() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let versions = v.as_array().unwrap();
     assert_eq!(versions.len(), 3, "{out}");
-    let inos: HashSet<u64> = versions.iter().map(|x| x["ino"].as_u64().unwrap()).collect();
+    let inos: HashSet<u64> = versions
+        .iter()
+        .map(|x| x["ino"].as_u64().unwrap())
+        .collect();
     assert_eq!(inos.len(), 3, "each save is a new inode: {out}");
     let first = versions[0]["tid"].as_u64().unwrap();
     let old = fs.mnt.join(format!("saved@@{first:#x}"));

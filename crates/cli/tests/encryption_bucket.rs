@@ -5,6 +5,10 @@
 //! encryption (the negative control) find them there.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "the shared harness's seeds and sizes: small by construction"
+)]
 
 mod common;
 
