@@ -208,14 +208,6 @@ impl Content {
 
 // -------------------------------------------------------- syscalls
 
-fn setxattr(p: &Path, name: &str, val: &[u8]) -> io::Result<()> {
-    let (c, n) = (cpath(p), CString::new(name).unwrap());
-    // SAFETY: c and n are NUL-terminated strings, and val is a live buffer of the length
-    // passed.
-    let r = unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), 0) };
-    cvt(r as libc::c_long).map(drop)
-}
-
 /// Ok(None) for ENODATA.
 fn getxattr(p: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
     let (c, n) = (cpath(p), CString::new(name).unwrap());

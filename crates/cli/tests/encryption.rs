@@ -53,30 +53,8 @@ fn make_named(fs: &Fs, range: std::ops::Range<usize>) {
     for i in range {
         let p = dir.join(file_name(i));
         std::fs::write(&p, b"x").unwrap();
-        set_xattr(&p, &xattr_name(i), b"v");
+        setxattr(&p, &xattr_name(i), b"v").unwrap();
     }
-}
-
-fn set_xattr(p: &Path, name: &str, value: &[u8]) {
-    let (path, name) = (cpath(p), std::ffi::CString::new(name).unwrap());
-    // SAFETY: both strings are NUL-terminated and outlive the call; the
-    // value is a live slice of its length.
-    let r = unsafe {
-        libc::setxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(
-        r,
-        0,
-        "setxattr {}: {}",
-        p.display(),
-        std::io::Error::last_os_error()
-    );
 }
 
 /// The 16-byte windows of every canary name.
@@ -142,7 +120,7 @@ fn pool(key: Option<&Path>) -> Fs {
 fn fill(fs: &mut Fs) {
     std::fs::write(fs.p("big"), pattern(BIG.0, BIG.1)).unwrap();
     std::os::unix::fs::symlink(TARGET, fs.p("link")).unwrap();
-    set_xattr(&fs.p("big"), "user.canary", XATTR_VALUE);
+    setxattr(&fs.p("big"), "user.canary", XATTR_VALUE).unwrap();
     make_named(fs, 0..NAMES - NAMES_LOGGED);
     cairn_ok(&["snapshot", "create", fs.mnt.to_str().unwrap(), SNAPSHOT]);
     cairn_ok(&["sync", fs.mnt.to_str().unwrap()]);

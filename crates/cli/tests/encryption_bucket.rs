@@ -12,8 +12,9 @@
 
 mod common;
 
-use cairn_objstore::testing::{write_credentials, S3Server};
+use cairn_objstore::testing::S3Server;
 use common::canary::{hits_in, windows};
+use common::s3::configure_s3_tier;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -21,8 +22,8 @@ use std::path::{Path, PathBuf};
 const DATA: (u64, usize) = (41, 8 << 20);
 
 /// A mounted pool of one 64 MiB ssd device plus an s3 tier, encrypted
-/// with a key file when `encrypt`; every sealed segment is demoted by a
-/// mover pass (the faster tier is kept at most 1% full).
+/// with a key file when `encrypt` (`configure_s3_tier`: a mover pass
+/// demotes every sealed segment).
 fn bucket_pool(s3: &S3Server, encrypt: bool) -> Fs {
     let mut fs = Fs::create();
     let dev = format!("ssd:{}:64M", fs.dev("ssd"));
@@ -36,20 +37,7 @@ fn bucket_pool(s3: &S3Server, encrypt: bool) -> Fs {
         fs.mount_args.extend(["--key-file".into(), key]);
     }
     fs.mkfs(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    let creds = fs.dir.join("s3.creds");
-    write_credentials(&creds);
-    for (k, v) in [
-        ("tier_interval_secs", "0"),
-        ("gc_interval_secs", "0"),
-        ("tier_fast_full_pct", "1"),
-        ("read_cache_mib", "0"),
-    ] {
-        fs.set_config(k, v);
-    }
-    fs.set_config(
-        "s3_credentials_file",
-        &format!("{:?}", creds.display().to_string()),
-    );
+    configure_s3_tier(&fs, &[("read_cache_mib", "0")]);
     fs.mount();
     let mnt = fs.mnt.to_str().unwrap().to_string();
     cairn_ok(&["device", "add", &mnt, &s3.spec("pool")]);

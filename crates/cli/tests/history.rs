@@ -181,17 +181,6 @@ fn truncate_raw(p: &Path, len: i64) -> io::Result<()> {
     cvt(unsafe { libc::truncate(c.as_ptr(), len) } as libc::c_long).map(|_| ())
 }
 
-fn setxattr_raw(p: &Path, name: &str, val: &[u8]) -> io::Result<()> {
-    let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
-    cvt(
-        // SAFETY: c and n are NUL-terminated strings, and val is a live buffer of the length
-        // passed.
-        unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), 0) }
-            as libc::c_long,
-    )
-    .map(|_| ())
-}
-
 fn getxattr_raw(p: &Path, name: &str) -> io::Result<Vec<u8>> {
     let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
     let mut buf = vec![0u8; 4096];
@@ -671,10 +660,7 @@ fn view_read_only(ro: &mut Ro, view: &Path, live: &Path, what: &str) {
     ro.erofs(touch_raw(&p("top")), &ctx("utimensat(top, now)"));
     ro.erofs(symlink("x", p("sl")), &ctx("symlink sl"));
     ro.erofs(fs::hard_link(p("top"), p("hl")), &ctx("link top -> hl"));
-    ro.erofs(
-        setxattr_raw(&p("top"), "user.test", b"x"),
-        &ctx("setxattr top"),
-    );
+    ro.erofs(setxattr(&p("top"), "user.test", b"x"), &ctx("setxattr top"));
     // Renames across the boundary between the live tree and the view.
     let cross = [libc::EROFS, libc::EXDEV];
     ro.expect(
@@ -920,7 +906,7 @@ fn snapshot_hash_survives_changes_prune_reblock_remount() {
     for (p, d) in &files {
         fs::write(m.join(p), d).unwrap();
     }
-    setxattr_raw(&m.join("top"), "user.k", b"v1").unwrap();
+    setxattr(&m.join("top"), "user.k", b"v1").unwrap();
     fs::set_permissions(m.join("d2/sub/x"), Permissions::from_mode(0o640)).unwrap();
     let before = sync_tid(&m);
     let t0 = now_ns();
@@ -975,7 +961,7 @@ fn snapshot_hash_survives_changes_prune_reblock_remount() {
     touch_raw(&m.join("d1")).unwrap();
     fs::set_permissions(m.join("d2/sub/x"), Permissions::from_mode(0o600)).unwrap();
     fs::set_permissions(m.join("d1"), Permissions::from_mode(0o700)).unwrap();
-    setxattr_raw(&m.join("top"), "user.k", b"v2").unwrap();
+    setxattr(&m.join("top"), "user.k", b"v2").unwrap();
     fs::remove_file(m.join("d2/sub/y")).unwrap();
     fs::remove_file(m.join("d1/c")).unwrap();
     fs::rename(m.join("d2/sub"), m.join("d2/sub2")).unwrap();

@@ -188,29 +188,9 @@ fn bad_path_policies_are_refused_and_change_nothing() {
     }
     assert_eq!(own_policy(&fs.p("d")), None);
     // Set by hand, the attribute must name a layout too.
-    let err = set_xattr(&fs.p("d"), "user.cairn.redundancy", b"copies=7").unwrap_err();
+    let err = setxattr(&fs.p("d"), "user.cairn.redundancy", b"copies=7").unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{err}");
-    set_xattr(&fs.p("d"), "user.cairn.redundancy", b"ec=2+1").unwrap();
+    setxattr(&fs.p("d"), "user.cairn.redundancy", b"ec=2+1").unwrap();
     assert_eq!(own_policy(&fs.p("d")).as_deref(), Some("ec=2+1"));
     fs.finish();
-}
-
-fn set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    let n = std::ffi::CString::new(name).unwrap();
-    // SAFETY: NUL-terminated path and name, a value of its length.
-    let rc = unsafe {
-        libc::setxattr(
-            p.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    match rc {
-        0 => Ok(()),
-        _ => Err(std::io::Error::last_os_error()),
-    }
 }

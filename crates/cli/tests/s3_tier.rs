@@ -23,6 +23,7 @@
 mod common;
 
 use cairn_objstore::testing::{write_credentials, S3Server, TEST_KEY_ID, TEST_SECRET};
+use common::s3::configure_s3_tier;
 use common::*;
 use serde_json::Value;
 use std::ffi::OsStr;
@@ -48,23 +49,9 @@ fn s3_pool(s3: &S3Server, prefix: &str, extra: &[(&str, &str)]) -> Fs {
     let mut fs = Fs::create();
     let dev = format!("ssd:{}:64M", fs.dev("ssd"));
     fs.mkfs(&["--device", &dev]);
-    let creds = fs.dir.join("s3.creds");
-    write_credentials(&creds);
-    for (k, v) in [
-        ("tier_interval_secs", "0"),
-        ("gc_interval_secs", "0"),
-        ("tier_fast_full_pct", "1"),
-        ("s3_timeout_secs", "3"),
-    ] {
-        fs.set_config(k, v);
-    }
-    fs.set_config(
-        "s3_credentials_file",
-        &format!("{:?}", creds.display().to_string()),
-    );
-    for (k, v) in extra {
-        fs.set_config(k, v);
-    }
+    let mut settings = vec![("s3_timeout_secs", "3")];
+    settings.extend_from_slice(extra);
+    configure_s3_tier(&fs, &settings);
     fs.mount();
     cairn_ok(&[
         OsStr::new("device"),
@@ -556,20 +543,7 @@ fn the_ssd_cache_serves_demoted_chunks_without_gets() {
     let tier = format!("nvme:{}:64M", fs.dev("nvme"));
     let cache = format!("ssd:{}:64M:role=cache", fs.dev("cache"));
     fs.mkfs(&["--device", &tier, "--device", &cache]);
-    let creds = fs.dir.join("s3.creds");
-    write_credentials(&creds);
-    for (k, v) in [
-        ("tier_interval_secs", "0"),
-        ("gc_interval_secs", "0"),
-        ("tier_fast_full_pct", "1"),
-        ("read_cache_mib", "0"),
-    ] {
-        fs.set_config(k, v);
-    }
-    fs.set_config(
-        "s3_credentials_file",
-        &format!("{:?}", creds.display().to_string()),
-    );
+    configure_s3_tier(&fs, &[("read_cache_mib", "0")]);
     fs.mount();
     cairn_ok(&[
         OsStr::new("device"),

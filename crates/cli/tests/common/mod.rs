@@ -10,6 +10,7 @@ pub mod cgroup;
 pub mod hist;
 pub mod json;
 pub mod redundancy;
+pub mod s3;
 pub mod tree_gen;
 
 use std::ffi::{CString, OsStr};
@@ -652,6 +653,15 @@ pub fn expect_errno<T: std::fmt::Debug>(r: io::Result<T>, want: i32, what: &str)
 }
 
 /// Converts a libc return value (-1 = error) into an io::Result.
+/// setxattr(2) of `name` = `val` on `p` (no flags).
+pub fn setxattr(p: &Path, name: &str, val: &[u8]) -> io::Result<()> {
+    let (c, n) = (cpath(p), CString::new(name).unwrap());
+    // SAFETY: c and n are NUL-terminated strings, and val is a live buffer
+    // of the length passed.
+    let r = unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), 0) };
+    cvt(r as libc::c_long).map(drop)
+}
+
 pub fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
     if ret == -1 {
         Err(io::Error::last_os_error())
