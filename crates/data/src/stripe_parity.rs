@@ -7,6 +7,7 @@
 use crate::ec;
 use crate::error::{invariant, DataError, Result};
 use crate::store::ChunkStore;
+use crate::stripe_read::MemberBytes;
 use crate::stripe_rec::StripeRec;
 use cairn_devices::Device;
 use std::sync::Arc;
@@ -45,13 +46,13 @@ impl ChunkStore {
         let mut at = 0u64;
         while at < rec.len as u64 {
             let n = WINDOW.min(rec.len as u64 - at) as usize;
-            let data: Vec<Vec<u8>> = {
+            let data: Vec<MemberBytes> = {
                 let _gate = self.segs.io_gate.read();
                 let all: Vec<usize> = (0..k).collect();
                 let read = self.read_members(rec, &all, at, at + n as u64, true);
                 read.into_iter().map(|(_, r)| r).collect::<Result<_>>()?
             };
-            let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+            let refs: Vec<&[u8]> = data.iter().map(|d| &**d).collect();
             sink(at, &devs[k..], ec::parity(&refs, rec.m as usize)?)?;
             at += n as u64;
         }
