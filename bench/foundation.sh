@@ -45,10 +45,15 @@ FIO_SECONDS=${FIO_SECONDS:-20}
 FIO_MB=${FIO_MB:-256}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 TARGETS=(native bindfs cairn)
+# ONLY="cairn" (or "native cairn", ...): measure only these targets (with
+# BASE_BIN, base is added); a regression check needs no bindfs, whose small
+# files and untar take minutes a round.
+if [ -n "${ONLY:-}" ]; then read -ra TARGETS <<<"$ONLY"; fi
 if [ "${METRICS:-0}" = 1 ] && [ "${ALL_TARGETS:-0}" != 1 ]; then TARGETS=(cairn); fi
 # BASE_BIN=/path/to/older/cairn adds the target "base": that binary on a pool
 # of its own, measured in the same rounds, with a cairn/base column (to show
-# a change costs nothing).
+# a change costs nothing); every step then runs in interleaved rounds.
+# Regression check: ONLY=cairn BASE_BIN=/path/to/older/cairn bench/foundation.sh
 if [ "${METRICS:-0}" = 1 ]; then
     BASE_BIN=${BASE_BIN:-${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}/release/cairn}
     CAIRN_METRICS_OPTS="--metrics 127.0.0.1:${METRICS_PORT:-9469}"
@@ -192,6 +197,9 @@ interleaved() {
 }
 
 last() { echo "${@: -1}"; }
+
+# A/B, or n/a when either was not measured.
+ratio_of() { if [ "$1" = n/a ] || [ "$2" = n/a ]; then echo n/a; else div "$1" "$2"; fi; }
 
 cold_read_mbs() {
     make_cold "$1"
@@ -342,7 +350,7 @@ round_robin() {
         for k in $(step_keys "$step"); do
             for t in "${TARGETS[@]}"; do vals[$k,$t]="${vals[$k,$t]:-} ${RES[$k,$t]}"; done
             pr[$k]="${pr[$k]:-} $(div "${RES[$k,cairn]}" "${RES[$k,base]}")"
-            log "$k round $r: cairn (metrics) ${RES[$k,cairn]}, base ${RES[$k,base]}, ratio $(last ${pr[$k]})"
+            log "$k round $r: cairn${CAIRN_METRICS_OPTS:+ (metrics)} ${RES[$k,cairn]}, base ${RES[$k,base]}, ratio $(last ${pr[$k]})"
         done
     done
     for k in $(step_keys "$step"); do
@@ -400,9 +408,9 @@ print_table() {
         extra=""
         if [ -n "${BASE_BIN:-}" ]; then
             x=${RES[$key,base]:-n/a}
-            extra=" $x | $(div "$c" "$x") |"
+            extra=" $x | $(ratio_of "$c" "$x") |"
         fi
-        echo "| $label | $n | $b | $c | $(div "$c" "$n") | $(div "$c" "$b") |$extra"
+        echo "| $label | $n | $b | $c | $(ratio_of "$c" "$n") | $(ratio_of "$c" "$b") |$extra"
     done
     echo
     echo "Per interleaved round, cairn/native: sequential write ${RATIOS[seqw]:-n/a}" \
@@ -430,9 +438,16 @@ main() {
         return
     fi
     # one measurement at a time across all targets, so they see the same machine state
+    [ -z "${BASE_BIN:-}" ] || KEEP_SEQ=1
     for step in ${STEPS:-seq_write cold_read warm_read fio files untar}; do
         if [ "$step" = seq_write ] || [ "$step" = cold_read ]; then
             "bench_${step}_all"
+            continue
+        fi
+        # Against an older binary every step runs in interleaved rounds
+        # (the order swapped every round), with per-round cairn/base ratios.
+        if [ -n "${BASE_BIN:-}" ]; then
+            round_robin "$step"
             continue
         fi
         for t in "${TARGETS[@]}"; do
@@ -441,6 +456,13 @@ main() {
         done
     done
     print_table
+    if [ -n "${BASE_BIN:-}" ]; then
+        echo
+        local k
+        for k in warm randread randwrite create stat unlink untar; do
+            [ -z "${RATIOS[$k]:-}" ] || echo "Per interleaved round, cairn/base $k: ${RATIOS[$k]} (median ${RATIO[$k]})"
+        done
+    fi
 }
 
 main "$@"
