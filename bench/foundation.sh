@@ -459,7 +459,7 @@ main() {
     if [ -n "${BASE_BIN:-}" ]; then
         echo
         local k
-        for k in warm randread randwrite create stat unlink untar; do
+        for k in $(for step in warm_read fio files untar; do step_keys "$step"; done); do
             [ -z "${RATIOS[$k]:-}" ] || echo "Per interleaved round, cairn/base $k: ${RATIOS[$k]} (median ${RATIO[$k]})"
         done
     fi

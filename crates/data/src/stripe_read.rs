@@ -60,15 +60,17 @@ impl ChunkStore {
         off: u64,
         buf: &mut [u8],
     ) -> Result<()> {
-        let got = self.restore_ranges(rec, &[pos], off, buf.len(), false)?;
+        let got = self.restore_ranges(rec, &[pos], off, buf.len())?;
         buf.copy_from_slice(&got[0]);
         Ok(())
     }
 
     /// Bytes `[off, off + len)` of members `wants` of stripe `rec`, in
     /// that order, restored together from one read of K other members
-    /// (through the page cache if `cached`: a file read goes on to read
-    /// the data members that are there itself).
+    /// (past the host's page cache where the device allows: a file read
+    /// reads the surviving data members' chunks directly too, and a
+    /// buffered read of them cost a fifth of a degraded sequential read's
+    /// time in page-cache copies).
     #[allow(
         clippy::cast_possible_truncation,
         reason = "an offset within a window of a member; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
@@ -79,7 +81,6 @@ impl ChunkStore {
         wants: &[usize],
         off: u64,
         len: usize,
-        cached: bool,
     ) -> Result<Vec<Vec<u8>>> {
         let (k, m) = (rec.k as usize, rec.m as usize);
         let end = off + len as u64;
@@ -100,7 +101,7 @@ impl ChunkStore {
             if batch.is_empty() {
                 break;
             }
-            for (i, r) in self.read_members(rec, &batch, a, e, cached) {
+            for (i, r) in self.read_members(rec, &batch, a, e, false) {
                 match r {
                     Ok(b) => have.push((i, b)),
                     Err(err) => tracing::warn!(
@@ -137,17 +138,14 @@ impl ChunkStore {
         let key = (id, stripe.members[pos], w);
         // The other data members whose devices are gone need this window
         // too (a sequential read goes through them all): restored from the
-        // same read of the survivors, and kept. The survivors are read
-        // past the host's page cache: a file read reads their chunks
-        // directly too, and a buffered read of them cost a fifth of a
-        // degraded sequential read's time in page-cache copies.
+        // same read of the survivors, and kept.
         let set = &self.segs.devices;
         let gone = (0..stripe.k as usize)
             .filter(|i| *i != pos && !set.is_online(stripe.members[*i].device));
         let wants: Vec<usize> = std::iter::once(pos).chain(gone).collect();
         self.segs.restored.get_or_restore(key, || {
             let len = RESTORE_WINDOW.min((stripe.len as u64).saturating_sub(w));
-            let mut got = self.restore_ranges(stripe, &wants, w, len as usize, false)?;
+            let mut got = self.restore_ranges(stripe, &wants, w, len as usize)?;
             let first = got.remove(0);
             for (i, b) in wants[1..].iter().zip(got) {
                 let key = (id, stripe.members[*i], w);
