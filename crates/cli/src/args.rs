@@ -599,15 +599,15 @@ pub struct MountArgs {
     /// io_uring. Not with --io-uring off.
     #[arg(long)]
     pub enable_uring_module: bool,
-    /// Scheduling of the io_uring ring threads: normal (default) keeps
-    /// them ordinary SCHED_OTHER threads at the daemon's nice value, never
-    /// real time, which is safe on a shared host; idle (root) has them
-    /// wait at SCHED_IDLE so callers stay on their CPU (faster small
-    /// requests on some VMs), and raises a thread its CPU starves: to
-    /// SCHED_FIFO for at most 500 ms at a time and 200 ms of CPU per
-    /// second, and never above SCHED_OTHER in a cgroup with a CPU limit
-    /// (cpu.max); off leaves their scheduling as inherited.
-    #[arg(long, value_name = "POLICY", default_value = "normal", value_parser = ring_priority_arg)]
+    /// Scheduling of the io_uring ring threads: idle (default; as root,
+    /// else normal) has them wait at SCHED_IDLE so callers stay on their
+    /// CPU (several times the rate of small requests on a VM), and raises
+    /// a thread its CPU starves: to SCHED_FIFO for at most 500 ms at a
+    /// time and 200 ms of CPU per second, and never above SCHED_OTHER in a
+    /// cgroup with a CPU limit (cpu.max); normal keeps them ordinary
+    /// SCHED_OTHER threads at the daemon's nice value, never real time;
+    /// off leaves their scheduling as inherited.
+    #[arg(long, value_name = "POLICY", default_value = "idle", value_parser = ring_priority_arg)]
     pub ring_priority: cairn_fuse::RingPriority,
     /// Mount a pool whose intent log is damaged in the middle (a record
     /// unreadable in both of its copies, valid ones after it): replay the

@@ -1,13 +1,13 @@
-//! Scheduling of the FUSE ring threads with `--ring-priority idle`
-//! (vendor/fuser/src/uring_sched.rs): they wait at SCHED_IDLE; when busy
+//! Scheduling of the FUSE ring threads with the default `--ring-priority
+//! idle` (vendor/fuser/src/uring_sched.rs): they wait at SCHED_IDLE; when busy
 //! threads keep every CPU, a starved one is raised to SCHED_FIFO (to
 //! SCHED_OTHER where this test itself runs under a cgroup CPU limit), so
 //! requests are still served at once (at normal priority, eight busy
 //! threads per CPU left a raised ring thread waiting 600-800 ms per
 //! second); no thread stays real time for more than a stretch of 500 ms;
 //! once the CPUs are free again they go back to SCHED_IDLE (on a host kept
-//! busy by other work, raised threads may stay at SCHED_OTHER). With the
-//! default `--ring-priority normal` they stay at SCHED_OTHER throughout.
+//! busy by other work, raised threads may stay at SCHED_OTHER). With
+//! `--ring-priority normal` they stay at SCHED_OTHER throughout.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 #![allow(
@@ -24,20 +24,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Mounts a fresh pool over io_uring with `--ring-priority prio`, turning
-/// io_uring on in the kernel if it is off (this test needs it).
-fn mount(prio: &str) -> Fs {
+/// Mounts a fresh pool over io_uring with `--ring-priority prio` (the
+/// default without), turning io_uring on in the kernel if it is off (this
+/// test needs it).
+fn mount(prio: Option<&str>) -> Fs {
     let mut fs = Fs::create();
     fs.mkfs(&[]);
-    fs.mount_args = [
-        "--io-uring",
-        "on",
-        "--enable-uring-module",
-        "--ring-priority",
-        prio,
-    ]
-    .map(String::from)
-    .to_vec();
+    fs.mount_args = OVER_IO_URING.map(String::from).to_vec();
+    if let Some(p) = prio {
+        fs.mount_args
+            .extend(["--ring-priority".to_string(), p.to_string()]);
+    }
     fs.mount();
     fs
 }
@@ -207,10 +204,10 @@ fn a_ring_thread_starved_by_busy_cpus_is_raised_briefly_and_back_to_idle_after()
     } else {
         SCHED_FIFO
     };
-    let fs = mount("idle");
+    let fs = mount(None);
     assert!(
         poll(&fs, Duration::from_secs(10), all_idle),
-        "ring threads not all at SCHED_IDLE on a quiet machine: {:?}",
+        "ring threads not all at SCHED_IDLE on a quiet machine by default: {:?}",
         fs.daemon_thread_policies()
     );
     let (raised, samples) = starve(&fs, raised_to);
@@ -254,11 +251,8 @@ fn host_busy() -> bool {
 }
 
 #[test]
-fn ring_threads_stay_normal_by_default_even_on_busy_cpus() {
-    let mut fs = Fs::create();
-    fs.mkfs(&[]);
-    fs.mount_args = OVER_IO_URING.map(String::from).to_vec();
-    fs.mount();
+fn ring_threads_stay_normal_with_normal_priority_even_on_busy_cpus() {
+    let fs = mount(Some("normal"));
     let normal = |p: &[i32]| p.len() >= 2 && p.iter().all(|&p| p == SCHED_OTHER);
     assert!(
         poll(&fs, Duration::from_secs(10), normal),
