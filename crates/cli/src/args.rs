@@ -88,6 +88,10 @@ pub enum Cmd {
     /// /etc/cairn/NAME.toml.
     #[command(subcommand)]
     Service(crate::service::ServiceCmd),
+    /// Print the Samba or NFS configuration that shares a mounted pool
+    /// with other machines (snapshots as Windows Previous Versions).
+    #[command(subcommand)]
+    Share(crate::share::ShareCmd),
     /// Print a shell completion script for bash, zsh or fish.
     Completions {
         #[arg(value_enum)]

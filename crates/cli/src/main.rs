@@ -18,6 +18,7 @@ mod ready;
 mod report;
 mod salvage;
 mod service;
+mod share;
 mod stop;
 mod tiering;
 mod volume;
@@ -161,6 +162,7 @@ fn run(cli: args::Cli) -> Result<()> {
         Cmd::Volume(c) => volume::run(c),
         Cmd::Nbd(c) => volume::nbd(c),
         Cmd::Service(c) => service::run(c),
+        Cmd::Share(c) => share::run(c),
         Cmd::Completions { shell } => help::completions(shell),
         Cmd::Man { dir } => help::man(&dir),
     }

@@ -109,6 +109,9 @@ pub struct Fs {
     /// only): the next commit writes its metadata as the TID before its
     /// own.
     pub(crate) repeat_tid: AtomicBool,
+    /// Inode number epochs, (first inode number, epoch), for the
+    /// generations of file handles (`ops/handles.rs`); set once at open.
+    pub(crate) ino_epochs: std::sync::OnceLock<Vec<(u64, u64)>>,
 }
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -139,6 +142,9 @@ impl Fs {
             fs.replay_left_intent(&logged)?;
         }
         fs.remove_orphans()?;
+        // A mirror's inode numbers are its source's: no epochs of its own.
+        let mirror = fs.mirror_role().is_ok_and(|r| r.is_mirror());
+        fs.load_ino_epochs(!mirror)?;
         Ok(fs)
     }
 
@@ -149,6 +155,7 @@ impl Fs {
     fn open_lost(pool: Pool) -> Result<Arc<Fs>> {
         let fs = Arc::new(Fs::with_pool(pool)?);
         fs.refresh_retained()?;
+        fs.load_ino_epochs(false)?;
         Ok(fs)
     }
 
@@ -255,6 +262,7 @@ impl Fs {
             maint_stats: Default::default(),
             writes: Default::default(),
             repeat_tid: AtomicBool::new(false),
+            ino_epochs: std::sync::OnceLock::new(),
         }
     }
 

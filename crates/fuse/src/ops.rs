@@ -45,7 +45,7 @@ impl CairnFuse {
         let mirror = fs.mirror_role().is_ok_and(|r| r.is_mirror());
         CairnFuse {
             fs,
-            views: Views::default(),
+            views: Views::new(),
             mirror,
             no_open: !mirror,
             invalidator: Invalidator::default(),
@@ -107,6 +107,9 @@ impl CairnFuse {
     }
 
     fn lookup_any(&self, parent: u64, name: &[u8]) -> Result<Inode, FsError> {
+        if name == b"." || name == b".." {
+            return self.lookup_by_number(parent, name == b"..");
+        }
         match self.views.node(parent)? {
             Node::Real(p) => match self.views.lookup_special(&self.fs, p, name) {
                 Some(r) => r,
@@ -122,6 +125,26 @@ impl CairnFuse {
                 .fs
                 .asof_lookup(ino, tid, name)
                 .map(|i| self.views.present(i, tid, true)),
+        }
+    }
+
+    /// The kernel's LOOKUPs of "." and ".." (sent only with export support,
+    /// to decode an NFS file handle whose inode it no longer caches, and to
+    /// find a decoded directory's parent): `ino` itself, or the directory
+    /// holding it. A view inode's "." works while the kernel holds the view
+    /// (a handle from an earlier mount fails on its generation); its ".."
+    /// is not found, so a view directory whose dentry was evicted cannot be
+    /// reconnected and gives ESTALE (docs/sharing.md).
+    fn lookup_by_number(&self, ino: u64, parent: bool) -> Result<Inode, FsError> {
+        match (self.views.node(ino)?, parent) {
+            (Node::Real(i), false) => self.fs.lookup_self_ref(i),
+            (Node::Real(i), true) => self.fs.lookup_parent_ref(i),
+            (Node::SnapDir, false) => Views::snapdir_inode(&self.fs),
+            (Node::SnapDir, true) => self.fs.lookup_self_ref(ROOT_INO),
+            (Node::View { ino, tid }, false) => {
+                (self.fs.asof_getattr(ino, tid)).map(|i| self.views.present(i, tid, true))
+            }
+            (Node::View { .. }, true) => Err(FsError::NotFound),
         }
     }
 
@@ -209,9 +232,22 @@ impl CairnFuse {
         r
     }
 
+    /// The generation of `ino` in file handles (NFS export): a view's is
+    /// this mount's (`Views::generation`), a real inode's the epoch of the
+    /// open that numbered it (`Fs::generation`).
+    fn generation(&self, ino: u64) -> Generation {
+        match ino >= SNAPDIR_INO {
+            true => Generation(self.views.generation(ino)),
+            false => Generation(self.fs.generation(ino)),
+        }
+    }
+
     fn entry(&self, reply: ReplyEntry, r: Result<Inode, FsError>) {
         match r {
-            Ok(i) => reply.entry(self.ttl(i.ino), &self.fattr(&i), Generation(0)),
+            Ok(i) => {
+                let generation = self.generation(i.ino);
+                reply.entry(self.ttl(i.ino), &self.fattr(&i), generation)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -282,6 +318,9 @@ impl Filesystem for CairnFuse {
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_MAX_PAGES,
             InitFlags::FUSE_CACHE_SYMLINKS,
+            // File handles that survive the kernel's caches, a remount and
+            // a restart, for NFS servers (LOOKUPs of "." and "..").
+            InitFlags::FUSE_EXPORT_SUPPORT,
             // We drop set-id bits on write/truncate/chown ourselves; in
             // return the kernel may skip the GETXATTR(security.capability)
             // of a write(2) and a GETATTR per chown. It skips it only while
@@ -756,7 +795,7 @@ impl Filesystem for CairnFuse {
                         name,
                         self.ttl(i.ino),
                         &self.fattr(&i),
-                        Generation(0),
+                        self.generation(i.ino),
                     ) {
                         // Not sent: the kernel did not count this lookup.
                         if i.ino > SNAPDIR_INO && !dots {
@@ -883,7 +922,7 @@ impl Filesystem for CairnFuse {
                 reply.created(
                     &TTL,
                     &file_attr(&i),
-                    Generation(0),
+                    self.generation(i.ino),
                     FileHandle(0),
                     FopenFlags::FOPEN_KEEP_CACHE,
                 )

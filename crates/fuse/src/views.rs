@@ -34,6 +34,9 @@ struct Table {
 #[derive(Default)]
 pub struct Views {
     t: Mutex<Table>,
+    /// The generation of this mount's view inodes in file handles (see
+    /// `generation`); 0 until `new` picks one.
+    gen: u32,
 }
 
 /// Set-uid and set-gid bits of files (not directories, where set-gid only
@@ -76,7 +79,41 @@ pub fn without_hidden_xattrs(list: Vec<u8>) -> Vec<u8> {
 
 pub use cairn_fs::history::asof::parse_asof;
 
+/// A generation for this mount's view inodes: nonzero, and different from
+/// one mount to the next (std's per-process random hash keys over the
+/// clock; the kernel keeps 32 bits of a generation).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "32 bits of a 64-bit hash are kept on purpose"
+)]
+fn fresh_generation() -> u32 {
+    use std::hash::BuildHasher;
+    let keys = std::collections::hash_map::RandomState::new();
+    let g = keys.hash_one(std::time::SystemTime::now()) as u32;
+    g.max(1)
+}
+
 impl Views {
+    /// Views with a generation of their own, for this mount.
+    pub fn new() -> Self {
+        Self {
+            t: Mutex::default(),
+            gen: fresh_generation(),
+        }
+    }
+
+    /// The generation the kernel puts in a file handle of view inode
+    /// `ino` (NFS export): this mount's own, since view inode numbers are
+    /// handed out afresh at each mount, so that a handle of a view from an
+    /// earlier mount gives ESTALE instead of naming whatever view got its
+    /// number (0 for the snapshots directory, whose number is fixed).
+    pub fn generation(&self, ino: u64) -> u64 {
+        match ino > SNAPDIR_INO {
+            true => u64::from(self.gen),
+            false => 0,
+        }
+    }
+
     pub fn node(&self, ino: u64) -> Result<Node> {
         if ino < SNAPDIR_INO {
             return Ok(Node::Real(ino));

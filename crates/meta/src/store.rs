@@ -864,6 +864,7 @@ impl MetaStore {
                     stripes: txn.open_table(STRIPES).map_err(MetaError::from)?,
                     counters: txn.open_table(COUNTERS).map_err(MetaError::from)?,
                     tids: txn.open_table(TIDS).map_err(MetaError::from)?,
+                    ino_epochs: txn.open_table(INO_EPOCHS).map_err(MetaError::from)?,
                     orphans: txn.open_table(ORPHANS).map_err(MetaError::from)?,
                     devices: txn.open_table(DEVICES).map_err(MetaError::from)?,
                     snapshots: txn.open_table(SNAPSHOTS).map_err(MetaError::from)?,

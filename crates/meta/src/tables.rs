@@ -23,6 +23,10 @@ pub const STRIPES: TableDefinition<u64, &[u8]> = TableDefinition::new("stripes_v
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters_v1");
 /// Commit log: tid -> unix time of the commit in nanoseconds.
 pub const TIDS: TableDefinition<u64, u64> = TableDefinition::new("tids_v1");
+/// Inode number epochs: first inode number a writable open could hand out
+/// -> that open's epoch (1, 2, ...), the generation of the inodes numbered
+/// from there on (FUSE file handles; see `MetaWrite::begin_ino_epoch`).
+pub const INO_EPOCHS: TableDefinition<u64, u64> = TableDefinition::new("ino_epochs_v1");
 /// Ended elements removed without history (nohistory objects): (delete
 /// TID, history key), so that mirror streams still send their ends.
 pub const GONE: TableDefinition<(u64, &[u8]), ()> = TableDefinition::new("gone_v1");

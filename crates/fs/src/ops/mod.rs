@@ -1,10 +1,12 @@
 //! POSIX operations on the `Fs`: namespace (ns), file data (data), directory
 //! listing (readdir), clones (copy_file_range), sparse files and st_blocks,
 //! the references that keep an inode alive (refs: open handles, kernel
-//! lookups) and the inode counts of statfs.
+//! lookups), lookups by inode number and generations for file handles
+//! (handles) and the inode counts of statfs.
 
 pub(crate) mod clone;
 pub mod data;
+pub(crate) mod handles;
 pub(crate) mod inodes;
 pub mod ns;
 pub mod readdir;

@@ -88,7 +88,7 @@ impl Fs {
         sh.open.get(&ino).is_some_and(|&n| n > 0) || sh.lookups.contains_key(&ino)
     }
 
-    fn count_lookup(st: &mut State, ino: u64) {
+    pub(crate) fn count_lookup(st: &mut State, ino: u64) {
         if ino != ROOT_INO {
             *st.sh_mut(ino).lookups.entry(ino).or_insert(0) += 1;
         }

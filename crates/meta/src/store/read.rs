@@ -415,6 +415,23 @@ impl MetaRead {
         })
     }
 
+    /// Every inode number epoch, (first inode number, epoch) in order;
+    /// none in a pool made before epochs (or never opened writable since).
+    pub fn ino_epochs(&self) -> Result<Vec<(u64, u64)>> {
+        guarded(|| {
+            let t = match self.txn.open_table(INO_EPOCHS) {
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                t => t?,
+            };
+            let mut out = Vec::new();
+            for r in t.iter()? {
+                let (f, e) = r?;
+                out.push((f.value(), e.value()));
+            }
+            Ok(out)
+        })
+    }
+
     pub fn orphans(&self) -> Result<Vec<u64>> {
         guarded(|| {
             let t = self.txn.open_table(ORPHANS)?;

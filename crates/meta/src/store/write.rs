@@ -20,6 +20,7 @@ pub struct MetaWrite<'t> {
     pub(super) stripes: Table<'t, u64, &'static [u8]>,
     pub(super) counters: Table<'t, &'static str, u64>,
     pub(super) tids: Table<'t, u64, u64>,
+    pub(super) ino_epochs: Table<'t, u64, u64>,
     pub(super) orphans: Table<'t, u64, ()>,
     pub(super) devices: Table<'t, u32, &'static [u8]>,
     pub(super) snapshots: Table<'t, &'static str, &'static [u8]>,
@@ -341,6 +342,22 @@ impl MetaWrite<'_> {
     pub fn set_counter(&mut self, name: &str, v: u64) -> Result<()> {
         self.counters.insert(name, v)?;
         Ok(())
+    }
+
+    /// Starts a new inode number epoch at `first` (the next inode number
+    /// this open hands out) and returns it: one more than the last. After
+    /// a crash the counter may hand out again numbers the lost run handed
+    /// out; their epoch, the generation in a file handle, tells them apart.
+    pub fn begin_ino_epoch(&mut self, first: u64) -> Result<u64> {
+        let last = self.ino_epochs.last()?.map(|(f, e)| (f.value(), e.value()));
+        let (last_first, last_epoch) = last.unwrap_or((0, 0));
+        invariant!(
+            first >= last_first,
+            "an inode epoch starts at {first}, below the last one's start {last_first}"
+        );
+        let epoch = last_epoch + 1;
+        self.ino_epochs.insert(first, epoch)?;
+        Ok(epoch)
     }
 
     /// Records that `tid` was committed at `time_ns`: once per TID, each
