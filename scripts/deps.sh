@@ -17,6 +17,12 @@ if [ "${1:-}" = test ]; then
   # vim for the path history tests (crates/cli/tests/path_history.rs: a
   # save with backupcopy=no, by rename over the file).
   pkgs+=(vim)
+  # Sharing tests and bench/share.sh: Samba (smbd, smbclient),
+  # nfs-ganesha with its VFS backend, and libnfs's client tools. The tests
+  # start their own servers on loopback ports; the packages' own services
+  # would listen on every interface, so they are neither started by the
+  # install nor enabled (see below).
+  pkgs+=(samba smbclient nfs-ganesha nfs-ganesha-vfs libnfs-utils)
   # gnuplot (no X) for bench/volumes_latency.sh's plot.
   pkgs+=(gnuplot-nox)
   # promtool (prometheus) checks the metrics endpoint; headless chromium
@@ -39,9 +45,22 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
+# Services a package would start at install (Samba's, nfs-ganesha's) stay
+# stopped: policy-rc.d refuses starts while apt runs (removed after, unless
+# the admin had one), and units installed now are disabled.
+no_services() {
+  [ -e /usr/sbin/policy-rc.d ] && return 1
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod 0755 /usr/sbin/policy-rc.d
+}
 if [ ${#missing[@]} -gt 0 ]; then
+  if no_services; then trap 'rm -f /usr/sbin/policy-rc.d' EXIT; fi
   apt_get update -qq
   apt_get install -y -qq "${missing[@]}" >/dev/null
+  if [[ " ${missing[*]} " == *" samba "* || " ${missing[*]} " == *" nfs-ganesha "* ]] \
+    && [ -d /run/systemd/system ]; then
+    systemctl disable --now smbd nmbd samba-ad-dc nfs-ganesha >/dev/null 2>&1 || true
+  fi
 fi
 if ! command -v cargo >/dev/null; then
   apt_get update -qq
