@@ -22,7 +22,11 @@
 #  nfs read    nfs-cp of the BIG_MB file (put by SMB, then not counted)
 #              to /dev/shm, host caches dropped before
 #  nfs small   share_nfs.py put, then (caches dropped) get: files/s each
-# "Caches dropped" is echo 3 > drop_caches: the servers keep the mount, so
+# Every round uses names of its own: the files of the last round are
+# deleted on the host, behind the servers' backs, and ganesha keeps the
+# handle of a name it looked up for a while (a new file under an old name
+# then gives NFS4ERR_STALE, as on any filesystem: the old handle's file is
+# gone). "Caches dropped" is echo 3 > drop_caches: the servers keep the mount, so
 # Cairn is not remounted and its own RAM read cache may still hold data.
 # Needs root; installs samba, smbclient, nfs-ganesha(-vfs), libnfs-utils
 # when missing (scripts/deps.sh test does too).
@@ -103,7 +107,7 @@ start_smbd() {
         "$BIN" share smb "$W/cairnmnt" --name cairn
         printf '    guest ok = yes\n[native]\n    path = %s\n    read only = no\n    guest ok = yes\n' "$W/native"
     } >"$d/smb.conf"
-    smbd --foreground --no-process-group -s "$d/smb.conf" >"$d/smbd.out" 2>&1 </dev/null &
+    setsid smbd --foreground --no-process-group -s "$d/smb.conf" >"$d/smbd.out" 2>&1 </dev/null &
     SMB_PID=$!
     wait_port "$SMB_PORT" smbd
 }
@@ -123,7 +127,9 @@ start_ganesha() {
         printf '    Protocols = 4;\n    Access_Type = RW;\n    Squash = No_Root_Squash;\n    SecType = sys;\n'
         printf '    CLIENT { Clients = 127.0.0.1; Access_Type = RW; }\n    FSAL { Name = VFS; }\n}\n'
     } >"$d/ganesha.conf"
-    ganesha.nfsd -F -N NIV_EVENT -L "$d/ganesha.log" -f "$d/ganesha.conf" -p "$d/ganesha.pid" \
+    # Its own session: ganesha.nfsd signals its whole process group when
+    # it shuts down, which would take this script with it.
+    setsid ganesha.nfsd -F -N NIV_EVENT -L "$d/ganesha.log" -f "$d/ganesha.conf" -p "$d/ganesha.pid" \
         >"$d/ganesha.out" 2>&1 </dev/null &
     NFS_PID=$!
     wait_port "$NFS_PORT" ganesha
@@ -139,40 +145,40 @@ declare -A R
 record() { R[$1,$2]="${R[$1,$2]:-} $3"; log "$1 $2: $3"; }
 
 round() {
-    local t=$1 d t0 s
+    local t=$1 r=$2 d t0 s
     d=$(dir_of "$t")
     drop_caches
-    t0=$(now); smb "$t" "put $SHM/big big"; s=$(elapsed "$t0")
+    t0=$(now); smb "$t" "put $SHM/big big$r"; s=$(elapsed "$t0")
     record smb_write "$t" "$(rate "$BIG_MB" "$s")"
     drop_caches
-    t0=$(now); smb "$t" "get big /dev/null"; s=$(elapsed "$t0")
+    t0=$(now); smb "$t" "get big$r /dev/null"; s=$(elapsed "$t0")
     record smb_read "$t" "$(rate "$BIG_MB" "$s")"
     drop_caches
-    t0=$(now); nfs-cp "$(url "$t" big)" "$SHM/got.big" >/dev/null; s=$(elapsed "$t0")
+    t0=$(now); nfs-cp "$(url "$t" "big$r")" "$SHM/got.big" >/dev/null; s=$(elapsed "$t0")
     record nfs_read "$t" "$(rate "$BIG_MB" "$s")"
     cmp -s "$SHM/big" "$SHM/got.big" || die "nfs read of $t: bytes differ"
-    rm -f "$d/big" "$SHM/got.big"
+    rm -f "$d/big$r" "$SHM/got.big"
     drop_caches
-    t0=$(now); smb "$t" "mkdir s; cd s; lcd $SHM/small; prompt off; mput *"; s=$(elapsed "$t0")
+    t0=$(now); smb "$t" "mkdir s$r; cd s$r; lcd $SHM/small; prompt off; mput *"; s=$(elapsed "$t0")
     record smb_small_put "$t" "$(rate "$SMALL_FILES" "$s")"
     drop_caches
     rm -rf "$SHM/got" && mkdir "$SHM/got"
-    t0=$(now); smb "$t" "cd s; lcd $SHM/got; prompt off; mget *"; s=$(elapsed "$t0")
+    t0=$(now); smb "$t" "cd s$r; lcd $SHM/got; prompt off; mget *"; s=$(elapsed "$t0")
     record smb_small_get "$t" "$(rate "$SMALL_FILES" "$s")"
     [ "$(find "$SHM/got" -type f | wc -l)" = "$SMALL_FILES" ] || die "smb mget of $t: files missing"
-    rm -rf "$d/s"
+    rm -rf "$d/s$r"
     drop_caches
-    s=$(python3 "$ROOT/bench/share_nfs.py" "$(url "$t" "")" write part "$SHM/part")
+    s=$(python3 "$ROOT/bench/share_nfs.py" "$(url "$t" "")" write "part$r" "$SHM/part")
     record nfs_write "$t" "$(rate "$NFS_WRITE_MB" "$s")"
-    cmp -s "$SHM/part" "$d/part" || die "nfs write of $t: bytes differ"
-    rm -f "$d/part"
+    cmp -s "$SHM/part" "$d/part$r" || die "nfs write of $t: bytes differ"
+    rm -f "$d/part$r"
     drop_caches
-    s=$(python3 "$ROOT/bench/share_nfs.py" "$(url "$t" "")" put n "$SMALL_FILES" $((SMALL_KB * 1024)))
+    s=$(python3 "$ROOT/bench/share_nfs.py" "$(url "$t" "")" put "n$r" "$SMALL_FILES" $((SMALL_KB * 1024)))
     record nfs_small_put "$t" "$(rate "$SMALL_FILES" "$s")"
     drop_caches
-    s=$(python3 "$ROOT/bench/share_nfs.py" "$(url "$t" "")" get n "$SMALL_FILES" $((SMALL_KB * 1024)))
+    s=$(python3 "$ROOT/bench/share_nfs.py" "$(url "$t" "")" get "n$r" "$SMALL_FILES" $((SMALL_KB * 1024)))
     record nfs_small_get "$t" "$(rate "$SMALL_FILES" "$s")"
-    rm -rf "$d/n"
+    rm -rf "$d/n$r"
 }
 
 setup_pool
@@ -187,7 +193,7 @@ for r in $(seq 1 "$RUNS"); do
     [ $((r % 2)) = 0 ] && order="cairn native"
     for t in $order; do
         log "round $r: $t"
-        round "$t"
+        round "$t" "$r"
     done
 done
 

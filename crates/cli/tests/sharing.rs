@@ -19,15 +19,10 @@ mod common;
 
 use common::*;
 use std::fs;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-/// A loopback port nothing listens on now.
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
 
 fn need(prog: &str) {
     let found = Command::new("sh")
@@ -50,7 +45,10 @@ struct Server {
 impl Server {
     fn start(name: &'static str, cmd: &mut Command, log: PathBuf, port: u16) -> Server {
         let out = fs::File::create(log.with_extension("out")).unwrap();
+        // A process group of its own: ganesha.nfsd signals its whole
+        // group when it shuts down.
         let child = cmd
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
