@@ -45,7 +45,7 @@ impl CairnFuse {
         let mirror = fs.mirror_role().is_ok_and(|r| r.is_mirror());
         CairnFuse {
             fs,
-            views: Views::new(),
+            views: Views::default(),
             mirror,
             no_open: !mirror,
             invalidator: Invalidator::default(),

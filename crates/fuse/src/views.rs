@@ -31,12 +31,21 @@ struct Table {
     next: u64,
 }
 
-#[derive(Default)]
 pub struct Views {
     t: Mutex<Table>,
     /// The generation of this mount's view inodes in file handles (see
-    /// `generation`); 0 until `new` picks one.
+    /// `generation`), picked when the views are made.
     gen: u32,
+}
+
+impl Default for Views {
+    /// Views with a generation of their own, for this mount.
+    fn default() -> Self {
+        Self {
+            t: Mutex::default(),
+            gen: fresh_generation(),
+        }
+    }
 }
 
 /// Set-uid and set-gid bits of files (not directories, where set-gid only
@@ -94,14 +103,6 @@ fn fresh_generation() -> u32 {
 }
 
 impl Views {
-    /// Views with a generation of their own, for this mount.
-    pub fn new() -> Self {
-        Self {
-            t: Mutex::default(),
-            gen: fresh_generation(),
-        }
-    }
-
     /// The generation the kernel puts in a file handle of view inode
     /// `ino` (NFS export): this mount's own, since view inode numbers are
     /// handed out afresh at each mount, so that a handle of a view from an
