@@ -296,3 +296,16 @@ fn ganesha_serves_the_pool_over_nfs_across_cache_drops_and_a_killed_daemon() {
     drop(server);
     fs.finish();
 }
+
+/// `cairn share` pointed at a pool that is not mounted, or at a plain
+/// directory, says so and prints no configuration.
+#[test]
+fn share_refuses_what_is_not_a_mounted_pool() {
+    let fs = Fs::create();
+    fs.mkfs(&[]);
+    let pool = fs.pool.to_str().unwrap();
+    for kind in ["smb", "nfs"] {
+        cairn_err(&["share", kind, pool], "is not a mounted Cairn pool");
+        cairn_err(&["share", kind, fs.dir.to_str().unwrap()], "mount it first");
+    }
+}
