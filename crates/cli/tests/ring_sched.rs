@@ -4,7 +4,7 @@
 //! SCHED_OTHER where this test itself runs under a cgroup CPU limit), so
 //! requests are still served at once (at normal priority, eight busy
 //! threads per CPU left a raised ring thread waiting 600-800 ms per
-//! second); no thread stays real time for more than a stretch of 500 ms;
+//! second); no thread stays real time for more than a stretch of 10 s;
 //! once the CPUs are free again they go back to SCHED_IDLE (on a host kept
 //! busy by other work, raised threads may stay at SCHED_OTHER). With
 //! `--ring-priority normal` they stay at SCHED_OTHER throughout.
@@ -155,10 +155,10 @@ fn starve(fs: &Fs, raised_to: i32) -> (bool, Vec<Sample>) {
     let samples = sampler(fs.daemon_pid(), done.clone());
     let (stop, threads) = hogs(8);
     let raised = poll(fs, Duration::from_secs(15), |p| p.contains(&raised_to));
-    // Keep the load a while longer: the stretch limit must show.
+    // Keep the load past one real-time stretch (10 s): its end must show.
     let t0 = Instant::now();
     let mut i = 0;
-    while t0.elapsed() < Duration::from_secs(3) {
+    while t0.elapsed() < Duration::from_secs(12) {
         touch(fs, i);
         i += 1;
     }
@@ -227,9 +227,9 @@ fn a_ring_thread_starved_by_busy_cpus_is_raised_briefly_and_back_to_idle_after()
     if limited.is_some() {
         assert!(!fifo_seen, "SCHED_FIFO under a cgroup CPU limit");
     }
-    // 500 ms, plus the monitor's period and the sampling's granularity.
+    // 10 s, plus the monitor's period and the sampling's granularity.
     assert!(
-        stretch <= Duration::from_millis(800),
+        stretch <= Duration::from_millis(10_300),
         "a ring thread stayed SCHED_FIFO for {stretch:?}"
     );
     assert_back_to_idle(&fs);
