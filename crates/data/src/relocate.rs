@@ -222,7 +222,9 @@ impl ChunkStore {
                 bytes.len(),
                 rec.used
             );
-            dst.write_at(bytes, b + off).map_err(failed)
+            // Aligned pieces in an aligned buffer (`read_checked`): past
+            // the page cache, the rest (a segment's last piece) through it.
+            dst.write_direct_at(bytes, b + off).map_err(failed)
         })?;
         match sync {
             true => dst.sync().map_err(failed),
