@@ -13,6 +13,13 @@
 #     targets: copies=2 / copies=1 >= 0.9, copies=2 / btrfs raid1 >= 1.
 #     All device files share one host disk, so copies=2 (and raid1) write
 #     twice the bytes to the same disk: mostly seen in the final fsync.
+#     The host's own ceiling for that ratio is measured in the same rounds:
+#       host one          fio, WRITE_MB in 1 MiB O_DIRECT writes + fsync to
+#                         one plain file in the work dir
+#       host two          the same to two files at once (two fio jobs): its
+#                         rate is WRITE_MB over the time both took
+#     host two / host one is what any copies=2 can reach against copies=1
+#     on this disk when the disk is the limit (no target: the evidence).
 #  2. 4 KiB random reads: fio randread, psync, buffered (as bench/
 #     foundation.sh: FUSE mounts need not take O_DIRECT), FIO_SECONDS per
 #     run, over a READ_MB file of random bytes in a fresh copies=2 pool of two
@@ -276,9 +283,26 @@ fio_write() {
 }
 
 # One sequential write into a fresh pool or filesystem: prints MB/s.
+# host_write N: WRITE_MB to each of N plain files at once, O_DIRECT;
+# prints the rate of one file's bytes (MB/s).
+host_write() {
+    local t0 s jobs=() i
+    for i in $(seq "$1"); do jobs+=(--name="h$i" --filename="$W/host$i"); done
+    rm -f "$W"/host?
+    drop_caches
+    t0=$(now)
+    fio --rw=write --bs=1M --size="${WRITE_MB}M" --direct=1 --ioengine=psync \
+        --end_fsync=1 --output=/dev/null "${jobs[@]}"
+    s=$(elapsed "$t0")
+    rm -f "$W"/host?
+    div "$WRITE_MB" "$s"
+}
+
 write_one() {
     local dir s
     case $1 in
+        h1) host_write 1 && return ;;
+        h2) host_write 2 && return ;;
         c2) new_pool 2 "$WDEV_MB" && dir=$MNT ;;
         c1) new_pool 1 "$WDEV_MB" && dir=$MNT ;;
         btrfs) new_btrfs "$WDEV_MB" && dir=$BT ;;
@@ -293,9 +317,9 @@ bench_write() {
     local order t v
     for R in $(seq "$ROUNDS"); do
         case $((R % 3)) in
-            1) order="c2 c1 btrfs" ;;
-            2) order="c1 btrfs c2" ;;
-            0) order="btrfs c2 c1" ;;
+            1) order="c2 c1 btrfs h1 h2" ;;
+            2) order="c1 btrfs c2 h2 h1" ;;
+            0) order="btrfs c2 c1 h1 h2" ;;
         esac
         for t in $order; do
             v=$(write_one "$t")
@@ -304,6 +328,7 @@ bench_write() {
         done
         add write_ratio_c1 "$(div "$(latest write_c2)" "$(latest write_c1)")"
         add write_ratio_btrfs "$(div "$(latest write_c2)" "$(latest write_btrfs)")"
+        add write_ratio_host "$(div "$(latest write_h2)" "$(latest write_h1)")"
     done
 }
 
@@ -569,11 +594,16 @@ print_table() {
     for row in \
         "write_ratio_c1|sequential write ${WRITE_MB} MiB + fsync (MB/s): copies=2 vs copies=1, same two devices|$(med write_c2)|$(med write_c1)|>=|0.9" \
         "write_ratio_btrfs|sequential write ${WRITE_MB} MiB + fsync (MB/s): copies=2 vs btrfs raid1 (2 loop devices)|$(med write_c2)|$(med write_btrfs)|>=|1" \
+        "write_ratio_host|the host disk's ceiling for the first row: two files written at once vs one (O_DIRECT, MB/s of one file)|$(med write_h2)|$(med write_h1)|none|-" \
         "read_ratio|4 KiB random read, ${READ_MB} MiB file, cold, ${FIO_SECONDS} s (IOPS): one of two devices missing vs healthy (copies=2)|$(med read_degraded)|$(med read_healthy)|>=|0.8" \
         "rb_ratio_dd|rebuild ${RB_GIB} GiB (s): cairn device replace vs dd of the same bytes between the same files|$(sec rb_cairn)|$(sec rb_dd)|<=|1.3" \
         "rb_ratio_btrfs|rebuild ${RB_GIB} GiB (s): cairn device replace vs btrfs replace start -B (raid1)|$(sec rb_cairn)|$(sec rb_btrfs)|<=|1"; do
         IFS='|' read -r key label c b op target <<<"$row"
         v=$(med "$key")
+        if [ "$op" = none ]; then
+            echo "| $label | $c | $b | $v | - | (ceiling) |"
+            continue
+        fi
         echo "| $label | $c | $b | $v | $op $target | $(verdict "$v" "$op" "$target") |"
     done
     v=$(med ec_space)
@@ -584,7 +614,8 @@ print_table() {
     echo "Per round:"
     echo
     echo "- write MB/s: copies=2${RES[write_c2]:-}; copies=1${RES[write_c1]:-}; btrfs raid1${RES[write_btrfs]:-};" \
-        "ratios vs copies=1${RES[write_ratio_c1]:-}, vs btrfs${RES[write_ratio_btrfs]:-}"
+        "ratios vs copies=1${RES[write_ratio_c1]:-}, vs btrfs${RES[write_ratio_btrfs]:-};" \
+        "host disk one file${RES[write_h1]:-}, two at once${RES[write_h2]:-}, ratios${RES[write_ratio_host]:-}"
     echo "- random read IOPS: degraded${RES[read_degraded]:-}; healthy${RES[read_healthy]:-}; ratios${RES[read_ratio]:-}"
     echo "- rebuild s: cairn${RES[rb_cairn]:-}; dd${RES[rb_dd]:-}; btrfs${RES[rb_btrfs]:-};" \
         "ratios vs dd${RES[rb_ratio_dd]:-}, vs btrfs${RES[rb_ratio_btrfs]:-}"
