@@ -282,7 +282,6 @@ fio_write() {
     elapsed "$t0"
 }
 
-# One sequential write into a fresh pool or filesystem: prints MB/s.
 # host_write N: WRITE_MB to each of N plain files at once, O_DIRECT;
 # prints the rate of one file's bytes (MB/s).
 host_write() {
@@ -298,6 +297,8 @@ host_write() {
     div "$WRITE_MB" "$s"
 }
 
+# One sequential write into a fresh pool or filesystem (or, h1 and h2,
+# plain files: host_write): prints MB/s.
 write_one() {
     local dir s
     case $1 in

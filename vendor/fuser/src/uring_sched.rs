@@ -91,8 +91,8 @@ const LONG_RUN: Duration = Duration::from_millis(1);
 /// stretch is followed by `RT_COOLDOWN` at `SCHED_OTHER`, where a thread
 /// serving a loaded machine starves again (writers waiting on it lose about
 /// half their rate meanwhile): with 500 ms stretches and 500 ms cool-downs
-/// blogbench's write score fell to 0.81-0.86 of real time without bounds,
-/// with 10 s and 1 s it is 0.99 (bench/RESULTS.md, smp.sh).
+/// blogbench's write score was 0.81-0.86 of the build before these bounds,
+/// with 10 s and 1 s 0.99 (bench/RESULTS.md, smp.sh).
 const RT_STRETCH: u32 = 100;
 /// Time below real time after a full stretch (in periods: 1 s).
 const RT_COOLDOWN: u32 = 10;

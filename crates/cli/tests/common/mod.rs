@@ -760,13 +760,13 @@ pub fn assert_bytes_eq(got: &[u8], want: &[u8], what: &str) {
     }
 }
 
-/// The seed of a randomized test: CAIRN_SEED, or else the clock.
 /// A loopback port nothing listens on now.
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     l.local_addr().expect("a bound socket's address").port()
 }
 
+/// The seed of a randomized test: CAIRN_SEED, or else the clock.
 pub fn seed() -> u64 {
     match std::env::var("CAIRN_SEED") {
         Ok(s) => s.parse().expect("CAIRN_SEED must be a u64"),
