@@ -8,9 +8,11 @@
 //! elsewhere fails authentication.
 
 use crate::error::CryptError;
-use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
-use chacha20poly1305::{XChaCha20Poly1305, XNonce};
-use zeroize::Zeroizing;
+use chacha20::cipher::consts::U10;
+use chacha20poly1305::aead::{AeadCore, OsRng};
+use chacha20poly1305::XChaCha20Poly1305;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
+use zeroize::{Zeroize, Zeroizing};
 
 /// Bytes of the nonce in front of each sealed value.
 pub const NONCE_LEN: usize = 24;
@@ -20,9 +22,18 @@ pub const TAG_LEN: usize = 16;
 pub const OVERHEAD: usize = NONCE_LEN + TAG_LEN;
 
 /// Seals and opens values under one key.
+///
+/// XChaCha20-Poly1305 is ChaCha20-Poly1305 (RFC 8439) under a subkey:
+/// HChaCha20 of the key and the nonce's first 16 bytes gives the subkey,
+/// and the nonce's last 8 bytes, after four zero bytes, are the 96-bit
+/// nonce (draft-irtf-cfrg-xchacha, section 2.3). Here HChaCha20 is
+/// RustCrypto's (`chacha20`) and ChaCha20-Poly1305 ring's (BoringSSL's
+/// vectorized code), about twice as fast as RustCrypto's whole
+/// construction on this project's machines; the bytes are the same
+/// (tested against `chacha20poly1305`'s `XChaCha20Poly1305`).
 #[derive(Clone)]
 pub struct Sealer {
-    cipher: XChaCha20Poly1305,
+    key: Zeroizing<[u8; 32]>,
 }
 
 impl std::fmt::Debug for Sealer {
@@ -34,23 +45,44 @@ impl std::fmt::Debug for Sealer {
 impl Sealer {
     /// A sealer with key `key`.
     pub fn new(key: &Zeroizing<[u8; 32]>) -> Self {
-        Sealer {
-            cipher: XChaCha20Poly1305::new(key.as_ref().into()),
-        }
+        Sealer { key: key.clone() }
+    }
+
+    /// The ChaCha20-Poly1305 key and nonce of the XChaCha20-Poly1305
+    /// nonce `xnonce` (the subkey's bytes are wiped once ring has it).
+    fn subkey(&self, xnonce: &[u8]) -> (LessSafeKey, Nonce) {
+        assert_eq!(xnonce.len(), NONCE_LEN, "an XChaCha20 nonce");
+        let mut sub = chacha20::hchacha::<U10>(
+            self.key.as_ref().into(),
+            chacha20::cipher::generic_array::GenericArray::from_slice(&xnonce[..16]),
+        );
+        let key =
+            UnboundKey::new(&CHACHA20_POLY1305, &sub).expect("a ChaCha20-Poly1305 key is 32 bytes");
+        sub.as_mut_slice().zeroize();
+        let mut nonce = [0u8; 12];
+        nonce[4..].copy_from_slice(&xnonce[16..]);
+        (LessSafeKey::new(key), Nonce::assume_unique_for_key(nonce))
     }
 
     /// Appends `nonce | ciphertext | tag` of `plain`, bound to `aad`, to
     /// `out`; returns the bytes appended (`plain.len() + OVERHEAD`).
     pub fn seal_into(&self, aad: &[u8], plain: &[u8], out: &mut Vec<u8>) -> usize {
-        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
-        let ct = (self.cipher)
-            .encrypt(&nonce, Payload { msg: plain, aad })
-            .expect("XChaCha20-Poly1305 seals any length a chunk or element has");
-        assert_eq!(ct.len(), plain.len() + TAG_LEN, "a tag per sealed value");
-        out.reserve(NONCE_LEN + ct.len());
-        out.extend_from_slice(&nonce);
-        out.extend_from_slice(&ct);
-        NONCE_LEN + ct.len()
+        let xnonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let (key, nonce) = self.subkey(&xnonce);
+        let start = out.len();
+        out.reserve(plain.len() + OVERHEAD);
+        out.extend_from_slice(&xnonce);
+        out.extend_from_slice(plain);
+        let tag = key
+            .seal_in_place_separate_tag(nonce, Aad::from(aad), &mut out[start + NONCE_LEN..])
+            .expect("ChaCha20-Poly1305 seals any length a chunk or element has");
+        out.extend_from_slice(tag.as_ref());
+        assert_eq!(
+            out.len() - start,
+            plain.len() + OVERHEAD,
+            "a tag per sealed value"
+        );
+        out.len() - start
     }
 
     /// `nonce | ciphertext | tag` of `plain`, bound to `aad`.
@@ -61,15 +93,25 @@ impl Sealer {
     }
 
     /// The plaintext of `sealed` if it authenticates under this key and
-    /// `aad`; never any byte of a value that does not.
+    /// `aad`; never any byte of a value that does not (the buffer is
+    /// wiped and dropped).
     pub fn open(&self, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, CryptError> {
         if sealed.len() < OVERHEAD {
             return Err(CryptError::Short(sealed.len()));
         }
-        let (nonce, ct) = sealed.split_at(NONCE_LEN);
-        (self.cipher)
-            .decrypt(XNonce::from_slice(nonce), Payload { msg: ct, aad })
-            .map_err(|_| CryptError::Authentication)
+        let (xnonce, ct) = sealed.split_at(NONCE_LEN);
+        let (key, nonce) = self.subkey(xnonce);
+        let mut buf = ct.to_vec();
+        let n = match key.open_in_place(nonce, Aad::from(aad), &mut buf) {
+            Ok(plain) => plain.len(),
+            Err(_) => {
+                buf.zeroize();
+                return Err(CryptError::Authentication);
+            }
+        };
+        assert_eq!(n + TAG_LEN, ct.len(), "the tag is all that is dropped");
+        buf.truncate(n);
+        Ok(buf)
     }
 }
 
@@ -96,6 +138,42 @@ mod tests {
             s.open(b"", &sealed[..OVERHEAD - 1]),
             Err(CryptError::Short(39))
         );
+    }
+
+    #[test]
+    fn the_bytes_are_xchacha20_poly1305s() {
+        use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+        let key = Zeroizing::new([9u8; 32]);
+        let (s, reference) = (
+            Sealer::new(&key),
+            XChaCha20Poly1305::new(key.as_ref().into()),
+        );
+        for len in [0, 1, 63, 64, 65, 4096, 65_536 + 7] {
+            let plain: Vec<u8> = (0..len)
+                .map(|i: usize| (i * 7 + len).to_le_bytes()[0])
+                .collect();
+            let sealed = s.seal(b"place", &plain);
+            let (nonce, ct) = sealed.split_at(NONCE_LEN);
+            let msg = Payload {
+                msg: plain.as_slice(),
+                aad: b"place",
+            };
+            let theirs = reference.encrypt(nonce.into(), msg).unwrap();
+            assert_eq!(ct, theirs.as_slice(), "{len} bytes sealed differently");
+            let back = Payload {
+                msg: ct,
+                aad: b"place",
+            };
+            assert_eq!(reference.decrypt(nonce.into(), back).unwrap(), plain);
+            assert_eq!(s.open(b"place", &sealed).unwrap(), plain);
+        }
+        // And a value sealed by the reference opens here.
+        let nonce = [5u8; NONCE_LEN];
+        let theirs = reference
+            .encrypt((&nonce).into(), &b"from elsewhere"[..])
+            .unwrap();
+        let sealed = [nonce.as_slice(), &theirs].concat();
+        assert_eq!(s.open(b"", &sealed).unwrap(), b"from elsewhere");
     }
 
     #[test]
