@@ -17,7 +17,7 @@ mod common;
 use common::canary::{hits_in, windows};
 use common::*;
 use std::collections::HashSet;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -453,17 +453,23 @@ fn key_change_rewraps_the_key_and_the_old_one_stops_working() {
     assert!(checked(&fs, Some(&new)).status.success());
 }
 
-/// The places of the encrypted chunks (version 2 headers) in `dev`.
+/// The places of the encrypted chunks (version 2 headers: sealed whole;
+/// 3: sealed span by span) in `dev`.
 fn encrypted_chunks(dev: &[u8]) -> Vec<usize> {
     (0..dev.len().saturating_sub(56))
-        .filter(|&i| &dev[i..i + 4] == b"CHNK" && dev[i + 4] == 2)
+        .filter(|&i| &dev[i..i + 4] == b"CHNK" && matches!(dev[i + 4], 2 | 3))
         .collect()
+}
+
+/// The stored length of the chunk at `at` (its header's).
+fn stored_len(dev: &[u8], at: usize) -> usize {
+    u32::from_le_bytes(dev[at + 12..at + 16].try_into().unwrap()) as usize
 }
 
 /// Makes the checksums of the chunk at `at` agree with its bytes again,
 /// so only the encryption's authentication can notice a change.
 fn reseal_checksums(dev: &mut [u8], at: usize) {
-    let stored = u32::from_le_bytes(dev[at + 12..at + 16].try_into().unwrap()) as usize;
+    let stored = stored_len(dev, at);
     let crc = crc32c::crc32c(&dev[at + 56..at + 56 + stored]);
     dev[at + 48..at + 52].copy_from_slice(&crc.to_le_bytes());
     let head = crc32c::crc32c(&dev[at..at + 52]);
@@ -511,9 +517,37 @@ fn a_changed_or_moved_chunk_gives_eio_never_other_bytes() {
         "{}",
         fs.daemon_output()
     );
+    // A 64 KiB block is sealed in 4 KiB spans: a small read opens only
+    // the spans it touches, so a flipped bit fails the reads of its span
+    // and no other (and the whole file's read, above).
+    fs.mount();
+    let a = std::fs::File::open(fs.p("a")).unwrap();
+    let mut span = vec![0u8; 4096];
+    let flipped = a.read_exact_at(&mut span, 1000);
+    let elsewhere = a.read_exact_at(&mut span, 8192);
+    drop(a);
+    fs.unmount();
+    assert_eq!(flipped.unwrap_err().raw_os_error(), Some(libc::EIO));
+    elsewhere.expect("a span without damage reads");
+    assert_bytes_eq(&span, &pattern(21, 65_536)[8192..12_288], "a's third span");
+    // Two spans of a chunk swapped, checksums redone: refused.
+    let mut dev = clean.clone();
+    let (s0, s1) = (chunks[0] + 56, chunks[0] + 56 + 4096 + 40);
+    let first = dev[s0..s1].to_vec();
+    dev.copy_within(s1..s1 + 4096 + 40, s0);
+    dev[s1..s1 + 4096 + 40].copy_from_slice(&first);
+    reseal_checksums(&mut dev, chunks[0]);
+    std::fs::write(&dev_path, &dev).unwrap();
+    assert_eq!(
+        read_both(&mut fs, "two spans swapped"),
+        1,
+        "{}",
+        fs.daemon_output()
+    );
     // One chunk's sealed bytes under the other's header: refused too.
     let mut dev = clean.clone();
-    let len = 24 + 65_536 + 16;
+    let len = stored_len(&dev, chunks[0]);
+    assert_eq!(len, 65_536 + 16 * (24 + 16), "16 spans, each sealed");
     let (a, b) = (chunks[0] + 56, chunks[1] + 56);
     let moved = dev[a..a + len].to_vec();
     dev[b..b + len].copy_from_slice(&moved);

@@ -93,25 +93,40 @@ impl Sealer {
     }
 
     /// The plaintext of `sealed` if it authenticates under this key and
-    /// `aad`; never any byte of a value that does not (the buffer is
-    /// wiped and dropped).
+    /// `aad`; never any byte of a value that does not.
     pub fn open(&self, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, CryptError> {
+        let mut out = Vec::with_capacity(sealed.len().saturating_sub(OVERHEAD));
+        self.open_into(aad, sealed, &mut out)?;
+        Ok(out)
+    }
+
+    /// Appends the plaintext of `sealed` to `out` if it authenticates
+    /// under this key and `aad`, and returns its length; on a failure
+    /// `out` is as it was (the bytes decrypted are wiped, never kept).
+    pub fn open_into(
+        &self,
+        aad: &[u8],
+        sealed: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<usize, CryptError> {
         if sealed.len() < OVERHEAD {
             return Err(CryptError::Short(sealed.len()));
         }
         let (xnonce, ct) = sealed.split_at(NONCE_LEN);
         let (key, nonce) = self.subkey(xnonce);
-        let mut buf = ct.to_vec();
-        let n = match key.open_in_place(nonce, Aad::from(aad), &mut buf) {
+        let start = out.len();
+        out.extend_from_slice(ct);
+        let n = match key.open_in_place(nonce, Aad::from(aad), &mut out[start..]) {
             Ok(plain) => plain.len(),
             Err(_) => {
-                buf.zeroize();
+                out[start..].zeroize();
+                out.truncate(start);
                 return Err(CryptError::Authentication);
             }
         };
         assert_eq!(n + TAG_LEN, ct.len(), "the tag is all that is dropped");
-        buf.truncate(n);
-        Ok(buf)
+        out.truncate(start + n);
+        Ok(n)
     }
 }
 

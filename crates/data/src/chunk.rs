@@ -3,9 +3,11 @@
 //!
 //! ```text
 //! 0   magic "CHNK"          4
-//! 4   format version u8     1   1 = plain, 2 = encrypted
+//! 4   format version u8     1   1 = plain, 2 = encrypted, 3 = encrypted
+//!                               in spans
 //! 5   stored form u8        1   compression (0 = none, 1 = lz4, 2 = zstd)
-//!                               | 0x80 when encrypted (version 2)
+//!                               | 0x80 when encrypted (versions 2 and 3)
+//!                               | 0x40 when sealed in spans (version 3)
 //! 6   reserved u16          2
 //! 8   raw length u32        4   bytes after decompression
 //! 12  stored length u32     4   bytes that follow the header
@@ -18,9 +20,13 @@
 //! An encrypted chunk's stored bytes are `nonce (24) | ciphertext | tag
 //! (16)` of its (compressed) bytes, sealed with the pool's chunk key and
 //! bound to its header's version, form, raw length and hash (`sealed_aad`),
-//! so a chunk moved to another id fails authentication (`codec.rs`). The
-//! data crc covers them as stored, so scrub and copies check them without
-//! the key.
+//! so a chunk moved to another id fails authentication (`codec.rs`). An
+//! uncompressed chunk of more than one 4 KiB span is sealed span by span
+//! instead (version 3): each `SEAL_SPAN` bytes of it as its own `nonce |
+//! ciphertext | tag`, bound to the same header fields and to the span's
+//! index and the number of spans, so that a small read opens only the
+//! spans it touches. The data crc covers the stored bytes as stored, so
+//! scrub and copies check them without the key.
 
 use crate::compress::{compress, decompress, Compression};
 
@@ -28,9 +34,17 @@ pub const CHUNK_MAGIC: &[u8; 4] = b"CHNK";
 pub const CHUNK_VERSION: u8 = 1;
 /// The version of an encrypted chunk's header.
 pub const CHUNK_VERSION_ENCRYPTED: u8 = 2;
+/// The version of the header of a chunk encrypted span by span.
+pub const CHUNK_VERSION_SPANS: u8 = 3;
 /// The bit of the stored-form byte that says the stored bytes are
 /// encrypted (the rest is the compression method).
 pub const ENCRYPTED: u8 = 0x80;
+/// The bit of the stored-form byte, with `ENCRYPTED` and no compression,
+/// that says each `SEAL_SPAN` of the chunk is sealed alone.
+pub const SPANS: u8 = 0x40;
+/// Raw bytes in each sealed span of a chunk sealed span by span (the last
+/// may hold fewer): the span of the plain chunks' checksums (`SUM_SPAN`).
+pub const SEAL_SPAN: usize = 4096;
 pub const CHUNK_HEADER_LEN: usize = 56;
 
 pub type Hash = [u8; 32];
@@ -122,7 +136,10 @@ impl ChunkHeader {
         if crc != crc32c::crc32c(&b[0..52]) {
             return Err(ChunkError::HeaderChecksum);
         }
-        if b[4] != CHUNK_VERSION && b[4] != CHUNK_VERSION_ENCRYPTED {
+        if !matches!(
+            b[4],
+            CHUNK_VERSION | CHUNK_VERSION_ENCRYPTED | CHUNK_VERSION_SPANS
+        ) {
             return Err(ChunkError::UnknownVersion(b[4]));
         }
         if b[4] != version_of(b[5]) {
@@ -152,9 +169,10 @@ impl ChunkHeader {
 
 /// The header version of a chunk whose stored-form byte is `form`.
 fn version_of(form: u8) -> u8 {
-    match form & ENCRYPTED {
-        0 => CHUNK_VERSION,
-        _ => CHUNK_VERSION_ENCRYPTED,
+    match (form & ENCRYPTED, form & SPANS) {
+        (0, _) => CHUNK_VERSION,
+        (_, 0) => CHUNK_VERSION_ENCRYPTED,
+        _ => CHUNK_VERSION_SPANS,
     }
 }
 

@@ -6,7 +6,7 @@
 //! and every new chunk goes through the pool's codec; copies, moves and
 //! mirror streams carry stored bytes as they are.
 
-use crate::chunk::{self, expand, sealed_aad, ChunkError, Hash, ENCRYPTED};
+use crate::chunk::{self, expand, sealed_aad, ChunkError, Hash, ENCRYPTED, SEAL_SPAN, SPANS};
 use crate::compress::{compress, Compression, RAW};
 use cairn_crypt::{PoolKeys, OVERHEAD};
 use std::sync::Arc;
@@ -54,14 +54,61 @@ impl ChunkCodec {
             None => (RAW, raw),
         };
         assert!(
-            method & ENCRYPTED == 0,
-            "a compression method below the flag"
+            method & (ENCRYPTED | SPANS) == 0,
+            "a compression method below the flags"
         );
+        if method == RAW && raw.len() > SEAL_SPAN {
+            let form = RAW | ENCRYPTED | SPANS;
+            let base = sealed_aad(form, raw.len() as u32, hash);
+            let count = raw.len().div_ceil(SEAL_SPAN);
+            let mut sealed = Vec::with_capacity(raw.len() + count * OVERHEAD);
+            for (i, span) in raw.chunks(SEAL_SPAN).enumerate() {
+                keys.chunks
+                    .seal_into(&span_aad(&base, i, count), span, &mut sealed);
+            }
+            assert_eq!(sealed.len(), raw.len() + count * OVERHEAD);
+            return Some((form, sealed));
+        }
         let form = method | ENCRYPTED;
         let aad = sealed_aad(form, raw.len() as u32, hash);
         let sealed = keys.chunks.seal(&aad, plain);
         assert_eq!(sealed.len(), plain.len() + OVERHEAD);
         Some((form, sealed))
+    }
+
+    /// The raw bytes of spans `first..` of a chunk sealed span by span
+    /// (raw length `raw_len`, content hash `hash`), opened from `stored`:
+    /// those spans' stored bytes, whole, as `stored_spans` locates them.
+    /// Every span is authenticated, at its index, or nothing is returned.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a chunk is at most MAX_RAW_LEN (1 MiB)"
+    )]
+    pub fn open_spans(
+        &self,
+        raw_len: u32,
+        hash: &Hash,
+        first: usize,
+        stored: &[u8],
+    ) -> Result<Vec<u8>, ChunkError> {
+        let keys = self.keys.as_ref().ok_or(ChunkError::NeedsKey)?;
+        let count = (raw_len as usize).div_ceil(SEAL_SPAN);
+        let base = sealed_aad(RAW | ENCRYPTED | SPANS, raw_len, hash);
+        let mut raw = Vec::with_capacity(stored.len());
+        for (k, span) in stored.chunks(SEAL_SPAN + OVERHEAD).enumerate() {
+            let i = first + k;
+            // The last span is the only short one; one past the count, or
+            // a short one before the last, is damage.
+            let want = SEAL_SPAN.min(raw_len as usize - (i * SEAL_SPAN).min(raw_len as usize));
+            if i >= count || span.len() != want + OVERHEAD {
+                return Err(ChunkError::RawLenMismatch);
+            }
+            (keys
+                .chunks
+                .open_into(&span_aad(&base, i, count), span, &mut raw))
+            .map_err(|_| ChunkError::Authentication)?;
+        }
+        Ok(raw)
     }
 
     /// The `pack` of each block (with its hash), split across the cores.
@@ -88,6 +135,13 @@ impl ChunkCodec {
         let (h, stored) = chunk::checked(buf, expected)?;
         let raw = match h.compression & ENCRYPTED {
             0 => expand(h.compression, h.raw_len, stored)?,
+            _ if h.compression == RAW | ENCRYPTED | SPANS => {
+                let raw = self.open_spans(h.raw_len, expected, 0, stored)?;
+                if raw.len() != h.raw_len as usize {
+                    return Err(ChunkError::RawLenMismatch);
+                }
+                raw
+            }
             _ => {
                 let keys = self.keys.as_ref().ok_or(ChunkError::NeedsKey)?;
                 let aad = sealed_aad(h.compression, h.raw_len, expected);
@@ -101,6 +155,37 @@ impl ChunkCodec {
         }
         Ok(raw)
     }
+}
+
+/// The associated data of span `i` of `count` of a chunk sealed span by
+/// span: the chunk's (`sealed_aad`), the span's index and the count, so a
+/// span moved, swapped or dropped fails authentication.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "a chunk of at most 1 MiB has at most 256 spans"
+)]
+fn span_aad(base: &[u8; 42], i: usize, count: usize) -> [u8; 50] {
+    let mut a = [0u8; 50];
+    a[..42].copy_from_slice(base);
+    a[42..46].copy_from_slice(&(i as u32).to_le_bytes());
+    a[46..].copy_from_slice(&(count as u32).to_le_bytes());
+    a
+}
+
+/// Where raw bytes `from..end` of a chunk sealed span by span (raw length
+/// `raw_len`) are: (the first span they touch, the offset of its stored
+/// bytes after the chunk's header, the stored bytes of every span they
+/// touch, the offset of `from` in those spans' raw bytes).
+pub fn stored_spans(raw_len: usize, from: usize, end: usize) -> (usize, usize, usize, usize) {
+    assert!(
+        from < end && end <= raw_len,
+        "bytes {from}..{end} of {raw_len}"
+    );
+    let (first, last) = (from / SEAL_SPAN, (end - 1) / SEAL_SPAN);
+    let at = first * (SEAL_SPAN + OVERHEAD);
+    let raw_end = ((last + 1) * SEAL_SPAN).min(raw_len);
+    let len = raw_end - first * SEAL_SPAN + (last + 1 - first) * OVERHEAD;
+    (first, at, len, from - first * SEAL_SPAN)
 }
 
 /// `f` of each item, in order, the items split across the cores.
@@ -126,6 +211,7 @@ mod tests {
     use super::*;
     use crate::chunk::{seal_stored, CHUNK_HEADER_LEN};
     use cairn_crypt::DataKey;
+    use cairn_crypt::OVERHEAD;
 
     fn encrypted() -> ChunkCodec {
         ChunkCodec::encrypted(Arc::new(PoolKeys::derive(&DataKey::random())))
@@ -191,6 +277,92 @@ mod tests {
         // And a key of another pool opens nothing.
         assert_eq!(
             encrypted().unseal(&buf, &h, false),
+            Err(ChunkError::Authentication)
+        );
+    }
+
+    /// A chunk of `len` raw bytes sealed span by span: its hash, the
+    /// sealed chunk, and its stored bytes.
+    fn span_sealed(codec: &ChunkCodec, len: usize) -> (Vec<u8>, Hash, Vec<u8>) {
+        let raw: Vec<u8> = (0..len).map(|i| (i % 251).to_le_bytes()[0]).collect();
+        let (h, buf) = sealed(codec, Compression::None, &raw);
+        assert_eq!(buf[4], chunk::CHUNK_VERSION_SPANS, "{len} bytes");
+        (raw, h, buf)
+    }
+
+    #[test]
+    fn chunks_of_more_than_a_span_are_sealed_span_by_span_and_read_in_parts() {
+        let codec = encrypted();
+        // One span or less: sealed whole, as before.
+        let (h, buf) = sealed(&codec, Compression::None, &[7; SEAL_SPAN]);
+        assert_eq!(buf[4], chunk::CHUNK_VERSION_ENCRYPTED);
+        assert_eq!(codec.unseal(&buf, &h, true).unwrap(), vec![7; SEAL_SPAN]);
+        for len in [SEAL_SPAN + 1, 3 * SEAL_SPAN, 65_536, 65_536 + 100] {
+            let (raw, h, buf) = span_sealed(&codec, len);
+            let count = len.div_ceil(SEAL_SPAN);
+            assert_eq!(buf.len(), CHUNK_HEADER_LEN + len + count * OVERHEAD);
+            assert_eq!(codec.unseal(&buf, &h, true).unwrap(), raw);
+            let stored = &buf[CHUNK_HEADER_LEN..];
+            for (from, end) in [
+                (0, 1),
+                (0, len),
+                (4095, 4097),
+                (len - 1, len),
+                (len / 2, len),
+            ] {
+                let (first, at, n, skip) = stored_spans(len, from, end);
+                let got = codec
+                    .open_spans(u32::try_from(len).unwrap(), &h, first, &stored[at..at + n])
+                    .unwrap();
+                assert_eq!(
+                    &got[skip..skip + end - from],
+                    &raw[from..end],
+                    "{from}..{end} of {len}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_span_changed_swapped_dropped_or_moved_is_refused() {
+        let codec = encrypted();
+        let (_, h, buf) = span_sealed(&codec, 4 * SEAL_SPAN);
+        let stored = &buf[CHUNK_HEADER_LEN..];
+        let span = SEAL_SPAN + OVERHEAD;
+        let open = |first: usize, b: &[u8]| {
+            codec.open_spans(u32::try_from(4 * SEAL_SPAN).unwrap(), &h, first, b)
+        };
+        // Each span opens at its own index only.
+        assert!(open(1, &stored[span..2 * span]).is_ok());
+        assert_eq!(
+            open(2, &stored[span..2 * span]),
+            Err(ChunkError::Authentication)
+        );
+        // Two spans swapped.
+        let swapped = [&stored[span..2 * span], &stored[..span]].concat();
+        assert_eq!(open(0, &swapped), Err(ChunkError::Authentication));
+        // Any flipped bit of a span.
+        for at in [0, 23, 24, 500, span - 17, span - 1] {
+            let mut b = stored[..span].to_vec();
+            b[at] ^= 0x20;
+            assert_eq!(open(0, &b), Err(ChunkError::Authentication), "flip at {at}");
+        }
+        // The last span dropped, or a short span: refused, never read.
+        let mut cut = buf.clone();
+        cut.truncate(buf.len() - span);
+        assert!(codec.unseal(&cut, &h, false).is_err());
+        assert_eq!(
+            open(3, &stored[3 * span..4 * span - 1]),
+            Err(ChunkError::RawLenMismatch)
+        );
+        // A span of another chunk with the same layout, or another pool's.
+        let (_, h2, other) = span_sealed(&codec, 4 * SEAL_SPAN + 1);
+        let theirs = &other[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + span];
+        assert_eq!(open(0, theirs), Err(ChunkError::Authentication));
+        assert_ne!(h, h2);
+        let (_, _, elsewhere) = span_sealed(&encrypted(), 4 * SEAL_SPAN);
+        assert_eq!(
+            open(0, &elsewhere[CHUNK_HEADER_LEN..][..span]),
             Err(ChunkError::Authentication)
         );
     }

@@ -44,6 +44,7 @@ pub mod readahead;
 pub mod records;
 pub mod relocate;
 mod segments;
+mod span_read;
 pub mod store;
 pub mod stripe_build;
 pub mod stripe_parity;

@@ -35,6 +35,8 @@ const CHUNK_REC_VERSION: u8 = 3;
 
 /// The span of each of a chunk record's `sums`.
 pub const SUM_SPAN: usize = 4096;
+// A small read of an encrypted chunk opens the spans a plain one checks.
+const _: () = assert!(SUM_SPAN == crate::chunk::SEAL_SPAN);
 
 /// The most sums a record holds (a chunk of 1 MiB).
 const MAX_SUMS: usize = 256;

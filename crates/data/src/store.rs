@@ -355,8 +355,9 @@ impl ChunkStore {
     /// Reads raw bytes `from..from + dst.len()` of a chunk into `dst`,
     /// verified. An uncompressed chunk with sums is read only over the
     /// 4 KiB spans those bytes touch (directly where the device allows),
-    /// each checked against its sum; any other chunk is read and checked
-    /// whole.
+    /// each checked against its sum, and one sealed span by span only over
+    /// those spans, each opened (`span_read.rs`); any other chunk is read
+    /// and checked whole.
     pub fn read_chunk_part_into(&self, rec: &ChunkRec, from: usize, dst: &mut [u8]) -> Result<()> {
         let first = self.read_chunk_part_here(rec, from, dst);
         self.or_heal(rec, first, |sealed| {
@@ -371,6 +372,9 @@ impl ChunkStore {
         let end = from + dst.len();
         if end > rec.raw_len as usize {
             return Err(corrupt(rec, "read beyond the chunk's raw length".into()));
+        }
+        if let Some(r) = self.read_spans_here(rec, from, dst) {
+            return r;
         }
         let raw = rec.len as usize == CHUNK_HEADER_LEN + rec.raw_len as usize;
         if !raw || !rec.has_sums() {

@@ -36,6 +36,7 @@ const ORDER: &[&str] = &[
     "readahead",
     "store",
     "stripe_read",
+    "span_read",
     "read",
     "heal",
     "verified",
