@@ -324,6 +324,22 @@ mod tests {
     }
 
     #[test]
+    fn a_large_chunk_sealed_whole_before_version_3_still_opens() {
+        let codec = encrypted();
+        let raw: Vec<u8> = (0..65_536u32).map(|i| (i % 241).to_le_bytes()[0]).collect();
+        let h = codec.hash(&raw);
+        let form = RAW | ENCRYPTED;
+        let aad = sealed_aad(form, 65_536, &h);
+        let whole = codec.keys.as_ref().unwrap().chunks.seal(&aad, &raw);
+        let mut buf = Vec::new();
+        seal_stored(form, raw.len(), &whole, &h, &mut buf);
+        assert_eq!(buf[4], chunk::CHUNK_VERSION_ENCRYPTED);
+        assert_eq!(codec.unseal(&buf, &h, true).unwrap(), raw);
+        // Its length is not a span-sealed chunk's, so reads open it whole.
+        assert_ne!(whole.len(), raw.len() + 16 * OVERHEAD);
+    }
+
+    #[test]
     fn a_span_changed_swapped_dropped_or_moved_is_refused() {
         let codec = encrypted();
         let (_, h, buf) = span_sealed(&codec, 4 * SEAL_SPAN);

@@ -59,20 +59,23 @@ impl ChunkStore {
     /// them one by one (which also handles moved and cached chunks).
     pub fn read_run_into(&self, run: &mut [(ChunkRec, &mut [u8])]) -> Result<()> {
         assert!(!run.is_empty());
-        // One read lands header after data after header: the chunks lie
-        // back to back (`is_run`) and each buffer is its chunk's raw bytes.
+        // The chunks lie back to back (`is_run`) and each buffer is its
+        // chunk's raw bytes.
         debug_assert!(
             run.windows(2).all(|w| {
                 let (a, b) = (&w[0].0, &w[1].0);
                 a.segment == b.segment && a.offset as u64 + a.len as u64 == b.offset as u64
-            }) && run.iter().all(|(r, d)| {
-                d.len() == r.raw_len as usize && r.len as usize == CHUNK_HEADER_LEN + d.len()
-            }),
+            }) && run.iter().all(|(r, d)| d.len() == r.raw_len as usize),
             "a run read of chunks that do not follow each other"
         );
         if self.read_run_direct(run)? {
             return Ok(());
         }
+        if self.sealed_run(&run[0].0) {
+            return self.read_sealed_run(run);
+        }
+        // One read lands header after data after header: each chunk is
+        // stored raw.
         let mut heads = vec![[0u8; CHUNK_HEADER_LEN]; run.len()];
         {
             let _gate = self.segs.io_gate.read();
@@ -102,9 +105,9 @@ impl ChunkStore {
     }
 
     /// `read_run_into` with one direct read of the run's aligned byte range
-    /// into this thread's bounce buffer, each chunk checked there and its
-    /// data copied out. False (nothing done) when the device cannot do
-    /// direct I/O.
+    /// into this thread's bounce buffer, each chunk checked (or opened)
+    /// there and its data copied out. False (nothing done) when the device
+    /// cannot do direct I/O.
     fn read_run_direct(&self, run: &mut [(ChunkRec, &mut [u8])]) -> Result<bool> {
         if cached(run[0].0.raw_len) {
             return Ok(false);
@@ -112,30 +115,62 @@ impl ChunkStore {
         let total: usize = run.iter().map(|(r, _)| r.len as usize).sum();
         let _gate = self.segs.io_gate.read();
         let (dev, at) = self.segs.locate(&run[0].0)?;
-        let done = read_direct(&dev, at, total, |buf| {
-            let mut p = 0;
-            for (rec, dst) in run.iter_mut() {
-                let (h, raw) = buf[p..p + rec.len as usize].split_at(CHUNK_HEADER_LEN);
+        let done = read_direct(&dev, at, total, |buf| self.unpack_run(run, buf))?;
+        Ok(done.is_some())
+    }
+
+    /// Each chunk of `run` from `buf`, the run's stored bytes: checked and
+    /// copied out (stored raw), or opened (sealed span by span).
+    fn unpack_run(&self, run: &mut [(ChunkRec, &mut [u8])], buf: &[u8]) -> Result<()> {
+        let mut p = 0;
+        for (rec, dst) in run.iter_mut() {
+            let chunk = &buf[p..p + rec.len as usize];
+            if self.sealed_run(rec) {
+                let raw = self.raw_of(rec, chunk, false)?;
+                dst.copy_from_slice(&raw);
+                self.heat.touch(rec.segment, rec.len as u64);
+            } else {
+                let (h, raw) = chunk.split_at(CHUNK_HEADER_LEN);
                 self.check_run_member(rec, h, raw)?;
                 if dst.len() != raw.len() {
                     return Err(corrupt(rec, "raw length differs from record".into()));
                 }
                 dst.copy_from_slice(raw);
-                p += rec.len as usize;
             }
-            Ok(())
-        })?;
-        Ok(done.is_some())
+            p += rec.len as usize;
+        }
+        Ok(())
+    }
+
+    /// True if `rec` is sealed span by span: read in runs too, each opened
+    /// whole from the run's buffer.
+    fn sealed_run(&self, rec: &ChunkRec) -> bool {
+        self.codec.is_encrypted() && crate::span_read::span_sealed(rec)
+    }
+
+    /// `read_run_into` of chunks sealed span by span, buffered: one read
+    /// of the run, each chunk opened from it.
+    fn read_sealed_run(&self, run: &mut [(ChunkRec, &mut [u8])]) -> Result<()> {
+        let total: usize = run.iter().map(|(r, _)| r.len as usize).sum();
+        let mut buf = vec![0u8; total];
+        {
+            let _gate = self.segs.io_gate.read();
+            let (dev, at) = self.segs.locate(&run[0].0)?;
+            dev.read_at(&mut buf, at)?;
+        }
+        self.unpack_run(run, &buf)
     }
 
     /// True if `next` can follow `prev` in a run for `read_run_into`: both
-    /// whole, uncompressed, on the fastest tier, and adjacent in a segment.
+    /// whole, uncompressed (stored raw, or sealed span by span: both of
+    /// one kind), on the fastest tier, and adjacent in a segment.
     pub fn is_run(&self, prev: &ChunkRec, next: &ChunkRec) -> bool {
         let raw = |r: &ChunkRec| r.len as usize == CHUNK_HEADER_LEN + r.raw_len as usize;
+        let kind = |r: &ChunkRec| (raw(r), self.sealed_run(r));
         prev.segment == next.segment
             && prev.offset as u64 + prev.len as u64 == next.offset as u64
-            && raw(prev)
-            && raw(next)
+            && kind(prev) == kind(next)
+            && (raw(prev) || self.sealed_run(prev))
             && !self.on_slow_tier(prev)
             && !self.on_slow_tier(next)
     }
@@ -446,6 +481,75 @@ mod tests {
         }
         assert!(s.read_block(&r).is_err(), "the whole chunk fails too");
         assert!(part(&s, &r, 60000, 6000).is_err(), "beyond the chunk");
+    }
+
+    /// A store of an encrypted pool holding four 64 KiB random blocks
+    /// written back to back (each sealed span by span).
+    fn encrypted_store(dir: &std::path::Path) -> (ChunkStore, Vec<Vec<u8>>, Vec<ChunkRec>) {
+        use cairn_crypt::{DataKey, PoolKeys};
+        let spec = DeviceSpec::tier(DeviceClass::Ssd, dir.join("d"), Some(33 << 20));
+        let d = Device::create(&spec, 0, [0; 16], 4 << 20).unwrap();
+        let mut s = ChunkStore::new(Arc::new(DeviceSet::new(vec![d]).unwrap()), vec![], 1).unwrap();
+        let keys = Arc::new(PoolKeys::derive(&DataKey::random()));
+        s.set_codec(crate::ChunkCodec::encrypted(keys));
+        let mut x = 0x2545f4914f6cdd1du64;
+        let blocks: Vec<Vec<u8>> = (0..4)
+            .map(|_| {
+                (0..65536)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x.to_le_bytes()[0]
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut b = s.batch();
+        let recs: Vec<ChunkRec> = (blocks.iter())
+            .map(|x| b.append(x, &s.codec.hash(x)).unwrap())
+            .collect();
+        b.finish().unwrap();
+        (s, blocks, recs)
+    }
+
+    #[test]
+    fn span_sealed_chunks_read_in_runs_and_in_parts_and_damage_fails_only_its_span() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, blocks, recs) = encrypted_store(dir.path());
+        assert!(recs.windows(2).all(|w| s.is_run(&w[0], &w[1])), "one run");
+        let read_run = |s: &ChunkStore| {
+            let mut out = vec![vec![0u8; 65536]; 4];
+            let mut run: Vec<(ChunkRec, &mut [u8])> = (recs.iter().cloned())
+                .zip(out.iter_mut().map(Vec::as_mut_slice))
+                .collect();
+            s.read_run_into(&mut run).map(|()| out)
+        };
+        assert_eq!(read_run(&s).unwrap(), blocks);
+        assert_eq!(
+            part(&s, &recs[2], 5000, 100).unwrap(),
+            blocks[2][5000..5100]
+        );
+        // A bit of chunk 2's span 3 flipped: the run read fails (its
+        // caller then reads chunk by chunk), and so do the reads of that
+        // span; the chunk's other spans and the other chunks read exact.
+        let seg = s.segment(recs[2].segment).unwrap();
+        let dev = s.devices().device(seg.device).unwrap();
+        let span3 = 3 * (4096 + cairn_crypt::OVERHEAD) + 100;
+        let at = dev.slot_offset(seg.slot)
+            + (recs[2].offset as usize + crate::CHUNK_HEADER_LEN + span3) as u64;
+        let mut byte = [0u8];
+        dev.read_at(&mut byte, at).unwrap();
+        dev.write_at(&[byte[0] ^ 0x01], at).unwrap();
+        assert!(read_run(&s).is_err(), "a run with a damaged chunk");
+        let e = part(&s, &recs[2], 3 * 4096 + 10, 50).unwrap_err();
+        assert!(matches!(e, DataError::Corrupt { .. }), "{e}");
+        assert_eq!(
+            part(&s, &recs[2], 8192, 4096).unwrap(),
+            blocks[2][8192..12288]
+        );
+        assert_eq!(s.read_block(&recs[1]).unwrap(), blocks[1]);
+        assert!(s.read_block(&recs[2]).is_err(), "the whole chunk fails");
     }
 }
 

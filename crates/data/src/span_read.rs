@@ -15,7 +15,7 @@ use cairn_crypt::OVERHEAD;
 /// True if `rec`'s length is that of a chunk sealed span by span: its raw
 /// bytes and a seal's overhead per span, of more than one span (a chunk
 /// sealed whole has one overhead, a compressed one is shorter than raw).
-fn span_sealed(rec: &ChunkRec) -> bool {
+pub(crate) fn span_sealed(rec: &ChunkRec) -> bool {
     let raw = rec.raw_len as usize;
     raw > SEAL_SPAN
         && rec.len as usize == CHUNK_HEADER_LEN + raw + raw.div_ceil(SEAL_SPAN) * OVERHEAD
