@@ -9,6 +9,7 @@
 
 use crate::error::CryptError;
 use chacha20::cipher::consts::U10;
+use chacha20poly1305::aead::rand_core::RngCore;
 use chacha20poly1305::aead::{AeadCore, OsRng};
 use chacha20poly1305::XChaCha20Poly1305;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
@@ -68,21 +69,55 @@ impl Sealer {
     /// `out`; returns the bytes appended (`plain.len() + OVERHEAD`).
     pub fn seal_into(&self, aad: &[u8], plain: &[u8], out: &mut Vec<u8>) -> usize {
         let xnonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
-        let (key, nonce) = self.subkey(&xnonce);
         let start = out.len();
         out.reserve(plain.len() + OVERHEAD);
-        out.extend_from_slice(&xnonce);
-        out.extend_from_slice(plain);
-        let tag = key
-            .seal_in_place_separate_tag(nonce, Aad::from(aad), &mut out[start + NONCE_LEN..])
-            .expect("ChaCha20-Poly1305 seals any length a chunk or element has");
-        out.extend_from_slice(tag.as_ref());
+        self.seal_with(&xnonce, aad, plain, out);
         assert_eq!(
             out.len() - start,
             plain.len() + OVERHEAD,
             "a tag per sealed value"
         );
         out.len() - start
+    }
+
+    /// Seals each `span` bytes of `plain` (the last part may be shorter)
+    /// as `seal_into` would, one after another into `out`, part `i` bound
+    /// to `aad(i)`; the random nonces are drawn from the OS in one call.
+    /// Returns the bytes appended.
+    pub fn seal_spans_into<A: AsRef<[u8]>>(
+        &self,
+        plain: &[u8],
+        span: usize,
+        aad: impl Fn(usize) -> A,
+        out: &mut Vec<u8>,
+    ) -> usize {
+        assert!(span > 0, "spans of some bytes");
+        let count = plain.len().div_ceil(span);
+        let mut nonces = Zeroizing::new(vec![0u8; count * NONCE_LEN]);
+        OsRng.fill_bytes(&mut nonces);
+        let start = out.len();
+        out.reserve(plain.len() + count * OVERHEAD);
+        for (i, (part, xnonce)) in plain.chunks(span).zip(nonces.chunks(NONCE_LEN)).enumerate() {
+            self.seal_with(xnonce, aad(i).as_ref(), part, out);
+        }
+        assert_eq!(
+            out.len() - start,
+            plain.len() + count * OVERHEAD,
+            "a seal per span"
+        );
+        out.len() - start
+    }
+
+    /// Appends `xnonce | ciphertext | tag` of `plain`, bound to `aad`.
+    fn seal_with(&self, xnonce: &[u8], aad: &[u8], plain: &[u8], out: &mut Vec<u8>) {
+        let (key, nonce) = self.subkey(xnonce);
+        let start = out.len();
+        out.extend_from_slice(xnonce);
+        out.extend_from_slice(plain);
+        let tag = key
+            .seal_in_place_separate_tag(nonce, Aad::from(aad), &mut out[start + NONCE_LEN..])
+            .expect("ChaCha20-Poly1305 seals any length a chunk or element has");
+        out.extend_from_slice(tag.as_ref());
     }
 
     /// `nonce | ciphertext | tag` of `plain`, bound to `aad`.
@@ -189,6 +224,26 @@ mod tests {
             .unwrap();
         let sealed = [nonce.as_slice(), &theirs].concat();
         assert_eq!(s.open(b"", &sealed).unwrap(), b"from elsewhere");
+    }
+
+    #[test]
+    fn spans_sealed_together_open_alone_with_their_own_nonces() {
+        let s = sealer(6);
+        let plain: Vec<u8> = (0..10_000u32).map(|i| i.to_le_bytes()[0]).collect();
+        let mut out = vec![0xee];
+        let n = s.seal_spans_into(&plain, 4096, |i| [i.to_le_bytes()[0]; 3], &mut out);
+        assert_eq!(n, plain.len() + 3 * OVERHEAD);
+        assert_eq!(out[0], 0xee, "appended after what was there");
+        let sealed: Vec<&[u8]> = out[1..].chunks(4096 + OVERHEAD).collect();
+        let nonces: std::collections::HashSet<&[u8]> =
+            sealed.iter().map(|p| &p[..NONCE_LEN]).collect();
+        assert_eq!(nonces.len(), 3, "a nonce of its own per span");
+        for (i, (part, want)) in sealed.iter().zip(plain.chunks(4096)).enumerate() {
+            let aad = [i.to_le_bytes()[0]; 3];
+            assert_eq!(s.open(&aad, part).unwrap(), want, "span {i}");
+            let other = [(i + 1).to_le_bytes()[0]; 3];
+            assert_eq!(s.open(&other, part), Err(CryptError::Authentication));
+        }
     }
 
     #[test]

@@ -62,10 +62,9 @@ impl ChunkCodec {
             let base = sealed_aad(form, raw.len() as u32, hash);
             let count = raw.len().div_ceil(SEAL_SPAN);
             let mut sealed = Vec::with_capacity(raw.len() + count * OVERHEAD);
-            for (i, span) in raw.chunks(SEAL_SPAN).enumerate() {
-                keys.chunks
-                    .seal_into(&span_aad(&base, i, count), span, &mut sealed);
-            }
+            let aad = |i| span_aad(&base, i, count);
+            keys.chunks
+                .seal_spans_into(raw, SEAL_SPAN, aad, &mut sealed);
             assert_eq!(sealed.len(), raw.len() + count * OVERHEAD);
             return Some((form, sealed));
         }
