@@ -208,6 +208,9 @@ pub(crate) enum Level {
 enum Sample {
     NotStarted,
     Unreadable(std::io::Error),
+    /// The thread has ended (its ring stopped: an unmount): no longer
+    /// watched, and nothing to warn about.
+    Gone,
     Read(Times),
 }
 
@@ -335,6 +338,13 @@ impl ThreadSched {
             0 => Sample::NotStarted,
             tid => match read_schedstat(tid) {
                 Ok(t) => Sample::Read(t),
+                // Its /proc entry is gone while the process's are there.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        && std::path::Path::new("/proc/self/task").is_dir() =>
+                {
+                    Sample::Gone
+                }
                 Err(e) => Sample::Unreadable(e),
             },
         }
@@ -518,7 +528,8 @@ struct Watched {
     /// When the thread's boost ends, while raised.
     until: Option<Instant>,
     rt: RtBudget,
-    /// Its schedstat could not be read: it stays at normal priority.
+    /// Its schedstat could not be read (it stays at normal priority), or
+    /// the thread has ended: no longer watched.
     gave_up: bool,
 }
 
@@ -530,6 +541,11 @@ impl Watched {
         }
         let times = match sched.times() {
             Sample::NotStarted => return,
+            Sample::Gone => {
+                debug!("fuse ring thread {i} has ended");
+                self.gave_up = true;
+                return;
+            }
             Sample::Read(t) => t,
             Sample::Unreadable(err) => {
                 warn_unreadable(sched.tid.load(Ordering::Relaxed), &err);
@@ -690,6 +706,27 @@ mod tests {
     fn times_since_an_earlier_sample_are_the_difference() {
         assert_eq!(t(30, 50).since(Some(t(10, 20))), t(20, 30));
         assert_eq!(t(30, 50).since(None), Times::default());
+    }
+
+    #[test]
+    fn a_thread_that_ended_is_no_longer_watched_and_keeps_its_level() {
+        let sched = ThreadSched::default();
+        let tid = std::thread::spawn(|| {
+            // SAFETY: gettid has no preconditions.
+            unsafe { libc::gettid() }
+        })
+        .join()
+        .unwrap();
+        sched.tid.store(tid, Ordering::Relaxed);
+        sched.idle.store(true, Ordering::Relaxed);
+        assert!(matches!(sched.times(), Sample::Gone));
+        let mut w = Watched::default();
+        w.step(0, &sched, Instant::now(), false, true);
+        assert!(w.gave_up, "an ended thread is not watched again");
+        assert!(
+            sched.idle.load(Ordering::Relaxed),
+            "an ended thread is not a reason to give up the idle policy"
+        );
     }
 
     #[test]
