@@ -506,17 +506,18 @@ fn a_changed_or_moved_chunk_gives_eio_never_other_bytes() {
             })
             .count()
     };
-    // A flipped bit with the checksums redone: authentication refuses it.
+    // The device with chunk `at`'s checksums redone (so only the
+    // encryption's authentication can notice the change), then both read.
+    let damaged = |fs: &mut Fs, mut dev: Vec<u8>, at: usize, what: &str| {
+        reseal_checksums(&mut dev, at);
+        std::fs::write(&dev_path, &dev).unwrap();
+        let eio = read_both(fs, what);
+        assert_eq!(eio, 1, "{what}: {}", fs.daemon_output());
+    };
+    // A flipped bit: authentication refuses it.
     let mut dev = clean.clone();
     dev[chunks[0] + 56 + 24 + 1000] ^= 0x04;
-    reseal_checksums(&mut dev, chunks[0]);
-    std::fs::write(&dev_path, &dev).unwrap();
-    assert_eq!(
-        read_both(&mut fs, "a flipped bit"),
-        1,
-        "{}",
-        fs.daemon_output()
-    );
+    damaged(&mut fs, dev, chunks[0], "a flipped bit");
     // A 64 KiB block is sealed in 4 KiB spans: a small read opens only
     // the spans it touches, so a flipped bit fails the reads of its span
     // and no other (and the whole file's read, above).
@@ -536,14 +537,7 @@ fn a_changed_or_moved_chunk_gives_eio_never_other_bytes() {
     let first = dev[s0..s1].to_vec();
     dev.copy_within(s1..s1 + 4096 + 40, s0);
     dev[s1..s1 + 4096 + 40].copy_from_slice(&first);
-    reseal_checksums(&mut dev, chunks[0]);
-    std::fs::write(&dev_path, &dev).unwrap();
-    assert_eq!(
-        read_both(&mut fs, "two spans swapped"),
-        1,
-        "{}",
-        fs.daemon_output()
-    );
+    damaged(&mut fs, dev, chunks[0], "two spans swapped");
     // One chunk's sealed bytes under the other's header: refused too.
     let mut dev = clean.clone();
     let len = stored_len(&dev, chunks[0]);
@@ -551,14 +545,7 @@ fn a_changed_or_moved_chunk_gives_eio_never_other_bytes() {
     let (a, b) = (chunks[0] + 56, chunks[1] + 56);
     let moved = dev[a..a + len].to_vec();
     dev[b..b + len].copy_from_slice(&moved);
-    reseal_checksums(&mut dev, chunks[1]);
-    std::fs::write(&dev_path, &dev).unwrap();
-    assert_eq!(
-        read_both(&mut fs, "a moved chunk"),
-        1,
-        "{}",
-        fs.daemon_output()
-    );
+    damaged(&mut fs, dev, chunks[1], "a moved chunk");
     std::fs::write(&dev_path, &clean).unwrap();
     assert_eq!(read_both(&mut fs, "restored"), 0);
 }
