@@ -57,15 +57,15 @@ impl ChunkCodec {
             method & (ENCRYPTED | SPANS) == 0,
             "a compression method below the flags"
         );
-        if method == RAW && raw.len() > SEAL_SPAN {
+        if let (RAW, Some(len)) = (method, span_sealed_len(raw.len())) {
             let form = RAW | ENCRYPTED | SPANS;
             let base = sealed_aad(form, raw.len() as u32, hash);
             let count = raw.len().div_ceil(SEAL_SPAN);
-            let mut sealed = Vec::with_capacity(raw.len() + count * OVERHEAD);
+            let mut sealed = Vec::with_capacity(len);
             let aad = |i| span_aad(&base, i, count);
             keys.chunks
                 .seal_spans_into(raw, SEAL_SPAN, aad, &mut sealed);
-            assert_eq!(sealed.len(), raw.len() + count * OVERHEAD);
+            assert_eq!(sealed.len(), len);
             return Some((form, sealed));
         }
         let form = method | ENCRYPTED;
@@ -169,6 +169,14 @@ fn span_aad(base: &[u8; 42], i: usize, count: usize) -> [u8; 50] {
     a[42..46].copy_from_slice(&(i as u32).to_le_bytes());
     a[46..].copy_from_slice(&(count as u32).to_le_bytes());
     a
+}
+
+/// The stored length of an uncompressed chunk of `raw_len` bytes in an
+/// encrypted pool when it is sealed span by span (more than one span):
+/// its raw bytes and a seal's overhead per span. None: it is sealed
+/// whole (one overhead; a compressed one is shorter than raw).
+pub fn span_sealed_len(raw_len: usize) -> Option<usize> {
+    (raw_len > SEAL_SPAN).then(|| raw_len + raw_len.div_ceil(SEAL_SPAN) * OVERHEAD)
 }
 
 /// Where raw bytes `from..end` of a chunk sealed span by span (raw length

@@ -71,7 +71,7 @@ impl ChunkStore {
         if self.read_run_direct(run)? {
             return Ok(());
         }
-        if self.sealed_run(&run[0].0) {
+        if self.is_span_sealed(&run[0].0) {
             return self.read_sealed_run(run);
         }
         // One read lands header after data after header: each chunk is
@@ -126,7 +126,7 @@ impl ChunkStore {
         for (rec, dst) in run.iter_mut() {
             let chunk = &buf[p..p + rec.len as usize];
             let opened;
-            let raw = if self.sealed_run(rec) {
+            let raw = if self.is_span_sealed(rec) {
                 opened = self.raw_of(rec, chunk, false)?;
                 self.heat.touch(rec.segment, rec.len as u64);
                 &opened[..]
@@ -142,12 +142,6 @@ impl ChunkStore {
             p += rec.len as usize;
         }
         Ok(())
-    }
-
-    /// True if `rec` is sealed span by span: read in runs too, each opened
-    /// whole from the run's buffer.
-    fn sealed_run(&self, rec: &ChunkRec) -> bool {
-        self.codec.is_encrypted() && crate::span_read::span_sealed(rec)
     }
 
     /// `read_run_into` of chunks sealed span by span, buffered: one read
@@ -167,12 +161,16 @@ impl ChunkStore {
     /// whole, uncompressed (stored raw, or sealed span by span: both of
     /// one kind), on the fastest tier, and adjacent in a segment.
     pub fn is_run(&self, prev: &ChunkRec, next: &ChunkRec) -> bool {
-        let raw = |r: &ChunkRec| r.len as usize == CHUNK_HEADER_LEN + r.raw_len as usize;
-        let kind = |r: &ChunkRec| (raw(r), self.sealed_run(r));
+        // Stored raw (Some(false)), sealed span by span (Some(true)), or
+        // neither (None: read alone).
+        let kind = |r: &ChunkRec| match r.len as usize == CHUNK_HEADER_LEN + r.raw_len as usize {
+            true => Some(false),
+            false => self.is_span_sealed(r).then_some(true),
+        };
         prev.segment == next.segment
             && prev.offset as u64 + prev.len as u64 == next.offset as u64
+            && kind(prev).is_some()
             && kind(prev) == kind(next)
-            && (raw(prev) || self.sealed_run(prev))
             && !self.on_slow_tier(prev)
             && !self.on_slow_tier(next)
     }

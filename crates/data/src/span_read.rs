@@ -5,23 +5,21 @@
 //! spans' checksums instead (`store.rs`).
 
 use crate::aligned::{cached, read_direct};
-use crate::chunk::{CHUNK_HEADER_LEN, SEAL_SPAN};
-use crate::codec::stored_spans;
+use crate::chunk::CHUNK_HEADER_LEN;
+use crate::codec::{span_sealed_len, stored_spans};
 use crate::error::Result;
 use crate::records::{corrupt, ChunkRec};
 use crate::store::ChunkStore;
-use cairn_crypt::OVERHEAD;
-
-/// True if `rec`'s length is that of a chunk sealed span by span: its raw
-/// bytes and a seal's overhead per span, of more than one span (a chunk
-/// sealed whole has one overhead, a compressed one is shorter than raw).
-pub(crate) fn span_sealed(rec: &ChunkRec) -> bool {
-    let raw = rec.raw_len as usize;
-    raw > SEAL_SPAN
-        && rec.len as usize == CHUNK_HEADER_LEN + raw + raw.div_ceil(SEAL_SPAN) * OVERHEAD
-}
 
 impl ChunkStore {
+    /// True if `rec` is sealed span by span: the pool is encrypted and the
+    /// record's length is such a chunk's (`span_sealed_len`).
+    pub(crate) fn is_span_sealed(&self, rec: &ChunkRec) -> bool {
+        self.codec.is_encrypted()
+            && span_sealed_len(rec.raw_len as usize)
+                .is_some_and(|n| CHUNK_HEADER_LEN + n == rec.len as usize)
+    }
+
     /// Raw bytes `from..from + dst.len()` of chunk `rec` into `dst` when
     /// it is sealed span by span (else None), from the copy reads go to
     /// first: the spans they touch, opened. An error names the chunk (a
@@ -33,7 +31,7 @@ impl ChunkStore {
         from: usize,
         dst: &mut [u8],
     ) -> Option<Result<()>> {
-        if !self.codec.is_encrypted() || !span_sealed(rec) {
+        if !self.is_span_sealed(rec) {
             return None;
         }
         if dst.is_empty() {
