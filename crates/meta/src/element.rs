@@ -38,80 +38,97 @@ impl Element {
 }
 
 /// How element payloads are stored: in the clear, or, in an encrypted
-/// pool, sealed with its element key (value version 3), bound to the key
-/// they are stored under and their TID. Shared by the store and every
-/// view of it; set once, when the pool is unlocked, before any element is
-/// read or written (`MetaStore::seal_values`).
+/// pool, sealed with its element key, bound to the live key they belong
+/// to and their create TID (value versions 3 to 6, `element/sealed.rs`).
+/// Shared by the store and every view of it; set once, before any element
+/// is read or written: with the keys when the pool is unlocked
+/// (`MetaStore::seal_values`), or opaque for an encrypted mirror opened
+/// without its key, whose payloads are the sealed bytes themselves
+/// (`MetaStore::keep_sealed`).
 #[derive(Clone, Default)]
-pub struct ValueSeal(Arc<OnceLock<Arc<cairn_crypt::PoolKeys>>>);
+pub struct ValueSeal(Arc<OnceLock<SealMode>>);
+
+/// How the values of an encrypted pool are handled.
+pub(crate) enum SealMode {
+    /// Sealed when written, opened when read.
+    Keys(Arc<cairn_crypt::PoolKeys>),
+    /// Neither: payloads are opaque sealed bytes (`sealed::Opaque`),
+    /// stored and moved as they are.
+    Opaque,
+}
 
 impl std::fmt::Debug for ValueSeal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ValueSeal(sealed: {})", self.0.get().is_some())
+        let mode = match self.0.get() {
+            None => "plain",
+            Some(SealMode::Keys(_)) => "sealed",
+            Some(SealMode::Opaque) => "opaque",
+        };
+        write!(f, "ValueSeal({mode})")
     }
 }
 
 impl ValueSeal {
-    /// Seals the values written from now on with `s`; false if they were
-    /// sealed already (with the key set first).
+    /// Seals the values written from now on with `keys`; false if the mode
+    /// was set already.
     pub fn set(&self, keys: Arc<cairn_crypt::PoolKeys>) -> bool {
-        self.0.set(keys).is_ok()
+        self.0.set(SealMode::Keys(keys)).is_ok()
     }
 
-    /// The pool's keys, when values are sealed.
+    /// Keeps sealed values as they are (no key here); false if the mode
+    /// was set already.
+    pub fn set_opaque(&self) -> bool {
+        self.0.set(SealMode::Opaque).is_ok()
+    }
+
+    /// The pool's keys, when values are sealed and opened here.
     pub(crate) fn keys(&self) -> Option<&cairn_crypt::PoolKeys> {
-        self.0.get().map(|k| k.as_ref())
+        match self.0.get() {
+            Some(SealMode::Keys(k)) => Some(k.as_ref()),
+            _ => None,
+        }
     }
 
-    /// True if values are sealed.
+    /// True if values are sealed (with or without the key here).
     pub fn is_set(&self) -> bool {
         self.0.get().is_some()
     }
 
-    /// Encodes the value stored under `stored_key` (the live key, or the
-    /// history key with its create_tid).
-    pub(crate) fn encode(&self, stored_key: &[u8], tid: u64, payload: &[u8]) -> Vec<u8> {
-        let Some(s) = self.keys().map(|k| &k.elements) else {
-            return encode_value(stored_key, tid, payload);
-        };
-        let mut v = Vec::with_capacity(13 + payload.len() + cairn_crypt::OVERHEAD);
-        v.push(VALUE_VERSION_SEALED);
-        v.extend_from_slice(&tid.to_le_bytes());
-        s.seal_into(&sealed_aad(stored_key, tid), payload, &mut v);
-        let crc = crc32c::crc32c_append(crc32c::crc32c(stored_key), &v);
-        v.extend_from_slice(&crc.to_le_bytes());
-        assert_eq!(v.len(), 1 + 8 + payload.len() + cairn_crypt::OVERHEAD + 4);
-        v
+    /// True if sealed payloads are kept as they are (no key here).
+    pub fn is_opaque(&self) -> bool {
+        matches!(self.0.get(), Some(SealMode::Opaque))
     }
 
-    /// Returns (tid, payload) of the value stored under `key`, checked
-    /// against its checksum and, sealed, opened with the element key.
+    /// Encodes the live value stored under `key`, created at `tid`.
+    pub(crate) fn encode(&self, key: &[u8], tid: u64, payload: &[u8]) -> Result<Vec<u8>> {
+        match self.0.get() {
+            None => Ok(encode_value(key, tid, payload)),
+            Some(SealMode::Keys(k)) => Ok(sealed::seal_live(&k.elements, key, tid, payload)),
+            Some(SealMode::Opaque) => sealed::Opaque(payload).live_value(key, tid),
+        }
+    }
+
+    /// Returns (tid, payload) of the value stored under `key` (a live key,
+    /// or a history key with its create TID), checked against its checksum
+    /// and, sealed, opened with the element key (or, opaque, as sealed).
     pub(crate) fn decode(&self, key: &[u8], v: &[u8]) -> Result<(u64, Vec<u8>)> {
-        let (tid, body) = checked_value(key, v)?;
-        if v[0] != VALUE_VERSION_SEALED {
+        let (version, tid, body) = checked_value(key, v)?;
+        if version < VALUE_VERSION_SEALED {
             return Ok((tid, body.to_vec()));
         }
-        let bad = |why: &str| MetaError::Corrupt {
-            key: format!("{:?}", ElemKey(key.to_vec())),
-            why: why.into(),
-        };
-        let s = (self.keys().map(|k| &k.elements))
-            .ok_or_else(|| bad("the element is encrypted: the pool's key is needed"))?;
-        s.open(&sealed_aad(key, tid), body)
-            .map(|p| (tid, p))
-            .map_err(|_| {
-                bad("the element fails authentication (changed, or moved from another key)")
-            })
+        match self.0.get() {
+            Some(SealMode::Keys(k)) => sealed::open(&k.elements, version, key, tid, body),
+            Some(SealMode::Opaque) => sealed::Opaque::of(version, key, body).map(|p| (tid, p)),
+            None => Err(corrupt(key, "the element is encrypted: the pool's key is needed")),
+        }
     }
 }
 
-/// What a sealed value is bound to: its stored key and TID.
-fn sealed_aad(stored_key: &[u8], tid: u64) -> Vec<u8> {
-    let mut a = Vec::with_capacity(16 + stored_key.len());
-    a.extend_from_slice(b"CAIRNEV3");
-    a.extend_from_slice(&tid.to_le_bytes());
-    a.extend_from_slice(stored_key);
-    a
+fn corrupt(key: &[u8], why: &str) -> MetaError {
+    MetaError::Corrupt {
+        key: format!("{:?}", ElemKey(key.to_vec())),
+        why: why.into(),
+    }
 }
 
 /// Encodes the plain (version 2) value stored under `stored_key`.
@@ -138,12 +155,12 @@ pub(crate) fn decode_value(key: &[u8], v: &[u8]) -> Result<(u64, Vec<u8>)> {
 /// The TID of the value stored under `key` (a plain or a sealed one),
 /// checked against its checksum; its payload is not opened.
 pub(crate) fn tid_of(key: &[u8], v: &[u8]) -> Result<u64> {
-    checked_value(key, v).map(|(tid, _)| tid)
+    checked_value(key, v).map(|(_, tid, _)| tid)
 }
 
 /// (tid, the bytes between it and the crc) of the value stored under
 /// `key`, checked against its checksum.
-fn checked_value<'v>(key: &[u8], v: &'v [u8]) -> Result<(u64, &'v [u8])> {
+fn checked_value<'v>(key: &[u8], v: &'v [u8]) -> Result<(u8, u64, &'v [u8])> {
     let bad = |why: &str| MetaError::Corrupt {
         key: format!("{:?}", ElemKey(key.to_vec())),
         why: why.into(),
@@ -154,7 +171,9 @@ fn checked_value<'v>(key: &[u8], v: &'v [u8]) -> Result<(u64, &'v [u8])> {
     let (body, crc) = v.split_at(v.len() - 4);
     let want = u32::from_le_bytes(crc.try_into().expect("slice length matches the array"));
     let got = match body[0] {
-        VALUE_VERSION | VALUE_VERSION_SEALED => crc32c::crc32c_append(crc32c::crc32c(key), body),
+        VALUE_VERSION | VALUE_VERSION_SEALED..=sealed::SEALED_CHUNKS_HIST => {
+            crc32c::crc32c_append(crc32c::crc32c(key), body)
+        }
         VALUE_VERSION_V1 => crc32c::crc32c(body),
         _ => return Err(bad("unknown element version")),
     };
@@ -166,7 +185,7 @@ fn checked_value<'v>(key: &[u8], v: &'v [u8]) -> Result<(u64, &'v [u8])> {
             .try_into()
             .expect("slice length matches the array"),
     );
-    Ok((tid, &body[9..]))
+    Ok((body[0], tid, &body[9..]))
 }
 
 /// History key: element key followed by the create_tid (BE).
@@ -195,6 +214,8 @@ pub(crate) fn split_hist_key(k: &[u8]) -> Result<(ElemKey, u64)> {
 
 #[cfg(test)]
 mod fuzz_tests;
+pub(crate) mod sealed;
+pub use sealed::Opaque;
 
 #[cfg(test)]
 mod tests {
@@ -227,7 +248,7 @@ mod tests {
     #[test]
     fn sealed_values_open_only_under_their_key_tid_and_pool_key() {
         let seal = sealed();
-        let v = seal.encode(b"key-a", 7, b"a symlink target");
+        let v = seal.encode(b"key-a", 7, b"a symlink target").unwrap();
         assert_eq!(v[0], VALUE_VERSION_SEALED);
         assert!(!v.windows(6).any(|w| w == b"target"), "plaintext in {v:?}");
         assert_eq!(

@@ -739,6 +739,18 @@ impl MetaStore {
         self.seal.set(keys)
     }
 
+    /// Keeps sealed element values as they are, without opening them (an
+    /// encrypted mirror opened without its key: `element/sealed.rs`).
+    /// False if the values' mode was set already.
+    pub fn keep_sealed(&self) -> bool {
+        self.seal.set_opaque()
+    }
+
+    /// True if element payloads are handed out sealed (`keep_sealed`).
+    pub fn is_opaque(&self) -> bool {
+        self.seal.is_opaque()
+    }
+
     pub fn read(&self) -> Result<MetaRead> {
         guarded(|| {
             let txn = self.db()?.begin_read()?;

@@ -492,6 +492,20 @@ impl MetaRead {
     }
 
     /// All snapshots: name -> encoded record.
+    /// The snapshots as stored (names and records sealed in an encrypted
+    /// pool): what a sealed mirror stream carries.
+    pub fn snapshots_stored(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        guarded(|| {
+            let t = self.txn.open_table(SNAPSHOTS)?;
+            let mut out = Vec::new();
+            for r in t.iter()? {
+                let (k, v) = r?;
+                out.push((k.value().to_string(), v.value().to_vec()));
+            }
+            Ok(out)
+        })
+    }
+
     pub fn snapshots(&self) -> Result<Vec<(String, Vec<u8>)>> {
         guarded(|| {
             let t = self.txn.open_table(SNAPSHOTS)?;

@@ -5,7 +5,7 @@
 //! caller's (the filesystem layer's) to settle, from what this returns.
 
 use super::MetaWrite;
-use crate::element::Element;
+use crate::element::{sealed, Element};
 use crate::error::Result;
 use crate::TID_MAX;
 
@@ -35,14 +35,18 @@ impl MetaWrite<'_> {
         for e in
             super::by_tid::ended_after(&self.seal, &self.ends, &self.hist, Some(&self.fresh), tid)?
         {
-            self.remove_ended(&e)?;
+            let stored = self.take_hist(&e)?;
             if e.create_tid > tid {
                 out.removed_hist.push(e);
                 continue;
             }
             let k = e.key.as_bytes();
-            self.live
-                .insert(k, self.seal.encode(k, e.create_tid, &e.payload).as_slice())?;
+            // A sealed value's seal moves back as it is.
+            let value = match stored.and_then(|v| sealed::live_of_hist(k, e.create_tid, &v)) {
+                Some(v) => v,
+                None => self.seal.encode(k, e.create_tid, &e.payload)?,
+            };
+            self.live.insert(k, value.as_slice())?;
             self.born.insert((e.create_tid, k), ())?;
             out.restored.push(Element {
                 delete_tid: TID_MAX,

@@ -503,3 +503,84 @@ mod salvage {
         assert!(!s.read().unwrap().vouches_for_absence());
     }
 }
+
+/// Sealed values: ended and rolled back without being opened, stored by a
+/// store without the key and read by one with it.
+mod sealed_values {
+    use super::super::*;
+    use crate::element::Opaque;
+    use crate::key::RecordType;
+    use std::sync::Arc;
+
+    fn keys() -> Arc<cairn_crypt::PoolKeys> {
+        Arc::new(cairn_crypt::PoolKeys::derive(&cairn_crypt::DataKey::random()))
+    }
+
+    fn reopen(d: &tempfile::TempDir, s: MetaStore) -> MetaStore {
+        drop(s);
+        MetaStore::open(&d.path().join("m.redb"), 1 << 20, PageCache::new()).unwrap()
+    }
+
+    #[test]
+    fn history_keeps_the_seal_and_a_keyless_store_moves_it_as_it_is() {
+        let d = tempfile::tempdir().unwrap();
+        let k = keys();
+        let s = MetaStore::create(&d.path().join("m.redb")).unwrap();
+        assert!(s.keep_sealed());
+        let key = ElemKey::new(9, RecordType::Extent, &0u64.to_be_bytes());
+        let other = ElemKey::new(9, RecordType::Inode, &[]);
+        let v1 = Opaque::seal(&k.elements, key.as_bytes(), 10, b"first", Some(&[4, 5]));
+        let v2 = Opaque::seal(&k.elements, key.as_bytes(), 20, b"second", Some(&[6]));
+        let ino = Opaque::seal(&k.elements, other.as_bytes(), 10, b"inode", None);
+        s.write(|w| {
+            w.put_sealed(&key, &v1, 10)?;
+            w.put_sealed(&other, &ino, 10)
+        })
+        .unwrap();
+        let ended = s.write(|w| w.put_sealed(&key, &v2, 20)).unwrap().unwrap();
+        // Without the key, payloads are the sealed bytes and carry their
+        // chunk ids in the clear.
+        assert_eq!(ended.payload, v1);
+        assert_eq!(Opaque(&ended.payload).chunks(key.as_bytes()).unwrap(), Some(vec![4, 5]));
+        let r = s.read().unwrap();
+        assert_eq!(r.get(&key).unwrap().unwrap().payload, v2);
+        drop(r);
+        // Rolled back to TID 15: the first version is live again, as sealed.
+        s.write(|w| w.rollback_to(15)).unwrap();
+        let s = reopen(&d, s);
+        assert!(s.seal_values(k.clone()));
+        let r = s.read().unwrap();
+        assert_eq!(r.get(&key).unwrap().unwrap().payload, b"first");
+        assert_eq!(r.get(&other).unwrap().unwrap().payload, b"inode");
+        drop(r);
+        // With the key: an end keeps the seal, the history reads opened.
+        s.write(|w| w.put(&key, b"third", 30)).unwrap();
+        let r = s.read().unwrap();
+        assert_eq!(r.get_asof(&key, 25).unwrap().unwrap().payload, b"first");
+        assert_eq!(r.get(&key).unwrap().unwrap().payload, b"third");
+        drop(r);
+        // Another pool's key opens nothing.
+        let s = reopen(&d, s);
+        assert!(s.seal_values(keys()));
+        assert!(s.read().unwrap().get(&other).is_err());
+    }
+
+    #[test]
+    fn chunk_ids_in_the_clear_are_bound_and_damage_is_refused() {
+        let k = keys();
+        let key = ElemKey::new(3, RecordType::Extent, &0u64.to_be_bytes());
+        let v = Opaque::seal(&k.elements, key.as_bytes(), 7, b"extent", Some(&[11, 12]));
+        assert_eq!(Opaque(&v).open(&k.elements, key.as_bytes(), 7).unwrap(), b"extent");
+        // Another id in the clear, TID or key: refused by the seal.
+        let mut moved = v.clone();
+        moved[3] ^= 1;
+        assert!(Opaque(&moved).open(&k.elements, key.as_bytes(), 7).is_err());
+        assert!(Opaque(&v).open(&k.elements, key.as_bytes(), 8).is_err());
+        let other = ElemKey::new(4, RecordType::Extent, &0u64.to_be_bytes());
+        assert!(Opaque(&v).open(&k.elements, other.as_bytes(), 7).is_err());
+        // Payloads that are not sealed values are errors, never a panic.
+        for bad in [&[][..], &[0][..], &[1, 5, 0][..], &[2; 40][..], &v[..20]] {
+            assert!(Opaque(bad).chunks(key.as_bytes()).is_err(), "{bad:?}");
+        }
+    }
+}

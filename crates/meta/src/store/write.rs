@@ -60,6 +60,12 @@ pub(super) enum DedupOut {
 }
 
 impl MetaWrite<'_> {
+    /// True if element payloads are handed out sealed (an encrypted
+    /// mirror opened without its key).
+    pub fn is_opaque(&self) -> bool {
+        self.seal.is_opaque()
+    }
+
     pub fn get(&self, key: &ElemKey) -> Result<Option<Element>> {
         match self.live.get(key.as_bytes())? {
             Some(v) => live_element(&self.seal, key.as_bytes(), v.value()).map(Some),
@@ -83,23 +89,17 @@ impl MetaWrite<'_> {
     /// Ends the live element with this key at `tid` (moves it to history).
     /// Returns it, with its delete_tid set.
     pub fn end(&mut self, key: &ElemKey, tid: u64) -> Result<Option<Element>> {
-        let Some(old) = self.live.remove(key.as_bytes())? else {
-            return Ok(None);
+        let old = match self.live.remove(key.as_bytes())? {
+            Some(v) => v.value().to_vec(),
+            None => return Ok(None),
         };
-        let (create_tid, payload) = self.seal.decode(key.as_bytes(), old.value())?;
-        drop(old);
-        self.move_to_history(key, create_tid, payload, tid)
-            .map(Some)
+        self.move_to_history(key, &old, tid).map(Some)
     }
 
-    /// Moves an element just taken out of `live` to history, ended at `tid`.
-    fn move_to_history(
-        &mut self,
-        key: &ElemKey,
-        create_tid: u64,
-        payload: Vec<u8>,
-        tid: u64,
-    ) -> Result<Element> {
+    /// Moves an element just taken out of `live` (its stored value `old`)
+    /// to history, ended at `tid`. A sealed value's seal moves as it is.
+    fn move_to_history(&mut self, key: &ElemKey, old: &[u8], tid: u64) -> Result<Element> {
+        let (create_tid, payload) = self.seal.decode(key.as_bytes(), old)?;
         // An element ends at a TID after the one that made it (and never
         // at infinity, which marks it live): else history would hold a
         // version no TID ever saw, and prune would misjudge it.
@@ -109,7 +109,11 @@ impl MetaWrite<'_> {
         );
         self.born_gone(create_tid, key.as_bytes());
         let hk = hist_key(key.as_bytes(), create_tid);
-        self.keep_ended(tid, &hk, &self.seal.encode(&hk, tid, &payload))?;
+        let value = match crate::element::sealed::hist_of_live(&hk, tid, old) {
+            Some(v) => v,
+            None => crate::element::encode_value(&hk, tid, &payload),
+        };
+        self.keep_ended(tid, &hk, &value)?;
         self.ends.insert((tid, hk.as_slice()), ())?;
         self.ended.insert(hk, payload.clone());
         Ok(Element {
@@ -136,17 +140,27 @@ impl MetaWrite<'_> {
     /// Returns the ended element, if any. One insert into `live` replaces
     /// the current element and hands it back (no separate remove).
     pub fn put(&mut self, key: &ElemKey, payload: &[u8], tid: u64) -> Result<Option<Element>> {
+        let value = self.seal.encode(key.as_bytes(), tid, payload)?;
+        self.put_value(key, &value, tid)
+    }
+
+    /// `put` of an element sealed elsewhere (a sealed mirror stream's
+    /// opaque payload, `element::Opaque`), stored as it is whether or not
+    /// this store holds the key.
+    pub fn put_sealed(&mut self, key: &ElemKey, opaque: &[u8], tid: u64) -> Result<Option<Element>> {
+        let value = crate::element::Opaque(opaque).live_value(key.as_bytes(), tid)?;
+        self.put_value(key, &value, tid)
+    }
+
+    fn put_value(&mut self, key: &ElemKey, value: &[u8], tid: u64) -> Result<Option<Element>> {
         // TID_MAX is the delete TID of a live element, no commit's TID.
         invariant!(tid < TID_MAX, "element {key} made at TID {tid}");
-        let value = self.seal.encode(key.as_bytes(), tid, payload);
-        let old = match self.live.insert(key.as_bytes(), value.as_slice())? {
-            Some(v) => Some(self.seal.decode(key.as_bytes(), v.value())?),
+        let old = match self.live.insert(key.as_bytes(), value)? {
+            Some(v) => Some(v.value().to_vec()),
             None => None,
         };
         let ended = match old {
-            Some((create_tid, payload)) => {
-                Some(self.move_to_history(key, create_tid, payload, tid)?)
-            }
+            Some(old) => Some(self.move_to_history(key, &old, tid)?),
             None => None,
         };
         self.born.insert((tid, key.as_bytes()), ())?;
@@ -256,9 +270,14 @@ impl MetaWrite<'_> {
     /// Physically removes one ended element (and its `ends` entry), as
     /// prune does; returns false if it was not stored.
     pub fn remove_ended(&mut self, e: &Element) -> Result<bool> {
+        Ok(self.take_hist(e)?.is_some())
+    }
+
+    /// `remove_ended`, returning the stored history value.
+    pub(super) fn take_hist(&mut self, e: &Element) -> Result<Option<Vec<u8>>> {
         let hk = hist_key(e.key.as_bytes(), e.create_tid);
         self.ends.remove((e.delete_tid, hk.as_slice()))?;
-        Ok(self.take_ended(e.delete_tid, &hk)?.is_some())
+        self.take_ended(e.delete_tid, &hk)
     }
 
     /// Notes that ended element `e` was removed before the prune horizon
@@ -487,6 +506,27 @@ impl MetaWrite<'_> {
         (self.snapshots.get(stored.as_str())?)
             .map(|v| self.seal.open_snapshot(&stored, v.value()))
             .transpose()
+    }
+
+    /// The snapshots as stored (names and records sealed in an encrypted
+    /// pool): what a sealed mirror stream carries.
+    pub fn snapshots_stored(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for r in self.snapshots.iter()? {
+            let (k, v) = r?;
+            out.push((k.value().to_string(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Replaces the snapshots with `snaps`, as stored (see
+    /// `snapshots_stored`).
+    pub fn replace_snapshots_stored(&mut self, snaps: &[(String, Vec<u8>)]) -> Result<()> {
+        self.snapshots.retain(|_, _| false)?;
+        for (name, rec) in snaps {
+            self.snapshots.insert(name.as_str(), rec.as_slice())?;
+        }
+        Ok(())
     }
 
     pub fn remove_device(&mut self, id: u32) -> Result<()> {
