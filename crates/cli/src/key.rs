@@ -72,6 +72,27 @@ pub fn open_pool(
     Ok(Pool::open_keyed(pool, config, storage, secret.as_ref())?)
 }
 
+/// Opens the pool at `pool` for a mirror command (taking a stream, its
+/// questions, status): an encrypted mirror without its key when none is
+/// given (no --key-file, credential or key pipe), so that a backup host
+/// never needs it; any other pool as `open_pool` opens it.
+pub fn open_pool_for_mirror(pool: &Path) -> Result<Pool> {
+    let storage = cairn_devices::HostStorage::shared;
+    if !is_encrypted(pool)? {
+        // A key given is the source's (`mirror copy` of a pool not mounted).
+        return Ok(Pool::open_keyed(pool, None, storage(), None)?);
+    }
+    let given =
+        key_file().is_some() || credential().is_some() || std::env::var_os(KEY_FD_ENV).is_some();
+    if given {
+        return open_pool(pool, None, None);
+    }
+    match Pool::open_sealed(pool, None, storage()) {
+        Err(cairn_fs::FsError::Key(_)) => open_pool(pool, None, None),
+        r => Ok(r?),
+    }
+}
+
 /// The key file of the systemd credential `cairn-key`, if the unit has one.
 fn credential() -> Option<PathBuf> {
     let dir = std::env::var_os("CREDENTIALS_DIRECTORY")?;

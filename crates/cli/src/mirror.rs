@@ -6,7 +6,7 @@
 //! temporary directory.
 
 use crate::args::MirrorCmd;
-use crate::control::client::call_as;
+use crate::control::client::{call_as, call_mirror_as};
 use crate::control::protocol::Request;
 use crate::mirror_ends::{Dest, PoolSource};
 use anyhow::{Context, Result};
@@ -60,7 +60,7 @@ pub fn run(c: MirrorCmd) -> Result<()> {
 fn pool_cmd(c: MirrorCmd) -> Result<()> {
     match c {
         MirrorCmd::Status(t) => {
-            let v: StatusReply = call_as(&t.target, Request::MirrorStatus)?;
+            let v: StatusReply = call_mirror_as(&t.target, Request::MirrorStatus)?;
             print(&v, t.json, describe_status)
         }
         MirrorCmd::Release { t, mirror } => {
@@ -99,7 +99,7 @@ fn write_cmd(t: &crate::args::TargetArgs, input: Option<PathBuf>, force: bool) -
         path: text(&path),
         force,
     };
-    let v: WriteReply = call_as(&t.target, req)?;
+    let v: WriteReply = call_mirror_as(&t.target, req)?;
     print(&v, t.json, describe_write)
 }
 
@@ -139,7 +139,7 @@ fn lacking_cmd(t: &crate::args::TargetArgs) -> Result<()> {
         path: text(&wanted),
         out: text(&out),
     };
-    call_as::<cairn_mirror::reply::LackingReply>(&t.target, req)?;
+    call_mirror_as::<cairn_mirror::reply::LackingReply>(&t.target, req)?;
     let hex: String = std::fs::read(&out)?
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -346,6 +346,11 @@ fn describe_status(v: &StatusReply) -> String {
         v.tid,
         v.time_ns.map_or("-".into(), cairn_fs::timefmt::format_utc)
     );
+    if v.sealed {
+        out.push_str(
+            ", held without its key (sealed: names, snapshots and history are read with the key)",
+        );
+    }
     for m in &v.mirrors {
         out.push_str(&format!(
             "\nmirror {} at {}: TID {:#x}, {} commits behind, last copy {}",

@@ -40,7 +40,7 @@ pub fn restore(b: &Bucket, pool: &Path) -> Result<RestoreReply> {
             pool.display()
         );
     }
-    let dest = crate::mirror_ends::local(pool, Session::open(pool)?);
+    let dest = crate::mirror_ends::local(pool, Session::open_mirror(pool)?);
     let dir = private_dir()?;
     let r = bucket_copy::restore(b, &m, &dest, dir.path());
     let closed = dest.close();

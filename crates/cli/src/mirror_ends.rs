@@ -91,7 +91,7 @@ impl Dest {
             let name = absolute(p).map_or(text(p), |p| text(&p));
             return Ok(Dest::Local {
                 name,
-                s: Session::open(p)?,
+                s: Session::open_mirror(p)?,
             });
         };
         match rest.split_once(':') {

@@ -11,21 +11,36 @@ use crate::compress::{compress, Compression, RAW};
 use cairn_crypt::{PoolKeys, OVERHEAD};
 use std::sync::Arc;
 
-/// The pool's chunk codec: plain, or encrypted with the pool's keys.
+/// The pool's chunk codec: plain, or encrypted with the pool's keys, or
+/// encrypted without them (a mirror held without its key: it stores the
+/// sealed chunks its source sends, and opens none).
 #[derive(Clone, Default, Debug)]
 pub struct ChunkCodec {
     keys: Option<Arc<PoolKeys>>,
+    sealed: bool,
 }
 
 impl ChunkCodec {
     /// The codec of an encrypted pool.
     pub fn encrypted(keys: Arc<PoolKeys>) -> Self {
-        ChunkCodec { keys: Some(keys) }
+        ChunkCodec {
+            keys: Some(keys),
+            sealed: true,
+        }
     }
 
-    /// True if new chunks are encrypted.
+    /// The codec of an encrypted pool held without its key: chunks stored
+    /// as they come; a read is refused (`ChunkError::NeedsKey`).
+    pub fn sealed_without_key() -> Self {
+        ChunkCodec {
+            keys: None,
+            sealed: true,
+        }
+    }
+
+    /// True if chunks are encrypted.
     pub fn is_encrypted(&self) -> bool {
-        self.keys.is_some()
+        self.sealed
     }
 
     /// The content hash of a block: what names its chunk and finds its

@@ -119,7 +119,10 @@ impl ValueSeal {
         match self.0.get() {
             Some(SealMode::Keys(k)) => sealed::open(&k.elements, version, key, tid, body),
             Some(SealMode::Opaque) => sealed::Opaque::of(version, key, body).map(|p| (tid, p)),
-            None => Err(corrupt(key, "the element is encrypted: the pool's key is needed")),
+            None => Err(corrupt(
+                key,
+                "the element is encrypted: the pool's key is needed",
+            )),
         }
     }
 }

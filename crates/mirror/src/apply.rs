@@ -164,7 +164,11 @@ fn apply_one<R: Read>(fs: &Fs, r: &mut FrameReader<R>, opts: ApplyOptions) -> Re
         ..ApplyReport::default()
     };
     let mut ids = HashMap::new();
-    let mut batch = Batch::default();
+    let new_batch = || Batch {
+        sealed: header.is_sealed(),
+        ..Batch::default()
+    };
+    let mut batch = new_batch();
     loop {
         let (kind, body) = r.read_frame()?;
         match kind {
@@ -178,7 +182,7 @@ fn apply_one<R: Read>(fs: &Fs, r: &mut FrameReader<R>, opts: ApplyOptions) -> Re
                 batch.next_ino = decode_commit(&body)?.1;
                 rep.events += batch.events.len() as u64;
                 rep.chunks += batch.chunks.iter().filter(|c| c.data.is_some()).count() as u64;
-                rep.upto = fs.apply_batch(&std::mem::take(&mut batch), &mut ids)?;
+                rep.upto = fs.apply_batch(&std::mem::replace(&mut batch, new_batch()), &mut ids)?;
                 rep.batches += 1;
             }
             Kind::End => {
@@ -204,9 +208,6 @@ fn read_header<R: Read>(r: &mut FrameReader<R>) -> Result<Header> {
 fn bind(fs: &Fs, h: &Header, opts: ApplyOptions) -> Result<()> {
     let at = fs.last_tid();
     let refuse = |why: String| Err(StreamError::Refused(why));
-    if fs.pool().keys.is_some() {
-        return refuse("the target is an encrypted mirror, and streams are applied only to mirrors made without --encrypt for now (the stream of a plain pool; streams of encrypted pools are not written yet)".into());
-    }
     let role = fs.mirror_role()?;
     match role {
         Role::Normal => {
@@ -225,19 +226,39 @@ fn bind(fs: &Fs, h: &Header, opts: ApplyOptions) -> Result<()> {
         Role::Unbound if h.since != 0 => {
             return refuse("a fresh mirror takes a full stream first (--since 0)".into())
         }
-        Role::Unbound => fs.clear_fresh_mirror()?,
+        Role::Unbound => {
+            fs.clear_fresh_mirror()?;
+            take_key(fs, h, true)?;
+        }
         _ if h.since != at => {
             return refuse(format!(
                 "the stream holds the changes after TID {:#x}, and the mirror is at TID {at:#x}: read one with --since {at:#x}",
                 h.since
             ))
         }
-        _ => {}
+        _ => take_key(fs, h, false)?,
     }
     if role != (Role::Mirror { source: h.source }) {
         fs.set_mirror_role(Role::Mirror { source: h.source })?;
     }
     Ok(())
+}
+
+/// A sealed stream goes only into a mirror whose values are sealed or a
+/// fresh one (which takes the source's key block with it), a plain stream
+/// only into a plain mirror; a sealed stream's key block replaces the
+/// mirror's when the source changed its key since.
+fn take_key(fs: &Fs, h: &Header, fresh: bool) -> Result<()> {
+    match (h.key_block, fs.is_sealed()) {
+        (Some(k), sealed) if sealed || fresh => Ok(fs.take_key_block(&k)?),
+        (Some(_), _) => Err(StreamError::Refused(
+            "the stream is of an encrypted pool and this mirror holds a plain pool's changes: mirror it into a fresh mirror (cairn mkfs --mirror), which takes the source's key block".into(),
+        )),
+        (None, false) => Ok(()),
+        (None, true) => Err(StreamError::Refused(
+            "the stream is of a pool that is not encrypted and this mirror holds an encrypted pool's changes: mirror it into a mirror made without --encrypt".into(),
+        )),
+    }
 }
 
 fn check_commit(body: &[u8], last: u64, h: &Header) -> Result<u64> {

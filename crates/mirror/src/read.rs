@@ -67,7 +67,6 @@ pub fn read_stream_limited(
     held: Held,
     limits: Limits,
 ) -> Result<ReadReport> {
-    refuse_encrypted(fs)?;
     let c = fs.changes_since(since)?;
     let at_since = match held {
         Held::AtSince => fs.held_at(since)?,
@@ -79,6 +78,7 @@ pub fn read_stream_limited(
         source: fs.pool().sb.uuid,
         since,
         upto: c.upto,
+        key_block: key_block(fs)?,
     };
     w.frame(Kind::Header, &header.encode())?;
     let mut rep = ReadReport {
@@ -134,15 +134,16 @@ pub fn read_stream_limited(
     Ok(rep)
 }
 
-/// A stream of an encrypted pool would carry its element values and names
-/// opened: refused until streams stay sealed end to end.
-fn refuse_encrypted(fs: &Fs) -> Result<()> {
-    match fs.pool().keys.is_some() {
-        true => Err(crate::error::StreamError::Refused(
-            "the stream is of an encrypted pool: mirror streams that stay encrypted end to end are not done yet, and a stream would carry names and metadata in the clear, so none is written".into(),
-        )),
-        false => Ok(()),
-    }
+/// The key block a stream of an encrypted pool carries (its changes are
+/// sealed by `changes_since`), as stored.
+fn key_block(fs: &Fs) -> Result<Option<[u8; cairn_crypt::KEYBLOCK_LEN]>> {
+    let Some(b) = fs.stream_key_block()? else {
+        return Ok(None);
+    };
+    let block = b.try_into().map_err(|b: Vec<u8>| {
+        crate::error::StreamError::Refused(format!("a key block of {} bytes", b.len()))
+    })?;
+    Ok(Some(block))
 }
 
 /// Where the batch starting at event `i` ends: past enough events or

@@ -5,19 +5,31 @@ use crate::error::{Result, StreamError};
 use crate::frame::{len16, len32, Body};
 use cairn_fs::replica::{Change, ChunkIn, Event, StoredChunk};
 
-/// Format version of streams written now.
+/// Format version of the streams of a plain pool.
 pub const VERSION: u16 = 1;
+/// Format version of the streams of an encrypted pool (sealed end to end):
+/// version 1's header followed by the source's key block, and sealed
+/// creations (event change 2).
+pub const VERSION_SEALED: u16 = 2;
 const MAGIC: &[u8; 8] = b"cairn-ms";
+const KEYBLOCK_LEN: usize = cairn_crypt::KEYBLOCK_LEN;
 
-/// What the stream is: whose changes, after and up to which TID.
+/// What the stream is: whose changes, after and up to which TID, and, for
+/// an encrypted pool's, its key block (wrapped, as on the source's disk).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
     pub source: [u8; 16],
     pub since: u64,
     pub upto: u64,
+    pub key_block: Option<[u8; KEYBLOCK_LEN]>,
 }
 
 impl Header {
+    /// True for a stream of an encrypted pool.
+    pub fn is_sealed(&self) -> bool {
+        self.key_block.is_some()
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         // `decode` refuses a range that ends before it starts.
         assert!(
@@ -26,12 +38,19 @@ impl Header {
             self.since,
             self.upto
         );
-        let mut b = Vec::with_capacity(42);
+        let version = match self.key_block {
+            Some(_) => VERSION_SEALED,
+            None => VERSION,
+        };
+        let mut b = Vec::with_capacity(42 + KEYBLOCK_LEN);
         b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&version.to_le_bytes());
         b.extend_from_slice(&self.source);
         b.extend_from_slice(&self.since.to_le_bytes());
         b.extend_from_slice(&self.upto.to_le_bytes());
+        if let Some(k) = &self.key_block {
+            b.extend_from_slice(k);
+        }
         b
     }
 
@@ -41,13 +60,17 @@ impl Header {
             return Err(StreamError::Damaged("not a Cairn mirror stream".into()));
         }
         let v = c.u16()?;
-        if v != VERSION {
+        if v != VERSION && v != VERSION_SEALED {
             return Err(StreamError::Refused(format!(
-                "stream format version {v}; this cairn reads version {VERSION}"
+                "stream format version {v}; this cairn reads versions {VERSION} and {VERSION_SEALED}"
             )));
         }
         let source = c.array::<16>()?;
         let (since, upto) = (c.u64()?, c.u64()?);
+        let key_block = match v {
+            VERSION_SEALED => Some(c.array::<KEYBLOCK_LEN>()?),
+            _ => None,
+        };
         c.done()?;
         if since > upto {
             return Err(StreamError::Damaged(format!(
@@ -58,6 +81,7 @@ impl Header {
             source,
             since,
             upto,
+            key_block,
         })
     }
 }
@@ -119,16 +143,17 @@ pub fn decode_chunk(b: &[u8]) -> Result<ChunkIn> {
 }
 
 pub fn encode_event(e: &Event) -> Vec<u8> {
-    let payload: &[u8] = match &e.change {
-        Change::Create(p) => p,
-        Change::End => &[],
+    let (change, payload): (u8, &[u8]) = match &e.change {
+        Change::End => (0, &[]),
+        Change::Create(p) => (1, p),
+        Change::Sealed(p) => (2, p),
     };
     // The key's length is a u16 (`len16` refuses a longer one, which
     // would shift the payload).
     let mut b = Vec::with_capacity(19 + e.key.len() + payload.len());
     b.extend_from_slice(&e.tid.to_le_bytes());
     b.extend_from_slice(&e.create_tid.to_le_bytes());
-    b.push(matches!(e.change, Change::Create(_)) as u8);
+    b.push(change);
     b.extend_from_slice(&len16(e.key.len()));
     b.extend_from_slice(&e.key);
     b.extend_from_slice(payload);
@@ -144,12 +169,13 @@ pub fn decode_event(b: &[u8]) -> Result<Event> {
     let change = match create {
         0 => Change::End,
         1 => Change::Create(c.rest().to_vec()),
+        2 => Change::Sealed(c.rest().to_vec()),
         n => return Err(StreamError::Damaged(format!("event frame: change {n}"))),
     };
     c.done()?;
     let ordered = match change {
         Change::End => create_tid < tid,
-        Change::Create(_) => create_tid == tid,
+        Change::Create(_) | Change::Sealed(_) => create_tid == tid,
     };
     if !ordered || key.is_empty() {
         return Err(StreamError::Damaged(format!(

@@ -110,7 +110,12 @@ pub struct StatusReply {
     pub mirrors: Vec<HoldStatus>,
     /// History before this TID is pruned (except at snapshots).
     pub pruned_tid: u64,
+    /// Its snapshots (none listed when `sealed`).
     pub snapshots: Vec<SnapshotAt>,
+    /// An encrypted mirror opened without its key: its names, snapshots
+    /// and history are sealed here.
+    #[serde(default)]
+    pub sealed: bool,
 }
 
 /// `MirrorRollback`: what rolling a mirror back to a snapshot changed

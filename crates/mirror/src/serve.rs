@@ -168,13 +168,19 @@ pub fn status(fs: &Arc<Fs>) -> Result<StatusReply> {
     let r = fs.pool().meta.read().map_err(FsError::from)?;
     let time_ns = r.tid_time(tid).map_err(FsError::from)?.map(|(_, ns)| ns);
     let pruned_tid = r.counter("pruned_tid").map_err(FsError::from)?;
-    let snapshots = (fs.snapshots()?.into_iter())
-        .map(|s| SnapshotAt {
-            name: s.name,
-            tid: s.tid,
-        })
-        .collect();
+    // Held without its key, a mirror cannot read its snapshots' names.
+    let sealed = fs.pool().meta.is_opaque();
+    let snapshots = match sealed {
+        true => Vec::new(),
+        false => (fs.snapshots()?.into_iter())
+            .map(|s| SnapshotAt {
+                name: s.name,
+                tid: s.tid,
+            })
+            .collect(),
+    };
     Ok(StatusReply {
+        sealed,
         role,
         tid,
         uuid: hex(&fs.pool().sb.uuid),
@@ -188,6 +194,7 @@ pub fn status(fs: &Arc<Fs>) -> Result<StatusReply> {
 
 /// `MirrorPromote`: a mirror becomes a writable pool.
 pub fn promote(fs: &Arc<Fs>) -> Result<PromoteReply> {
+    fs.needs_key("promoting a mirror")?;
     match fs.mirror_role()? {
         Role::Mirror { source } => fs.set_mirror_role(Role::Promoted { source })?,
         r => return Err(FsError::BadRequest(format!("not a mirror ({r:?})"))),

@@ -171,6 +171,14 @@ pub fn call_as<T: serde::de::DeserializeOwned>(target: &Path, req: Request) -> R
     Ok(v)
 }
 
+/// `call_as` for a mirror command (`Session::open_mirror`).
+pub fn call_mirror_as<T: serde::de::DeserializeOwned>(target: &Path, req: Request) -> Result<T> {
+    let s = Session::open_mirror(target)?;
+    let v = s.call_as(req)?;
+    s.close()?;
+    Ok(v)
+}
+
 /// `call_as`, with the reply as it came too (what `--json` prints).
 pub fn call_with_json<T: serde::de::DeserializeOwned>(
     target: &Path,
@@ -199,13 +207,26 @@ pub struct Session {
 
 impl Session {
     pub fn open(target: &Path) -> Result<Session> {
+        Self::open_by(target, |p| crate::key::open_pool(p, None, None))
+    }
+
+    /// `open` for a mirror command: an encrypted mirror opens without its
+    /// key when none is given (`key::open_pool_for_mirror`).
+    pub fn open_mirror(target: &Path) -> Result<Session> {
+        Self::open_by(target, crate::key::open_pool_for_mirror)
+    }
+
+    fn open_by(
+        target: &Path,
+        open_pool: impl Fn(&Path) -> Result<cairn_fs::Pool>,
+    ) -> Result<Session> {
         let (pool, mnt) = resolve(target)?;
         if denied(&pool) {
             return Err(no_access(&pool, mnt.as_deref(), true));
         }
         let open = match pool_locked(&pool) {
             true => None,
-            false => Some(Fs::open(crate::key::open_pool(&pool, None, None)?)?),
+            false => Some(Fs::open(open_pool(&pool)?)?),
         };
         Ok(Session { pool, open })
     }

@@ -62,7 +62,8 @@ pub(crate) fn redo_live_debts(meta: &MetaStore) -> Result<u64> {
     drop(r);
     let n = meta.write(|w| {
         w.live_redone();
-        let debts = chunk_uses(&w.ended_after(since)?)?;
+        let opaque = w.is_opaque();
+        let debts = chunk_uses(&w.ended_after(since)?, opaque)?;
         make_decrements(w, &debts)?;
         Ok::<_, FsError>(debts.len() as u64)
     })?;

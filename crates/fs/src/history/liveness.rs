@@ -55,7 +55,11 @@ impl Fs {
         let of = |dropped: bool| {
             (ended.iter().zip(&victim)).filter_map(move |(e, &v)| (v == dropped).then_some(e))
         };
-        let (now, later) = (chunk_uses(of(true))?, chunk_uses(of(false))?);
+        let opaque = w.is_opaque();
+        let (now, later) = (
+            chunk_uses(of(true), opaque)?,
+            chunk_uses(of(false), opaque)?,
+        );
         let due = w.live_due(later.len());
         for (&id, &n) in &later {
             self.take_live(w, id, n, !due, touched)?;
@@ -103,17 +107,39 @@ impl Fs {
     }
 }
 
-/// How many times the extents among `elements` name each chunk.
-pub(crate) fn chunk_uses<'a>(elements: impl IntoIterator<Item = &'a Element>) -> Result<Debts> {
+/// How many times the extents among `elements` name each chunk (`opaque`:
+/// their payloads are sealed, as a mirror without the key holds them).
+pub(crate) fn chunk_uses<'a>(
+    elements: impl IntoIterator<Item = &'a Element>,
+    opaque: bool,
+) -> Result<Debts> {
     let mut uses = Debts::new();
     for e in elements {
-        if e.key.rtype() == Some(RecordType::Extent) {
-            for id in Extent::decode(&e.payload)?.chunks() {
-                *uses.entry(id).or_default() += 1;
-            }
+        for id in extent_chunks(e, opaque)? {
+            *uses.entry(id).or_default() += 1;
         }
     }
     Ok(uses)
+}
+
+/// The chunks element `e` names, once per naming (none unless it is an
+/// extent): from its payload, or, `opaque` (sealed, without the key), from
+/// the chunk ids a sealed extent carries in the clear.
+pub(crate) fn extent_chunks(e: &Element, opaque: bool) -> Result<Vec<u64>> {
+    if e.key.rtype() != Some(RecordType::Extent) {
+        return Ok(Vec::new());
+    }
+    match opaque {
+        false => Ok(Extent::decode(&e.payload)?.chunks().collect()),
+        true => {
+            (cairn_meta::element::Opaque(&e.payload).chunks(e.key.as_bytes())?).ok_or_else(|| {
+                FsError::Io(format!(
+                    "{}: a sealed extent without its chunk ids, held without the key",
+                    e.key
+                ))
+            })
+        }
+    }
 }
 
 /// Makes decrements that waited (`debts`: chunk id -> live references to

@@ -133,7 +133,7 @@ impl Fs {
             ..Pruned::default()
         };
         if dry_run {
-            let drops = crate::history::liveness::chunk_uses(&removed)?;
+            let drops = crate::history::liveness::chunk_uses(&removed, w.is_opaque())?;
             for (id, n) in drops {
                 let raw = w
                     .chunk(id)?
@@ -172,6 +172,7 @@ impl Fs {
         reason = "nanoseconds since 1970: now is after 1970 and before 2554"
     )]
     fn prune_inner(&self, policy: &PrunePolicy, dry_run: bool) -> Result<PruneReport> {
+        self.needs_key("a prune (which history snapshots keep is sealed)")?;
         self.flush()?;
         let last = self.flush_guard();
         let now = Time::now().as_nanos() as u64;

@@ -166,6 +166,11 @@ pub(crate) fn read_snapshots(r: &MetaRead) -> Result<Vec<Snapshot>> {
 impl Fs {
     /// Reloads the snapshot TIDs after snapshots were added or removed.
     pub(crate) fn refresh_retained(&self) -> Result<()> {
+        // Without the key a mirror cannot read its snapshots' TIDs (their
+        // records are sealed); it prunes nothing (`needs_key`).
+        if self.pool.meta.is_opaque() {
+            return Ok(());
+        }
         let mut tids: Vec<u64> = read_snapshots(&self.meta()?)?
             .iter()
             .map(|s| s.tid)

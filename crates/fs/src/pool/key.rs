@@ -23,6 +23,10 @@ pub struct Encryption {
     pub key_changed: u64,
     /// What is encrypted so far.
     pub covers: String,
+    /// The pool whose key this is (its uuid, hex), when it is not this
+    /// pool's own: a mirror of an encrypted pool holds its source's.
+    #[serde(default)]
+    pub key_of: Option<String>,
 }
 
 /// What this build encrypts (the rest of issue 53 is not done yet).
@@ -54,6 +58,7 @@ impl Encryption {
             created: b.created,
             key_changed: b.changed,
             covers: COVERS.into(),
+            key_of: None,
         }
     }
 }
@@ -114,11 +119,11 @@ pub fn unlock(
             None => Ok(None),
         };
     };
+    let mut info = Encryption::of(&block);
     if block.uuid != uuid {
-        return Err(FsError::Key(format!(
-            "{}: the key block belongs to another pool (its uuid differs from the superblock's)",
-            PoolPaths::key(pool).display()
-        )));
+        // A mirror's key block is its source's: `check_owner` confirms it
+        // once the metadata is open.
+        info.key_of = Some(hex16(&block.uuid));
     }
     let Some(secret) = secret else {
         return Err(FsError::Key(format!(
@@ -128,10 +133,65 @@ pub fn unlock(
     };
     let key = (block.unlock(secret))
         .map_err(|e| FsError::Key(format!("pool {}: {e}", pool.display())))?;
-    Ok(Some((
-        Arc::new(PoolKeys::derive(&key)),
-        Encryption::of(&block),
-    )))
+    Ok(Some((Arc::new(PoolKeys::derive(&key)), info)))
+}
+
+fn hex16(u: &[u8; 16]) -> String {
+    u.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Refuses a key block of another pool unless this pool is a mirror (or a
+/// promoted mirror) of that pool, which holds its source's key block.
+pub(crate) fn check_owner(
+    pool: &Path,
+    info: &Encryption,
+    role: crate::replica::Role,
+) -> Result<()> {
+    use crate::replica::Role;
+    let Some(owner) = &info.key_of else {
+        return Ok(());
+    };
+    match role {
+        Role::Mirror { source } | Role::Promoted { source } if hex16(&source) == *owner => Ok(()),
+        _ => Err(FsError::Key(format!(
+            "{}: the key block belongs to another pool (its uuid differs from the superblock's, and this pool is no mirror of that one)",
+            PoolPaths::key(pool).display()
+        ))),
+    }
+}
+
+/// Checks that a pool opened without its key may be: an encrypted mirror
+/// (or one not bound yet, whose first stream may bring a key block).
+pub(crate) fn open_without_key(pool: &Path, meta: &cairn_meta::MetaStore) -> Result<()> {
+    use crate::replica::Role;
+    match Role::read(&meta.read()?)? {
+        Role::Mirror { .. } | Role::Unbound => Ok(()),
+        _ => Err(FsError::Key(format!(
+            "pool {} is not a mirror: only a mirror's streams are taken without the pool's key",
+            pool.display()
+        ))),
+    }
+}
+
+/// A mirror takes its source's key block from a sealed stream: written
+/// when the mirror has none (its first stream), replaced when the source
+/// changed its key since (same pool and key, a later change), refused
+/// when it is another pool's.
+pub fn adopt_key_block(pool: &Path, block: &KeyBlock) -> Result<()> {
+    let refuse = |why: &str| {
+        Err(FsError::Key(format!(
+            "{}: {why}",
+            PoolPaths::key(pool).display()
+        )))
+    };
+    match read_key_block(pool)? {
+        None => write_key_block(pool, block),
+        Some(old) if old.uuid != block.uuid => {
+            refuse("the mirror holds the key block of another pool than the stream's source")
+        }
+        Some(old) if old.changed >= block.changed || old == *block => Ok(()),
+        Some(_) => write_key_block(pool, block),
+    }
 }
 
 /// Refuses the salvage of a damaged metadata store (its report and its

@@ -859,6 +859,15 @@ pub(crate) fn stripe_table(r: &cairn_meta::MetaRead) -> Result<Vec<(u64, cairn_d
     Ok(out)
 }
 
+/// How an open finds an encrypted pool's key.
+#[derive(Clone, Copy)]
+enum Unlock<'a> {
+    /// With this secret (None: the pool must not be encrypted).
+    With(Option<&'a cairn_crypt::Secret>),
+    /// Without: an encrypted mirror whose values stay sealed.
+    Without,
+}
+
 impl Pool {
     pub fn open(path: &Path, config: Option<PoolConfig>) -> Result<Pool> {
         Self::open_with(path, config, HostStorage::shared())
@@ -877,18 +886,42 @@ impl Pool {
     /// `open_with` for a pool that may be encrypted: `secret` unlocks its
     /// key (refused, with nothing changed, when it does not; and given
     /// for a pool that is not encrypted).
-    #[allow(
-        clippy::cast_possible_truncation,
-        reason = "a cache size in MiB from the config; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
-    )]
     pub fn open_keyed(
         path: &Path,
         config: Option<PoolConfig>,
         storage: Arc<dyn Storage>,
         secret: Option<&cairn_crypt::Secret>,
     ) -> Result<Pool> {
+        Self::open_inner(path, config, storage, Unlock::With(secret))
+    }
+
+    /// Opens an encrypted mirror without its key (a backup host keeping
+    /// the sealed streams of its source): element values stay sealed, and
+    /// only what needs no key works (taking streams, their questions, the
+    /// mirror's status). Refused for a pool that is not a mirror.
+    pub fn open_sealed(
+        path: &Path,
+        config: Option<PoolConfig>,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Pool> {
+        Self::open_inner(path, config, storage, Unlock::Without)
+    }
+
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a cache size in MiB from the config; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+    )]
+    fn open_inner(
+        path: &Path,
+        config: Option<PoolConfig>,
+        storage: Arc<dyn Storage>,
+        how: Unlock<'_>,
+    ) -> Result<Pool> {
         let sb = read_superblock(path)?;
-        let unlocked = key::unlock(path, sb.uuid, secret)?;
+        let unlocked = match how {
+            Unlock::With(secret) => key::unlock(path, sb.uuid, secret)?,
+            Unlock::Without => None,
+        };
         let mut mode_warnings = crate::pool::perms::tighten(path);
         let lock = take_lock(path)?;
         let config = match config {
@@ -905,14 +938,20 @@ impl Pool {
                 meta_pages.clone(),
                 storage.clone(),
             )?;
-            if let Some((keys, _)) = &unlocked {
-                m.seal_values(keys.clone());
+            match (&unlocked, how) {
+                (Some((keys, _)), _) => drop(m.seal_values(keys.clone())),
+                (None, Unlock::Without) => drop(m.keep_sealed()),
+                (None, Unlock::With(_)) => {}
             }
             Ok(m)
         };
         let mut meta = open_meta()?;
-        if unlocked.is_some() {
+        if let Some((_, info)) = &unlocked {
             key::require_sealed_names(&meta)?;
+            key::check_owner(path, info, crate::replica::Role::read(&meta.read()?)?)?;
+        }
+        if matches!(how, Unlock::Without) {
+            key::open_without_key(path, &meta)?;
         }
         crate::history::live_debts::redo_live_debts(&meta)?;
         crate::history::liveness::convert(&meta)?;
@@ -963,6 +1002,9 @@ impl Pool {
             chunks.set_codec(cairn_data::ChunkCodec::encrypted(keys));
             info
         });
+        if matches!(how, Unlock::Without) && key::is_encrypted(path)? {
+            chunks.set_codec(cairn_data::ChunkCodec::sealed_without_key());
+        }
         crate::maintenance::objects::spawn_gc(set.clone());
         chunks.set_compression(config.compression()?);
         chunks.set_ram_cache(config.read_cache_mib << 20);

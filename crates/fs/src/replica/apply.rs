@@ -40,6 +40,10 @@ pub struct Batch {
     /// The source's orphans (inodes unlinked while open), replacing the
     /// mirror's (the last batch).
     pub orphans: Option<Vec<u64>>,
+    /// A batch of an encrypted pool's stream: its creations are sealed
+    /// (`Change::Sealed`), its snapshots as the source stores them, and its
+    /// chunks keep the source's ids (sealed extents are not rewritten).
+    pub sealed: bool,
 }
 
 /// Source chunk ids and where each is on the mirror.
@@ -63,6 +67,7 @@ impl Fs {
                 e.tid, *last
             )));
         }
+        self.check_sealed(b)?;
         let (locals, mut touched) = self.store_chunks(b)?;
         let mut freed = Vec::new();
         let old_orphans = self.meta()?.orphans()?;
@@ -72,7 +77,7 @@ impl Fs {
             // Paths given their own layout raise the metadata's copies
             // as on the source (`Fs::note_path_layout`).
             more_copies = crate::redundancy::raise_path_copies(w, own)?;
-            self.map_chunks(w, locals, ids)?;
+            self.map_chunks(w, locals, ids, b.sealed)?;
             let ended = apply_events(self, w, &b.events, ids, &mut touched)?;
             for tid in ended {
                 self.settle_ended(w, tid, &mut touched, &mut freed)?;
@@ -83,8 +88,10 @@ impl Fs {
             let next_ino = w.counter("next_ino")?.max(b.next_ino);
             w.set_counter("next_ino", next_ino)?;
             w.set_counter("last_tid", b.upto)?;
-            if let Some(snaps) = &b.snapshots {
-                replace_snapshots(w, snaps)?;
+            match &b.snapshots {
+                Some(snaps) if b.sealed => w.replace_snapshots_stored(snaps)?,
+                Some(snaps) => replace_snapshots(w, snaps)?,
+                None => {}
             }
             if let Some(orphans) = &b.orphans {
                 for ino in old_orphans.iter().filter(|i| !orphans.contains(i)) {
@@ -133,19 +140,37 @@ impl Fs {
         let mut out = Vec::new();
         let layouts = self.chunk_layouts(b)?;
         let mut batch = self.pool.chunks.batch();
+        if b.sealed {
+            // Stored as they come (never packed here), sealed.
+            batch.set_codec(cairn_data::ChunkCodec::sealed_without_key());
+        }
         for c in &b.chunks {
-            if let Some(id) = self.chunk_by_hash(&c.hash)? {
+            let held = match b.sealed {
+                true => self.chunk_at(c.src, &c.hash)?,
+                false => self.chunk_by_hash(&c.hash)?,
+            };
+            if let Some(id) = held {
                 out.push((c.src, Local::Held(id)));
                 continue;
             }
-            let Some(d) = &c.data else {
+            let copied = match (&c.data, b.sealed) {
+                // Held under another id (the source stored the same bytes
+                // again after freeing them): copied, as a sealed extent
+                // names the source's id.
+                (None, true) => self.stored_by_hash(&c.hash)?,
+                _ => None,
+            };
+            let Some(d) = c.data.as_ref().or(copied.as_ref()) else {
                 return Err(FsError::BadRequest(format!(
                     "the stream expects the mirror to hold chunk {} (source id {}), and it does not: the mirror needs a full resync",
                     hex(&c.hash),
                     c.src
                 )));
             };
-            verify_chunk(batch.codec(), d, &c.hash)?;
+            match b.sealed {
+                true => verify_sealed_chunk(d, &c.hash)?,
+                false => verify_chunk(batch.codec(), d, &c.hash)?,
+            }
             batch.set_layout(layouts.get(&c.src).copied());
             let rec = batch.append_stored(d.method, d.raw_len, &d.stored, &c.hash)?;
             out.push((c.src, Local::New(rec)));
@@ -155,6 +180,55 @@ impl Fs {
             self.pool.chunks.heat.written(*id);
         }
         Ok((out, segs.into_iter().map(|(id, _)| id).collect()))
+    }
+
+    /// The id `id` if the mirror holds that chunk with content hash `hash`
+    /// (a sealed stream's chunks keep the source's ids); a record of
+    /// other content there is an error (the mirror's ids left its source's).
+    fn chunk_at(&self, id: u64, hash: &Hash) -> Result<Option<u64>> {
+        let Some(raw) = self.meta()?.chunk(id)? else {
+            return Ok(None);
+        };
+        match ChunkRec::decode(&raw)? {
+            rec if rec.hash == *hash => Ok(Some(id)),
+            _ => Err(FsError::BadRequest(format!(
+                "the stream names chunk {id} with content {}, and the mirror holds other content under that id: it needs a fresh mirror and a full copy",
+                hex(hash)
+            ))),
+        }
+    }
+
+    /// The stored bytes of the chunk with content hash `hash`, if the
+    /// mirror holds one.
+    fn stored_by_hash(&self, hash: &Hash) -> Result<Option<StoredChunk>> {
+        match self.chunk_by_hash(hash)? {
+            Some(id) => self.stored_chunk(&self.chunk_record(id)?).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A sealed batch goes only into a mirror whose values are sealed
+    /// (held with or without the key), and a plain one only into a mirror
+    /// whose are not.
+    fn check_sealed(&self, b: &Batch) -> Result<()> {
+        let sealed_here = self.pool.keys.is_some() || self.pool.meta.is_opaque();
+        let creations = b.events.iter().filter_map(|e| match &e.change {
+            Change::End => None,
+            Change::Create(_) => Some(false),
+            Change::Sealed(_) => Some(true),
+        });
+        match (b.sealed == sealed_here, creations.clone().all(|s| s == b.sealed)) {
+            (true, true) => Ok(()),
+            (true, false) => Err(FsError::BadRequest(
+                "a stream mixes sealed and plain changes".into(),
+            )),
+            (false, _) if b.sealed => Err(FsError::BadRequest(
+                "the stream is of an encrypted pool and this mirror holds plain values: a mirror of an encrypted pool takes its source's key with its first stream (make a fresh one with `cairn mkfs --mirror`)".into(),
+            )),
+            (false, _) => Err(FsError::BadRequest(
+                "the stream is of a pool that is not encrypted and this mirror is encrypted: mirror it into a mirror made without --encrypt".into(),
+            )),
+        }
     }
 
     /// The own layout of the file each chunk of `b` belongs to (by source
@@ -202,11 +276,23 @@ impl Fs {
         w: &mut MetaWrite<'_>,
         locals: Locals,
         ids: &mut HashMap<u64, u64>,
+        sealed: bool,
     ) -> Result<()> {
         let mut next = w.counter("next_chunk")?;
         for (src, local) in locals {
             let id = match local {
                 Local::Held(id) => id,
+                // A sealed stream's chunk keeps the source's id; the dedup
+                // index keeps the first id of each content.
+                Local::New(mut rec) if sealed => {
+                    (rec.refs, rec.live) = (0, 0);
+                    w.put_new_chunk(src, &rec.encode())?;
+                    if w.dedup(&rec.hash)?.is_none() {
+                        w.put_dedup(&rec.hash, src)?;
+                    }
+                    next = next.max(src + 1);
+                    src
+                }
                 Local::New(mut rec) => {
                     (rec.refs, rec.live) = (0, 0);
                     w.put_new_chunk(next, &rec.encode())?;
@@ -275,6 +361,18 @@ fn apply_events(
                 };
                 w.put(&key, &payload, e.tid)?;
             }
+            Change::Sealed(payload) => {
+                for id in e.chunks()? {
+                    // Sent (or held) in this stream, under its own id.
+                    if ids.get(&id) != Some(&id) {
+                        return Err(FsError::BadRequest(format!(
+                            "the stream names chunk {id} without sending it"
+                        )));
+                    }
+                    add_ref(fs, w, id, touched)?;
+                }
+                w.put_sealed(&key, payload, e.tid)?;
+            }
         }
     }
     Ok(ended)
@@ -336,6 +434,23 @@ fn verify_chunk(codec: &cairn_data::ChunkCodec, d: &StoredChunk, hash: &Hash) ->
     buf.extend_from_slice(&d.stored);
     (codec.unseal(&buf, hash, true))
         .map(drop)
+        .map_err(|e| FsError::BadRequest(format!("chunk {}: {e}", hex(hash))))
+}
+
+/// Checks a sealed stream's chunk without the key: its form says it is
+/// sealed, and its header's checksum (over the stored bytes) holds; its
+/// authentication is checked when it is read with the key.
+fn verify_sealed_chunk(d: &StoredChunk, hash: &Hash) -> Result<()> {
+    if d.hash != *hash || d.method & cairn_data::chunk::ENCRYPTED == 0 {
+        return Err(FsError::BadRequest(format!(
+            "chunk {} of a sealed stream is not sealed, or not the one its frame names",
+            hex(hash)
+        )));
+    }
+    let mut buf = Vec::with_capacity(cairn_data::CHUNK_HEADER_LEN + d.stored.len());
+    header_of(d.method, d.raw_len as usize, &d.stored, hash).encode(&mut buf);
+    buf.extend_from_slice(&d.stored);
+    (cairn_data::chunk::checked(&buf, hash).map(drop))
         .map_err(|e| FsError::BadRequest(format!("chunk {}: {e}", hex(hash))))
 }
 

@@ -9,6 +9,7 @@ use crate::error::{FsError, Result};
 use crate::types::Extent;
 use crate::vfs::Fs;
 use cairn_data::{ChunkRec, Hash};
+use cairn_meta::element::Opaque;
 use cairn_meta::{Element, RecordType};
 use std::collections::HashSet;
 
@@ -16,6 +17,11 @@ use std::collections::HashSet;
 pub enum Change {
     /// The element is created with this payload.
     Create(Vec<u8>),
+    /// The element of an encrypted pool is created with this payload,
+    /// sealed (`cairn_meta::element::Opaque`: an extent's with its chunk
+    /// ids in the clear): what a mirror stream of an encrypted pool
+    /// carries, stored by the mirror as it is.
+    Sealed(Vec<u8>),
     /// The live element (created at `create_tid`) ends.
     End,
 }
@@ -33,6 +39,7 @@ impl Event {
     pub fn chunks(&self) -> Result<Vec<u64>> {
         match (&self.change, is_extent(&self.key)) {
             (Change::Create(p), true) => Ok(Extent::decode(p)?.chunks().collect()),
+            (Change::Sealed(p), true) => Ok((Opaque(p).chunks(&self.key)?).unwrap_or_default()),
             _ => Ok(Vec::new()),
         }
     }
@@ -97,11 +104,19 @@ impl Fs {
                 ),
             }));
         }
+        if self.pool.meta.is_opaque() {
+            return Err(FsError::BadRequest(
+                "this mirror is held without its key: streams are read from it only with the key (give --key-file)".into(),
+            ));
+        }
         let mut c = Changes {
             since,
             upto,
             tids: r.tids_after(since)?,
-            snapshots: r.snapshots()?,
+            snapshots: match self.pool.keys.is_some() {
+                true => r.snapshots_stored()?,
+                false => r.snapshots()?,
+            },
             orphans: r.orphans()?,
             next_ino: r.counter("next_ino")?,
             ..Changes::default()
@@ -129,7 +144,10 @@ impl Fs {
                 });
             }
         }
-        let end_first = |e: &Event| matches!(e.change, Change::Create(_));
+        if let Some(keys) = &self.pool.keys {
+            seal_events(&keys.elements, &mut c.events)?;
+        }
+        let end_first = |e: &Event| !matches!(e.change, Change::End);
         c.events.sort_by_key(|e| (e.tid, end_first(e)));
         // One read view: every change is after `since` and up to `upto`,
         // and an element ends after it was made (the mirror applies them
@@ -162,6 +180,23 @@ impl Fs {
         let rec = r.chunk(id)?.map(|raw| ChunkRec::decode(&raw)).transpose()?;
         Ok(rec.filter(|c| &c.hash == hash && c.refs > 0).map(|_| id))
     }
+}
+
+/// Seals each creation's payload for a stream of an encrypted pool,
+/// bound to its key and create TID as the pool's own values are, with an
+/// extent's chunk ids in the clear (the mirror counts references from
+/// them without the key).
+fn seal_events(s: &cairn_crypt::Sealer, events: &mut [Event]) -> Result<()> {
+    for e in events {
+        if let Change::Create(p) = &e.change {
+            let ids: Option<Vec<u64>> = match is_extent(&e.key) {
+                true => Some(Extent::decode(p)?.chunks().collect()),
+                false => None,
+            };
+            e.change = Change::Sealed(Opaque::seal(s, &e.key, e.tid, p, ids.as_deref()));
+        }
+    }
+    Ok(())
 }
 
 impl Changes {

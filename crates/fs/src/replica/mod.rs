@@ -12,6 +12,7 @@ pub mod changes;
 pub mod holds;
 pub mod role;
 pub mod rollback;
+pub mod sealed;
 
 pub use apply::{Batch, ChunkIn};
 pub use changes::{Change, Changes, Event, StoredChunk};

@@ -112,6 +112,16 @@ impl Fs {
         Ok(())
     }
 
+    /// Refuses `what` on a mirror held without its key (its values sealed).
+    pub fn needs_key(&self, what: &str) -> Result<()> {
+        match self.pool.meta.is_opaque() {
+            true => Err(FsError::Key(format!(
+                "{what} needs the pool's key: this mirror was opened without it (give --key-file)"
+            ))),
+            false => Ok(()),
+        }
+    }
+
     /// Fails with EROFS on a mirror: its tree changes only by streams.
     pub fn refuse_on_mirror(&self) -> Result<()> {
         match self.mirror_role()?.is_mirror() {

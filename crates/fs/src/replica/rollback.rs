@@ -9,9 +9,8 @@
 use crate::error::{FsError, Result};
 use crate::history::liveness::add_live;
 use crate::history::snapshot::Snapshot;
-use crate::types::Extent;
 use crate::vfs::Fs;
-use cairn_meta::{Element, RecordType};
+use cairn_meta::Element;
 use std::collections::BTreeSet;
 
 /// What a rollback changed (also the reply to `MirrorRollback`).
@@ -38,6 +37,7 @@ impl Fs {
                 "only a mirror pool can be rolled back (a pool's or a promoted mirror's own changes would be lost)".into(),
             ));
         }
+        self.needs_key("a resync (its snapshots' records are sealed)")?;
         let snap = self.snapshot(name)?;
         let mut last = self.flush_guard();
         let mut rep = RollbackReport {
@@ -51,10 +51,11 @@ impl Fs {
             self.make_debts_before(w, u64::MAX)?;
             let rb = w.rollback_to(snap.tid)?;
             // Live again first, so that no chunk they share is freed.
-            for id in extent_chunks(&rb.restored)? {
+            let opaque = w.is_opaque();
+            for id in extent_chunks(&rb.restored, opaque)? {
                 add_live(self, w, id, 1, &mut touched)?;
             }
-            for id in extent_chunks(&rb.removed_live)? {
+            for id in extent_chunks(&rb.removed_live, opaque)? {
                 add_live(self, w, id, -1, &mut touched)?;
             }
             let (n, _) = self.release_elements(w, &rb.removed_live, &mut touched, &mut freed)?;
@@ -87,13 +88,10 @@ impl Fs {
 }
 
 /// The chunks the extents among `elems` name, once per naming.
-fn extent_chunks(elems: &[Element]) -> Result<Vec<u64>> {
+fn extent_chunks(elems: &[Element], opaque: bool) -> Result<Vec<u64>> {
     let mut out = Vec::new();
-    for e in elems
-        .iter()
-        .filter(|e| e.key.rtype() == Some(RecordType::Extent))
-    {
-        out.extend(Extent::decode(&e.payload)?.chunks());
+    for e in elems {
+        out.extend(crate::history::liveness::extent_chunks(e, opaque)?);
     }
     Ok(out)
 }

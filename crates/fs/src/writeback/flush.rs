@@ -897,11 +897,9 @@ impl Fs {
     ) -> Result<(u64, u64)> {
         let (mut chunks, mut bytes) = (0, 0);
         let mut ids = Vec::new();
-        for e in removed
-            .iter()
-            .filter(|e| e.key.rtype() == Some(RecordType::Extent))
-        {
-            ids.extend(Extent::decode(&e.payload)?.chunks().map(|id| (id, &e.key)));
+        for e in removed {
+            let chunks = crate::history::liveness::extent_chunks(e, w.is_opaque())?;
+            ids.extend(chunks.into_iter().map(|id| (id, &e.key)));
         }
         for (id, key) in ids {
             let Some(raw) = w.chunk(id)? else {

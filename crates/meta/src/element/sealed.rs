@@ -73,7 +73,10 @@ pub(crate) fn seal_live(s: &Sealer, key: &[u8], tid: u64, payload: &[u8]) -> Vec
 /// (ids in the clear, seal) of a version 5 or 6 body.
 fn split_chunks(key: &[u8], body: &[u8]) -> Result<(Vec<u64>, usize)> {
     let bad = || corrupt(key, "chunk ids in the clear that do not fit the value");
-    let n = u16::from_le_bytes([*body.first().ok_or_else(bad)?, *body.get(1).ok_or_else(bad)?]);
+    let n = u16::from_le_bytes([
+        *body.first().ok_or_else(bad)?,
+        *body.get(1).ok_or_else(bad)?,
+    ]);
     let end = 2 + 8 * n as usize;
     if body.len() < end + cairn_crypt::OVERHEAD {
         return Err(bad());
@@ -110,8 +113,12 @@ pub(crate) fn open(
         }
     };
     let aad = aad(&live, create, &ids[ids.len().min(2)..]);
-    (s.open(&aad, seal).map(|p| (tid, p)))
-        .map_err(|_| corrupt(key, "the element fails authentication (changed, or moved from another key)"))
+    (s.open(&aad, seal).map(|p| (tid, p))).map_err(|_| {
+        corrupt(
+            key,
+            "the element fails authentication (changed, or moved from another key)",
+        )
+    })
 }
 
 /// An opaque payload: a sealed value's body with its form in front.
@@ -162,9 +169,19 @@ impl Opaque<'_> {
 
     /// Seals `payload` of the element under live key `key` created at
     /// `tid` into an opaque payload, with `chunks` in the clear if given.
-    pub fn seal(s: &Sealer, key: &[u8], tid: u64, payload: &[u8], chunks: Option<&[u64]>) -> Vec<u8> {
+    pub fn seal(
+        s: &Sealer,
+        key: &[u8],
+        tid: u64,
+        payload: &[u8],
+        chunks: Option<&[u64]>,
+    ) -> Vec<u8> {
         let mut out = Vec::with_capacity(3 + payload.len() + cairn_crypt::OVERHEAD);
-        let ids: Vec<u8> = chunks.unwrap_or(&[]).iter().flat_map(|i| i.to_le_bytes()).collect();
+        let ids: Vec<u8> = chunks
+            .unwrap_or(&[])
+            .iter()
+            .flat_map(|i| i.to_le_bytes())
+            .collect();
         match chunks {
             None => out.push(FORM_SEAL),
             Some(c) => {

@@ -513,7 +513,9 @@ mod sealed_values {
     use std::sync::Arc;
 
     fn keys() -> Arc<cairn_crypt::PoolKeys> {
-        Arc::new(cairn_crypt::PoolKeys::derive(&cairn_crypt::DataKey::random()))
+        Arc::new(cairn_crypt::PoolKeys::derive(
+            &cairn_crypt::DataKey::random(),
+        ))
     }
 
     fn reopen(d: &tempfile::TempDir, s: MetaStore) -> MetaStore {
@@ -541,7 +543,10 @@ mod sealed_values {
         // Without the key, payloads are the sealed bytes and carry their
         // chunk ids in the clear.
         assert_eq!(ended.payload, v1);
-        assert_eq!(Opaque(&ended.payload).chunks(key.as_bytes()).unwrap(), Some(vec![4, 5]));
+        assert_eq!(
+            Opaque(&ended.payload).chunks(key.as_bytes()).unwrap(),
+            Some(vec![4, 5])
+        );
         let r = s.read().unwrap();
         assert_eq!(r.get(&key).unwrap().unwrap().payload, v2);
         drop(r);
@@ -570,7 +575,10 @@ mod sealed_values {
         let k = keys();
         let key = ElemKey::new(3, RecordType::Extent, &0u64.to_be_bytes());
         let v = Opaque::seal(&k.elements, key.as_bytes(), 7, b"extent", Some(&[11, 12]));
-        assert_eq!(Opaque(&v).open(&k.elements, key.as_bytes(), 7).unwrap(), b"extent");
+        assert_eq!(
+            Opaque(&v).open(&k.elements, key.as_bytes(), 7).unwrap(),
+            b"extent"
+        );
         // Another id in the clear, TID or key: refused by the seal.
         let mut moved = v.clone();
         moved[3] ^= 1;

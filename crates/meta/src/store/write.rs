@@ -147,7 +147,12 @@ impl MetaWrite<'_> {
     /// `put` of an element sealed elsewhere (a sealed mirror stream's
     /// opaque payload, `element::Opaque`), stored as it is whether or not
     /// this store holds the key.
-    pub fn put_sealed(&mut self, key: &ElemKey, opaque: &[u8], tid: u64) -> Result<Option<Element>> {
+    pub fn put_sealed(
+        &mut self,
+        key: &ElemKey,
+        opaque: &[u8],
+        tid: u64,
+    ) -> Result<Option<Element>> {
         let value = crate::element::Opaque(opaque).live_value(key.as_bytes(), tid)?;
         self.put_value(key, &value, tid)
     }

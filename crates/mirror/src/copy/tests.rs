@@ -25,6 +25,7 @@ fn status(role: RoleName, tid: u64, snaps: &[(&str, u64)]) -> StatusReply {
                 tid: *t,
             })
             .collect(),
+        sealed: false,
     }
 }
 
