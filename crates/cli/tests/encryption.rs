@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::canary::{hits_in, windows};
+use common::canary::{files_under, hits_in, windows};
 use common::*;
 use std::collections::HashSet;
 use std::os::unix::fs::{FileExt, PermissionsExt};
@@ -280,21 +280,6 @@ fn the_scan_finds_contents_in_an_unencrypted_pool() {
     assert!(in_log, "the fsync'd record was not found: {hits:?}");
     fs.mount();
     fs.finish();
-}
-
-/// `cairn ARGS` with no terminal to type a passphrase at (a new session),
-/// stdin closed.
-fn cairn_no_tty(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    cmd.args(args).stdin(Stdio::null());
-    // SAFETY: setsid is async-signal-safe; the child leaves our terminal.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    cmd.output().unwrap()
 }
 
 /// `cairn check POOL [--key-file K]` without a terminal.
@@ -578,33 +563,66 @@ fn dedup_and_compression_work_inside_an_encrypted_pool() {
     assert!(checked(&fs, Some(&key)).status.success());
 }
 
-/// Mirrors of encrypted pools are not done yet: a stream of one into a
-/// plain mirror is refused with a clear error, and the mirror is
-/// unchanged and healthy (no chunk it could not read, no read-only pool).
+/// A mirror of an encrypted pool takes its streams without the key (no
+/// terminal, no key file): full, then incremental; holds none of the data
+/// in the clear; says it is sealed; refuses a mount and a promote without
+/// the key; promoted and mounted with it, reads every file exact.
 #[test]
-fn a_plain_mirror_refuses_the_stream_of_an_encrypted_pool() {
+fn a_mirror_takes_an_encrypted_pools_streams_without_its_key() {
     let mut src = Fs::create();
     let key = key_file(&src, "key");
     let key_s = key.display().to_string();
     src.mkfs(&["--encrypt", "--key-file", &key_s]);
-    src.mount_args.extend(["--key-file".into(), key_s]);
+    src.mount_args.extend(["--key-file".into(), key_s.clone()]);
     src.mount();
-    std::fs::write(src.p("f"), pattern(31, 200_000)).unwrap();
-    cairn_ok(&["sync", src.mnt.to_str().unwrap()]);
-    let dst = Fs::create();
+    let (one, two) = (pattern(31, 3 << 20), pattern(32, 200_000));
+    std::fs::write(src.p("one"), &one).unwrap();
+    let smnt = src.mnt.to_str().unwrap().to_string();
+    cairn_ok(&["sync", &smnt]);
+    let mut dst = Fs::create();
     dst.mkfs(&["--mirror"]);
-    let out = cairn_no_tty(&[
-        "mirror",
-        "copy",
-        src.mnt.to_str().unwrap(),
-        dst.pool.to_str().unwrap(),
-    ]);
-    refused(
-        &out,
-        "the stream is of an encrypted pool",
-        "a copy into a plain mirror",
+    let dpool = dst.pool.to_str().unwrap().to_string();
+    let copied = |what: &str| {
+        let out = cairn_no_tty(&["mirror", "copy", &smnt, &dpool]);
+        assert!(out.status.success(), "{what}: {}", describe(&out));
+    };
+    copied("a full copy without the mirror's key");
+    std::fs::write(src.p("two"), &two).unwrap();
+    cairn_ok(&["sync", &smnt]);
+    copied("an incremental copy");
+    let status = cairn_no_tty(&["mirror", "status", &dpool]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains("held without its key"),
+        "{}",
+        describe(&status)
     );
-    assert!(dst.check().contains("0 problem(s)"));
+    let wins: HashSet<[u8; 16]> = windows(&one).union(&windows(&two)).copied().collect();
+    let hits: Vec<(PathBuf, usize)> = (files_under(&dst.dir).into_iter())
+        .map(|f| (f.clone(), hits_in(&f, &wins)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(hits.is_empty(), "plaintext in the mirror: {hits:?}");
+    let dmnt = dst.mnt.to_str().unwrap().to_string();
+    refused(
+        &cairn_no_tty(&["mount", &dpool, &dmnt]),
+        "encrypted",
+        "a mount without the key",
+    );
+    refused(
+        &cairn_no_tty(&["mirror", "promote", &dpool]),
+        "encrypted",
+        "a promote without the key",
+    );
+    let out = cairn_no_tty(&["--key-file", &key_s, "mirror", "promote", &dpool]);
+    assert!(out.status.success(), "promote: {}", describe(&out));
+    dst.mount_args.extend(["--key-file".into(), key_s]);
+    dst.mount();
+    assert_bytes_eq(&std::fs::read(dst.p("one")).unwrap(), &one, "one");
+    assert_bytes_eq(&std::fs::read(dst.p("two")).unwrap(), &two, "two");
+    std::fs::write(dst.p("three"), b"written after the promote").unwrap();
+    dst.unmount();
+    assert!(checked(&dst, Some(&key)).status.success());
     src.unmount();
     assert!(checked(&src, Some(&key)).status.success());
 }

@@ -13,7 +13,7 @@
 mod common;
 
 use cairn_objstore::testing::S3Server;
-use common::canary::{hits_in, windows};
+use common::canary::{files_under, hits_in, windows};
 use common::s3::configure_s3_tier;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
@@ -55,20 +55,6 @@ fn write_and_demote(fs: &Fs) {
     assert!(v["demoted"].as_u64().unwrap() > 0, "nothing demoted: {v}");
 }
 
-/// Every file under `dir`, recursively.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(files_under(&p));
-        } else if p.is_file() {
-            out.push(p);
-        }
-    }
-    out
-}
-
 /// (object file, hits) for every object of the bucket holding a window
 /// of the canary file, and how many objects there are.
 fn bucket_hits(s3: &S3Server) -> (Vec<(String, usize)>, usize) {
@@ -86,6 +72,13 @@ fn an_encrypted_pool_leaves_no_plaintext_in_its_bucket() {
     let s3 = S3Server::start();
     let mut fs = bucket_pool(&s3, true);
     write_and_demote(&fs);
+    // A mirror in the same bucket: its stream and chunk objects are sealed.
+    let creds = fs.dir.join("s3.cred");
+    cairn_objstore::testing::write_credentials(&creds);
+    let creds = creds.display().to_string();
+    let spec = s3.spec("mirror");
+    let mnt = fs.mnt.display().to_string();
+    cairn_ok(&["mirror", "copy", &mnt, &spec, "--credentials-file", &creds]);
     let (hits, objects) = bucket_hits(&s3);
     assert!(objects > 0, "no object in the bucket");
     assert!(hits.is_empty(), "plaintext in the bucket: {hits:?}");
@@ -101,6 +94,34 @@ fn an_encrypted_pool_leaves_no_plaintext_in_its_bucket() {
     let pool = fs.pool.display().to_string();
     let out = cairn(&["check", &pool, "--key-file", &key]);
     assert!(out.status.success(), "check: {}", describe(&out));
+    restored_without_the_key(&spec, &creds, &key);
+}
+
+/// The bucket's mirror restored into a mirror pool without the key (no
+/// terminal, no key file), then promoted and mounted with it: exact.
+fn restored_without_the_key(spec: &str, creds: &str, key: &str) {
+    let mut dst = Fs::create();
+    dst.mkfs(&["--mirror"]);
+    let pool = dst.pool.display().to_string();
+    let out = cairn_no_tty(&[
+        "mirror",
+        "restore",
+        spec,
+        &pool,
+        "--credentials-file",
+        creds,
+    ]);
+    assert!(out.status.success(), "restore: {}", describe(&out));
+    let out = cairn_no_tty(&["--key-file", key, "mirror", "promote", &pool]);
+    assert!(out.status.success(), "promote: {}", describe(&out));
+    dst.mount_args.extend(["--key-file".into(), key.into()]);
+    dst.mount();
+    assert_bytes_eq(
+        &std::fs::read(dst.p("canary")).unwrap(),
+        &pattern(DATA.0, DATA.1),
+        "canary restored from the bucket's mirror",
+    );
+    dst.unmount();
 }
 
 /// The negative control: the same steps without encryption find the

@@ -21,15 +21,18 @@ use cairn_mirror::frame::{FrameWriter, Kind};
 use cairn_mirror::records::*;
 use cairn_mirror::{check_stream, StreamError};
 
-/// A valid stream: `n` events in TIDs after `since`, a chunk per creation.
+/// A valid stream: `n` events in TIDs after `since`, a chunk per creation
+/// (sealed, with a key block, when `since` is odd).
 fn valid_stream(since: u64, n: u8, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut w = FrameWriter::new(&mut out);
     let upto = since + n as u64 + 1;
+    let sealed = since % 2 == 1;
     let header = Header {
         source: [7; 16],
         since,
         upto,
+        key_block: sealed.then_some([9; cairn_crypt::KEYBLOCK_LEN]),
     };
     w.frame(Kind::Header, &header.encode()).unwrap();
     let tids: Vec<(u64, u64)> = (since + 1..=upto).map(|t| (t, t * 1000)).collect();
@@ -52,7 +55,10 @@ fn valid_stream(since: u64, n: u8, payload: &[u8]) -> Vec<u8> {
             tid,
             key: vec![1, 2, i as u8],
             create_tid: tid,
-            change: Change::Create(payload.to_vec()),
+            change: match sealed {
+                true => Change::Sealed(payload.to_vec()),
+                false => Change::Create(payload.to_vec()),
+            },
         };
         w.frame(Kind::Event, &encode_event(&create)).unwrap();
         let end = Event {

@@ -709,3 +709,221 @@ fn a_path_policy_from_a_stream_raises_the_mirrors_metadata_copies() {
     let dst = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
     assert_eq!(path_copies(&dst).1.len(), 2, "reopened");
 }
+
+/// A raw key for the encrypted pools below.
+fn secret() -> cairn_crypt::Secret {
+    cairn_crypt::Secret::raw_key([7; 32])
+}
+
+fn encrypted_pool(dir: &Path, name: &str) -> Arc<Fs> {
+    let p = dir.join(name);
+    let o = MkfsOptions {
+        sparse: true,
+        encrypt: Some(secret()),
+        ..MkfsOptions::default()
+    };
+    mkfs(&p, o).unwrap();
+    open_keyed(&p)
+}
+
+fn open_keyed(p: &Path) -> Arc<Fs> {
+    Fs::open(Pool::open_keyed(p, None, HostStorage::shared(), Some(&secret())).unwrap()).unwrap()
+}
+
+fn open_sealed(p: &Path) -> Arc<Fs> {
+    Fs::open(Pool::open_sealed(p, None, HostStorage::shared()).unwrap()).unwrap()
+}
+
+/// The bytes of the written extents of sparse file `p` (its holes skipped).
+fn data_of(p: &Path) -> Vec<u8> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(p).unwrap();
+    let len = f.metadata().unwrap().len() as i64;
+    let (mut out, mut at) = (Vec::new(), 0i64);
+    while at < len {
+        // SAFETY: lseek on an fd this function owns.
+        let start = unsafe { libc::lseek(f.as_raw_fd(), at, libc::SEEK_DATA) };
+        if start < 0 {
+            break;
+        }
+        // SAFETY: as above.
+        let end = unsafe { libc::lseek(f.as_raw_fd(), start, libc::SEEK_HOLE) };
+        let mut buf = vec![0u8; (end - start) as usize];
+        f.read_exact_at(&mut buf, start as u64).unwrap();
+        out.extend(buf);
+        at = end;
+    }
+    out
+}
+
+/// Streams of an encrypted pool are sealed end to end: a fresh mirror
+/// takes them (full, then incremental) without the key, holds none of
+/// the source's names or contents in the clear, refuses what needs the
+/// key, and opened with the key after is the source, its history and
+/// snapshots included; promoted, it takes writes.
+#[test]
+fn sealed_streams_reach_a_mirror_without_its_key() {
+    let d = tempfile::tempdir().unwrap();
+    let src = encrypted_pool(d.path(), "src");
+    workload::run(&src, 12, 150, &|| 0);
+    let secret_name = b"a-name-only-the-source-knows";
+    let f = src.create(Ctx::ROOT, ROOT_INO, secret_name, 0o644).unwrap();
+    let canary: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    src.write(f.ino, 0, &canary).unwrap();
+    src.flush().unwrap();
+    let dst = pool(d.path(), "dst", true);
+    drop(dst);
+    let dst = open_sealed(&d.path().join("dst"));
+    let full = stream(&src, 0);
+    check_stream(&full[..]).unwrap();
+    apply_stream(&dst, &full[..], ApplyOptions::default()).unwrap();
+    for round in 1..=2 {
+        let since = dst.last_tid();
+        more_changes(&src, round);
+        apply_stream(&dst, &stream(&src, since)[..], ApplyOptions::default()).unwrap();
+    }
+    assert_eq!(dst.last_tid(), src.last_tid());
+    // Nothing of the names or contents in the clear, in the stream or
+    // anywhere in the mirror's files.
+    let mut seen = full.clone();
+    for e in std::fs::read_dir(d.path().join("dst")).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            seen.extend(data_of(&p));
+        }
+    }
+    let hits = |needle: &[u8]| seen.windows(needle.len()).filter(|w| *w == needle).count();
+    assert_eq!(hits(secret_name), 0, "a name in the clear");
+    assert_eq!(hits(&canary[1000..1016]), 0, "contents in the clear");
+    // What needs the key is refused without it.
+    let e = dst.prune(&src.prune_policy(), true).unwrap_err();
+    assert!(e.to_string().contains("needs the pool's key"), "{e}");
+    drop(dst);
+    let dst = open_keyed(&d.path().join("dst"));
+    assert_mirrors(&src, &dst, 1);
+    // Taken again with the key, the next stream applies as well.
+    let since = dst.last_tid();
+    more_changes(&src, 3);
+    apply_stream(&dst, &stream(&src, since)[..], ApplyOptions::default()).unwrap();
+    assert_mirrors(&src, &dst, since);
+    assert!(cairn_fs::maintenance::check::check_pool(dst.pool())
+        .unwrap()
+        .problems
+        .is_empty());
+    dst.set_mirror_role(Role::Promoted {
+        source: src.pool().sb.uuid,
+    })
+    .unwrap();
+    drop(dst);
+    let dst = open_keyed(&d.path().join("dst"));
+    let g = dst
+        .create(Ctx::ROOT, ROOT_INO, b"after-promote", 0o644)
+        .unwrap();
+    dst.write(g.ino, 0, b"written on the promoted mirror")
+        .unwrap();
+    dst.flush().unwrap();
+    prune_all(&dst);
+    assert!(cairn_fs::maintenance::check::check_pool(dst.pool())
+        .unwrap()
+        .problems
+        .is_empty());
+}
+
+/// A sealed stream goes only into a fresh mirror or a sealed one, and a
+/// plain stream only into a plain mirror: refused, the mirror unchanged.
+#[test]
+fn sealed_and_plain_streams_do_not_mix() {
+    let d = tempfile::tempdir().unwrap();
+    let (enc, plain) = (
+        encrypted_pool(d.path(), "enc"),
+        pool(d.path(), "plain", false),
+    );
+    for fs in [&enc, &plain] {
+        workload::run(fs, 5, 40, &|| 0);
+        fs.flush().unwrap();
+    }
+    let plain_mirror = pool(d.path(), "pm", true);
+    apply_stream(
+        &plain_mirror,
+        &stream(&plain, 0)[..],
+        ApplyOptions::default(),
+    )
+    .unwrap();
+    let at = plain_mirror.last_tid();
+    let e = apply_stream(&plain_mirror, &stream(&enc, 0)[..], ApplyOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("comes from pool"), "{e}");
+    assert_eq!(plain_mirror.last_tid(), at);
+    let sealed_mirror = pool(d.path(), "sm", true);
+    apply_stream(
+        &sealed_mirror,
+        &stream(&enc, 0)[..],
+        ApplyOptions::default(),
+    )
+    .unwrap();
+    drop(sealed_mirror);
+    let sealed_mirror = open_sealed(&d.path().join("sm"));
+    let at = sealed_mirror.last_tid();
+    let e = apply_stream(
+        &sealed_mirror,
+        &stream(&plain, 0)[..],
+        ApplyOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, StreamError::Refused(_)), "{e}");
+    assert_eq!(sealed_mirror.last_tid(), at);
+    // A pool that is not a mirror does not open without its key.
+    drop(enc);
+    let e = Pool::open_sealed(&d.path().join("enc"), None, HostStorage::shared()).err();
+    let e = e
+        .expect("an encrypted pool opened without its key")
+        .to_string();
+    assert!(e.contains("not a mirror"), "{e}");
+}
+
+/// A mirror without the key cannot authenticate what it stores: a byte
+/// changed in a sealed extent (its frame's checksum redone) is taken, and
+/// refused when the file is read with the key, never read as wrong bytes.
+#[test]
+fn a_changed_sealed_value_is_refused_when_read_with_the_key() {
+    use cairn_meta::{ElemKey, RecordType};
+    use cairn_mirror::frame::{FrameReader, FrameWriter, Kind};
+    use cairn_mirror::records::{decode_event, encode_event};
+    let d = tempfile::tempdir().unwrap();
+    let src = encrypted_pool(d.path(), "src");
+    let f = src.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+    src.write(f.ino, 0, &[5u8; 100_000]).unwrap();
+    src.flush().unwrap();
+    let full = stream(&src, 0);
+    let (mut r, mut out, mut changed) = (FrameReader::new(&full[..]), Vec::new(), 0);
+    let mut w = FrameWriter::new(&mut out);
+    loop {
+        let (kind, mut body) = r.read_frame().unwrap();
+        if kind == Kind::Event {
+            let mut e = decode_event(&body).unwrap();
+            let extent = ElemKey(e.key.clone()).rtype() == Some(RecordType::Extent);
+            if let (true, cairn_fs::replica::Change::Sealed(p)) = (extent, &mut e.change) {
+                let at = p.len() - 20;
+                p[at] ^= 0x40;
+                body = encode_event(&e);
+                changed += 1;
+            }
+        }
+        w.frame(kind, &body).unwrap();
+        if kind == Kind::End {
+            break;
+        }
+    }
+    assert!(changed > 0, "no sealed extent in the stream");
+    drop(w);
+    drop(pool(d.path(), "dst", true));
+    let dst = open_sealed(&d.path().join("dst"));
+    apply_stream(&dst, &out[..], ApplyOptions::default()).unwrap();
+    drop(dst);
+    let dst = open_keyed(&d.path().join("dst"));
+    let ino = dst.lookup(ROOT_INO, b"f").unwrap().ino;
+    let e = dst.read(ino, 0, 4096).unwrap_err();
+    assert!(e.to_string().contains("authentication"), "{e}");
+}

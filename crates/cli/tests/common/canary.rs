@@ -38,3 +38,17 @@ pub fn hits_in(file: &Path, wins: &HashSet<[u8; 16]>) -> usize {
     }
     hits
 }
+
+/// Every file under `dir`, recursively.
+pub fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else if p.is_file() {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -96,6 +96,21 @@ pub fn cairn<S: AsRef<OsStr>>(args: &[S]) -> Output {
 }
 
 /// Runs the cairn binary and asserts success; returns stdout.
+/// `cairn ARGS` with no terminal to type a passphrase at (a new session),
+/// stdin closed.
+pub fn cairn_no_tty(args: &[&str]) -> Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cairn"));
+    cmd.args(args).stdin(std::process::Stdio::null());
+    // SAFETY: setsid is async-signal-safe; the child leaves our terminal.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
 pub fn cairn_ok<S: AsRef<OsStr>>(args: &[S]) -> String {
     let out = cairn(args);
     let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
