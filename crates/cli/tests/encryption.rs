@@ -580,7 +580,8 @@ fn a_mirror_takes_an_encrypted_pools_streams_without_its_key() {
     let smnt = src.mnt.to_str().unwrap().to_string();
     cairn_ok(&["sync", &smnt]);
     let mut dst = Fs::create();
-    dst.mkfs(&["--mirror"]);
+    let dev = format!("ssd:{}:128M:sparse", dst.dev("d0"));
+    dst.mkfs(&["--mirror", "--device", &dev]);
     let dpool = dst.pool.to_str().unwrap().to_string();
     let copied = |what: &str| {
         let out = cairn_no_tty(&["mirror", "copy", &smnt, &dpool]);

@@ -29,8 +29,8 @@ pub struct Encryption {
     pub key_of: Option<String>,
 }
 
-/// What this build encrypts (the rest of issue 53 is not done yet).
-const COVERS: &str = "file contents (chunks on every device, in the SSD cache and in bucket segments, and intent log records), metadata values (sizes, times, owners, modes, symlink targets, xattr values, extents), file and xattr names (in the metadata's keys) and snapshot names and records; mirror streams of an encrypted pool are refused (not yet written sealed)";
+/// What this build encrypts.
+const COVERS: &str = "file contents (chunks on every device, in the SSD cache and in bucket segments, and intent log records), metadata values (sizes, times, owners, modes, symlink targets, xattr values, extents), file and xattr names (in the metadata's keys), snapshot names and records, and mirror streams (sealed end to end: mirrors take them without the key)";
 
 /// The counter (in the metadata) an encrypted pool's mkfs sets: its names
 /// are sealed. Encrypted pools made before names were sealed lack it.
