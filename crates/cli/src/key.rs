@@ -77,19 +77,29 @@ pub fn open_pool(
 /// given (no --key-file, credential or key pipe), so that a backup host
 /// never needs it; any other pool as `open_pool` opens it.
 pub fn open_pool_for_mirror(pool: &Path) -> Result<Pool> {
-    let storage = cairn_devices::HostStorage::shared;
     if !is_encrypted(pool)? {
         // A key given is the source's (`mirror copy` of a pool not mounted).
-        return Ok(Pool::open_keyed(pool, None, storage(), None)?);
+        let storage = cairn_devices::HostStorage::shared();
+        return Ok(Pool::open_keyed(pool, None, storage, None)?);
     }
+    match sealed_mirror(pool)? {
+        Some(p) => Ok(p),
+        None => open_pool(pool, None, None),
+    }
+}
+
+/// The pool at `pool` opened without its key if it is an encrypted mirror
+/// and no key is given (no --key-file, credential or key pipe); None
+/// otherwise (not encrypted, a key given, or not a mirror).
+pub fn sealed_mirror(pool: &Path) -> Result<Option<Pool>> {
     let given =
         key_file().is_some() || credential().is_some() || std::env::var_os(KEY_FD_ENV).is_some();
-    if given {
-        return open_pool(pool, None, None);
+    if given || !is_encrypted(pool)? {
+        return Ok(None);
     }
-    match Pool::open_sealed(pool, None, storage()) {
-        Err(cairn_fs::FsError::Key(_)) => open_pool(pool, None, None),
-        r => Ok(r?),
+    match Pool::open_sealed(pool, None, cairn_devices::HostStorage::shared()) {
+        Err(cairn_fs::FsError::Key(_)) => Ok(None),
+        r => Ok(Some(r?)),
     }
 }
 

@@ -45,9 +45,15 @@ fn mount_point_of(path: &Path) -> Option<(std::path::PathBuf, String)> {
 
 pub fn check(pool: &Path) -> Result<()> {
     not_a_mount_point(pool)?;
-    let secret = crate::key::secret_for(pool)?;
-    let host = cairn_devices::HostStorage::shared();
-    let rep = match Pool::open_keyed(pool, None, host, secret.as_ref()) {
+    let opened_pool = match crate::key::sealed_mirror(pool)? {
+        Some(p) => Ok(p),
+        None => {
+            let secret = crate::key::secret_for(pool)?;
+            let host = cairn_devices::HostStorage::shared();
+            Pool::open_keyed(pool, None, host, secret.as_ref())
+        }
+    };
+    let rep = match opened_pool {
         Err(e) if e.meta_damage().is_some() => {
             cairn_fs::maintenance::salvage::salvage_pool(pool, e.meta_damage().unwrap_or_default())?
         }

@@ -18,9 +18,8 @@ use common::canary::{files_under, hits_in, windows};
 use common::*;
 use std::collections::HashSet;
 use std::os::unix::fs::{FileExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 /// The big file, spread over the fast tier and the slow one.
 const BIG: (u64, usize) = (11, 48 << 20);
@@ -604,6 +603,13 @@ fn a_mirror_takes_an_encrypted_pools_streams_without_its_key() {
         .filter(|(_, n)| *n > 0)
         .collect();
     assert!(hits.is_empty(), "plaintext in the mirror: {hits:?}");
+    let out = cairn_no_tty(&["check", &dpool]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains(" 0 problem(s)"),
+        "a check without the key: {}",
+        describe(&out)
+    );
     let dmnt = dst.mnt.to_str().unwrap().to_string();
     refused(
         &cairn_no_tty(&["mount", &dpool, &dmnt]),

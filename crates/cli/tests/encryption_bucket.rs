@@ -17,7 +17,6 @@ use common::canary::{files_under, hits_in, windows};
 use common::s3::configure_s3_tier;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
 
 const DATA: (u64, usize) = (41, 8 << 20);
 

@@ -9,6 +9,7 @@
 use crate::chunk::{self, expand, sealed_aad, ChunkError, Hash, ENCRYPTED, SEAL_SPAN, SPANS};
 use crate::compress::{compress, Compression, RAW};
 use cairn_crypt::{PoolKeys, OVERHEAD};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// The pool's chunk codec: plain, or encrypted with the pool's keys, or
@@ -17,7 +18,9 @@ use std::sync::Arc;
 #[derive(Clone, Default, Debug)]
 pub struct ChunkCodec {
     keys: Option<Arc<PoolKeys>>,
-    sealed: bool,
+    /// Encrypted (shared by the codec's clones: a plain mirror taking its
+    /// first sealed stream becomes sealed without the key, `seal_here`).
+    sealed: Arc<AtomicBool>,
 }
 
 impl ChunkCodec {
@@ -25,7 +28,7 @@ impl ChunkCodec {
     pub fn encrypted(keys: Arc<PoolKeys>) -> Self {
         ChunkCodec {
             keys: Some(keys),
-            sealed: true,
+            sealed: Arc::new(AtomicBool::new(true)),
         }
     }
 
@@ -34,13 +37,21 @@ impl ChunkCodec {
     pub fn sealed_without_key() -> Self {
         ChunkCodec {
             keys: None,
-            sealed: true,
+            sealed: Arc::new(AtomicBool::new(true)),
         }
+    }
+
+    /// Makes a plain codec (and its clones) that of an encrypted pool held
+    /// without its key, from now on (a fresh mirror taking its source's key
+    /// block with a sealed stream).
+    pub fn seal_here(&self) {
+        assert!(self.keys.is_none(), "a codec with keys is sealed already");
+        self.sealed.store(true, Ordering::Release);
     }
 
     /// True if chunks are encrypted.
     pub fn is_encrypted(&self) -> bool {
-        self.sealed
+        self.sealed.load(Ordering::Acquire)
     }
 
     /// The content hash of a block: what names its chunk and finds its
@@ -135,6 +146,16 @@ impl ChunkCodec {
         // leave a block (and every one after it) unstored.
         assert_eq!(packed.len(), blocks.len(), "a packing per block");
         packed
+    }
+
+    /// Verifies chunk `buf` as fully as this codec can: opened and its
+    /// raw bytes hashed (`unseal`), or, an encrypted chunk held without the
+    /// key, its header and checksums only.
+    pub fn verify(&self, buf: &[u8], expected: &Hash) -> Result<(), ChunkError> {
+        match (self.is_encrypted(), &self.keys) {
+            (true, None) => chunk::checked(buf, expected).map(drop),
+            _ => self.unseal(buf, expected, true).map(drop),
+        }
     }
 
     /// Verifies sealed chunk `buf` against its checksums and `expected`,

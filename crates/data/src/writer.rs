@@ -97,13 +97,6 @@ impl<'a> WriteBatch<'a> {
         &self.codec
     }
 
-    /// Packs (and expects) chunks with `codec` instead of the store's: a
-    /// mirror taking its first sealed stream stores sealed chunks from then
-    /// on, though it was opened plain.
-    pub fn set_codec(&mut self, codec: ChunkCodec) {
-        self.codec = codec;
-    }
-
     /// The layout of the chunks appended next (a file's policy; None: the
     /// class's). Chunks of different layouts never share a segment: the
     /// open segment of another layout is parked, written out up to its

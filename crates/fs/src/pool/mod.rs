@@ -922,6 +922,9 @@ impl Pool {
             Unlock::With(secret) => key::unlock(path, sb.uuid, secret)?,
             Unlock::Without => None,
         };
+        // Opened without the key: an encrypted pool's values and chunks
+        // stay sealed (a plain pool opens as it is).
+        let keyless = matches!(how, Unlock::Without) && key::is_encrypted(path)?;
         let mut mode_warnings = crate::pool::perms::tighten(path);
         let lock = take_lock(path)?;
         let config = match config {
@@ -938,10 +941,10 @@ impl Pool {
                 meta_pages.clone(),
                 storage.clone(),
             )?;
-            match (&unlocked, how) {
-                (Some((keys, _)), _) => drop(m.seal_values(keys.clone())),
-                (None, Unlock::Without) => drop(m.keep_sealed()),
-                (None, Unlock::With(_)) => {}
+            match &unlocked {
+                Some((keys, _)) => drop(m.seal_values(keys.clone())),
+                None if keyless => drop(m.keep_sealed()),
+                None => {}
             }
             Ok(m)
         };
@@ -950,7 +953,7 @@ impl Pool {
             key::require_sealed_names(&meta)?;
             key::check_owner(path, info, crate::replica::Role::read(&meta.read()?)?)?;
         }
-        if matches!(how, Unlock::Without) {
+        if keyless {
             key::open_without_key(path, &meta)?;
         }
         crate::history::live_debts::redo_live_debts(&meta)?;
@@ -1002,7 +1005,7 @@ impl Pool {
             chunks.set_codec(cairn_data::ChunkCodec::encrypted(keys));
             info
         });
-        if matches!(how, Unlock::Without) && key::is_encrypted(path)? {
+        if keyless {
             chunks.set_codec(cairn_data::ChunkCodec::sealed_without_key());
         }
         crate::maintenance::objects::spawn_gc(set.clone());

@@ -140,10 +140,6 @@ impl Fs {
         let mut out = Vec::new();
         let layouts = self.chunk_layouts(b)?;
         let mut batch = self.pool.chunks.batch();
-        if b.sealed {
-            // Stored as they come (never packed here), sealed.
-            batch.set_codec(cairn_data::ChunkCodec::sealed_without_key());
-        }
         for c in &b.chunks {
             let held = match b.sealed {
                 true => self.chunk_at(c.src, &c.hash)?,

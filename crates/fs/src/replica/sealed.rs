@@ -39,6 +39,9 @@ impl Fs {
                 "a plain store's values take a mode once"
             );
         }
+        if !self.pool.chunks.codec().is_encrypted() {
+            self.pool.chunks.codec().seal_here();
+        }
         let _last = self.flush_guard();
         let set = |w: &mut cairn_meta::MetaWrite<'_>| w.set_counter(key::SEALED_NAMES, 1);
         Ok(self.pool.meta.write(set)?)

@@ -187,7 +187,8 @@ impl Opaque<'_> {
             Some(c) => {
                 assert!(c.len() <= MAX_CHUNKS, "{} chunk ids in one extent", c.len());
                 out.push(FORM_CHUNKS);
-                out.extend_from_slice(&(c.len() as u16).to_le_bytes());
+                let n = u16::try_from(c.len()).expect("at most MAX_CHUNKS ids");
+                out.extend_from_slice(&n.to_le_bytes());
                 out.extend_from_slice(&ids);
             }
         }
@@ -210,9 +211,9 @@ impl Opaque<'_> {
 /// sealed live value (version 3 or 5: its seal copied, not opened); None
 /// for a plain one.
 pub(crate) fn hist_of_live(hk: &[u8], delete_tid: u64, live: &[u8]) -> Option<Vec<u8>> {
-    let version = match live.first()? {
-        &VALUE_VERSION_SEALED => SEALED_HIST,
-        &SEALED_CHUNKS => SEALED_CHUNKS_HIST,
+    let version = match *live.first()? {
+        VALUE_VERSION_SEALED => SEALED_HIST,
+        SEALED_CHUNKS => SEALED_CHUNKS_HIST,
         _ => return None,
     };
     Some(value(version, hk, delete_tid, &[&live[9..live.len() - 4]]))
@@ -223,9 +224,9 @@ pub(crate) fn hist_of_live(hk: &[u8], delete_tid: u64, live: &[u8]) -> Option<Ve
 /// or a version 3 history value of an older pool, bound to its place in
 /// history: opened and sealed again).
 pub(crate) fn live_of_hist(key: &[u8], create_tid: u64, hist: &[u8]) -> Option<Vec<u8>> {
-    let version = match hist.first()? {
-        &SEALED_HIST => VALUE_VERSION_SEALED,
-        &SEALED_CHUNKS_HIST => SEALED_CHUNKS,
+    let version = match *hist.first()? {
+        SEALED_HIST => VALUE_VERSION_SEALED,
+        SEALED_CHUNKS_HIST => SEALED_CHUNKS,
         _ => return None,
     };
     Some(value(version, key, create_tid, &[&hist[9..hist.len() - 4]]))

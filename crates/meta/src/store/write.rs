@@ -160,10 +160,7 @@ impl MetaWrite<'_> {
     fn put_value(&mut self, key: &ElemKey, value: &[u8], tid: u64) -> Result<Option<Element>> {
         // TID_MAX is the delete TID of a live element, no commit's TID.
         invariant!(tid < TID_MAX, "element {key} made at TID {tid}");
-        let old = match self.live.insert(key.as_bytes(), value)? {
-            Some(v) => Some(v.value().to_vec()),
-            None => None,
-        };
+        let old = (self.live.insert(key.as_bytes(), value)?).map(|v| v.value().to_vec());
         let ended = match old {
             Some(old) => Some(self.move_to_history(key, &old, tid)?),
             None => None,
