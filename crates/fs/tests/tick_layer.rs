@@ -289,7 +289,7 @@ fn damage_on_device(pool: &Path, pattern: &[u8]) -> (std::path::PathBuf, u64, Ve
         if name.starts_with("intent") || name.starts_with("meta") {
             continue;
         }
-        for (start, raw) in data_extents(&entry) {
+        for (start, raw) in common::sparse::data_extents(&entry) {
             if let Some(i) = raw.windows(pattern.len()).position(|w| w == pattern) {
                 let at = start + i as u64;
                 let old = pattern.to_vec();
@@ -304,29 +304,6 @@ fn damage_on_device(pool: &Path, pattern: &[u8]) -> (std::path::PathBuf, u64, Ve
         }
     }
     panic!("the block's bytes are on no device file");
-}
-
-/// The allocated extents of a (sparse) file: (offset, bytes).
-fn data_extents(path: &Path) -> Vec<(u64, Vec<u8>)> {
-    use std::os::unix::io::AsRawFd;
-    let f = std::fs::File::open(path).unwrap();
-    let len = f.metadata().unwrap().len() as i64;
-    let mut out = Vec::new();
-    let mut at = 0i64;
-    while at < len {
-        // SAFETY: plain lseek calls on a file this function owns.
-        let start = unsafe { libc::lseek(f.as_raw_fd(), at, libc::SEEK_DATA) };
-        if start < 0 {
-            break;
-        }
-        // SAFETY: an fd of a File open here and integer arguments; no pointer is passed.
-        let end = unsafe { libc::lseek(f.as_raw_fd(), start, libc::SEEK_HOLE) };
-        let mut buf = vec![0u8; (end - start) as usize];
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, start as u64).unwrap();
-        out.push((start as u64, buf));
-        at = end;
-    }
-    out
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

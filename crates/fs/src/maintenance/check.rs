@@ -205,6 +205,34 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
     r.for_each_chunk(|id, raw| chunk_recs.push((id, ChunkRec::decode(raw))))?;
     check_dedup_index(&r, &mut rep.problems)?;
     check_pieces(&s, &chunk_recs, &paths, rs, &mut rep.problems);
+    check_chunks(
+        pool,
+        &r,
+        chunk_recs,
+        s,
+        &owed,
+        &mut rep,
+        |id, rec| match pool.chunks.read_chunk(rec, true) {
+            Ok(d) => Ok(d.len() as u64),
+            Err(err) => Err(unreadable_chunk(id, &err, &users, &paths, rs)),
+        },
+    )?;
+    Ok(rep)
+}
+
+/// Every chunk record: its reference counts against those `s` found, its
+/// bytes read and verified by `verify` (bytes verified, or the problem);
+/// then references to missing chunks, the segments' figures and damaged
+/// stripe records.
+fn check_chunks(
+    pool: &Pool,
+    r: &cairn_meta::MetaRead,
+    chunk_recs: Vec<(u64, std::result::Result<ChunkRec, cairn_data::DataError>)>,
+    mut s: Scan,
+    owed: &BTreeMap<u64, u64>,
+    rep: &mut CheckReport,
+    verify: impl Fn(u64, &ChunkRec) -> std::result::Result<u64, String>,
+) -> Result<()> {
     let mut segs = SegCount::default();
     for (id, rec) in chunk_recs {
         rep.chunks += 1;
@@ -215,12 +243,10 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
                 continue;
             }
         };
-        check_chunk_refs(id, &rec, &mut s, &owed, &mut segs, &mut rep.problems);
-        match pool.chunks.read_chunk(&rec, true) {
-            Ok(d) => rep.bytes_verified += d.len() as u64,
-            Err(err) => rep
-                .problems
-                .push(unreadable_chunk(id, &err, &users, &paths, rs)),
+        check_chunk_refs(id, &rec, &mut s, owed, &mut segs, &mut rep.problems);
+        match verify(id, &rec) {
+            Ok(n) => rep.bytes_verified += n,
+            Err(why) => rep.problems.push(why),
         }
     }
     for (chunk, n) in &s.refs {
@@ -228,8 +254,8 @@ pub fn check_pool(pool: &Pool) -> Result<CheckReport> {
             .push(format!("{n} element(s) reference missing chunk {chunk}"));
     }
     check_segments(pool, segs, &mut rep.problems);
-    rep.problems.extend(damaged_stripes(&r)?);
-    Ok(rep)
+    rep.problems.extend(damaged_stripes(r)?);
+    Ok(())
 }
 
 /// Verifies a mirror of an encrypted pool opened without its key: every
@@ -262,30 +288,20 @@ fn check_sealed(pool: &Pool) -> Result<CheckReport> {
             Err(err) => rep.problems.push(format!("{}: {err}", e.key)),
         }
     })?;
-    let mut segs = SegCount::default();
     let mut chunk_recs = Vec::new();
     r.for_each_chunk(|id, raw| chunk_recs.push((id, ChunkRec::decode(raw))))?;
-    for (id, rec) in chunk_recs {
-        rep.chunks += 1;
-        let rec = match rec {
-            Ok(r) => r,
-            Err(e) => {
-                rep.problems.push(format!("chunk {id}: {e}"));
-                continue;
-            }
-        };
-        check_chunk_refs(id, &rec, &mut s, &owed, &mut segs, &mut rep.problems);
-        match pool.chunks.read_stored(&rec) {
-            Ok((_, stored)) => rep.bytes_verified += stored.len() as u64,
-            Err(err) => rep.problems.push(format!("chunk {id}: {err}")),
-        }
-    }
-    for (chunk, n) in &s.refs {
-        rep.problems
-            .push(format!("{n} element(s) reference missing chunk {chunk}"));
-    }
-    check_segments(pool, segs, &mut rep.problems);
-    rep.problems.extend(damaged_stripes(&r)?);
+    check_chunks(
+        pool,
+        &r,
+        chunk_recs,
+        s,
+        &owed,
+        &mut rep,
+        |id, rec| match pool.chunks.read_stored(rec) {
+            Ok((_, stored)) => Ok(stored.len() as u64),
+            Err(err) => Err(format!("chunk {id}: {err}")),
+        },
+    )?;
     Ok(rep)
 }
 

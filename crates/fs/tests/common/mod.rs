@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod sparse;
+
 use cairn_fs::{mkfs, Ctx, Fs, MkfsOptions, Pool, ROOT_INO};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
