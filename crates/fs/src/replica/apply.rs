@@ -163,7 +163,10 @@ impl Fs {
                     c.src
                 )));
             };
-            match b.sealed {
+            // Held without the key, a mirror cannot open a sealed chunk:
+            // its form and fields are checked here, its bytes by the
+            // frame's checksum, its seal when it is read with the key.
+            match b.sealed && self.pool.keys.is_none() {
                 true => verify_sealed_chunk(d, &c.hash)?,
                 false => verify_chunk(batch.codec(), d, &c.hash)?,
             }
@@ -434,8 +437,9 @@ fn verify_chunk(codec: &cairn_data::ChunkCodec, d: &StoredChunk, hash: &Hash) ->
 }
 
 /// Checks a sealed stream's chunk without the key: its form says it is
-/// sealed, and its header's checksum (over the stored bytes) holds; its
-/// authentication is checked when it is read with the key.
+/// sealed and its header's fields hold (lengths, form, hash); its bytes
+/// came under the frame's checksum, and its seal is checked when it is
+/// read with the key.
 fn verify_sealed_chunk(d: &StoredChunk, hash: &Hash) -> Result<()> {
     if d.hash != *hash || d.method & cairn_data::chunk::ENCRYPTED == 0 {
         return Err(FsError::BadRequest(format!(
