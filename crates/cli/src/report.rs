@@ -1,7 +1,6 @@
 //! `cairn check` and `cairn info`: open the pool, run the library's report,
 //! print it for people or as JSON.
 
-use crate::control::client::call_with_json;
 use crate::control::protocol::Request;
 use crate::control::replies::{InfoReply, NbdServer};
 use anyhow::{bail, Result};
@@ -95,7 +94,11 @@ pub fn human(n: u64) -> String {
 
 /// Info works on a mounted pool too (answered by the daemon).
 pub fn info(target: &Path, json: bool) -> Result<()> {
-    let (r, v): (InfoReply, _) = call_with_json(target, Request::Info)?;
+    // An encrypted mirror answers without its key (its counts sealed).
+    let s = crate::control::client::Session::open_sealed_mirror_or_pool(target)?;
+    let v = s.call(Request::Info)?;
+    s.close()?;
+    let r: InfoReply = crate::control::client::decode_as("info", v.clone())?;
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -164,6 +167,9 @@ fn print_summary(i: &cairn_fs::maintenance::info::PoolInfo) {
         i.compression, i.compression_ratio
     );
     match &i.encryption {
+        None if i.sealed => println!(
+            "encryption:      a mirror of an encrypted pool, held without its key: files, directories and logical bytes are counted with it (--key-file)"
+        ),
         None => println!("encryption:      off"),
         Some(e) => {
             let day = |s: u64| cairn_fs::timefmt::format_utc(s.saturating_mul(1_000_000_000));

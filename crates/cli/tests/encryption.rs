@@ -597,6 +597,13 @@ fn a_mirror_takes_an_encrypted_pools_streams_without_its_key() {
         "{}",
         describe(&status)
     );
+    let info = cairn_no_tty(&["info", &dpool]);
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        text.contains("held without its key"),
+        "info: {}",
+        describe(&info)
+    );
     let wins: HashSet<[u8; 16]> = windows(&one).union(&windows(&two)).copied().collect();
     let hits: Vec<(PathBuf, usize)> = (files_under(&dst.dir).into_iter())
         .map(|f| (f.clone(), hits_in(&f, &wins)))

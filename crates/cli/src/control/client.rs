@@ -216,6 +216,15 @@ impl Session {
         Self::open_by(target, crate::key::open_pool_for_mirror)
     }
 
+    /// `open` that opens an encrypted mirror without its key when none is
+    /// given (`key::sealed_mirror`), any other pool as `open` does.
+    pub fn open_sealed_mirror_or_pool(target: &Path) -> Result<Session> {
+        Self::open_by(target, |p| match crate::key::sealed_mirror(p)? {
+            Some(pool) => Ok(pool),
+            None => crate::key::open_pool(p, None, None),
+        })
+    }
+
     fn open_by(
         target: &Path,
         open_pool: impl Fn(&Path) -> Result<cairn_fs::Pool>,

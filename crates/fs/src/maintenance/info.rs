@@ -102,6 +102,10 @@ pub struct PoolInfo {
     /// pool is not encrypted).
     #[serde(default)]
     pub encryption: Option<crate::pool::key::Encryption>,
+    /// A mirror of an encrypted pool opened without its key: its files,
+    /// directories and logical bytes are sealed (counted as 0 here).
+    #[serde(default)]
+    pub sealed: bool,
 }
 
 /// Per-write metadata updates that reach their tables in sorted batches
@@ -195,8 +199,9 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
     let (live, hist, chunks) = r.sizes()?;
     let (index_entries, index_ram_bytes) = r.dedup_size()?;
     let (mut files, mut dirs, mut logical) = (0, 0, 0);
+    let sealed = pool.meta.is_opaque();
     r.for_each_live(|e| {
-        if e.key.rtype() == Some(RecordType::Inode) {
+        if e.key.rtype() == Some(RecordType::Inode) && !sealed {
             if let Ok(i) = Inode::decode(e.key.obj(), &e.payload) {
                 match i.kind {
                     FileKind::File => {
@@ -258,6 +263,7 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
         locks: Vec::new(),
         waiting: waiting_updates(pool, &r)?,
         encryption: pool.encryption.clone(),
+        sealed,
     })
 }
 
