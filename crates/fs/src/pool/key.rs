@@ -123,7 +123,7 @@ pub fn unlock(
     if block.uuid != uuid {
         // A mirror's key block is its source's: `check_owner` confirms it
         // once the metadata is open.
-        info.key_of = Some(hex16(&block.uuid));
+        info.key_of = Some(crate::history::snapshot::hex(&block.uuid));
     }
     let Some(secret) = secret else {
         return Err(FsError::Key(format!(
@@ -134,10 +134,6 @@ pub fn unlock(
     let key = (block.unlock(secret))
         .map_err(|e| FsError::Key(format!("pool {}: {e}", pool.display())))?;
     Ok(Some((Arc::new(PoolKeys::derive(&key)), info)))
-}
-
-fn hex16(u: &[u8; 16]) -> String {
-    u.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Refuses a key block of another pool unless this pool is a mirror (or a
@@ -152,7 +148,7 @@ pub(crate) fn check_owner(
         return Ok(());
     };
     match role {
-        Role::Mirror { source } | Role::Promoted { source } if hex16(&source) == *owner => Ok(()),
+        Role::Mirror { source } | Role::Promoted { source } if crate::history::snapshot::hex(&source) == *owner => Ok(()),
         _ => Err(FsError::Key(format!(
             "{}: the key block belongs to another pool (its uuid differs from the superblock's, and this pool is no mirror of that one)",
             PoolPaths::key(pool).display()
@@ -189,7 +185,7 @@ pub fn adopt_key_block(pool: &Path, block: &KeyBlock) -> Result<()> {
         Some(old) if old.uuid != block.uuid => {
             refuse("the mirror holds the key block of another pool than the stream's source")
         }
-        Some(old) if old.changed >= block.changed || old == *block => Ok(()),
+        Some(old) if old.changed >= block.changed => Ok(()),
         Some(_) => write_key_block(pool, block),
     }
 }

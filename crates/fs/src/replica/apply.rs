@@ -210,7 +210,7 @@ impl Fs {
     /// (held with or without the key), and a plain one only into a mirror
     /// whose are not.
     fn check_sealed(&self, b: &Batch) -> Result<()> {
-        let sealed_here = self.pool.keys.is_some() || self.pool.meta.is_opaque();
+        let sealed_here = self.is_sealed();
         let creations = b.events.iter().filter_map(|e| match &e.change {
             Change::End => None,
             Change::Create(_) => Some(false),

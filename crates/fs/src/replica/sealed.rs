@@ -14,7 +14,7 @@ impl Fs {
     /// The key block a sealed stream of this pool carries (None: the pool
     /// is not encrypted, and its streams are plain).
     pub fn stream_key_block(&self) -> Result<Option<Vec<u8>>> {
-        match self.pool.keys.is_some() || self.pool.meta.is_opaque() {
+        match self.is_sealed() {
             true => Ok(key::read_key_block(&self.pool.path)?.map(|b| b.encode())),
             false => Ok(None),
         }
