@@ -532,7 +532,8 @@ pub struct MkfsArgs {
     /// directory's intent.log, one copy on the disk that holds it.
     #[arg(long, value_name = "WHERE", default_value = "devices")]
     pub intent_log: cairn_fs::pool::log_home::LogHome,
-    /// Encrypt the pool (XChaCha20-Poly1305): its random data key is
+    /// Encrypt the pool (XAES-256-GCM contents, XChaCha20-Poly1305
+    /// metadata): its random data key is
     /// wrapped by a passphrase (typed twice) or by --key-file FILE.
     #[arg(long)]
     pub encrypt: bool,

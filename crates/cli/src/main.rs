@@ -164,7 +164,7 @@ fn run(cli: args::Cli) -> Result<()> {
             println!("  {}", made.metadata);
             println!("  {}", made.log);
             if a.encrypt {
-                println!("  encrypted (XChaCha20-Poly1305): keep the passphrase or key file safe, without it the pool cannot be read");
+                println!("  encrypted (XAES-256-GCM contents, XChaCha20-Poly1305 metadata): keep the passphrase or key file safe, without it the pool cannot be read");
             }
             Ok(())
         }

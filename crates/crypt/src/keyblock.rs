@@ -6,7 +6,7 @@
 //! ```text
 //! 0   magic "CAIRNKEY"             8
 //! 8   format version u32           4   1
-//! 12  cipher u8                    1   1 = XChaCha20-Poly1305
+//! 12  chunk cipher u8              1   1 = XChaCha20-Poly1305, 2 = XAES-256-GCM
 //! 13  key source u8                1   1 = passphrase (Argon2id), 2 = key file of 32 raw bytes
 //! 14  reserved u16                 2   0
 //! 16  Argon2id memory KiB u32      4   (0 for a raw key)
@@ -22,11 +22,16 @@
 //! ```
 //!
 //! The wrap's associated data is bytes 0..76, so no parameter, the pool
-//! it belongs to nor a date can be changed without the unwrap failing.
+//! it belongs to, its chunks' cipher nor a date can be changed without the
+//! unwrap failing. The chunk cipher is chosen at mkfs (XAES-256-GCM since
+//! 2026-12-03; pools made before keep XChaCha20-Poly1305) and kept for the
+//! pool's life: a span of a chunk is opened without its header, so the
+//! pool, not the chunk, names the cipher. The wrap, element values, names
+//! and intent log records are XChaCha20-Poly1305 in both.
 //! The checksum tells damage ("the key block is damaged") from a wrong
 //! secret ("wrong passphrase or key file").
 
-use crate::aead::{Sealer, NONCE_LEN, OVERHEAD};
+use crate::aead::{Cipher, Sealer, NONCE_LEN, OVERHEAD};
 use crate::error::CryptError;
 use crate::keys::DataKey;
 use crate::secret::Secret;
@@ -38,6 +43,7 @@ pub const KEYBLOCK_MAGIC: &[u8; 8] = b"CAIRNKEY";
 pub const KEYBLOCK_VERSION: u32 = 1;
 pub const KEYBLOCK_LEN: usize = 152;
 const CIPHER_XCHACHA: u8 = 1;
+const CIPHER_XAES: u8 = 2;
 const AAD_END: usize = 76;
 const WRAPPED_END: usize = 148;
 const _: () = assert!(AAD_END + NONCE_LEN + 32 + OVERHEAD - NONCE_LEN == WRAPPED_END);
@@ -82,6 +88,8 @@ impl KeySource {
 /// A decoded key block.
 #[derive(Clone, PartialEq, Eq)]
 pub struct KeyBlock {
+    /// The cipher of the pool's chunks.
+    pub cipher: Cipher,
     pub source: KeySource,
     /// Argon2id's (memory KiB, passes, lanes); zeros for a raw key.
     pub argon: (u32, u32, u32),
@@ -96,6 +104,7 @@ pub struct KeyBlock {
 impl std::fmt::Debug for KeyBlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyBlock")
+            .field("cipher", &self.cipher)
             .field("source", &self.source)
             .field("argon", &self.argon)
             .field("created", &self.created)
@@ -106,14 +115,14 @@ impl std::fmt::Debug for KeyBlock {
 
 impl KeyBlock {
     /// A new data key, and the key block that wraps it with `secret`, for
-    /// the pool `uuid`.
+    /// the pool `uuid`, whose chunks are sealed with XAES-256-GCM.
     pub fn create(
         secret: &Secret,
         uuid: [u8; 16],
         now: u64,
     ) -> Result<(KeyBlock, DataKey), CryptError> {
         let key = DataKey::random();
-        let block = KeyBlock::wrap(&key, secret, uuid, now, now)?;
+        let block = KeyBlock::wrap(&key, secret, (Cipher::Xaes256Gcm, uuid), now, now)?;
         Ok((block, key))
     }
 
@@ -141,13 +150,13 @@ impl KeyBlock {
     /// stays as it is.
     pub fn rewrap(&self, old: &Secret, new: &Secret, now: u64) -> Result<KeyBlock, CryptError> {
         let key = self.unlock(old)?;
-        KeyBlock::wrap(&key, new, self.uuid, self.created, now)
+        KeyBlock::wrap(&key, new, (self.cipher, self.uuid), self.created, now)
     }
 
     fn wrap(
         key: &DataKey,
         secret: &Secret,
-        uuid: [u8; 16],
+        (cipher, uuid): (Cipher, [u8; 16]),
         created: u64,
         now: u64,
     ) -> Result<KeyBlock, CryptError> {
@@ -159,6 +168,7 @@ impl KeyBlock {
             KeySource::RawKeyFile => (0, 0, 0),
         };
         let mut b = KeyBlock {
+            cipher,
             source,
             argon,
             salt,
@@ -201,7 +211,10 @@ impl KeyBlock {
         let mut b = Vec::with_capacity(KEYBLOCK_LEN);
         b.extend_from_slice(KEYBLOCK_MAGIC);
         b.extend_from_slice(&KEYBLOCK_VERSION.to_le_bytes());
-        b.push(CIPHER_XCHACHA);
+        b.push(match self.cipher {
+            Cipher::XChaCha20Poly1305 => CIPHER_XCHACHA,
+            Cipher::Xaes256Gcm => CIPHER_XAES,
+        });
         b.push(match self.source {
             KeySource::Passphrase => 1,
             KeySource::RawKeyFile => 2,
@@ -245,9 +258,11 @@ impl KeyBlock {
         if u32_at(8) != KEYBLOCK_VERSION {
             return Err(CryptError::UnknownVersion(u32_at(8)));
         }
-        if b[12] != CIPHER_XCHACHA {
-            return Err(bad(&format!("unknown cipher {}", b[12])));
-        }
+        let cipher = match b[12] {
+            CIPHER_XCHACHA => Cipher::XChaCha20Poly1305,
+            CIPHER_XAES => Cipher::Xaes256Gcm,
+            c => return Err(bad(&format!("unknown cipher {c}"))),
+        };
         let source = match b[13] {
             1 => KeySource::Passphrase,
             2 => KeySource::RawKeyFile,
@@ -268,6 +283,7 @@ impl KeyBlock {
             )));
         }
         Ok(KeyBlock {
+            cipher,
             source,
             argon,
             salt: core::array::from_fn(|i| b[28 + i]),
@@ -297,6 +313,31 @@ mod tests {
         assert_eq!(back.unlock(&raw(2)).unwrap_err(), CryptError::WrongKey);
         let pass = Secret::passphrase(b"pw").unwrap();
         assert_eq!(back.unlock(&pass).unwrap_err(), CryptError::WrongKey);
+    }
+
+    /// New pools seal chunks with XAES-256-GCM; a block of an older pool
+    /// (cipher 1) still decodes and unlocks as XChaCha20-Poly1305, keeps
+    /// its cipher through a rewrap, and the cipher byte is bound: changed
+    /// (checksum redone), the block no longer unlocks.
+    #[test]
+    fn the_chunk_cipher_is_kept_and_bound() {
+        let (block, key) = KeyBlock::create(&raw(5), [4; 16], 9).unwrap();
+        assert_eq!(block.cipher, Cipher::Xaes256Gcm);
+        let old =
+            KeyBlock::wrap(&key, &raw(5), (Cipher::XChaCha20Poly1305, [4; 16]), 9, 9).unwrap();
+        let bytes = old.encode();
+        assert_eq!(bytes[12], CIPHER_XCHACHA);
+        let back = KeyBlock::decode(&bytes).unwrap();
+        assert_eq!(back.cipher, Cipher::XChaCha20Poly1305);
+        assert_eq!(*back.unlock(&raw(5)).unwrap().0, *key.0);
+        let moved = back.rewrap(&raw(5), &raw(6), 10).unwrap();
+        assert_eq!(moved.cipher, Cipher::XChaCha20Poly1305);
+        let mut b = block.encode();
+        b[12] = CIPHER_XCHACHA;
+        let crc = crc32c::crc32c(&b[..WRAPPED_END]);
+        b[WRAPPED_END..].copy_from_slice(&crc.to_le_bytes());
+        let forged = KeyBlock::decode(&b).unwrap();
+        assert_eq!(forged.unlock(&raw(5)).unwrap_err(), CryptError::WrongKey);
     }
 
     #[test]
@@ -351,7 +392,7 @@ mod tests {
             }
             b[..8].copy_from_slice(KEYBLOCK_MAGIC);
             b[8..12].copy_from_slice(&KEYBLOCK_VERSION.to_le_bytes());
-            b[12] = CIPHER_XCHACHA;
+            b[12] = 1 + seed.to_le_bytes()[2] % 2;
             b[13] = 1 + seed.to_le_bytes()[1] % 2;
             let crc = crc32c::crc32c(&b[..WRAPPED_END]);
             b[WRAPPED_END..].copy_from_slice(&crc.to_le_bytes());

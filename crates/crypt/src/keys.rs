@@ -4,7 +4,7 @@
 //! (keyed BLAKE3, so that equal plaintext can be found inside the pool but
 //! not confirmed from outside it).
 
-use crate::aead::Sealer;
+use crate::aead::{Cipher, Sealer};
 use crate::names::NameSealer;
 use chacha20poly1305::aead::rand_core::RngCore;
 use chacha20poly1305::aead::OsRng;
@@ -54,7 +54,7 @@ impl DataKey {
 
 /// The keys an open encrypted pool works with.
 pub struct PoolKeys {
-    /// Seals every chunk's stored bytes.
+    /// Seals every chunk's stored bytes, with the pool's chunk cipher.
     pub chunks: Sealer,
     /// Seals the payload of every intent log record.
     pub log: Sealer,
@@ -72,10 +72,11 @@ impl std::fmt::Debug for PoolKeys {
 }
 
 impl PoolKeys {
-    /// The keys derived from `key`.
-    pub fn derive(key: &DataKey) -> PoolKeys {
+    /// The keys derived from `key`, chunks sealed with `chunks` (the key
+    /// block's cipher; everything else with XChaCha20-Poly1305).
+    pub fn derive(key: &DataKey, chunks: Cipher) -> PoolKeys {
         PoolKeys {
-            chunks: Sealer::new(&key.derive(CHUNK_CONTEXT)),
+            chunks: Sealer::with_cipher(&key.derive(CHUNK_CONTEXT), chunks),
             log: Sealer::new(&key.derive(LOG_CONTEXT)),
             elements: Sealer::new(&key.derive(ELEMENT_CONTEXT)),
             names: NameSealer::new(key.derive_long(NAME_CONTEXT), key.derive(NAME_HASH_CONTEXT)),
@@ -97,7 +98,7 @@ mod tests {
     #[test]
     fn each_purpose_has_its_own_key_and_the_content_hash_is_keyed() {
         let k = DataKey::random();
-        let keys = PoolKeys::derive(&k);
+        let keys = PoolKeys::derive(&k, Cipher::Xaes256Gcm);
         let contexts = [
             CHUNK_CONTEXT,
             CONTENT_HASH_CONTEXT,
@@ -112,7 +113,7 @@ mod tests {
         let data = b"the same bytes";
         assert_ne!(keys.content_hash(data), *blake3::hash(data).as_bytes());
         assert_eq!(keys.content_hash(data), keys.content_hash(data));
-        let other = PoolKeys::derive(&DataKey::random());
+        let other = PoolKeys::derive(&DataKey::random(), Cipher::Xaes256Gcm);
         assert_ne!(keys.content_hash(data), other.content_hash(data));
         let sealed = keys.chunks.seal(b"id", data);
         assert!(other.chunks.open(b"id", &sealed).is_err());

@@ -18,8 +18,9 @@ mod keyblock;
 mod keys;
 mod names;
 mod secret;
+mod xaes;
 
-pub use aead::{Sealer, NONCE_LEN, OVERHEAD, TAG_LEN};
+pub use aead::{Cipher, Sealer, SubkeyCache, NONCE_LEN, OVERHEAD, TAG_LEN};
 pub use error::CryptError;
 pub use keyblock::{KeyBlock, KeySource, KEYBLOCK_LEN, KEYBLOCK_MAGIC, KEYBLOCK_VERSION};
 pub use keys::{DataKey, PoolKeys};

@@ -4,10 +4,12 @@
 //! ```text
 //! 0   magic "CHNK"          4
 //! 4   format version u8     1   1 = plain, 2 = encrypted, 3 = encrypted
-//!                               in spans
+//!                               in spans, 4 = encrypted with XAES-256-GCM
+//!                               (whole or in spans)
 //! 5   stored form u8        1   compression (0 = none, 1 = lz4, 2 = zstd)
-//!                               | 0x80 when encrypted (versions 2 and 3)
-//!                               | 0x40 when sealed in spans (version 3)
+//!                               | 0x80 when encrypted (versions 2 to 4)
+//!                               | 0x40 when sealed in spans (3, or 4)
+//!                               | 0x20 when XAES-256-GCM (version 4)
 //! 6   reserved u16          2
 //! 8   raw length u32        4   bytes after decompression
 //! 12  stored length u32     4   bytes that follow the header
@@ -20,7 +22,10 @@
 //! An encrypted chunk's stored bytes are `nonce (24) | ciphertext | tag
 //! (16)` of its (compressed) bytes, sealed with the pool's chunk key and
 //! bound to its header's version, form, raw length and hash (`sealed_aad`),
-//! so a chunk moved to another id fails authentication (`codec.rs`). An
+//! so a chunk moved to another id fails authentication (`codec.rs`); the
+//! cipher is the pool's (its key block's): XChaCha20-Poly1305 in pools made
+//! before XAES-256-GCM came (versions 2 and 3), XAES-256-GCM since (version
+//! 4, with the cipher bit in the form, so the header binds it too). An
 //! uncompressed chunk of more than one 4 KiB span is sealed span by span
 //! instead (version 3): each `SEAL_SPAN` bytes of it as its own `nonce |
 //! ciphertext | tag`, bound to the same header fields and to the span's
@@ -36,12 +41,19 @@ pub const CHUNK_VERSION: u8 = 1;
 pub const CHUNK_VERSION_ENCRYPTED: u8 = 2;
 /// The version of the header of a chunk encrypted span by span.
 pub const CHUNK_VERSION_SPANS: u8 = 3;
+/// The version of the header of a chunk encrypted with XAES-256-GCM.
+pub const CHUNK_VERSION_XAES: u8 = 4;
 /// The bit of the stored-form byte that says the stored bytes are
 /// encrypted (the rest is the compression method).
 pub const ENCRYPTED: u8 = 0x80;
 /// The bit of the stored-form byte, with `ENCRYPTED` and no compression,
 /// that says each `SEAL_SPAN` of the chunk is sealed alone.
 pub const SPANS: u8 = 0x40;
+/// The bit of the stored-form byte, with `ENCRYPTED`, that says the
+/// cipher is XAES-256-GCM (else XChaCha20-Poly1305).
+pub const XAES: u8 = 0x20;
+/// The bits of the stored-form byte above the compression method.
+pub const FORM_FLAGS: u8 = ENCRYPTED | SPANS | XAES;
 /// Raw bytes in each sealed span of a chunk sealed span by span (the last
 /// may hold fewer): the span of the plain chunks' checksums (`SUM_SPAN`).
 pub const SEAL_SPAN: usize = 4096;
@@ -138,7 +150,7 @@ impl ChunkHeader {
         }
         if !matches!(
             b[4],
-            CHUNK_VERSION | CHUNK_VERSION_ENCRYPTED | CHUNK_VERSION_SPANS
+            CHUNK_VERSION | CHUNK_VERSION_ENCRYPTED | CHUNK_VERSION_SPANS | CHUNK_VERSION_XAES
         ) {
             return Err(ChunkError::UnknownVersion(b[4]));
         }
@@ -169,9 +181,10 @@ impl ChunkHeader {
 
 /// The header version of a chunk whose stored-form byte is `form`.
 fn version_of(form: u8) -> u8 {
-    match (form & ENCRYPTED, form & SPANS) {
-        (0, _) => CHUNK_VERSION,
-        (_, 0) => CHUNK_VERSION_ENCRYPTED,
+    match (form & ENCRYPTED, form & XAES, form & SPANS) {
+        (0, _, _) => CHUNK_VERSION,
+        (_, XAES, _) => CHUNK_VERSION_XAES,
+        (_, _, 0) => CHUNK_VERSION_ENCRYPTED,
         _ => CHUNK_VERSION_SPANS,
     }
 }

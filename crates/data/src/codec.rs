@@ -6,9 +6,11 @@
 //! and every new chunk goes through the pool's codec; copies, moves and
 //! mirror streams carry stored bytes as they are.
 
-use crate::chunk::{self, expand, sealed_aad, ChunkError, Hash, ENCRYPTED, SEAL_SPAN, SPANS};
+use crate::chunk::{
+    self, expand, sealed_aad, ChunkError, Hash, ENCRYPTED, FORM_FLAGS, SEAL_SPAN, SPANS, XAES,
+};
 use crate::compress::{compress, Compression, RAW};
-use cairn_crypt::{PoolKeys, OVERHEAD};
+use cairn_crypt::{Cipher, PoolKeys, SubkeyCache, OVERHEAD};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -80,11 +82,12 @@ impl ChunkCodec {
             None => (RAW, raw),
         };
         assert!(
-            method & (ENCRYPTED | SPANS) == 0,
+            method & FORM_FLAGS == 0,
             "a compression method below the flags"
         );
+        let cipher = cipher_bit(keys);
         if let (RAW, Some(len)) = (method, span_sealed_len(raw.len())) {
-            let form = RAW | ENCRYPTED | SPANS;
+            let form = RAW | ENCRYPTED | SPANS | cipher;
             let base = sealed_aad(form, raw.len() as u32, hash);
             let count = raw.len().div_ceil(SEAL_SPAN);
             let mut sealed = Vec::with_capacity(len);
@@ -94,7 +97,7 @@ impl ChunkCodec {
             assert_eq!(sealed.len(), len);
             return Some((form, sealed));
         }
-        let form = method | ENCRYPTED;
+        let form = method | ENCRYPTED | cipher;
         let aad = sealed_aad(form, raw.len() as u32, hash);
         let sealed = keys.chunks.seal(&aad, plain);
         assert_eq!(sealed.len(), plain.len() + OVERHEAD);
@@ -118,8 +121,9 @@ impl ChunkCodec {
     ) -> Result<Vec<u8>, ChunkError> {
         let keys = self.keys.as_ref().ok_or(ChunkError::NeedsKey)?;
         let count = (raw_len as usize).div_ceil(SEAL_SPAN);
-        let base = sealed_aad(RAW | ENCRYPTED | SPANS, raw_len, hash);
+        let base = sealed_aad(RAW | ENCRYPTED | SPANS | cipher_bit(keys), raw_len, hash);
         let mut raw = Vec::with_capacity(stored.len());
+        let mut cache = SubkeyCache::default();
         for (k, span) in stored.chunks(SEAL_SPAN + OVERHEAD).enumerate() {
             let i = first + k;
             // The last span is the only short one; one past the count, or
@@ -130,7 +134,7 @@ impl ChunkCodec {
             }
             (keys
                 .chunks
-                .open_into(&span_aad(&base, i, count), span, &mut raw))
+                .open_cached(&span_aad(&base, i, count), span, &mut raw, &mut cache))
             .map_err(|_| ChunkError::Authentication)?;
         }
         Ok(raw)
@@ -168,9 +172,16 @@ impl ChunkCodec {
         full_hash: bool,
     ) -> Result<Vec<u8>, ChunkError> {
         let (h, stored) = chunk::checked(buf, expected)?;
+        if let (Some(keys), true) = (&self.keys, h.compression & ENCRYPTED != 0) {
+            if h.compression & XAES != cipher_bit(keys) {
+                // A chunk of another cipher than the pool's: another
+                // pool's, or a forged header.
+                return Err(ChunkError::Authentication);
+            }
+        }
         let raw = match h.compression & ENCRYPTED {
             0 => expand(h.compression, h.raw_len, stored)?,
-            _ if h.compression == RAW | ENCRYPTED | SPANS => {
+            _ if h.compression & !XAES == RAW | ENCRYPTED | SPANS => {
                 let raw = self.open_spans(h.raw_len, expected, 0, stored)?;
                 if raw.len() != h.raw_len as usize {
                     return Err(ChunkError::RawLenMismatch);
@@ -182,13 +193,22 @@ impl ChunkCodec {
                 let aad = sealed_aad(h.compression, h.raw_len, expected);
                 let plain =
                     (keys.chunks.open(&aad, stored)).map_err(|_| ChunkError::Authentication)?;
-                expand(h.compression & !ENCRYPTED, h.raw_len, &plain)?
+                expand(h.compression & !(ENCRYPTED | XAES), h.raw_len, &plain)?
             }
         };
         if full_hash && &self.hash(&raw) != expected {
             return Err(ChunkError::ContentHash);
         }
         Ok(raw)
+    }
+}
+
+/// The form bit of the pool's chunk cipher: `XAES`, or 0 for
+/// XChaCha20-Poly1305.
+fn cipher_bit(keys: &PoolKeys) -> u8 {
+    match keys.chunks.cipher() {
+        Cipher::Xaes256Gcm => XAES,
+        Cipher::XChaCha20Poly1305 => 0,
     }
 }
 
@@ -257,7 +277,25 @@ mod tests {
     use cairn_crypt::OVERHEAD;
 
     fn encrypted() -> ChunkCodec {
-        ChunkCodec::encrypted(Arc::new(PoolKeys::derive(&DataKey::random())))
+        with_cipher(&DataKey::random(), Cipher::Xaes256Gcm)
+    }
+
+    fn with_cipher(key: &DataKey, c: Cipher) -> ChunkCodec {
+        ChunkCodec::encrypted(Arc::new(PoolKeys::derive(key, c)))
+    }
+
+    /// A codec of a pool of each chunk cipher: XChaCha20-Poly1305 (pools
+    /// made before XAES-256-GCM) and XAES-256-GCM.
+    fn codecs() -> [ChunkCodec; 2] {
+        [Cipher::XChaCha20Poly1305, Cipher::Xaes256Gcm].map(|c| with_cipher(&DataKey::random(), c))
+    }
+
+    /// The header versions of `codec`'s chunks sealed whole and in spans.
+    fn versions(codec: &ChunkCodec) -> (u8, u8) {
+        match cipher_bit(codec.keys.as_ref().unwrap()) {
+            XAES => (chunk::CHUNK_VERSION_XAES, chunk::CHUNK_VERSION_XAES),
+            _ => (chunk::CHUNK_VERSION_ENCRYPTED, chunk::CHUNK_VERSION_SPANS),
+        }
     }
 
     fn sealed(codec: &ChunkCodec, c: Compression, raw: &[u8]) -> (Hash, Vec<u8>) {
@@ -272,11 +310,12 @@ mod tests {
 
     #[test]
     fn an_encrypted_chunk_reads_back_and_holds_no_plaintext() {
-        let codec = encrypted();
-        for c in [Compression::None, Compression::Lz4, Compression::Zstd(3)] {
+        for (codec, c) in codecs().iter().flat_map(|k| {
+            [Compression::None, Compression::Lz4, Compression::Zstd(3)].map(|c| (k, c))
+        }) {
             let raw = b"a distinctive sentence of plaintext ".repeat(100);
-            let (h, buf) = sealed(&codec, c, &raw);
-            assert_eq!(buf[4], chunk::CHUNK_VERSION_ENCRYPTED);
+            let (h, buf) = sealed(codec, c, &raw);
+            assert_eq!(buf[4], versions(codec).0);
             assert_eq!(codec.unseal(&buf, &h, true).unwrap(), raw);
             assert!(
                 !buf.windows(16).any(|w| raw.windows(16).any(|r| r == w)),
@@ -329,19 +368,24 @@ mod tests {
     fn span_sealed(codec: &ChunkCodec, len: usize) -> (Vec<u8>, Hash, Vec<u8>) {
         let raw: Vec<u8> = (0..len).map(|i| (i % 251).to_le_bytes()[0]).collect();
         let (h, buf) = sealed(codec, Compression::None, &raw);
-        assert_eq!(buf[4], chunk::CHUNK_VERSION_SPANS, "{len} bytes");
+        assert_eq!(buf[4], versions(codec).1, "{len} bytes");
         (raw, h, buf)
     }
 
     #[test]
     fn chunks_of_more_than_a_span_are_sealed_span_by_span_and_read_in_parts() {
-        let codec = encrypted();
+        for codec in codecs() {
+            spans_read_in_parts(&codec);
+        }
+    }
+
+    fn spans_read_in_parts(codec: &ChunkCodec) {
         // One span or less: sealed whole, as before.
-        let (h, buf) = sealed(&codec, Compression::None, &[7; SEAL_SPAN]);
-        assert_eq!(buf[4], chunk::CHUNK_VERSION_ENCRYPTED);
+        let (h, buf) = sealed(codec, Compression::None, &[7; SEAL_SPAN]);
+        assert_eq!(buf[4], versions(codec).0);
         assert_eq!(codec.unseal(&buf, &h, true).unwrap(), vec![7; SEAL_SPAN]);
         for len in [SEAL_SPAN + 1, 3 * SEAL_SPAN, 65_536, 65_536 + 100] {
-            let (raw, h, buf) = span_sealed(&codec, len);
+            let (raw, h, buf) = span_sealed(codec, len);
             let count = len.div_ceil(SEAL_SPAN);
             assert_eq!(buf.len(), CHUNK_HEADER_LEN + len + count * OVERHEAD);
             assert_eq!(codec.unseal(&buf, &h, true).unwrap(), raw);
@@ -368,7 +412,7 @@ mod tests {
 
     #[test]
     fn a_large_chunk_sealed_whole_before_version_3_still_opens() {
-        let codec = encrypted();
+        let codec = with_cipher(&DataKey::random(), Cipher::XChaCha20Poly1305);
         let raw: Vec<u8> = (0..65_536u32).map(|i| (i % 241).to_le_bytes()[0]).collect();
         let h = codec.hash(&raw);
         let form = RAW | ENCRYPTED;
@@ -384,8 +428,38 @@ mod tests {
 
     #[test]
     fn a_span_changed_swapped_dropped_or_moved_is_refused() {
-        let codec = encrypted();
-        let (_, h, buf) = span_sealed(&codec, 4 * SEAL_SPAN);
+        for codec in codecs() {
+            changed_spans_refused(&codec);
+        }
+    }
+
+    /// A chunk sealed under the other cipher with the same data key (a
+    /// forged header, or another pool's) is refused, whole or in spans.
+    #[test]
+    fn a_chunk_of_the_other_cipher_is_refused() {
+        let key = DataKey::random();
+        let [chacha, xaes] =
+            [Cipher::XChaCha20Poly1305, Cipher::Xaes256Gcm].map(|c| with_cipher(&key, c));
+        for (from, to) in [(&chacha, &xaes), (&xaes, &chacha)] {
+            for len in [100, 4 * SEAL_SPAN] {
+                let raw: Vec<u8> = (0..len).map(|i| i.to_le_bytes()[0]).collect();
+                let (h, buf) = sealed(from, Compression::None, &raw);
+                assert_eq!(to.unseal(&buf, &h, false), Err(ChunkError::Authentication));
+                let stored = &buf[CHUNK_HEADER_LEN..];
+                if len > SEAL_SPAN {
+                    let raw_len = u32::try_from(len).unwrap();
+                    assert!(from.open_spans(raw_len, &h, 0, stored).is_ok());
+                    assert_eq!(
+                        to.open_spans(raw_len, &h, 0, stored),
+                        Err(ChunkError::Authentication)
+                    );
+                }
+            }
+        }
+    }
+
+    fn changed_spans_refused(codec: &ChunkCodec) {
+        let (_, h, buf) = span_sealed(codec, 4 * SEAL_SPAN);
         let stored = &buf[CHUNK_HEADER_LEN..];
         let span = SEAL_SPAN + OVERHEAD;
         let open = |first: usize, b: &[u8]| {
@@ -415,11 +489,15 @@ mod tests {
             Err(ChunkError::RawLenMismatch)
         );
         // A span of another chunk with the same layout, or another pool's.
-        let (_, h2, other) = span_sealed(&codec, 4 * SEAL_SPAN + 1);
+        let (_, h2, other) = span_sealed(codec, 4 * SEAL_SPAN + 1);
         let theirs = &other[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + span];
         assert_eq!(open(0, theirs), Err(ChunkError::Authentication));
         assert_ne!(h, h2);
-        let (_, _, elsewhere) = span_sealed(&encrypted(), 4 * SEAL_SPAN);
+        let elsewhere = with_cipher(
+            &DataKey::random(),
+            codec.keys.as_ref().unwrap().chunks.cipher(),
+        );
+        let (_, _, elsewhere) = span_sealed(&elsewhere, 4 * SEAL_SPAN);
         assert_eq!(
             open(0, &elsewhere[CHUNK_HEADER_LEN..][..span]),
             Err(ChunkError::Authentication)

@@ -490,7 +490,10 @@ mod tests {
         let spec = DeviceSpec::tier(DeviceClass::Ssd, dir.join("d"), Some(33 << 20));
         let d = Device::create(&spec, 0, [0; 16], 4 << 20).unwrap();
         let mut s = ChunkStore::new(Arc::new(DeviceSet::new(vec![d]).unwrap()), vec![], 1).unwrap();
-        let keys = Arc::new(PoolKeys::derive(&DataKey::random()));
+        let keys = Arc::new(PoolKeys::derive(
+            &DataKey::random(),
+            cairn_crypt::Cipher::Xaes256Gcm,
+        ));
         s.set_codec(crate::ChunkCodec::encrypted(keys));
         let mut x = 0x2545f4914f6cdd1du64;
         let blocks: Vec<Vec<u8>> = (0..4)

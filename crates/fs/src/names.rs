@@ -126,6 +126,7 @@ mod tests {
     fn sealed() -> Names {
         Names::of(Some(Arc::new(PoolKeys::derive(
             &cairn_crypt::DataKey::random(),
+            cairn_crypt::Cipher::Xaes256Gcm,
         ))))
     }
 

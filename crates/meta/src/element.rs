@@ -243,7 +243,10 @@ mod tests {
     /// A seal with a key of its own.
     fn sealed() -> ValueSeal {
         let seal = ValueSeal::default();
-        let keys = cairn_crypt::PoolKeys::derive(&cairn_crypt::DataKey::random());
+        let keys = cairn_crypt::PoolKeys::derive(
+            &cairn_crypt::DataKey::random(),
+            cairn_crypt::Cipher::Xaes256Gcm,
+        );
         assert!(seal.set(Arc::new(keys)));
         seal
     }

@@ -88,7 +88,10 @@ mod tests {
     #[test]
     fn sealed_snapshot_names_and_records_open_only_in_their_place() {
         let seal = ValueSeal::default();
-        let keys = cairn_crypt::PoolKeys::derive(&cairn_crypt::DataKey::random());
+        let keys = cairn_crypt::PoolKeys::derive(
+            &cairn_crypt::DataKey::random(),
+            cairn_crypt::Cipher::Xaes256Gcm,
+        );
         assert!(seal.set(Arc::new(keys)));
         let k = seal.snapshot_key("before-the-secret-merger");
         assert!(k.starts_with('~') && !k.contains("secret"));

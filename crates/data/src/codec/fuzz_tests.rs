@@ -44,7 +44,7 @@ proptest! {
         m in mutations(),
         redo in any::<bool>(),
     ) {
-        let codec = ChunkCodec::encrypted(Arc::new(PoolKeys::derive(&DataKey::random())));
+        let codec = ChunkCodec::encrypted(Arc::new(PoolKeys::derive(&DataKey::random(), cairn_crypt::Cipher::Xaes256Gcm)));
         let h = codec.hash(&raw);
         let (form, stored) = codec.pack(c, &raw, &h).unwrap();
         let mut good = Vec::new();

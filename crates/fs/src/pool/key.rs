@@ -53,7 +53,10 @@ pub(crate) fn require_sealed_names(meta: &cairn_meta::MetaStore) -> Result<()> {
 impl Encryption {
     fn of(b: &KeyBlock) -> Encryption {
         Encryption {
-            algorithm: "XChaCha20-Poly1305, keyed BLAKE3 content hashes".into(),
+            algorithm: format!(
+                "{} chunks; XChaCha20-Poly1305 metadata, intent log and key wrap; keyed BLAKE3 content hashes",
+                b.cipher.name()
+            ),
             key_source: b.source.name().into(),
             created: b.created,
             key_changed: b.changed,
@@ -133,7 +136,7 @@ pub fn unlock(
     };
     let key = (block.unlock(secret))
         .map_err(|e| FsError::Key(format!("pool {}: {e}", pool.display())))?;
-    Ok(Some((Arc::new(PoolKeys::derive(&key)), info)))
+    Ok(Some((Arc::new(PoolKeys::derive(&key, block.cipher)), info)))
 }
 
 /// Refuses a key block of another pool unless this pool is a mirror (or a

@@ -395,7 +395,7 @@ fn mkfs_in(
             .map_err(|e| FsError::Key(e.to_string()))?;
         made.will_create(&PoolPaths::key(pool));
         key::write_key_block(pool, &block)?;
-        keys = Some(Arc::new(cairn_crypt::PoolKeys::derive(&key)));
+        keys = Some(Arc::new(cairn_crypt::PoolKeys::derive(&key, block.cipher)));
     }
     made.will_create(&PoolPaths::meta(pool));
     let home = meta_home(pool, &opts.devices)?;

@@ -436,13 +436,14 @@ impl Fs {
         let blocks: Vec<(u64, u64, &Block)> = blocks.iter().map(|(i, b, d)| (*i, *b, d)).collect();
         let windows: Vec<_> = blocks.chunks(HASH_WINDOW).collect();
         let mut sink = BlockSink::new(self, layouts)?;
-        let codec = self.pool.chunks.codec();
+        let ahead = PackAhead::of(self, &sink)?;
+        let ahead = &ahead;
         std::thread::scope(|sc| {
             let spawn = |i: usize| {
                 let w = windows.get(i).copied()?;
                 Some(sc.spawn(move || {
                     w.iter()
-                        .map(|b| content_hash(codec, b.2))
+                        .map(|b| ahead.hash_and_pack(b.2))
                         .collect::<Vec<_>>()
                 }))
             };
@@ -454,12 +455,12 @@ impl Fs {
                 let hashes = hashes.map_err(|_| FsError::Io("block hashing panicked".into()))?;
                 ahead.extend(spawn(i + depth));
                 let mut news = Vec::new();
-                for (&(ino, blk, data), h) in window.iter().zip(hashes) {
+                for (&(ino, blk, data), (h, packed)) in window.iter().zip(hashes) {
                     if let Some(at) = sink.put(ino, blk, data, h)? {
-                        news.push((at, data.as_slice()));
+                        news.push((at, data.as_slice(), packed));
                     }
                 }
-                sink.store_new(&news)?;
+                sink.store_new(news)?;
             }
             Ok::<_, FsError>(())
         })?;
@@ -968,6 +969,49 @@ pub(crate) fn content_hash(codec: &cairn_data::ChunkCodec, data: &[u8]) -> Optio
     (!data.iter().all(|&b| b == 0)).then(|| codec.hash(data))
 }
 
+/// A block's stored form (`ChunkCodec::pack`): None stores it raw.
+type Packed = Option<(u8, Vec<u8>)>;
+
+/// What the hash workers of a flush do beside hashing: in an encrypted
+/// pool they also seal each block that the pool's dedup index does not
+/// hold (it will most likely be stored), so that sealing runs on the
+/// workers, ahead, instead of on the flusher between its windows. A block
+/// packed ahead that turns out a duplicate (of another in the same flush)
+/// wastes its sealing; one not packed ahead is packed by the flusher.
+struct PackAhead<'a> {
+    codec: &'a cairn_data::ChunkCodec,
+    /// The index to look duplicates up in, and the compression to pack
+    /// with, when blocks are packed ahead.
+    pack: Option<(Option<MetaRead>, cairn_data::Compression)>,
+}
+
+impl<'a> PackAhead<'a> {
+    fn of(fs: &'a Fs, sink: &BlockSink<'_>) -> Result<PackAhead<'a>> {
+        let codec = fs.pool.chunks.codec();
+        let pack = match codec.is_encrypted() {
+            true => Some((sink.dedup.then(|| fs.meta()).transpose()?, sink.compression)),
+            false => None,
+        };
+        Ok(PackAhead { codec, pack })
+    }
+
+    /// The block's content hash (None: a hole) and, when packed ahead,
+    /// its stored form.
+    fn hash_and_pack(&self, data: &[u8]) -> (Option<Hash>, Option<Packed>) {
+        let h = content_hash(self.codec, data);
+        let packed = match (&self.pack, h) {
+            (Some((index, c)), Some(h)) => {
+                let known = index
+                    .as_ref()
+                    .is_some_and(|r| indexed_chunk(r, &h).ok().flatten().is_some());
+                (!known).then(|| self.codec.pack(*c, data, &h))
+            }
+            _ => None,
+        };
+        (h, packed)
+    }
+}
+
 /// Where `write_blocks` puts hashed blocks: dedup, then a chunk batch.
 struct BlockSink<'a> {
     dedup: bool,
@@ -1058,15 +1102,30 @@ impl<'a> BlockSink<'a> {
 
     /// Stores the new blocks of a window, in order, compressed (when the
     /// pool compresses) on every core first.
-    fn store_new(&mut self, news: &[(usize, &[u8])]) -> Result<()> {
+    fn store_new(&mut self, mut news: Vec<(usize, &[u8], Option<Packed>)>) -> Result<()> {
+        // Blocks the hash workers did not pack (they looked like
+        // duplicates, or the pool packs nothing ahead) are packed here.
         let hashed: Vec<(&[u8], Hash)> = (news.iter())
-            .map(|&(at, raw)| match self.out[at].stored {
+            .filter(|n| n.2.is_none())
+            .map(|&(at, raw, _)| match self.out[at].stored {
                 Stored::Pending(h) => (raw, h),
                 _ => unreachable!("a new block is pending"),
             })
             .collect();
-        let packed = self.batch.codec().pack_all(self.compression, &hashed);
-        for (&(at, raw), z) in news.iter().zip(packed) {
+        let mut here = self
+            .batch
+            .codec()
+            .pack_all(self.compression, &hashed)
+            .into_iter();
+        let packed: Vec<Packed> = (news.iter_mut())
+            .map(|n| {
+                n.2.take()
+                    .or_else(|| here.next())
+                    .expect("a packing per new block")
+            })
+            .collect();
+        assert!(here.next().is_none(), "every packing made here is used");
+        for (&(at, raw, _), z) in news.iter().zip(packed) {
             let Stored::Pending(h) = self.out[at].stored else {
                 unreachable!("a new block is pending");
             };

@@ -515,6 +515,7 @@ mod sealed_values {
     fn keys() -> Arc<cairn_crypt::PoolKeys> {
         Arc::new(cairn_crypt::PoolKeys::derive(
             &cairn_crypt::DataKey::random(),
+            cairn_crypt::Cipher::Xaes256Gcm,
         ))
     }
 
