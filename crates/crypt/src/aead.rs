@@ -245,6 +245,36 @@ impl Sealer {
         self.open_cached(aad, sealed, out, &mut SubkeyCache::default())
     }
 
+    /// Opens `sealed` into `dst` (exactly its plaintext's length) if it
+    /// authenticates under this key and `aad`, the subkey from `cache` as
+    /// in `open_cached`; on a failure `dst` is zeroed, never left holding
+    /// decrypted bytes.
+    pub fn open_to_slice(
+        &self,
+        aad: &[u8],
+        sealed: &[u8],
+        dst: &mut [u8],
+        cache: &mut SubkeyCache,
+    ) -> Result<(), CryptError> {
+        if sealed.len() < OVERHEAD {
+            return Err(CryptError::Short(sealed.len()));
+        }
+        assert_eq!(dst.len(), sealed.len() - OVERHEAD, "room for the plaintext");
+        let (xnonce, rest) = sealed.split_at(NONCE_LEN);
+        let (ct, tag) = rest.split_at(rest.len() - TAG_LEN);
+        let tag = ring::aead::Tag::try_from(tag).expect("a 16-byte tag");
+        let (key, nonce) = self.subkey(xnonce, cache);
+        dst.copy_from_slice(ct);
+        if key
+            .open_in_place_separate_tag(nonce, Aad::from(aad), tag, dst, 0..)
+            .is_err()
+        {
+            dst.zeroize();
+            return Err(CryptError::Authentication);
+        }
+        Ok(())
+    }
+
     /// `open_into`, with the subkey from `cache` when the nonce's key
     /// part is the last one's (the spans of one chunk, opened in a run).
     pub fn open_cached(
@@ -421,6 +451,12 @@ mod tests {
             let aad = [i.to_le_bytes()[0]; 3];
             assert_eq!(s.open(&aad, part).unwrap(), want, "span {i}");
             s.open_cached(&aad, part, &mut run, &mut cache).unwrap();
+            let mut dst = vec![0u8; want.len()];
+            s.open_to_slice(&aad, part, &mut dst, &mut cache).unwrap();
+            assert_eq!(dst, want, "span {i} opened into a slice");
+            let other = [(i + 2).to_le_bytes()[0]; 3];
+            assert!(s.open_to_slice(&other, part, &mut dst, &mut cache).is_err());
+            assert!(dst.iter().all(|&b| b == 0), "nothing kept of a failed open");
             let other = [(i + 1).to_le_bytes()[0]; 3];
             assert_eq!(s.open(&other, part), Err(CryptError::Authentication));
         }

@@ -287,6 +287,21 @@ pub fn expand(method: u8, raw_len: u32, stored: &[u8]) -> Result<Vec<u8>, ChunkE
 
 /// Checks the header and the stored bytes' checksum.
 fn check_stored(head: &[u8], data: &[u8], expected: &Hash) -> Result<ChunkHeader, ChunkError> {
+    let (h, stored) = header_checked(head, data, expected)?;
+    if crc32c::crc32c(stored) != h.data_crc {
+        return Err(ChunkError::DataChecksum);
+    }
+    Ok(h)
+}
+
+/// The header of a chunk (`head`, its data following in `data`) checked
+/// against its own checksum and `expected`, and its stored bytes; not the
+/// stored bytes' checksum (a caller that authenticates them checks more).
+fn header_checked<'d>(
+    head: &[u8],
+    data: &'d [u8],
+    expected: &Hash,
+) -> Result<(ChunkHeader, &'d [u8]), ChunkError> {
     let h = ChunkHeader::decode(head)?;
     if &h.hash != expected {
         return Err(ChunkError::OtherContent);
@@ -294,10 +309,17 @@ fn check_stored(head: &[u8], data: &[u8], expected: &Hash) -> Result<ChunkHeader
     let Some(stored) = data.get(..h.stored_len as usize) else {
         return Err(ChunkError::StoredBeyondChunk);
     };
-    if crc32c::crc32c(stored) != h.data_crc {
-        return Err(ChunkError::DataChecksum);
-    }
-    Ok(h)
+    Ok((h, stored))
+}
+
+/// `checked` without the stored bytes' checksum, for a chunk whose stored
+/// bytes are then authenticated (every byte under a seal's tag).
+pub fn header_and_stored<'b>(
+    buf: &'b [u8],
+    expected: &Hash,
+) -> Result<(ChunkHeader, &'b [u8]), ChunkError> {
+    let (head, data) = buf.split_at(CHUNK_HEADER_LEN.min(buf.len()));
+    header_checked(head, data, expected)
 }
 
 /// Checks an uncompressed chunk read as header + data in place; returns

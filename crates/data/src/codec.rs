@@ -108,10 +108,6 @@ impl ChunkCodec {
     /// (raw length `raw_len`, content hash `hash`), opened from `stored`:
     /// those spans' stored bytes, whole, as `stored_spans` locates them.
     /// Every span is authenticated, at its index, or nothing is returned.
-    #[allow(
-        clippy::cast_possible_truncation,
-        reason = "a chunk is at most MAX_RAW_LEN (1 MiB)"
-    )]
     pub fn open_spans(
         &self,
         raw_len: u32,
@@ -119,25 +115,82 @@ impl ChunkCodec {
         first: usize,
         stored: &[u8],
     ) -> Result<Vec<u8>, ChunkError> {
+        let spans = stored.len().div_ceil(SEAL_SPAN + OVERHEAD);
+        let len = stored.len().saturating_sub(spans * OVERHEAD);
+        let mut raw = vec![0u8; len];
+        self.open_spans_into(raw_len, hash, first, stored, &mut raw)?;
+        Ok(raw)
+    }
+
+    /// `open_spans` into `dst`, which must be exactly those spans' raw
+    /// bytes long (else `RawLenMismatch`); on an error `dst` holds no
+    /// decrypted byte.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a chunk is at most MAX_RAW_LEN (1 MiB)"
+    )]
+    pub fn open_spans_into(
+        &self,
+        raw_len: u32,
+        hash: &Hash,
+        first: usize,
+        stored: &[u8],
+        dst: &mut [u8],
+    ) -> Result<(), ChunkError> {
         let keys = self.keys.as_ref().ok_or(ChunkError::NeedsKey)?;
         let count = (raw_len as usize).div_ceil(SEAL_SPAN);
         let base = sealed_aad(RAW | ENCRYPTED | SPANS | cipher_bit(keys), raw_len, hash);
-        let mut raw = Vec::with_capacity(stored.len());
         let mut cache = SubkeyCache::default();
+        let mut at = 0;
         for (k, span) in stored.chunks(SEAL_SPAN + OVERHEAD).enumerate() {
             let i = first + k;
             // The last span is the only short one; one past the count, or
             // a short one before the last, is damage.
             let want = SEAL_SPAN.min(raw_len as usize - (i * SEAL_SPAN).min(raw_len as usize));
-            if i >= count || span.len() != want + OVERHEAD {
+            let out = dst.get_mut(at..at + want);
+            let (true, Some(out)) = (i < count && span.len() == want + OVERHEAD, out) else {
+                dst.fill(0);
                 return Err(ChunkError::RawLenMismatch);
-            }
-            (keys
+            };
+            let aad = span_aad(&base, i, count);
+            if keys
                 .chunks
-                .open_cached(&span_aad(&base, i, count), span, &mut raw, &mut cache))
-            .map_err(|_| ChunkError::Authentication)?;
+                .open_to_slice(&aad, span, out, &mut cache)
+                .is_err()
+            {
+                dst.fill(0);
+                return Err(ChunkError::Authentication);
+            }
+            at += want;
         }
-        Ok(raw)
+        if at != dst.len() {
+            dst.fill(0);
+            return Err(ChunkError::RawLenMismatch);
+        }
+        Ok(())
+    }
+
+    /// Opens whole chunk `buf` straight into `dst` when it is sealed span
+    /// by span and `dst` is its raw length: its header checked against
+    /// its checksum and `expected`, every span authenticated (the tags
+    /// cover every stored byte, so the data checksum is not computed as
+    /// well). Ok(false): not such a chunk, nothing done (`unseal` it).
+    pub fn open_chunk_into(
+        &self,
+        buf: &[u8],
+        expected: &Hash,
+        dst: &mut [u8],
+    ) -> Result<bool, ChunkError> {
+        let Some(keys) = self.keys.as_ref() else {
+            return Ok(false);
+        };
+        let (h, stored) = chunk::header_and_stored(buf, expected)?;
+        let spans = RAW | ENCRYPTED | SPANS | cipher_bit(keys);
+        if h.compression != spans || h.raw_len as usize != dst.len() {
+            return Ok(false);
+        }
+        self.open_spans_into(h.raw_len, expected, 0, stored, dst)?;
+        Ok(true)
     }
 
     /// The `pack` of each block (with its hash), split across the cores.
@@ -455,6 +508,38 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// A whole chunk sealed span by span opens straight into a buffer of
+    /// its raw length; any other chunk or buffer is left to `unseal`, and
+    /// a damaged span leaves the buffer zeroed.
+    #[test]
+    fn a_chunk_opens_into_its_buffer_or_not_at_all() {
+        for codec in codecs() {
+            let (raw, h, buf) = span_sealed(&codec, 3 * SEAL_SPAN + 5);
+            let mut dst = vec![0xaa; raw.len()];
+            assert_eq!(codec.open_chunk_into(&buf, &h, &mut dst), Ok(true));
+            assert_eq!(dst, raw);
+            let mut short = vec![0u8; raw.len() - 1];
+            assert_eq!(codec.open_chunk_into(&buf, &h, &mut short), Ok(false));
+            let keyless = ChunkCodec::sealed_without_key();
+            assert_eq!(keyless.open_chunk_into(&buf, &h, &mut dst), Ok(false));
+            let (small_h, small) = sealed(&codec, Compression::None, &[3; 100]);
+            let mut out = vec![0u8; 100];
+            assert_eq!(codec.open_chunk_into(&small, &small_h, &mut out), Ok(false));
+            let mut bad = buf.clone();
+            let last = bad.len() - 3;
+            bad[last] ^= 1;
+            assert_eq!(
+                codec.open_chunk_into(&bad, &h, &mut dst),
+                Err(ChunkError::Authentication)
+            );
+            assert!(dst.iter().all(|&b| b == 0), "nothing of a failed open kept");
+            assert_eq!(
+                codec.open_chunk_into(&buf, &small_h, &mut dst),
+                Err(ChunkError::OtherContent)
+            );
         }
     }
 

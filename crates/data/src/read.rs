@@ -125,6 +125,10 @@ impl ChunkStore {
         let mut p = 0;
         for (rec, dst) in run.iter_mut() {
             let chunk = &buf[p..p + rec.len as usize];
+            if self.is_span_sealed(rec) && self.open_into(rec, chunk, dst)? {
+                p += rec.len as usize;
+                continue;
+            }
             let opened;
             let raw = if self.is_span_sealed(rec) {
                 opened = self.raw_of(rec, chunk, false)?;

@@ -20,6 +20,21 @@ impl ChunkStore {
                 .is_some_and(|n| CHUNK_HEADER_LEN + n == rec.len as usize)
     }
 
+    /// Opens chunk `rec` (sealed span by span, its stored bytes `chunk`)
+    /// straight into `dst`, its raw bytes; false if it is not such a chunk
+    /// (nothing done). An error names the chunk.
+    pub(crate) fn open_into(&self, rec: &ChunkRec, chunk: &[u8], dst: &mut [u8]) -> Result<bool> {
+        if dst.len() != rec.raw_len as usize {
+            return Err(corrupt(rec, "raw length differs from record".into()));
+        }
+        let opened = (self.codec.open_chunk_into(chunk, &rec.hash, dst))
+            .map_err(|why| corrupt(rec, why.to_string()))?;
+        if opened {
+            self.heat.touch(rec.segment, rec.len as u64);
+        }
+        Ok(opened)
+    }
+
     /// Raw bytes `from..from + dst.len()` of chunk `rec` into `dst` when
     /// it is sealed span by span (else None), from the copy reads go to
     /// first: the spans they touch, opened. An error names the chunk (a
