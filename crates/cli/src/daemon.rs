@@ -196,7 +196,6 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
         .with_context(|| format!("control socket {}", sock.display()))?;
     fs.spawn_snapshot_hasher();
     let gc = fs.spawn_gc();
-    spawn_inode_count(&fs);
     let mover = fs.spawn_mover();
     let resilver = fs.spawn_resilver();
     let watchdog = Some(fs.spawn_watchdog());
@@ -210,6 +209,10 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let http = crate::metrics::start(&fs, &config, token).inspect_err(|_| crate::nbd::stop())?;
     tracing::info!("pool {} mounted on {}", pool.display(), mnt.display());
     ready.ok();
+    // After the mount answers: the count reads the whole inode table,
+    // which a cold mount should not wait behind (a `df -i` before it
+    // ends waits for it).
+    spawn_inode_count(&fs);
     crate::stop::on_signals(fs.clone(), mnt.clone())?;
     let joined = session.join();
     // Clients stop before the pool closes: what they flushed is durable,

@@ -190,6 +190,36 @@ impl Backend for FileBackend {
         self.file.set_len(len)
     }
 
+    /// `lseek(SEEK_DATA)` and `lseek(SEEK_HOLE)`: the host's file system
+    /// says where data lies (ext4 and xfs count blocks allocated but never
+    /// written as a hole unless the page cache holds them). Any error, or
+    /// an answer out of order, is "not known".
+    fn data_ranges(&self) -> io::Result<Option<Vec<(u64, u64)>>> {
+        let end = self.file.metadata()?.len();
+        let fd = self.file.as_raw_fd();
+        let seek = |at: u64, whence: libc::c_int| -> Option<u64> {
+            let at = libc::off_t::try_from(at).ok()?;
+            // SAFETY: lseek on an fd we own; it moves the offset, which no
+            // read or write of this backend uses (all are positioned).
+            let rc = unsafe { libc::lseek(fd, at, whence) };
+            u64::try_from(rc).ok()
+        };
+        let (mut ranges, mut at) = (Vec::new(), 0);
+        while at < end {
+            // No data at or after `at` (ENXIO) ends the list.
+            let Some(data) = seek(at, libc::SEEK_DATA) else {
+                let no_data = io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+                return Ok(no_data.then_some(ranges));
+            };
+            let Some(hole) = seek(data, libc::SEEK_HOLE).filter(|&h| h > data && data >= at) else {
+                return Ok(None);
+            };
+            ranges.push((data, hole.min(end)));
+            at = hole;
+        }
+        Ok(Some(ranges))
+    }
+
     fn punch_hole(&self, off: u64, len: u64) -> io::Result<()> {
         // SAFETY: plain fallocate on an fd we own.
         let rc = unsafe {

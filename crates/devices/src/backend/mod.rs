@@ -87,6 +87,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// The byte ranges (start, end) that may hold data, in order; every
+    /// byte outside them reads as zero without being stored (a hole, or
+    /// blocks allocated and never written). None: not known, every byte
+    /// may hold data. Asked before reading, since a read can change the
+    /// answer (a host file's cached pages count as data).
+    fn data_ranges(&self) -> io::Result<Option<Vec<(u64, u64)>>> {
+        Ok(None)
+    }
+
     /// Reads into `buf` at `off` past the host's page cache when the
     /// backend can (buffer address, `off` and length multiples of
     /// `DIRECT_ALIGN`). `Ok(false)`: nothing was read, read buffered
