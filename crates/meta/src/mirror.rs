@@ -75,7 +75,6 @@ fn copy_out(buf: &mut [u8], off: u64, first: u64, pages: &[u8]) -> io::Result<()
     Ok(())
 }
 
-#[allow(clippy::cast_possible_truncation, reason = "PAGE is 4096")]
 /// Where the hole at `at` ends in a copy with data ranges `data` (in
 /// order): `at` itself when `at` may hold data or nothing is known.
 fn hole_until(data: Option<&[(u64, u64)]>, at: u64) -> u64 {
@@ -91,6 +90,7 @@ fn hole_until(data: Option<&[(u64, u64)]>, at: u64) -> u64 {
     }
 }
 
+#[allow(clippy::cast_possible_truncation, reason = "PAGE is 4096")]
 fn crc_page(b: &[u8]) -> u32 {
     let mut page = [0u8; PAGE as usize];
     page[..b.len()].copy_from_slice(b);
