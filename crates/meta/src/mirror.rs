@@ -220,8 +220,14 @@ impl Mirror {
                 continue;
             }
             let n = step.min(len - at) as usize;
-            src.read_at(&mut a[..n], at)?;
-            dst.read_at(&mut b[..n], at)?;
+            // Both copies read at once (a cold open waits on both).
+            let (ra, rb) = std::thread::scope(|sc| {
+                let other = sc.spawn(|| dst.read_at(&mut b[..n], at));
+                let mine = src.read_at(&mut a[..n], at);
+                (mine, other.join())
+            });
+            ra?;
+            rb.map_err(|_| io::Error::other("a metadata copy's reader panicked"))??;
             let pages = a[..n]
                 .chunks(PAGE as usize)
                 .zip(b[..n].chunks(PAGE as usize));
