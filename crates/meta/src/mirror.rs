@@ -8,8 +8,9 @@
 //! others rather than stopping. A copy can join while the store is in use
 //! (`add_copy`: the pool's redundancy was raised).
 //!
-//! The checksums are not stored: `Mirror::open` reads every copy and
-//! makes them equal first. Where they differ, the store's own integrity
+//! The checksums are not stored: `Mirror::open` reads every copy (all at
+//! once; pages that the host says are holes in every copy are not read:
+//! they are zeros) and makes them equal first. Where they differ, the store's own integrity
 //! check (every committed page against its parent's checksum) says which
 //! copy is right (`store.rs`), and the others are repaired from it.
 

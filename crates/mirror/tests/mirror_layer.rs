@@ -821,6 +821,55 @@ fn sealed_streams_reach_a_mirror_without_its_key() {
 
 /// A sealed stream goes only into a fresh mirror or a sealed one, and a
 /// plain stream only into a plain mirror: refused, the mirror unchanged.
+/// A key block of another pool in a mirror's place: refused when the
+/// mirror is opened with the key ("belongs to another pool"); opened
+/// without it, the next sealed stream of its source is refused and the
+/// mirror stays at its TID. With its own block back, it goes on.
+#[test]
+fn a_key_block_of_another_pool_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let (src, other) = (
+        encrypted_pool(d.path(), "src"),
+        encrypted_pool(d.path(), "other"),
+    );
+    workload::run(&src, 3, 30, &|| 0);
+    src.flush().unwrap();
+    drop(pool(d.path(), "dst", true));
+    let p = d.path().join("dst");
+    let dst = open_sealed(&p);
+    apply_stream(&dst, &stream(&src, 0)[..], ApplyOptions::default()).unwrap();
+    let at = dst.last_tid();
+    drop(dst);
+    let key = p.join("key");
+    let own = std::fs::read(&key).unwrap();
+    std::fs::write(
+        &key,
+        std::fs::read(d.path().join("other").join("key")).unwrap(),
+    )
+    .unwrap();
+    let e = Pool::open_keyed(&p, None, HostStorage::shared(), Some(&secret()))
+        .map(drop)
+        .unwrap_err();
+    assert!(e.to_string().contains("belongs to another pool"), "{e}");
+    let dst = open_sealed(&p);
+    more_changes(&src, 1);
+    let e = apply_stream(&dst, &stream(&src, at)[..], ApplyOptions::default()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("another pool than the stream's source"),
+        "{e}"
+    );
+    assert_eq!(dst.last_tid(), at);
+    drop(dst);
+    std::fs::write(&key, &own).unwrap();
+    let dst = open_sealed(&p);
+    apply_stream(&dst, &stream(&src, at)[..], ApplyOptions::default()).unwrap();
+    assert_eq!(dst.last_tid(), src.last_tid());
+    drop(dst);
+    assert_mirrors(&src, &open_keyed(&p), 1);
+    drop(other);
+}
+
 #[test]
 fn sealed_and_plain_streams_do_not_mix() {
     let d = tempfile::tempdir().unwrap();

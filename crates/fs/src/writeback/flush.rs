@@ -442,8 +442,9 @@ impl Fs {
             let spawn = |i: usize| {
                 let w = windows.get(i).copied()?;
                 Some(sc.spawn(move || {
+                    let pack = w.iter().map(|b| b.2.len()).sum::<usize>() <= PACK_AHEAD_BYTES;
                     w.iter()
-                        .map(|b| ahead.hash_and_pack(b.2))
+                        .map(|b| ahead.hash_and_pack(b.2, pack))
                         .collect::<Vec<_>>()
                 }))
             };
@@ -972,6 +973,13 @@ pub(crate) fn content_hash(codec: &cairn_data::ChunkCodec, data: &[u8]) -> Optio
 /// A block's stored form (`ChunkCodec::pack`): None stores it raw.
 type Packed = Option<(u8, Vec<u8>)>;
 
+/// The most raw bytes a window may hold for its blocks to be sealed ahead
+/// (`PackAhead`): the windows hashed ahead and the one being stored then
+/// hold at most three times this in sealed copies besides the blocks
+/// themselves (64 blocks of 64 KiB or 128 KiB records are sealed ahead; of
+/// larger records, by the flusher, as in a pool without encryption).
+const PACK_AHEAD_BYTES: usize = 8 << 20;
+
 /// What the hash workers of a flush do beside hashing: in an encrypted
 /// pool they also seal each block that the pool's dedup index does not
 /// hold (it will most likely be stored), so that sealing runs on the
@@ -995,12 +1003,12 @@ impl<'a> PackAhead<'a> {
         Ok(PackAhead { codec, pack })
     }
 
-    /// The block's content hash (None: a hole) and, when packed ahead,
-    /// its stored form.
-    fn hash_and_pack(&self, data: &[u8]) -> (Option<Hash>, Option<Packed>) {
+    /// The block's content hash (None: a hole) and, when packed ahead
+    /// (`pack`, and the pool packs ahead), its stored form.
+    fn hash_and_pack(&self, data: &[u8], pack: bool) -> (Option<Hash>, Option<Packed>) {
         let h = content_hash(self.codec, data);
         let packed = match (&self.pack, h) {
-            (Some((index, c)), Some(h)) => {
+            (Some((index, c)), Some(h)) if pack => {
                 let known = index
                     .as_ref()
                     .is_some_and(|r| indexed_chunk(r, &h).ok().flatten().is_some());
