@@ -676,3 +676,82 @@ fn history_follows_a_path_in_an_encrypted_pool() {
     fs.unmount();
     assert!(checked(&fs, Some(&key)).status.success());
 }
+
+/// A pool encrypted by the build before XAES-256-GCM (made by `78e30bd`:
+/// chunks sealed with XChaCha20-Poly1305, key block cipher 1; a 64 MiB
+/// device, a 70,000-byte file, a small one with an xattr, a symlink),
+/// kept as a fixture and unpacked at the path it was made at (a pool
+/// names its devices by absolute path). It mounts with its key file,
+/// reads exact, takes a write whose chunks stay in its own cipher
+/// (versions 2 and 3, never 4), says so in `cairn info`, and checks clean.
+#[test]
+fn a_pool_encrypted_before_xaes_still_reads_and_writes() {
+    let at = Path::new("/var/tmp/cairn-fixture-xchacha");
+    let _ = std::fs::remove_dir_all(at);
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/xchacha-pool.tar.gz"
+    );
+    let untar = std::process::Command::new("tar")
+        .args(["-xzf", fixture, "-C", "/var/tmp"])
+        .status()
+        .unwrap();
+    assert!(untar.success(), "unpacking {fixture}");
+    let (pool, key, mnt) = (at.join("pool"), at.join("key"), at.join("m"));
+    std::fs::create_dir_all(&mnt).unwrap();
+    let s = |p: &Path| p.display().to_string();
+    cairn_ok(&["mount", &s(&pool), &s(&mnt), "--key-file", &s(&key)]);
+    let old: Vec<u8> = (0..70_000u32)
+        .map(|i| ((i * 7 + i / 251) % 256) as u8)
+        .collect();
+    assert_bytes_eq(
+        &std::fs::read(mnt.join("big.bin")).unwrap(),
+        &old,
+        "big.bin",
+    );
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("small.txt")).unwrap(),
+        "written by the build before XAES-256-GCM\n"
+    );
+    assert_eq!(
+        std::fs::read_link(mnt.join("link")).unwrap(),
+        Path::new("small.txt")
+    );
+    assert_eq!(
+        xattr_names(&mnt.join("small.txt")),
+        vec!["user.note".to_string()]
+    );
+    let new = pattern(41, 200_000);
+    std::fs::write(mnt.join("new.bin"), &new).unwrap();
+    cairn_ok(&["sync", &s(&mnt)]);
+    let info = cairn_ok(&["info", &s(&mnt), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+    let algorithm = v["encryption"]["algorithm"].as_str().unwrap().to_string();
+    assert!(
+        algorithm.starts_with("XChaCha20-Poly1305 chunks"),
+        "{algorithm}"
+    );
+    cairn_ok(&["umount", &s(&mnt)]);
+    let dev = std::fs::read(pool.join("data.0")).unwrap();
+    let versions: std::collections::BTreeSet<u8> =
+        encrypted_chunks(&dev).iter().map(|&i| dev[i + 4]).collect();
+    assert_eq!(
+        versions,
+        [2, 3].into(),
+        "the old pool's chunks stay in its cipher"
+    );
+    assert!(
+        encrypted_chunks(&dev).len() >= 5,
+        "the new file's chunks are there too"
+    );
+    cairn_ok(&["mount", &s(&pool), &s(&mnt), "--key-file", &s(&key)]);
+    assert_bytes_eq(
+        &std::fs::read(mnt.join("new.bin")).unwrap(),
+        &new,
+        "new.bin",
+    );
+    cairn_ok(&["umount", &s(&mnt)]);
+    let out = cairn_no_tty(&["check", &s(&pool), "--key-file", &s(&key)]);
+    assert!(out.status.success(), "check: {}", describe(&out));
+    std::fs::remove_dir_all(at).unwrap();
+}
