@@ -98,7 +98,7 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
     let s = crate::control::client::Session::open_sealed_mirror_or_pool(target)?;
     let v = s.call(Request::Info)?;
     s.close()?;
-    let r: InfoReply = crate::control::client::decode_as("info", v.clone())?;
+    let r: InfoReply = crate::control::client::decode_ref("info", &v)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());

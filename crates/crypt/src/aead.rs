@@ -242,13 +242,30 @@ impl Sealer {
         sealed: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<usize, CryptError> {
-        self.open_cached(aad, sealed, out, &mut SubkeyCache::default())
+        let (xnonce, ct, tag) = split(sealed)?;
+        let start = out.len();
+        out.extend_from_slice(ct);
+        let opened = self.open_in_place(
+            aad,
+            xnonce,
+            tag,
+            &mut out[start..],
+            &mut SubkeyCache::default(),
+        );
+        match opened {
+            Ok(()) => Ok(ct.len()),
+            Err(e) => {
+                out.truncate(start);
+                Err(e)
+            }
+        }
     }
 
     /// Opens `sealed` into `dst` (exactly its plaintext's length) if it
-    /// authenticates under this key and `aad`, the subkey from `cache` as
-    /// in `open_cached`; on a failure `dst` is zeroed, never left holding
-    /// decrypted bytes.
+    /// authenticates under this key and `aad`, with the subkey from
+    /// `cache` when the nonce's key part is the last one's (the spans of
+    /// one chunk, opened in a run); on a failure `dst` is zeroed, never
+    /// left holding decrypted bytes.
     pub fn open_to_slice(
         &self,
         aad: &[u8],
@@ -256,53 +273,44 @@ impl Sealer {
         dst: &mut [u8],
         cache: &mut SubkeyCache,
     ) -> Result<(), CryptError> {
-        if sealed.len() < OVERHEAD {
-            return Err(CryptError::Short(sealed.len()));
-        }
-        assert_eq!(dst.len(), sealed.len() - OVERHEAD, "room for the plaintext");
-        let (xnonce, rest) = sealed.split_at(NONCE_LEN);
-        let (ct, tag) = rest.split_at(rest.len() - TAG_LEN);
-        let tag = ring::aead::Tag::try_from(tag).expect("a 16-byte tag");
-        let (key, nonce) = self.subkey(xnonce, cache);
+        let (xnonce, ct, tag) = split(sealed)?;
+        assert_eq!(dst.len(), ct.len(), "room for the plaintext");
         dst.copy_from_slice(ct);
+        self.open_in_place(aad, xnonce, tag, dst, cache)
+    }
+
+    /// Decrypts ciphertext `buf` in place if it and `aad` authenticate
+    /// under `xnonce` and `tag`; on a failure `buf` is zeroed.
+    fn open_in_place(
+        &self,
+        aad: &[u8],
+        xnonce: &[u8],
+        tag: ring::aead::Tag,
+        buf: &mut [u8],
+        cache: &mut SubkeyCache,
+    ) -> Result<(), CryptError> {
+        let (key, nonce) = self.subkey(xnonce, cache);
         if key
-            .open_in_place_separate_tag(nonce, Aad::from(aad), tag, dst, 0..)
+            .open_in_place_separate_tag(nonce, Aad::from(aad), tag, buf, 0..)
             .is_err()
         {
-            dst.zeroize();
+            buf.zeroize();
             return Err(CryptError::Authentication);
         }
         Ok(())
     }
+}
 
-    /// `open_into`, with the subkey from `cache` when the nonce's key
-    /// part is the last one's (the spans of one chunk, opened in a run).
-    pub fn open_cached(
-        &self,
-        aad: &[u8],
-        sealed: &[u8],
-        out: &mut Vec<u8>,
-        cache: &mut SubkeyCache,
-    ) -> Result<usize, CryptError> {
-        if sealed.len() < OVERHEAD {
-            return Err(CryptError::Short(sealed.len()));
-        }
-        let (xnonce, ct) = sealed.split_at(NONCE_LEN);
-        let (key, nonce) = self.subkey(xnonce, cache);
-        let start = out.len();
-        out.extend_from_slice(ct);
-        let n = match key.open_in_place(nonce, Aad::from(aad), &mut out[start..]) {
-            Ok(plain) => plain.len(),
-            Err(_) => {
-                out[start..].zeroize();
-                out.truncate(start);
-                return Err(CryptError::Authentication);
-            }
-        };
-        assert_eq!(n + TAG_LEN, ct.len(), "the tag is all that is dropped");
-        out.truncate(start + n);
-        Ok(n)
+/// A sealed value's nonce, ciphertext and tag; `Short` when it is shorter
+/// than its nonce and tag.
+fn split(sealed: &[u8]) -> Result<(&[u8], &[u8], ring::aead::Tag), CryptError> {
+    if sealed.len() < OVERHEAD {
+        return Err(CryptError::Short(sealed.len()));
     }
+    let (xnonce, rest) = sealed.split_at(NONCE_LEN);
+    let (ct, tag) = rest.split_at(rest.len() - TAG_LEN);
+    let tag = ring::aead::Tag::try_from(tag).expect("a 16-byte tag");
+    Ok((xnonce, ct, tag))
 }
 
 #[cfg(test)]
@@ -446,11 +454,12 @@ mod tests {
             sealed.iter().map(|p| &p[..KEY_NONCE_LEN]).collect();
         let shared = s.cipher() == Cipher::Xaes256Gcm;
         assert_eq!(keys.len(), if shared { 1 } else { 3 }, "{s:?}");
-        let (mut cache, mut run) = (SubkeyCache::default(), Vec::new());
+        let (mut cache, mut run) = (SubkeyCache::default(), vec![0u8; plain.len()]);
         for (i, (part, want)) in sealed.iter().zip(plain.chunks(4096)).enumerate() {
             let aad = [i.to_le_bytes()[0]; 3];
             assert_eq!(s.open(&aad, part).unwrap(), want, "span {i}");
-            s.open_cached(&aad, part, &mut run, &mut cache).unwrap();
+            let at = i * 4096;
+            (s.open_to_slice(&aad, part, &mut run[at..at + want.len()], &mut cache)).unwrap();
             let mut dst = vec![0u8; want.len()];
             s.open_to_slice(&aad, part, &mut dst, &mut cache).unwrap();
             assert_eq!(dst, want, "span {i} opened into a slice");

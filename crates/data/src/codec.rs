@@ -85,9 +85,8 @@ impl ChunkCodec {
             method & FORM_FLAGS == 0,
             "a compression method below the flags"
         );
-        let cipher = cipher_bit(keys);
         if let (RAW, Some(len)) = (method, span_sealed_len(raw.len())) {
-            let form = RAW | ENCRYPTED | SPANS | cipher;
+            let form = spans_form(keys);
             let base = sealed_aad(form, raw.len() as u32, hash);
             let count = raw.len().div_ceil(SEAL_SPAN);
             let mut sealed = Vec::with_capacity(len);
@@ -97,7 +96,7 @@ impl ChunkCodec {
             assert_eq!(sealed.len(), len);
             return Some((form, sealed));
         }
-        let form = method | ENCRYPTED | cipher;
+        let form = method | ENCRYPTED | cipher_bit(keys);
         let aad = sealed_aad(form, raw.len() as u32, hash);
         let sealed = keys.chunks.seal(&aad, plain);
         assert_eq!(sealed.len(), plain.len() + OVERHEAD);
@@ -139,35 +138,33 @@ impl ChunkCodec {
     ) -> Result<(), ChunkError> {
         let keys = self.keys.as_ref().ok_or(ChunkError::NeedsKey)?;
         let count = (raw_len as usize).div_ceil(SEAL_SPAN);
-        let base = sealed_aad(RAW | ENCRYPTED | SPANS | cipher_bit(keys), raw_len, hash);
+        let base = sealed_aad(spans_form(keys), raw_len, hash);
         let mut cache = SubkeyCache::default();
         let mut at = 0;
-        for (k, span) in stored.chunks(SEAL_SPAN + OVERHEAD).enumerate() {
+        let mut open = |k: usize, span: &[u8]| {
             let i = first + k;
             // The last span is the only short one; one past the count, or
             // a short one before the last, is damage.
             let want = SEAL_SPAN.min(raw_len as usize - (i * SEAL_SPAN).min(raw_len as usize));
             let out = dst.get_mut(at..at + want);
             let (true, Some(out)) = (i < count && span.len() == want + OVERHEAD, out) else {
-                dst.fill(0);
                 return Err(ChunkError::RawLenMismatch);
             };
             let aad = span_aad(&base, i, count);
-            if keys
-                .chunks
-                .open_to_slice(&aad, span, out, &mut cache)
-                .is_err()
-            {
-                dst.fill(0);
-                return Err(ChunkError::Authentication);
-            }
+            (keys.chunks.open_to_slice(&aad, span, out, &mut cache))
+                .map_err(|_| ChunkError::Authentication)?;
             at += want;
+            Ok(())
+        };
+        let mut opened = (stored.chunks(SEAL_SPAN + OVERHEAD).enumerate())
+            .try_for_each(|(k, span)| open(k, span));
+        if opened.is_ok() && at != dst.len() {
+            opened = Err(ChunkError::RawLenMismatch);
         }
-        if at != dst.len() {
+        if opened.is_err() {
             dst.fill(0);
-            return Err(ChunkError::RawLenMismatch);
         }
-        Ok(())
+        opened
     }
 
     /// Opens whole chunk `buf` straight into `dst` when it is sealed span
@@ -185,8 +182,7 @@ impl ChunkCodec {
             return Ok(false);
         };
         let (h, stored) = chunk::header_and_stored(buf, expected)?;
-        let spans = RAW | ENCRYPTED | SPANS | cipher_bit(keys);
-        if h.compression != spans || h.raw_len as usize != dst.len() {
+        if h.compression != spans_form(keys) || h.raw_len as usize != dst.len() {
             return Ok(false);
         }
         self.open_spans_into(h.raw_len, expected, 0, stored, dst)?;
@@ -263,6 +259,11 @@ fn cipher_bit(keys: &PoolKeys) -> u8 {
         Cipher::Xaes256Gcm => XAES,
         Cipher::XChaCha20Poly1305 => 0,
     }
+}
+
+/// The stored form of the pool's chunks sealed span by span.
+fn spans_form(keys: &PoolKeys) -> u8 {
+    RAW | ENCRYPTED | SPANS | cipher_bit(keys)
 }
 
 /// The associated data of span `i` of `count` of a chunk sealed span by

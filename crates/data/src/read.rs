@@ -125,25 +125,17 @@ impl ChunkStore {
         let mut p = 0;
         for (rec, dst) in run.iter_mut() {
             let chunk = &buf[p..p + rec.len as usize];
-            if self.is_span_sealed(rec) && self.open_into(rec, chunk, dst)? {
-                p += rec.len as usize;
+            p += rec.len as usize;
+            if self.is_span_sealed(rec) {
+                self.open_into(rec, chunk, dst)?;
                 continue;
             }
-            let opened;
-            let raw = if self.is_span_sealed(rec) {
-                opened = self.raw_of(rec, chunk, false)?;
-                self.heat.touch(rec.segment, rec.len as u64);
-                &opened[..]
-            } else {
-                let (h, raw) = chunk.split_at(CHUNK_HEADER_LEN);
-                self.check_run_member(rec, h, raw)?;
-                raw
-            };
+            let (h, raw) = chunk.split_at(CHUNK_HEADER_LEN);
+            self.check_run_member(rec, h, raw)?;
             if dst.len() != raw.len() {
                 return Err(corrupt(rec, "raw length differs from record".into()));
             }
             dst.copy_from_slice(raw);
-            p += rec.len as usize;
         }
         Ok(())
     }

@@ -20,19 +20,21 @@ impl ChunkStore {
                 .is_some_and(|n| CHUNK_HEADER_LEN + n == rec.len as usize)
     }
 
-    /// Opens chunk `rec` (sealed span by span, its stored bytes `chunk`)
-    /// straight into `dst`, its raw bytes; false if it is not such a chunk
-    /// (nothing done). An error names the chunk.
-    pub(crate) fn open_into(&self, rec: &ChunkRec, chunk: &[u8], dst: &mut [u8]) -> Result<bool> {
+    /// Opens whole chunk `rec` (a span-sealed record, its stored bytes
+    /// `chunk`) into `dst`, its raw bytes: straight in when its header is
+    /// such a chunk's, else unsealed as any chunk is (which refuses what
+    /// is neither). An error names the chunk.
+    pub(crate) fn open_into(&self, rec: &ChunkRec, chunk: &[u8], dst: &mut [u8]) -> Result<()> {
         if dst.len() != rec.raw_len as usize {
             return Err(corrupt(rec, "raw length differs from record".into()));
         }
         let opened = (self.codec.open_chunk_into(chunk, &rec.hash, dst))
             .map_err(|why| corrupt(rec, why.to_string()))?;
-        if opened {
-            self.heat.touch(rec.segment, rec.len as u64);
+        if !opened {
+            dst.copy_from_slice(&self.raw_of(rec, chunk, false)?);
         }
-        Ok(opened)
+        self.heat.touch(rec.segment, rec.len as u64);
+        Ok(())
     }
 
     /// Raw bytes `from..from + dst.len()` of chunk `rec` into `dst` when

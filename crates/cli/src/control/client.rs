@@ -186,10 +186,14 @@ pub fn call_with_json<T: serde::de::DeserializeOwned>(
 ) -> Result<(T, Value)> {
     let op = req.op();
     let v = call(target, req)?;
-    // Decoded from a borrow: a reply may be large (a long history).
-    let t = <T as serde::Deserialize>::deserialize(&v)
-        .with_context(|| format!("the reply to a {op} request"))?;
-    Ok((t, v))
+    Ok((decode_ref(op, &v)?, v))
+}
+
+/// `decode_as` from a borrow: a reply may be large (a long history), and
+/// its caller keeps it (what `--json` prints).
+pub fn decode_ref<T: serde::de::DeserializeOwned>(op: &str, v: &Value) -> Result<T> {
+    <T as serde::Deserialize>::deserialize(v)
+        .with_context(|| format!("the reply to a {op} request"))
 }
 
 /// `v`, the reply to a request of kind `op`, as a `T`.

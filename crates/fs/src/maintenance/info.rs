@@ -199,21 +199,24 @@ pub fn pool_info(pool: &Pool) -> Result<PoolInfo> {
     let (live, hist, chunks) = r.sizes()?;
     let (index_entries, index_ram_bytes) = r.dedup_size()?;
     let (mut files, mut dirs, mut logical) = (0, 0, 0);
+    // Held without its key, a mirror's inodes are sealed: not scanned.
     let sealed = pool.meta.is_opaque();
-    r.for_each_live(|e| {
-        if e.key.rtype() == Some(RecordType::Inode) && !sealed {
-            if let Ok(i) = Inode::decode(e.key.obj(), &e.payload) {
-                match i.kind {
-                    FileKind::File => {
-                        files += 1;
-                        logical += i.size;
+    if !sealed {
+        r.for_each_live(|e| {
+            if e.key.rtype() == Some(RecordType::Inode) {
+                if let Ok(i) = Inode::decode(e.key.obj(), &e.payload) {
+                    match i.kind {
+                        FileKind::File => {
+                            files += 1;
+                            logical += i.size;
+                        }
+                        FileKind::Dir => dirs += 1,
+                        _ => {}
                     }
-                    FileKind::Dir => dirs += 1,
-                    _ => {}
                 }
             }
-        }
-    })?;
+        })?;
+    }
     let (mut referenced, mut unique, mut stored) = (0u64, 0u64, 0u64);
     r.for_each_chunk(|_, raw| {
         if let Ok(c) = cairn_data::ChunkRec::decode(raw) {
