@@ -212,7 +212,7 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     // After the mount answers: the count reads the whole inode table,
     // which a cold mount should not wait behind (a `df -i` before it
     // ends waits for it).
-    spawn_inode_count(&fs);
+    let counter = spawn_inode_count(&fs);
     crate::stop::on_signals(fs.clone(), mnt.clone())?;
     let joined = session.join();
     // Clients stop before the pool closes: what they flushed is durable,
@@ -225,23 +225,32 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let _ = std::fs::remove_file(&sock);
     fs.shutdown()?;
     let _ = flusher.join();
-    for h in [gc, mover, resilver, watchdog].into_iter().flatten() {
+    for h in [gc, mover, resilver, watchdog, counter]
+        .into_iter()
+        .flatten()
+    {
         let _ = h.join();
     }
+    // Closed here, not when the last holder of the pool lets go: threads
+    // still running (the control socket's) would keep it open past exit,
+    // and redb closes cleanly only with no read of it under way.
+    fs.pool().meta.close();
     tracing::info!("unmounted {}", mnt.display());
     Ok(())
 }
 
-/// Counts the live inodes for `df -i` in the background.
-fn spawn_inode_count(fs: &std::sync::Arc<Fs>) {
+/// Counts the live inodes for `df -i` in the background (one scan of the
+/// inode table: joined before the store closes).
+fn spawn_inode_count(fs: &std::sync::Arc<Fs>) -> Option<std::thread::JoinHandle<()>> {
     let fs = fs.clone();
-    let _ = std::thread::Builder::new()
+    let spawned = std::thread::Builder::new()
         .name("cairn-inodes".into())
         .spawn(move || {
             if let Err(e) = fs.count_inodes() {
                 tracing::warn!("counting inodes: {e}");
             }
         });
+    spawned.ok()
 }
 
 fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {

@@ -2,10 +2,14 @@
 //! copy of its metadata beside the other device, a pool of one beside the
 //! first copy. With 1 MiB of random bytes written over the middle of either
 //! copy while the pool is closed, it opens, every file reads exact, scrub
-//! reports the repaired pages and check is clean; damage at the same place
-//! in both copies is refused at open, never read as data. A one-device
-//! pool that gains a device has its second copy moved beside it at the
-//! next open; one made with `meta_copies: 1` never gets a second.
+//! reports the repaired pages and check is clean: after a crash (no page
+//! checksums from a clean close) the open compares the copies and repairs
+//! them; after a clean close it trusts the checksums that close recorded,
+//! and reads and the scrub repair what they meet. Damage at the same place
+//! in both copies is refused at open after a crash, and an error where it
+//! is read after a clean close, never read as data. A one-device pool that
+//! gains a device has its second copy moved beside it at the next open;
+//! one made with `meta_copies: 1` never gets a second.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 #![allow(
@@ -130,50 +134,95 @@ fn copies_anywhere(dir: &Path) -> (PathBuf, PathBuf) {
     (primary, mirror)
 }
 
-/// Damages copy `which` of a closed pool of two devices (or of one device,
-/// `single`: both copies beside it), then checks the open repairs it.
-fn damaged_copy_is_repaired(which: usize, single: bool) {
-    let d = tempfile::tempdir().unwrap();
-    let fs = match single {
-        true => make_single(d.path(), 2),
-        false => make(d.path()),
-    };
-    let model = fill(&fs);
-    fs.shutdown().unwrap();
-    drop(fs);
-    let (primary, mirror) = match single {
-        true => copies_anywhere(d.path()),
-        false => copies(d.path()),
-    };
-    if single {
-        assert_eq!(primary.parent(), mirror.parent(), "beside each other");
+/// How the pool was closed before the damage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Closed {
+    /// Cleanly: the copies' page checksums are in `meta.sums`.
+    Clean,
+    /// By a crash: the open emptied `meta.sums` and no close wrote it.
+    Crash,
+}
+
+/// Forgets what the clean close recorded, as a crash does (the open
+/// empties the file before it writes anything).
+fn as_after_a_crash(dir: &Path, closed: Closed) {
+    let sums = dir.join("pool").join("meta.sums");
+    assert!(
+        std::fs::metadata(&sums).is_ok_and(|m| m.len() > 0),
+        "the clean close recorded no page checksums"
+    );
+    if closed == Closed::Crash {
+        std::fs::write(&sums, b"").unwrap();
     }
-    let len = std::fs::metadata(&primary).unwrap().len();
-    assert!(
-        len >= 2 * MIB,
-        "metadata of {len} bytes: too small to damage 1 MiB"
-    );
-    damage([&primary, &mirror][which], 7 + which as u64);
-    let fs = open(d.path());
-    check_files(&fs, &model);
-    let rep = fs.scrub(&|_, _| {}).unwrap();
-    assert_eq!(rep.meta_copies, 2);
-    assert!(
-        rep.meta_repaired_at_open >= 200,
-        "copy {which}: {} pages repaired at open",
-        rep.meta_repaired_at_open
-    );
-    assert!(rep.damaged.is_empty(), "{:?}", rep.damaged);
-    assert_eq!(rep.meta_repaired_now, 0, "both copies equal after open");
-    let c = check_pool(fs.pool()).unwrap();
-    assert!(c.problems.is_empty(), "{:?}", c.problems);
-    fs.shutdown().unwrap();
-    drop(fs);
-    assert_eq!(
-        std::fs::read(&primary).unwrap(),
-        std::fs::read(&mirror).unwrap(),
-        "the copies are equal again"
-    );
+}
+
+/// Damages copy `which` of a closed pool of two devices (or of one device,
+/// `single`: both copies beside it), then checks the open, the reads and
+/// the scrub repair it.
+fn damaged_copy_is_repaired(which: usize, single: bool) {
+    for closed in [Closed::Clean, Closed::Crash] {
+        let d = tempfile::tempdir().unwrap();
+        let fs = match single {
+            true => make_single(d.path(), 2),
+            false => make(d.path()),
+        };
+        let model = fill(&fs);
+        fs.shutdown().unwrap();
+        drop(fs);
+        as_after_a_crash(d.path(), closed);
+        let (primary, mirror) = match single {
+            true => copies_anywhere(d.path()),
+            false => copies(d.path()),
+        };
+        if single {
+            assert_eq!(primary.parent(), mirror.parent(), "beside each other");
+        }
+        let len = std::fs::metadata(&primary).unwrap().len();
+        assert!(
+            len >= 2 * MIB,
+            "metadata of {len} bytes: too small to damage 1 MiB"
+        );
+        damage([&primary, &mirror][which], 7 + which as u64);
+        let fs = open(d.path());
+        let sums = d.path().join("pool").join("meta.sums");
+        assert_eq!(
+            std::fs::metadata(&sums).unwrap().len(),
+            0,
+            "trusted only once"
+        );
+        check_files(&fs, &model);
+        let rep = fs.scrub(&|_, _| {}).unwrap();
+        assert_eq!(rep.meta_copies, 2);
+        let (at_open, later) = (
+            rep.meta_repaired_at_open,
+            rep.meta_repaired_on_read + rep.meta_repaired_now,
+        );
+        match closed {
+            Closed::Crash => assert!(
+                at_open >= 200 && later == 0,
+                "copy {which}: {at_open} pages repaired at open, {later} after"
+            ),
+            Closed::Clean => assert!(
+                at_open == 0 && later >= 200,
+                "copy {which}: {at_open} pages repaired at open, {later} by reads and scrub"
+            ),
+        }
+        assert!(rep.damaged.is_empty(), "{:?}", rep.damaged);
+        let again = fs.scrub(&|_, _| {}).unwrap();
+        assert_eq!(
+            again.meta_repaired_now, 0,
+            "both copies equal after a scrub"
+        );
+        let c = check_pool(fs.pool()).unwrap();
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        fs.shutdown().unwrap();
+        drop(fs);
+        assert_eq!(
+            std::fs::read(&primary).unwrap(),
+            std::fs::read(&mirror).unwrap(),
+            "{closed:?}: the copies are equal again"
+        );
+    }
 }
 
 #[test]
@@ -225,18 +274,58 @@ fn a_page_damaged_while_mounted_is_served_from_the_other_copy() {
     );
 }
 
+/// The same megabyte damaged in both copies: refused at open after a crash
+/// (the open compares the copies and runs redb's integrity check). After a
+/// clean close the open may succeed: every file then reads exact or fails
+/// (EIO), never as other bytes, a read or the scrub meets the damage, and
+/// the next open, which verifies every page again, refuses the store if a
+/// read failed.
 #[test]
-fn damage_in_both_copies_is_refused_at_open() {
-    let d = tempfile::tempdir().unwrap();
-    let fs = make(d.path());
-    fill(&fs);
-    fs.shutdown().unwrap();
-    drop(fs);
-    let (primary, mirror) = copies(d.path());
-    damage(&primary, 5);
-    damage(&mirror, 6);
-    let e = Pool::open(&d.path().join("pool"), None).err();
-    assert!(e.is_some(), "a pool with both copies damaged opened");
+fn damage_in_both_copies_is_refused_at_open_or_an_error_where_read() {
+    for closed in [Closed::Crash, Closed::Clean] {
+        let d = tempfile::tempdir().unwrap();
+        let fs = make(d.path());
+        let model = fill(&fs);
+        fs.shutdown().unwrap();
+        drop(fs);
+        as_after_a_crash(d.path(), closed);
+        let (primary, mirror) = copies(d.path());
+        damage(&primary, 5);
+        damage(&mirror, 6);
+        let opened = Pool::open(&d.path().join("pool"), None).and_then(Fs::open);
+        let fs = match (closed, opened) {
+            (Closed::Crash, Ok(_)) => panic!("a pool with both copies damaged opened"),
+            (_, Err(_)) => continue,
+            (Closed::Clean, Ok(fs)) => fs,
+        };
+        let mut failed = 0;
+        for (path, want) in &model {
+            let (d, n) = path.split_once('/').unwrap();
+            let got = (fs.lookup(ROOT_INO, d.as_bytes()))
+                .and_then(|dir| fs.lookup(dir.ino, n.as_bytes()))
+                .and_then(|f| fs.read(f.ino, 0, 1 << 16));
+            match got {
+                Ok(got) => assert_eq!(&got, want, "{path}: other bytes"),
+                Err(_) => failed += 1,
+            }
+        }
+        let scrub = fs.scrub(&|_, _| {});
+        let named = scrub.as_ref().is_ok_and(|r| {
+            r.damaged
+                .iter()
+                .any(|d| d.contains("damaged in every copy"))
+        });
+        assert!(
+            failed > 0 || named || scrub.is_err(),
+            "nothing met the damage: {scrub:?}"
+        );
+        drop(fs);
+        let again = Pool::open(&d.path().join("pool"), None);
+        assert!(
+            failed == 0 || again.is_err(),
+            "{failed} files failed to read, and the next open did not refuse the store"
+        );
+    }
 }
 
 /// A one-device pool's second copy lies beside the first; after a device

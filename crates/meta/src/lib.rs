@@ -14,6 +14,7 @@ pub mod element;
 pub mod error;
 pub mod key;
 pub mod mirror;
+pub mod page_sums;
 pub mod pagecache;
 mod snapshot_seal;
 pub mod store;

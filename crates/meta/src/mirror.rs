@@ -8,12 +8,16 @@
 //! others rather than stopping. A copy can join while the store is in use
 //! (`add_copy`: the pool's redundancy was raised).
 //!
-//! The checksums are not stored: `Mirror::open` reads every copy (all at
-//! once; pages that the host says are holes in every copy are not read:
-//! they are zeros) and makes them equal first. Where they differ, the store's own integrity
-//! check (every committed page against its parent's checksum) says which
-//! copy is right (`store.rs`), and the others are repaired from it.
+//! A clean close records the checksums (`page_sums.rs`) and the next open
+//! takes them (`Mirror::open_known`) without reading the copies. Otherwise
+//! (after a crash, or a copy dropped) `Mirror::open` reads every copy (all
+//! at once; pages that the host says are holes in every copy are not read:
+//! they are zeros) and makes them equal first. Where they differ, the
+//! store's own integrity check (every committed page against its parent's
+//! checksum) says which copy is right (`store.rs`), and the others are
+//! repaired from it.
 
+use crate::page_sums::PageSums;
 use cairn_devices::Backend;
 use parking_lot::{Mutex, RwLock};
 use std::io;
@@ -58,6 +62,9 @@ pub struct Mirror {
     /// page bad, so that it does not mistake a page being written for a
     /// damaged one.
     writing: Mutex<()>,
+    /// A write, length change or sync failed, or a page was found
+    /// damaged in every copy (`closing_sums`).
+    spoiled: AtomicBool,
     repaired_at_open: AtomicU64,
     repaired_on_read: AtomicU64,
     repaired_by_scrub: AtomicU64,
@@ -111,25 +118,8 @@ impl Mirror {
         copies: Vec<Arc<dyn Backend>>,
         pick: impl FnOnce(&[Arc<dyn Backend>]) -> io::Result<usize>,
     ) -> io::Result<Mirror> {
-        assert!(copies.len() >= 2, "a mirror of {} copies", copies.len());
         let backends = copies.clone();
-        let copies = (copies.into_iter())
-            .map(|io| {
-                Arc::new(Copy {
-                    io,
-                    dropped: AtomicBool::new(false),
-                })
-            })
-            .collect();
-        let m = Mirror {
-            copies: RwLock::new(copies),
-            first: backends[0].clone(),
-            sums: RwLock::new(Vec::new()),
-            writing: Mutex::new(()),
-            repaired_at_open: AtomicU64::new(0),
-            repaired_on_read: AtomicU64::new(0),
-            repaired_by_scrub: AtomicU64::new(0),
-        };
+        let m = Mirror::new(copies, Vec::new());
         let mut n = m.sync_copies(0, false)?;
         if n > 0 {
             let good = pick(&backends)?;
@@ -138,6 +128,104 @@ impl Mirror {
         }
         m.repaired_at_open.store(n, Ordering::Relaxed);
         Ok(m)
+    }
+
+    /// The copies with the checksums a clean close recorded (`page_sums`),
+    /// without reading them: None (the caller opens them with `open`) when
+    /// the record is not of these copies: another count or length, or a
+    /// first or last page of some copy that does not match it. Every page
+    /// is then checked when it is read, as after `open`.
+    pub fn open_known(
+        copies: Vec<Arc<dyn Backend>>,
+        known: PageSums,
+    ) -> io::Result<Option<Mirror>> {
+        if known.copies as usize != copies.len() {
+            return Ok(None);
+        }
+        for c in &copies {
+            if c.len()? != known.len {
+                return Ok(None);
+            }
+        }
+        let m = Mirror::new(copies, known.sums);
+        let last = m.sums.read().len().saturating_sub(1) as u64;
+        for (i, _) in m.live() {
+            for p in [0, last] {
+                if m.read_checked(i, p * PAGE, 1)?.is_none() {
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(m))
+    }
+
+    fn new(copies: Vec<Arc<dyn Backend>>, sums: Vec<u32>) -> Mirror {
+        assert!(copies.len() >= 2, "a mirror of {} copies", copies.len());
+        let first = copies[0].clone();
+        let copies = (copies.into_iter())
+            .map(|io| {
+                Arc::new(Copy {
+                    io,
+                    dropped: AtomicBool::new(false),
+                })
+            })
+            .collect();
+        Mirror {
+            copies: RwLock::new(copies),
+            first,
+            sums: RwLock::new(sums),
+            writing: Mutex::new(()),
+            spoiled: AtomicBool::new(false),
+            repaired_at_open: AtomicU64::new(0),
+            repaired_on_read: AtomicU64::new(0),
+            repaired_by_scrub: AtomicU64::new(0),
+        }
+    }
+
+    /// The checksums of every page, for `page_sums` at a clean close:
+    /// None when a copy was dropped, a write, length change or sync failed
+    /// since the open (the copies may then differ from them), or a page
+    /// was damaged in every copy.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the pool's metadata copies, at most 4 (meta_copies)"
+    )]
+    pub fn closing_sums(&self) -> Option<PageSums> {
+        let _w = self.writing.lock();
+        let all = self.copies.read().len();
+        if self.spoiled.load(Ordering::Relaxed) || self.live().len() != all {
+            return None;
+        }
+        let len = self.first.len().ok()?;
+        let sums = self.sums.read().clone();
+        assert_eq!(
+            sums.len() as u64,
+            len.div_ceil(PAGE),
+            "page checksums of {len} bytes"
+        );
+        Some(PageSums {
+            copies: all as u32,
+            len,
+            sums,
+        })
+    }
+
+    /// The error for bytes no copy holds right, logged; the next open
+    /// then checks every page (no `closing_sums`), and refuses a store
+    /// whose committed pages are among them.
+    fn lost(&self, what: String) -> io::Error {
+        tracing::error!("{what}: the next open verifies the whole store");
+        self.spoiled.store(true, Ordering::Relaxed);
+        damaged(what)
+    }
+
+    /// Marks the copies as possibly unlike the checksums (see
+    /// `closing_sums`) when `r` is an error.
+    fn spoil_on_err<T>(&self, r: io::Result<T>) -> io::Result<T> {
+        if r.is_err() {
+            self.spoiled.store(true, Ordering::Relaxed);
+        }
+        r
     }
 
     /// Compares every other copy with copy `good` page by page and
@@ -444,9 +532,7 @@ impl Mirror {
             checked.map(|(_, b)| (i, b))
         });
         let Some((g, good)) = good else {
-            return Err(damaged(format!(
-                "metadata page {page} is damaged in every copy"
-            )));
+            return Err(self.lost(format!("metadata page {page} is damaged in every copy")));
         };
         let others = self.live().into_iter().map(|(j, _)| j).filter(|j| *j != g);
         let others: Vec<usize> = others.collect();
@@ -545,7 +631,7 @@ impl Backend for Mirror {
         }
         let end = off + buf.len() as u64;
         Err(failed.unwrap_or_else(|| {
-            damaged(format!(
+            self.lost(format!(
                 "metadata bytes {off}..{end} are damaged in every copy"
             ))
         }))
@@ -553,8 +639,9 @@ impl Backend for Mirror {
 
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         let _w = self.writing.lock();
-        self.each(|c| c.write_at(buf, off))?;
-        self.resum(off, buf.len(), Some(buf))
+        let r = (self.each(|c| c.write_at(buf, off)))
+            .and_then(|_| self.resum(off, buf.len(), Some(buf)));
+        self.spoil_on_err(r)
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -579,7 +666,7 @@ impl Backend for Mirror {
         for (i, r) in results {
             if let Err(e) = r {
                 if !self.drop_copy(i, &e) {
-                    return Err(e);
+                    return self.spoil_on_err(Err(e));
                 }
             }
         }
@@ -597,7 +684,7 @@ impl Backend for Mirror {
     )]
     fn set_len(&self, len: u64) -> io::Result<()> {
         let _w = self.writing.lock();
-        self.each(|c| c.set_len(len))?;
+        self.spoil_on_err(self.each(|c| c.set_len(len)))?;
         let mut sums = self.sums.write();
         let pages = len.div_ceil(PAGE) as usize;
         sums.truncate(pages);
@@ -605,7 +692,8 @@ impl Backend for Mirror {
         drop(sums);
         if !len.is_multiple_of(PAGE) {
             // The last page's tail is cut off (or zeros added).
-            self.resum(len - len % PAGE, (len % PAGE) as usize, None)?;
+            let r = self.resum(len - len % PAGE, (len % PAGE) as usize, None);
+            self.spoil_on_err(r)?;
         }
         Ok(())
     }
@@ -622,7 +710,7 @@ impl Backend for Mirror {
 )]
 mod tests {
     use super::*;
-    use cairn_devices::{HostStorage, OpenHow};
+    use cairn_devices::{HostStorage, OpenHow, Storage};
 
     fn copies(dir: &Path, n: usize) -> Vec<Arc<dyn Backend>> {
         (0..n)
@@ -687,6 +775,114 @@ mod tests {
         }
         let e = m.read_at(&mut got[..PAGE as usize], 5 * PAGE).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    }
+
+    /// Two copies holding `data`, closed: what a clean close records.
+    fn closed_with(dir: &Path, data: &[u8]) -> PageSums {
+        let m = Mirror::open(copies(dir, 2), |_| Ok(0)).unwrap();
+        m.write_at(data, 0).unwrap();
+        m.sync_data().unwrap();
+        m.closing_sums()
+            .expect("a clean close records the checksums")
+    }
+
+    #[test]
+    fn checksums_of_a_clean_close_are_trusted_only_for_the_same_copies() {
+        let d = tempfile::tempdir().unwrap();
+        let data = bytes(5, 8 * PAGE as usize + 300);
+        let sums = closed_with(d.path(), &data);
+        assert_eq!((sums.copies, sums.len), (2, data.len() as u64));
+        let m = Mirror::open_known(copies(d.path(), 2), sums.clone()).unwrap();
+        let m = m.expect("the same copies: trusted");
+        let mut got = vec![0u8; data.len()];
+        m.read_at(&mut got, 0).unwrap();
+        assert!(got == data);
+        assert_eq!(m.stats().repaired_at_open, 0);
+        // Another count of copies, another length, or a first or last page
+        // that is not what was recorded: compared in full instead.
+        let more = Mirror::open_known(copies(d.path(), 3), sums.clone()).unwrap();
+        assert!(more.is_none(), "three copies trusted two copies' checksums");
+        for (what, off) in [("first", 10), ("last", 8 * PAGE + 5)] {
+            let d = tempfile::tempdir().unwrap();
+            let sums = closed_with(d.path(), &data);
+            file(d.path(), 1).write_all_at(&[0xa5], off).unwrap();
+            let m = Mirror::open_known(copies(d.path(), 2), sums).unwrap();
+            assert!(m.is_none(), "a changed {what} page trusted");
+        }
+        let d = tempfile::tempdir().unwrap();
+        let sums = closed_with(d.path(), &data);
+        file(d.path(), 0).set_len(data.len() as u64 + 1).unwrap();
+        assert!(Mirror::open_known(copies(d.path(), 2), sums)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn damage_after_a_clean_close_is_repaired_where_read_and_never_served() {
+        let d = tempfile::tempdir().unwrap();
+        let data = bytes(7, 8 * PAGE as usize);
+        let sums = closed_with(d.path(), &data);
+        file(d.path(), 0)
+            .write_all_at(&[0xee; 50], 3 * PAGE + 1)
+            .unwrap();
+        let m = Mirror::open_known(copies(d.path(), 2), sums)
+            .unwrap()
+            .unwrap();
+        let mut got = vec![0u8; PAGE as usize];
+        m.read_at(&mut got, 3 * PAGE).unwrap();
+        assert!(
+            got[..] == data[3 * PAGE as usize..4 * PAGE as usize],
+            "the other copy's page"
+        );
+        assert_eq!(m.stats().repaired_on_read, 1);
+        assert!(m.closing_sums().is_some(), "a repaired page spoils nothing");
+        // Damaged in both: an error, and the next open checks everything.
+        for i in 0..2 {
+            file(d.path(), i)
+                .write_all_at(&[i as u8; 9], 6 * PAGE)
+                .unwrap();
+        }
+        let e = m.read_at(&mut got, 6 * PAGE).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert_eq!(
+            m.closing_sums(),
+            None,
+            "damage in every copy recorded as sound"
+        );
+    }
+
+    #[test]
+    fn a_copy_dropped_or_a_failed_write_leaves_nothing_to_trust() {
+        use cairn_devices::backend::{Fault, FaultStorage, Ops};
+        let d = tempfile::tempdir().unwrap();
+        let st = FaultStorage::per_file(HostStorage::shared(), 3);
+        let paths: Vec<_> = (0..2).map(|i| d.path().join(format!("c{i}"))).collect();
+        let open = || -> Vec<Arc<dyn Backend>> {
+            (paths.iter())
+                .map(|p| st.open(p, &OpenHow::CREATE).unwrap())
+                .collect()
+        };
+        let m = Mirror::open(open(), |_| Ok(0)).unwrap();
+        m.write_at(&bytes(1, 2 * PAGE as usize), 0).unwrap();
+        st.control(&paths[1]).add(Fault::eio(Ops::WRITE));
+        m.write_at(&bytes(2, PAGE as usize), 0).unwrap();
+        assert_eq!(m.stats().copies, 1, "the failing copy is dropped");
+        assert_eq!(
+            m.closing_sums(),
+            None,
+            "a dropped copy's checksums recorded"
+        );
+        st.control(&paths[1]).clear();
+        let m = Mirror::open(open(), |_| Ok(0)).unwrap();
+        assert!(m.closing_sums().is_some());
+        st.control(&paths[0]).add(Fault::eio(Ops::WRITE));
+        st.control(&paths[1]).add(Fault::eio(Ops::WRITE));
+        assert!(m.write_at(&bytes(3, PAGE as usize), 0).is_err());
+        assert_eq!(
+            m.closing_sums(),
+            None,
+            "a failed write's checksums recorded"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::element::{hist_key, split_hist_key, Element, ValueSeal};
 use crate::error::{MetaError, Result};
 use crate::key::{prefix_end, ElemKey, RecordType};
 use crate::mirror::{Mirror, MirrorStats};
+use crate::page_sums;
 use crate::pagecache::{CachedFile, PageCache};
 use crate::tables::*;
 use crate::TID_MAX;
@@ -500,6 +501,21 @@ impl MetaStore {
     }
 }
 
+impl MetaStore {
+    /// Closes the store for good (as dropping it does, while other
+    /// holders of the pool may still run: they get "closed" errors), so
+    /// that the next open finds it closed cleanly.
+    pub fn close(&self) {
+        if self.salvage {
+            return;
+        }
+        let db = self.db.write().take();
+        if db.is_some_and(|db| quiet::catch(move || drop(db)).is_ok()) {
+            self.save_page_sums();
+        }
+    }
+}
+
 impl Drop for MetaStore {
     /// Closing commits redb's allocator state, which reads pages; on a
     /// store that failed its checks (`open_salvage`) that can panic, and a
@@ -513,7 +529,29 @@ impl Drop for MetaStore {
                 std::mem::forget(db);
                 return;
             }
-            let _ = quiet::catch(move || drop(db));
+            if quiet::catch(move || drop(db)).is_ok() {
+                self.save_page_sums();
+            }
+        }
+    }
+}
+
+impl MetaStore {
+    /// After a clean close, the copies' page checksums for the next open
+    /// (`page_sums`); nothing when a copy failed or was dropped.
+    fn save_page_sums(&self) {
+        let (Some(w), Some(m)) = (&self.reopen, self.mirror.lock().clone()) else {
+            return;
+        };
+        let Some(sums) = m.sync_data().ok().and_then(|_| m.closing_sums()) else {
+            return;
+        };
+        let path = page_sums::path_for(&w.path);
+        if let Err(e) = page_sums::save(&*w.storage, &path, &sums) {
+            tracing::warn!(
+                "{}: {e}; the next open reads every metadata copy",
+                path.display()
+            );
         }
     }
 }
@@ -528,6 +566,9 @@ fn open_db(w: &ReopenWith) -> Result<(Database, Option<Arc<Mirror>>)> {
         return Err(MetaError::Db(format!("{}: empty file", path.display())));
     }
     let paths = w.mirrors.lock().clone();
+    // Taken (and emptied) at every open, before anything is written.
+    let known = page_sums::take(storage, &page_sums::path_for(path));
+    let mut trusted = false;
     let (backend, mirror): (Arc<dyn Backend>, _) = match paths.is_empty() {
         true => (file, None),
         false => {
@@ -558,7 +599,11 @@ fn open_db(w: &ReopenWith) -> Result<(Database, Option<Arc<Mirror>>)> {
                 picked.set(Some(good_copy(c, &names)));
                 Ok(picked.get().unwrap_or(0))
             };
-            let m = match Mirror::open(copies, pick) {
+            // After a clean close the copies are equal to the checksums it
+            // recorded: nothing is read now, each page is checked when read.
+            let known = known.and_then(|k| Mirror::open_known(copies.clone(), k).ok().flatten());
+            trusted = known.is_some();
+            let m = match known.map_or_else(|| Mirror::open(copies, pick), Ok) {
                 Ok(m) => Arc::new(m),
                 // The first copy was the good one, but no other could be
                 // made equal to it (a full host under them).
@@ -577,10 +622,17 @@ fn open_db(w: &ReopenWith) -> Result<(Database, Option<Arc<Mirror>>)> {
     // Every page of the committed trees is checked against the checksum
     // its parent holds before the pool is used: a file damaged while the
     // pool was closed is refused here, instead of answering lookups from
-    // damaged pages (which can lose elements silently or panic).
+    // damaged pages (which can lose elements silently or panic). Copies
+    // opened from the checksums of a clean close need not be: every page
+    // read is checked against what was written, and one damaged in every
+    // copy is an error for the read that meets it.
+    tracing::debug!(
+        "metadata: opened {} copies trusting the last clean close: {trusted}",
+        paths.len() + 1
+    );
     let db = Database::builder()
         .set_cache_size(w.cache_bytes)
-        .set_check_integrity_on_open(true)
+        .set_check_integrity_on_open(!trusted)
         .create_with_backend(CachedFile::new(backend, w.pages.clone()).map_err(io_err(path))?)
         .map_err(|e| damaged_or(path, e))?;
     Ok((db, mirror))
