@@ -231,6 +231,8 @@ pub fn serve_unmounted(a: &NbdServeArgs) -> Result<()> {
     if let Some(h) = gc {
         let _ = h.join();
     }
+    // As at unmount (daemon.rs): closed cleanly whatever still holds it.
+    fs.pool().meta.close();
     r?;
     println!("stopped; pool {} closed", pool.display());
     Ok(())
