@@ -310,6 +310,13 @@ fn crash_round(fs: &mut Fs, j: &Shared, round: usize, rng: &mut StdRng, seed: u6
     let killed_at = Instant::now();
     fs.kill9();
     stop.store(true, Ordering::SeqCst);
+    // The mount took the page checksums of the last clean unmount: none
+    // are left for the next mount to trust (it compares the copies).
+    let sums = fs.pool.join("meta.sums");
+    assert!(
+        std::fs::metadata(&sums).map_or(true, |m| m.len() == 0),
+        "{ctx}: page checksums left behind by a killed daemon"
+    );
     if let Some((when, e)) = handle.join().expect("writer thread panicked") {
         assert!(
             when >= killed_at,
