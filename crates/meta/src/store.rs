@@ -501,21 +501,6 @@ impl MetaStore {
     }
 }
 
-impl MetaStore {
-    /// Closes the store for good (as dropping it does, while other
-    /// holders of the pool may still run: they get "closed" errors), so
-    /// that the next open finds it closed cleanly.
-    pub fn close(&self) {
-        if self.salvage {
-            return;
-        }
-        let db = self.db.write().take();
-        if db.is_some_and(|db| quiet::catch(move || drop(db)).is_ok()) {
-            self.save_page_sums();
-        }
-    }
-}
-
 impl Drop for MetaStore {
     /// Closing commits redb's allocator state, which reads pages; on a
     /// store that failed its checks (`open_salvage`) that can panic, and a
@@ -537,6 +522,19 @@ impl Drop for MetaStore {
 }
 
 impl MetaStore {
+    /// Closes the store for good (as dropping it does, while other
+    /// holders of the pool may still run: they get "closed" errors), so
+    /// that the next open finds it closed cleanly.
+    pub fn close(&self) {
+        if self.salvage {
+            return;
+        }
+        let db = self.db.write().take();
+        if db.is_some_and(|db| quiet::catch(move || drop(db)).is_ok()) {
+            self.save_page_sums();
+        }
+    }
+
     /// After a clean close, the copies' page checksums for the next open
     /// (`page_sums`); nothing when a copy failed or was dropped.
     fn save_page_sums(&self) {
