@@ -158,6 +158,9 @@ struct Inner {
     address: Address,
     stop: AtomicBool,
     next_id: AtomicU64,
+    /// The listening socket (a second descriptor of it), shut down to wake
+    /// the acceptor.
+    listening: std::os::fd::OwnedFd,
     /// Open connections: a socket clone (to shut down) and the thread.
     conns: Mutex<HashMap<u64, ConnEntry>>,
 }
@@ -216,7 +219,12 @@ fn start(
     exports: Arc<dyn Exports>,
     config: ServerConfig,
 ) -> Result<Server, NbdError> {
+    let listening = match &l {
+        Listener::Tcp(t) => std::os::fd::OwnedFd::from(t.try_clone()?),
+        Listener::Unix(u, _) => std::os::fd::OwnedFd::from(u.try_clone()?),
+    };
     let inner = Arc::new(Inner {
+        listening,
         exports,
         pool: Pool::new(config.pool.clone()),
         counters: Arc::new(Counters::default()),
@@ -433,6 +441,14 @@ impl ShutdownHandle {
             }
             Address::Unix(p) => UnixStream::connect(p).map(drop),
         };
+        // That connection cannot reach it when the socket's file is gone
+        // (its directory removed); a listening socket shut down wakes its
+        // accept as well.
+        // SAFETY: shutdown(2) on a descriptor the server owns; no pointers.
+        unsafe {
+            use std::os::fd::AsRawFd;
+            libc::shutdown(inner.listening.as_raw_fd(), libc::SHUT_RDWR);
+        }
         for (s, _) in inner.conns.lock().values() {
             s.shutdown();
         }

@@ -365,3 +365,26 @@ fn zero_length_requests_all_answer_einval() {
     assert_eq!(c.read(0, 5), (0, b"after".to_vec()));
     c.disconnect();
 }
+
+/// A server whose socket's directory was removed under it (a test's or a
+/// service's runtime directory cleaned up first) still stops: the
+/// connection that wakes its acceptor cannot be made, so the listening
+/// socket is shut down as well. Before, the stop waited forever.
+#[test]
+fn a_server_stops_when_its_socket_file_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("gone").join("s");
+    std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+    let (_, ex) = disk_exports();
+    let server = cairn_nbd::serve_unix(&sock, Arc::new(ex), ServerConfig::default()).unwrap();
+    std::fs::remove_dir_all(sock.parent().unwrap()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(server);
+        let _ = tx.send(());
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the server did not stop within 10 s"
+    );
+}
