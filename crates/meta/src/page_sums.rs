@@ -145,18 +145,16 @@ pub fn take(storage: &dyn Storage, path: &Path) -> Option<PageSums> {
         );
         return None;
     }
-    match bytes.map(|b| (b.is_empty(), PageSums::decode(&b))) {
-        Ok((true, _)) => None,
-        Ok((false, Ok(s))) => Some(s),
-        Ok((false, Err(e))) => {
-            tracing::warn!("{}: {e}; reading every metadata copy", path.display());
-            None
-        }
-        Err(e) => {
-            tracing::warn!("{}: {e}; reading every metadata copy", path.display());
-            None
-        }
-    }
+    let decoded = bytes
+        .map_err(|e| e.to_string())
+        .and_then(|b| match b.is_empty() {
+            true => Ok(None),
+            false => PageSums::decode(&b).map(Some).map_err(|e| e.to_string()),
+        });
+    decoded.unwrap_or_else(|e| {
+        tracing::warn!("{}: {e}; reading every metadata copy", path.display());
+        None
+    })
 }
 
 /// Writes `sums` to `path` (replacing what was there) and syncs it.
