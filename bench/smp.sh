@@ -26,6 +26,11 @@
 #              end_fsync, FIO_SECONDS; then 4 KiB random read of that file from
 #              cold caches (drop_caches; FUSE targets and btrfs remounted);
 #              IOPS
+#   seq        sequential write of a SEQ_MB file of fresh random bytes in 1 MiB
+#              writes (fio, psync, buffered, no preallocation) with an fsync at
+#              the end, timed to the end of the fsync; then, from cold caches
+#              (drop_caches; FUSE targets and btrfs remounted), a sequential
+#              read of it in 1 MiB reads; MB/s each
 #   untar      extract a tar of UNTAR_FILES files of 0-UNTAR_MAX_KB KiB in
 #              nested directories (generated deterministically once per run)
 #              with a Python tool timing each open(O_CREAT)+write+close;
@@ -49,6 +54,7 @@
 #   PM_FILES=5000 PM_TRANSACTIONS=20000 PM_SUBDIRS=10
 #   SQLITE_SECONDS=6
 #   FIO_MB=1024 FIO_SECONDS=5
+#   SEQ_MB=4096 (the seq step, not in the default STEPS)
 #   UNTAR_FILES=30000 UNTAR_MAX_KB=16
 #   BTRFS_GB=8       size of the btrfs loop file (sparse)
 #   POOL_DEV_GB=16   size of each cairn pool's device (sparse)
@@ -86,6 +92,7 @@ PM_SUBDIRS=${PM_SUBDIRS:-10}
 SQLITE_SECONDS=${SQLITE_SECONDS:-6}
 FIO_MB=${FIO_MB:-1024}
 FIO_SECONDS=${FIO_SECONDS:-5}
+SEQ_MB=${SEQ_MB:-4096}
 UNTAR_FILES=${UNTAR_FILES:-30000}
 UNTAR_MAX_KB=${UNTAR_MAX_KB:-16}
 BTRFS_GB=${BTRFS_GB:-8}
@@ -124,7 +131,7 @@ check_env() {
         need=2 # the tarball and slack
         for t in "${TARGETS[@]}"; do
             case $t in
-                native | bindfs) need=$((need + FIO_MB / 1024 + 3)) ;;
+                native | bindfs) need=$((need + FIO_MB / 1024 + SEQ_MB / 1024 + 3)) ;;
                 btrfs) need=$((need + BTRFS_GB)) ;;
                 cairn | base) need=$((need + POOL_DEV_GB)) ;;
             esac
@@ -323,6 +330,27 @@ bench_fio() {
     echo "fio_randread $r"
 }
 
+# seq_mbps SECONDS: SEQ_MB over SECONDS.
+seq_mbps() { div "$SEQ_MB" "$1"; }
+
+bench_seq() {
+    local f=$2/seq.dat t0 w r
+    drop_caches
+    t0=$(now)
+    # fio's buffers are fresh random bytes per write: no dedup or compression help
+    fio --name=seqw --filename="$f" --rw=write --bs=1M --size="${SEQ_MB}M" \
+        --fallocate=none --ioengine=psync --end_fsync=1 --output=/dev/null
+    w=$(seq_mbps "$(elapsed "$t0")")
+    make_cold "$1"
+    t0=$(now)
+    fio --name=seqr --filename="$f" --rw=read --bs=1M --size="${SEQ_MB}M" \
+        --ioengine=psync --output=/dev/null
+    r=$(seq_mbps "$(elapsed "$t0")")
+    log "  seq $1: write $w MB/s, cold read $r MB/s"
+    echo "seq_write $w"
+    echo "seq_read $r"
+}
+
 # Makes $W/untar.tar once: UNTAR_FILES files of 0..UNTAR_MAX_KB KiB of seeded
 # random bytes, 50 to a directory, in two levels of directories.
 MKTAR_PY='
@@ -434,6 +462,9 @@ rows_of() {
         fio) printf '%s\n' \
             "fio_randwrite|fio 4k random write into a ${FIO_MB} MiB file + fsync (IOPS)|higher" \
             "fio_randread|fio 4k random read, cold (IOPS)|higher" ;;
+        seq) printf '%s\n' \
+            "seq_write|sequential write ${SEQ_MB} MiB + fsync (MB/s)|higher" \
+            "seq_read|sequential read ${SEQ_MB} MiB, cold (MB/s)|higher" ;;
         untar) printf '%s\n' \
             "untar_rate|untar ${UNTAR_FILES} files (files/s)|higher" \
             "untar_p50|untar create+write+close p50 (ms)|lower" \
