@@ -17,6 +17,74 @@ postmark_cfg() {
     printf 'set subdirectories %s\nrun\nquit\n' "$PM_SUBDIRS"
 }
 
+# Makes $W/untar.tar once: UNTAR_FILES files of 0..UNTAR_MAX_KB KiB of seeded
+# random bytes, 50 to a directory, in two levels of directories.
+MKTAR_PY='
+import io, random, sys, tarfile
+out, n, maxkb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(20240601)
+with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as tf:
+    made = set()
+    for i in range(n):
+        leaf = i // 50
+        parts = ["tree", "d%03d" % (leaf // 20), "e%02d" % (leaf % 20)]
+        for k in range(1, len(parts) + 1):
+            d = "/".join(parts[:k])
+            if d not in made:
+                made.add(d)
+                ti = tarfile.TarInfo(d)
+                ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, 1700000000
+                tf.addfile(ti)
+        data = rng.randbytes(rng.randint(0, maxkb * 1024))
+        ti = tarfile.TarInfo("/".join(parts) + "/f%05d.dat" % i)
+        ti.size, ti.mode, ti.mtime = len(data), 0o644, 1700000000
+        tf.addfile(ti, io.BytesIO(data))
+'
+
+# Extracts the tar into DIR (the tar is read into memory first); times each
+# file's open(O_CREAT|O_WRONLY)+write+close.
+UNTAR_PY='
+import os, sys, tarfile, time
+tar, dest = sys.argv[1], sys.argv[2]
+entries = []
+with tarfile.open(tar, "r:") as tf:
+    for m in tf:
+        if m.isdir():
+            entries.append((m.name, None))
+        elif m.isfile():
+            entries.append((m.name, tf.extractfile(m).read()))
+lat = []
+clock = time.perf_counter
+t0 = clock()
+for name, data in entries:
+    p = os.path.join(dest, name)
+    if data is None:
+        os.mkdir(p, 0o755)
+        continue
+    a = clock()
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    off = 0
+    while off < len(data):
+        off += os.write(fd, data[off:])
+    os.close(fd)
+    lat.append(clock() - a)
+total = clock() - t0
+lat.sort()
+pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
+print("untar_rate %.1f" % (len(lat) / total))
+print("untar_p50 %.4f" % pct(0.50))
+print("untar_p99 %.4f" % pct(0.99))
+print("untar_max %.4f" % (lat[-1] * 1000))
+'
+
+# make_tarball: $W/untar.tar (UNTAR_FILES, UNTAR_MAX_KB; bench/smp.sh's untar
+# step and bench/roundtrip.sh).
+make_tarball() {
+    log "making the untar tarball: $UNTAR_FILES files of 0-$UNTAR_MAX_KB KiB"
+    python3 -c "$MKTAR_PY" "$W/untar.tar" "$UNTAR_FILES" "$UNTAR_MAX_KB"
+    log "tarball $(du -h "$W/untar.tar" | cut -f1)"
+}
+
 # install_missing COMMAND:PACKAGE...: installs with apt-get the Debian
 # package of each command that is not on PATH.
 install_missing() {

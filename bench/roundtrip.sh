@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
 # What one kernel round trip costs, and how many a small-file load makes:
-# the profile behind the mail-server (postmark) target of bench/smp.sh.
+# the profile behind the mail-server (postmark) and small-file creation
+# (untar) targets of bench/smp.sh.
 #   1. Round trip: a C loop of getxattr(2) of a missing attribute (a request
 #      no cache answers: every call reaches the file system) on the native
 #      directory, bindfs (FUSE over /dev/fuse) and Cairn (FUSE over
 #      io_uring); microseconds per call, median of RUNS rounds.
-#   2. Requests: postmark (PM_FILES files, PM_TRANSACTIONS transactions,
-#      PM_SUBDIRS subdirectories, as bench/smp.sh runs it) on a fresh Cairn
-#      pool under `perf record -e sched:sched_switch -g`: every time postmark
-#      blocks in a FUSE request, its kernel stack says which system call and
-#      which kernel path asked. Printed per call site, with the daemon's own
-#      request counts (its metrics endpoint) beside them.
-#   3. The floor: requests x round trip, against postmark's whole run time
-#      (creation, transactions, deletion) on tmpfs, the native directory,
-#      btrfs on a loop device and Cairn. No FUSE file system that the kernel
-#      asks this often runs the load faster than the crossing plus tmpfs's
-#      run (the page cache and VFS work with no file system under it),
-#      whatever its handlers do.
+#   2. Requests, for each of LOADS: postmark (PM_FILES files,
+#      PM_TRANSACTIONS transactions, PM_SUBDIRS subdirectories) and untar
+#      (UNTAR_FILES files of 0-UNTAR_MAX_KB KiB, timed per create+write+
+#      close), as bench/smp.sh runs them, on Cairn under `perf record -e
+#      sched:sched_switch -g`: every time the load blocks in a FUSE request,
+#      its kernel stack says which system call and which kernel path asked.
+#      Printed per call site, with the daemon's own request counts (its
+#      metrics endpoint) beside them.
+#   3. The floor: requests x round trip, against the load's run time
+#      (postmark: creation, transactions, deletion; untar: its creates and
+#      writes) on tmpfs, the native directory, btrfs on a loop device and
+#      Cairn. No FUSE file system that the kernel asks this often runs the
+#      load faster than the crossing plus tmpfs's run (the page cache and
+#      VFS work with no file system under it), whatever its handlers do.
 # Needs root (mounts, a loop device), gcc, bindfs, postmark, btrfs-progs and
 # perf (linux-perf), installed with apt-get when missing.
 # Environment (defaults): RUNS=3 RT_CALLS=200000 PM_FILES=5000
-#   PM_TRANSACTIONS=20000 PM_SUBDIRS=10 BENCH_DIR=/var/tmp BIN=(cargo build)
+#   PM_TRANSACTIONS=20000 PM_SUBDIRS=10 UNTAR_FILES=30000 UNTAR_MAX_KB=16
+#   LOADS="postmark untar" BENCH_DIR=/var/tmp BIN=(cargo build)
 #   METRICS_PORT=9599 KEEP=1 (keep the work dir)
 set -euo pipefail
 shopt -s inherit_errexit
@@ -30,6 +34,9 @@ RT_CALLS=${RT_CALLS:-200000}
 PM_FILES=${PM_FILES:-5000}
 PM_TRANSACTIONS=${PM_TRANSACTIONS:-20000}
 PM_SUBDIRS=${PM_SUBDIRS:-10}
+UNTAR_FILES=${UNTAR_FILES:-30000}
+UNTAR_MAX_KB=${UNTAR_MAX_KB:-16}
+LOADS=${LOADS:-postmark untar}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 METRICS_PORT=${METRICS_PORT:-9599}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -110,54 +117,92 @@ umount_cairn
 
 # -------------------------------------------------------------- 2. requests
 
-# postmark's own run time (no tracing), RUNS rounds on tmpfs, the native
-# directory, btrfs and Cairn, interleaved; the medians.
-mount -t tmpfs -o size=2G tmpfs "$W/tmpfs"
+# load_cmd LOAD DIR: sets CMD to the command of one run of LOAD in DIR.
+load_cmd() {
+    case $1 in
+        postmark)
+            postmark_cfg "$2" >"$W/postmark.cfg"
+            CMD=(postmark "$W/postmark.cfg") ;;
+        untar) CMD=(python3 -c "$UNTAR_PY" "$W/untar.tar" "$2") ;;
+    esac
+}
+
+# round LOAD TARGET: prints the seconds of one run of LOAD on TARGET (the
+# whole postmark run; untar's creates and writes, as smp.sh times them).
+round() {
+    local d=$W/$2/$1.run t0 out
+    mkdir "$d"
+    sync -f "$d" # the last round's deletions are done before the clock starts
+    if [ "$1" = untar ]; then
+        out=$(python3 -c "$UNTAR_PY" "$W/untar.tar" "$d")
+        awk -v n="$UNTAR_FILES" '/^untar_rate/ { printf "%.6f\n", n / $2 }' <<<"$out"
+    else
+        load_cmd "$1" "$d"
+        t0=$(now)
+        "${CMD[@]}" >/dev/null
+        elapsed "$t0"
+    fi
+    rm -rf --one-file-system "$d"
+}
+
+# The load's own run time (no tracing), RUNS rounds on tmpfs, the native
+# directory, btrfs and Cairn, interleaved; the medians. Then one run on Cairn
+# under perf, with the daemon's request counts before and after.
+mount -t tmpfs -o size=4G tmpfs "$W/tmpfs"
 truncate -s 8G "$W/btrfs.img"
 LOOP=$(losetup -f --show "$W/btrfs.img")
 mkfs.btrfs -q -f "$LOOP" >&2
 mount "$LOOP" "$W/btrfsmnt"
 mount_cairn --metrics "127.0.0.1:$METRICS_PORT"
-declare -A PM_S
-for t in tmpfs native btrfsmnt cairnmnt; do
-    postmark_cfg "$W/$t" >"$W/postmark-$t.cfg"
-done
-for r in $(seq "$RUNS"); do
-    for t in tmpfs native btrfsmnt cairnmnt; do
-        t0=$(now)
-        (cd "$W" && postmark "postmark-$t.cfg" >/dev/null)
-        PM_S[$t]+=" $(elapsed "$t0")"
+declare -A TIMES
+[[ " $LOADS " != *" untar "* ]] || make_tarball
+for load in $LOADS; do
+    declare -A S=()
+    for r in $(seq "$RUNS"); do
+        for t in tmpfs native btrfsmnt cairnmnt; do
+            S[$t]+=" $(round "$load" "$t")"
+        done
+        log "$load round $r/$RUNS (s): tmpfs ${S[tmpfs]##* } native ${S[native]##* }" \
+            "btrfs ${S[btrfsmnt]##* } cairn ${S[cairnmnt]##* }"
     done
-    log "postmark round $r/$RUNS (s): tmpfs ${PM_S[tmpfs]##* } native ${PM_S[native]##* }" \
-        "btrfs ${PM_S[btrfsmnt]##* } cairn ${PM_S[cairnmnt]##* }"
+    for t in tmpfs native btrfsmnt cairnmnt; do
+        # shellcheck disable=SC2086 # the list of times, one word each
+        TIMES[$load,$t]=$(median ${S[$t]})
+    done
+    mkdir "$W/cairnmnt/$load.traced"
+    sync -f "$W/cairnmnt/$load.traced"
+    curl -s "http://127.0.0.1:$METRICS_PORT/metrics" >"$W/metrics.$load.before"
+    load_cmd "$load" "$W/cairnmnt/$load.traced"
+    perf record -q -o "$W/perf.$load.data" -e sched:sched_switch -g -- "${CMD[@]}" \
+        >/dev/null 2>"$W/perf.err" ||
+        die "perf record failed: $(cat "$W/perf.err")"
+    curl -s "http://127.0.0.1:$METRICS_PORT/metrics" >"$W/metrics.$load.after"
+    perf script -i "$W/perf.$load.data" -F comm,ip,sym 2>/dev/null >"$W/stacks.$load"
+    rm -rf --one-file-system "$W/cairnmnt/$load.traced"
 done
+umount_cairn
 umount "$W/tmpfs"
-for t in tmpfs native btrfsmnt cairnmnt; do
-    # shellcheck disable=SC2086 # the list of times, one word each
-    PM_S[$t]=$(median ${PM_S[$t]})
-done
 umount "$W/btrfsmnt"
 losetup -d "$LOOP"
 LOOP=""
-curl -s "http://127.0.0.1:$METRICS_PORT/metrics" >"$W/metrics.before"
-(cd "$W" && perf record -q -o "$W/perf.data" -e sched:sched_switch -g -- \
-    postmark postmark-cairnmnt.cfg >/dev/null 2>"$W/perf.err") ||
-    die "perf record failed: $(cat "$W/perf.err")"
-curl -s "http://127.0.0.1:$METRICS_PORT/metrics" >"$W/metrics.after"
-umount_cairn
-perf script -i "$W/perf.data" -F comm,ip,sym 2>/dev/null >"$W/stacks"
 
-python3 - "$W/stacks" "$W/metrics.before" "$W/metrics.after" "${RT[cairnmnt]}" \
-    "${RT[native]}" "${RT[bindmnt]}" "${PM_S[tmpfs]}" "${PM_S[native]}" "${PM_S[btrfsmnt]}" \
-    "${PM_S[cairnmnt]}" <<'EOF'
+for load in $LOADS; do
+    case $load in
+        postmark) comm=postmark ;;
+        untar) comm=python3 ;;
+    esac
+python3 - "$load" "$comm" "$W/stacks.$load" "$W/metrics.$load.before" \
+    "$W/metrics.$load.after" "${RT[cairnmnt]}" "${RT[native]}" "${RT[bindmnt]}" \
+    "${TIMES[$load,tmpfs]}" "${TIMES[$load,native]}" "${TIMES[$load,btrfsmnt]}" \
+    "${TIMES[$load,cairnmnt]}" <<'EOF'
 import collections, re, sys
-stacks, before, after = sys.argv[1:4]
-rt_cairn, rt_native, rt_bindfs, tmpfs_s, native_s, btrfs_s, cairn_s = map(float, sys.argv[4:11])
+load, waiter, stacks, before, after = sys.argv[1:6]
+rt_cairn, rt_native, rt_bindfs, tmpfs_s, native_s, btrfs_s, cairn_s = map(float, sys.argv[6:13])
 
 # Call sites: the frames between the FUSE request and the system call.
 sites = collections.Counter()
 def flush(comm, frames):
-    if comm != "postmark" or "__fuse_simple_request" not in frames:
+    if comm != waiter or "__fuse_simple_request" not in frames:
         return
     chain = []
     for f in frames[frames.index("__fuse_simple_request") + 1:]:
@@ -187,11 +232,12 @@ b, a = requests(before), requests(after)
 ops = {op: a[op] - b.get(op, 0) for op in a if a[op] - b.get(op, 0) > 0}
 
 total = sum(sites.values())
+print(f"\n# {load}\n")
 print("\n## One round trip (getxattr of a missing attribute, median, microseconds)\n")
 print("| native | bindfs | cairn | cairn - native (the crossing) | bindfs/cairn |")
 print("|---:|---:|---:|---:|---:|")
 print(f"| {rt_native:.2f} | {rt_bindfs:.2f} | {rt_cairn:.2f} | {rt_cairn - rt_native:.2f} | {rt_bindfs / rt_cairn:.2f} |")
-print(f"\n## Where postmark waits for the daemon ({total} waits in one run)\n")
+print(f"\n## Where {load} waits for the daemon ({total} waits in one run)\n")
 print("| waits | kernel path (FUSE request < ... < system call) |")
 print("|---:|---|")
 for k, v in sites.most_common(14):
@@ -204,7 +250,9 @@ for op, n in sorted(ops.items(), key=lambda x: -x[1]):
 floor = sum(ops.values()) * (rt_cairn - rt_native) / 1e6
 print("\n## The floor\n")
 print(f"- {sum(ops.values()):.0f} requests x {rt_cairn - rt_native:.2f} us of crossing = {floor:.2f} s")
-print(f"- postmark's whole run (creation, transactions, deletion; medians): tmpfs {tmpfs_s:.2f} s,")
+what = {"postmark": "postmark's whole run (creation, transactions, deletion",
+        "untar": "untar's creates and writes (no final sync"}[load]
+print(f"- {what}; medians): tmpfs {tmpfs_s:.2f} s,")
 print(f"  native {native_s:.2f} s, btrfs {btrfs_s:.2f} s, cairn {cairn_s:.2f} s")
 print(f"- the crossing alone takes {floor / btrfs_s:.2f}x btrfs's whole run and {floor / cairn_s:.2f} of Cairn's")
 bound = floor + tmpfs_s
@@ -212,3 +260,4 @@ print(f"- the best a FUSE file system can do here (handlers that cost nothing, n
 print(f"  page cache): the crossing plus tmpfs's run, {bound:.2f} s")
 print(f"- Cairn runs at {bound / cairn_s:.2f}x that estimate's speed; the estimate runs at {btrfs_s / bound:.2f}x btrfs's")
 EOF
+done
