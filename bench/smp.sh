@@ -50,6 +50,10 @@
 #   RUNS=3
 #   BB_WRITERS=3 BB_REWRITERS=1 BB_COMMENTERS=2 BB_READERS=8
 #   BB_ITERATIONS=5 BB_SECONDS=6 BB_MAX_BLOGS=2000 (then writers recycle blogs)
+#   BB_WRITE_RATE=0  files per second the writing threads write at most
+#                    together (0: as fast as they can); below the slowest
+#                    target's write score per second, every target works
+#                    under the same write load and the read scores compare
 #   DBENCH_CLIENTS=4 DBENCH_SECONDS=20
 #   PM_FILES=5000 PM_TRANSACTIONS=20000 PM_SUBDIRS=10
 #   SQLITE_SECONDS=6
@@ -84,6 +88,7 @@ BB_READERS=${BB_READERS:-8}
 BB_ITERATIONS=${BB_ITERATIONS:-5}
 BB_SECONDS=${BB_SECONDS:-6}
 BB_MAX_BLOGS=${BB_MAX_BLOGS:-2000}
+BB_WRITE_RATE=${BB_WRITE_RATE:-0}
 DBENCH_CLIENTS=${DBENCH_CLIENTS:-4}
 DBENCH_SECONDS=${DBENCH_SECONDS:-20}
 PM_FILES=${PM_FILES:-5000}
@@ -230,7 +235,7 @@ unmount_target() {
 bench_blogbench() {
     local out
     out=$("$BLOGBENCH" "$2" "$BB_WRITERS" "$BB_REWRITERS" "$BB_COMMENTERS" "$BB_READERS" \
-        "$BB_ITERATIONS" "$BB_SECONDS" "$BB_MAX_BLOGS")
+        "$BB_ITERATIONS" "$BB_SECONDS" "$BB_MAX_BLOGS" "$BB_WRITE_RATE")
     printf '%s\n' "$out" | sed 's/^/    /' >&2
     printf '%s\n' "$out" | awk '/^iteration/ { print "bb_read", $4; print "bb_write", $6 }'
 }
@@ -386,9 +391,11 @@ run_step() {
 
 # The rows each step produces: "key|label|better".
 rows_of() {
+    local BB_PACE=""
+    [ "$BB_WRITE_RATE" = 0 ] || BB_PACE=", writes at most $BB_WRITE_RATE files/s"
     case $1 in
         blogbench) printf '%s\n' \
-            "bb_read|blogbench read score (files read per ${BB_SECONDS} s iteration)|higher" \
+            "bb_read|blogbench read score (files read per ${BB_SECONDS} s iteration${BB_PACE})|higher" \
             "bb_write|blogbench write score (files written per ${BB_SECONDS} s iteration)|higher" ;;
         dbench) echo "dbench|dbench ${DBENCH_CLIENTS} clients, ${DBENCH_SECONDS} s (MB/s)|higher" ;;
         postmark) echo "postmark|postmark ${PM_FILES} files, ${PM_TRANSACTIONS} transactions (transactions/s)|higher" ;;

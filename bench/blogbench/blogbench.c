@@ -10,6 +10,10 @@
  *   commenters  append a 1-4 KiB comment to the article of a random blog
  *   readers     read a whole random file (article or picture) of a random blog
  * Every written byte comes from a per-thread PRNG (no dedup/compression help).
+ * With WRITE_RATE > 0 the writing threads together write at most that many
+ * files per second (each file write waits for its turn on one shared clock),
+ * so that targets are compared at equal write load: the readers' score then
+ * says how well each serves reads beside the same writes.
  * An open that finds no file (ENOENT/ESTALE: a path-based FUSE server such as
  * bindfs can fail to open a name whose cached dentry still points at the file
  * a rename just replaced) is counted, printed at the end, and not scored.
@@ -18,7 +22,8 @@
  * where R counts whole files read and W counts files written, rewritten and
  * appended to during that iteration (followed by those three counts).
  *
- * Usage: blogbench DIR [writers rewriters commenters readers iterations seconds max_blogs]
+ * Usage: blogbench DIR [writers rewriters commenters readers iterations seconds max_blogs
+ *                       write_rate]
  * Build: cc -O2 -pthread -o blogbench blogbench.c
  */
 #define _GNU_SOURCE
@@ -92,9 +97,30 @@ static int miss(void)
     return 1;
 }
 
+/* The write pacing: files per second (0: unpaced), the clock's start, and
+ * the file writes handed a turn so far (atomic). */
+static long write_rate;
+static struct timespec pace_start;
+static long paced;
+
+/* Waits for this file write's turn: the Nth write of the run starts no
+ * earlier than N / write_rate seconds after the start. A target that falls
+ * behind is not held back further (a cap, not a schedule to catch up). */
+static void pace(void)
+{
+    if (write_rate <= 0)
+        return;
+    long n = __atomic_fetch_add(&paced, 1, __ATOMIC_RELAXED);
+    long long ns = (long long)pace_start.tv_nsec + n * 1000000000LL / write_rate;
+    struct timespec at = {pace_start.tv_sec + (time_t)(ns / 1000000000LL), (long)(ns % 1000000000LL)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
+        ;
+}
+
 /* 0 when written, -1 when the file was missing (without O_CREAT) */
 static int write_file(const char *path, int flags, uint64_t *s, char *buf, size_t n)
 {
+    pace();
     int fd = open(path, O_WRONLY | flags, 0644);
     if (fd < 0 && !(flags & O_CREAT) && miss())
         return -1;
@@ -254,7 +280,7 @@ int main(int argc, char **argv)
 {
     long nw = 3, nr = 1, nc = 2, nread = 8, iters = 5, secs = 6;
     if (argc < 2) {
-        fprintf(stderr, "usage: %s DIR [writers rewriters commenters readers iterations seconds max_blogs]\n", argv[0]);
+        fprintf(stderr, "usage: %s DIR [writers rewriters commenters readers iterations seconds max_blogs write_rate]\n", argv[0]);
         return 2;
     }
     root = argv[1];
@@ -266,7 +292,8 @@ int main(int argc, char **argv)
     if (argc > 6) iters = atol(argv[6]);
     if (argc > 7) secs = atol(argv[7]);
     if (argc > 8) max_blogs = atol(argv[8]);
-    if (max_blogs < 1 || nw + nr + nc + nread < 1 || iters < 1 || secs < 1) {
+    if (argc > 9) write_rate = atol(argv[9]);
+    if (max_blogs < 1 || write_rate < 0 || nw + nr + nc + nread < 1 || iters < 1 || secs < 1) {
         fprintf(stderr, "blogbench: bad arguments\n");
         return 2;
     }
@@ -279,7 +306,8 @@ int main(int argc, char **argv)
     char *buf = malloc(BUF_MAX + 8);
     for (long i = 0; i < 4 * (nw > 0 ? nw : 1) && i < max_blogs; i++)
         create_blog(&s, buf);
-    reads = writes = wrote_new = wrote_rewrite = wrote_append = 0;
+    reads = writes = wrote_new = wrote_rewrite = wrote_append = paced = 0;
+    clock_gettime(CLOCK_MONOTONIC, &pace_start);
 
     long total = nw + nr + nc + nread, n = 0;
     struct worker *ws = calloc((size_t)total, sizeof *ws);
@@ -295,7 +323,8 @@ int main(int argc, char **argv)
             }
         }
     printf("blogbench: %ld writers, %ld rewriters, %ld commenters, %ld readers, "
-           "%ld x %ld s, at most %ld blogs\n", nw, nr, nc, nread, iters, secs, max_blogs);
+           "%ld x %ld s, at most %ld blogs, %s%ld file writes/s\n", nw, nr, nc, nread, iters,
+           secs, max_blogs, write_rate ? "at most " : "unpaced: ", write_rate);
     fflush(stdout);
     for (long it = 1; it <= iters; it++) {
         struct timespec ts = {secs, 0};
