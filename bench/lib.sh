@@ -77,9 +77,9 @@ print("untar_p99 %.4f" % pct(0.99))
 print("untar_max %.4f" % (lat[-1] * 1000))
 '
 
-# make_tarball: $W/untar.tar (UNTAR_FILES, UNTAR_MAX_KB; bench/smp.sh's untar
+# make_untar_tarball: $W/untar.tar (UNTAR_FILES, UNTAR_MAX_KB; bench/smp.sh's untar
 # step and bench/roundtrip.sh).
-make_tarball() {
+make_untar_tarball() {
     log "making the untar tarball: $UNTAR_FILES files of 0-$UNTAR_MAX_KB KiB"
     python3 -c "$MKTAR_PY" "$W/untar.tar" "$UNTAR_FILES" "$UNTAR_MAX_KB"
     log "tarball $(du -h "$W/untar.tar" | cut -f1)"

@@ -155,7 +155,7 @@ mkfs.btrfs -q -f "$LOOP" >&2
 mount "$LOOP" "$W/btrfsmnt"
 mount_cairn --metrics "127.0.0.1:$METRICS_PORT"
 declare -A TIMES
-[[ " $LOADS " != *" untar "* ]] || make_tarball
+[[ " $LOADS " != *" untar "* ]] || make_untar_tarball
 for load in $LOADS; do
     declare -A S=()
     for r in $(seq "$RUNS"); do

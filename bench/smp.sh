@@ -485,7 +485,7 @@ main() {
         declare -F "bench_$step" >/dev/null || die "unknown step $step"
     done
     for step in $STEPS; do
-        [ "$step" != untar ] || make_tarball
+        [ "$step" != untar ] || make_untar_tarball
         t0=$(now)
         run_step "$step"
         log "$step done in $(printf '%.0f' "$(elapsed "$t0")") s"
