@@ -102,7 +102,10 @@ fn config_path(mnt: &Path) -> Result<String> {
 }
 
 /// The Samba share: `shadow_copy2` finds the snapshots under
-/// `/.snapshots` by the names `cairn snapshot auto` gives them (UTC).
+/// `/.snapshots` by the names `cairn snapshot auto` gives them (UTC);
+/// `glusterfs_fuse` (last, as its manual asks) has the daemon answer
+/// Samba's case-insensitive name checks instead of a directory listing
+/// per new file (crates/fuse/src/nocase.rs).
 fn smb_section(mnt: &Path, name: &str) -> Result<String> {
     let path = config_path(mnt)?;
     if name.contains([']', '\n']) || name.is_empty() {
@@ -110,11 +113,12 @@ fn smb_section(mnt: &Path, name: &str) -> Result<String> {
     }
     Ok(format!(
         "# Cairn pool mounted on {path}: `cairn snapshot auto` snapshots are\n\
-         # shown as Previous Versions (shadow_copy2 over {path}/.snapshots).\n\
+         # shown as Previous Versions (shadow_copy2 over {path}/.snapshots);\n\
+         # glusterfs_fuse lets Cairn answer Samba's case-insensitive lookups.\n\
          [{name}]\n\
          \x20   path = {path}\n\
          \x20   read only = no\n\
-         \x20   vfs objects = shadow_copy2\n\
+         \x20   vfs objects = shadow_copy2 glusterfs_fuse\n\
          \x20   shadow:snapdir = .snapshots\n\
          \x20   shadow:format = auto-%Y%m%d-%H%M%S\n\
          \x20   shadow:localtime = no\n\
@@ -174,6 +178,11 @@ mod tests {
         assert!(s.contains("[pool]\n    path = /mnt/pool\n"), "{s}");
         assert!(s.contains("shadow:format = auto-%Y%m%d-%H%M%S"), "{s}");
         assert!(s.contains("shadow:localtime = no"), "{s}");
+        // glusterfs_fuse last: its manual asks for it.
+        assert!(
+            s.contains("vfs objects = shadow_copy2 glusterfs_fuse\n"),
+            "{s}"
+        );
         assert!(smb_section(Path::new("/mnt/pool"), "a]b").is_err());
         assert!(smb_section(Path::new("/mnt/po\"ol"), "p").is_err());
     }

@@ -181,19 +181,6 @@ fn truncate_raw(p: &Path, len: i64) -> io::Result<()> {
     cvt(unsafe { libc::truncate(c.as_ptr(), len) } as libc::c_long).map(|_| ())
 }
 
-fn getxattr_raw(p: &Path, name: &str) -> io::Result<Vec<u8>> {
-    let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
-    let mut buf = vec![0u8; 4096];
-    let len = cvt(
-        // SAFETY: c and n are NUL-terminated strings, and buf is a live, writable buffer of
-        // the length passed.
-        unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) }
-            as libc::c_long,
-    )?;
-    buf.truncate(len as usize);
-    Ok(buf)
-}
-
 /// utimensat(path, now, now): what `touch` does.
 fn touch_raw(p: &Path) -> io::Result<()> {
     let c = cpath(p);

@@ -1,7 +1,7 @@
 //! A Cairn mount served to other machines, with the real servers on
 //! loopback ports (issue 55): Samba (smbd, configured with `cairn share
 //! smb`) and smbclient, with a snapshot shown as a Previous Version and
-//! its bytes read; nfs-ganesha (FSAL VFS, the EXPORT block of `cairn share
+//! its bytes read, and names matched with case ignored; nfs-ganesha (FSAL VFS, the EXPORT block of `cairn share
 //! nfs`) and libnfs's nfs-ls, nfs-cp and nfs-cat, reading, writing and
 //! listing while the host's caches are dropped (file handles decoded by
 //! the daemon: before FUSE export support, NFS4ERR_STALE) and after the
@@ -186,7 +186,44 @@ fn samba_serves_the_pool_with_snapshots_as_previous_versions() {
     );
     smbclient(port, &format!("get {gmt}\\doc.txt {l}/old.txt"), &server);
     assert_eq!(fs::read(local.join("old.txt")).unwrap(), b"version one");
+    // Case ignored, as Windows clients expect (the daemon answers Samba's
+    // lookups through glusterfs_fuse): a put under another case replaces
+    // the file, a get under another case reads it.
+    smbclient(
+        port,
+        &format!("put {l}/put.txt Case.TXT; put {l}/now.txt case.txt; get DOC.TXT {l}/upper.txt"),
+        &server,
+    );
+    assert_eq!(fs::read(fs.p("Case.TXT")).unwrap(), b"version two, longer");
+    assert!(!fs.p("case.txt").exists(), "one file, under its first name");
+    assert_eq!(
+        fs::read(local.join("upper.txt")).unwrap(),
+        b"version two, longer"
+    );
     drop(server);
+    fs.finish();
+}
+
+/// The lookup Samba's `glusterfs_fuse` module asks of a directory
+/// (crates/fuse/src/nocase.rs): the stored name, NUL-terminated; ENODATA
+/// for a free name; EOPNOTSUPP in a view (Samba then lists it itself) and
+/// for storing such an attribute.
+#[test]
+fn the_mount_answers_samba_s_case_insensitive_lookups() {
+    let fs = Fs::new();
+    fs::create_dir(fs.p("d")).unwrap();
+    fs::write(fs.p("d/Report.PDF"), b"x").unwrap();
+    let ask = |dir: &Path, n: &str| getxattr_raw(dir, &format!("glusterfs.get_real_filename:{n}"));
+    assert_eq!(ask(&fs.p("d"), "report.pdf").unwrap(), b"Report.PDF\0");
+    assert_eq!(ask(&fs.p("d"), "Report.PDF").unwrap(), b"Report.PDF\0");
+    assert_eq!(ask(&fs.p(""), "D").unwrap(), b"d\0");
+    expect_errno(ask(&fs.p("d"), "report.pdf2"), libc::ENODATA, "a free name");
+    expect_errno(ask(&fs.p(".snapshots"), "x"), libc::EOPNOTSUPP, "a view");
+    expect_errno(
+        setxattr(&fs.p("d"), "glusterfs.get_real_filename:x", b"y"),
+        libc::EOPNOTSUPP,
+        "storing the lookup's name",
+    );
     fs.finish();
 }
 

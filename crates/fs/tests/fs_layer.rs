@@ -332,3 +332,60 @@ fn read_into_overwrites_whatever_the_buffer_held() {
         );
     }
 }
+
+/// Samba's case-insensitive lookup (`find_name_nocase`): the name as
+/// stored, whether the entry is committed or still in RAM, found past the
+/// first steps of the scan; None for a free name; bad names refused.
+#[test]
+fn a_case_insensitive_lookup_finds_the_stored_name() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path(), None);
+    let dir = fs.mkdir(Ctx::ROOT, ROOT_INO, b"share", 0o755).unwrap().ino;
+    for i in 0..1500 {
+        fs.create(Ctx::ROOT, dir, format!("f{i}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    fs.create(Ctx::ROOT, dir, b"Doc.txt", 0o644).unwrap();
+    fs.flush().unwrap();
+    for i in 1500..3000 {
+        fs.create(Ctx::ROOT, dir, format!("f{i}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    fs.create(Ctx::ROOT, dir, "ÄRGER.md".as_bytes(), 0o644)
+        .unwrap();
+    let find = |n: &[u8]| fs.find_name_nocase(dir, n).unwrap();
+    assert_eq!(find(b"doc.TXT").as_deref(), Some(&b"Doc.txt"[..]));
+    assert_eq!(find(b"Doc.txt").as_deref(), Some(&b"Doc.txt"[..]));
+    assert_eq!(
+        find("ärger.MD".as_bytes()).as_deref(),
+        Some("ÄRGER.md".as_bytes())
+    );
+    for i in [0, 1499, 1500, 2999] {
+        let stored = format!("f{i}");
+        assert_eq!(
+            find(format!("F{i}").as_bytes()).as_deref(),
+            Some(stored.as_bytes())
+        );
+    }
+    assert_eq!(find(b"F3000"), None);
+    assert_eq!(find(b"doc.txt2"), None);
+    fs.unlink(dir, b"Doc.txt").unwrap();
+    assert_eq!(find(b"doc.txt"), None);
+    assert!(matches!(
+        fs.find_name_nocase(dir, b"a/b"),
+        Err(FsError::Invalid)
+    ));
+    assert!(matches!(
+        fs.find_name_nocase(dir, b""),
+        Err(FsError::Invalid)
+    ));
+    assert!(matches!(
+        fs.find_name_nocase(dir, &[b'a'; 256]),
+        Err(FsError::NameTooLong)
+    ));
+    let file = fs.lookup(dir, b"f7").unwrap().ino;
+    assert!(matches!(
+        fs.find_name_nocase(file, b"x"),
+        Err(FsError::NotDir)
+    ));
+}

@@ -10,6 +10,7 @@
 mod attr;
 mod bdi;
 pub mod metrics;
+mod nocase;
 mod opens;
 mod ops;
 mod ratelimit;

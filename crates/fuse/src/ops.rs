@@ -7,6 +7,7 @@
 
 use crate::attr::{self, file_attr, file_attr_blocks, from_system, time_or_now};
 use crate::metrics::{self, Op};
+use crate::nocase;
 use crate::opens::Invalidator;
 use crate::views::{self, Node, Views, SNAPDIR_INO};
 use cairn_fs::{
@@ -846,6 +847,10 @@ impl Filesystem for CairnFuse {
         if self.in_view(&[ino]) {
             return reply.error(Errno::EROFS);
         }
+        if nocase::asked(name.as_bytes()).is_some() {
+            // Its getxattr is a lookup (nocase.rs): a stored one would never be read.
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let mode = if flags & libc::XATTR_CREATE != 0 {
             XattrMode::Create
         } else if flags & libc::XATTR_REPLACE != 0 {
@@ -858,6 +863,14 @@ impl Filesystem for CairnFuse {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _t = metrics::timer(Op::Getxattr);
+        if let Some(n) = nocase::asked(name.as_bytes()) {
+            let r = match self.views.node(ino.0) {
+                Ok(Node::Real(i)) => nocase::answer(&self.fs, i, n),
+                Ok(_) => Err(FsError::NotSupported),
+                Err(e) => Err(e),
+            };
+            return xattr_reply(reply, size, r);
+        }
         let r = match self.views.node(ino.0) {
             Ok(Node::View { .. }) if views::hides_xattr(name.as_bytes()) => Err(FsError::NoAttr),
             Ok(Node::View { ino, tid }) => self.fs.asof_getxattr(ino, tid, name.as_bytes()),

@@ -667,7 +667,6 @@ pub fn expect_errno<T: std::fmt::Debug>(r: io::Result<T>, want: i32, what: &str)
     );
 }
 
-/// Converts a libc return value (-1 = error) into an io::Result.
 /// setxattr(2) of `name` = `val` on `p` (no flags).
 pub fn setxattr(p: &Path, name: &str, val: &[u8]) -> io::Result<()> {
     let (c, n) = (cpath(p), CString::new(name).unwrap());
@@ -677,6 +676,21 @@ pub fn setxattr(p: &Path, name: &str, val: &[u8]) -> io::Result<()> {
     cvt(r as libc::c_long).map(drop)
 }
 
+/// getxattr(2) of `name` on `p`: its value (up to 4 KiB).
+pub fn getxattr_raw(p: &Path, name: &str) -> io::Result<Vec<u8>> {
+    let (c, n) = (cpath(p), CString::new(name).unwrap());
+    let mut buf = vec![0u8; 4096];
+    let len = cvt(
+        // SAFETY: c and n are NUL-terminated strings, and buf is a live, writable buffer of
+        // the length passed.
+        unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) }
+            as libc::c_long,
+    )?;
+    buf.truncate(len as usize);
+    Ok(buf)
+}
+
+/// Converts a libc return value (-1 = error) into an io::Result.
 pub fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
     if ret == -1 {
         Err(io::Error::last_os_error())
