@@ -1,12 +1,16 @@
 //! A Cairn mount served to other machines, with the real servers on
 //! loopback ports (issue 55): Samba (smbd, configured with `cairn share
 //! smb`) and smbclient, with a snapshot shown as a Previous Version and
-//! its bytes read, and names matched with case ignored; nfs-ganesha (FSAL VFS, the EXPORT block of `cairn share
-//! nfs`) and libnfs's nfs-ls, nfs-cp and nfs-cat, reading, writing and
-//! listing while the host's caches are dropped (file handles decoded by
-//! the daemon: before FUSE export support, NFS4ERR_STALE) and after the
-//! Cairn daemon was killed and mounted again, and the server restarted
-//! (a FUSE mount ends with its daemon, and the server's export with it).
+//! its bytes read, and names matched with case ignored; nfs-ganesha (FSAL
+//! VFS, the EXPORT block of `cairn share nfs`) and libnfs's nfs-ls, nfs-cp
+//! and nfs-cat, reading, writing and listing while the host's caches are
+//! dropped (file handles decoded by the daemon: before FUSE export
+//! support, NFS4ERR_STALE) and after the Cairn daemon was killed and
+//! mounted again, and the server restarted (a FUSE mount ends with its
+//! daemon, and the server's export with it). Across that restart a client
+//! presents the handles it held before (tests/tools/nfs4_handles.py, as a
+//! kernel client after a server reboot): they read and list the same
+//! files, and a file deleted meanwhile is NFS4ERR_STALE.
 //! The packages come from `scripts/deps.sh test`; a missing one fails.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
@@ -309,6 +313,24 @@ fn nfs_round(fs: &Fs, port: u16, server: &Server, round: usize) {
     }
 }
 
+/// tests/tools/nfs4_handles.py against the server on `port`: its stdout,
+/// or the NFS error it printed (exit status 3) as `Err`.
+fn by_handle(port: u16, verb: &str, arg: &str, server: &Server) -> Result<String, String> {
+    let tool = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/nfs4_handles.py");
+    let mut cmd = Command::new("python3");
+    cmd.args([tool, &port.to_string(), verb, arg]);
+    let out = run_timeout(&mut cmd, CMD_TIMEOUT);
+    match out.status.code() {
+        Some(0) => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        Some(3) => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+        _ => panic!(
+            "nfs4_handles.py {verb} {arg}: {}\n{}",
+            describe(&out),
+            server.logs()
+        ),
+    }
+}
+
 #[test]
 fn ganesha_serves_the_pool_over_nfs_across_cache_drops_and_a_killed_daemon() {
     need("ganesha.nfsd");
@@ -322,13 +344,37 @@ fn ganesha_serves_the_pool_over_nfs_across_cache_drops_and_a_killed_daemon() {
     let server = ganesha(&fs, port);
     nfs_round(&fs, port, &server, 1);
     nfs_round(&fs, port, &server, 2);
+    // A client's handles, as a kernel client holds them across a server
+    // reboot: it presents them again without looking the names up.
+    let held = |path: &str| by_handle(port, "handle", path, &server).unwrap();
+    let (file, dir, gone) = (held("pool/sub/f7"), held("pool/sub"), held("pool/sub/f8"));
+    let written = held("pool/sub/nfs2");
 
     // The daemon dies and its mount with it: mounted again, the server's
     // export must be opened again too (it held the old mount).
     fs.kill9();
     drop(server);
     fs.mount();
+    fs::remove_file(fs.p("sub/f8")).unwrap();
     let server = ganesha(&fs, port);
+    assert_eq!(
+        by_handle(port, "read", file.trim(), &server).unwrap(),
+        "file 7\n"
+    );
+    assert_eq!(
+        by_handle(port, "read", written.trim(), &server).unwrap(),
+        "written over NFS in round 2\n"
+    );
+    let names = by_handle(port, "list", dir.trim(), &server).unwrap();
+    let names: Vec<&str> = names.lines().collect();
+    assert!(
+        names.contains(&"f7") && names.contains(&"nfs2"),
+        "{names:?}"
+    );
+    assert!(!names.contains(&"f8"), "{names:?}");
+    // The file deleted while the server was down: stale, never another.
+    let err = by_handle(port, "read", gone.trim(), &server).unwrap_err();
+    assert!(err.contains("NFS4ERR_STALE"), "{err}");
     nfs_round(&fs, port, &server, 3);
     drop(server);
     fs.finish();
