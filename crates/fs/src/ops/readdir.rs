@@ -20,56 +20,85 @@ pub struct DirEntry {
 }
 
 impl Fs {
-    /// Up to `max` entries with a name hash above `after`.
+    /// Up to `max` entries with a name hash above `after`. Each source
+    /// (the committed tree, then each overlay, oldest first) gives at most
+    /// `limit` keys; the merge is exact up to the lowest last key of a
+    /// source that had more (`cutoff`), so a step costs O(limit) however
+    /// many entries wait in the overlays, and a short step tries again
+    /// with a larger limit.
     fn entries_after(&self, st: &State, dir: u64, after: u64, max: usize) -> Result<Vec<DirEntry>> {
         st.need(dir)?;
-        let prefix = ElemKey::prefix(dir, RecordType::DirEntry);
-        let from = ElemKey::new(dir, RecordType::DirEntry, &(after + 1).to_be_bytes());
         let mut limit = max.saturating_add(8);
         loop {
-            let committed = self
-                .ns_meta(st)?
-                .scan(&prefix, Some(from.as_bytes()), limit)?;
-            let exhausted = committed.len() < limit;
-            let last = committed.last().map(|e| e.key.sub().to_vec());
-            let mut merged: BTreeMap<Vec<u8>, Option<DirEnt>> = BTreeMap::new();
-            for e in committed {
-                merged.insert(e.key.sub().to_vec(), Some(DirEnt::decode(&e.payload)?));
-            }
-            let lo = (after + 1).to_be_bytes().to_vec();
-            for o in st.oldest_first(dir) {
-                if let Some(m) = o.dirents.get(&dir) {
-                    for (k, v) in m.range(lo.clone()..) {
-                        merged.insert(k.clone(), *v);
-                    }
-                }
-            }
+            let (merged, cutoff) = self.merged_keys(st, dir, after, limit)?;
             let mut out = Vec::new();
             for (k, v) in merged {
-                if !exhausted && last.as_ref().is_some_and(|l| &k > l) {
+                if cutoff.as_ref().is_some_and(|c| &k > c) {
                     break;
                 }
-                if let Some(d) = v {
-                    let (hash, name) = self.names().dirent_name(dir, &k)?;
-                    if crate::volumes::hidden(dir, &name) {
-                        continue;
-                    }
-                    out.push(DirEntry {
-                        name: name.to_vec(),
-                        ino: d.ino,
-                        kind: d.kind,
-                        cookie: hash,
-                    });
-                    if out.len() >= max {
-                        return Ok(out);
-                    }
+                let Some(d) = v else { continue };
+                let (hash, name) = self.names().dirent_name(dir, &k)?;
+                if crate::volumes::hidden(dir, &name) {
+                    continue;
+                }
+                out.push(DirEntry {
+                    name: name.to_vec(),
+                    ino: d.ino,
+                    kind: d.kind,
+                    cookie: hash,
+                });
+                if out.len() >= max {
+                    return Ok(out);
                 }
             }
-            if exhausted {
+            if cutoff.is_none() {
                 return Ok(out);
             }
             limit = limit.saturating_mul(4);
         }
+    }
+
+    /// The entry keys of `dir` above `after`, committed ones overridden by
+    /// the overlays', at most `limit` from each source, and the key past
+    /// which the result is incomplete (None: complete).
+    #[allow(clippy::type_complexity, reason = "a merge and its bound")]
+    fn merged_keys(
+        &self,
+        st: &State,
+        dir: u64,
+        after: u64,
+        limit: usize,
+    ) -> Result<(BTreeMap<Vec<u8>, Option<DirEnt>>, Option<Vec<u8>>)> {
+        let prefix = ElemKey::prefix(dir, RecordType::DirEntry);
+        let lo = (after + 1).to_be_bytes().to_vec();
+        let from = ElemKey::new(dir, RecordType::DirEntry, &lo);
+        let committed = self
+            .ns_meta(st)?
+            .scan(&prefix, Some(from.as_bytes()), limit)?;
+        let mut cutoff = match committed.last() {
+            Some(e) if committed.len() >= limit => Some(e.key.sub().to_vec()),
+            _ => None,
+        };
+        let mut merged = BTreeMap::new();
+        for e in committed {
+            merged.insert(e.key.sub().to_vec(), Some(DirEnt::decode(&e.payload)?));
+        }
+        for o in st.oldest_first(dir) {
+            let Some(m) = o.dirents.get(&dir) else {
+                continue;
+            };
+            for (taken, (k, v)) in m.range(lo.clone()..).enumerate() {
+                if cutoff.as_ref().is_some_and(|c| k > c) {
+                    break;
+                }
+                merged.insert(k.clone(), *v);
+                if taken + 1 >= limit {
+                    cutoff = Some(k.clone());
+                    break;
+                }
+            }
+        }
+        Ok((merged, cutoff))
     }
 
     pub(crate) fn dir_is_empty(&self, st: &State, dir: u64) -> Result<bool> {
