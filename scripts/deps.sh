@@ -21,9 +21,11 @@ if [ "${1:-}" = test ]; then
   # nfs-ganesha with its VFS backend, and libnfs's client tools. The tests
   # start their own servers on loopback ports; the packages' own services
   # would listen on every interface, so they are neither started by the
-  # install nor enabled (see below). python3 runs the tests' NFSv4
-  # client that presents file handles (crates/cli/tests/tools).
-  pkgs+=(samba smbclient nfs-ganesha nfs-ganesha-vfs libnfs-utils python3)
+  # install nor enabled (see below). samba-vfs-modules holds the
+  # shadow_copy2 and glusterfs_fuse modules `cairn share smb` loads (samba
+  # only recommends it). python3 runs the tests' NFSv4 client that
+  # presents file handles (crates/cli/tests/tools).
+  pkgs+=(samba samba-vfs-modules smbclient nfs-ganesha nfs-ganesha-vfs libnfs-utils python3)
   # gnuplot (no X) for bench/volumes_latency.sh's plot.
   pkgs+=(gnuplot-nox)
   # promtool (prometheus) checks the metrics endpoint; headless chromium
