@@ -333,9 +333,6 @@ fn read_into_overwrites_whatever_the_buffer_held() {
     }
 }
 
-/// Samba's case-insensitive lookup (`find_name_nocase`): the name as
-/// stored, whether the entry is committed or still in RAM, found past the
-/// first steps of the scan; None for a free name; bad names refused.
 /// A listing in steps of any size gives every entry once, in cookie
 /// order, while committed entries, deletions and new entries waiting in
 /// the write-back overlay mix (each step reads a bounded part of each).
@@ -400,6 +397,9 @@ fn a_listing_in_steps_merges_committed_and_waiting_entries() {
     }
 }
 
+/// Samba's case-insensitive lookup (`find_name_nocase`): the name as
+/// stored, whether the entry is committed or still in RAM, found past the
+/// first steps of the scan; None for a free name; bad names refused.
 #[test]
 fn a_case_insensitive_lookup_finds_the_stored_name() {
     let d = tempfile::tempdir().unwrap();

@@ -10,9 +10,7 @@
 //! as taken.
 
 use crate::error::{FsError, Result};
-use crate::types::MAX_NAME;
 use crate::vfs::Fs;
-use std::borrow::Cow;
 
 /// Entries read from the directory per step of the scan.
 const SCAN_STEP: usize = 1024;
@@ -22,12 +20,7 @@ impl Fs {
     /// ignored: `name` itself when it exists as given, else the first
     /// match in listing order, or None when there is none.
     pub fn find_name_nocase(&self, dir: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
-        if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
-            return Err(FsError::Invalid);
-        }
-        if name.len() > MAX_NAME {
-            return Err(FsError::NameTooLong);
-        }
+        crate::vfs::check_name(name)?;
         match self.lookup(dir, name) {
             Ok(_) if !crate::volumes::hidden(dir, name) => return Ok(Some(name.to_vec())),
             Ok(_) | Err(FsError::NotFound) => {}
@@ -52,16 +45,14 @@ impl Fs {
 }
 
 /// `name` with case folded away (see the module's comment).
-fn fold(name: &[u8]) -> Cow<'_, [u8]> {
+fn fold(name: &[u8]) -> Vec<u8> {
     match std::str::from_utf8(name) {
-        Ok(s) if s.is_ascii() => Cow::Owned(s.to_ascii_lowercase().into_bytes()),
-        Ok(s) => Cow::Owned(
-            s.chars()
-                .flat_map(char::to_lowercase)
-                .collect::<String>()
-                .into_bytes(),
-        ),
-        Err(_) => Cow::Owned(name.to_ascii_lowercase()),
+        Ok(s) if !s.is_ascii() => s
+            .chars()
+            .flat_map(char::to_lowercase)
+            .collect::<String>()
+            .into(),
+        _ => name.to_ascii_lowercase(),
     }
 }
 

@@ -10,6 +10,9 @@ use crate::vfs::{Fs, State};
 use cairn_meta::{ElemKey, RecordType};
 use std::collections::BTreeMap;
 
+/// Entry keys of a directory, each with its entry or None (removed).
+type Merged = BTreeMap<Vec<u8>, Option<DirEnt>>;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
     pub name: Vec<u8>,
@@ -61,14 +64,13 @@ impl Fs {
     /// The entry keys of `dir` above `after`, committed ones overridden by
     /// the overlays', at most `limit` from each source, and the key past
     /// which the result is incomplete (None: complete).
-    #[allow(clippy::type_complexity, reason = "a merge and its bound")]
     fn merged_keys(
         &self,
         st: &State,
         dir: u64,
         after: u64,
         limit: usize,
-    ) -> Result<(BTreeMap<Vec<u8>, Option<DirEnt>>, Option<Vec<u8>>)> {
+    ) -> Result<(Merged, Option<Vec<u8>>)> {
         let prefix = ElemKey::prefix(dir, RecordType::DirEntry);
         let lo = (after + 1).to_be_bytes().to_vec();
         let from = ElemKey::new(dir, RecordType::DirEntry, &lo);
