@@ -26,7 +26,19 @@ use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// Held by every test here that mounts a pool. ganesha's handles carry the
+/// number of the device the export lives on, and a FUSE mount gets the
+/// lowest free one: the ganesha test mounts again and needs the number it
+/// had, so no other test of this binary may mount in between.
+static MOUNTS: Mutex<()> = Mutex::new(());
+
+/// `MOUNTS`, also after a test that held it failed.
+fn mounts_alone() -> std::sync::MutexGuard<'static, ()> {
+    MOUNTS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn need(prog: &str) {
     let found = Command::new("sh")
@@ -141,6 +153,7 @@ fn smbclient(port: u16, commands: &str, server: &Server) -> String {
 
 #[test]
 fn samba_serves_the_pool_with_snapshots_as_previous_versions() {
+    let _alone = mounts_alone();
     need("smbd");
     need("smbclient");
     let fs = Fs::new();
@@ -214,6 +227,7 @@ fn samba_serves_the_pool_with_snapshots_as_previous_versions() {
 /// for storing such an attribute.
 #[test]
 fn the_mount_answers_samba_s_case_insensitive_lookups() {
+    let _alone = mounts_alone();
     let fs = Fs::new();
     fs::create_dir(fs.p("d")).unwrap();
     fs::write(fs.p("d/Report.PDF"), b"x").unwrap();
@@ -333,6 +347,7 @@ fn by_handle(port: u16, verb: &str, arg: &str, server: &Server) -> Result<String
 
 #[test]
 fn ganesha_serves_the_pool_over_nfs_across_cache_drops_and_a_killed_daemon() {
+    let _alone = mounts_alone();
     need("ganesha.nfsd");
     need("nfs-cat");
     let mut fs = Fs::new();
@@ -340,6 +355,8 @@ fn ganesha_serves_the_pool_over_nfs_across_cache_drops_and_a_killed_daemon() {
     for i in 0..20 {
         fs::write(fs.p(&format!("sub/f{i}")), format!("file {i}\n")).unwrap();
     }
+    // Committed: the kill -9 below may lose what was never synced.
+    cairn_ok(&["sync", fs.mnt.to_str().unwrap()]);
     let port = free_port();
     let server = ganesha(&fs, port);
     nfs_round(&fs, port, &server, 1);
@@ -349,12 +366,21 @@ fn ganesha_serves_the_pool_over_nfs_across_cache_drops_and_a_killed_daemon() {
     let held = |path: &str| by_handle(port, "handle", path, &server).unwrap();
     let (file, dir, gone) = (held("pool/sub/f7"), held("pool/sub"), held("pool/sub/f8"));
     let written = held("pool/sub/nfs2");
+    cairn_ok(&["sync", fs.mnt.to_str().unwrap()]);
+
+    let device = std::os::unix::fs::MetadataExt::dev(&fs::metadata(fs.p("")).unwrap());
 
     // The daemon dies and its mount with it: mounted again, the server's
     // export must be opened again too (it held the old mount).
     fs.kill9();
     drop(server);
     fs.mount();
+    let again = std::os::unix::fs::MetadataExt::dev(&fs::metadata(fs.p("")).unwrap());
+    assert_eq!(
+        again, device,
+        "the mount got another device number, which ganesha's handles carry \
+         (another mount was made meanwhile): docs/sharing.md"
+    );
     fs::remove_file(fs.p("sub/f8")).unwrap();
     let server = ganesha(&fs, port);
     assert_eq!(
@@ -384,6 +410,7 @@ fn ganesha_serves_the_pool_over_nfs_across_cache_drops_and_a_killed_daemon() {
 /// directory, says so and prints no configuration.
 #[test]
 fn share_refuses_what_is_not_a_mounted_pool() {
+    let _alone = mounts_alone();
     let fs = Fs::create();
     fs.mkfs(&[]);
     let pool = fs.pool.to_str().unwrap();
