@@ -35,6 +35,10 @@ pub enum Cmd {
     Mount(MountArgs),
     /// Flush and unmount a mounted pool.
     Umount(UmountArgs),
+    /// Start a new daemon under a mount made with --keep-mount, without
+    /// unmounting: requests wait meanwhile, open files and NFS handles
+    /// stay valid (an upgrade runs the binary now at the same path).
+    Restart(UmountArgs),
     /// Verify every element, reference and chunk of an unmounted pool.
     Check(PoolArg),
     /// A pool whose metadata store is damaged: say what a rebuild keeps
@@ -644,6 +648,12 @@ pub struct MountArgs {
     /// give EIO; nothing is written to the pool.
     #[arg(long)]
     pub salvage: bool,
+    /// A keeper process holds the mount's FUSE connection, so that `cairn
+    /// restart` can start a new daemon under the mount without unmounting
+    /// it (NFS and SMB servers exporting it stay up). Served from
+    /// /dev/fuse, not io_uring. A daemon that dies still ends the mount.
+    #[arg(long, conflicts_with = "salvage")]
+    pub keep_mount: bool,
 }
 
 #[derive(Args)]

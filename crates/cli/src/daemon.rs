@@ -57,7 +57,18 @@ fn mount_checked(a: MountArgs, ready: &crate::ready::Ready) -> Result<()> {
     }
     let mnt = a.mountpoint.canonicalize()?;
     refuse_inside_pool(&mnt, &pool)?;
-    refuse_mount_point(&mnt)?;
+    // A daemon started to take a mount over finds it mounted.
+    let resuming =
+        crate::keeper::has_keeper() && std::env::var_os(crate::keeper::RESUME_ENV).is_some();
+    if !resuming {
+        refuse_mount_point(&mnt)?;
+    }
+    if a.keep_mount && a.io_uring == cairn_fuse::Transport::On {
+        return Err(crate::control::client::UsageError(
+            "--keep-mount serves from /dev/fuse: not with --io-uring on".into(),
+        )
+        .into());
+    }
     if pool_locked(&pool) {
         let at = cairn_mounts()?
             .into_iter()
@@ -68,6 +79,9 @@ fn mount_checked(a: MountArgs, ready: &crate::ready::Ready) -> Result<()> {
         bail!("pool {} is in use by another process{at}", pool.display());
     }
     config_for(&a)?;
+    if a.foreground && a.keep_mount && !crate::keeper::has_keeper() {
+        return crate::keeper::run(&pool, &a, ready);
+    }
     if a.foreground {
         return serve(&pool, &a, ready);
     }
@@ -188,8 +202,13 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     // A bad token file stops the mount before the pool opens.
     let token = crate::metrics::token(&config)?;
     let room = |e| no_room_hint(e, pool, &config);
+    let keeper = crate::keeper::daemon_link()?;
+    let refs = match &keeper {
+        Some((_, Some((_, h)))) => h.refs.clone(),
+        _ => Vec::new(),
+    };
     let p = open_pool(pool, config.clone()).map_err(room)?;
-    let fs = Fs::open(p).map_err(|e| room(e.into()))?;
+    let fs = Fs::open_adopting(p, &refs).map_err(|e| room(e.into()))?;
     let flusher = fs.spawn_flusher();
     let sock = PoolPaths::control(pool);
     crate::control::server::spawn(fs.clone(), &sock)
@@ -203,9 +222,10 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     if crate::nbd::wanted(&config) {
         crate::nbd::start(&fs, &config, &a.nbd)?;
     }
-    let session = cairn_fuse::spawn(fs.clone(), &mnt, a.threads, &a.transport())
-        .with_context(|| format!("mounting on {}", mnt.display()));
-    let session = session.inspect_err(|_| crate::nbd::stop())?;
+    let (session, handing) = mount_session(&fs, &mnt, a, keeper);
+    let session = session
+        .with_context(|| format!("mounting on {}", mnt.display()))
+        .inspect_err(|_| crate::nbd::stop())?;
     let http = crate::metrics::start(&fs, &config, token).inspect_err(|_| crate::nbd::stop())?;
     tracing::info!("pool {} mounted on {}", pool.display(), mnt.display());
     ready.ok();
@@ -215,6 +235,16 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let counter = spawn_inode_count(&fs);
     crate::stop::on_signals(fs.clone(), mnt.clone())?;
     let joined = session.join();
+    // A drained session flushed at its end (`destroy`): the state goes to
+    // the keeper, which starts the next daemon once this one exits.
+    let handed = handing.filter(|(_, h)| h.draining());
+    if let Some((link, h)) = &handed {
+        link.send(
+            cairn_fuse::handover::Tag::State,
+            &h.state(&fs).encode(),
+            None,
+        )?;
+    }
     // Clients stop before the pool closes: what they flushed is durable,
     // and nothing writes after the final commit.
     crate::nbd::stop();
@@ -235,8 +265,43 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     // still running (the control socket's) would keep it open past exit,
     // and redb closes cleanly only with no read of it under way.
     fs.pool().meta.close();
-    tracing::info!("unmounted {}", mnt.display());
+    match handed {
+        Some(_) => tracing::info!(
+            "committed and handed the mount on {} over to the keeper; exiting",
+            mnt.display()
+        ),
+        None => tracing::info!("unmounted {}", mnt.display()),
+    }
     Ok(())
+}
+
+/// The FUSE session: a plain mount, or (a daemon under a keeper) one that
+/// can be handed over, mounted afresh or taken over from the daemon
+/// before; the keeper gets the connection of a fresh one.
+fn mount_session(
+    fs: &std::sync::Arc<Fs>,
+    mnt: &Path,
+    a: &MountArgs,
+    keeper: Option<crate::keeper::DaemonLink>,
+) -> (
+    Result<cairn_fuse::BackgroundSession>,
+    Option<(cairn_fuse::handover::Link, cairn_fuse::Handing)>,
+) {
+    let Some((link, resume)) = keeper else {
+        let s = cairn_fuse::spawn(fs.clone(), mnt, a.threads, &a.transport());
+        return (s.map_err(Into::into), None);
+    };
+    match cairn_fuse::spawn_handing(fs.clone(), mnt, a.threads, resume) {
+        Ok((mut s, h)) => {
+            // Unmounting is the kernel's (`cairn umount`) or nobody's.
+            s.keep_mounted();
+            match crate::keeper::mounted(&link, &h) {
+                Ok(()) => (Ok(s), Some((link, h))),
+                Err(e) => (Err(e), None),
+            }
+        }
+        Err(e) => (Err(e.into()), None),
+    }
 }
 
 /// Counts the live inodes for `df -i` in the background (one scan of the
@@ -319,7 +384,12 @@ fn spawn_daemon(pool: &Path, a: &MountArgs) -> Result<()> {
 /// The command line of the daemon: this binary, `mount --foreground`, and
 /// the options given to this mount.
 fn daemon_command(pool: &Path, a: &MountArgs) -> Result<Command> {
-    let mut cmd = Command::new(std::env::current_exe()?);
+    daemon_command_at(&std::env::current_exe()?, pool, a)
+}
+
+/// `daemon_command` for the binary at `exe` (a keeper's next daemon).
+pub fn daemon_command_at(exe: &Path, pool: &Path, a: &MountArgs) -> Result<Command> {
+    let mut cmd = Command::new(exe);
     cmd.arg("mount")
         .arg(pool)
         .arg(&a.mountpoint)
@@ -354,6 +424,9 @@ fn daemon_command(pool: &Path, a: &MountArgs) -> Result<Command> {
     }
     if a.salvage {
         cmd.arg("--salvage");
+    }
+    if a.keep_mount {
+        cmd.arg("--keep-mount");
     }
     Ok(cmd)
 }

@@ -7,6 +7,7 @@ mod control;
 mod daemon;
 mod daemon_wait;
 mod help;
+mod keeper;
 mod key;
 mod logging;
 mod metrics;
@@ -174,6 +175,7 @@ fn run(cli: args::Cli) -> Result<()> {
         }) => key::change(&target, new_key_file.as_deref()),
         Cmd::Mount(a) => daemon::mount(a),
         Cmd::Umount(a) => daemon::umount(&a.mountpoint),
+        Cmd::Restart(a) => keeper::restart(&a.mountpoint),
         Cmd::Check(a) => report::check(&a.pool),
         Cmd::Salvage(a) => salvage::run(&a),
         Cmd::Info(a) => report::info(&a.pool, a.json),

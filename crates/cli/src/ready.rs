@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const ENV: &str = "CAIRN_READY_FD";
+pub const ENV: &str = "CAIRN_READY_FD";
 
 /// The daemon's end: reports once, then closes.
 pub struct Ready(std::sync::Mutex<Option<File>>);
@@ -28,6 +28,16 @@ impl Ready {
             (libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) == 0).then(|| File::from_raw_fd(fd))
         });
         Ready(std::sync::Mutex::new(file))
+    }
+
+    /// Gives the pipe up to a child started next (a keeper's first daemon
+    /// reports on it, keeper.rs): inheritable until the returned copy, this
+    /// process's, is dropped after the spawn.
+    pub fn pass_on(&self) -> Option<File> {
+        let f = self.0.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        // SAFETY: clears close-on-exec of a descriptor we own.
+        let ok = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFD, 0) } == 0;
+        ok.then_some(f)
     }
 
     pub fn ok(&self) {

@@ -10,7 +10,9 @@
 //! daemon, and the server's export with it). Across that restart a client
 //! presents the handles it held before (tests/tools/nfs4_handles.py, as a
 //! kernel client after a server reboot): they read and list the same
-//! files, and a file deleted meanwhile is NFS4ERR_STALE.
+//! files, and a file deleted meanwhile is NFS4ERR_STALE. With a keeper
+//! (`--keep-mount`) the daemon restarts under the same ganesha, whose
+//! clients go on with their handles.
 //! The packages come from `scripts/deps.sh test`; a missing one fails.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
@@ -401,6 +403,43 @@ fn ganesha_serves_the_pool_over_nfs_across_cache_drops_and_a_killed_daemon() {
     // The file deleted while the server was down: stale, never another.
     let err = by_handle(port, "read", gone.trim(), &server).unwrap_err();
     assert!(err.contains("NFS4ERR_STALE"), "{err}");
+    nfs_round(&fs, port, &server, 3);
+    drop(server);
+    fs.finish();
+}
+
+/// With `--keep-mount`, the daemon restarts under the server
+/// (`cairn restart`): the same ganesha goes on serving, and a client's
+/// handles read and list as before, without the server restarting.
+#[test]
+fn ganesha_stays_up_while_the_daemon_restarts_under_it() {
+    let _alone = mounts_alone();
+    need("ganesha.nfsd");
+    need("nfs-cat");
+    let mut fs = Fs::create();
+    fs.mkfs(&[]);
+    fs.mount_args = vec!["--keep-mount".into()];
+    fs.mount();
+    fs::create_dir(fs.p("sub")).unwrap();
+    for i in 0..20 {
+        fs::write(fs.p(&format!("sub/f{i}")), format!("file {i}\n")).unwrap();
+    }
+    let port = free_port();
+    let server = ganesha(&fs, port);
+    nfs_round(&fs, port, &server, 1);
+    let held = |path: &str| by_handle(port, "handle", path, &server).unwrap();
+    let (file, dir) = (held("pool/sub/f7"), held("pool/sub"));
+    let out = cairn_ok(&["restart", fs.mnt.to_str().unwrap()]);
+    assert!(out.contains("restarted the daemon"), "{out}");
+    drop_caches();
+    assert_eq!(
+        by_handle(port, "read", file.trim(), &server).unwrap(),
+        "file 7\n"
+    );
+    let names = by_handle(port, "list", dir.trim(), &server).unwrap();
+    assert!(names.lines().any(|n| n == "nfs1"), "{names}");
+    nfs_round(&fs, port, &server, 2);
+    cairn_ok(&["restart", fs.mnt.to_str().unwrap()]);
     nfs_round(&fs, port, &server, 3);
     drop(server);
     fs.finish();

@@ -130,6 +130,15 @@ impl Fs {
     /// (the intent log's records, orphaned inodes). No scan of the pool is
     /// needed.
     pub fn open(pool: Pool) -> Result<Arc<Fs>> {
+        Fs::open_adopting(pool, &[])
+    }
+
+    /// `open` for a daemon that takes a mount over from the one before it
+    /// (cairn-fuse's handover): `refs` are the lookup references the
+    /// kernel still holds, (inode, count), so that an inode unlinked while
+    /// open stays until the kernel forgets it instead of being removed as
+    /// a crash's orphan.
+    pub fn open_adopting(pool: Pool, refs: &[(u64, u64)]) -> Result<Arc<Fs>> {
         if pool.lost.read_only {
             return Fs::open_lost(pool);
         }
@@ -141,6 +150,7 @@ impl Fs {
         if !logged.is_empty() {
             fs.replay_left_intent(&logged)?;
         }
+        fs.adopt_kernel_refs(refs);
         fs.remove_orphans()?;
         // A mirror's inode numbers are its source's: no epochs of its own.
         let mirror = fs.mirror_role().is_ok_and(|r| r.is_mirror());
@@ -299,15 +309,23 @@ impl Fs {
         // A mirror's orphans are its source's (still open there): they go
         // when the source's stream ends them, never by a commit here.
         if !orphans.is_empty() && !self.mirror_role()?.is_mirror() {
-            tracing::info!(
-                "removing {} orphaned inode(s) left by a crash",
-                orphans.len()
-            );
             let mut st = self.lock_all();
+            let (mut removed, mut kept) = (0, 0);
             for ino in orphans {
+                // Still open through a mount taken over: kept (refs.rs).
+                if Self::referenced(&st, ino) {
+                    st.sh_mut(ino).unlinked.insert(ino);
+                    kept += 1;
+                    continue;
+                }
                 st.dirty(ino).delete_inode(ino);
+                removed += 1;
             }
             drop(st);
+            tracing::info!(
+                "removed {removed} orphaned inode(s) left by a crash or an unmount; kept {kept} \
+                 still open through the mount taken over"
+            );
             self.flush()?;
         }
         Ok(())

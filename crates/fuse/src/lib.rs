@@ -9,6 +9,7 @@
 
 mod attr;
 mod bdi;
+pub mod handover;
 pub mod metrics;
 mod nocase;
 mod opens;
@@ -23,6 +24,7 @@ use fuser::{Config, MountOption, SessionACL};
 use std::path::Path;
 use std::sync::Arc;
 
+pub use fuser::{BackgroundSession, Drain};
 pub use ops::CairnFuse;
 pub use transport::{RingPriority, Transport, TransportError, TransportOptions};
 
@@ -90,6 +92,89 @@ pub fn spawn(
     invalidator.set(session.notifier());
     bdi::tune(mountpoint);
     Ok(session)
+}
+
+/// A mount whose connection another daemon can take over (`cairn
+/// restart`): its readers can be drained, and what the kernel holds of it
+/// can be handed on (handover/).
+pub struct Handing {
+    drain: fuser::Drain,
+    views: Arc<views::Views>,
+    init: Vec<u8>,
+    /// A copy of the connection, for the keeper (a fresh mount only).
+    pub connection: Option<std::os::fd::OwnedFd>,
+}
+
+impl Handing {
+    /// Stops serving after the requests under way: the session's end
+    /// then flushes the pool (`destroy`), and the mount stays.
+    pub fn drain(&self) {
+        self.drain.drain();
+    }
+
+    /// A handle on the drain, for whoever asks for it later.
+    pub fn drainer(&self) -> fuser::Drain {
+        self.drain.clone()
+    }
+
+    pub fn draining(&self) -> bool {
+        self.drain.is_draining()
+    }
+
+    /// What the next daemon needs, once the session has ended.
+    pub fn state(&self, fs: &Fs) -> handover::Handover {
+        handover::Handover {
+            init: self.init.clone(),
+            refs: fs.kernel_refs(),
+            views: self.views.export(),
+        }
+    }
+}
+
+/// `spawn` for a mount that can be handed over: mounts afresh, or takes
+/// over `resume`'s connection (the INIT it carries runs `init` again; the
+/// kernel gets no reply). Served from /dev/fuse only: FUSE over io_uring
+/// keeps requests in the dead process's ring entries.
+pub fn spawn_handing(
+    fs: Arc<Fs>,
+    mountpoint: &Path,
+    threads: usize,
+    resume: Option<(std::os::fd::OwnedFd, handover::Handover)>,
+) -> std::io::Result<(fuser::BackgroundSession, Handing)> {
+    let mut cfg = config_ro(threads, &fsname(&fs), None, fs.read_only());
+    let drain = fuser::Drain::new()?;
+    cfg.drain = Some(drain.clone());
+    let (views, session, connection) = match resume {
+        Some((fd, h)) => {
+            let views = Arc::new(views::Views::adopt(&h.views));
+            let fuse = CairnFuse::with_views(fs, views.clone());
+            let inval = fuse.invalidator();
+            let s = fuser::Session::resume(fuse, fd, &cfg, &h.init)?;
+            inval.set(s.notifier());
+            (views, s, None)
+        }
+        None => {
+            let views: Arc<views::Views> = Arc::default();
+            let fuse = CairnFuse::with_views(fs, views.clone());
+            let inval = fuse.invalidator();
+            let s = fuser::Session::new(fuse, mountpoint, &cfg)?;
+            inval.set(s.notifier());
+            let dup = std::os::fd::AsFd::as_fd(&s).try_clone_to_owned()?;
+            (views, s, Some(dup))
+        }
+    };
+    let init = session.init_request().unwrap_or_default().to_vec();
+    let bg = session.spawn()?;
+    bdi::tune(mountpoint);
+    Ok((
+        bg,
+        Handing {
+            drain,
+            views,
+            init,
+            connection,
+        },
+    ))
 }
 
 /// The mount's source name: the pool path, so tools can find the pool.

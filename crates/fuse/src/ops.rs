@@ -31,7 +31,7 @@ const VIEW_TTL: Duration = Duration::from_secs(1);
 
 pub struct CairnFuse {
     fs: Arc<Fs>,
-    views: Views,
+    views: Arc<Views>,
     /// A mirror pool: its tree changes behind the kernel's back (streams),
     /// so everything is cached as briefly as the views, and file pages are
     /// dropped at each open.
@@ -43,10 +43,15 @@ pub struct CairnFuse {
 
 impl CairnFuse {
     pub fn new(fs: Arc<Fs>) -> Self {
+        Self::with_views(fs, Arc::default())
+    }
+
+    /// Serves `views` (a table taken over from the daemon before: handover).
+    pub fn with_views(fs: Arc<Fs>, views: Arc<Views>) -> Self {
         let mirror = fs.mirror_role().is_ok_and(|r| r.is_mirror());
         CairnFuse {
             fs,
-            views: Views::default(),
+            views,
             mirror,
             no_open: !mirror,
             invalidator: Invalidator::default(),

@@ -103,6 +103,39 @@ fn fresh_generation() -> u32 {
 }
 
 impl Views {
+    /// The table as handed to the next daemon (handover).
+    pub fn export(&self) -> crate::handover::ViewTable {
+        let t = self.t.lock();
+        let entries = t.by_vino.iter().map(|(&v, &(i, tid, n))| (v, i, tid, n));
+        crate::handover::ViewTable {
+            generation: self.gen,
+            next: t.next,
+            entries: entries.collect(),
+        }
+    }
+
+    /// Views that go on numbering as the daemon before did: the kernel
+    /// still holds those view inodes, and handles carry the generation.
+    pub fn adopt(h: &crate::handover::ViewTable) -> Views {
+        let mut t = Table {
+            next: h.next,
+            ..Table::default()
+        };
+        for &(vino, ino, tid, n) in &h.entries {
+            // Numbers below `next` only: the next view must not reuse one.
+            assert!(
+                vino >= VIEW_BASE && vino - VIEW_BASE < h.next,
+                "view inode {vino:#x} out of range"
+            );
+            t.by_vino.insert(vino, (ino, tid, n));
+            t.by_key.insert((ino, tid), vino);
+        }
+        Views {
+            t: Mutex::new(t),
+            gen: h.generation.max(1),
+        }
+    }
+
     /// The generation the kernel puts in a file handle of view inode
     /// `ino` (NFS export): this mount's own, since view inode numbers are
     /// handed out afresh at each mount, so that a handle of a view from an

@@ -48,6 +48,7 @@ pub use crate::ll::request::INodeNo;
 pub use crate::ll::request::LockOwner;
 pub use crate::ll::request::Version;
 pub use crate::mnt::mount_options::Config;
+pub use crate::drain::Drain;
 pub use crate::uring::{Executor, UringConfig};
 pub use crate::uring_sched::RingPriority;
 pub use crate::mnt::mount_options::MountOption;
@@ -86,6 +87,7 @@ mod access_flags;
 mod bsd_file_flags;
 mod channel;
 mod dev_fuse;
+mod drain;
 /// Experimental APIs
 #[cfg(feature = "experimental")]
 pub mod experimental;

@@ -141,6 +141,9 @@ pub struct Session<FS: Filesystem> {
     pub(crate) config: Config,
     /// Payload buffer size for FUSE-over-io_uring entries, when negotiated.
     pub(crate) uring_payload: Option<usize>,
+    /// The kernel's INIT request as read, for a daemon that resumes the
+    /// connection later (`Session::resume`). Added by Cairn.
+    init_request: Option<Vec<u8>>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -189,6 +192,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config: options.clone(),
             uring_payload: None,
+            init_request: None,
         };
 
         session.handshake()?;
@@ -218,11 +222,49 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: None,
             config,
             uring_payload: None,
+            init_request: None,
         };
 
         session.handshake()?;
 
         Ok(session)
+    }
+
+    /// Takes over a connection another process mounted and initialised:
+    /// `init` is the INIT request that process read (`init_request`). The
+    /// filesystem's `init` runs on it again, but nothing is sent: the
+    /// kernel answered INIT once. /dev/fuse only (no io_uring queues).
+    /// Added by Cairn.
+    pub fn resume(filesystem: FS, fd: OwnedFd, options: &Config, init: &[u8]) -> io::Result<Self> {
+        let mut config = options.clone();
+        config.io_uring = None;
+        let mut session = Session {
+            filesystem: FilesystemHolder {
+                fs: Some(filesystem),
+            },
+            ch: Channel::new(Arc::new(DevFuse(File::from(fd)))),
+            mount: UmountOnDrop {
+                mount: Arc::new(Mutex::new(None)),
+            },
+            allowed: options.acl,
+            session_owner: geteuid(),
+            proto_version: None,
+            config,
+            uring_payload: None,
+            init_request: None,
+        };
+        match session.accept_init(init, false)? {
+            true => Ok(session),
+            false => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the saved INIT request asks for another protocol version",
+            )),
+        }
+    }
+
+    /// The INIT request this session was started with.
+    pub fn init_request(&self) -> Option<&[u8]> {
+        self.init_request.as_deref()
     }
 
     /// Run the session loop in a background thread. If the returned handle is dropped,
@@ -257,6 +299,7 @@ impl<FS: Filesystem> Session<FS> {
             proto_version: _,
             config,
             uring_payload,
+            init_request: _,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -298,12 +341,16 @@ impl<FS: Filesystem> Session<FS> {
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
+            if config.drain.is_some() {
+                crate::drain::Drain::prepare(ch.as_fd())?;
+            }
             let event_loop = SessionEventLoop {
                 thread_name: thread_name.clone(),
                 filesystem: filesystem.clone(),
                 ch,
                 allowed,
                 session_owner,
+                drain: config.drain.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -322,6 +369,7 @@ impl<FS: Filesystem> Session<FS> {
                         ch: ring_ch.clone(),
                         allowed,
                         session_owner,
+                        drain: None,
                     }
                 });
                 match started {
@@ -382,145 +430,164 @@ impl<FS: Filesystem> Session<FS> {
                 }
                 Err(err) => return Err(err.into()),
             };
+            if self.accept_init(&buf[..size], true)? {
+                return Ok(());
+            }
+        }
+    }
 
-            // Parse the request
-            let request = match ll::AnyRequest::try_from(&buf[..size]) {
-                Ok(request) => request,
-                Err(err) => {
-                    error!("{err}");
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, err.to_string()));
-                }
-            };
+    /// Handles one INIT request: true once the session is initialised,
+    /// false when the kernel must send another (a newer major version).
+    /// Replies go to the kernel only when `send`.
+    fn accept_init(&mut self, bytes: &[u8], send: bool) -> io::Result<bool> {
+        // Parse the request
+        let request = match ll::AnyRequest::try_from(bytes) {
+            Ok(request) => request,
+            Err(err) => {
+                error!("{err}");
+                return Err(io::Error::new(io::ErrorKind::InvalidData, err.to_string()));
+            }
+        };
 
-            // Extract the init operation
-            let op = match request.operation() {
-                Ok(op) => op,
-                Err(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "Failed to parse FUSE operation",
-                    ));
-                }
-            };
+        // Extract the init operation
+        let op = match request.operation() {
+            Ok(op) => op,
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "Failed to parse FUSE operation",
+                ));
+            }
+        };
 
-            let init = match op {
-                ll::Operation::Init(init) => init,
-                _ => {
-                    error!("Received non-init FUSE operation before init: {}", request);
-                    // Send error response and return error - non-init during handshake is invalid
+        let init = match op {
+            ll::Operation::Init(init) => init,
+            _ => {
+                error!("Received non-init FUSE operation before init: {}", request);
+                // Send error response and return error - non-init during handshake is invalid
+                if send {
                     <ReplyRaw as Reply>::new(
                         request.unique(),
                         ReplySender::Channel(self.ch.sender()),
                     )
                     .send_ll(&ResponseErrno(ll::Errno::EIO));
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "Received non-init FUSE operation during handshake",
-                    ));
                 }
-            };
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "Received non-init FUSE operation during handshake",
+                ));
+            }
+        };
 
-            let v = init.version();
-            if v.0 > abi::FUSE_KERNEL_VERSION {
-                // Kernel has a newer major version than we support.
-                // Send our version and wait for a second INIT request with a compatible version.
-                debug!(
-                    "INIT: Kernel version {} > our version {}, sending our version and waiting for next init",
-                    v.0,
-                    abi::FUSE_KERNEL_VERSION
-                );
-                let response = init.reply_version_only();
+        let v = init.version();
+        if v.0 > abi::FUSE_KERNEL_VERSION {
+            // Kernel has a newer major version than we support.
+            // Send our version and wait for a second INIT request with a compatible version.
+            debug!(
+                "INIT: Kernel version {} > our version {}, sending our version and waiting for next init",
+                v.0,
+                abi::FUSE_KERNEL_VERSION
+            );
+            let response = init.reply_version_only();
+            if send {
                 <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                     .send_ll(&response);
-                continue;
             }
+            return Ok(false);
+        }
 
-            // We don't support ABI versions before 7.6
-            if v < Version(7, 6) {
-                error!("Unsupported FUSE ABI version {v}");
+        // We don't support ABI versions before 7.6
+        if v < Version(7, 6) {
+            error!("Unsupported FUSE ABI version {v}");
+            if send {
                 <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                     .send_ll(&ResponseErrno(ll::Errno::EPROTO));
-                return Err(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    format!("Unsupported FUSE ABI version {v}"),
-                ));
             }
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("Unsupported FUSE ABI version {v}"),
+            ));
+        }
 
-            let mut config = KernelConfig::new(init.capabilities(), init.max_readahead(), v);
+        let mut config = KernelConfig::new(init.capabilities(), init.max_readahead(), v);
 
-            // Call filesystem init method and give it a chance to return an error
-            let Some(filesystem) = &mut self.filesystem.fs else {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "Bug: filesystem must be initialized during handshake",
-                ));
-            };
-            let res = filesystem.init(Request::ref_cast(request.header()), &mut config);
-            if let Err(error) = res {
-                let errno = Errno::from_i32(error.raw_os_error().unwrap_or(0));
+        // Call filesystem init method and give it a chance to return an error
+        let Some(filesystem) = &mut self.filesystem.fs else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "Bug: filesystem must be initialized during handshake",
+            ));
+        };
+        let res = filesystem.init(Request::ref_cast(request.header()), &mut config);
+        if let Err(error) = res {
+            let errno = Errno::from_i32(error.raw_os_error().unwrap_or(0));
+            if send {
                 <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                     .send_ll(&ResponseErrno(errno));
-                return Err(error);
             }
+            return Err(error);
+        }
 
-            // Remember the ABI version supported by kernel and mark the session initialized.
-            self.proto_version = Some(v);
+        // Remember the ABI version supported by kernel and mark the session initialized.
+        self.proto_version = Some(v);
 
-            if self.config.io_uring.is_some() {
-                if config
-                    .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
-                    .is_ok()
-                {
-                    let pages = usize::from(config.max_pages()) * page_size::get();
-                    self.uring_payload = Some(pages.max(config.max_write as usize).max(8192));
-                } else {
-                    info!("the kernel does not offer FUSE over io_uring (fuse.enable_uring)");
-                }
+        if self.config.io_uring.is_some() {
+            if config
+                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                .is_ok()
+            {
+                let pages = usize::from(config.max_pages()) * page_size::get();
+                self.uring_payload = Some(pages.max(config.max_write as usize).max(8192));
+            } else {
+                info!("the kernel does not offer FUSE over io_uring (fuse.enable_uring)");
             }
+        }
 
-            // Log capability status for debugging
-            for bit in 0..64 {
-                let bitflags = InitFlags::from_bits_retain(1 << bit);
-                if bitflags == InitFlags::FUSE_INIT_EXT {
-                    continue;
-                }
-                let bitflag_is_known = InitFlags::all().contains(bitflags);
-                let kernel_supports = init.capabilities().contains(bitflags);
-                let we_requested = config.requested.contains(bitflags);
-                // On macOS, there's a clash between linux and macOS constants,
-                // so we pick macOS ones (last).
-                let name = if let Some((name, _)) = bitflags.iter_names().last() {
-                    Cow::Borrowed(name)
-                } else {
-                    Cow::Owned(format!("(1 << {bit})"))
-                };
-                if we_requested && kernel_supports {
-                    debug!("capability {name} enabled")
-                } else if we_requested {
-                    debug!("capability {name} not supported by kernel")
-                } else if kernel_supports {
-                    debug!("capability {name} not requested by client")
-                } else if bitflag_is_known {
-                    debug!("capability {name} not supported nor requested")
-                }
+        // Log capability status for debugging
+        for bit in 0..64 {
+            let bitflags = InitFlags::from_bits_retain(1 << bit);
+            if bitflags == InitFlags::FUSE_INIT_EXT {
+                continue;
             }
+            let bitflag_is_known = InitFlags::all().contains(bitflags);
+            let kernel_supports = init.capabilities().contains(bitflags);
+            let we_requested = config.requested.contains(bitflags);
+            // On macOS, there's a clash between linux and macOS constants,
+            // so we pick macOS ones (last).
+            let name = if let Some((name, _)) = bitflags.iter_names().last() {
+                Cow::Borrowed(name)
+            } else {
+                Cow::Owned(format!("(1 << {bit})"))
+            };
+            if we_requested && kernel_supports {
+                debug!("capability {name} enabled")
+            } else if we_requested {
+                debug!("capability {name} not supported by kernel")
+            } else if kernel_supports {
+                debug!("capability {name} not requested by client")
+            } else if bitflag_is_known {
+                debug!("capability {name} not supported nor requested")
+            }
+        }
 
-            // Reply with our desired version and settings.
-            debug!(
-                "INIT response: ABI {}.{}, flags {:#x}, max readahead {}, max write {}",
-                abi::FUSE_KERNEL_VERSION,
-                abi::FUSE_KERNEL_MINOR_VERSION,
-                init.capabilities() & config.requested,
-                config.max_readahead,
-                config.max_write
-            );
+        // Reply with our desired version and settings.
+        debug!(
+            "INIT response: ABI {}.{}, flags {:#x}, max readahead {}, max write {}",
+            abi::FUSE_KERNEL_VERSION,
+            abi::FUSE_KERNEL_MINOR_VERSION,
+            init.capabilities() & config.requested,
+            config.max_readahead,
+            config.max_write
+        );
 
-            let response = init.reply(&config);
+        let response = init.reply(&config);
+        if send {
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                 .send_ll(&response);
-
-            return Ok(());
         }
+
+        self.init_request = Some(bytes.to_vec());
+        Ok(true)
     }
 
     /// Unmount the filesystem
@@ -564,9 +631,31 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// Set: wait in `poll` and stop when drained (drain.rs).
+    pub(crate) drain: Option<crate::drain::Drain>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
+    /// The next request's size: read at once, or (draining sessions) once
+    /// `poll` says one is there; None when the session was drained.
+    fn next(&self, buf: &mut [u8]) -> nix::Result<Option<usize>> {
+        let Some(drain) = &self.drain else {
+            return self.ch.receive_retrying(buf).map(Some);
+        };
+        loop {
+            match drain.wait(self.ch.as_fd()) {
+                Ok(crate::drain::Ready::Drained) => return Ok(None),
+                Ok(crate::drain::Ready::Read) => {}
+                Err(e) => return Err(nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0))),
+            }
+            match self.ch.receive_once(buf) {
+                Ok(size) => return Ok(Some(size)),
+                Err(nix::errno::Errno::ENOENT | nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => {}
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
     fn event_loop(&self) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
@@ -575,8 +664,9 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         loop {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
-            match self.ch.receive_retrying(buf) {
-                Ok(size) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
+            match self.next(buf) {
+                Ok(None) => return Ok(()),
+                Ok(Some(size)) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {
@@ -624,6 +714,15 @@ impl BackgroundSession {
     /// Returns an object that can be used to send notifications to the kernel
     pub fn notifier(&self) -> Notifier {
         Notifier::new(self.sender.clone())
+    }
+
+    /// Leaves the filesystem mounted when this session ends (a drained
+    /// session whose connection another process takes over). Added by
+    /// Cairn.
+    pub fn keep_mounted(&mut self) {
+        if let Some(mount) = self.mount.take() {
+            std::mem::forget(mount);
+        }
     }
 
     /// Join the filesystem thread.

@@ -55,6 +55,8 @@ pub enum Request {
     Sync,
     /// Pool information (devices, usage, counters).
     Info,
+    /// Hand the mount to a new daemon (a mount with a keeper only).
+    Restart,
     SnapshotCreate {
         name: String,
         auto: bool,
@@ -215,6 +217,7 @@ impl Request {
         match self {
             Request::Sync => "sync",
             Request::Info => "info",
+            Request::Restart => "restart",
             Request::SnapshotCreate { .. } => "snapshot_create",
             Request::SnapshotList => "snapshot_list",
             Request::SnapshotDelete { .. } => "snapshot_delete",
@@ -290,6 +293,7 @@ mod tests {
         let reqs = [
             Request::Sync,
             Request::Info,
+            Request::Restart,
             Request::SnapshotCreate {
                 name: n(),
                 auto: false,

@@ -7,6 +7,7 @@
 
 pub mod canary;
 pub mod cgroup;
+pub mod handles;
 pub mod hist;
 pub mod json;
 pub mod redundancy;

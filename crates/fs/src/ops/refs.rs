@@ -76,6 +76,25 @@ impl Fs {
         }
     }
 
+    /// Every lookup reference the kernel holds, (inode, count), for the
+    /// daemon that takes the mount over (`Fs::open_adopting`).
+    pub fn kernel_refs(&self) -> Vec<(u64, u64)> {
+        let st = self.lock_all();
+        let refs = st
+            .shards()
+            .flat_map(|s| s.lookups.iter().map(|(&i, &n)| (i, n)));
+        refs.collect()
+    }
+
+    /// Counts the references a mount taken over still holds.
+    pub(crate) fn adopt_kernel_refs(&self, refs: &[(u64, u64)]) {
+        let mut st = self.lock_all();
+        for &(ino, n) in refs {
+            assert!(n > 0 && ino != ROOT_INO, "adopted reference {ino}: {n}");
+            *st.sh_mut(ino).lookups.entry(ino).or_insert(0) += n;
+        }
+    }
+
     /// Lookup references the kernel holds to `ino`.
     pub fn lookup_refs(&self, ino: u64) -> u64 {
         let st = self.lock_inos(&[ino]);

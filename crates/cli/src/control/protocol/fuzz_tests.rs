@@ -19,6 +19,7 @@ fn arb_request() -> impl Strategy<Value = Request> {
     prop_oneof![
         Just(Request::Sync),
         Just(Request::Info),
+        Just(Request::Restart),
         (arb_name(), any::<bool>(), any::<bool>())
             .prop_map(|(name, auto, wait)| Request::SnapshotCreate { name, auto, wait }),
         Just(Request::SnapshotList),

@@ -1,0 +1,9 @@
+//! Handing a mount from one daemon to the next without unmounting it
+//! (`cairn restart`, docs/restart.md): the state that crosses (state.rs)
+//! and the socket it crosses on, with the /dev/fuse connection (link.rs).
+
+pub mod link;
+pub mod state;
+
+pub use link::{Link, Message, Tag};
+pub use state::{Handover, HandoverError, ViewTable};
