@@ -7,9 +7,10 @@ pub fn for_path(path: &str) -> Option<&'static str> {
 
 const EXAMPLES: &[(&str, &str)] = &[
     ("mkfs", "  cairn mkfs /srv/pool --device ssd:/srv/pool/data.0:100G\n  cairn mkfs /srv/pool --redundancy copies=2 --device ssd:/disk1/cairn:100G --device ssd:/disk2/cairn:100G\n  cairn mkfs /srv/pool --device ssd:/dev/nvme0n1 --device hdd:/dev/sdb --compression zstd\n  cairn mkfs /srv/pool --encrypt --device ssd:/srv/pool/data.0:100G   # asks for a passphrase twice"),
-    ("mount", "  cairn mount /srv/pool /mnt/pool\n  cairn mount /srv/pool /mnt/pool --metrics 127.0.0.1:9469   # metrics and dashboard\n  mount -t fuse.cairn /srv/pool /mnt/pool                   # through mount.fuse.cairn"),
+    ("mount", "  cairn mount /srv/pool /mnt/pool\n  cairn mount /srv/pool /mnt/pool --metrics 127.0.0.1:9469   # metrics and dashboard\n  mount -t fuse.cairn /srv/pool /mnt/pool                   # through mount.fuse.cairn\n  cairn mount /srv/pool /mnt/pool --keep-mount              # cairn restart works under it"),
     ("key change", "  cairn key change /mnt/pool                                   # types the old passphrase, then the new one twice\n  cairn key change /srv/pool --key-file old.key --new-key-file new.key"),
     ("umount", "  cairn umount /mnt/pool\n  umount /mnt/pool   # also works (as root): the daemon flushes and exits"),
+    ("restart", "  cairn restart /mnt/pool   # after an upgrade of the binary; NFS and SMB servers stay up"),
     ("check", "  cairn check /srv/pool"),
     ("info", "  cairn info /mnt/pool\n  cairn info /srv/pool --json | jq .dedup_ratio"),
     ("sync", "  cairn sync /mnt/pool"),

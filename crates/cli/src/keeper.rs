@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 pub const RESUME_ENV: &str = "CAIRN_KEEPER_RESUME";
 
 /// The running daemon's drain, for the control socket's `restart`.
-static DRAIN: OnceLock<cairn_fuse::Drain> = OnceLock::new();
+static DRAIN: OnceLock<cairn_fuse::Drainer> = OnceLock::new();
 
 /// Runs the keeper of a mount (this process, in the foreground) until the
 /// mount ends.
@@ -213,8 +213,10 @@ pub fn mounted(link: &Link, h: &cairn_fuse::Handing) -> Result<()> {
     Ok(())
 }
 
-/// The control socket's `restart`: asks the session to drain.
-pub fn hand_over() -> Result<serde_json::Value, cairn_fs::FsError> {
+/// The control socket's `restart`: commits what is buffered (a pool that
+/// cannot commit now, a full host, keeps its daemon and says why), then
+/// asks the session to drain.
+pub fn hand_over(fs: &cairn_fs::Fs) -> Result<serde_json::Value, cairn_fs::FsError> {
     let Some(d) = DRAIN.get() else {
         return Err(cairn_fs::FsError::BadRequest(
             "this mount has no keeper: a daemon can be restarted under a mount made with \
@@ -222,6 +224,7 @@ pub fn hand_over() -> Result<serde_json::Value, cairn_fs::FsError> {
                 .into(),
         ));
     };
+    fs.flush()?;
     tracing::info!("restart asked: finishing the requests under way, then handing the mount over");
     d.drain();
     Ok(serde_json::json!({ "handing_over": true, "pid": std::process::id() }))

@@ -11,8 +11,8 @@
 //! presents the handles it held before (tests/tools/nfs4_handles.py, as a
 //! kernel client after a server reboot): they read and list the same
 //! files, and a file deleted meanwhile is NFS4ERR_STALE. With a keeper
-//! (`--keep-mount`) the daemon restarts under the same ganesha, whose
-//! clients go on with their handles.
+//! (`--keep-mount`) the daemon restarts under the same ganesha and smbd,
+//! whose clients go on with their handles.
 //! The packages come from `scripts/deps.sh test`; a missing one fails.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
@@ -408,14 +408,16 @@ fn ganesha_serves_the_pool_over_nfs_across_cache_drops_and_a_killed_daemon() {
     fs.finish();
 }
 
-/// With `--keep-mount`, the daemon restarts under the server
-/// (`cairn restart`): the same ganesha goes on serving, and a client's
-/// handles read and list as before, without the server restarting.
+/// With `--keep-mount`, the daemon restarts under the servers (`cairn
+/// restart`): the same ganesha and smbd go on serving, a client's NFS
+/// handles read and list as before, and nothing is restarted but Cairn.
 #[test]
-fn ganesha_stays_up_while_the_daemon_restarts_under_it() {
+fn servers_stay_up_while_the_daemon_restarts_under_them() {
     let _alone = mounts_alone();
     need("ganesha.nfsd");
     need("nfs-cat");
+    need("smbd");
+    need("smbclient");
     let mut fs = Fs::create();
     fs.mkfs(&[]);
     fs.mount_args = vec!["--keep-mount".into()];
@@ -424,24 +426,37 @@ fn ganesha_stays_up_while_the_daemon_restarts_under_it() {
     for i in 0..20 {
         fs::write(fs.p(&format!("sub/f{i}")), format!("file {i}\n")).unwrap();
     }
-    let port = free_port();
-    let server = ganesha(&fs, port);
-    nfs_round(&fs, port, &server, 1);
-    let held = |path: &str| by_handle(port, "handle", path, &server).unwrap();
+    let (nfs_port, smb_port) = (free_port(), free_port());
+    let server = ganesha(&fs, nfs_port);
+    let samba = smbd(&fs, smb_port);
+    let local = fs.dir.join("local");
+    fs::create_dir(&local).unwrap();
+    fs::write(local.join("put.txt"), b"over SMB").unwrap();
+    let l = local.display();
+    smbclient(smb_port, &format!("put {l}/put.txt before.txt"), &samba);
+    nfs_round(&fs, nfs_port, &server, 1);
+    let held = |path: &str| by_handle(nfs_port, "handle", path, &server).unwrap();
     let (file, dir) = (held("pool/sub/f7"), held("pool/sub"));
     let out = cairn_ok(&["restart", fs.mnt.to_str().unwrap()]);
     assert!(out.contains("restarted the daemon"), "{out}");
     drop_caches();
     assert_eq!(
-        by_handle(port, "read", file.trim(), &server).unwrap(),
+        by_handle(nfs_port, "read", file.trim(), &server).unwrap(),
         "file 7\n"
     );
-    let names = by_handle(port, "list", dir.trim(), &server).unwrap();
+    let names = by_handle(nfs_port, "list", dir.trim(), &server).unwrap();
     assert!(names.lines().any(|n| n == "nfs1"), "{names}");
-    nfs_round(&fs, port, &server, 2);
+    smbclient(
+        smb_port,
+        &format!("get before.txt {l}/back.txt; put {l}/put.txt after.txt"),
+        &samba,
+    );
+    assert_eq!(fs::read(local.join("back.txt")).unwrap(), b"over SMB");
+    assert_eq!(fs::read(fs.p("after.txt")).unwrap(), b"over SMB");
+    nfs_round(&fs, nfs_port, &server, 2);
     cairn_ok(&["restart", fs.mnt.to_str().unwrap()]);
-    nfs_round(&fs, port, &server, 3);
-    drop(server);
+    nfs_round(&fs, nfs_port, &server, 3);
+    drop((server, samba));
     fs.finish();
 }
 

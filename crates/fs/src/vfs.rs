@@ -63,6 +63,9 @@ pub struct Fs {
     pub(crate) must_commit: AtomicBool,
     pub(crate) kick: Condvar,
     pub(crate) kick_lock: Mutex<bool>,
+    /// Wakes the background threads' naps at shutdown (`nap`).
+    stop_wake: Condvar,
+    stop_lock: Mutex<()>,
     /// Held by a re-replication run (`redundancy/resilver.rs`).
     pub(crate) resilver_lock: Mutex<()>,
     /// Said once: segments wait for a stripe that the devices cannot give.
@@ -250,6 +253,8 @@ impl Fs {
             must_commit: AtomicBool::new(false),
             kick: Condvar::new(),
             kick_lock: Mutex::new(false),
+            stop_wake: Condvar::new(),
+            stop_lock: Mutex::new(()),
             resilver_lock: Mutex::new(()),
             stripes_warned: Default::default(),
             stopping: AtomicBool::new(false),
@@ -687,6 +692,16 @@ impl Fs {
         }
     }
 
+    /// Sleeps `d`, or less when the filesystem stops meanwhile: the
+    /// background threads' pause between rounds, so that a shutdown (an
+    /// unmount, a restart under the mount) does not wait out their sleep.
+    pub(crate) fn nap(&self, d: std::time::Duration) {
+        let mut g = self.stop_lock.lock();
+        if !self.stopping.load(Ordering::SeqCst) {
+            self.stop_wake.wait_for(&mut g, d);
+        }
+    }
+
     pub(crate) fn kick_flusher(&self) {
         *self.kick_lock.lock() = true;
         self.kick.notify_one();
@@ -708,7 +723,11 @@ impl Fs {
 
     /// Flushes and stops the background flusher.
     pub fn shutdown(&self) -> Result<()> {
-        self.stopping.store(true, Ordering::SeqCst);
+        {
+            let _g = self.stop_lock.lock();
+            self.stopping.store(true, Ordering::SeqCst);
+            self.stop_wake.notify_all();
+        }
         self.kick_flusher();
         let r = self.flush();
         if let Err(e) = self.make_all_live_debts() {

@@ -24,7 +24,7 @@ use fuser::{Config, MountOption, SessionACL};
 use std::path::Path;
 use std::sync::Arc;
 
-pub use fuser::{BackgroundSession, Drain};
+pub use fuser::BackgroundSession;
 pub use ops::CairnFuse;
 pub use transport::{RingPriority, Transport, TransportError, TransportOptions};
 
@@ -98,27 +98,73 @@ pub fn spawn(
 /// restart`): its readers can be drained, and what the kernel holds of it
 /// can be handed on (handover/).
 pub struct Handing {
-    drain: fuser::Drain,
+    drainer: Drainer,
     views: Arc<views::Views>,
     init: Vec<u8>,
     /// A copy of the connection, for the keeper (a fresh mount only).
     pub connection: Option<std::os::fd::OwnedFd>,
 }
 
-impl Handing {
-    /// Stops serving after the requests under way: the session's end
-    /// then flushes the pool (`destroy`), and the mount stays.
+/// Stops a handing mount's readers (drain.rs in fuser): each leaves after
+/// the request it serves next, and a reader waiting for one is sent a
+/// harmless request of our own (a getxattr of the root) until none reads.
+#[derive(Clone)]
+pub struct Drainer {
+    drain: fuser::Drain,
+    mountpoint: std::path::PathBuf,
+}
+
+impl Drainer {
+    /// Starts the drain; the session then ends once the requests under
+    /// way are answered, flushing the pool (`destroy`); the mount stays.
     pub fn drain(&self) {
         self.drain.drain();
+        let me = self.clone();
+        let kicker = std::thread::Builder::new().name("fuse-drain".into());
+        let started = kicker.spawn(move || me.wake_readers());
+        if let Err(e) = started {
+            tracing::error!("draining the FUSE readers: {e}");
+        }
     }
 
+    /// Sends requests until every reader has left (at most 30 s). A
+    /// request sent as the last reader leaves waits for the next daemon,
+    /// which answers it; this thread ends with the process meanwhile.
+    fn wake_readers(&self) {
+        let root = std::ffi::CString::new(self.mountpoint.as_os_str().as_encoded_bytes())
+            .expect("a mount point has no NUL");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.drain.active() > 0 && std::time::Instant::now() < deadline {
+            let mut b = [0u8; 1];
+            // SAFETY: getxattr of a NUL-terminated path and name into a
+            // buffer of the length given; ENODATA is the answer.
+            unsafe {
+                libc::getxattr(
+                    root.as_ptr(),
+                    c"user.cairn.drain".as_ptr(),
+                    b.as_mut_ptr().cast(),
+                    1,
+                )
+            };
+        }
+        if self.drain.active() > 0 {
+            tracing::error!(
+                "{} FUSE readers did not stop within 30 s",
+                self.drain.active()
+            );
+        }
+    }
+}
+
+impl Handing {
     /// A handle on the drain, for whoever asks for it later.
-    pub fn drainer(&self) -> fuser::Drain {
-        self.drain.clone()
+    pub fn drainer(&self) -> Drainer {
+        self.drainer.clone()
     }
 
+    /// Whether the session ended by a drain (not an unmount).
     pub fn draining(&self) -> bool {
-        self.drain.is_draining()
+        self.drainer.drain.is_draining()
     }
 
     /// What the next daemon needs, once the session has ended.
@@ -142,7 +188,7 @@ pub fn spawn_handing(
     resume: Option<(std::os::fd::OwnedFd, handover::Handover)>,
 ) -> std::io::Result<(fuser::BackgroundSession, Handing)> {
     let mut cfg = config_ro(threads, &fsname(&fs), None, fs.read_only());
-    let drain = fuser::Drain::new()?;
+    let drain = fuser::Drain::new();
     cfg.drain = Some(drain.clone());
     let (views, session, connection) = match resume {
         Some((fd, h)) => {
@@ -166,10 +212,14 @@ pub fn spawn_handing(
     let init = session.init_request().unwrap_or_default().to_vec();
     let bg = session.spawn()?;
     bdi::tune(mountpoint);
+    let drainer = Drainer {
+        drain,
+        mountpoint: mountpoint.to_path_buf(),
+    };
     Ok((
         bg,
         Handing {
-            drain,
+            drainer,
             views,
             init,
             connection,

@@ -31,11 +31,6 @@ impl Channel {
         nix::unistd::read(&self.0, buffer)
     }
 
-    /// One read: EAGAIN when a non-blocking descriptor has no request.
-    pub(crate) fn receive_once(&self, buffer: &mut [u8]) -> nix::Result<usize> {
-        self.receive(buffer)
-    }
-
     /// Receives data up to the capacity of the given buffer (can block),
     /// retrying on errors that are safe to retry (ENOENT, EINTR, EAGAIN).
     ///

@@ -341,9 +341,6 @@ impl<FS: Filesystem> Session<FS> {
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
-            if config.drain.is_some() {
-                crate::drain::Drain::prepare(ch.as_fd())?;
-            }
             let event_loop = SessionEventLoop {
                 thread_name: thread_name.clone(),
                 filesystem: filesystem.clone(),
@@ -631,42 +628,25 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
-    /// Set: wait in `poll` and stop when drained (drain.rs).
+    /// Set: stop after a request once drained (drain.rs).
     pub(crate) drain: Option<crate::drain::Drain>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
-    /// The next request's size: read at once, or (draining sessions) once
-    /// `poll` says one is there; None when the session was drained.
-    fn next(&self, buf: &mut [u8]) -> nix::Result<Option<usize>> {
-        let Some(drain) = &self.drain else {
-            return self.ch.receive_retrying(buf).map(Some);
-        };
-        loop {
-            match drain.wait(self.ch.as_fd()) {
-                Ok(crate::drain::Ready::Drained) => return Ok(None),
-                Ok(crate::drain::Ready::Read) => {}
-                Err(e) => return Err(nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0))),
-            }
-            match self.ch.receive_once(buf) {
-                Ok(size) => return Ok(Some(size)),
-                Err(nix::errno::Errno::ENOENT | nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => {}
-                Err(err) => return Err(err),
-            }
-        }
-    }
-
     fn event_loop(&self) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
+        let _reader = self.drain.as_ref().map(|d| d.reader());
         loop {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
-            match self.next(buf) {
-                Ok(None) => return Ok(()),
-                Ok(Some(size)) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
+            if self.drain.as_ref().is_some_and(|d| d.is_draining()) {
+                return Ok(());
+            }
+            match self.ch.receive_retrying(buf) {
+                Ok(size) => match RequestWithSender::new(ReplySender::Channel(self.ch.sender()), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {

@@ -63,7 +63,7 @@ fn serve_one(fs: &Arc<Fs>, conn: UnixStream) {
     let done = match req {
         // Only the daemon logs to a file that can fill.
         Request::Info => info(fs, Some(crate::logging::dropped())).and_then(report),
-        Request::Restart => crate::keeper::hand_over(),
+        Request::Restart => crate::keeper::hand_over(fs),
         req => execute(fs, req, &progress),
     };
     let reply = match done {

@@ -66,7 +66,7 @@ impl Fs {
                 let bg = fs.background.enter("gc");
                 let mut slept = Duration::ZERO;
                 while !fs.stopping.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(200));
+                    fs.nap(Duration::from_millis(200));
                     slept += Duration::from_millis(200);
                     if slept < every {
                         continue;

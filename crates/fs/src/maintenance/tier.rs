@@ -554,7 +554,7 @@ impl Fs {
                 let mut last_round = Instant::now();
                 let mut last_hot_look = Instant::now();
                 while !fs.stopping.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(200));
+                    fs.nap(Duration::from_millis(200));
                     // Above the high-water mark, or hot data waiting on a
                     // slower tier with room above: move now (at most one
                     // round a second), not at the next interval.

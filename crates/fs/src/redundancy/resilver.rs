@@ -659,7 +659,7 @@ impl Fs {
                 let bg = fs.background.enter("re-replication");
                 let mut last = std::time::Instant::now();
                 while !fs.stopping.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(500));
+                    fs.nap(Duration::from_millis(500));
                     let due = last.elapsed() >= every;
                     if !fs.pool.chunks.take_short() && !due {
                         continue;

@@ -20,7 +20,7 @@ impl Fs {
             .name("cairn-watchdog".into())
             .spawn(move || {
                 while !fs.stopping.load(Ordering::SeqCst) {
-                    std::thread::sleep(EVERY);
+                    fs.nap(EVERY);
                     // Slots left for later while a read held them back.
                     if let Err(e) = fs.pool.chunks.release_slots(&[]) {
                         tracing::warn!("freeing slots: {e}");

@@ -22,8 +22,8 @@ pub struct Config {
     /// kernel offers it (Linux 6.14+ with `fuse.enable_uring=1`); /dev/fuse
     /// is used otherwise. Added by Cairn.
     pub io_uring: Option<crate::uring::UringConfig>,
-    /// Readers wait in `poll` and stop when this is drained, leaving the
-    /// mount and the requests queued after it (drain.rs). Added by Cairn.
+    /// Readers stop when this is drained, leaving the mount and the
+    /// requests queued after it (drain.rs). Added by Cairn.
     pub drain: Option<crate::drain::Drain>,
 }
 
