@@ -7,7 +7,8 @@
 //!     options = ["--metrics", "127.0.0.1:9469"]   # extra `cairn mount` flags
 //!
 //! `mount` runs the daemon in the foreground (systemd supervises it; SIGTERM
-//! unmounts cleanly); `snapshot` takes an automatic snapshot and prunes on
+//! unmounts cleanly); `restart` starts a new daemon under a mount made with
+//! `--keep-mount` (`systemctl reload`); `snapshot` takes an automatic snapshot and prunes on
 //! the pool's policy (cairn.toml's keep_* keys).
 
 use anyhow::{bail, Context, Result};
@@ -22,6 +23,9 @@ pub enum ServiceCmd {
     Mount { name: String },
     /// Take an automatic snapshot of it, then prune (cairn-snapshot@NAME.service).
     Snapshot { name: String },
+    /// Start a new daemon under its mount (`systemctl reload cairn@NAME`;
+    /// its options must hold --keep-mount).
+    Restart { name: String },
 }
 
 #[derive(Deserialize)]
@@ -58,6 +62,7 @@ pub fn run(c: ServiceCmd) -> Result<()> {
                 .exec();
             Err(err).context("starting the mount daemon")
         }
+        ServiceCmd::Restart { name } => crate::keeper::restart(&load(&name)?.mountpoint),
         ServiceCmd::Snapshot { name } => {
             let s = load(&name)?;
             for args in [["snapshot", "auto"].as_slice(), ["prune"].as_slice()] {

@@ -101,6 +101,10 @@ fn config_path(mnt: &Path) -> Result<String> {
     Ok(s.to_string())
 }
 
+/// Said with every configuration: a server outlives the daemon's restarts
+/// only over a kept mount (docs/sharing.md).
+const KEEP: &str = "# (mount the pool with --keep-mount: `cairn restart` then keeps the export up)";
+
 /// The Samba share: `shadow_copy2` finds the snapshots under
 /// `/.snapshots` by the names `cairn snapshot auto` gives them (UTC);
 /// `glusterfs_fuse` (last, as its manual asks) has the daemon answer
@@ -115,6 +119,7 @@ fn smb_section(mnt: &Path, name: &str) -> Result<String> {
         "# Cairn pool mounted on {path}: `cairn snapshot auto` snapshots are\n\
          # shown as Previous Versions (shadow_copy2 over {path}/.snapshots);\n\
          # glusterfs_fuse lets Cairn answer Samba's case-insensitive lookups.\n\
+         {KEEP}\n\
          [{name}]\n\
          \x20   path = {path}\n\
          \x20   read only = no\n\
@@ -132,6 +137,7 @@ fn exports_line(mnt: &Path, clients: &str, fsid: u32) -> Result<String> {
     let path = config_path(mnt)?.replace(' ', "\\040");
     Ok(format!(
         "# /etc/exports (kernel nfsd), then `exportfs -ra`:\n\
+         {KEEP}\n\
          {path} {clients}(rw,sync,no_subtree_check,fsid={fsid})\n"
     ))
 }
@@ -143,6 +149,7 @@ fn ganesha_export(mnt: &Path, clients: &str, pseudo: &str, fsid: u32) -> Result<
     }
     Ok(format!(
         "# nfs-ganesha (/etc/ganesha/ganesha.conf), NFSv4:\n\
+         {KEEP}\n\
          EXPORT {{\n\
          \x20   Export_Id = {id};\n\
          \x20   Path = \"{path}\";\n\

@@ -3,7 +3,9 @@
 //! process that keeps reading, writing and fsyncing sees no error; open
 //! files (also one unlinked while open, and one in a historical view) read
 //! on, a held file handle opens the same file, and what was fsynced is
-//! there. A mount without a keeper refuses the restart and goes on; a
+//! there; an encrypted pool's next daemon gets its key; `cairn service
+//! restart` (the unit's reload) does the same. A mount without a keeper
+//! refuses the restart and goes on; a
 //! daemon killed under a keeper ends the mount (callers get ENOTCONN, not
 //! a mount that lost their unsynced writes) and its fsynced data is there
 //! at the next mount.
@@ -215,4 +217,55 @@ fn a_daemon_killed_under_its_keeper_ends_the_mount() {
         b"fsynced before the kill"
     );
     fs.finish();
+}
+
+/// `systemctl reload cairn@NAME` runs `cairn service restart NAME`: the
+/// mount of /etc/cairn/NAME.toml (here CAIRN_SERVICE_DIR) gets a new
+/// daemon.
+#[test]
+fn the_service_reload_restarts_a_kept_mount() {
+    let fs = keeper_mount();
+    fs::write(fs.p("f"), b"served across the reload").unwrap();
+    let etc = fs.dir.join("etc");
+    fs::create_dir(&etc).unwrap();
+    let toml = format!(
+        "pool = {:?}\nmountpoint = {:?}\noptions = [\"--keep-mount\"]\n",
+        fs.pool, fs.mnt
+    );
+    fs::write(etc.join("tank.toml"), toml).unwrap();
+    let before = daemon_under(fs.daemon_pid());
+    let mut cmd = std::process::Command::new(CAIRN);
+    cmd.args(["service", "restart", "tank"])
+        .env("CAIRN_SERVICE_DIR", &etc);
+    let out = run_timeout(&mut cmd, CMD_TIMEOUT);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_ne!(daemon_under(fs.daemon_pid()), before);
+    drop_caches();
+    assert_eq!(fs::read(fs.p("f")).unwrap(), b"served across the reload");
+    fs.finish();
+}
+
+/// An encrypted pool's next daemon gets the key as the first did (here a
+/// key file, passed again by the keeper).
+#[test]
+fn an_encrypted_pool_restarts_with_its_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut fs = Fs::create();
+    let key = fs.dir.join("pool.key");
+    fs::write(&key, b"a passphrase for the restart test\n").unwrap();
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
+    let k = key.to_str().unwrap();
+    fs.mkfs(&["--encrypt", "--key-file", k]);
+    fs.mount_args = vec!["--keep-mount".into(), "--key-file".into(), k.into()];
+    fs.mount();
+    fs::write(fs.p("secret"), b"sealed, and served across the restart").unwrap();
+    let (a, b) = restart(&fs.mnt);
+    assert_ne!(a, b);
+    drop_caches();
+    assert_eq!(
+        fs::read(fs.p("secret")).unwrap(),
+        b"sealed, and served across the restart"
+    );
+    fs.unmount();
+    cairn_ok(&["check", fs.pool.to_str().unwrap(), "--key-file", k]);
 }
