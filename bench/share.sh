@@ -35,6 +35,7 @@
 #   BENCH_DIR=/var/tmp (where the pool and the native directory live)
 #   BIN=... the cairn binary (default: cargo build --release)
 #   NO_BUILD=1 with BIN unset: use target/release/cairn as it is
+#   MOUNT_ARGS="--keep-mount": extra flags of the pool's `cairn mount`
 set -euo pipefail
 shopt -s inherit_errexit
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -87,7 +88,8 @@ wait_port() {
 setup_pool() {
     mkdir -p "$W/pool" "$W/cairnmnt" "$W/native"
     "$BIN" mkfs "$W/pool" --device "ssd:$W/pool/data.0:$((BIG_MB * 3 / 1024 + 4))G" >&2
-    "$BIN" mount "$W/pool" "$W/cairnmnt" >&2
+    # shellcheck disable=SC2086 # MOUNT_ARGS: words on purpose
+    "$BIN" mount "$W/pool" "$W/cairnmnt" ${MOUNT_ARGS:-} >&2
 }
 
 start_smbd() {

@@ -43,6 +43,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("mirror rollback", "  cairn mirror rollback /srv/mirror nightly-2024-05-01"),
     ("mirror release", "  cairn mirror release /mnt/pool 6f1c0b7e-1d2a-4c55-9a3e-0c1d2e3f4a5b"),
     ("service mount", "  cairn service mount tank   # reads /etc/cairn/tank.toml; systemctl start cairn@tank"),
+    ("service restart", "  cairn service restart tank   # systemctl reload cairn@tank (options hold --keep-mount)"),
     ("service snapshot", "  cairn service snapshot tank   # systemctl enable --now cairn-snapshot@tank.timer"),
     ("completions", "  cairn completions bash > /etc/bash_completion.d/cairn\n  cairn completions zsh > ~/.zfunc/_cairn\n  cairn completions fish > ~/.config/fish/completions/cairn.fish"),
     ("man", "  cairn man --dir /usr/local/share/man/man1 && man cairn-snapshot-create"),

@@ -19,7 +19,7 @@ use cairn_fuse::handover::{Handover, Link, Message, Tag};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -44,13 +44,54 @@ pub fn run(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()
         Some(_) => None,
         None => crate::key::secret_for(pool)?,
     };
+    let daemon = Daemon {
+        exe,
+        pool,
+        args: a,
+        secret,
+    };
+    // The first daemon reports to `cairn mount` itself.
+    let mut report = ready.pass_on();
     let mut resume: Option<(OwnedFd, Handover)> = None;
-    let mut first = true;
     loop {
+        let (mut child, link) = daemon.start(resume.is_some(), report.take())?;
+        child_pid.store(i32::try_from(child.id()).unwrap_or(0), Ordering::SeqCst);
+        deliver_pending(&child_pid);
+        let held = match resume.take() {
+            Some((fd, h)) => {
+                link.send(Tag::Resume, &h.encode(), Some(fd.as_fd()))
+                    .context("handing the mount to the new daemon")?;
+                Some(fd)
+            }
+            None => None,
+        };
+        let (conn, state) = follow(&link, held);
+        let status = child.wait()?;
+        child_pid.store(0, Ordering::SeqCst);
+        match ended(child.id(), status, conn, state)? {
+            Some(next) => resume = Some(next),
+            None => return Ok(()),
+        }
+    }
+}
+
+/// How the keeper starts each daemon.
+struct Daemon<'a> {
+    exe: std::path::PathBuf,
+    pool: &'a Path,
+    args: &'a MountArgs,
+    secret: Option<cairn_crypt::Secret>,
+}
+
+impl Daemon<'_> {
+    /// Starts the binary at `exe` with its end of a new link (told to
+    /// take a mount over when `resume`), the pool's key, and `report`, the
+    /// status pipe to `cairn mount`, if it is the first.
+    fn start(&self, resume: bool, report: Option<std::fs::File>) -> Result<(Child, Link)> {
         let (ours, theirs) = Link::pair()?;
-        let mut cmd = crate::daemon::daemon_command_at(&exe, pool, a)?;
-        pass_link(&mut cmd, &theirs, resume.is_some());
-        let _key_pipe = match (crate::key::key_file(), &secret) {
+        let mut cmd = crate::daemon::daemon_command_at(&self.exe, self.pool, self.args)?;
+        pass_link(&mut cmd, &theirs, resume);
+        let _key_pipe = match (crate::key::key_file(), &self.secret) {
             (Some(f), _) => {
                 cmd.arg("--key-file").arg(std::path::absolute(f)?);
                 None
@@ -58,60 +99,48 @@ pub fn run(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()
             (None, Some(s)) => Some(crate::key::pass_to(s, &mut cmd)?),
             (None, None) => None,
         };
-        // The first daemon reports to `cairn mount` itself.
-        let report = if first { ready.pass_on() } else { None };
         if report.is_none() {
             cmd.env_remove(crate::ready::ENV);
         }
-        first = false;
-        let mut child = cmd
+        let child = cmd
             .spawn()
-            .with_context(|| format!("starting the daemon {}", exe.display()))?;
-        drop((theirs, report));
-        child_pid.store(i32::try_from(child.id()).unwrap_or(0), Ordering::SeqCst);
-        if let Some((fd, h)) = resume.take() {
-            ours.send(Tag::Resume, &h.encode(), Some(fd.as_fd()))
-                .context("handing the mount to the new daemon")?;
-            // Kept until the new daemon said it took over.
-            resume = Some((fd, h));
-        }
-        let (conn, state) = follow(&ours, resume.take().map(|r| r.0));
-        let status = child.wait()?;
-        child_pid.store(0, Ordering::SeqCst);
-        match (conn, state) {
-            (Some(conn), Some(h)) => {
-                tracing::info!(
-                    "daemon (pid {}) handed the mount over; starting {}",
-                    child.id(),
-                    exe.display()
-                );
-                resume = Some((conn, h));
-            }
-            (conn, _) if status.success() => {
-                drop(conn);
-                tracing::info!("the daemon ended the mount; the keeper exits");
-                return Ok(());
-            }
-            (conn, _) => {
-                let how = match status.signal() {
-                    Some(s) => format!("was killed by signal {s}"),
-                    None => format!("exited with {status}"),
-                };
-                // Dropping the last copy of the connection ends the mount.
-                let mounted = conn.is_some();
-                drop(conn);
-                bail!(
-                    "the daemon (pid {}) {how} without handing the mount over{}",
-                    child.id(),
-                    if mounted {
-                        "; the mount ends (unmount it with `fusermount3 -u -z`, then mount again)"
-                    } else {
-                        ""
-                    }
-                );
-            }
-        }
+            .with_context(|| format!("starting the daemon {}", self.exe.display()))?;
+        Ok((child, ours))
     }
+}
+
+/// What follows a daemon's exit: the mount to hand the next one, or the
+/// keeper's end (Ok when the daemon ended the mount, an error when it died
+/// without handing over, which ends the mount).
+fn ended(
+    pid: u32,
+    status: std::process::ExitStatus,
+    conn: Option<OwnedFd>,
+    state: Option<Handover>,
+) -> Result<Option<(OwnedFd, Handover)>> {
+    let conn = match (conn, state) {
+        (Some(conn), Some(h)) => {
+            tracing::info!("daemon (pid {pid}) handed the mount over; starting the next");
+            return Ok(Some((conn, h)));
+        }
+        (conn, _) => conn,
+    };
+    // Dropping the last copy of the connection ends the mount.
+    let mounted = conn.is_some();
+    drop(conn);
+    if status.success() {
+        tracing::info!("the daemon ended the mount; the keeper exits");
+        return Ok(None);
+    }
+    let how = match status.signal() {
+        Some(s) => format!("was killed by signal {s}"),
+        None => format!("exited with {status}"),
+    };
+    let ends = match mounted {
+        true => "; the mount ends (unmount it with `fusermount3 -u -z`, then mount again)",
+        false => "",
+    };
+    bail!("the daemon (pid {pid}) {how} without handing the mount over{ends}");
 }
 
 /// Reads the daemon's messages until it closes its end: the connection
@@ -170,11 +199,8 @@ fn forward_signals(child: std::sync::Arc<AtomicI32>) -> Result<()> {
         .name("keeper-signals".into())
         .spawn(move || {
             for sig in signals.forever() {
-                let pid = child.load(Ordering::SeqCst);
-                if pid > 0 {
-                    // SAFETY: kill sends a signal to our own child.
-                    unsafe { libc::kill(pid, sig) };
-                }
+                PENDING.store(sig, Ordering::SeqCst);
+                deliver_pending(&child);
             }
         })?;
     Ok(())
@@ -183,6 +209,22 @@ fn forward_signals(child: std::sync::Arc<AtomicI32>) -> Result<()> {
 /// A daemon's link to its keeper and, when it takes a mount over, the
 /// connection and the state it takes.
 pub type DaemonLink = (Link, Option<(OwnedFd, Handover)>);
+
+/// A stop signal not yet delivered (0: none): one that comes between two
+/// daemons goes to the next as soon as it runs.
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
+/// Sends the pending stop signal to the daemon, if one runs.
+fn deliver_pending(child: &AtomicI32) {
+    let pid = child.load(Ordering::SeqCst);
+    if pid > 0 {
+        let sig = PENDING.swap(0, Ordering::SeqCst);
+        if sig != 0 {
+            // SAFETY: kill sends a signal to our own child.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+}
 
 /// The daemon side: the link to its keeper, if it has one, and the state
 /// to take over when it was started for that.
