@@ -3,7 +3,8 @@
 //! process that keeps reading, writing and fsyncing sees no error; open
 //! files (also one unlinked while open, and one in a historical view) read
 //! on, a held file handle opens the same file, and what was fsynced is
-//! there; an encrypted pool's next daemon gets its key; `cairn service
+//! there; an encrypted pool's next daemon gets its key (a key file, or a
+//! passphrase typed at `cairn mount`); `cairn service
 //! restart` (the unit's reload) does the same. A mount without a keeper
 //! refuses the restart and goes on; a
 //! daemon killed under a keeper ends the mount (callers get ENOTCONN, not
@@ -268,4 +269,47 @@ fn an_encrypted_pool_restarts_with_its_key() {
     );
     fs.unmount();
     cairn_ok(&["check", fs.pool.to_str().unwrap(), "--key-file", k]);
+}
+
+/// A passphrase typed at `cairn mount` (at a terminal: `script` gives it
+/// one) goes to the keeper, which hands it to every daemon it starts.
+#[test]
+fn a_typed_passphrase_reaches_every_daemon() {
+    let fs = Fs::create();
+    let pass = "typed for the keeper\n";
+    let run_tty = |cmd: String, input: String| {
+        let mut c = std::process::Command::new("script");
+        c.args(["-qec", &cmd, "/dev/null"])
+            .stdin(std::process::Stdio::piped());
+        let mut child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{cmd}: {}", describe(&out));
+    };
+    let (pool, mnt) = (fs.pool.display(), fs.mnt.display());
+    let dev = format!("ssd:{}:256M", fs.dev("d0"));
+    run_tty(
+        format!("{CAIRN} mkfs {pool} --encrypt --device {dev}"),
+        pass.repeat(2),
+    );
+    run_tty(
+        format!("{CAIRN} mount {pool} {mnt} --keep-mount"),
+        pass.to_string(),
+    );
+    fs::write(fs.p("f"), b"behind a typed passphrase").unwrap();
+    let (a, b) = restart(&fs.mnt);
+    assert_ne!(a, b);
+    drop_caches();
+    assert_eq!(fs::read(fs.p("f")).unwrap(), b"behind a typed passphrase");
+    cairn_ok(&["umount", fs.mnt.to_str().unwrap()]);
+    assert!(wait_unmounted(&fs.mnt, Duration::from_secs(10)));
 }
