@@ -255,6 +255,13 @@ pub fn mounted(link: &Link, h: &cairn_fuse::Handing) -> Result<()> {
     Ok(())
 }
 
+/// The keeper's pid, in a daemon that has one (`cairn info`).
+pub fn keeper_pid() -> Option<u32> {
+    DRAIN.get()?;
+    // SAFETY: getppid has no preconditions.
+    u32::try_from(unsafe { libc::getppid() }).ok()
+}
+
 /// The control socket's `restart`: commits what is buffered (a pool that
 /// cannot commit now, a full host, keeps its daemon and says why), then
 /// asks the session to drain.

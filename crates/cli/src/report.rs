@@ -123,6 +123,9 @@ pub fn info(target: &Path, json: bool) -> Result<()> {
     println!("volumes:");
     crate::volume::print_volume_table(&r.volumes);
     print_nbd(r.nbd.as_deref());
+    if let Some(k) = r.keeper {
+        println!("kept mount:      keeper pid {k}: `cairn restart` replaces the daemon under it");
+    }
     if let Some(fw) = &r.fuse_workers {
         let wait = &fw.queue_wait;
         println!(

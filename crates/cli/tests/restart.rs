@@ -121,6 +121,9 @@ fn a_restart_keeps_the_mount_its_open_files_and_handles() {
     let client = busy_client(fs.p("busy"), stop.clone(), errors.clone());
     std::thread::sleep(Duration::from_millis(300));
     let first = daemon_under(keeper);
+    let info = cairn_ok(&["info", fs.mnt.to_str().unwrap(), "--json"]);
+    let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(info["keeper"], keeper, "cairn info names the keeper");
     let (a, b) = restart(&fs.mnt);
     assert_eq!(a, first.to_string());
     assert_ne!(a, b);
@@ -172,6 +175,9 @@ fn a_restart_keeps_the_mount_its_open_files_and_handles() {
 fn a_mount_without_a_keeper_refuses_a_restart() {
     let fs = Fs::new();
     fs::write(fs.p("f"), b"still here").unwrap();
+    let info = cairn_ok(&["info", fs.mnt.to_str().unwrap(), "--json"]);
+    let info: serde_json::Value = serde_json::from_str(&info).unwrap();
+    assert!(info.get("keeper").is_none(), "no keeper: {info}");
     let err = cairn_err(&["restart", fs.mnt.to_str().unwrap()], "--keep-mount");
     assert!(err.contains("no keeper"), "{err}");
     assert_eq!(fs::read(fs.p("f")).unwrap(), b"still here");

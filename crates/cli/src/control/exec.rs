@@ -87,6 +87,7 @@ pub fn info(fs: &Arc<Fs>, log_lines_dropped: Option<u64>) -> Result<InfoReply, F
         service: report(fs.service_stats()?)?,
         fuse,
         log_lines_dropped,
+        keeper: crate::keeper::keeper_pid(),
     })
 }
 

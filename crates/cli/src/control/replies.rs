@@ -123,6 +123,10 @@ pub struct InfoReply {
     /// daemon only: really optional).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_lines_dropped: Option<u64>,
+    /// The pid of the mount's keeper (`--keep-mount`: `cairn restart`
+    /// replaces the daemon under it); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keeper: Option<u32>,
 }
 
 #[cfg(test)]
