@@ -203,12 +203,12 @@ fn serve(pool: &Path, a: &MountArgs, ready: &crate::ready::Ready) -> Result<()> 
     let token = crate::metrics::token(&config)?;
     let room = |e| no_room_hint(e, pool, &config);
     let keeper = crate::keeper::daemon_link()?;
-    let refs = match &keeper {
-        Some((_, Some((_, h)))) => h.refs.clone(),
-        _ => Vec::new(),
+    let refs: &[(u64, u64)] = match &keeper {
+        Some((_, Some((_, h)))) => &h.refs,
+        _ => &[],
     };
     let p = open_pool(pool, config.clone()).map_err(room)?;
-    let fs = Fs::open_adopting(p, &refs).map_err(|e| room(e.into()))?;
+    let fs = Fs::open_adopting(p, refs).map_err(|e| room(e.into()))?;
     let flusher = fs.spawn_flusher();
     let sock = PoolPaths::control(pool);
     crate::control::server::spawn(fs.clone(), &sock)

@@ -190,25 +190,21 @@ pub fn spawn_handing(
     let mut cfg = config_ro(threads, &fsname(&fs), None, fs.read_only());
     let drain = fuser::Drain::new();
     cfg.drain = Some(drain.clone());
-    let (views, session, connection) = match resume {
-        Some((fd, h)) => {
-            let views = Arc::new(views::Views::adopt(&h.views));
-            let fuse = CairnFuse::with_views(fs, views.clone());
-            let inval = fuse.invalidator();
-            let s = fuser::Session::resume(fuse, fd, &cfg, &h.init)?;
-            inval.set(s.notifier());
-            (views, s, None)
-        }
+    let views = Arc::new(match &resume {
+        Some((_, h)) => views::Views::adopt(&h.views),
+        None => views::Views::default(),
+    });
+    let fuse = CairnFuse::with_views(fs, views.clone());
+    let inval = fuse.invalidator();
+    let (session, connection) = match resume {
+        Some((fd, h)) => (fuser::Session::resume(fuse, fd, &cfg, &h.init)?, None),
         None => {
-            let views: Arc<views::Views> = Arc::default();
-            let fuse = CairnFuse::with_views(fs, views.clone());
-            let inval = fuse.invalidator();
             let s = fuser::Session::new(fuse, mountpoint, &cfg)?;
-            inval.set(s.notifier());
             let dup = std::os::fd::AsFd::as_fd(&s).try_clone_to_owned()?;
-            (views, s, Some(dup))
+            (s, Some(dup))
         }
     };
+    inval.set(session.notifier());
     let init = session.init_request().unwrap_or_default().to_vec();
     let bg = session.spawn()?;
     bdi::tune(mountpoint);

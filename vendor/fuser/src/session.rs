@@ -208,25 +208,8 @@ impl<FS: Filesystem> Session<FS> {
         acl: SessionACL,
         config: Config,
     ) -> io::Result<Self> {
-        let ch = Channel::new(Arc::new(DevFuse(File::from(fd))));
-        let mut session = Session {
-            filesystem: FilesystemHolder {
-                fs: Some(filesystem),
-            },
-            ch,
-            mount: UmountOnDrop {
-                mount: Arc::new(Mutex::new(None)),
-            },
-            allowed: acl,
-            session_owner: geteuid(),
-            proto_version: None,
-            config,
-            uring_payload: None,
-            init_request: None,
-        };
-
+        let mut session = Self::unmounted(filesystem, fd, acl, config);
         session.handshake()?;
-
         Ok(session)
     }
 
@@ -238,7 +221,20 @@ impl<FS: Filesystem> Session<FS> {
     pub fn resume(filesystem: FS, fd: OwnedFd, options: &Config, init: &[u8]) -> io::Result<Self> {
         let mut config = options.clone();
         config.io_uring = None;
-        let mut session = Session {
+        let mut session = Self::unmounted(filesystem, fd, options.acl, config);
+        match session.accept_init(init, false)? {
+            true => Ok(session),
+            false => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the saved INIT request asks for another protocol version",
+            )),
+        }
+    }
+
+    /// A session on a /dev/fuse descriptor it did not mount (it unmounts
+    /// nothing), not yet initialised.
+    fn unmounted(filesystem: FS, fd: OwnedFd, acl: SessionACL, config: Config) -> Self {
+        Session {
             filesystem: FilesystemHolder {
                 fs: Some(filesystem),
             },
@@ -246,19 +242,12 @@ impl<FS: Filesystem> Session<FS> {
             mount: UmountOnDrop {
                 mount: Arc::new(Mutex::new(None)),
             },
-            allowed: options.acl,
+            allowed: acl,
             session_owner: geteuid(),
             proto_version: None,
             config,
             uring_payload: None,
             init_request: None,
-        };
-        match session.accept_init(init, false)? {
-            true => Ok(session),
-            false => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the saved INIT request asks for another protocol version",
-            )),
         }
     }
 

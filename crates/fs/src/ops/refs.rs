@@ -88,6 +88,9 @@ impl Fs {
 
     /// Counts the references a mount taken over still holds.
     pub(crate) fn adopt_kernel_refs(&self, refs: &[(u64, u64)]) {
+        if refs.is_empty() {
+            return;
+        }
         let mut st = self.lock_all();
         for &(ino, n) in refs {
             assert!(n > 0 && ino != ROOT_INO, "adopted reference {ino}: {n}");

@@ -1,5 +1,5 @@
 //! Handing a mount from one daemon to the next without unmounting it
-//! (`cairn restart`, docs/restart.md): the state that crosses (state.rs)
+//! (`cairn restart`, docs/sharing.md, "When the daemon restarts"): the state that crosses (state.rs)
 //! and the socket it crosses on, with the /dev/fuse connection (link.rs).
 
 pub mod link;
