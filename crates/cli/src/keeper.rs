@@ -273,7 +273,11 @@ pub fn hand_over(fs: &cairn_fs::Fs) -> Result<serde_json::Value, cairn_fs::FsErr
                 .into(),
         ));
     };
-    fs.flush()?;
+    fs.flush().map_err(|e| {
+        cairn_fs::FsError::BadRequest(format!(
+            "restart refused, this daemon serves on: it cannot commit what is buffered now ({e})"
+        ))
+    })?;
     tracing::info!("restart asked: finishing the requests under way, then handing the mount over");
     d.drain();
     Ok(serde_json::json!({ "handing_over": true, "pid": std::process::id() }))

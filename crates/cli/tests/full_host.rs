@@ -196,3 +196,44 @@ fn a_mount_on_a_full_host_says_which_filesystem_to_free() {
     assert_eq!(fs::read(fs_.p("x")).unwrap(), b"after");
     fs_.finish();
 }
+
+/// `cairn restart` of a kept mount on a full host loses nothing: it
+/// either commits and hands over, or refuses with the reason and keeps the
+/// daemon; either way the mount serves on and what was written (not
+/// synced) before reads back, also after a clean unmount and a mount.
+#[test]
+fn a_restart_on_a_full_host_loses_nothing() {
+    let host = LoopFs::new(128);
+    let mut fs_ = Fs::create();
+    fs_.pool = host.mnt.join("pool");
+    let dev = fs_.pool.join("dev0");
+    fs_.mkfs(&["--device", &format!("ssd:{}:60M", dev.display())]);
+    sh(&host.mnt, &format!("fallocate -l 60M {}", dev.display()));
+    fs_.mount_args = vec!["--keep-mount".into()];
+    fs_.mount();
+    let pending = pattern(3, 2_000_000);
+    fs::write(fs_.p("pending"), &pending).unwrap();
+    fill(&host.mnt, "filler");
+    fill(&host.mnt, "filler2");
+    let out = cairn(&[os("restart"), fs_.mnt.as_os_str()]);
+    eprintln!("restart on a full host: {}", describe(&out));
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.to_lowercase().contains("space"),
+            "a refused restart says why: {}",
+            describe(&out)
+        );
+    }
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    assert_bytes_eq(&fs::read(fs_.p("pending")).unwrap(), &pending, "pending");
+    fs::remove_file(host.mnt.join("filler")).unwrap();
+    fs::remove_file(host.mnt.join("filler2")).unwrap();
+    fs_.remount();
+    assert_bytes_eq(
+        &fs::read(fs_.p("pending")).unwrap(),
+        &pending,
+        "after a remount",
+    );
+    fs_.finish();
+}
