@@ -111,6 +111,21 @@ unmount_fuse_targets() {
     if is_mounted "$W/bindmnt"; then
         fusermount3 -u "$W/bindmnt" 2>/dev/null || fusermount3 -u -z "$W/bindmnt"
     fi
+    if is_mounted "$W/memfsmnt"; then
+        fusermount3 -u "$W/memfsmnt" 2>/dev/null || fusermount3 -u -z "$W/memfsmnt"
+    fi
+}
+
+# mount_memfs DIR: serves $MEMFS (crates/fuse/examples/memfs.rs) on DIR in
+# the background, once it is mounted.
+mount_memfs() {
+    "$MEMFS" "$1" >"$1.log" 2>&1 &
+    local _
+    for _ in $(seq 50); do
+        is_mounted "$1" && return 0
+        sleep 0.1
+    done
+    die "memfs did not mount on $1: $(cat "$1.log")"
 }
 
 drop_caches() {

@@ -45,7 +45,11 @@
 #   TARGETS="native bindfs btrfs cairn"  targets to measure (cairn is needed
 #                    for the ratio columns); BASE_BIN=/path/to/older/cairn adds
 #                    the target "base": that binary on a pool of its own, in
-#                    the same rounds, with a cairn/base ratio
+#                    the same rounds, with a cairn/base ratio; the target
+#                    "memfs" is the in-memory FUSE file system of
+#                    crates/fuse/examples/memfs.rs (Cairn's mount options,
+#                    INIT and transport, handlers that cost next to
+#                    nothing): what any FUSE file system could reach
 #   STEPS="blogbench dbench postmark sqlite fio untar"
 #   RUNS=3
 #   BB_WRITERS=3 BB_REWRITERS=1 BB_COMMENTERS=2 BB_READERS=8
@@ -66,6 +70,8 @@
 #                    from the targets and sizes above)
 #   BENCH_DIR=/var/tmp  where the work dir is made (pick the disk to test)
 #   BIN=...          the cairn binary (default: cargo build --release)
+#   MEMFS=...        the memfs binary (default: cargo build --release
+#                    --example memfs -p cairn-fuse, when a target)
 #   CAIRN_MOUNT_OPTS="--commit-interval 5"  extra options for `cairn mount`
 #   KEEP=1           keep the work dir
 # The defaults took 26 minutes on a 2-core VM with the four targets (blogbench
@@ -129,7 +135,7 @@ check_env() {
     has_target cairn || die "TARGETS must include cairn (the ratios are cairn/target)"
     local t
     for t in "${TARGETS[@]}"; do
-        case $t in native | bindfs | btrfs | cairn | base) ;; *) die "unknown target $t" ;; esac
+        case $t in native | bindfs | btrfs | memfs | cairn | base) ;; *) die "unknown target $t" ;; esac
     done
     local need=${MIN_FREE_GB:-} avail
     if [ -z "$need" ]; then
@@ -154,6 +160,11 @@ build_tools() {
         BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/cairn
     fi
     [ -x "$BIN" ] || die "no cairn binary at $BIN"
+    if has_target memfs && [ -z "${MEMFS:-}" ]; then
+        log "building memfs (release)"
+        (cd "$ROOT" && cargo build --release --example memfs -p cairn-fuse >&2)
+        MEMFS=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/memfs
+    fi
     BLOGBENCH=$W/blogbench
     cc -O2 -pthread -o "$BLOGBENCH" "$ROOT/bench/blogbench/blogbench.c" ||
         die "could not compile blogbench"
@@ -161,7 +172,7 @@ build_tools() {
 
 setup_dirs() {
     W=$(mktemp -d "$BENCH_DIR/cairn-smp.XXXXXX")
-    mkdir -p "$W/native" "$W/bindsrc" "$W/bindmnt" "$W/btrfsmnt" "$W/cairnmnt" "$W/basemnt"
+    mkdir -p "$W/native" "$W/bindsrc" "$W/bindmnt" "$W/btrfsmnt" "$W/cairnmnt" "$W/basemnt" "$W/memfsmnt"
     log "work dir $W on $(findmnt -n -o SOURCE,FSTYPE -T "$W" | tr -s ' ')"
 }
 
@@ -201,6 +212,7 @@ dir_of() {
         native) echo "$W/native" ;;
         bindfs) echo "$W/bindmnt" ;;
         btrfs) echo "$W/btrfsmnt" ;;
+        memfs) echo "$W/memfsmnt" ;;
         cairn) echo "$W/cairnmnt" ;;
         base) echo "$W/basemnt" ;;
     esac
@@ -210,6 +222,7 @@ mount_target() {
     case $1 in
         bindfs) bindfs --no-allow-other "$W/bindsrc" "$W/bindmnt" ;;
         btrfs) mount "$LOOP" "$W/btrfsmnt" ;;
+        memfs) mount_memfs "$W/memfsmnt" ;;
         # shellcheck disable=SC2086
         cairn) "$BIN" mount "$W/pool" "$W/cairnmnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
         # shellcheck disable=SC2086
@@ -221,6 +234,7 @@ unmount_target() {
     case $1 in
         bindfs) fusermount3 -u "$W/bindmnt" ;;
         btrfs) umount "$W/btrfsmnt" ;;
+        memfs) fusermount3 -u "$W/memfsmnt" ;;
         cairn) "$BIN" umount "$W/cairnmnt" >&2 ;;
         base) "$BASE_BIN" umount "$W/basemnt" >&2 ;;
     esac

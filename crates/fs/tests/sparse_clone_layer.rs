@@ -132,3 +132,35 @@ fn clone_shares_chunks_and_survives_prune() {
     let rep = cairn_fs::maintenance::check::check_pool(&pool).unwrap();
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
+
+/// st_blocks of files that were never committed (the shortcut that reads
+/// no committed extents for them): their buffered blocks exactly, close to
+/// the stored figure after their first commit (chunks are stored with
+/// their own framing), and a clone into a new file counts the chunks it
+/// shares before and after that commit.
+#[test]
+fn stored_blocks_of_new_files_match_after_their_first_commit() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = make(d.path());
+    let rs = fs.record_size();
+    let empty = fs.create(Ctx::ROOT, ROOT_INO, b"empty", 0o644).unwrap().ino;
+    assert_eq!(fs.stored_blocks(empty), 0);
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap().ino;
+    fs.write(f, 0, &bytes(3 * rs as usize + 700, 5)).unwrap();
+    let buffered = fs.stored_blocks(f);
+    assert_eq!(buffered, 3 * (rs / 512) + 2, "buffered st_blocks");
+    let src = fs.create(Ctx::ROOT, ROOT_INO, b"src", 0o644).unwrap().ino;
+    fs.write(src, 0, &bytes(2 * rs as usize, 7)).unwrap();
+    let dst = fs.create(Ctx::ROOT, ROOT_INO, b"dst", 0o644).unwrap().ino;
+    fs.copy_range(src, 0, dst, 0, 2 * rs).unwrap();
+    let cloned = fs.stored_blocks(dst);
+    assert_eq!(cloned, fs.stored_blocks(src), "a clone before its commit");
+    fs.flush().unwrap();
+    let stored = fs.stored_blocks(f);
+    assert!(
+        stored.abs_diff(buffered) * 100 <= buffered,
+        "after the first commit: {stored}, buffered {buffered}"
+    );
+    assert_eq!(fs.stored_blocks(dst), cloned, "the clone after the commit");
+    assert_eq!(fs.stored_blocks(empty), 0);
+}

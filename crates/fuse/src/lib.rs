@@ -25,7 +25,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use fuser::BackgroundSession;
-pub use ops::CairnFuse;
+pub use ops::{negotiate, CairnFuse};
 pub use transport::{RingPriority, Transport, TransportError, TransportOptions};
 
 /// Mount options for a pool.
@@ -74,6 +74,22 @@ pub fn serve(
     let invalidator = fuse.invalidator();
     let session = fuser::Session::new(fuse, mountpoint, &cfg)?;
     invalidator.set(session.notifier());
+    bdi::tune(mountpoint);
+    session.run()
+}
+
+/// Serves another file system with Cairn's mount options and transport
+/// until unmounted: the in-memory file system that measures the FUSE
+/// ceiling in bench/roundtrip.sh, so that it crosses the same way.
+pub fn serve_other<F: fuser::Filesystem>(
+    other: F,
+    mountpoint: &Path,
+    fsname: &str,
+    threads: usize,
+    transport: &TransportOptions,
+) -> std::io::Result<()> {
+    let cfg = config(threads, fsname, prepare(transport)?);
+    let session = fuser::Session::new(other, mountpoint, &cfg)?;
     bdi::tune(mountpoint);
     session.run()
 }

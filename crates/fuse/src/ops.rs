@@ -222,7 +222,8 @@ impl CairnFuse {
     /// FUSE attributes; st_blocks of live regular files from the blocks
     /// they really store (views: from the size).
     fn fattr(&self, i: &Inode) -> FileAttr {
-        if i.kind == FileKind::File && i.ino < SNAPDIR_INO {
+        // An empty file stores nothing (a new file's entry, a truncated one).
+        if i.kind == FileKind::File && i.ino < SNAPDIR_INO && i.size > 0 {
             file_attr_blocks(i, self.fs.stored_blocks(i.ino))
         } else {
             file_attr(i)
@@ -310,38 +311,45 @@ fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
     }
 }
 
+/// What the mount asks of the kernel at INIT: capabilities and sizes
+/// (also the in-memory file system of bench/roundtrip.sh, so that its
+/// ceiling is measured with the same requests).
+pub fn negotiate(config: &mut KernelConfig) {
+    // No FUSE_WRITEBACK_CACHE: without OPEN, a refused write to a view
+    // must fail in write(2) itself (opens.rs); and it makes small-file
+    // loads slower, not faster (a SETATTR of the times at each close
+    // and unlink: docs/transport.md, "The round-trip floor").
+    for cap in [
+        InitFlags::FUSE_DO_READDIRPLUS,
+        InitFlags::FUSE_READDIRPLUS_AUTO,
+        InitFlags::FUSE_PARALLEL_DIROPS,
+        InitFlags::FUSE_ASYNC_READ,
+        InitFlags::FUSE_BIG_WRITES,
+        InitFlags::FUSE_MAX_PAGES,
+        InitFlags::FUSE_CACHE_SYMLINKS,
+        // File handles that survive the kernel's caches, a remount and
+        // a restart, for NFS servers (LOOKUPs of "." and "..").
+        InitFlags::FUSE_EXPORT_SUPPORT,
+        // We drop set-id bits on write/truncate/chown ourselves; in
+        // return the kernel may skip the GETXATTR(security.capability)
+        // of a write(2) and a GETATTR per chown. It skips it only while
+        // the inode has S_NOSEC, which every reply carrying attributes
+        // clears (fuse_change_attributes): under postmark on 6.18, one
+        // GETXATTR still came per WRITE.
+        InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+    ] {
+        if config.add_capabilities(cap).is_err() {
+            tracing::info!("kernel lacks FUSE capability {cap:?}");
+        }
+    }
+    let _ = config.set_max_write(1 << 20);
+    let _ = config.set_max_readahead(1 << 20);
+    let _ = config.set_max_background(64);
+}
+
 impl Filesystem for CairnFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // No FUSE_WRITEBACK_CACHE: without OPEN, a refused write to a view
-        // must fail in write(2) itself (opens.rs); and it makes small-file
-        // loads slower, not faster (a SETATTR of the times at each close
-        // and unlink: docs/transport.md, "The round-trip floor").
-        for cap in [
-            InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
-            InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_ASYNC_READ,
-            InitFlags::FUSE_BIG_WRITES,
-            InitFlags::FUSE_MAX_PAGES,
-            InitFlags::FUSE_CACHE_SYMLINKS,
-            // File handles that survive the kernel's caches, a remount and
-            // a restart, for NFS servers (LOOKUPs of "." and "..").
-            InitFlags::FUSE_EXPORT_SUPPORT,
-            // We drop set-id bits on write/truncate/chown ourselves; in
-            // return the kernel may skip the GETXATTR(security.capability)
-            // of a write(2) and a GETATTR per chown. It skips it only while
-            // the inode has S_NOSEC, which every reply carrying attributes
-            // clears (fuse_change_attributes): under postmark on 6.18, one
-            // GETXATTR still came per WRITE.
-            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
-        ] {
-            if config.add_capabilities(cap).is_err() {
-                tracing::info!("kernel lacks FUSE capability {cap:?}");
-            }
-        }
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(1 << 20);
-        let _ = config.set_max_background(64);
+        negotiate(config);
         Ok(())
     }
 

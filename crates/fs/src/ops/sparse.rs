@@ -224,6 +224,9 @@ impl Fs {
         }
         let (total, end) = match (hit, trunc) {
             (Some(h), _) => h,
+            // Never committed (a file made since the last flush commit):
+            // no committed extents, so no read of them.
+            (None, _) if tid == 0 => (0, 0),
             (None, Some(t)) => committed_total(&r, ino, t)?,
             (None, None) => {
                 let (total, end) = committed_total(&r, ino, u64::MAX)?;
