@@ -18,9 +18,8 @@ use crate::error::{FsError, Result};
 use crate::lock_rank::{Held, Rank};
 use crate::vfs::Fs;
 use crate::writeback::committing::Committing;
-use crate::writeback::overlay::Overlay;
+use crate::writeback::overlay::{InoMap, InoSet, Overlay};
 use parking_lot::MutexGuard;
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 /// Shards of the state. A power of two well above the core count.
@@ -39,13 +38,13 @@ pub(crate) fn shard_of(ino: u64) -> usize {
 pub(crate) struct Shard {
     pub dirty: Overlay,
     /// Open handles per inode (`refs.rs`).
-    pub open: HashMap<u64, u32>,
+    pub open: InoMap<u32>,
     /// Lookup references the kernel holds per inode (FUSE nlookup; never
     /// the root); no entry means none (`refs.rs`).
-    pub lookups: HashMap<u64, u64>,
+    pub lookups: InoMap<u64>,
     /// Inodes without links kept alive by an open handle or a lookup
     /// reference: deleted when the last of both goes (`refs.rs`).
-    pub unlinked: HashSet<u64>,
+    pub unlinked: InoSet,
 }
 
 /// Totals over the dirty overlays of all shards, kept up to date when a

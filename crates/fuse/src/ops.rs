@@ -393,6 +393,13 @@ impl Filesystem for CairnFuse {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _t = metrics::timer(Op::Getattr);
+        if ino.0 < SNAPDIR_INO {
+            // A live inode: its attributes and st_blocks under one lock.
+            return match self.fs.getattr_blocks(ino.0) {
+                Ok((i, blocks)) => reply.attr(self.ttl(i.ino), &file_attr_blocks(&i, blocks)),
+                Err(e) => reply.error(errno(e)),
+            };
+        }
         match self.attr_of(ino.0) {
             Ok(i) => reply.attr(self.ttl(i.ino), &self.fattr(&i)),
             Err(e) => reply.error(errno(e)),

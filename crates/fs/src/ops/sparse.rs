@@ -6,17 +6,27 @@
 //! that changes a file's extents writes its inode too.
 
 use crate::error::{FsError, Result};
-use crate::types::{Extent, FileKind};
+use crate::state::State;
+use crate::types::{Extent, FileKind, Inode};
 use crate::vfs::Fs;
-use crate::writeback::overlay::{Block, Overlay};
+use crate::writeback::overlay::{Block, InoMap, Overlay};
 use cairn_data::ChunkRec;
 use cairn_meta::{ElemKey, MetaRead, RecordType};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Committed stored bytes of files: ino -> (inode create TID, 512-byte
 /// blocks, first block index past the last extent).
 #[derive(Default)]
-pub(crate) struct StoredCache(parking_lot::Mutex<HashMap<u64, (u64, u64, u64)>>);
+pub(crate) struct StoredCache(parking_lot::Mutex<InoMap<(u64, u64, u64)>>);
+
+/// What a file's st_blocks is computed from (`Fs::stored_parts`).
+struct StoredParts {
+    buffered: BTreeMap<u64, u64>,
+    trunc: Option<u64>,
+    tid: u64,
+    view: Arc<MetaRead>,
+}
 
 /// Entries kept before the cache is emptied.
 const CACHE_MAX: usize = 1 << 20;
@@ -174,43 +184,76 @@ impl Fs {
     /// blocks their length. Other kinds: their size. Errors fall back to
     /// the size.
     pub fn stored_blocks(&self, ino: u64) -> u64 {
-        self.try_stored_blocks(ino).unwrap_or_else(|e| {
-            tracing::debug!("st_blocks of inode {ino}: {e}");
-            self.getattr(ino).map_or(0, |i| i.size.div_ceil(512))
+        self.getattr_blocks(ino).map_or(0, |(_, blocks)| blocks)
+    }
+
+    /// The inode and its st_blocks, with its shard locked once (a GETATTR
+    /// asks for both).
+    pub fn getattr_blocks(&self, ino: u64) -> Result<(Inode, u64)> {
+        let (i, parts) = {
+            let st = self.lock_inos(&[ino]);
+            let i = self.inode(&st, ino)?;
+            // An empty file stores nothing (a new file, a truncated one).
+            let parts =
+                (i.kind == FileKind::File && i.size > 0).then(|| self.stored_parts(&st, ino));
+            (i, parts)
+        };
+        let blocks = match parts {
+            None if i.kind == FileKind::File => 0,
+            None => i.size.div_ceil(512),
+            Some(p) => p
+                .and_then(|p| self.stored_total(ino, p))
+                .unwrap_or_else(|e| {
+                    tracing::debug!("st_blocks of inode {ino}: {e}");
+                    i.size.div_ceil(512)
+                }),
+        };
+        Ok((i, blocks))
+    }
+
+    /// What st_blocks needs from under the shard lock: the overlays'
+    /// buffered blocks, the smallest truncate among them, the create TID of
+    /// the committed inode element (0: never committed) and the shared
+    /// namespace view (a chunk's stored length does not change when
+    /// reblock or GC moves it, and the view is dropped at every flush
+    /// commit and at clones).
+    fn stored_parts(&self, st: &State, ino: u64) -> Result<StoredParts> {
+        let view = self.ns_meta(st)?;
+        let tid = view
+            .get(&ElemKey::new(ino, RecordType::Inode, &[]))?
+            .map_or(0, |e| e.create_tid);
+        let mut buffered: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut trunc: Option<u64> = None;
+        for o in st.oldest_first(ino) {
+            if let Some(&t) = o.truncs.get(&ino) {
+                trunc = Some(trunc.map_or(t, |x: u64| x.min(t)));
+                buffered.retain(|&b, _| b < t);
+            }
+            for (&b, d) in o.blocks.get(&ino).into_iter().flatten() {
+                buffered.insert(b, d.len() as u64);
+            }
+            for (&b, p) in o.patches.get(&ino).into_iter().flatten() {
+                let e = buffered.entry(b).or_insert(0);
+                *e = (*e).max(p.end() as u64);
+            }
+        }
+        Ok(StoredParts {
+            buffered,
+            trunc,
+            tid,
+            view,
         })
     }
 
-    fn try_stored_blocks(&self, ino: u64) -> Result<u64> {
-        let (buffered, trunc, tid, size, kind, r) = {
-            let st = self.lock_inos(&[ino]);
-            let i = self.inode(&st, ino)?;
-            // The shared namespace view: a chunk's stored length does not
-            // change when reblock or GC moves it, and the view is dropped
-            // at every flush commit (and at clones).
-            let view = self.ns_meta(&st)?;
-            let tid = view
-                .get(&ElemKey::new(ino, RecordType::Inode, &[]))?
-                .map_or(0, |e| e.create_tid);
-            let mut buffered: BTreeMap<u64, u64> = BTreeMap::new();
-            let mut trunc: Option<u64> = None;
-            for o in st.oldest_first(ino) {
-                if let Some(&t) = o.truncs.get(&ino) {
-                    trunc = Some(trunc.map_or(t, |x: u64| x.min(t)));
-                    buffered.retain(|&b, _| b < t);
-                }
-                for (&b, d) in o.blocks.get(&ino).into_iter().flatten() {
-                    buffered.insert(b, d.len() as u64);
-                }
-                for (&b, p) in o.patches.get(&ino).into_iter().flatten() {
-                    let e = buffered.entry(b).or_insert(0);
-                    *e = (*e).max(p.end() as u64);
-                }
-            }
-            (buffered, trunc, tid, i.size, i.kind, view)
-        };
-        if kind != FileKind::File {
-            return Ok(size.div_ceil(512));
-        }
+    /// st_blocks of a regular file from its gathered parts, reading
+    /// committed extents only when the cache cannot answer.
+    fn stored_total(&self, ino: u64, p: StoredParts) -> Result<u64> {
+        let StoredParts {
+            buffered,
+            trunc,
+            tid,
+            view: r,
+        } = p;
         let hit = trunc
             .is_none()
             .then(|| self.cached_total(ino, tid))

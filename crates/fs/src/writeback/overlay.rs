@@ -14,25 +14,31 @@ use std::sync::Arc;
 /// block up to the record size reads as zeros). Empty means a hole.
 pub type Block = Arc<Vec<u8>>;
 
+/// Maps keyed by inode number: numbers Cairn hands out in sequence, not
+/// chosen by clients, so a fast hash without DoS resistance serves (every
+/// request looks its inode up in up to three overlays).
+pub type InoMap<V> = HashMap<u64, V, rustc_hash::FxBuildHasher>;
+pub type InoSet = HashSet<u64, rustc_hash::FxBuildHasher>;
+
 #[derive(Default, Clone)]
 pub struct Overlay {
     /// None = the inode and every element of it are deleted.
-    pub inodes: HashMap<u64, Option<Inode>>,
+    pub inodes: InoMap<Option<Inode>>,
     /// Per directory: dirent subkey -> entry (None = removed).
-    pub dirents: HashMap<u64, BTreeMap<Vec<u8>, Option<DirEnt>>>,
+    pub dirents: InoMap<BTreeMap<Vec<u8>, Option<DirEnt>>>,
     /// Per file: block index -> data.
-    pub blocks: HashMap<u64, BTreeMap<u64, Block>>,
+    pub blocks: InoMap<BTreeMap<u64, Block>>,
     /// Per file: block index -> bytes written over a block not read
     /// (`patch.rs`); never at an index `blocks` holds.
-    pub patches: HashMap<u64, BTreeMap<u64, Patch>>,
+    pub patches: InoMap<BTreeMap<u64, Patch>>,
     /// Per file: committed blocks from this index on are gone (truncate).
-    pub truncs: HashMap<u64, u64>,
-    pub symlinks: HashMap<u64, Vec<u8>>,
+    pub truncs: InoMap<u64>,
+    pub symlinks: InoMap<Vec<u8>>,
     /// Per inode: xattr name -> value (None = removed).
-    pub xattrs: HashMap<u64, BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
+    pub xattrs: InoMap<BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
     /// Inodes with no links that are still open.
-    pub orphans_add: HashSet<u64>,
-    pub orphans_del: HashSet<u64>,
+    pub orphans_add: InoSet,
+    pub orphans_del: InoSet,
     /// Bytes of buffered blocks.
     pub bytes: u64,
     /// Bytes of `bytes` held in patches.
@@ -396,8 +402,8 @@ impl Overlay {
 /// Adds the entries of `older` that `newer` does not override, skipping
 /// objects that `gone` says were deleted since.
 fn merge_maps<V>(
-    newer: &mut HashMap<u64, BTreeMap<Vec<u8>, V>>,
-    older: HashMap<u64, BTreeMap<Vec<u8>, V>>,
+    newer: &mut InoMap<BTreeMap<Vec<u8>, V>>,
+    older: InoMap<BTreeMap<Vec<u8>, V>>,
     gone: impl Fn(&u64) -> bool,
 ) {
     for (ino, m) in older {
