@@ -143,7 +143,11 @@ load_cmd() {
 round() {
     local d=$W/$2/$1.run t0 out
     mkdir "$d"
-    sync -f "$d" # the last round's deletions are done before the clock starts
+    # Every file system's writes of the rounds before, not only this
+    # target's, are on disk before the clock starts: native's postmark
+    # leaves seconds of write-back that would otherwise land in the next
+    # target's run (memfs has no disk; Cairn and btrfs do).
+    sync
     if [ "$1" = untar ]; then
         out=$(python3 -c "$UNTAR_PY" "$W/untar.tar" "$d")
         awk -v n="$UNTAR_FILES" '/^untar_rate/ { printf "%.6f\n", n / $2 }' <<<"$out"
