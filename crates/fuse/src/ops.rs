@@ -222,9 +222,8 @@ impl CairnFuse {
     /// FUSE attributes; st_blocks of live regular files from the blocks
     /// they really store (views: from the size).
     fn fattr(&self, i: &Inode) -> FileAttr {
-        // An empty file stores nothing (a new file's entry, a truncated one).
-        if i.kind == FileKind::File && i.ino < SNAPDIR_INO && i.size > 0 {
-            file_attr_blocks(i, self.fs.stored_blocks(i.ino))
+        if i.kind == FileKind::File && i.ino < SNAPDIR_INO {
+            file_attr_blocks(i, self.fs.stored_blocks_of(i))
         } else {
             file_attr(i)
         }

@@ -187,28 +187,38 @@ impl Fs {
         self.getattr_blocks(ino).map_or(0, |(_, blocks)| blocks)
     }
 
+    /// st_blocks of an inode already read (a reply that carries it).
+    pub fn stored_blocks_of(&self, i: &Inode) -> u64 {
+        if let Some(blocks) = blocks_from_inode(i) {
+            return blocks;
+        }
+        let parts = self.stored_parts(&self.lock_inos(&[i.ino]), i.ino);
+        self.blocks_from_parts(i, parts)
+    }
+
     /// The inode and its st_blocks, with its shard locked once (a GETATTR
     /// asks for both).
     pub fn getattr_blocks(&self, ino: u64) -> Result<(Inode, u64)> {
-        let (i, parts) = {
+        let (i, known) = {
             let st = self.lock_inos(&[ino]);
             let i = self.inode(&st, ino)?;
-            // An empty file stores nothing (a new file, a truncated one).
-            let parts =
-                (i.kind == FileKind::File && i.size > 0).then(|| self.stored_parts(&st, ino));
-            (i, parts)
+            // Err: the parts to look the blocks up from, gathered now.
+            let known = blocks_from_inode(&i).ok_or_else(|| self.stored_parts(&st, ino));
+            (i, known)
         };
-        let blocks = match parts {
-            None if i.kind == FileKind::File => 0,
-            None => i.size.div_ceil(512),
-            Some(p) => p
-                .and_then(|p| self.stored_total(ino, p))
-                .unwrap_or_else(|e| {
-                    tracing::debug!("st_blocks of inode {ino}: {e}");
-                    i.size.div_ceil(512)
-                }),
-        };
+        let blocks = known.unwrap_or_else(|parts| self.blocks_from_parts(&i, parts));
         Ok((i, blocks))
+    }
+
+    /// st_blocks of a non-empty regular file from its gathered parts; an
+    /// error falls back to the size.
+    fn blocks_from_parts(&self, i: &Inode, parts: Result<StoredParts>) -> u64 {
+        parts
+            .and_then(|p| self.stored_total(i.ino, p))
+            .unwrap_or_else(|e| {
+                tracing::debug!("st_blocks of inode {}: {e}", i.ino);
+                i.size.div_ceil(512)
+            })
     }
 
     /// What st_blocks needs from under the shard lock: the overlays'
@@ -308,6 +318,17 @@ impl Fs {
     /// flush that rewrote its inode).
     pub(crate) fn forget_stored(&self, ino: u64) {
         self.stored.0.lock().remove(&ino);
+    }
+}
+
+/// st_blocks when the inode alone says it: other kinds count their size,
+/// an empty file stores nothing (a new file, a truncated one); None for a
+/// regular file with bytes, whose blocks must be looked up.
+fn blocks_from_inode(i: &Inode) -> Option<u64> {
+    match i.kind {
+        FileKind::File if i.size > 0 => None,
+        FileKind::File => Some(0),
+        _ => Some(i.size.div_ceil(512)),
     }
 }
 
