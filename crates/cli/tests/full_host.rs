@@ -76,15 +76,21 @@ fn fill(dir: &Path, name: &str) {
     let _ = f.sync_all();
 }
 
-#[test]
-fn full_host_gives_enospc_keeps_fsynced_data_and_recovers_without_remount() {
-    let host = LoopFs::new(128);
+/// A pool on `host` with one 60 MiB device whose blocks are allocated up
+/// front: they are the pool's own, so filling the host leaves them.
+fn pool_with_own_blocks(host: &LoopFs) -> Fs {
     let mut fs_ = Fs::create();
     fs_.pool = host.mnt.join("pool");
     let dev = fs_.pool.join("dev0");
     fs_.mkfs(&["--device", &format!("ssd:{}:60M", dev.display())]);
-    // The device's blocks are the pool's own; only the host's are filled.
     sh(&host.mnt, &format!("fallocate -l 60M {}", dev.display()));
+    fs_
+}
+
+#[test]
+fn full_host_gives_enospc_keeps_fsynced_data_and_recovers_without_remount() {
+    let host = LoopFs::new(128);
+    let mut fs_ = pool_with_own_blocks(&host);
     fs_.mount();
     let a = pattern(1, 5_000_000);
     write_synced(&fs_.p("a"), &a);
@@ -204,11 +210,7 @@ fn a_mount_on_a_full_host_says_which_filesystem_to_free() {
 #[test]
 fn a_restart_on_a_full_host_loses_nothing() {
     let host = LoopFs::new(128);
-    let mut fs_ = Fs::create();
-    fs_.pool = host.mnt.join("pool");
-    let dev = fs_.pool.join("dev0");
-    fs_.mkfs(&["--device", &format!("ssd:{}:60M", dev.display())]);
-    sh(&host.mnt, &format!("fallocate -l 60M {}", dev.display()));
+    let mut fs_ = pool_with_own_blocks(&host);
     fs_.mount_args = vec!["--keep-mount".into()];
     fs_.mount();
     let pending = pattern(3, 2_000_000);
