@@ -611,8 +611,8 @@ pub struct MountArgs {
     /// Scheduling of the io_uring ring threads: idle (default; as root,
     /// else normal) has them wait at SCHED_IDLE so callers stay on their
     /// CPU (several times the rate of small requests on a VM), and raises
-    /// a thread its CPU starves: to SCHED_FIFO for at most 500 ms at a
-    /// time and 200 ms of CPU per second, and never above SCHED_OTHER in a
+    /// a thread its CPU starves: to SCHED_FIFO for at most 10 s at a time
+    /// and 600 ms of CPU per second, and never above SCHED_OTHER in a
     /// cgroup with a CPU limit (cpu.max); normal keeps them ordinary
     /// SCHED_OTHER threads at the daemon's nice value, never real time;
     /// off leaves their scheduling as inherited.

@@ -72,6 +72,8 @@ pub(crate) struct Segments {
     pub(crate) read_stalls: crate::deadline::ReadStalls,
     /// Chunks restored from parity last (`stripes.rs`).
     pub(crate) restored: crate::stripes::Restored,
+    /// Segment buffers kept from one write batch to the next (`wpipe.rs`).
+    pub(crate) kept_buffers: Arc<crate::wpipe::KeptBuffers>,
 }
 
 impl Segments {
@@ -133,6 +135,7 @@ impl Segments {
             restored: Default::default(),
             io_timeout: Default::default(),
             read_stalls: Default::default(),
+            kept_buffers: Default::default(),
         })
     }
 

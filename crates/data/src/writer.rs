@@ -83,7 +83,7 @@ impl<'a> WriteBatch<'a> {
             open,
             touched: BTreeSet::new(),
             devices: BTreeSet::new(),
-            pipe: WritePipe::default(),
+            pipe: WritePipe::new(segs.kept_buffers.clone()),
             spare: None,
             cached_bytes: 0,
             dropped: Arc::default(),

@@ -427,19 +427,24 @@ impl Fs {
 
     /// The current inode: overlays first, then committed metadata.
     pub(crate) fn inode(&self, st: &State, ino: u64) -> Result<Inode> {
+        self.inode_and_tid(st, ino).map(|(i, _)| i)
+    }
+
+    /// The inode, and the create TID of its committed element when it was
+    /// read from the store (None: an overlay holds a newer one).
+    pub(crate) fn inode_and_tid(&self, st: &State, ino: u64) -> Result<(Inode, Option<u64>)> {
         st.need(ino)?;
         let from = |o: &Overlay| o.inodes.get(&ino).cloned();
         let found = st.newest(ino, from);
         match found {
-            Some(Some(i)) => Ok(i),
+            Some(Some(i)) => Ok((i, None)),
             Some(None) => Err(FsError::NotFound),
             None => {
                 let e = self
                     .ns_meta(st)?
-                    .get(&ElemKey::new(ino, RecordType::Inode, &[]))?;
-                e.map(|e| Inode::decode(ino, &e.payload))
-                    .transpose()?
-                    .ok_or(FsError::NotFound)
+                    .get(&ElemKey::new(ino, RecordType::Inode, &[]))?
+                    .ok_or(FsError::NotFound)?;
+                Ok((Inode::decode(ino, &e.payload)?, Some(e.create_tid)))
             }
         }
     }

@@ -3,7 +3,9 @@
 //! and history reads give back exactly what was written; `check` stays
 //! clean; the history they leave grows with the bytes overwritten, not by a
 //! whole chunk per write; a flush of pieces reads nothing from the devices;
-//! a small read of a pieced block reads only the chunk bytes it returns.
+//! a small read of a pieced block reads only the chunk bytes it returns;
+//! reads of committed blocks under buffered patches (appends, edits and
+//! writes into holes not flushed yet) give the patched bytes.
 
 #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
 #![allow(
@@ -269,4 +271,59 @@ fn reblock_of_a_scattered_file_with_split_pieces_keeps_its_bytes() {
     assert!(rep.chunks_moved >= 16, "{rep:?}");
     assert_clean(&fs);
     assert!(fs.read(f, 0, model.len() as u32).unwrap() == model);
+}
+
+/// Reads of committed blocks with buffered patches over them (read in
+/// place, without building the block): random ranges match the model
+/// before the flush and after it, with edits, appends that extend the last
+/// block, and writes past a hole.
+#[test]
+fn reads_under_buffered_patches_give_the_patched_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(2718);
+    let fs = make(d.path());
+    let rs = fs.record_size() as usize;
+    let f = fs.create(Ctx::ROOT, ROOT_INO, b"log", 0o644).unwrap();
+    let mut model = random_bytes(&mut rng, 5 * rs + rs / 3);
+    fs.write(f.ino, 0, &model).unwrap();
+    fs.flush().unwrap();
+    for round in 0..12 {
+        for _ in 0..rng.gen_range(1..12) {
+            let len = rng.gen_range(1..rs / 2);
+            let off = match rng.gen_range(0..4) {
+                // An append to the last, partial block.
+                0 => model.len(),
+                // Past the end: a hole, then bytes.
+                1 => model.len() + rng.gen_range(1..2 * rs),
+                _ => rng.gen_range(0..model.len()),
+            };
+            let data = random_bytes(&mut rng, len);
+            fs.write(f.ino, off as u64, &data).unwrap();
+            if model.len() < off + len {
+                model.resize(off + len, 0);
+            }
+            model[off..off + len].copy_from_slice(&data);
+        }
+        for stage in ["buffered", "flushed"] {
+            for _ in 0..40 {
+                let off = rng.gen_range(0..model.len());
+                let n = rng.gen_range(1..3 * rs);
+                let want = &model[off..model.len().min(off + n)];
+                // A reply buffer is not zeroed beforehand: every byte of
+                // the read must be put there.
+                let mut got = vec![0xa5u8; n];
+                let len = fs.read_into(f.ino, off as u64, &mut got).unwrap();
+                assert!(
+                    got[..len] == *want,
+                    "round {round}, {stage}: {n} bytes at {off}"
+                );
+            }
+            let all = fs.read(f.ino, 0, model.len() as u32 + 1).unwrap();
+            assert!(all == model, "round {round}, {stage}: the whole file");
+            if stage == "buffered" {
+                fs.flush().unwrap();
+            }
+        }
+    }
+    assert_clean(&fs);
 }

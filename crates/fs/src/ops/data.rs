@@ -8,6 +8,7 @@ use crate::error::{invariant, FsError, Result};
 use crate::types::{Extent, FileKind, Inode};
 use crate::vfs::{Fs, State};
 use crate::writeback::overlay::{Block, BlockState};
+use crate::writeback::patch::Patch;
 use crate::writeback::pieces::gaps;
 use cairn_data::{ChunkRec, CHUNK_HEADER_LEN};
 use std::sync::Arc;
@@ -82,9 +83,7 @@ impl Fs {
             // so it holds every block found committed here. A chunk moved
             // since (GC, reblock) fails its checks and `with_chunk` reads
             // it again through a fresh view.
-            let committed = parts
-                .iter()
-                .any(|(_, s)| matches!(s, BlockState::Committed));
+            let committed = parts.iter().any(|(_, s)| s.reads_committed());
             let meta = committed.then(|| self.ns_meta(&st)).transpose()?;
             (end, parts, meta)
         };
@@ -95,6 +94,12 @@ impl Fs {
             let data: Block = match state {
                 BlockState::Data(d) => d,
                 BlockState::Hole => continue,
+                BlockState::Patch(p, below) if matches!(*below, BlockState::Committed) => {
+                    let r = meta.as_ref().expect("a view for committed blocks");
+                    self.read_run(r, ino, off, out, &mut run)?;
+                    self.read_patched_part(r, ino, blk, &p, off, out, &mut cover)?;
+                    continue;
+                }
                 p @ BlockState::Patch(..) => Arc::new(self.resolve(ino, blk, p)?),
                 BlockState::Committed => {
                     let r: &cairn_meta::MetaRead =
@@ -235,6 +240,40 @@ impl Fs {
             })?;
         }
         self.read_pieces(r, ino, blk, ext, from, dst)
+    }
+
+    /// Puts a committed block with a buffered patch over it (an append or
+    /// an edit not flushed yet) in place in `out`, without building the
+    /// whole block: the committed bytes from the device, zeros past them up
+    /// to the patch's end, then the patch's ranges.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the read's view, block, buffer and cover, as read_extent_part has"
+    )]
+    fn read_patched_part(
+        &self,
+        r: &cairn_meta::MetaRead,
+        ino: u64,
+        blk: u64,
+        patch: &Patch,
+        off: u64,
+        out: &mut [u8],
+        cover: &mut Cover,
+    ) -> Result<()> {
+        let bstart = blk * self.record;
+        let ext = self.committed_extent(r, ino, blk)?;
+        let base = ext.as_ref().map_or(0, |e| u64::from(e.len));
+        let len = base.max(patch.end() as u64);
+        assert!(len <= self.record, "a block longer than the record size");
+        cover.claim(out, bstart, len);
+        if let Some(ext) = &ext {
+            self.read_extent_part(r, ino, blk, ext, off, out)?;
+        }
+        zero_block_part(out, off, bstart + base, bstart + len);
+        for (at, bytes) in patch.ranges() {
+            copy_block_part(out, off, bstart + at as u64, bytes);
+        }
+        Ok(())
     }
 
     /// Bytes the dirty data may still grow by before the pool is full.
@@ -607,6 +646,19 @@ pub(crate) fn copy_block_part(out: &mut [u8], off: u64, bstart: u64, data: &[u8]
     let src = (lo - bstart) as usize;
     let n = (hi - lo) as usize;
     out[dst..dst + n].copy_from_slice(&data[src..src + n]);
+}
+
+/// Zeroes file bytes `lo..hi` where they lie in the output buffer
+/// (starting at file offset `off`).
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "offsets within the output buffer; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
+)]
+fn zero_block_part(out: &mut [u8], off: u64, lo: u64, hi: u64) {
+    let (lo, hi) = (lo.max(off), hi.min(off + out.len() as u64));
+    if lo < hi {
+        out[(lo - off) as usize..(hi - off) as usize].fill(0);
+    }
 }
 
 /// What a writer's throttle sees (bytes; see `Fs::throttle`).

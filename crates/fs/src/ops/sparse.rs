@@ -192,7 +192,7 @@ impl Fs {
         if let Some(blocks) = blocks_from_inode(i) {
             return blocks;
         }
-        let parts = self.stored_parts(&self.lock_inos(&[i.ino]), i.ino);
+        let parts = self.stored_parts(&self.lock_inos(&[i.ino]), i.ino, None);
         self.blocks_from_parts(i, parts)
     }
 
@@ -201,9 +201,9 @@ impl Fs {
     pub fn getattr_blocks(&self, ino: u64) -> Result<(Inode, u64)> {
         let (i, known) = {
             let st = self.lock_inos(&[ino]);
-            let i = self.inode(&st, ino)?;
+            let (i, tid) = self.inode_and_tid(&st, ino)?;
             // Err: the parts to look the blocks up from, gathered now.
-            let known = blocks_from_inode(&i).ok_or_else(|| self.stored_parts(&st, ino));
+            let known = blocks_from_inode(&i).ok_or_else(|| self.stored_parts(&st, ino, tid));
             (i, known)
         };
         let blocks = known.unwrap_or_else(|parts| self.blocks_from_parts(&i, parts));
@@ -226,12 +226,16 @@ impl Fs {
     /// the committed inode element (0: never committed) and the shared
     /// namespace view (a chunk's stored length does not change when
     /// reblock or GC moves it, and the view is dropped at every flush
-    /// commit and at clones).
-    fn stored_parts(&self, st: &State, ino: u64) -> Result<StoredParts> {
+    /// commit and at clones). `tid`: that create TID when the caller read
+    /// the committed inode element under this same lock.
+    fn stored_parts(&self, st: &State, ino: u64, tid: Option<u64>) -> Result<StoredParts> {
         let view = self.ns_meta(st)?;
-        let tid = view
-            .get(&ElemKey::new(ino, RecordType::Inode, &[]))?
-            .map_or(0, |e| e.create_tid);
+        let tid = match tid {
+            Some(t) => t,
+            None => view
+                .get(&ElemKey::new(ino, RecordType::Inode, &[]))?
+                .map_or(0, |e| e.create_tid),
+        };
         let mut buffered: BTreeMap<u64, u64> = BTreeMap::new();
         let mut trunc: Option<u64> = None;
         for o in st.oldest_first(ino) {

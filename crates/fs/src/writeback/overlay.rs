@@ -117,6 +117,18 @@ pub enum BlockState {
     Patch(Patch, Box<BlockState>),
 }
 
+impl BlockState {
+    /// True when reading the block reads the committed one (under a patch
+    /// or not).
+    pub fn reads_committed(&self) -> bool {
+        match self {
+            BlockState::Committed => true,
+            BlockState::Patch(_, below) => below.reads_committed(),
+            BlockState::Data(_) | BlockState::Hole => false,
+        }
+    }
+}
+
 impl Overlay {
     pub fn is_empty(&self) -> bool {
         !self.changed
