@@ -248,7 +248,7 @@ impl Fs {
     /// to the patch's end, then the patch's ranges.
     #[allow(
         clippy::too_many_arguments,
-        reason = "the read's view, block, buffer and cover, as read_extent_part has"
+        reason = "the read's view, file, block, patch, output buffer and its cover: all needed, none derivable"
     )]
     fn read_patched_part(
         &self,
