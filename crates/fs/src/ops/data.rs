@@ -264,7 +264,10 @@ impl Fs {
         let ext = self.committed_extent(r, ino, blk)?;
         let base = ext.as_ref().map_or(0, |e| u64::from(e.len));
         let len = base.max(patch.end() as u64);
-        assert!(len <= self.record, "a block longer than the record size");
+        invariant!(
+            len <= self.record,
+            "inode {ino} block {blk}: {len} bytes under a patch, more than the record size"
+        );
         cover.claim(out, bstart, len);
         if let Some(ext) = &ext {
             self.read_extent_part(r, ino, blk, ext, off, out)?;
