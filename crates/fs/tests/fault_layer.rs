@@ -101,6 +101,38 @@ fn device_read_faults_give_eio_not_wrong_bytes() {
     assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), data);
 }
 
+/// A block with a buffered patch over it (bytes written and not flushed)
+/// is read from its committed chunk plus the patch: damage under the
+/// patch gives EIO, never the patch laid over wrong bytes.
+#[test]
+fn a_damaged_chunk_under_a_buffered_patch_gives_eio() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = make_pool(d.path());
+    let mut data = pattern(1 << 20);
+    {
+        let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
+        let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+        fs.write(f.ino, 0, &data).unwrap();
+        fs.shutdown().unwrap();
+    }
+    let (fs, st) = open_faulty(&pool);
+    let dev = st.control(&pool.join("data.0"));
+    let ino = fs.lookup(ROOT_INO, b"f").unwrap().ino;
+    fs.write(ino, 2000, b"patch").unwrap();
+    data[2000..2005].copy_from_slice(b"patch");
+    let corrupt = dev.add(Fault::corrupt_reads());
+    let e = fs.read(ino, 0, 100_000).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "corrupted bytes under a patch: {e}");
+    assert!(dev.hits(corrupt) > 0);
+    dev.clear();
+    let eio = dev.add(Fault::eio(Ops::READ));
+    let e = fs.read(ino, 1000, 4096).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert!(dev.hits(eio) > 0);
+    dev.clear();
+    assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), data);
+}
+
 #[test]
 fn metadata_write_faults_fail_the_commit_and_the_pool_recovers() {
     let d = tempfile::tempdir().unwrap();
