@@ -136,7 +136,10 @@ impl WritePipe {
         }
         Ok(match self.free.pop() {
             Some(b) if b.capacity() >= cap => b,
-            _ => (self.kept.take(cap)).unwrap_or_else(|| AlignedBuf::new(cap, DIRECT_ALIGN)),
+            _ => self
+                .kept
+                .take(cap)
+                .unwrap_or_else(|| AlignedBuf::new(cap, DIRECT_ALIGN)),
         })
     }
 

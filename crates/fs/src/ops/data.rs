@@ -639,29 +639,30 @@ impl Cover {
     reason = "offsets within one record (record size <= 1 MiB, check_geometry)"
 )]
 pub(crate) fn copy_block_part(out: &mut [u8], off: u64, bstart: u64, data: &[u8]) {
-    let out_end = off + out.len() as u64;
-    let lo = off.max(bstart);
-    let hi = out_end.min(bstart + data.len() as u64);
-    if lo >= hi {
+    let Some(dst) = out_span(off, out.len(), bstart, bstart + data.len() as u64) else {
         return;
-    }
-    let dst = (lo - off) as usize;
-    let src = (lo - bstart) as usize;
-    let n = (hi - lo) as usize;
-    out[dst..dst + n].copy_from_slice(&data[src..src + n]);
+    };
+    let src = (off + dst.start as u64 - bstart) as usize;
+    out[dst.clone()].copy_from_slice(&data[src..src + dst.len()]);
 }
 
 /// Zeroes file bytes `lo..hi` where they lie in the output buffer
 /// (starting at file offset `off`).
+fn zero_block_part(out: &mut [u8], off: u64, lo: u64, hi: u64) {
+    if let Some(dst) = out_span(off, out.len(), lo, hi) {
+        out[dst].fill(0);
+    }
+}
+
+/// Where file bytes `lo..hi` lie in an output buffer of `len` bytes that
+/// starts at file offset `off`; None when they lie outside it.
 #[allow(
     clippy::cast_possible_truncation,
     reason = "offsets within the output buffer; u64 to usize is lossless: cairn-devices asserts a 64-bit target"
 )]
-fn zero_block_part(out: &mut [u8], off: u64, lo: u64, hi: u64) {
-    let (lo, hi) = (lo.max(off), hi.min(off + out.len() as u64));
-    if lo < hi {
-        out[(lo - off) as usize..(hi - off) as usize].fill(0);
-    }
+fn out_span(off: u64, len: usize, lo: u64, hi: u64) -> Option<std::ops::Range<usize>> {
+    let (lo, hi) = (lo.max(off), hi.min(off + len as u64));
+    (lo < hi).then(|| (lo - off) as usize..(hi - off) as usize)
 }
 
 /// What a writer's throttle sees (bytes; see `Fs::throttle`).
