@@ -63,6 +63,22 @@ fn first_chunk(dev: &Path) -> u64 {
     (from + i) as u64
 }
 
+/// A pool holding file "f" of `data`, committed, opened again over fault
+/// injection: the pool, the fs, its data device's faults and the file.
+fn faulty_file(dir: &Path, data: &[u8]) -> (PathBuf, Arc<Fs>, Arc<FaultControl>, u64) {
+    let pool = make_pool(dir);
+    {
+        let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
+        let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
+        fs.write(f.ino, 0, data).unwrap();
+        fs.shutdown().unwrap();
+    }
+    let (fs, st) = open_faulty(&pool);
+    let dev = st.control(&pool.join("data.0"));
+    let ino = fs.lookup(ROOT_INO, b"f").unwrap().ino;
+    (pool, fs, dev, ino)
+}
+
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 4096) as u8).collect()
 }
@@ -70,17 +86,8 @@ fn pattern(len: usize) -> Vec<u8> {
 #[test]
 fn device_read_faults_give_eio_not_wrong_bytes() {
     let d = tempfile::tempdir().unwrap();
-    let pool = make_pool(d.path());
     let data = pattern(1 << 20);
-    {
-        let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
-        let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
-        fs.write(f.ino, 0, &data).unwrap();
-        fs.shutdown().unwrap();
-    }
-    let (fs, st) = open_faulty(&pool);
-    let dev = st.control(&pool.join("data.0"));
-    let ino = fs.lookup(ROOT_INO, b"f").unwrap().ino;
+    let (pool, fs, dev, ino) = faulty_file(d.path(), &data);
     // One byte of a chunk's data flipped (its header left intact).
     let at = first_chunk(&pool.join("data.0")) + CHUNK_HEADER_LEN as u64 + 1000;
     let corrupt = dev.add(Fault::corrupt_reads().in_range(at..at + 1));
@@ -107,17 +114,8 @@ fn device_read_faults_give_eio_not_wrong_bytes() {
 #[test]
 fn a_damaged_chunk_under_a_buffered_patch_gives_eio() {
     let d = tempfile::tempdir().unwrap();
-    let pool = make_pool(d.path());
     let mut data = pattern(1 << 20);
-    {
-        let fs = Fs::open(Pool::open(&pool, None).unwrap()).unwrap();
-        let f = fs.create(Ctx::ROOT, ROOT_INO, b"f", 0o644).unwrap();
-        fs.write(f.ino, 0, &data).unwrap();
-        fs.shutdown().unwrap();
-    }
-    let (fs, st) = open_faulty(&pool);
-    let dev = st.control(&pool.join("data.0"));
-    let ino = fs.lookup(ROOT_INO, b"f").unwrap().ino;
+    let (_pool, fs, dev, ino) = faulty_file(d.path(), &data);
     fs.write(ino, 2000, b"patch").unwrap();
     data[2000..2005].copy_from_slice(b"patch");
     let corrupt = dev.add(Fault::corrupt_reads());
