@@ -20,6 +20,11 @@
 #      Cairn. No FUSE file system that the kernel asks this often runs the
 #      load faster than the crossing plus tmpfs's run (the page cache and
 #      VFS work with no file system under it), whatever its handlers do.
+#   4. Per request: one more run of each load on memfs and on Cairn with
+#      the fuse:fuse_request_send/end tracepoints; for each request type,
+#      its count and mean latency (send to reply) on both, and the time
+#      Cairn's handlers add over memfs's (count x difference), largest
+#      first: where Cairn's own cost per request is.
 # Needs root (mounts, a loop device), gcc, bindfs, postmark, btrfs-progs and
 # perf (linux-perf), installed with apt-get when missing.
 # The ceiling is also measured, not only estimated: the loads run on memfs
@@ -160,6 +165,43 @@ round() {
     rm -rf --one-file-system "$d"
 }
 
+# trace_requests LOAD TARGET: one run of LOAD on TARGET with every FUSE
+# request's send and reply traced; $W/requests.LOAD.TARGET holds, per
+# request type, its count and the sum of its latencies in microseconds.
+trace_requests() {
+    local d=$W/$2/$1.latency
+    mkdir "$d"
+    sync
+    load_cmd "$1" "$d"
+    perf record -q -a -o "$W/lat.data" -e fuse:fuse_request_send -e fuse:fuse_request_end \
+        -- "${CMD[@]}" >/dev/null 2>"$W/perf.err" ||
+        die "perf record failed: $(cat "$W/perf.err")"
+    perf script -i "$W/lat.data" 2>/dev/null | python3 -c "$REQUEST_LATENCY_PY" \
+        >"$W/requests.$1.$2"
+    rm -rf --one-file-system "$d" "$W/lat.data"
+}
+
+# Reads `perf script` of the fuse_request_send/end tracepoints; prints
+# "OPCODE COUNT MICROSECONDS" per request type (send to reply, summed).
+REQUEST_LATENCY_PY='
+import collections, re, sys
+sent, n, us = {}, collections.Counter(), collections.Counter()
+pat = re.compile(r" (\d+\.\d+): +fuse:fuse_request_(send|end): connection (\d+) req (\d+)(?: opcode \d+ \((\w+)\))?")
+for line in sys.stdin:
+    m = pat.search(line)
+    if not m:
+        continue
+    key = (m.group(3), m.group(4))
+    if m.group(2) == "send":
+        sent[key] = (float(m.group(1)), m.group(5))
+    elif key in sent:
+        t0, op = sent.pop(key)
+        n[op] += 1
+        us[op] += (float(m.group(1)) - t0) * 1e6
+for op in n:
+    print(op, n[op], round(us[op], 1))
+'
+
 # The load's own run time (no tracing), RUNS rounds on tmpfs, the native
 # directory, btrfs and Cairn, interleaved; the medians. Then one run on Cairn
 # under perf, with the daemon's request counts before and after.
@@ -195,6 +237,9 @@ for load in $LOADS; do
     curl -s "http://127.0.0.1:$METRICS_PORT/metrics" >"$W/metrics.$load.after"
     perf script -i "$W/perf.$load.data" -F comm,ip,sym 2>/dev/null >"$W/stacks.$load"
     rm -rf --one-file-system "$W/cairnmnt/$load.traced"
+    for t in memfsmnt cairnmnt; do
+        trace_requests "$load" "$t"
+    done
 done
 umount_cairn
 fusermount3 -u "$W/memfsmnt"
@@ -211,10 +256,12 @@ for load in $LOADS; do
 python3 - "$load" "$comm" "$W/stacks.$load" "$W/metrics.$load.before" \
     "$W/metrics.$load.after" "${RT[cairnmnt]}" "${RT[native]}" "${RT[bindmnt]}" \
     "${TIMES[$load,tmpfs]}" "${TIMES[$load,native]}" "${TIMES[$load,btrfsmnt]}" \
-    "${TIMES[$load,cairnmnt]}" "${TIMES[$load,memfsmnt]}" <<'EOF'
+    "${TIMES[$load,cairnmnt]}" "${TIMES[$load,memfsmnt]}" \
+    "$W/requests.$load.memfsmnt" "$W/requests.$load.cairnmnt" <<'EOF'
 import collections, re, sys
 load, waiter, stacks, before, after = sys.argv[1:6]
 rt_cairn, rt_native, rt_bindfs, tmpfs_s, native_s, btrfs_s, cairn_s, memfs_s = map(float, sys.argv[6:14])
+lat_memfs, lat_cairn = sys.argv[14:16]
 
 # Call sites: the frames between the FUSE request and the system call.
 sites = collections.Counter()
@@ -281,5 +328,20 @@ print(f"  transport) {memfs_s:.2f} s, {btrfs_s / memfs_s:.2f}x btrfs's speed; th
 print(f"  {memfs_s - bound:+.2f} s of the kernel's own work per request (copies, inodes, pages)")
 print(f"- **Cairn runs at {memfs_s / cairn_s:.2f}x the measured ceiling** (memfs's speed); its handlers")
 print(f"  and storage cost {1e6 * (cairn_s - memfs_s) / max(sum(ops.values()), 1):.2f} us a request over memfs's")
+
+def latencies(path):
+    return {op: (int(c), float(u)) for op, c, u in (l.split() for l in open(path))}
+m, c = latencies(lat_memfs), latencies(lat_cairn)
+rows = []
+for op in set(m) | set(c):
+    (mn, mu), (cn, cu) = m.get(op, (0, 0.0)), c.get(op, (0, 0.0))
+    rows.append((cu - cn * mu / mn if mn else cu, op, mn, mu / max(mn, 1), cn, cu / max(cn, 1)))
+print("\n## Per request: mean latency, send to reply (one traced run each)\n")
+print("| request | memfs count | memfs us | cairn count | cairn us | cairn's added time (count x difference, ms) |")
+print("|---|---:|---:|---:|---:|---:|")
+for added, op, mn, mmean, cn, cmean in sorted(rows, reverse=True):
+    print(f"| {op} | {mn} | {mmean:.1f} | {cn} | {cmean:.1f} | {added / 1e3:.1f} |")
+tm, tc = sum(u for _, u in m.values()), sum(u for _, u in c.values())
+print(f"\n- time in requests: memfs {tm / 1e6:.2f} s, cairn {tc / 1e6:.2f} s ({tc / max(tm, 1):.2f}x)")
 EOF
 done
