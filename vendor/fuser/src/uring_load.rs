@@ -14,7 +14,7 @@
 //! also have waited for a CPU more than `HOST_PRESSURE` of the period: the
 //! run queue read at one instant also counts the hand-offs of a load that
 //! waits on the daemon (postmark: 13-23% of its periods looked busy, and
-//! each cost its ring threads two policy changes per request), which stall
+//! each cost its ring threads two policy changes per batch), which stall
 //! the host 8-15% of the time, where a load that keeps the CPUs busy
 //! stalls it close to all of the time.
 
