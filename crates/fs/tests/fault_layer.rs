@@ -79,6 +79,23 @@ fn faulty_file(dir: &Path, data: &[u8]) -> (PathBuf, Arc<Fs>, Arc<FaultControl>,
     (pool, fs, dev, ino)
 }
 
+/// With `fault` on the device, reading `len` bytes of `ino` at `off` fails
+/// with EIO (`what` says which damage) and touched the fault; the device
+/// is healthy again afterwards.
+fn read_gives_eio(
+    fs: &Fs,
+    dev: &FaultControl,
+    fault: Fault,
+    (ino, off, len): (u64, u64, u32),
+    what: &str,
+) {
+    let id = dev.add(fault);
+    let e = fs.read(ino, off, len).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{what}: {e}");
+    assert!(dev.hits(id) > 0, "{what}: the read did not reach the fault");
+    dev.clear();
+}
+
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 4096) as u8).collect()
 }
@@ -90,21 +107,13 @@ fn device_read_faults_give_eio_not_wrong_bytes() {
     let (pool, fs, dev, ino) = faulty_file(d.path(), &data);
     // One byte of a chunk's data flipped (its header left intact).
     let at = first_chunk(&pool.join("data.0")) + CHUNK_HEADER_LEN as u64 + 1000;
-    let corrupt = dev.add(Fault::corrupt_reads().in_range(at..at + 1));
-    let e = fs.read(ino, 0, 100_000).unwrap_err();
-    assert_eq!(e.errno(), libc::EIO, "corrupted bytes: {e}");
-    assert!(dev.hits(corrupt) > 0);
-    dev.clear();
+    let flip = Fault::corrupt_reads().in_range(at..at + 1);
+    read_gives_eio(&fs, &dev, flip, (ino, 0, 100_000), "corrupted bytes");
     // Every byte of every read flipped.
-    dev.add(Fault::corrupt_reads());
-    let e = fs.read(ino, 500_000, 100_000).unwrap_err();
-    assert_eq!(e.errno(), libc::EIO, "corrupted bytes: {e}");
-    dev.clear();
-    let eio = dev.add(Fault::eio(Ops::READ));
-    let e = fs.read(ino, 300_000, 4096).unwrap_err();
-    assert_eq!(e.errno(), libc::EIO, "{e}");
-    assert!(dev.hits(eio) > 0);
-    dev.clear();
+    let all = Fault::corrupt_reads();
+    read_gives_eio(&fs, &dev, all, (ino, 500_000, 100_000), "corrupted bytes");
+    let eio = Fault::eio(Ops::READ);
+    read_gives_eio(&fs, &dev, eio, (ino, 300_000, 4096), "a failed read");
     assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), data);
 }
 
@@ -118,16 +127,17 @@ fn a_damaged_chunk_under_a_buffered_patch_gives_eio() {
     let (_pool, fs, dev, ino) = faulty_file(d.path(), &data);
     fs.write(ino, 2000, b"patch").unwrap();
     data[2000..2005].copy_from_slice(b"patch");
-    let corrupt = dev.add(Fault::corrupt_reads());
-    let e = fs.read(ino, 0, 100_000).unwrap_err();
-    assert_eq!(e.errno(), libc::EIO, "corrupted bytes under a patch: {e}");
-    assert!(dev.hits(corrupt) > 0);
-    dev.clear();
-    let eio = dev.add(Fault::eio(Ops::READ));
-    let e = fs.read(ino, 1000, 4096).unwrap_err();
-    assert_eq!(e.errno(), libc::EIO, "{e}");
-    assert!(dev.hits(eio) > 0);
-    dev.clear();
+    let all = Fault::corrupt_reads();
+    let what = "corrupted bytes under a patch";
+    read_gives_eio(&fs, &dev, all, (ino, 0, 100_000), what);
+    let eio = Fault::eio(Ops::READ);
+    read_gives_eio(
+        &fs,
+        &dev,
+        eio,
+        (ino, 1000, 4096),
+        "a failed read under a patch",
+    );
     assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), data);
 }
 
