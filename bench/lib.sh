@@ -117,15 +117,35 @@ unmount_fuse_targets() {
 }
 
 # mount_memfs DIR: serves $MEMFS (crates/fuse/examples/memfs.rs) on DIR in
-# the background, once it is mounted.
+# the background, once it is mounted; in a session of its own, as `cairn
+# mount` starts Cairn's daemon and libfuse starts bindfs. With autogroup
+# scheduling (kernel.sched_autogroup_enabled, on in Debian's kernels) each
+# session is a CPU group: a daemon in the load's own group answers each
+# request about 1 us sooner (the two task switches stay in one group), so a
+# memfs started in the bench's session measured a ceiling about 5% above
+# what a daemon of its own reaches (docs/transport.md, "The round-trip
+# floor").
 mount_memfs() {
-    "$MEMFS" "$1" >"$1.log" 2>&1 &
-    local _
+    setsid "$MEMFS" "$1" >"$1.log" 2>&1 </dev/null &
+    local pid _
     for _ in $(seq 50); do
-        is_mounted "$1" && return 0
+        if is_mounted "$1"; then
+            pid=$(pgrep -xf "$MEMFS $1") || die "memfs serving $1 not found"
+            in_own_session "$pid" || die "memfs (pid $pid) does not lead a session of its own"
+            return 0
+        fi
         sleep 0.1
     done
     die "memfs did not mount on $1: $(cat "$1.log")"
+}
+
+# in_own_session PID: true when process PID leads a session other than this
+# shell's (a daemon the way `cairn mount` and libfuse start theirs).
+in_own_session() {
+    local theirs ours
+    theirs=$(ps -o sid= -p "$1" | tr -d ' ')
+    ours=$(ps -o sid= -p $$ | tr -d ' ')
+    [ -n "$theirs" ] && [ "$theirs" = "$1" ] && [ "$theirs" != "$ours" ]
 }
 
 drop_caches() {
