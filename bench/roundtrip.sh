@@ -29,8 +29,9 @@
 # perf (linux-perf), installed with apt-get when missing.
 # The ceiling is also measured, not only estimated: the loads run on memfs
 # (crates/fuse/examples/memfs.rs), an in-memory FUSE file system served
-# with Cairn's own mount options, INIT capabilities and transport, whose
-# handlers cost next to nothing; Cairn's time over memfs's is its own.
+# with Cairn's own mount options, INIT capabilities and transport, in a
+# session of its own as Cairn's daemon is (bench/lib.sh, `mount_memfs`),
+# whose handlers cost next to nothing; Cairn's time over memfs's is its own.
 #
 # Environment (defaults): RUNS=3 RT_CALLS=200000 PM_FILES=5000
 #   PM_TRANSACTIONS=20000 PM_SUBDIRS=10 UNTAR_FILES=30000 UNTAR_MAX_KB=16
