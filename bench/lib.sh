@@ -139,13 +139,11 @@ mount_memfs() {
     die "memfs did not mount on $1: $(cat "$1.log")"
 }
 
-# in_own_session PID: true when process PID leads a session other than this
-# shell's (a daemon the way `cairn mount` and libfuse start theirs).
+# in_own_session PID: true when process PID leads a session (its session
+# id is its own pid), so not this shell's: a daemon the way `cairn mount`
+# and libfuse start theirs.
 in_own_session() {
-    local theirs ours
-    theirs=$(ps -o sid= -p "$1" | tr -d ' ')
-    ours=$(ps -o sid= -p $$ | tr -d ' ')
-    [ -n "$theirs" ] && [ "$theirs" = "$1" ] && [ "$theirs" != "$ours" ]
+    [ "$(ps -o sid= -p "$1" | tr -d ' ')" = "$1" ]
 }
 
 drop_caches() {
