@@ -534,9 +534,12 @@ impl Segments {
     /// let writes (and fsyncs) take bytes no flush can store.
     pub(crate) fn free_bytes(&self) -> u64 {
         let (_, free_slots) = self.devices.slot_totals();
-        let copies = (self.policy.read().most_copies())
-            .min(self.devices.segment_domains())
-            .max(1) as u64;
+        // Counting the failure domains walks the devices: only a policy
+        // with copies needs it (a write's space check asks every time).
+        let copies = match self.policy.read().most_copies() {
+            0 | 1 => 1,
+            c => c.min(self.devices.segment_domains()).max(1) as u64,
+        };
         free_slots / copies * self.segment_size + self.open_tail.load(Ordering::Relaxed)
     }
 }

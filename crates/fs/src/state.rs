@@ -20,10 +20,17 @@ use crate::vfs::Fs;
 use crate::writeback::committing::Committing;
 use crate::writeback::overlay::{InoMap, InoSet, Overlay};
 use parking_lot::MutexGuard;
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-/// Shards of the state. A power of two well above the core count.
+/// Shards of the state. A power of two well above the core count, and at
+/// most 64: `lock_inos` gathers an operation's shards in a 64-bit mask.
 pub(crate) const SHARDS: usize = 64;
+const _: () = assert!(SHARDS <= 64 && SHARDS.is_power_of_two());
+
+/// The shards one operation holds with their guards and counters: a few,
+/// kept inline (no allocation per operation); a flush holds them all.
+type Guards<'a> = SmallVec<[(usize, MutexGuard<'a, Shard>, Load); 4]>;
 
 #[allow(
     clippy::cast_possible_truncation,
@@ -97,7 +104,7 @@ impl Load {
 /// committed (they change only with every shard locked, so they are fixed
 /// while any is held).
 pub(crate) struct State<'a> {
-    held: Vec<(usize, MutexGuard<'a, Shard>, Load)>,
+    held: Guards<'a>,
     pub flushing: Committing,
     load: &'a DirtyLoad,
     /// The shards' ranks (`lock_rank.rs`), forgotten after the guards go.
@@ -210,26 +217,27 @@ impl Drop for State<'_> {
 impl Fs {
     /// Locks the shards of `inos` (in shard order).
     pub(crate) fn lock_inos(&self, inos: &[u64]) -> State<'_> {
-        let mut idx: Vec<usize> = inos.iter().map(|&i| shard_of(i)).collect();
-        idx.sort_unstable();
-        idx.dedup();
-        self.lock_shards(idx)
+        let mask = inos.iter().fold(0u64, |m, &i| m | 1 << shard_of(i));
+        // The set bits, lowest first: the shards in increasing order.
+        let idx = (0..SHARDS).filter(|&i| mask & (1 << i) != 0);
+        self.lock_shards(idx, mask.count_ones() as usize)
     }
 
     /// Locks shard `i` alone.
     pub(crate) fn lock_shard(&self, i: usize) -> State<'_> {
-        self.lock_shards(vec![i])
+        assert!(i < SHARDS, "shard {i} of {SHARDS}");
+        self.lock_shards(std::iter::once(i), 1)
     }
 
     /// Locks every shard (in order): a consistent cut of all changes.
     pub(crate) fn lock_all(&self) -> State<'_> {
-        self.lock_shards((0..SHARDS).collect())
+        self.lock_shards(0..SHARDS, SHARDS)
     }
 
-    fn lock_shards(&self, idx: Vec<usize>) -> State<'_> {
-        let mut ranks = Vec::with_capacity(idx.len());
-        let held = idx
-            .into_iter()
+    /// Locks the `n` shards `idx` (in increasing order).
+    fn lock_shards(&self, idx: impl Iterator<Item = usize>, n: usize) -> State<'_> {
+        let mut ranks = Vec::with_capacity(n);
+        let held: Guards<'_> = idx
             .map(|i| {
                 ranks.push(Held::take(Rank::shard(i)));
                 let g = self.st_wait.lock(&self.shards[i]);
@@ -237,6 +245,7 @@ impl Fs {
                 (i, g, l)
             })
             .collect();
+        assert_eq!(held.len(), n, "shards locked");
         State {
             held,
             flushing: self.flushing.read().clone(),
@@ -253,7 +262,7 @@ impl Fs {
         inos: &[u64],
         mut op: impl FnMut(&mut State<'_>) -> Result<T>,
     ) -> Result<T> {
-        let mut inos = inos.to_vec();
+        let mut inos: SmallVec<[u64; 4]> = SmallVec::from_slice(inos);
         loop {
             let mut st = if inos.len() > SHARDS / 2 {
                 self.lock_all()

@@ -8,7 +8,7 @@ use crate::lock_rank::{Rank, Ranked};
 use crate::pool::Pool;
 use crate::types::{DirEnt, Extent, FileKind, Inode, Time, MAX_NAME};
 use crate::writeback::committing::Committing;
-use crate::writeback::overlay::{BlockState, Overlay};
+use crate::writeback::overlay::{BlockState, DirKey, Overlay};
 use cairn_data::ChunkRec;
 use cairn_meta::{ElemKey, MetaError, MetaRead, RecordType};
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -440,9 +440,11 @@ impl Fs {
             Some(Some(i)) => Ok((i, None)),
             Some(None) => Err(FsError::NotFound),
             None => {
-                let e = self
-                    .ns_meta(st)?
-                    .get(&ElemKey::new(ino, RecordType::Inode, &[]))?
+                let view = self.ns_meta(st)?;
+                if !view.may_hold_inode(ino) {
+                    return Err(FsError::NotFound);
+                }
+                let e = (view.get(&ElemKey::new(ino, RecordType::Inode, &[])))?
                     .ok_or(FsError::NotFound)?;
                 Ok((Inode::decode(ino, &e.payload)?, Some(e.create_tid)))
             }
@@ -459,18 +461,38 @@ impl Fs {
 
     /// The entry `name` of directory `dir`, if any.
     pub(crate) fn dirent(&self, st: &State, dir: u64, name: &[u8]) -> Result<Option<DirEnt>> {
+        self.dirent_keyed(st, dir, name).map(|(_, e)| e)
+    }
+
+    /// The entry `name` of directory `dir`, if any, and its subkey (for a
+    /// change of the entry that follows: a name is hashed, and in an
+    /// encrypted pool sealed, once).
+    pub(crate) fn dirent_keyed(
+        &self,
+        st: &State,
+        dir: u64,
+        name: &[u8],
+    ) -> Result<(DirKey, Option<DirEnt>)> {
         if name.len() > MAX_NAME {
             return Err(FsError::NameTooLong);
         }
         st.need(dir)?;
-        let sk = self.names().dirent_subkey(dir, name);
-        let from = |o: &Overlay| o.dirents.get(&dir).and_then(|m| m.get(&sk)).cloned();
+        let sk = DirKey::new(self.names().dirent_subkey(dir, name));
+        let e = self.dirent_at(st, dir, &sk)?;
+        Ok((sk, e))
+    }
+
+    /// The entry of directory `dir` with subkey `sk`, if any.
+    fn dirent_at(&self, st: &State, dir: u64, sk: &DirKey) -> Result<Option<DirEnt>> {
+        let from = |o: &Overlay| o.dirents.get(&dir).and_then(|m| m.get(sk)).cloned();
         if let Some(e) = st.newest(dir, from) {
             return Ok(e);
         }
-        let e = self
-            .ns_meta(st)?
-            .get(&ElemKey::new(dir, RecordType::DirEntry, &sk))?;
+        let view = self.ns_meta(st)?;
+        if !view.may_hold_inode(dir) {
+            return Ok(None);
+        }
+        let e = view.get(&ElemKey::new(dir, RecordType::DirEntry, sk.as_bytes()))?;
         e.map(|e| DirEnt::decode(&e.payload)).transpose()
     }
 
@@ -492,7 +514,11 @@ impl Fs {
         if let Some(v) = st.newest(ino, from) {
             return Ok(v);
         }
-        let e = self.ns_meta(st)?.get(&self.names().xattr_key(ino, name))?;
+        let view = self.ns_meta(st)?;
+        if !view.may_hold_inode(ino) {
+            return Ok(None);
+        }
+        let e = view.get(&self.names().xattr_key(ino, name))?;
         Ok(e.map(|e| e.payload))
     }
 
@@ -501,7 +527,13 @@ impl Fs {
         st.need(ino)?;
         let prefix = ElemKey::prefix(ino, RecordType::Xattr);
         let mut m = std::collections::BTreeMap::new();
-        for e in self.ns_meta(st)?.scan(&prefix, None, usize::MAX)? {
+        let view = self.ns_meta(st)?;
+        let committed = if view.may_hold_inode(ino) {
+            view.scan(&prefix, None, usize::MAX)?
+        } else {
+            Vec::new()
+        };
+        for e in committed {
             let name = self.names().xattr_name(ino, e.key.sub())?;
             m.insert(name.into_owned(), true);
         }

@@ -814,6 +814,7 @@ impl MetaStore {
                 salvage: self.salvage,
                 named: self.named.clone(),
                 seal: self.seal.clone(),
+                ino_bound: std::sync::OnceLock::new(),
                 txn,
             })
         })

@@ -163,18 +163,15 @@ impl Fs {
             if p.nlink == 0 {
                 return Err(FsError::NotFound);
             }
-            if self.dirent(st, parent, name)?.is_some() {
+            let (key, found) = self.dirent_keyed(st, parent, name)?;
+            if found.is_some() {
                 return Err(FsError::Exists);
             }
             self.inherit_nohistory(st, parent, ino)?;
             self.inherit_layout(st, parent, ino)?;
             let i = Self::new_inode(ino, ctx, &p, kind, mode, rdev);
             st.put_inode(i.clone());
-            st.dirty(parent).put_dirent(
-                parent,
-                self.names().dirent_subkey(parent, name),
-                Some(DirEnt { ino: i.ino, kind }),
-            );
+            (st.dirty(parent)).put_entry(parent, key, Some(DirEnt { ino: i.ino, kind }));
             p.mtime = i.mtime;
             p.ctime = i.mtime;
             if kind == FileKind::Dir {
@@ -312,7 +309,8 @@ impl Fs {
 
     fn remove_locked(&self, st: &mut State, parent: u64, name: &[u8], dir: bool) -> Result<()> {
         let mut p = self.dir_inode(st, parent)?;
-        let e = self.dirent(st, parent, name)?.ok_or(FsError::NotFound)?;
+        let (key, e) = self.dirent_keyed(st, parent, name)?;
+        let e = e.ok_or(FsError::NotFound)?;
         let i = self.inode(st, e.ino)?;
         match (dir, i.kind == FileKind::Dir) {
             (true, false) => return Err(FsError::NotDir),
@@ -334,8 +332,7 @@ impl Fs {
             i.ino
         );
         let now = Self::now();
-        st.dirty(parent)
-            .put_dirent(parent, self.names().dirent_subkey(parent, name), None);
+        st.dirty(parent).put_entry(parent, key, None);
         if dir {
             p.nlink -= 1;
         }

@@ -7,6 +7,7 @@
 use crate::error::Result;
 use crate::types::{DirEnt, FileKind};
 use crate::vfs::{Fs, State};
+use crate::writeback::overlay::DirKey;
 use cairn_meta::{ElemKey, RecordType};
 use std::collections::BTreeMap;
 
@@ -74,9 +75,12 @@ impl Fs {
         let prefix = ElemKey::prefix(dir, RecordType::DirEntry);
         let lo = (after + 1).to_be_bytes().to_vec();
         let from = ElemKey::new(dir, RecordType::DirEntry, &lo);
-        let committed = self
-            .ns_meta(st)?
-            .scan(&prefix, Some(from.as_bytes()), limit)?;
+        let view = self.ns_meta(st)?;
+        let committed = if view.may_hold_inode(dir) {
+            view.scan(&prefix, Some(from.as_bytes()), limit)?
+        } else {
+            Vec::new()
+        };
         let mut cutoff = match committed.last() {
             Some(e) if committed.len() >= limit => Some(e.key.sub().to_vec()),
             _ => None,
@@ -89,13 +93,15 @@ impl Fs {
             let Some(m) = o.dirents.get(&dir) else {
                 continue;
             };
-            for (taken, (k, v)) in m.range(lo.clone()..).enumerate() {
-                if cutoff.as_ref().is_some_and(|c| k > c) {
+            let from = DirKey::new(lo.clone());
+            for (taken, (k, v)) in m.range(from..).enumerate() {
+                let k = k.as_bytes();
+                if cutoff.as_ref().is_some_and(|c| k > c.as_slice()) {
                     break;
                 }
-                merged.insert(k.clone(), *v);
+                merged.insert(k.to_vec(), *v);
                 if taken + 1 >= limit {
-                    cutoff = Some(k.clone());
+                    cutoff = Some(k.to_vec());
                     break;
                 }
             }

@@ -1253,7 +1253,7 @@ fn apply_overlay(
     }
     for (&dir, ents) in &ov.dirents {
         for (sk, ent) in ents {
-            let key = ElemKey::new(dir, RecordType::DirEntry, sk);
+            let key = ElemKey::new(dir, RecordType::DirEntry, sk.as_bytes());
             match ent {
                 Some(d) => w.put(&key, &d.encode(), tid)?,
                 None => w.end(&key, tid)?,

@@ -22,7 +22,7 @@ use crate::writeback::intent_record::{self as rec, put_bytes, put_opt, put_u32, 
 use crate::writeback::intent_record::{Entry, T_BLOCK, T_DELETE, T_DIRENT, T_INODE, T_ORPHAN};
 use crate::writeback::intent_record::{T_PATCH, T_SYMLINK, T_TRUNC, T_XATTR};
 use crate::writeback::log_file::{Damage, LogError, LogFile, OnDamage, Place, Record};
-use crate::writeback::overlay::{Overlay, Unlogged};
+use crate::writeback::overlay::{DirKey, Overlay, Unlogged};
 use crate::writeback::patch::Patch;
 use crate::writeback::tick::Marks;
 use std::collections::HashMap;
@@ -983,11 +983,14 @@ fn encode_values(ov: &Overlay, u: &Unlogged, w: &mut Vec<u8>) {
             put_bytes(w, t);
         }
     }
-    for (dir, sk) in &u.dirents {
-        if let Some(e) = ov.dirents.get(dir).and_then(|m| m.get(sk)) {
+    for &(dir, lead) in &u.dirents {
+        let Some(m) = ov.dirents.get(&dir) else {
+            continue;
+        };
+        for (sk, e) in DirKey::with_lead(m, lead) {
             w.push(T_DIRENT);
-            put_u64(w, *dir);
-            put_bytes(w, sk);
+            put_u64(w, dir);
+            put_bytes(w, sk.as_bytes());
             put_opt(w, e.as_ref().map(DirEnt::encode).as_deref());
         }
     }
@@ -1077,4 +1080,55 @@ fn entry_ino(e: &Entry) -> Option<u64> {
         Entry::Delete(ino) | Entry::Orphan { ino, .. } => *ino,
         Entry::Snapshot(_) => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{dirent_subkey, FileKind};
+
+    /// A record names changed entries by their directory and the first 8
+    /// bytes of their subkey: two entries that share them (names whose
+    /// hashes agree there) are both logged, with their own values, and an
+    /// entry that did not change is not.
+    #[test]
+    fn entries_that_share_a_leading_hash_are_all_logged() {
+        let mut ov = Overlay::default();
+        let twin = |name: &[u8]| {
+            let mut k = dirent_subkey(b"a");
+            k.truncate(8);
+            k.push(u8::try_from(name.len()).unwrap());
+            k.extend_from_slice(name);
+            k
+        };
+        let ent = |ino| {
+            Some(DirEnt {
+                ino,
+                kind: FileKind::File,
+            })
+        };
+        ov.put_dirent(7, dirent_subkey(b"quiet"), ent(40));
+        ov.unlogged = Unlogged::default();
+        ov.put_dirent(7, twin(b"a"), ent(41));
+        ov.put_dirent(7, twin(b"b"), None);
+        ov.put_dirent(8, twin(b"c"), ent(43));
+        assert_eq!(ov.unlogged.dirents.len(), 2, "one per directory and lead");
+        let mut w = Vec::new();
+        encode_values(&ov, &ov.unlogged, &mut w);
+        let mut got: Vec<(u64, Vec<u8>, Option<u64>)> = rec::decode(&w, 1 << 17)
+            .unwrap()
+            .into_iter()
+            .map(|e| match e {
+                Entry::Dirent { dir, subkey, ent } => (dir, subkey.to_vec(), ent.map(|d| d.ino)),
+                _ => panic!("not an entry"),
+            })
+            .collect();
+        got.sort();
+        let want = vec![
+            (7, twin(b"a"), Some(41)),
+            (7, twin(b"b"), None),
+            (8, twin(b"c"), Some(43)),
+        ];
+        assert_eq!(got, want);
+    }
 }

@@ -7,8 +7,47 @@
 
 use crate::types::{DirEnt, Inode};
 use crate::writeback::patch::Patch;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+
+/// A directory entry's subkey (`types::dirent_subkey`: name hash
+/// big-endian, length, name) as an overlay's ordered maps keep it: its
+/// first 8 bytes also inline, as a number, so that comparisons, nearly all
+/// decided by them, read no heap memory (a look-up in a directory of
+/// thousands of buffered entries otherwise misses the cache at each
+/// step). Orders, and is equal, as the bytes are.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct DirKey {
+    lead: u64,
+    bytes: Vec<u8>,
+}
+
+impl DirKey {
+    pub fn new(bytes: Vec<u8>) -> Self {
+        let mut lead = [0u8; 8];
+        let n = bytes.len().min(8);
+        lead[..n].copy_from_slice(&bytes[..n]);
+        DirKey {
+            lead: u64::from_be_bytes(lead),
+            bytes,
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The first 8 bytes, as a number (zeros past a shorter key's end).
+    pub fn lead(&self) -> u64 {
+        self.lead
+    }
+
+    /// The keys of `m` whose first 8 bytes are `lead`, in order.
+    pub fn with_lead<V>(m: &BTreeMap<DirKey, V>, lead: u64) -> impl Iterator<Item = (&DirKey, &V)> {
+        let from = DirKey::new(lead.to_be_bytes().to_vec());
+        m.range(from..).take_while(move |(k, _)| k.lead == lead)
+    }
+}
 
 /// A buffered file block: the bytes from the block start (the rest of the
 /// block up to the record size reads as zeros). Empty means a hole.
@@ -25,7 +64,7 @@ pub struct Overlay {
     /// None = the inode and every element of it are deleted.
     pub inodes: InoMap<Option<Inode>>,
     /// Per directory: dirent subkey -> entry (None = removed).
-    pub dirents: InoMap<BTreeMap<Vec<u8>, Option<DirEnt>>>,
+    pub dirents: InoMap<BTreeMap<DirKey, Option<DirEnt>>>,
     /// Per file: block index -> data.
     pub blocks: InoMap<BTreeMap<u64, Block>>,
     /// Per file: block index -> bytes written over a block not read
@@ -57,13 +96,20 @@ pub struct Overlay {
 /// The keys an fsync must write to the intent log: changed since the last
 /// record. Values are taken from the overlay when the record is written,
 /// except truncations, which are kept in order with their cut points.
+/// Sets, not ordered ones: every change inserts into them, and an fsync,
+/// which reads them, comes far less often (the order of a record's
+/// entries of one kind does not matter: each names its key). Names are
+/// chosen by clients, so their sets hash with a random key.
 #[derive(Default, Clone)]
 pub struct Unlogged {
-    pub inodes: BTreeSet<u64>,
-    pub dirents: BTreeSet<(u64, Vec<u8>)>,
-    pub symlinks: BTreeSet<u64>,
-    pub xattrs: BTreeSet<(u64, Vec<u8>)>,
-    pub orphans: BTreeSet<u64>,
+    pub inodes: InoSet,
+    /// (directory, leading 8 bytes of a subkey: `DirKey::lead`): the
+    /// record logs every entry of the directory that starts with them
+    /// (more than one only when two names' hashes agree there).
+    pub dirents: HashSet<(u64, u64)>,
+    pub symlinks: InoSet,
+    pub xattrs: HashSet<(u64, Vec<u8>)>,
+    pub orphans: InoSet,
     pub truncs: Vec<(u64, u64)>,
     /// (inode, block) -> the byte range changed in it.
     pub blocks: BTreeMap<(u64, u64), (u32, u32)>,
@@ -282,9 +328,14 @@ impl Overlay {
     }
 
     pub fn put_dirent(&mut self, dir: u64, subkey: Vec<u8>, ent: Option<DirEnt>) {
+        self.put_entry(dir, DirKey::new(subkey), ent);
+    }
+
+    /// `put_dirent` with the subkey as a look-up made it.
+    pub fn put_entry(&mut self, dir: u64, key: DirKey, ent: Option<DirEnt>) {
         self.changed = true;
-        self.unlogged.dirents.insert((dir, subkey.clone()));
-        self.dirents.entry(dir).or_default().insert(subkey, ent);
+        self.unlogged.dirents.insert((dir, key.lead));
+        self.dirents.entry(dir).or_default().insert(key, ent);
     }
 
     pub fn put_symlink(&mut self, ino: u64, target: Vec<u8>) {
@@ -413,9 +464,9 @@ impl Overlay {
 
 /// Adds the entries of `older` that `newer` does not override, skipping
 /// objects that `gone` says were deleted since.
-fn merge_maps<V>(
-    newer: &mut InoMap<BTreeMap<Vec<u8>, V>>,
-    older: InoMap<BTreeMap<Vec<u8>, V>>,
+fn merge_maps<K: Ord, V>(
+    newer: &mut InoMap<BTreeMap<K, V>>,
+    older: InoMap<BTreeMap<K, V>>,
     gone: impl Fn(&u64) -> bool,
 ) {
     for (ino, m) in older {
@@ -524,11 +575,11 @@ impl Unlogged {
         // `append` takes the other map whole when this one is empty (a
         // seal under every shard lock merges 64 shards, most empty, one
         // a volume's with thousands of blocks).
-        self.inodes.append(&mut o.inodes);
-        self.dirents.append(&mut o.dirents);
-        self.symlinks.append(&mut o.symlinks);
-        self.xattrs.append(&mut o.xattrs);
-        self.orphans.append(&mut o.orphans);
+        merge_set(&mut self.inodes, o.inodes);
+        merge_set(&mut self.dirents, o.dirents);
+        merge_set(&mut self.symlinks, o.symlinks);
+        merge_set(&mut self.xattrs, o.xattrs);
+        merge_set(&mut self.orphans, o.orphans);
         self.truncs.extend(o.truncs);
         self.blocks.append(&mut o.blocks);
         self.bytes += o.bytes;
@@ -561,4 +612,16 @@ impl Unlogged {
         }
         parts
     }
+}
+
+/// Adds `from` to `to`, inserting the smaller set into the larger (a seal
+/// under every shard lock merges 64 shards' sets, most of them empty).
+fn merge_set<T: Eq + std::hash::Hash, S: std::hash::BuildHasher>(
+    to: &mut HashSet<T, S>,
+    mut from: HashSet<T, S>,
+) {
+    if to.len() < from.len() {
+        std::mem::swap(to, &mut from);
+    }
+    to.extend(from);
 }

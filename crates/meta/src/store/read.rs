@@ -23,6 +23,8 @@ pub struct MetaRead {
     pub(super) named: Arc<super::BornNames>,
     /// How element values are stored (the store's).
     pub(super) seal: ValueSeal,
+    /// The inode counter of this snapshot, read once (`may_hold_inode`).
+    pub(super) ino_bound: std::sync::OnceLock<u64>,
 }
 
 /// A read view's `fresh_v1` and its merge counter `hist_merges`.
@@ -33,6 +35,23 @@ pub(super) struct FreshSnap {
 }
 
 impl MetaRead {
+    /// Whether this snapshot can hold elements of inode `ino`. A commit
+    /// stores the inode counter with the elements it writes (as do a
+    /// mirror apply and a rebuild), so an inode numbered at or past the
+    /// counter was made after this snapshot and has nothing in it: its
+    /// look-ups need no descent of the tree. Always true in a salvage
+    /// view (a damaged counter must not hide elements), in a store
+    /// without the counter, and when it cannot be read.
+    pub fn may_hold_inode(&self, ino: u64) -> bool {
+        let bound = *self
+            .ino_bound
+            .get_or_init(|| match self.counter("next_ino") {
+                Ok(n) if n > 0 && !self.salvage => n,
+                _ => u64::MAX,
+            });
+        ino < bound
+    }
+
     /// This snapshot's `fresh_v1` and merge counter, opened once.
     fn fresh_snap(&self) -> Result<&FreshSnap> {
         if let Some(f) = self.fresh.get() {

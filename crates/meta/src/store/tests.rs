@@ -37,6 +37,32 @@ mod basics {
         assert!(r.get_asof(&k, 200).unwrap().is_none());
     }
 
+    /// A view bounds the inodes it can hold by the inode counter of its
+    /// snapshot; without the counter (or in a salvage view) it bounds
+    /// nothing.
+    #[test]
+    fn the_inode_counter_bounds_what_a_view_holds() {
+        let (d, s) = store();
+        assert!(
+            s.read().unwrap().may_hold_inode(u64::MAX - 1),
+            "no counter yet"
+        );
+        s.write(|w| w.set_counter("next_ino", 100)).unwrap();
+        let r = s.read().unwrap();
+        assert!(r.may_hold_inode(99));
+        assert!(!r.may_hold_inode(100));
+        assert!(!r.may_hold_inode(5000));
+        s.write(|w| w.set_counter("next_ino", 200)).unwrap();
+        assert!(
+            !r.may_hold_inode(150),
+            "an open view keeps its snapshot's bound"
+        );
+        assert!(s.read().unwrap().may_hold_inode(150));
+        drop((r, s));
+        let salvage = MetaStore::open_salvage(&d.path().join("m.redb")).unwrap();
+        assert!(salvage.read().unwrap().may_hold_inode(5000));
+    }
+
     /// TIDs only grow: an element ended at (or before) the TID that made
     /// it, one made at TID_MAX, or a TID logged again, is a violated
     /// invariant, and so is a new chunk recorded over a stored one; the
