@@ -219,7 +219,11 @@ impl Fs {
     pub(crate) fn lock_inos(&self, inos: &[u64]) -> State<'_> {
         let mask = inos.iter().fold(0u64, |m, &i| m | 1 << shard_of(i));
         // The set bits, lowest first: the shards in increasing order.
-        let idx = (0..SHARDS).filter(|&i| mask & (1 << i) != 0);
+        let idx = std::iter::successors((mask != 0).then_some(mask), |m| {
+            let rest = m & (m - 1);
+            (rest != 0).then_some(rest)
+        })
+        .map(|m| m.trailing_zeros() as usize);
         self.lock_shards(idx, mask.count_ones() as usize)
     }
 
