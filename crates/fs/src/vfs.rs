@@ -184,7 +184,7 @@ impl Fs {
                 0
             })
         };
-        let (next_ino, last_tid) = (counter("next_ino"), counter("last_tid"));
+        let (next_ino, last_tid) = (counter(cairn_meta::tables::NEXT_INO), counter("last_tid"));
         let root = ElemKey::new(crate::types::ROOT_INO, RecordType::Inode, &[]);
         let why = match r.get(&root) {
             Ok(Some(_)) => None,
@@ -216,7 +216,7 @@ impl Fs {
     /// The in-memory state of a pool just opened: nothing buffered yet.
     fn with_pool(pool: Pool) -> Result<Fs> {
         let r = pool.meta.read()?;
-        let next_ino = r.counter("next_ino")?;
+        let next_ino = r.counter(cairn_meta::tables::NEXT_INO)?;
         let last_tid = r.counter("last_tid")?;
         drop(r);
         Ok(Fs::with_counters(pool, next_ino, last_tid))

@@ -21,6 +21,9 @@ pub const SEGMENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("segments
 pub const STRIPES: TableDefinition<u64, &[u8]> = TableDefinition::new("stripes_v1");
 /// Counters: "last_tid", "next_ino", "next_chunk", "next_segment", ...
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters_v1");
+/// The counter of inode numbers: above every inode with elements
+/// (`MetaRead::may_hold_inode`).
+pub const NEXT_INO: &str = "next_ino";
 /// Commit log: tid -> unix time of the commit in nanoseconds.
 pub const TIDS: TableDefinition<u64, u64> = TableDefinition::new("tids_v1");
 /// Inode number epochs: first inode number a writable open could hand out

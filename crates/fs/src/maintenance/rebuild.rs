@@ -252,7 +252,10 @@ fn adopt(r: &MetaRead, rs: u64, segs: &HashMap<u64, SegmentRec>, f: &mut Found, 
         .max()
         .copied()
         .unwrap_or(ROOT_INO);
-    let lf = r.counter("next_ino").unwrap_or(0).max(seen_max + 1);
+    let lf = r
+        .counter(cairn_meta::tables::NEXT_INO)
+        .unwrap_or(0)
+        .max(seen_max + 1);
     let name = match root_has(f, "lost+found") {
         true => format!("lost+found.{lf}"),
         false => "lost+found".to_string(),
@@ -498,7 +501,10 @@ fn write_store(
         .unwrap_or(1);
     let last_tid = old("last_tid").max(max_tid);
     let next = |name: &str, at_least: u64| old(name).max(at_least);
-    let next_ino = next("next_ino", found.kept.keys().max().map_or(2, |i| i + 1));
+    let next_ino = next(
+        cairn_meta::tables::NEXT_INO,
+        found.kept.keys().max().map_or(2, |i| i + 1),
+    );
     let next_chunk = next("next_chunk", found.chunks.keys().max().map_or(1, |c| c + 1));
     let next_segment = next("next_segment", segments.keys().max().map_or(1, |s| s + 1));
     let store = MetaStore::create(path)?;
@@ -533,7 +539,7 @@ fn write_store(
             w.put_segment(*id, &s.encode())?;
         }
         w.set_counter("last_tid", last_tid)?;
-        w.set_counter("next_ino", next_ino)?;
+        w.set_counter(cairn_meta::tables::NEXT_INO, next_ino)?;
         w.set_counter("next_chunk", next_chunk)?;
         w.set_counter("next_segment", next_segment)?;
         w.set_counter(LIVE_REFS, 1)?;

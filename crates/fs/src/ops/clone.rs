@@ -156,10 +156,7 @@ impl Fs {
                 clone_block(self, w, src, s, dst, d, tid, &mut touched)?;
             }
             put_inode(w, &inode, tid)?;
-            // The inode counter stays above every inode with elements
-            // (`MetaRead::may_hold_inode`), as a flush commit keeps it.
-            let next_ino = w.counter("next_ino")?.max(self.next_ino());
-            w.set_counter("next_ino", next_ino)?;
+            crate::writeback::flush::store_ino_counter(w, self.next_ino())?;
             w.set_counter("last_tid", tid)?;
             w.log_tid(tid, time_ns)?;
             self.settle_ended(w, tid, &mut touched, &mut freed)?;

@@ -578,7 +578,7 @@ fn write_first_tid(
             1,
         )?;
         w.set_counter("last_tid", 1)?;
-        w.set_counter("next_ino", ROOT_INO + 1)?;
+        w.set_counter(cairn_meta::tables::NEXT_INO, ROOT_INO + 1)?;
         w.set_counter("next_chunk", 1)?;
         w.set_counter("next_segment", 1)?;
         w.set_counter(meta_copies::META_COPIES, opts.meta_copies as u64)?;

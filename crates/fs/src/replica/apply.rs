@@ -85,8 +85,8 @@ impl Fs {
             for (tid, time) in &b.tids {
                 w.log_tid(*tid, *time)?;
             }
-            let next_ino = w.counter("next_ino")?.max(b.next_ino);
-            w.set_counter("next_ino", next_ino)?;
+            let next_ino = w.counter(cairn_meta::tables::NEXT_INO)?.max(b.next_ino);
+            w.set_counter(cairn_meta::tables::NEXT_INO, next_ino)?;
             w.set_counter("last_tid", b.upto)?;
             match &b.snapshots {
                 Some(snaps) if b.sealed => w.replace_snapshots_stored(snaps)?,

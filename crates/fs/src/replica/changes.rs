@@ -118,7 +118,7 @@ impl Fs {
                 false => r.snapshots()?,
             },
             orphans: r.orphans()?,
-            next_ino: r.counter("next_ino")?,
+            next_ino: r.counter(cairn_meta::tables::NEXT_INO)?,
             ..Changes::default()
         };
         // Creations of live elements from their index; ended elements (and

@@ -733,13 +733,7 @@ impl Fs {
                 w.put(&key, &Extent::whole(id, wb.len).encode(), tid)?;
             }
             w.set_counter("next_chunk", next_chunk)?;
-            // Inode numbers are never given twice: the counter only grows.
-            let stored_ino = w.counter("next_ino")?;
-            invariant!(
-                next_ino >= stored_ino,
-                "inode counter {next_ino} below the committed {stored_ino}"
-            );
-            w.set_counter("next_ino", next_ino)?;
+            store_ino_counter(w, next_ino)?;
             w.set_counter("last_tid", tid)?;
             if floor > 0 {
                 w.set_counter(INTENT_FLOOR_TID, tid)?;
@@ -1280,5 +1274,18 @@ fn apply_overlay(
             w.remove_orphan(ino)?;
         }
     }
+    Ok(())
+}
+
+/// Stores the inode counter in a transaction that writes inode elements:
+/// it stays above every inode with elements (`MetaRead::may_hold_inode`),
+/// and only grows, so inode numbers are never given twice.
+pub(crate) fn store_ino_counter(w: &mut MetaWrite<'_>, next_ino: u64) -> Result<()> {
+    let stored = w.counter(cairn_meta::tables::NEXT_INO)?;
+    invariant!(
+        next_ino >= stored,
+        "inode counter {next_ino} below the committed {stored}"
+    );
+    w.set_counter(cairn_meta::tables::NEXT_INO, next_ino)?;
     Ok(())
 }

@@ -16,8 +16,9 @@ use std::sync::Arc;
 /// decided by them, read no heap memory (a look-up in a directory of
 /// thousands of buffered entries otherwise misses the cache at each
 /// step). Orders, and is equal, as the bytes are.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub struct DirKey {
+    /// The first 8 bytes, big-endian (zeros past a shorter key's end).
     lead: u64,
     bytes: Vec<u8>,
 }
@@ -35,11 +36,6 @@ impl DirKey {
 
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes
-    }
-
-    /// The first 8 bytes, as a number (zeros past a shorter key's end).
-    pub fn lead(&self) -> u64 {
-        self.lead
     }
 
     /// The keys of `m` whose first 8 bytes are `lead`, in order.
@@ -103,7 +99,7 @@ pub struct Overlay {
 #[derive(Default, Clone)]
 pub struct Unlogged {
     pub inodes: InoSet,
-    /// (directory, leading 8 bytes of a subkey: `DirKey::lead`): the
+    /// (directory, leading 8 bytes of a subkey as `DirKey` keeps them): the
     /// record logs every entry of the directory that starts with them
     /// (more than one only when two names' hashes agree there).
     pub dirents: HashSet<(u64, u64)>,
@@ -572,9 +568,10 @@ impl Overlay {
 
 impl Unlogged {
     pub(crate) fn merge(&mut self, mut o: Unlogged) {
-        // `append` takes the other map whole when this one is empty (a
-        // seal under every shard lock merges 64 shards, most empty, one
-        // a volume's with thousands of blocks).
+        // The blocks' `append` takes the other map whole when this one is
+        // empty (a seal under every shard lock merges 64 shards, most
+        // empty, one a volume's with thousands of blocks); `merge_set`
+        // does the same for the sets.
         merge_set(&mut self.inodes, o.inodes);
         merge_set(&mut self.dirents, o.dirents);
         merge_set(&mut self.symlinks, o.symlinks);

@@ -45,7 +45,7 @@ impl MetaRead {
     pub fn may_hold_inode(&self, ino: u64) -> bool {
         let bound = *self
             .ino_bound
-            .get_or_init(|| match self.counter("next_ino") {
+            .get_or_init(|| match self.counter(crate::tables::NEXT_INO) {
                 Ok(n) if n > 0 && !self.salvage => n,
                 _ => u64::MAX,
             });
