@@ -12,7 +12,9 @@
 #              renamed over), BB_COMMENTERS appending 1-4 KiB, BB_READERS
 #              reading whole random files; BB_ITERATIONS iterations of
 #              BB_SECONDS; read and write scores are files per iteration,
-#              median over iterations and rounds
+#              median over iterations and rounds; for a FUSE target, the CPU
+#              its server used per round (read from /proc; time the readers
+#              did not get)
 #   dbench     file-server mix: dbench DBENCH_CLIENTS clients, the client.txt
 #              load file of the Debian package, DBENCH_SECONDS; MB/s
 #   postmark   mail-server mix: PM_FILES files of 500-10000 bytes in
@@ -246,12 +248,34 @@ unmount_target() {
 # Each bench_STEP TARGET DIR runs one round in the fresh directory DIR and
 # prints "key value" lines (several lines of one key are all medianed).
 
+# server_pid TARGET: the pid of TARGET's FUSE server (none for native and
+# btrfs, which the kernel serves).
+server_pid() {
+    case $1 in
+        cairn) pgrep -f -- " mount $W/pool " | head -1 ;;
+        base) pgrep -f -- " mount $W/basepool " | head -1 ;;
+        memfs) pgrep -xf -- "$MEMFS $W/memfsmnt" | head -1 ;;
+        bindfs) pgrep -f -- "bindfs .*$W/bindmnt" | head -1 ;;
+    esac
+}
+
+# cpu_ticks PID: the user and system CPU time process PID used so far (all
+# its threads, ended ones included), in clock ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
 bench_blogbench() {
-    local out
+    local out pid c0=""
+    pid=$(server_pid "$1" || true)
+    [ -z "$pid" ] || c0=$(cpu_ticks "$pid")
     out=$("$BLOGBENCH" "$2" "$BB_WRITERS" "$BB_REWRITERS" "$BB_COMMENTERS" "$BB_READERS" \
         "$BB_ITERATIONS" "$BB_SECONDS" "$BB_MAX_BLOGS" "$BB_WRITE_RATE")
     printf '%s\n' "$out" | sed 's/^/    /' >&2
     printf '%s\n' "$out" | awk '/^iteration/ { print "bb_read", $4; print "bb_write", $6 }'
+    # The server's CPU over the round: time the readers did not get.
+    if [ -n "$c0" ]; then
+        echo "bb_server_cpu $(awk -v t="$(($(cpu_ticks "$pid") - c0))" -v hz="$(getconf CLK_TCK)" \
+            'BEGIN { printf "%.2f", t / hz }')"
+    fi
 }
 
 dbench_loadfile() {
@@ -410,7 +434,8 @@ rows_of() {
     case $1 in
         blogbench) printf '%s\n' \
             "bb_read|blogbench read score (files read per ${BB_SECONDS} s iteration${BB_PACE})|higher" \
-            "bb_write|blogbench write score (files written per ${BB_SECONDS} s iteration)|higher" ;;
+            "bb_write|blogbench write score (files written per ${BB_SECONDS} s iteration)|higher" \
+            "bb_server_cpu|blogbench: CPU the FUSE server used per round (s; ${BB_ITERATIONS} x ${BB_SECONDS} s)|lower" ;;
         dbench) echo "dbench|dbench ${DBENCH_CLIENTS} clients, ${DBENCH_SECONDS} s (MB/s)|higher" ;;
         postmark) echo "postmark|postmark ${PM_FILES} files, ${PM_TRANSACTIONS} transactions (transactions/s)|higher" ;;
         sqlite) echo "sqlite|SQLite WAL synchronous=FULL, 1 insert per transaction (commits/s)|higher" ;;
