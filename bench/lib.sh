@@ -130,7 +130,7 @@ mount_memfs() {
     local pid _
     for _ in $(seq 50); do
         if is_mounted "$1"; then
-            pid=$(pgrep -xf "$MEMFS $1") || die "memfs serving $1 not found"
+            pid=$(memfs_pid "$1") || die "memfs serving $1 not found"
             in_own_session "$pid" || die "memfs (pid $pid) does not lead a session of its own"
             return 0
         fi
@@ -138,6 +138,9 @@ mount_memfs() {
     done
     die "memfs did not mount on $1: $(cat "$1.log")"
 }
+
+# memfs_pid DIR: the pid of the memfs ($MEMFS) serving DIR.
+memfs_pid() { pgrep -xf -- "$MEMFS $1"; }
 
 # in_own_session PID: true when process PID leads a session (its session
 # id is its own pid), so not this shell's: a daemon the way `cairn mount`

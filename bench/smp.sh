@@ -254,7 +254,7 @@ server_pid() {
     case $1 in
         cairn) pgrep -f -- " mount $W/pool " | head -1 ;;
         base) pgrep -f -- " mount $W/basepool " | head -1 ;;
-        memfs) pgrep -xf -- "$MEMFS $W/memfsmnt" | head -1 ;;
+        memfs) memfs_pid "$W/memfsmnt" ;;
         bindfs) pgrep -f -- "bindfs .*$W/bindmnt" | head -1 ;;
     esac
 }

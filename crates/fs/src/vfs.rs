@@ -440,11 +440,8 @@ impl Fs {
             Some(Some(i)) => Ok((i, None)),
             Some(None) => Err(FsError::NotFound),
             None => {
-                let view = self.ns_meta(st)?;
-                if !view.may_hold_inode(ino) {
-                    return Err(FsError::NotFound);
-                }
-                let e = (view.get(&ElemKey::new(ino, RecordType::Inode, &[])))?
+                let e = (self.ns_meta(st)?)
+                    .get_of_inode(&ElemKey::new(ino, RecordType::Inode, &[]))?
                     .ok_or(FsError::NotFound)?;
                 Ok((Inode::decode(ino, &e.payload)?, Some(e.create_tid)))
             }
@@ -488,11 +485,11 @@ impl Fs {
         if let Some(e) = st.newest(dir, from) {
             return Ok(e);
         }
-        let view = self.ns_meta(st)?;
-        if !view.may_hold_inode(dir) {
-            return Ok(None);
-        }
-        let e = view.get(&ElemKey::new(dir, RecordType::DirEntry, sk.as_bytes()))?;
+        let e = (self.ns_meta(st)?).get_of_inode(&ElemKey::new(
+            dir,
+            RecordType::DirEntry,
+            sk.as_bytes(),
+        ))?;
         e.map(|e| DirEnt::decode(&e.payload)).transpose()
     }
 
@@ -514,11 +511,7 @@ impl Fs {
         if let Some(v) = st.newest(ino, from) {
             return Ok(v);
         }
-        let view = self.ns_meta(st)?;
-        if !view.may_hold_inode(ino) {
-            return Ok(None);
-        }
-        let e = view.get(&self.names().xattr_key(ino, name))?;
+        let e = (self.ns_meta(st)?).get_of_inode(&self.names().xattr_key(ino, name))?;
         Ok(e.map(|e| e.payload))
     }
 
@@ -527,13 +520,7 @@ impl Fs {
         st.need(ino)?;
         let prefix = ElemKey::prefix(ino, RecordType::Xattr);
         let mut m = std::collections::BTreeMap::new();
-        let view = self.ns_meta(st)?;
-        let committed = if view.may_hold_inode(ino) {
-            view.scan(&prefix, None, usize::MAX)?
-        } else {
-            Vec::new()
-        };
-        for e in committed {
+        for e in (self.ns_meta(st)?).scan_of_inode(ino, &prefix, None, usize::MAX)? {
             let name = self.names().xattr_name(ino, e.key.sub())?;
             m.insert(name.into_owned(), true);
         }

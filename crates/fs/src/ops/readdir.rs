@@ -75,12 +75,8 @@ impl Fs {
         let prefix = ElemKey::prefix(dir, RecordType::DirEntry);
         let lo = (after + 1).to_be_bytes().to_vec();
         let from = ElemKey::new(dir, RecordType::DirEntry, &lo);
-        let view = self.ns_meta(st)?;
-        let committed = if view.may_hold_inode(dir) {
-            view.scan(&prefix, Some(from.as_bytes()), limit)?
-        } else {
-            Vec::new()
-        };
+        let committed =
+            (self.ns_meta(st)?).scan_of_inode(dir, &prefix, Some(from.as_bytes()), limit)?;
         let mut cutoff = match committed.last() {
             Some(e) if committed.len() >= limit => Some(e.key.sub().to_vec()),
             _ => None,

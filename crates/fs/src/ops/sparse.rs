@@ -232,9 +232,8 @@ impl Fs {
         let view = self.ns_meta(st)?;
         let tid = match tid {
             Some(t) => t,
-            None if !view.may_hold_inode(ino) => 0,
             None => view
-                .get(&ElemKey::new(ino, RecordType::Inode, &[]))?
+                .get_of_inode(&ElemKey::new(ino, RecordType::Inode, &[]))?
                 .map_or(0, |e| e.create_tid),
         };
         let mut buffered: BTreeMap<u64, u64> = BTreeMap::new();

@@ -52,6 +52,30 @@ impl MetaRead {
         ino < bound
     }
 
+    /// `get` of an element of inode `key.obj()`: None without a look-up
+    /// when this snapshot cannot hold the inode (`may_hold_inode`).
+    pub fn get_of_inode(&self, key: &ElemKey) -> Result<Option<Element>> {
+        match self.may_hold_inode(key.obj()) {
+            true => self.get(key),
+            false => Ok(None),
+        }
+    }
+
+    /// `scan` of elements of inode `ino` (`prefix` within its object):
+    /// empty without a look-up when this snapshot cannot hold the inode.
+    pub fn scan_of_inode(
+        &self,
+        ino: u64,
+        prefix: &[u8],
+        from: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Element>> {
+        match self.may_hold_inode(ino) {
+            true => self.scan(prefix, from, limit),
+            false => Ok(Vec::new()),
+        }
+    }
+
     /// This snapshot's `fresh_v1` and merge counter, opened once.
     fn fresh_snap(&self) -> Result<&FreshSnap> {
         if let Some(f) = self.fresh.get() {

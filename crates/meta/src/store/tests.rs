@@ -47,12 +47,23 @@ mod basics {
             s.read().unwrap().may_hold_inode(u64::MAX - 1),
             "no counter yet"
         );
-        s.write(|w| w.set_counter("next_ino", 100)).unwrap();
+        let k = ElemKey::new(99, RecordType::Inode, &[]);
+        s.write(|w| {
+            w.put(&k, b"i", 10)?;
+            w.set_counter(crate::tables::NEXT_INO, 100)
+        })
+        .unwrap();
         let r = s.read().unwrap();
+        assert_eq!(r.get_of_inode(&k).unwrap().unwrap().payload, b"i");
+        let found = r.scan_of_inode(99, &ElemKey::object_prefix(99), None, 10);
+        assert_eq!(found.unwrap().len(), 1);
+        let past = ElemKey::new(100, RecordType::Inode, &[]);
+        assert!(r.get_of_inode(&past).unwrap().is_none());
         assert!(r.may_hold_inode(99));
         assert!(!r.may_hold_inode(100));
         assert!(!r.may_hold_inode(5000));
-        s.write(|w| w.set_counter("next_ino", 200)).unwrap();
+        s.write(|w| w.set_counter(crate::tables::NEXT_INO, 200))
+            .unwrap();
         assert!(
             !r.may_hold_inode(150),
             "an open view keeps its snapshot's bound"
