@@ -111,12 +111,16 @@ unmount_fuse_targets() {
     if is_mounted "$W/bindmnt"; then
         fusermount3 -u "$W/bindmnt" 2>/dev/null || fusermount3 -u -z "$W/bindmnt"
     fi
-    if is_mounted "$W/memfsmnt"; then
-        fusermount3 -u "$W/memfsmnt" 2>/dev/null || fusermount3 -u -z "$W/memfsmnt"
-    fi
+    local m
+    for m in "$W/memfsmnt" "$W/memfsdiskmnt"; do
+        if is_mounted "$m"; then
+            fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m"
+        fi
+    done
 }
 
-# mount_memfs DIR: serves $MEMFS (crates/fuse/examples/memfs.rs) on DIR in
+# mount_memfs DIR [ARG...]: serves $MEMFS (crates/fuse/examples/memfs.rs,
+# given DIR and ARGs) on DIR in
 # the background, once it is mounted; in a session of its own, as `cairn
 # mount` starts Cairn's daemon and libfuse starts bindfs. With autogroup
 # scheduling (kernel.sched_autogroup_enabled, on in Debian's kernels) each
@@ -126,11 +130,11 @@ unmount_fuse_targets() {
 # what a daemon of its own reaches (docs/transport.md, "The round-trip
 # floor").
 mount_memfs() {
-    setsid "$MEMFS" "$1" >"$1.log" 2>&1 </dev/null &
+    setsid "$MEMFS" "$@" >"$1.log" 2>&1 </dev/null &
     local pid _
     for _ in $(seq 50); do
         if is_mounted "$1"; then
-            pid=$(memfs_pid "$1") || die "memfs serving $1 not found"
+            pid=$(memfs_pid "$@") || die "memfs serving $1 not found"
             in_own_session "$pid" || die "memfs (pid $pid) does not lead a session of its own"
             return 0
         fi
@@ -139,8 +143,9 @@ mount_memfs() {
     die "memfs did not mount on $1: $(cat "$1.log")"
 }
 
-# memfs_pid DIR: the pid of the memfs ($MEMFS) serving DIR.
-memfs_pid() { pgrep -xf -- "$MEMFS $1"; }
+# memfs_pid DIR [ARG...]: the pid of the memfs ($MEMFS) serving DIR, started
+# with those ARGs.
+memfs_pid() { pgrep -xf -- "$MEMFS $*"; }
 
 # in_own_session PID: true when process PID leads a session (its session
 # id is its own pid), so not this shell's: a daemon the way `cairn mount`

@@ -51,7 +51,11 @@
 #                    "memfs" is the in-memory FUSE file system of
 #                    crates/fuse/examples/memfs.rs (Cairn's mount options,
 #                    INIT and transport, handlers that cost next to
-#                    nothing): what any FUSE file system could reach
+#                    nothing): what any FUSE file system could reach;
+#                    "memfsdisk" is that memfs also writing each write's
+#                    bytes to a file in the work dir, synced each second
+#                    (no index, no checksum): what a FUSE file system that
+#                    keeps its data on disk could reach at best
 #   STEPS="blogbench dbench postmark sqlite fio untar"
 #   RUNS=3
 #   BB_WRITERS=3 BB_REWRITERS=1 BB_COMMENTERS=2 BB_READERS=8
@@ -137,7 +141,7 @@ check_env() {
     has_target cairn || die "TARGETS must include cairn (the ratios are cairn/target)"
     local t
     for t in "${TARGETS[@]}"; do
-        case $t in native | bindfs | btrfs | memfs | cairn | base) ;; *) die "unknown target $t" ;; esac
+        case $t in native | bindfs | btrfs | memfs | memfsdisk | cairn | base) ;; *) die "unknown target $t" ;; esac
     done
     local need=${MIN_FREE_GB:-} avail
     if [ -z "$need" ]; then
@@ -147,6 +151,7 @@ check_env() {
                 native | bindfs) need=$((need + FIO_MB / 1024 + SEQ_MB / 1024 + 3)) ;;
                 btrfs) need=$((need + BTRFS_GB)) ;;
                 cairn | base) need=$((need + POOL_DEV_GB)) ;;
+                memfsdisk) need=$((need + 4)) ;; # its log wraps at 4 GiB
             esac
         done
     fi
@@ -162,7 +167,7 @@ build_tools() {
         BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/cairn
     fi
     [ -x "$BIN" ] || die "no cairn binary at $BIN"
-    if has_target memfs && [ -z "${MEMFS:-}" ]; then
+    if { has_target memfs || has_target memfsdisk; } && [ -z "${MEMFS:-}" ]; then
         log "building memfs (release)"
         (cd "$ROOT" && cargo build --release --example memfs -p cairn-fuse >&2)
         MEMFS=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/memfs
@@ -174,7 +179,8 @@ build_tools() {
 
 setup_dirs() {
     W=$(mktemp -d "$BENCH_DIR/cairn-smp.XXXXXX")
-    mkdir -p "$W/native" "$W/bindsrc" "$W/bindmnt" "$W/btrfsmnt" "$W/cairnmnt" "$W/basemnt" "$W/memfsmnt"
+    mkdir -p "$W/native" "$W/bindsrc" "$W/bindmnt" "$W/btrfsmnt" "$W/cairnmnt" "$W/basemnt" "$W/memfsmnt" \
+        "$W/memfsdiskmnt"
     log "work dir $W on $(findmnt -n -o SOURCE,FSTYPE -T "$W" | tr -s ' ')"
 }
 
@@ -215,6 +221,7 @@ dir_of() {
         bindfs) echo "$W/bindmnt" ;;
         btrfs) echo "$W/btrfsmnt" ;;
         memfs) echo "$W/memfsmnt" ;;
+        memfsdisk) echo "$W/memfsdiskmnt" ;;
         cairn) echo "$W/cairnmnt" ;;
         base) echo "$W/basemnt" ;;
     esac
@@ -225,6 +232,7 @@ mount_target() {
         bindfs) bindfs --no-allow-other "$W/bindsrc" "$W/bindmnt" ;;
         btrfs) mount "$LOOP" "$W/btrfsmnt" ;;
         memfs) mount_memfs "$W/memfsmnt" ;;
+        memfsdisk) mount_memfs "$W/memfsdiskmnt" auto "$W/memfsdisk.log" ;;
         # shellcheck disable=SC2086
         cairn) "$BIN" mount "$W/pool" "$W/cairnmnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
         # shellcheck disable=SC2086
@@ -237,6 +245,7 @@ unmount_target() {
         bindfs) fusermount3 -u "$W/bindmnt" ;;
         btrfs) umount "$W/btrfsmnt" ;;
         memfs) fusermount3 -u "$W/memfsmnt" ;;
+        memfsdisk) fusermount3 -u "$W/memfsdiskmnt" ;;
         cairn) "$BIN" umount "$W/cairnmnt" >&2 ;;
         base) "$BASE_BIN" umount "$W/basemnt" >&2 ;;
     esac
@@ -255,6 +264,7 @@ server_pid() {
         cairn) pgrep -f -- " mount $W/pool " | head -1 ;;
         base) pgrep -f -- " mount $W/basepool " | head -1 ;;
         memfs) memfs_pid "$W/memfsmnt" ;;
+        memfsdisk) memfs_pid "$W/memfsdiskmnt" auto "$W/memfsdisk.log" ;;
         bindfs) pgrep -f -- "bindfs .*$W/bindmnt" | head -1 ;;
     esac
 }
@@ -407,7 +417,12 @@ run_step() {
         for t in "${TARGETS[@]}"; do
             d=$(dir_of "$t")/$step.$r
             mkdir "$d"
-            sync "$d" # the previous round's deletions are committed before the clock starts
+            # The previous round's writes and deletions are on disk before
+            # the clock starts (all file systems: btrfs's and ext4's
+            # write-back of one target's round would otherwise run in the
+            # next target's), and committed in the target itself.
+            sync
+            sync "$d"
             log "$step round $r/$RUNS: $t"
             out=$("bench_$step" "$t" "$d")
             while read -r key v; do

@@ -6,8 +6,11 @@
 //! Not a file system to keep data in: it holds everything in memory, under
 //! one lock, and loses it at unmount.
 //!
-//! Usage: `memfs MOUNTPOINT [auto|on|off]` (FUSE over io_uring, as `cairn
-//! mount --io-uring`); serves until unmounted (`fusermount3 -u`). Start it
+//! Usage: `memfs MOUNTPOINT [auto|on|off] [LOGFILE]` (FUSE over io_uring,
+//! as `cairn mount --io-uring`); serves until unmounted (`fusermount3 -u`).
+//! With LOGFILE, every write's bytes also go to that file and it is synced
+//! each second (`DiskLog`): the cheapest way a FUSE file system can keep
+//! what it is written on disk, the ceiling for loads that write. Start it
 //! in a session of its own (`setsid`, as bench/lib.sh does), as `cairn
 //! mount` starts Cairn's daemon: under autogroup scheduling a daemon in the
 //! load's own session answers each request about 1 us sooner.
@@ -27,7 +30,10 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// As Cairn's live tree (crates/fuse/src/ops.rs).
@@ -56,6 +62,49 @@ struct State {
 
 struct MemFs {
     state: Mutex<State>,
+    log: Option<Arc<DiskLog>>,
+}
+
+/// Where a memfs started with a LOGFILE also writes each write's bytes:
+/// appended in arrival order, with no index, checksum or copy beyond the
+/// page cache's, and synced to disk each second (`sync_each_second`). Never
+/// read back. The log wraps at `LOG_WRAP` bytes so that a long run's disk
+/// use stays bounded.
+struct DiskLog {
+    file: std::fs::File,
+    /// Bytes appended so far (the next byte's place before wrapping).
+    at: AtomicU64,
+}
+
+const LOG_WRAP: u64 = 4 << 30;
+
+impl DiskLog {
+    fn create(path: &Path) -> std::io::Result<Arc<Self>> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(path)?;
+        Ok(Arc::new(DiskLog {
+            file,
+            at: AtomicU64::new(0),
+        }))
+    }
+
+    fn append(&self, data: &[u8]) -> std::io::Result<()> {
+        let at = self.at.fetch_add(data.len() as u64, Ordering::Relaxed) % LOG_WRAP;
+        self.file.write_all_at(data, at)
+    }
+
+    /// Syncs the log each second, for the life of the process.
+    fn sync_each_second(self: Arc<Self>) {
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(1));
+            if let Err(e) = self.file.sync_data() {
+                eprintln!("memfs: syncing the log: {e}");
+            }
+        });
+    }
 }
 
 fn attr(ino: u64, kind: FileType, perm: u16, uid: u32, gid: u32) -> FileAttr {
@@ -236,7 +285,7 @@ impl State {
 }
 
 impl MemFs {
-    fn new() -> Self {
+    fn new(log: Option<Arc<DiskLog>>) -> Self {
         // SAFETY: getuid and getgid have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let root = Node {
@@ -249,6 +298,7 @@ impl MemFs {
                 nodes: HashMap::from([(ROOT, root)]),
                 next: ROOT + 1,
             }),
+            log,
         }
     }
 
@@ -517,6 +567,11 @@ impl fuser::Filesystem for MemFs {
         (n.attr.size, n.attr.blocks) = (len, len.div_ceil(512));
         let now = SystemTime::now();
         (n.attr.mtime, n.attr.ctime) = (now, now);
+        drop(s);
+        if let Some(Err(e)) = self.log.as_ref().map(|l| l.append(data)) {
+            eprintln!("memfs: writing the log: {e}");
+            return reply.error(Errno::EIO);
+        }
         reply.written(data.len() as u32);
     }
 
@@ -647,7 +702,7 @@ impl fuser::Filesystem for MemFs {
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args_os().skip(1);
     let Some(mnt) = args.next() else {
-        eprintln!("usage: memfs MOUNTPOINT [auto|on|off]");
+        eprintln!("usage: memfs MOUNTPOINT [auto|on|off] [LOGFILE]");
         std::process::exit(2);
     };
     let io_uring = match args.next().as_deref().map(|a| a.as_bytes()) {
@@ -659,9 +714,16 @@ fn main() -> std::io::Result<()> {
             std::process::exit(2);
         }
     };
+    let log = args
+        .next()
+        .map(|p| DiskLog::create(Path::new(&p)))
+        .transpose()?;
+    if let Some(l) = &log {
+        l.clone().sync_each_second();
+    }
     let transport = cairn_fuse::TransportOptions {
         io_uring,
         ..Default::default()
     };
-    cairn_fuse::serve_other(MemFs::new(), Path::new(&mnt), "memfs", 4, &transport)
+    cairn_fuse::serve_other(MemFs::new(log), Path::new(&mnt), "memfs", 4, &transport)
 }
