@@ -147,6 +147,20 @@ mount_memfs() {
 # with those ARGs.
 memfs_pid() { pgrep -xf -- "$MEMFS $*"; }
 
+# unmount_memfs DIR [ARG...]: unmounts the memfs serving DIR and waits for
+# its process to end, so that a memfs mounted there next is the only one
+# `memfs_pid` finds (a remount for a cold read).
+unmount_memfs() {
+    local pid _
+    pid=$(memfs_pid "$@") || die "memfs serving $1 not found"
+    fusermount3 -u "$1"
+    for _ in $(seq 100); do
+        [ -d "/proc/$pid" ] || return 0
+        sleep 0.1
+    done
+    die "memfs (pid $pid) still runs 10 s after $1 was unmounted"
+}
+
 # in_own_session PID: true when process PID leads a session (its session
 # id is its own pid), so not this shell's: a daemon the way `cairn mount`
 # and libfuse start theirs.

@@ -244,8 +244,8 @@ unmount_target() {
     case $1 in
         bindfs) fusermount3 -u "$W/bindmnt" ;;
         btrfs) umount "$W/btrfsmnt" ;;
-        memfs) fusermount3 -u "$W/memfsmnt" ;;
-        memfsdisk) fusermount3 -u "$W/memfsdiskmnt" ;;
+        memfs) unmount_memfs "$W/memfsmnt" ;;
+        memfsdisk) unmount_memfs "$W/memfsdiskmnt" auto "$W/memfsdisk.log" ;;
         cairn) "$BIN" umount "$W/cairnmnt" >&2 ;;
         base) "$BASE_BIN" umount "$W/basemnt" >&2 ;;
     esac
@@ -425,6 +425,8 @@ run_step() {
             sync "$d"
             log "$step round $r/$RUNS: $t"
             out=$("bench_$step" "$t" "$d")
+            [ "$t" != memfsdisk ] || [ -s "$W/memfsdisk.log" ] ||
+                die "memfsdisk kept nothing on disk: $W/memfsdisk.log is empty"
             while read -r key v; do
                 [ -n "$key" ] || continue
                 [[ " ${keys[*]} " == *" $key "* ]] || keys+=("$key")
