@@ -181,6 +181,9 @@ setup_dirs() {
     W=$(mktemp -d "$BENCH_DIR/cairn-smp.XXXXXX")
     mkdir -p "$W/native" "$W/bindsrc" "$W/bindmnt" "$W/btrfsmnt" "$W/cairnmnt" "$W/basemnt" "$W/memfsmnt" \
         "$W/memfsdiskmnt"
+    # memfsdisk's memfs arguments: its mount point, transport and log file
+    # (the pid is found by them).
+    MEMFSDISK=("$W/memfsdiskmnt" auto "$W/memfsdisk.log")
     log "work dir $W on $(findmnt -n -o SOURCE,FSTYPE -T "$W" | tr -s ' ')"
 }
 
@@ -232,7 +235,7 @@ mount_target() {
         bindfs) bindfs --no-allow-other "$W/bindsrc" "$W/bindmnt" ;;
         btrfs) mount "$LOOP" "$W/btrfsmnt" ;;
         memfs) mount_memfs "$W/memfsmnt" ;;
-        memfsdisk) mount_memfs "$W/memfsdiskmnt" auto "$W/memfsdisk.log" ;;
+        memfsdisk) mount_memfs "${MEMFSDISK[@]}" ;;
         # shellcheck disable=SC2086
         cairn) "$BIN" mount "$W/pool" "$W/cairnmnt" ${CAIRN_MOUNT_OPTS:-} >&2 ;;
         # shellcheck disable=SC2086
@@ -245,7 +248,7 @@ unmount_target() {
         bindfs) fusermount3 -u "$W/bindmnt" ;;
         btrfs) umount "$W/btrfsmnt" ;;
         memfs) unmount_memfs "$W/memfsmnt" ;;
-        memfsdisk) unmount_memfs "$W/memfsdiskmnt" auto "$W/memfsdisk.log" ;;
+        memfsdisk) unmount_memfs "${MEMFSDISK[@]}" ;;
         cairn) "$BIN" umount "$W/cairnmnt" >&2 ;;
         base) "$BASE_BIN" umount "$W/basemnt" >&2 ;;
     esac
@@ -264,7 +267,7 @@ server_pid() {
         cairn) pgrep -f -- " mount $W/pool " | head -1 ;;
         base) pgrep -f -- " mount $W/basepool " | head -1 ;;
         memfs) memfs_pid "$W/memfsmnt" ;;
-        memfsdisk) memfs_pid "$W/memfsdiskmnt" auto "$W/memfsdisk.log" ;;
+        memfsdisk) memfs_pid "${MEMFSDISK[@]}" ;;
         bindfs) pgrep -f -- "bindfs .*$W/bindmnt" | head -1 ;;
     esac
 }
@@ -425,8 +428,8 @@ run_step() {
             sync "$d"
             log "$step round $r/$RUNS: $t"
             out=$("bench_$step" "$t" "$d")
-            [ "$t" != memfsdisk ] || [ -s "$W/memfsdisk.log" ] ||
-                die "memfsdisk kept nothing on disk: $W/memfsdisk.log is empty"
+            [ "$t" != memfsdisk ] || [ -s "${MEMFSDISK[2]}" ] ||
+                die "memfsdisk kept nothing on disk: ${MEMFSDISK[2]} is empty"
             while read -r key v; do
                 [ -n "$key" ] || continue
                 [[ " ${keys[*]} " == *" $key "* ]] || keys+=("$key")
